@@ -1,0 +1,315 @@
+"""The ``nodecert`` command line: thin wrappers over the library.
+
+Exit codes (all commands): 0 success (PASS/WARN), 1 a rule or check FAILed,
+2 bad input (unknown name, malformed file), 3 stage not available in this
+release (nothing was changed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from nodecert import __version__
+from nodecert.compat import default_matrix
+from nodecert.errors import ExitCode, NodecertError
+from nodecert.gate import GateReport, evaluate
+from nodecert.inventory import check_inventory
+from nodecert.preflight import preflight
+from nodecert.stacks import SUPPORTED_OS, Stack, find_stack, list_stacks
+from nodecert.verdict import Verdict
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_COLOURS = {Verdict.PASS: "green", Verdict.WARN: "yellow", Verdict.FAIL: "red",
+            Verdict.ERROR: "magenta"}
+
+
+def _handle_errors(fn: F) -> F:
+    """Turn a NodecertError into a clear message on stderr and its exit code."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except NodecertError as exc:
+            click.echo(f"error: {exc.render()}", err=True)
+            sys.exit(int(exc.exit_code))
+    return wrapper  # type: ignore[return-value]
+
+
+def _emit_json(data: object) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _verdict(v: Verdict) -> str:
+    return click.style(f"{v!s:<5}", fg=_COLOURS[v], bold=v is not Verdict.PASS)
+
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print machine-readable JSON instead of text.")
+
+
+class _Date(click.ParamType):
+    name = "YYYY-MM-DD"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> dt.date:
+        if isinstance(value, dt.date):
+            return value
+        try:
+            return dt.date.fromisoformat(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not a date like 2026-11-29", param, ctx)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nodecert")
+def main() -> None:
+    """nodecert: provision, validate and certify NVIDIA GPU servers.
+
+    \b
+    Exit codes: 0 PASS/WARN, 1 FAIL, 2 bad input, 3 stage not available.
+    """
+
+
+# --- stack ---------------------------------------------------------------------------------
+
+@main.group()
+def stack() -> None:
+    """Pinned NVIDIA stacks and the compatibility gate.
+
+    \b
+    Examples:
+      nodecert stack list
+      nodecert stack show r580-cuda13.0 --os ubuntu-24.04
+      nodecert stack check r580-cuda13.0 --gpu H200-SXM --os ubuntu-24.04
+      nodecert stack check r550-cuda12.4 --gpu B200 --json
+    """
+
+
+def _stack_summary(s: Stack) -> dict[str, Any]:
+    return {"name": s.name, "title": s.title, "status": s.status,
+            "driver_branch": s.driver_branch, "kernel_modules": s.kernel_modules,
+            "components": s.components(), "os": list(s.os), "file": str(s.path)}
+
+
+@stack.command("list")
+@json_option
+@_handle_errors
+def stack_list(as_json: bool) -> None:
+    """List the pinned stacks shipped in stacks/."""
+    stacks = list_stacks()
+    if as_json:
+        _emit_json([_stack_summary(s) for s in stacks])
+        return
+    for s in stacks:
+        click.echo(f"{s.name:<16} {s.status:<12} driver {s.driver} ({s.kernel_modules}), "
+                   f"CUDA {s.cuda}, OS: {', '.join(s.os)}")
+        click.echo(f"{'':<16} {s.title}")
+
+
+@stack.command("show")
+@click.argument("name")
+@click.option("--os", "os_name", type=click.Choice(SUPPORTED_OS),
+              help="Only the packages for this OS.")
+@json_option
+@_handle_errors
+def stack_show(name: str, os_name: str | None, as_json: bool) -> None:
+    """Show every pinned component and package of stack NAME.
+
+    \b
+    Example:
+      nodecert stack show r570-cuda12.8 --os ubuntu-22.04
+    """
+    s = find_stack(name)
+    oses = [os_name] if os_name else list(s.os)
+    if os_name and os_name not in s.os:
+        raise NodecertError(f"stack {s.name} pins no packages for {os_name}",
+                            hint=f"it supports: {', '.join(s.os)}")
+    if as_json:
+        data = _stack_summary(s) | {
+            "driver": str(s.driver),
+            "framework": {"python": s.framework.python, "index_url": s.framework.index_url,
+                          "pytorch": str(s.framework.pytorch) if s.framework.pytorch else None,
+                          "tensorflow": s.framework.tensorflow},
+            "repository": {"url": s.repository.url, "key_url": s.repository.key_url,
+                           "key_fingerprint": s.repository.key_fingerprint},
+            "artifacts": [a.__dict__ for a in s.artifacts],
+            "packages": {o: [{"component": p.component, "name": p.name,
+                              "version": str(p.version), "origin": p.origin,
+                              "confirmed": p.confirmed, "sources": list(p.sources)}
+                             for p in s.os[o].packages] for o in oses},
+        }
+        _emit_json(data)
+        return
+    click.echo(f"{s.name}: {s.title}  [{s.status}]")
+    click.echo(f"  driver          {s.driver} (branch R{s.driver_branch}, "
+               f"{s.kernel_modules} kernel modules)")
+    for comp, ver in s.components().items():
+        if comp != "driver":
+            click.echo(f"  {comp:<15} {ver}")
+    fw = s.framework
+    click.echo(f"  framework       python {fw.python}"
+               + (f", torch {fw.pytorch}" if fw.pytorch else "")
+               + (f", tensorflow {fw.tensorflow}" if fw.tensorflow else "")
+               + f" from {fw.index_url}")
+    click.echo(f"  repository key  {s.repository.key_fingerprint}")
+    for o in oses:
+        click.echo(f"\n  {o} (NVIDIA repo: {s.os[o].os_repo})")
+        for p in s.os[o].packages:
+            mark = "" if p.confirmed else "  (unconfirmed)"
+            click.echo(f"    {p.component:<15} {p.pin:<58} {p.origin:<6} "
+                       f"[{', '.join(p.sources)}]{mark}")
+
+
+def _print_gate(report: GateReport) -> None:
+    m = default_matrix()
+    scope = ", ".join(x for x in (report.gpu and f"GPU {report.gpu}",
+                                  report.os and f"OS {report.os}") if x) or "no GPU/OS given"
+    click.echo(f"stack {report.stack} ({scope}), as of {report.date}")
+    for r in report.results:
+        cite = f"  [{', '.join(r.sources)}]" if r.sources else ""
+        click.echo(f"  {_verdict(r.verdict)} {r.rule:<34} {r.message}{cite}")
+    for rule, why in report.not_evaluated:
+        click.echo(f"  {'-':<5} {rule:<34} not evaluated: {why}")
+    used = sorted({s for r in report.results for s in r.sources})
+    if used:
+        click.echo("  sources:")
+        for key in used:
+            src = m.sources[key]
+            click.echo(f"    {key:<7} {src.title} <{src.url}>")
+    click.echo(f"verdict: {_verdict(report.verdict)}")
+
+
+@stack.command("check")
+@click.argument("name")
+@click.option("--gpu", help="GPU model to check against (e.g. H200-SXM, B200, L40S).")
+@click.option("--os", "os_name", type=click.Choice(SUPPORTED_OS), help="Target OS.")
+@click.option("--date", "on_date", type=_Date(), default=None,
+              help="Judge driver lifecycle as of this date (default: today).")
+@json_option
+@_handle_errors
+def stack_check(name: str, gpu: str | None, os_name: str | None, on_date: dt.date | None,
+                as_json: bool) -> None:
+    """Run every compatibility rule for stack NAME and explain each verdict.
+
+    NAME is a stack name from `nodecert stack list` or a path to a manifest.
+    Exit 0 if every rule is PASS or WARN, 1 on any FAIL, 2 on bad input.
+
+    \b
+    Examples:
+      nodecert stack check r580-cuda13.0 --gpu H200-SXM --os ubuntu-24.04
+      nodecert stack check ./my-stack.yml --gpu B200 --json
+    """
+    report = evaluate(find_stack(name), gpu=gpu, os_name=os_name, today=on_date)
+    if as_json:
+        _emit_json(report.as_dict())
+    else:
+        _print_gate(report)
+    sys.exit(int(ExitCode.FAILED if report.verdict >= Verdict.FAIL else ExitCode.OK))
+
+
+@stack.command("gpus")
+@json_option
+@_handle_errors
+def stack_gpus(as_json: bool) -> None:
+    """List the GPU models the gate knows (names for --gpu and nodecert_gpu_model)."""
+    m = default_matrix()
+    if as_json:
+        _emit_json([{"key": g.key, "name": g.name, "pci_device_ids": list(g.pci_device_ids),
+                     "architecture": g.architecture, "nvswitch": g.nvswitch,
+                     "open_modules": g.open_modules} for g in m.gpus.values()])
+        return
+    for g in m.gpus.values():
+        click.echo(f"{g.key:<16} {g.name:<44} 10de:{'/'.join(g.pci_device_ids):<10} "
+                   f"{g.architecture}{', NVSwitch' if g.nvswitch else ''}")
+
+
+# --- inventory -----------------------------------------------------------------------------
+
+@main.group()
+def inventory() -> None:
+    """Ansible inventories with each host's ordered hardware spec."""
+
+
+@inventory.command("check")
+@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
+              help="INI or YAML Ansible inventory.")
+@json_option
+@_handle_errors
+def inventory_check(path: Path, as_json: bool) -> None:
+    """Validate an inventory: hosts, order spec (nodecert_* vars), duplicates.
+
+    Exit 0 if valid, 2 with every problem listed otherwise.
+
+    \b
+    Example:
+      nodecert inventory check --inventory inventory/sample/lab.ini
+    """
+    report = check_inventory(path)
+    if as_json:
+        _emit_json(report.as_dict())
+    else:
+        for p in report.problems:
+            click.echo(f"error: {p.render()}", err=True)
+        for h in report.hosts.values():
+            click.echo(f"{h.name:<16} {h.address}:{h.port}  {h.gpu_count}x {h.gpu_model}, "
+                       f"{h.cpu_cores} cores, {h.ram_gb} GB RAM, {h.nvme_count} NVMe"
+                       + (f", stack {h.stack}" if h.stack else ""))
+        click.echo(f"{len(report.hosts)} host(s) valid, {len(report.problems)} problem(s)")
+    sys.exit(int(ExitCode.OK if report.ok else ExitCode.BAD_INPUT))
+
+
+# --- provision -----------------------------------------------------------------------------
+
+_PROVISION_HELP = """Provision hosts with a pinned stack (preflight runs first).
+
+Runs the preflight on every host before anything is changed: the inventory and
+order spec are validated and the stack gate is evaluated for every GPU model
+and OS in the inventory. A FAIL stops here with exit 1.
+
+\b
+Examples:
+  provision --inventory inventory/sample/lab.ini --stack r580-cuda13.0
+  nodecert provision -i lab.ini --stack r570-cuda12.8 --limit gpu-h200-01 --check
+"""
+
+
+@main.command("provision", help=_PROVISION_HELP)
+@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
+              help="INI or YAML Ansible inventory.")
+@click.option("--stack", "stack_name", help="Stack to install (default: nodecert_stack).")
+@click.option("--limit", multiple=True, help="Only these hosts (repeatable).")
+@click.option("--check", "check_mode", is_flag=True, help="Dry run: change nothing.")
+@json_option
+@_handle_errors
+def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_mode: bool,
+              as_json: bool) -> None:
+    report = preflight(path, stack_name, limit=limit)
+    if as_json:
+        _emit_json(report.as_dict())
+    else:
+        for hosts, gate in report.gates:
+            click.echo(f"preflight for {', '.join(hosts)}:")
+            _print_gate(gate)
+    if report.verdict >= Verdict.FAIL:
+        click.echo("preflight FAILED: no host was touched.", err=True)
+        sys.exit(int(ExitCode.FAILED))
+    if check_mode:
+        click.echo("preflight passed (--check: nothing changed).", err=True)
+        sys.exit(int(ExitCode.OK))
+    click.echo("preflight passed, but the install stage is not part of this release: "
+               "no host was touched.", err=True)
+    sys.exit(int(ExitCode.NOT_AVAILABLE))
+
+
+def provision_main() -> None:
+    """Entry point of the `provision` console script (same as `nodecert provision`)."""
+    provision(prog_name="provision")

@@ -1,0 +1,289 @@
+"""The compatibility matrix: sourced facts the stack gate reasons with.
+
+Loaded from ``stacks/compat/matrix.yml`` and ``stacks/compat/sources.yml``.
+Every row keeps the key of its source so each verdict can cite it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from nodecert import yamldoc
+from nodecert.errors import UnknownNameError
+from nodecert.paths import compat_dir
+from nodecert.versions import DottedVersion, DriverVersion
+
+
+@dataclass(frozen=True)
+class Source:
+    key: str
+    title: str
+    url: str
+
+
+@dataclass(frozen=True)
+class CudaMinDriver:
+    cuda: DottedVersion
+    min_driver: DriverVersion
+    source: str
+
+
+@dataclass(frozen=True)
+class MinorVersionCompat:
+    cuda_major: int
+    min_driver: DriverVersion
+    source: str
+
+
+@dataclass(frozen=True)
+class ForwardCompat:
+    package_prefix: str
+    requires_datacenter_gpu: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class DriverBranch:
+    branch: str
+    designation: str
+    eol: dt.date | None  # last day of support; None with eol_past=True when undated
+    eol_past: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    key: str
+    name: str
+    pci_device_ids: tuple[str, ...]
+    architecture: str
+    datacenter: bool
+    nvswitch: bool
+    open_modules: str  # required | supported | unsupported
+    first_driver_open: DriverVersion | None
+    first_driver_proprietary: DriverVersion | None
+    practical_min_branch: str | None
+    memory_gb: int
+    source: str
+
+
+@dataclass(frozen=True)
+class CudnnCuda:
+    cudnn_from: DottedVersion
+    cudnn_to: DottedVersion
+    cuda_from: DottedVersion
+    cuda_to: DottedVersion
+    min_driver: DriverVersion | None
+    source: str
+
+    def covers(self, cudnn: DottedVersion, cuda: DottedVersion) -> bool:
+        c2 = cudnn.prefix(2)
+        k2 = cuda.prefix(2)
+        return (self.cudnn_from.prefix(2) <= c2 <= self.cudnn_to.prefix(2)
+                and self.cuda_from.prefix(2) <= k2 <= self.cuda_to.prefix(2))
+
+
+@dataclass(frozen=True)
+class TorchBuilds:
+    torch: str
+    stable: tuple[str, ...]
+    experimental: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class TorchArchFloor:
+    cuda_major: int
+    min_architecture: str
+    source: str
+
+
+@dataclass(frozen=True)
+class TensorflowBuild:
+    tensorflow: str
+    cuda: DottedVersion
+    cudnn: DottedVersion
+    source: str
+
+
+@dataclass(frozen=True)
+class Matrix:
+    sources: dict[str, Source]
+    cuda_min_driver: tuple[CudaMinDriver, ...]
+    minor_version_compat: tuple[MinorVersionCompat, ...]
+    forward_compat: ForwardCompat
+    driver_branches: dict[str, DriverBranch]
+    architectures: tuple[str, ...]
+    gpus: dict[str, GpuModel]
+    cudnn_cuda: tuple[CudnnCuda, ...]
+    torch_builds: dict[str, TorchBuilds]
+    torch_arch_floor: tuple[TorchArchFloor, ...]
+    tensorflow_builds: dict[str, TensorflowBuild]
+    rule_sources: dict[str, tuple[str, ...]]
+    driver_eol_warning_days: int
+
+    def gpu(self, key: str) -> GpuModel:
+        for k, model in self.gpus.items():
+            if k.lower() == key.lower():
+                return model
+        raise UnknownNameError(
+            f"unknown GPU model {key!r}",
+            hint=f"use one of: {', '.join(self.gpus)} (see stacks/compat/matrix.yml)",
+        )
+
+    def gpu_by_pci_id(self, device_id: str) -> GpuModel | None:
+        device_id = device_id.lower()
+        for model in self.gpus.values():
+            if device_id in model.pci_device_ids:
+                return model
+        return None
+
+    def arch_rank(self, architecture: str) -> int:
+        return self.architectures.index(architecture)
+
+    def cite(self, *keys: str) -> str:
+        return ", ".join(keys)
+
+
+def _eol(node: yamldoc.Node) -> tuple[dt.date | None, bool]:
+    if node.value == "past":
+        return None, True
+    text = node.str()
+    try:
+        year, month = (int(p) for p in text.split("-"))
+        first_next = dt.date(year + (month == 12), month % 12 + 1, 1)
+    except ValueError as exc:
+        raise node.error(f"{text!r} is not a YYYY-MM month or 'past'") from exc
+    return first_next - dt.timedelta(days=1), False
+
+
+def _load_sources(path: Path) -> dict[str, Source]:
+    root = yamldoc.load(path).mapping({"schema", "sources"})
+    if root["schema"].str() != "nodecert.sources/v1":
+        raise root["schema"].error("expected schema nodecert.sources/v1")
+    out: dict[str, Source] = {}
+    for key, node in root["sources"].items():
+        f = node.mapping({"title", "url"})
+        out[key] = Source(key, f["title"].str(), f["url"].str())
+    return out
+
+
+def _source(node: yamldoc.Node, sources: dict[str, Source]) -> str:
+    key = node.str()
+    if key not in sources:
+        raise node.error(f"source {key!r} is not in stacks/compat/sources.yml",
+                         hint="add the source there, with its title and URL")
+    return key
+
+
+def load_matrix(directory: Path | None = None) -> Matrix:
+    directory = directory or compat_dir()
+    sources = _load_sources(directory / "sources.yml")
+    root = yamldoc.load(directory / "matrix.yml").mapping({
+        "schema", "cuda_min_driver", "minor_version_compat", "forward_compat",
+        "driver_branches", "architectures", "gpus", "cudnn_cuda", "torch_builds",
+        "torch_cuda_min_architecture", "tensorflow_builds", "rule_sources",
+        "driver_eol_warning_days",
+    })
+    if root["schema"].str() != "nodecert.compat/v1":
+        raise root["schema"].error("expected schema nodecert.compat/v1")
+
+    def src(f: dict[str, yamldoc.Node]) -> str:
+        return _source(f["source"], sources)
+
+    cuda_rows = []
+    for n in root["cuda_min_driver"].seq():
+        f = n.mapping({"cuda", "min_driver", "source"})
+        cuda_rows.append(CudaMinDriver(
+            f["cuda"].parsed(lambda s: DottedVersion.parse(s, min_parts=3, what="CUDA version")),
+            f["min_driver"].parsed(DriverVersion.parse), src(f)))
+
+    mvc = []
+    for n in root["minor_version_compat"].seq():
+        f = n.mapping({"cuda_major", "min_driver", "source"})
+        mvc.append(MinorVersionCompat(f["cuda_major"].int(),
+                                      f["min_driver"].parsed(DriverVersion.parse), src(f)))
+
+    fc = root["forward_compat"].mapping({"package_prefix", "requires_datacenter_gpu", "source"})
+    forward = ForwardCompat(fc["package_prefix"].str(), fc["requires_datacenter_gpu"].bool(),
+                            src(fc))
+
+    branches: dict[str, DriverBranch] = {}
+    for n in root["driver_branches"].seq():
+        f = n.mapping({"branch", "designation", "eol", "source"})
+        eol, past = _eol(f["eol"])
+        b = f["branch"].str()
+        branches[b] = DriverBranch(b, f["designation"].str(), eol, past, src(f))
+
+    archs = tuple(root["architectures"].str_list())
+
+    gpus: dict[str, GpuModel] = {}
+    for n in root["gpus"].seq():
+        f = n.mapping({"key", "name", "pci_device_ids", "architecture", "datacenter", "nvswitch",
+                       "open_modules", "first_driver_open", "first_driver_proprietary",
+                       "practical_min_branch", "memory_gb", "source"})
+        arch = f["architecture"].str()
+        if arch not in archs:
+            raise f["architecture"].error(f"{arch!r} is not listed under architectures")
+        key = f["key"].str()
+        gpus[key] = GpuModel(
+            key=key, name=f["name"].str(),
+            pci_device_ids=tuple(i.lower() for i in f["pci_device_ids"].str_list()),
+            architecture=arch, datacenter=f["datacenter"].bool(), nvswitch=f["nvswitch"].bool(),
+            open_modules=f["open_modules"].choice(("required", "supported", "unsupported")),
+            first_driver_open=f["first_driver_open"].opt_parsed(DriverVersion.parse),
+            first_driver_proprietary=f["first_driver_proprietary"].opt_parsed(
+                DriverVersion.parse),
+            practical_min_branch=f["practical_min_branch"].opt_str(),
+            memory_gb=f["memory_gb"].int(), source=src(f))
+
+    def dotted(node: yamldoc.Node) -> DottedVersion:
+        return node.parsed(DottedVersion.parse)
+
+    cudnn = []
+    for n in root["cudnn_cuda"].seq():
+        f = n.mapping({"cudnn_from", "cudnn_to", "cuda_from", "cuda_to", "min_driver", "source"})
+        cudnn.append(CudnnCuda(dotted(f["cudnn_from"]), dotted(f["cudnn_to"]),
+                               dotted(f["cuda_from"]), dotted(f["cuda_to"]),
+                               f["min_driver"].opt_parsed(DriverVersion.parse), src(f)))
+
+    torch: dict[str, TorchBuilds] = {}
+    for n in root["torch_builds"].seq():
+        f = n.mapping({"torch", "stable", "experimental", "source"})
+        t = f["torch"].str()
+        torch[t] = TorchBuilds(t, tuple(f["stable"].str_list()),
+                               tuple(f["experimental"].str_list()), src(f))
+
+    floors = []
+    for n in root["torch_cuda_min_architecture"].seq():
+        f = n.mapping({"cuda_major", "min_architecture", "source"})
+        arch = f["min_architecture"].str()
+        if arch not in archs:
+            raise f["min_architecture"].error(f"{arch!r} is not listed under architectures")
+        floors.append(TorchArchFloor(f["cuda_major"].int(), arch, src(f)))
+
+    tf: dict[str, TensorflowBuild] = {}
+    for n in root["tensorflow_builds"].seq():
+        f = n.mapping({"tensorflow", "cuda", "cudnn", "source"})
+        v = f["tensorflow"].str()
+        tf[v] = TensorflowBuild(v, dotted(f["cuda"]), dotted(f["cudnn"]), src(f))
+
+    rule_sources = {}
+    for rule, n in root["rule_sources"].items():
+        rule_sources[rule] = tuple(_source(k, sources) for k in n.seq())
+
+    return Matrix(
+        sources=sources, cuda_min_driver=tuple(cuda_rows), minor_version_compat=tuple(mvc),
+        forward_compat=forward, driver_branches=branches, architectures=archs, gpus=gpus,
+        cudnn_cuda=tuple(cudnn), torch_builds=torch, torch_arch_floor=tuple(floors),
+        tensorflow_builds=tf, rule_sources=rule_sources,
+        driver_eol_warning_days=root["driver_eol_warning_days"].int(),
+    )
+
+
+@cache
+def default_matrix() -> Matrix:
+    return load_matrix()

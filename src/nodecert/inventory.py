@@ -1,0 +1,281 @@
+"""Ansible inventories with each host's ordered hardware spec.
+
+Parsing is ansible-core's own (INI and YAML inventory plugins, group_vars and
+host_vars through its VariableManager), so a file that works with
+``ansible-playbook -i`` means the same thing here. On top of it we validate the
+integrator's order spec per host: the ``nodecert_*`` variables documented in
+``inventory/sample/group_vars/all/nodecert.yml``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nodecert.compat import Matrix, default_matrix
+from nodecert.errors import InventoryError, ManifestError, UnknownNameError
+from nodecert.stacks import SUPPORTED_OS, stack_paths
+from nodecert.yamldoc import _UniqueKeyLoader
+
+# Variable -> (required, kind, help). `kind` int means a non-negative integer.
+SPEC_VARS: dict[str, tuple[bool, str, str]] = {
+    "nodecert_gpu_model": (True, "gpu", "GPU model as ordered, e.g. H200-SXM"),
+    "nodecert_gpu_count": (True, "int+", "number of GPUs ordered"),
+    "nodecert_cpu_cores": (True, "int+", "physical CPU cores in total (all sockets)"),
+    "nodecert_ram_gb": (True, "int+", "installed RAM in GB"),
+    "nodecert_nvme_count": (True, "int", "number of NVMe data drives"),
+    "nodecert_nvme_min_gb": (False, "int", "minimum size of each NVMe drive in GB"),
+    "nodecert_os": (False, "os", "expected OS, one of " + ", ".join(SUPPORTED_OS)),
+    "nodecert_stack": (False, "stack", "stack to provision on this host"),
+    "nodecert_simulated": (False, "bool", "set by `nodecert lab` on simulated hosts"),
+}
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    address: str
+    port: int
+    groups: tuple[str, ...]
+    gpu_model: str
+    gpu_count: int
+    cpu_cores: int
+    ram_gb: int
+    nvme_count: int
+    nvme_min_gb: int | None = None
+    os: str | None = None
+    stack: str | None = None
+    simulated: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class Problem:
+    host: str | None
+    where: str
+    what: str
+    hint: str | None = None
+
+    def render(self) -> str:
+        who = f"host {self.host}: " if self.host else ""
+        text = f"{self.where}: {who}{self.what}"
+        return text + (f"\n  how to fix: {self.hint}" if self.hint else "")
+
+
+@dataclass
+class InventoryReport:
+    path: Path
+    hosts: dict[str, HostSpec] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "inventory": str(self.path), "ok": self.ok,
+            "hosts": {n: h.as_dict() for n, h in self.hosts.items()},
+            "problems": [p.__dict__ for p in self.problems],
+        }
+
+
+def _ansible_quiet() -> None:
+    # No ansible.cfg from the user's cwd may change how we read their inventory,
+    # and ansible must not try to write a tmp dir into $HOME as a side effect.
+    os.environ.setdefault("ANSIBLE_LOCAL_TEMP", "/tmp/nodecert-ansible-local")
+    os.environ.setdefault("ANSIBLE_DEPRECATION_WARNINGS", "False")
+
+
+_INI_SECTION = re.compile(r"^\s*\[([^\]]+)\]\s*$")
+
+
+def _ini_duplicate_hosts(path: Path) -> list[Problem]:
+    """A host listed twice in the same INI group is almost always a copy-paste error."""
+    problems: list[Problem] = []
+    section = "ungrouped"
+    seen: dict[tuple[str, str], int] = {}
+    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.split("#", 1)[0].split(";", 1)[0].strip() if not raw.lstrip().startswith(
+            ("#", ";")) else ""
+        if not line:
+            continue
+        m = _INI_SECTION.match(line)
+        if m:
+            section = m.group(1)
+            continue
+        if ":" in section:  # [group:vars] / [group:children] list no hosts
+            continue
+        host = line.split()[0]
+        key = (section, host)
+        if key in seen:
+            problems.append(Problem(host, f"{path}:{lineno}",
+                                    f"listed twice in group [{section}] (first at line "
+                                    f"{seen[key]})", "remove the duplicate line"))
+        else:
+            seen[key] = lineno
+    return problems
+
+
+def _parse_errors(path: Path) -> str | None:
+    """Run ansible's own inventory plugin on the file and return its error, if any."""
+    from ansible.inventory.data import InventoryData
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import inventory_loader
+
+    plugin_name = "yaml" if path.suffix in (".yml", ".yaml", ".json") else "ini"
+    plugin = inventory_loader.get(plugin_name)
+    try:
+        plugin.parse(InventoryData(), DataLoader(), str(path.resolve()), cache=False)
+    except Exception as exc:  # ansible raises many error types; all mean "unparsable"
+        return f"{plugin_name} inventory plugin: {exc}"
+    return None
+
+
+def _closest(name: str) -> str | None:
+    hits = difflib.get_close_matches(name, list(SPEC_VARS), n=1)
+    return hits[0] if hits else None
+
+
+def _as_int(value: Any) -> int | None:
+    # INI `[group:vars]` values arrive as strings; inline host vars as ints.
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport:
+    """Parse with ansible-core and validate every host's spec; never raises on bad content."""
+    matrix = matrix or default_matrix()
+    report = InventoryReport(path)
+    if not path.is_file():
+        report.problems.append(Problem(None, str(path), "inventory file does not exist",
+                                       "pass the path of an INI or YAML inventory, e.g. "
+                                       "inventory/sample/lab.ini"))
+        return report
+    _ansible_quiet()
+    error = _parse_errors(path)
+    if error:
+        report.problems.append(Problem(None, str(path), f"not a valid inventory: {error}"))
+        return report
+    if path.suffix in (".yml", ".yaml"):
+        try:
+            yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
+        except ManifestError as exc:
+            report.problems.append(Problem(None, f"{path}:{(exc.where or '').rsplit(':', 1)[-1]}",
+                                           exc.what, exc.hint))
+            return report
+    else:
+        report.problems.extend(_ini_duplicate_hosts(path))
+
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    inv = InventoryManager(loader=loader, sources=[str(path.resolve())])
+    vm = VariableManager(loader=loader, inventory=inv)
+    hosts = inv.get_hosts()
+    if not hosts:
+        report.problems.append(Problem(None, str(path), "inventory defines no hosts",
+                                       "add at least one host line under a group"))
+        return report
+
+    known_stacks = {p.stem for p in stack_paths()}
+    endpoints: dict[tuple[str, int], str] = {}
+    for host in sorted(hosts, key=lambda h: h.name):
+        hv = vm.get_vars(host=host)
+        where = str(path)
+        values: dict[str, Any] = {}
+        for var in sorted(k for k in hv if str(k).startswith("nodecert_")):
+            if var not in SPEC_VARS:
+                guess = _closest(var)
+                report.problems.append(Problem(
+                    host.name, where, f"unknown variable {var}",
+                    f"did you mean {guess}?" if guess else
+                    "see inventory/sample/group_vars/all/nodecert.yml for the variables"))
+        for var, (required, kind, help_text) in SPEC_VARS.items():
+            if var not in hv or hv[var] is None:
+                if required:
+                    report.problems.append(Problem(
+                        host.name, where, f"missing {var} ({help_text})",
+                        f"set {var} in host vars or group_vars"))
+                continue
+            raw = hv[var]
+            if kind in ("int", "int+"):
+                num = _as_int(raw)
+                if num is None or (kind == "int+" and num < 1):
+                    need = "a positive integer" if kind == "int+" else "an integer >= 0"
+                    report.problems.append(Problem(host.name, where,
+                                                   f"{var} must be {need}, got {raw!r}"))
+                    continue
+                values[var] = num
+            elif kind == "bool":
+                if not isinstance(raw, bool):
+                    report.problems.append(Problem(host.name, where,
+                                                   f"{var} must be true or false, got {raw!r}"))
+                    continue
+                values[var] = raw
+            elif kind == "gpu":
+                try:
+                    values[var] = matrix.gpu(str(raw)).key
+                except UnknownNameError as exc:
+                    report.problems.append(Problem(host.name, where,
+                                                   f"{var}: unknown GPU model {raw!r}", exc.hint))
+            elif kind == "os":
+                if raw not in SUPPORTED_OS:
+                    report.problems.append(Problem(
+                        host.name, where, f"{var}: unsupported OS {raw!r}",
+                        f"use one of: {', '.join(SUPPORTED_OS)}"))
+                    continue
+                values[var] = raw
+            elif kind == "stack":
+                if raw not in known_stacks:
+                    report.problems.append(Problem(
+                        host.name, where, f"{var}: no stack named {raw!r}",
+                        f"known stacks: {', '.join(sorted(known_stacks))}"))
+                    continue
+                values[var] = raw
+        address = str(hv.get("ansible_host", host.name))
+        port = _as_int(hv.get("ansible_port", 22)) or 22
+        other = endpoints.get((address, port))
+        if other is not None:
+            report.problems.append(Problem(
+                host.name, where,
+                f"same address {address}:{port} as host {other}: one machine listed twice",
+                "give each host its own ansible_host, or remove the duplicate"))
+        endpoints[(address, port)] = host.name
+        if all(v in values for v, spec in SPEC_VARS.items() if spec[0]):
+            report.hosts[host.name] = HostSpec(
+                name=host.name, address=address, port=port,
+                groups=tuple(sorted(g.name for g in host.get_groups() if g.name != "all")),
+                gpu_model=values["nodecert_gpu_model"], gpu_count=values["nodecert_gpu_count"],
+                cpu_cores=values["nodecert_cpu_cores"], ram_gb=values["nodecert_ram_gb"],
+                nvme_count=values["nodecert_nvme_count"],
+                nvme_min_gb=values.get("nodecert_nvme_min_gb"), os=values.get("nodecert_os"),
+                stack=values.get("nodecert_stack"),
+                simulated=values.get("nodecert_simulated", False))
+    return report
+
+
+def load_inventory(path: Path, matrix: Matrix | None = None) -> dict[str, HostSpec]:
+    """All host specs, or InventoryError listing every problem found."""
+    report = check_inventory(path, matrix)
+    if not report.ok:
+        raise InventoryError(
+            f"{len(report.problems)} problem(s) in the inventory:\n"
+            + "\n".join("  " + p.render().replace("\n", "\n  ") for p in report.problems),
+            where=str(path))
+    return report.hosts

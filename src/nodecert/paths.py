@@ -1,0 +1,31 @@
+"""Where nodecert's data trees (stacks/, inventory/) live.
+
+In a clone they sit at the repository root, next to ``src/``; a built wheel
+carries a copy under ``nodecert/_data``. ``NODECERT_HOME`` overrides both so an
+integrator can keep their own stacks outside the tree.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def data_root() -> Path:
+    env = os.environ.get("NODECERT_HOME")
+    if env:
+        return Path(env)
+    repo_root = _PACKAGE_DIR.parent.parent
+    if (repo_root / "stacks").is_dir():
+        return repo_root
+    return _PACKAGE_DIR / "_data"
+
+
+def stacks_dir() -> Path:
+    return data_root() / "stacks"
+
+
+def compat_dir() -> Path:
+    return stacks_dir() / "compat"

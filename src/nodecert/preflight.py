@@ -1,0 +1,63 @@
+"""Preflight: the checks every entry point runs before touching any host.
+
+Loads and validates the inventory, resolves the stack for each host
+(``--stack`` overrides ``nodecert_stack``), and runs the stack gate once per
+distinct (stack, GPU model, OS) found in the inventory.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodecert.compat import Matrix, default_matrix
+from nodecert.errors import InventoryError
+from nodecert.gate import GateReport, evaluate
+from nodecert.inventory import HostSpec, load_inventory
+from nodecert.stacks import find_stack
+from nodecert.verdict import Verdict, worst
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    hosts: dict[str, HostSpec]
+    gates: tuple[tuple[tuple[str, ...], GateReport], ...]  # (hosts covered, report)
+
+    @property
+    def verdict(self) -> Verdict:
+        return worst(g.verdict for _, g in self.gates)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "verdict": str(self.verdict),
+            "hosts": sorted(self.hosts),
+            "gates": [{"hosts": list(h), **g.as_dict()} for h, g in self.gates],
+        }
+
+
+def preflight(inventory: Path, stack: str | None = None, *, limit: tuple[str, ...] = (),
+              today: dt.date | None = None, matrix: Matrix | None = None) -> PreflightReport:
+    matrix = matrix or default_matrix()
+    hosts = load_inventory(inventory, matrix)
+    if limit:
+        unknown = [h for h in limit if h not in hosts]
+        if unknown:
+            raise InventoryError(f"--limit names host(s) not in the inventory: "
+                                 f"{', '.join(unknown)}", where=str(inventory),
+                                 hint=f"hosts are: {', '.join(sorted(hosts))}")
+        hosts = {n: h for n, h in hosts.items() if n in limit}
+    groups: dict[tuple[str, str, str | None], list[str]] = {}
+    for name, spec in sorted(hosts.items()):
+        stack_name = stack or spec.stack
+        if stack_name is None:
+            raise InventoryError(f"host {name}: no stack chosen",
+                                 where=str(inventory),
+                                 hint="pass --stack NAME or set nodecert_stack for the host")
+        groups.setdefault((stack_name, spec.gpu_model, spec.os), []).append(name)
+    gates = []
+    for (stack_name, gpu, os_name), names in groups.items():
+        report = evaluate(find_stack(stack_name, matrix=matrix), gpu=gpu, os_name=os_name,
+                          today=today, matrix=matrix)
+        gates.append((tuple(names), report))
+    return PreflightReport(hosts, tuple(gates))

@@ -1,0 +1,273 @@
+"""Pinned stack manifests (``stacks/*.yml``): schema, loading and consistency.
+
+A manifest states the upstream version of each component once (``components``)
+and, per supported OS, the exact apt package strings that deliver it. The loader
+proves the two agree -- a package whose version does not carry the component's
+version is a manifest error, not something to discover on a node.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodecert import yamldoc
+from nodecert.compat import Matrix, default_matrix
+from nodecert.errors import ManifestError, UnknownNameError
+from nodecert.paths import stacks_dir
+from nodecert.versions import (
+    DebianVersion,
+    DottedVersion,
+    DriverVersion,
+    NcclVersion,
+    TorchVersion,
+)
+
+SUPPORTED_OS = ("ubuntu-22.04", "ubuntu-24.04", "debian-12")
+COMPONENTS = ("driver", "fabric_manager", "nscq", "cuda", "cudnn", "nccl", "dcgm", "cuda_compat")
+REQUIRED_COMPONENTS = ("driver", "cuda", "cudnn", "nccl", "dcgm")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+
+
+@dataclass(frozen=True)
+class Package:
+    component: str
+    name: str
+    version: DebianVersion
+    origin: str  # nvidia | distro
+    sources: tuple[str, ...]
+    confirmed: bool
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}={self.version}"
+
+
+@dataclass(frozen=True)
+class OsPins:
+    os: str
+    os_repo: str
+    packages: tuple[Package, ...]
+
+    def for_component(self, component: str) -> tuple[Package, ...]:
+        return tuple(p for p in self.packages if p.component == component)
+
+
+@dataclass(frozen=True)
+class Framework:
+    python: str
+    index_url: str
+    pytorch: TorchVersion | None
+    tensorflow: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class Repository:
+    url: str
+    key_url: str
+    key_fingerprint: str
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str
+    url: str
+    sha256: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    title: str
+    status: str  # recommended | supported | legacy
+    path: Path
+    driver_branch: str
+    driver: DriverVersion
+    kernel_modules: str  # open | proprietary
+    fabric_manager: DriverVersion | None
+    nscq: DriverVersion | None
+    cuda: DottedVersion
+    cudnn: DottedVersion
+    nccl: NcclVersion
+    dcgm: DottedVersion
+    cuda_compat: DottedVersion | None
+    framework: Framework
+    repository: Repository
+    artifacts: tuple[Artifact, ...]
+    os: dict[str, OsPins]
+
+    def components(self) -> dict[str, str]:
+        """Upstream version of every component present, for tables and JSON."""
+        out = {
+            "driver": str(self.driver),
+            "fabric_manager": str(self.fabric_manager) if self.fabric_manager else None,
+            "nscq": str(self.nscq) if self.nscq else None,
+            "cuda": str(self.cuda),
+            "cudnn": str(self.cudnn),
+            "nccl": str(self.nccl),
+            "dcgm": str(self.dcgm),
+            "cuda_compat": str(self.cuda_compat) if self.cuda_compat else None,
+        }
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def _sources(node: yamldoc.Node, matrix: Matrix) -> tuple[str, ...]:
+    keys = node.str_list() if isinstance(node.value, list) else [node.str()]
+    for key in keys:
+        if key not in matrix.sources:
+            raise node.error(f"source {key!r} is not in stacks/compat/sources.yml",
+                             hint="add the source there, with its title and URL")
+    return tuple(keys)
+
+
+def _check_package(pkg: Package, stack_components: dict[str, str], node: yamldoc.Node) -> None:
+    """The package's version (and, where names encode it, its name) must match the component."""
+    want = stack_components.get(pkg.component)
+    if want is None:
+        raise node.error(
+            f"package {pkg.name} delivers component {pkg.component!r}, which the stack's "
+            "components section does not pin",
+            hint=f"add components.{pkg.component} or remove the package")
+    got = (f"{pkg.version.upstream}-{pkg.version.revision}" if pkg.component == "nccl"
+           else pkg.version.upstream)
+    if pkg.component == "cuda_compat":
+        got = want  # cuda-compat carries the newer driver's version; checked by name below
+    if got != want:
+        raise node.error(
+            f"{pkg.pin} does not deliver {pkg.component} {want} (its version says {got})",
+            hint="make the package version and the components section agree")
+    if pkg.component in ("cuda", "cuda_compat"):
+        cuda = DottedVersion.parse(want)
+        suffix = f"-{cuda.prefix(2)[0]}-{cuda.prefix(2)[1]}"
+        if not pkg.name.endswith(suffix):
+            raise node.error(
+                f"{pkg.name} is not a CUDA {cuda.major_minor} package (name should end in "
+                f"{suffix})")
+
+
+def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
+    matrix = matrix or default_matrix()
+    root = yamldoc.load(path)
+    f = root.mapping({"schema", "name", "title", "status", "driver", "components", "framework",
+                      "repository", "artifacts", "os"})
+    if f["schema"].str() != "nodecert.stack/v1":
+        raise f["schema"].error(f"unsupported schema {f['schema'].value!r}",
+                                hint="this nodecert reads schema: nodecert.stack/v1")
+    name = f["name"].str()
+    if name != path.stem:
+        raise f["name"].error(f"name {name!r} must equal the file name {path.stem!r}")
+
+    d = f["driver"].mapping({"branch", "version", "kernel_modules"})
+    driver = d["version"].parsed(DriverVersion.parse)
+    branch = d["branch"].str()
+    if str(driver.branch) != branch:
+        raise d["version"].error(f"driver {driver} is not on branch R{branch}")
+
+    comp_fields = set(COMPONENTS) - {"driver"}
+    c = f["components"].mapping(set(REQUIRED_COMPONENTS) - {"driver"}, comp_fields)
+
+    def drv(key: str) -> DriverVersion | None:
+        return c[key].parsed(DriverVersion.parse) if key in c else None
+
+    cuda = c["cuda"].parsed(lambda s: DottedVersion.parse(s, min_parts=3, what="CUDA version"))
+    cudnn = c["cudnn"].parsed(lambda s: DottedVersion.parse(s, min_parts=2, what="cuDNN version"))
+    nccl = c["nccl"].parsed(NcclVersion.parse)
+    dcgm = c["dcgm"].parsed(lambda s: DottedVersion.parse(s, min_parts=2, what="DCGM version"))
+    compat = (c["cuda_compat"].parsed(lambda s: DottedVersion.parse(s, min_parts=2))
+              if "cuda_compat" in c else None)
+
+    fw = f["framework"].mapping({"python", "index_url", "pytorch", "tensorflow", "source"})
+    framework = Framework(
+        python=fw["python"].str(), index_url=fw["index_url"].str(),
+        pytorch=fw["pytorch"].opt_parsed(TorchVersion.parse),
+        tensorflow=fw["tensorflow"].opt_str(), source=_sources(fw["source"], matrix)[0])
+    if framework.pytorch is None and framework.tensorflow is None:
+        raise f["framework"].error("pin at least one of pytorch or tensorflow")
+
+    r = f["repository"].mapping({"url", "key_url", "key_fingerprint", "source"})
+    fpr = r["key_fingerprint"].str()
+    if not _FINGERPRINT_RE.match(fpr):
+        raise r["key_fingerprint"].error(
+            "must be the key's full 40-hex-digit fingerprint in upper case",
+            hint="a short key id can be forged; use `gpg --show-keys --with-fingerprint`")
+    repository = Repository(r["url"].str(), r["key_url"].str(), fpr,
+                            _sources(r["source"], matrix))
+
+    artifacts = []
+    for n in f["artifacts"].seq():
+        a = n.mapping({"name", "url", "sha256", "source"})
+        digest = a["sha256"].str()
+        if not _SHA256_RE.match(digest):
+            raise a["sha256"].error("must be a 64-hex-digit lower-case sha256",
+                                    hint="every file downloaded outside apt/pip is verified")
+        artifacts.append(Artifact(a["name"].str(), a["url"].str(), digest,
+                                  _sources(a["source"], matrix)[0]))
+
+    stack_components = {"driver": str(driver)} | {k: c[k].str() for k in c}
+    os_pins: dict[str, OsPins] = {}
+    for os_name, node in f["os"].items():
+        if os_name not in SUPPORTED_OS:
+            raise node.error(f"unsupported OS {os_name!r}",
+                             hint=f"use one of: {', '.join(SUPPORTED_OS)}")
+        o = node.mapping({"os_repo", "packages"})
+        pkgs = []
+        for pn in o["packages"].seq():
+            p = pn.mapping({"component", "name", "version", "origin", "source", "confirmed"})
+            pkg_name = p["name"].str()
+            if not _NAME_RE.match(pkg_name):
+                raise p["name"].error(f"{pkg_name!r} is not a valid Debian package name")
+            pkg = Package(
+                component=p["component"].choice(COMPONENTS), name=pkg_name,
+                version=p["version"].parsed(DebianVersion.parse),
+                origin=p["origin"].choice(("nvidia", "distro")),
+                sources=_sources(p["source"], matrix), confirmed=p["confirmed"].bool())
+            _check_package(pkg, stack_components, pn)
+            pkgs.append(pkg)
+        delivered = {p.component for p in pkgs}
+        missing = [k for k in stack_components if k not in delivered]
+        if missing:
+            raise o["packages"].error(
+                f"no package delivers component(s) {', '.join(missing)} on {os_name}")
+        os_pins[os_name] = OsPins(os_name, o["os_repo"].str(), tuple(pkgs))
+    if not os_pins:
+        raise f["os"].error("a stack must pin packages for at least one OS")
+
+    return Stack(
+        name=name, title=f["title"].str(),
+        status=f["status"].choice(("recommended", "supported", "legacy")), path=path,
+        driver_branch=branch, driver=driver,
+        kernel_modules=d["kernel_modules"].choice(("open", "proprietary")),
+        fabric_manager=drv("fabric_manager"), nscq=drv("nscq"), cuda=cuda, cudnn=cudnn,
+        nccl=nccl, dcgm=dcgm, cuda_compat=compat, framework=framework, repository=repository,
+        artifacts=tuple(artifacts), os=os_pins)
+
+
+def stack_paths(directory: Path | None = None) -> list[Path]:
+    directory = directory or stacks_dir()
+    return sorted(directory.glob("*.yml"))
+
+
+def list_stacks(directory: Path | None = None, matrix: Matrix | None = None) -> list[Stack]:
+    return [load_stack(p, matrix) for p in stack_paths(directory)]
+
+
+def find_stack(name: str, directory: Path | None = None, matrix: Matrix | None = None) -> Stack:
+    """A stack by name, or by path to a manifest file."""
+    candidate = Path(name)
+    if candidate.suffix in (".yml", ".yaml") and candidate.exists():
+        return load_stack(candidate, matrix)
+    for path in stack_paths(directory):
+        if path.stem == name:
+            return load_stack(path, matrix)
+    known = ", ".join(p.stem for p in stack_paths(directory)) or "(none)"
+    raise UnknownNameError(f"no stack named {name!r}",
+                           hint=f"known stacks: {known}; run `nodecert stack list`")
+
+
+__all__ = ["SUPPORTED_OS", "ManifestError", "Stack", "find_stack", "list_stacks", "load_stack"]
