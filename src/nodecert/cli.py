@@ -56,17 +56,13 @@ json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print machine-readable JSON instead of text.")
 
 
-class _Date(click.ParamType):
-    name = "YYYY-MM-DD"
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> dt.date:
-        if isinstance(value, dt.date):
-            return value
-        try:
-            return dt.date.fromisoformat(str(value))
-        except ValueError:
-            self.fail(f"{value!r} is not a date like 2026-11-29", param, ctx)
+def _parse_date(ctx: click.Context, param: click.Parameter, value: str | None) -> dt.date | None:
+    if value is None:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a date like 2026-11-29") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -192,7 +188,7 @@ def _print_gate(report: GateReport) -> None:
 @click.argument("name")
 @click.option("--gpu", help="GPU model to check against (e.g. H200-SXM, B200, L40S).")
 @click.option("--os", "os_name", type=click.Choice(SUPPORTED_OS), help="Target OS.")
-@click.option("--date", "on_date", type=_Date(), default=None,
+@click.option("--date", "on_date", callback=_parse_date, metavar="YYYY-MM-DD",
               help="Judge driver lifecycle as of this date (default: today).")
 @json_option
 @_handle_errors

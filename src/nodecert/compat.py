@@ -151,7 +151,7 @@ class Matrix:
 def _eol(node: yamldoc.Node) -> tuple[dt.date | None, bool]:
     if node.value == "past":
         return None, True
-    text = node.str()
+    text = node.text()
     try:
         year, month = (int(p) for p in text.split("-"))
         first_next = dt.date(year + (month == 12), month % 12 + 1, 1)
@@ -162,17 +162,17 @@ def _eol(node: yamldoc.Node) -> tuple[dt.date | None, bool]:
 
 def _load_sources(path: Path) -> dict[str, Source]:
     root = yamldoc.load(path).mapping({"schema", "sources"})
-    if root["schema"].str() != "nodecert.sources/v1":
+    if root["schema"].text() != "nodecert.sources/v1":
         raise root["schema"].error("expected schema nodecert.sources/v1")
     out: dict[str, Source] = {}
     for key, node in root["sources"].items():
         f = node.mapping({"title", "url"})
-        out[key] = Source(key, f["title"].str(), f["url"].str())
+        out[key] = Source(key, f["title"].text(), f["url"].text())
     return out
 
 
 def _source(node: yamldoc.Node, sources: dict[str, Source]) -> str:
-    key = node.str()
+    key = node.text()
     if key not in sources:
         raise node.error(f"source {key!r} is not in stacks/compat/sources.yml",
                          hint="add the source there, with its title and URL")
@@ -188,7 +188,7 @@ def load_matrix(directory: Path | None = None) -> Matrix:
         "torch_cuda_min_architecture", "tensorflow_builds", "rule_sources",
         "driver_eol_warning_days",
     })
-    if root["schema"].str() != "nodecert.compat/v1":
+    if root["schema"].text() != "nodecert.compat/v1":
         raise root["schema"].error("expected schema nodecert.compat/v1")
 
     def src(f: dict[str, yamldoc.Node]) -> str:
@@ -204,41 +204,42 @@ def load_matrix(directory: Path | None = None) -> Matrix:
     mvc = []
     for n in root["minor_version_compat"].seq():
         f = n.mapping({"cuda_major", "min_driver", "source"})
-        mvc.append(MinorVersionCompat(f["cuda_major"].int(),
+        mvc.append(MinorVersionCompat(f["cuda_major"].integer(),
                                       f["min_driver"].parsed(DriverVersion.parse), src(f)))
 
     fc = root["forward_compat"].mapping({"package_prefix", "requires_datacenter_gpu", "source"})
-    forward = ForwardCompat(fc["package_prefix"].str(), fc["requires_datacenter_gpu"].bool(),
+    forward = ForwardCompat(fc["package_prefix"].text(), fc["requires_datacenter_gpu"].boolean(),
                             src(fc))
 
     branches: dict[str, DriverBranch] = {}
     for n in root["driver_branches"].seq():
         f = n.mapping({"branch", "designation", "eol", "source"})
         eol, past = _eol(f["eol"])
-        b = f["branch"].str()
-        branches[b] = DriverBranch(b, f["designation"].str(), eol, past, src(f))
+        b = f["branch"].text()
+        branches[b] = DriverBranch(b, f["designation"].text(), eol, past, src(f))
 
-    archs = tuple(root["architectures"].str_list())
+    archs = tuple(root["architectures"].text_list())
 
     gpus: dict[str, GpuModel] = {}
     for n in root["gpus"].seq():
         f = n.mapping({"key", "name", "pci_device_ids", "architecture", "datacenter", "nvswitch",
                        "open_modules", "first_driver_open", "first_driver_proprietary",
                        "practical_min_branch", "memory_gb", "source"})
-        arch = f["architecture"].str()
+        arch = f["architecture"].text()
         if arch not in archs:
             raise f["architecture"].error(f"{arch!r} is not listed under architectures")
-        key = f["key"].str()
+        key = f["key"].text()
         gpus[key] = GpuModel(
-            key=key, name=f["name"].str(),
-            pci_device_ids=tuple(i.lower() for i in f["pci_device_ids"].str_list()),
-            architecture=arch, datacenter=f["datacenter"].bool(), nvswitch=f["nvswitch"].bool(),
+            key=key, name=f["name"].text(),
+            pci_device_ids=tuple(i.lower() for i in f["pci_device_ids"].text_list()),
+            architecture=arch, datacenter=f["datacenter"].boolean(),
+            nvswitch=f["nvswitch"].boolean(),
             open_modules=f["open_modules"].choice(("required", "supported", "unsupported")),
             first_driver_open=f["first_driver_open"].opt_parsed(DriverVersion.parse),
             first_driver_proprietary=f["first_driver_proprietary"].opt_parsed(
                 DriverVersion.parse),
-            practical_min_branch=f["practical_min_branch"].opt_str(),
-            memory_gb=f["memory_gb"].int(), source=src(f))
+            practical_min_branch=f["practical_min_branch"].opt_text(),
+            memory_gb=f["memory_gb"].integer(), source=src(f))
 
     def dotted(node: yamldoc.Node) -> DottedVersion:
         return node.parsed(DottedVersion.parse)
@@ -253,22 +254,22 @@ def load_matrix(directory: Path | None = None) -> Matrix:
     torch: dict[str, TorchBuilds] = {}
     for n in root["torch_builds"].seq():
         f = n.mapping({"torch", "stable", "experimental", "source"})
-        t = f["torch"].str()
-        torch[t] = TorchBuilds(t, tuple(f["stable"].str_list()),
-                               tuple(f["experimental"].str_list()), src(f))
+        t = f["torch"].text()
+        torch[t] = TorchBuilds(t, tuple(f["stable"].text_list()),
+                               tuple(f["experimental"].text_list()), src(f))
 
     floors = []
     for n in root["torch_cuda_min_architecture"].seq():
         f = n.mapping({"cuda_major", "min_architecture", "source"})
-        arch = f["min_architecture"].str()
+        arch = f["min_architecture"].text()
         if arch not in archs:
             raise f["min_architecture"].error(f"{arch!r} is not listed under architectures")
-        floors.append(TorchArchFloor(f["cuda_major"].int(), arch, src(f)))
+        floors.append(TorchArchFloor(f["cuda_major"].integer(), arch, src(f)))
 
     tf: dict[str, TensorflowBuild] = {}
     for n in root["tensorflow_builds"].seq():
         f = n.mapping({"tensorflow", "cuda", "cudnn", "source"})
-        v = f["tensorflow"].str()
+        v = f["tensorflow"].text()
         tf[v] = TensorflowBuild(v, dotted(f["cuda"]), dotted(f["cudnn"]), src(f))
 
     rule_sources = {}
@@ -280,7 +281,7 @@ def load_matrix(directory: Path | None = None) -> Matrix:
         forward_compat=forward, driver_branches=branches, architectures=archs, gpus=gpus,
         cudnn_cuda=tuple(cudnn), torch_builds=torch, torch_arch_floor=tuple(floors),
         tensorflow_builds=tf, rule_sources=rule_sources,
-        driver_eol_warning_days=root["driver_eol_warning_days"].int(),
+        driver_eol_warning_days=root["driver_eol_warning_days"].integer(),
     )
 
 

@@ -156,6 +156,55 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
+def _validate_host(name: str, hv: dict[str, Any], where: str, matrix: Matrix, *,
+                   known_stacks: set[str], problems: list[Problem]) -> dict[str, Any]:
+    """Check one host's nodecert_* variables; append problems, return the valid values."""
+    def bad(what: str, hint: str | None = None) -> None:
+        problems.append(Problem(name, where, what, hint))
+
+    for var in sorted(k for k in hv if str(k).startswith("nodecert_")):
+        if var not in SPEC_VARS:
+            guess = _closest(var)
+            bad(f"unknown variable {var}", f"did you mean {guess}?" if guess else
+                "see inventory/sample/group_vars/all/nodecert.yml for the variables")
+    values: dict[str, Any] = {}
+    for var, (required, kind, help_text) in SPEC_VARS.items():
+        raw = hv.get(var)
+        if raw is None:
+            if required:
+                bad(f"missing {var} ({help_text})", f"set {var} in host vars or group_vars")
+            continue
+        if kind in ("int", "int+"):
+            num = _as_int(raw)
+            if num is None or num < (1 if kind == "int+" else 0):
+                need = "a positive integer" if kind == "int+" else "an integer >= 0"
+                bad(f"{var} must be {need}, got {raw!r}")
+            else:
+                values[var] = num
+        elif kind == "bool":
+            if isinstance(raw, bool):
+                values[var] = raw
+            else:
+                bad(f"{var} must be true or false, got {raw!r}")
+        elif kind == "gpu":
+            try:
+                values[var] = matrix.gpu(str(raw)).key
+            except UnknownNameError as exc:
+                bad(f"{var}: unknown GPU model {raw!r}", exc.hint)
+        elif kind == "os":
+            if raw in SUPPORTED_OS:
+                values[var] = raw
+            else:
+                bad(f"{var}: unsupported OS {raw!r}", f"use one of: {', '.join(SUPPORTED_OS)}")
+        elif kind == "stack":
+            if raw in known_stacks:
+                values[var] = raw
+            else:
+                bad(f"{var}: no stack named {raw!r}",
+                    f"known stacks: {', '.join(sorted(known_stacks))}")
+    return values
+
+
 def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport:
     """Parse with ansible-core and validate every host's spec; never raises on bad content."""
     matrix = matrix or default_matrix()
@@ -172,7 +221,7 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
         return report
     if path.suffix in (".yml", ".yaml"):
         try:
-            yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506
+            yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
         except ManifestError as exc:
             report.problems.append(Problem(None, f"{path}:{(exc.where or '').rsplit(':', 1)[-1]}",
                                            exc.what, exc.hint))
@@ -197,63 +246,14 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
     endpoints: dict[tuple[str, int], str] = {}
     for host in sorted(hosts, key=lambda h: h.name):
         hv = vm.get_vars(host=host)
-        where = str(path)
-        values: dict[str, Any] = {}
-        for var in sorted(k for k in hv if str(k).startswith("nodecert_")):
-            if var not in SPEC_VARS:
-                guess = _closest(var)
-                report.problems.append(Problem(
-                    host.name, where, f"unknown variable {var}",
-                    f"did you mean {guess}?" if guess else
-                    "see inventory/sample/group_vars/all/nodecert.yml for the variables"))
-        for var, (required, kind, help_text) in SPEC_VARS.items():
-            if var not in hv or hv[var] is None:
-                if required:
-                    report.problems.append(Problem(
-                        host.name, where, f"missing {var} ({help_text})",
-                        f"set {var} in host vars or group_vars"))
-                continue
-            raw = hv[var]
-            if kind in ("int", "int+"):
-                num = _as_int(raw)
-                if num is None or (kind == "int+" and num < 1):
-                    need = "a positive integer" if kind == "int+" else "an integer >= 0"
-                    report.problems.append(Problem(host.name, where,
-                                                   f"{var} must be {need}, got {raw!r}"))
-                    continue
-                values[var] = num
-            elif kind == "bool":
-                if not isinstance(raw, bool):
-                    report.problems.append(Problem(host.name, where,
-                                                   f"{var} must be true or false, got {raw!r}"))
-                    continue
-                values[var] = raw
-            elif kind == "gpu":
-                try:
-                    values[var] = matrix.gpu(str(raw)).key
-                except UnknownNameError as exc:
-                    report.problems.append(Problem(host.name, where,
-                                                   f"{var}: unknown GPU model {raw!r}", exc.hint))
-            elif kind == "os":
-                if raw not in SUPPORTED_OS:
-                    report.problems.append(Problem(
-                        host.name, where, f"{var}: unsupported OS {raw!r}",
-                        f"use one of: {', '.join(SUPPORTED_OS)}"))
-                    continue
-                values[var] = raw
-            elif kind == "stack":
-                if raw not in known_stacks:
-                    report.problems.append(Problem(
-                        host.name, where, f"{var}: no stack named {raw!r}",
-                        f"known stacks: {', '.join(sorted(known_stacks))}"))
-                    continue
-                values[var] = raw
+        values = _validate_host(host.name, hv, str(path), matrix, known_stacks=known_stacks,
+                                problems=report.problems)
         address = str(hv.get("ansible_host", host.name))
         port = _as_int(hv.get("ansible_port", 22)) or 22
         other = endpoints.get((address, port))
         if other is not None:
             report.problems.append(Problem(
-                host.name, where,
+                host.name, str(path),
                 f"same address {address}:{port} as host {other}: one machine listed twice",
                 "give each host its own ansible_host, or remove the duplicate"))
         endpoints[(address, port)] = host.name

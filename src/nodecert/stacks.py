@@ -118,7 +118,7 @@ class Stack:
 
 
 def _sources(node: yamldoc.Node, matrix: Matrix) -> tuple[str, ...]:
-    keys = node.str_list() if isinstance(node.value, list) else [node.str()]
+    keys = node.text_list() if isinstance(node.value, list) else [node.text()]
     for key in keys:
         if key not in matrix.sources:
             raise node.error(f"source {key!r} is not in stacks/compat/sources.yml",
@@ -151,21 +151,48 @@ def _check_package(pkg: Package, stack_components: dict[str, str], node: yamldoc
                 f"{suffix})")
 
 
+def _load_os_pins(os_name: str, node: yamldoc.Node, stack_components: dict[str, str],
+                  matrix: Matrix) -> OsPins:
+    if os_name not in SUPPORTED_OS:
+        raise node.error(f"unsupported OS {os_name!r}",
+                         hint=f"use one of: {', '.join(SUPPORTED_OS)}")
+    o = node.mapping({"os_repo", "packages"})
+    pkgs = []
+    for pn in o["packages"].seq():
+        p = pn.mapping({"component", "name", "version", "origin", "source", "confirmed"})
+        pkg_name = p["name"].text()
+        if not _NAME_RE.match(pkg_name):
+            raise p["name"].error(f"{pkg_name!r} is not a valid Debian package name")
+        pkg = Package(
+            component=p["component"].choice(COMPONENTS), name=pkg_name,
+            version=p["version"].parsed(DebianVersion.parse),
+            origin=p["origin"].choice(("nvidia", "distro")),
+            sources=_sources(p["source"], matrix), confirmed=p["confirmed"].boolean())
+        _check_package(pkg, stack_components, pn)
+        pkgs.append(pkg)
+    delivered = {p.component for p in pkgs}
+    missing = [k for k in stack_components if k not in delivered]
+    if missing:
+        raise o["packages"].error(
+            f"no package delivers component(s) {', '.join(missing)} on {os_name}")
+    return OsPins(os_name, o["os_repo"].text(), tuple(pkgs))
+
+
 def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
     matrix = matrix or default_matrix()
     root = yamldoc.load(path)
     f = root.mapping({"schema", "name", "title", "status", "driver", "components", "framework",
                       "repository", "artifacts", "os"})
-    if f["schema"].str() != "nodecert.stack/v1":
+    if f["schema"].text() != "nodecert.stack/v1":
         raise f["schema"].error(f"unsupported schema {f['schema'].value!r}",
                                 hint="this nodecert reads schema: nodecert.stack/v1")
-    name = f["name"].str()
+    name = f["name"].text()
     if name != path.stem:
         raise f["name"].error(f"name {name!r} must equal the file name {path.stem!r}")
 
     d = f["driver"].mapping({"branch", "version", "kernel_modules"})
     driver = d["version"].parsed(DriverVersion.parse)
-    branch = d["branch"].str()
+    branch = d["branch"].text()
     if str(driver.branch) != branch:
         raise d["version"].error(f"driver {driver} is not on branch R{branch}")
 
@@ -184,62 +211,39 @@ def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
 
     fw = f["framework"].mapping({"python", "index_url", "pytorch", "tensorflow", "source"})
     framework = Framework(
-        python=fw["python"].str(), index_url=fw["index_url"].str(),
+        python=fw["python"].text(), index_url=fw["index_url"].text(),
         pytorch=fw["pytorch"].opt_parsed(TorchVersion.parse),
-        tensorflow=fw["tensorflow"].opt_str(), source=_sources(fw["source"], matrix)[0])
+        tensorflow=fw["tensorflow"].opt_text(), source=_sources(fw["source"], matrix)[0])
     if framework.pytorch is None and framework.tensorflow is None:
         raise f["framework"].error("pin at least one of pytorch or tensorflow")
 
     r = f["repository"].mapping({"url", "key_url", "key_fingerprint", "source"})
-    fpr = r["key_fingerprint"].str()
+    fpr = r["key_fingerprint"].text()
     if not _FINGERPRINT_RE.match(fpr):
         raise r["key_fingerprint"].error(
             "must be the key's full 40-hex-digit fingerprint in upper case",
             hint="a short key id can be forged; use `gpg --show-keys --with-fingerprint`")
-    repository = Repository(r["url"].str(), r["key_url"].str(), fpr,
+    repository = Repository(r["url"].text(), r["key_url"].text(), fpr,
                             _sources(r["source"], matrix))
 
     artifacts = []
     for n in f["artifacts"].seq():
         a = n.mapping({"name", "url", "sha256", "source"})
-        digest = a["sha256"].str()
+        digest = a["sha256"].text()
         if not _SHA256_RE.match(digest):
             raise a["sha256"].error("must be a 64-hex-digit lower-case sha256",
                                     hint="every file downloaded outside apt/pip is verified")
-        artifacts.append(Artifact(a["name"].str(), a["url"].str(), digest,
+        artifacts.append(Artifact(a["name"].text(), a["url"].text(), digest,
                                   _sources(a["source"], matrix)[0]))
 
-    stack_components = {"driver": str(driver)} | {k: c[k].str() for k in c}
-    os_pins: dict[str, OsPins] = {}
-    for os_name, node in f["os"].items():
-        if os_name not in SUPPORTED_OS:
-            raise node.error(f"unsupported OS {os_name!r}",
-                             hint=f"use one of: {', '.join(SUPPORTED_OS)}")
-        o = node.mapping({"os_repo", "packages"})
-        pkgs = []
-        for pn in o["packages"].seq():
-            p = pn.mapping({"component", "name", "version", "origin", "source", "confirmed"})
-            pkg_name = p["name"].str()
-            if not _NAME_RE.match(pkg_name):
-                raise p["name"].error(f"{pkg_name!r} is not a valid Debian package name")
-            pkg = Package(
-                component=p["component"].choice(COMPONENTS), name=pkg_name,
-                version=p["version"].parsed(DebianVersion.parse),
-                origin=p["origin"].choice(("nvidia", "distro")),
-                sources=_sources(p["source"], matrix), confirmed=p["confirmed"].bool())
-            _check_package(pkg, stack_components, pn)
-            pkgs.append(pkg)
-        delivered = {p.component for p in pkgs}
-        missing = [k for k in stack_components if k not in delivered]
-        if missing:
-            raise o["packages"].error(
-                f"no package delivers component(s) {', '.join(missing)} on {os_name}")
-        os_pins[os_name] = OsPins(os_name, o["os_repo"].str(), tuple(pkgs))
+    stack_components = {"driver": str(driver)} | {k: c[k].text() for k in c}
+    os_pins = {os_name: _load_os_pins(os_name, node, stack_components, matrix)
+               for os_name, node in f["os"].items()}
     if not os_pins:
         raise f["os"].error("a stack must pin packages for at least one OS")
 
     return Stack(
-        name=name, title=f["title"].str(),
+        name=name, title=f["title"].text(),
         status=f["status"].choice(("recommended", "supported", "legacy")), path=path,
         driver_branch=branch, driver=driver,
         kernel_modules=d["kernel_modules"].choice(("open", "proprietary")),

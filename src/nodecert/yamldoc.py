@@ -41,7 +41,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for k_node, _ in node.value:
-        k = loader.construct_object(k_node)  # type: ignore[no-untyped-call]
+        k = loader.construct_object(k_node)
         if k in seen:
             raise ManifestError(
                 f"duplicate key {k!r} (first at line {seen[k]})",
@@ -49,12 +49,12 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict
                 hint="remove one of the two entries",
             )
         seen[k] = k_node.start_mark.line + 1
-    return loader.construct_mapping(node)  # type: ignore[no-untyped-call,no-any-return]
+    return loader.construct_mapping(node)
 
 
 _UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,  # type: ignore[arg-type]
+    _construct_mapping,
 )
 
 
@@ -66,7 +66,7 @@ def load(path: Path) -> Node:
         raise ManifestError(f"cannot read file: {exc.strerror}", where=str(path)) from exc
     try:
         root_node = yaml.compose(text, Loader=_UniqueKeyLoader)
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
     except ManifestError as exc:
         raise ManifestError(exc.what, where=f"{path}:{(exc.where or '').rsplit(':', 1)[-1]}",
                             hint=exc.hint) from exc
@@ -140,7 +140,7 @@ class Node:
             raise self.error(f"expected a list, got {_describe(self.value)}")
         return [self.child(i, v) for i, v in enumerate(self.value)]
 
-    def str(self) -> str:
+    def text(self) -> str:
         if not isinstance(self.value, str):
             hint = None
             if isinstance(self.value, int | float) and not isinstance(self.value, bool):
@@ -150,32 +150,32 @@ class Node:
             raise self.error("must not be empty")
         return self.value
 
-    def opt_str(self) -> str | None:
-        return None if self.value is None else self.str()
+    def opt_text(self) -> str | None:
+        return None if self.value is None else self.text()
 
-    def int(self) -> int:
+    def integer(self) -> int:
         if isinstance(self.value, bool) or not isinstance(self.value, int):
             raise self.error(f"expected an integer, got {_describe(self.value)}")
         return self.value
 
-    def bool(self) -> bool:
+    def boolean(self) -> bool:
         if not isinstance(self.value, bool):
             raise self.error(f"expected true or false, got {_describe(self.value)}")
         return self.value
 
     def choice(self, allowed: tuple[str, ...]) -> str:
-        text = self.str()
+        text = self.text()
         if text not in allowed:
             raise self.error(f"{text!r} is not one of: {', '.join(allowed)}")
         return text
 
-    def str_list(self) -> list[str]:
-        return [n.str() for n in self.seq()]
+    def text_list(self) -> list[str]:
+        return [n.text() for n in self.seq()]
 
     def parsed(self, parser: Callable[[str], T]) -> T:
         """The string value run through a version parser; a parse error names this field."""
         try:
-            return parser(self.str())
+            return parser(self.text())
         except VersionError as exc:
             raise self.error(exc.what, hint=exc.hint) from exc
 

@@ -1,0 +1,145 @@
+"""Inventory loading through ansible-core, and the order-spec validation on top."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from nodecert.errors import InventoryError
+from nodecert.inventory import check_inventory, load_inventory
+
+SAMPLE = REPO / "inventory" / "sample" / "lab.ini"
+
+SPEC = ("nodecert_gpu_model=H200-SXM nodecert_gpu_count=8 nodecert_cpu_cores=112 "
+        "nodecert_ram_gb=2048 nodecert_nvme_count=8")
+
+
+def write(tmp_path: Path, text: str, name: str = "inv.ini") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    return [p.render() for p in check_inventory(path).problems]
+
+
+def test_sample_inventory_is_valid() -> None:
+    hosts = load_inventory(SAMPLE)
+    assert set(hosts) == {"gpu-h200-01", "gpu-h200-02", "inf-l40s-01"}
+    h = hosts["gpu-h200-01"]
+    # [hgx_h200:vars] values arrive as strings from INI and are read as integers.
+    assert (h.gpu_model, h.gpu_count, h.cpu_cores, h.ram_gb, h.nvme_count) == (
+        "H200-SXM", 8, 112, 2048, 8)
+    assert h.nvme_min_gb == 3840
+    # group_vars/all/nodecert.yml next to the inventory is applied by ansible-core.
+    assert (h.os, h.stack) == ("ubuntu-24.04", "r580-cuda13.0")
+    assert "hgx_h200" in h.groups and "gpu_nodes" in h.groups
+    assert hosts["inf-l40s-01"].gpu_count == 4
+
+
+def test_yaml_inventory(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+all:
+  children:
+    hgx:
+      hosts:
+        n1: {ansible_host: 198.51.100.21}
+        n2: {ansible_host: 198.51.100.22}
+      vars:
+        nodecert_gpu_model: h100-sxm
+        nodecert_gpu_count: 8
+        nodecert_cpu_cores: 96
+        nodecert_ram_gb: 2048
+        nodecert_nvme_count: 4
+""", "inv.yml")
+    hosts = load_inventory(path)
+    assert set(hosts) == {"n1", "n2"}
+    assert hosts["n1"].gpu_model == "H100-SXM"  # case-insensitive, normalised
+
+
+def test_missing_spec_fields_named_per_host(tmp_path: Path) -> None:
+    path = write(tmp_path, "[gpu]\nn1 nodecert_gpu_model=H200-SXM nodecert_gpu_count=8\n")
+    found = problems(path)
+    assert any("host n1: missing nodecert_cpu_cores" in p for p in found)
+    assert any("host n1: missing nodecert_ram_gb" in p for p in found)
+    assert any("host n1: missing nodecert_nvme_count" in p for p in found)
+    with pytest.raises(InventoryError) as exc:
+        load_inventory(path)
+    assert str(path) in exc.value.render()
+
+
+def test_unknown_gpu_model(tmp_path: Path) -> None:
+    path = write(tmp_path, f"[gpu]\nn1 {SPEC.replace('H200-SXM', 'H300')}\n")
+    found = problems(path)
+    assert len(found) == 1
+    assert "unknown GPU model 'H300'" in found[0]
+    assert "H200-SXM" in found[0]  # the fix lists the known models
+
+
+@pytest.mark.parametrize(("assignment", "phrase"), [
+    ("nodecert_gpu_count=eight", "nodecert_gpu_count must be a positive integer, got 'eight'"),
+    ("nodecert_gpu_count=0", "nodecert_gpu_count must be a positive integer, got 0"),
+    ("nodecert_nvme_count=-1", "nodecert_nvme_count must be an integer >= 0"),
+    ("nodecert_os=centos-7", "unsupported OS 'centos-7'"),
+    ("nodecert_stack=r999", "no stack named 'r999'"),
+])
+def test_bad_values(tmp_path: Path, assignment: str, phrase: str) -> None:
+    key = assignment.split("=", maxsplit=1)[0]
+    spec = " ".join(kv for kv in SPEC.split() if not kv.startswith(key + "="))
+    path = write(tmp_path, f"[gpu]\nn1 {spec} {assignment}\n")
+    found = problems(path)
+    assert any(phrase in p for p in found), found
+
+
+def test_typo_in_variable_suggests_the_right_name(tmp_path: Path) -> None:
+    path = write(tmp_path, f"[gpu]\nn1 {SPEC} nodecert_nvme_min_gbs=100\n")
+    found = problems(path)
+    assert any("unknown variable nodecert_nvme_min_gbs" in p and
+               "did you mean nodecert_nvme_min_gb?" in p for p in found)
+
+
+def test_duplicate_host_line_in_group(tmp_path: Path) -> None:
+    path = write(tmp_path, f"[gpu]\nn1 {SPEC}\nn2 ansible_host=198.51.100.2 {SPEC}\n"
+                           f"n1 {SPEC}\n")
+    found = problems(path)
+    assert any(f"{path}:4: host n1: listed twice in group [gpu] (first at line 2)" in p
+               for p in found), found
+
+
+def test_same_machine_under_two_names(tmp_path: Path) -> None:
+    path = write(tmp_path, f"[gpu]\nn1 ansible_host=198.51.100.5 {SPEC}\n"
+                           f"n2 ansible_host=198.51.100.5 {SPEC}\n")
+    found = problems(path)
+    assert any("host n2: same address 198.51.100.5:22 as host n1" in p for p in found)
+
+
+def test_duplicate_key_in_yaml_inventory(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+all:
+  hosts:
+    n1: {ansible_host: 198.51.100.1}
+    n1: {ansible_host: 198.51.100.2}
+""", "dup.yml")
+    found = problems(path)
+    assert any("duplicate key 'n1'" in p for p in found), found
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    found = problems(tmp_path / "nope.ini")
+    assert found == [f"{tmp_path / 'nope.ini'}: inventory file does not exist\n"
+                     "  how to fix: pass the path of an INI or YAML inventory, e.g. "
+                     "inventory/sample/lab.ini"]
+
+
+def test_unparsable_inventory(tmp_path: Path) -> None:
+    path = write(tmp_path, "[gpu\nn1\n")
+    found = problems(path)
+    assert len(found) == 1 and "not a valid inventory" in found[0]
+
+
+def test_empty_inventory(tmp_path: Path) -> None:
+    found = problems(write(tmp_path, "# nothing yet\n"))
+    assert any("defines no hosts" in p for p in found)
