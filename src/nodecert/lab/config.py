@@ -1,0 +1,70 @@
+"""Where the lab keeps its state, and the names it gives what it creates.
+
+Every kernel object the lab creates carries its prefix, so a later run (or
+`nodecert lab down` after a crash) can find and remove exactly its own leftovers
+and nothing else: the bridge has the interface alias ``nodecert-lab``, network
+namespaces are ``<prefix>-h<N>``, overlay mounts have source ``<prefix>-h<N>``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BRIDGE_ALIAS = "nodecert-lab"
+DEFAULT_ROOT = Path(os.environ.get("NODECERT_LAB_DIR", "/var/tmp/nodecert-lab"))
+DEFAULT_SUBNET = ipaddress.IPv4Network(os.environ.get("NODECERT_LAB_SUBNET", "10.78.0.0/24"))
+# Bumped whenever the base recipe changes, so an old base is rebuilt, not reused.
+BASE_RECIPE = "bookworm-minbase-v3"
+BASE_PACKAGES = ("openssh-server", "python3", "python3-apt", "systemd", "systemd-sysv", "dbus",
+                 "iproute2", "sudo", "procps", "kmod")
+MAX_HOSTS = 200
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    root: Path = DEFAULT_ROOT
+    subnet: ipaddress.IPv4Network = field(default=DEFAULT_SUBNET)
+    bridge: str = "nclab0"
+    prefix: str = "nclab"
+    suite: str = "bookworm"
+
+    @property
+    def base(self) -> Path:
+        return self.root / "base"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def mirror(self) -> Path:
+        return self.root / "mirror"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def gateway(self) -> ipaddress.IPv4Address:
+        return self.subnet.network_address + 1
+
+    def host_ip(self, n: int) -> ipaddress.IPv4Address:
+        return self.subnet.network_address + 10 + n
+
+    def netns(self, n: int) -> str:
+        return f"{self.prefix}-h{n}"
+
+    def veth(self, n: int) -> str:
+        return f"{self.prefix}v{n}"
+
+    def host_dir(self, n: int) -> Path:
+        return self.state / "hosts" / f"h{n}"
+
+    @staticmethod
+    def mac(n: int) -> str:
+        # Fixed per host number: after a reset the neighbour caches stay valid
+        # (a new random MAC costs ~30 s of lost packets, see the test-hosts recipe).
+        return f"02:6e:63:00:{n // 256:02x}:{n % 256:02x}"

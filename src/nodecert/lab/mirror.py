@@ -1,0 +1,233 @@
+"""The lab's local apt mirror: a flat repository served to every lab host.
+
+It holds (a) every package the shipped stacks pin, under its real name and
+exact version, whose payload is the simulated hardware toolset (the driver
+package brings `nvidia-smi`, DCGM brings `dcgmi`, Fabric Manager its service,
+...), plus the simulated benchmark tools (nccl-tests, nvbandwidth, gpu-burn);
+and (b) real Debian packages the validators need (fio, stress-ng, ...), fetched
+with their dependencies from this machine's own Debian mirror. It is laid out
+exactly like an integrator's air-gapped mirror: a directory with Packages and
+Release, usable as `deb [trusted=yes] file:/path ./` or served over HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from nodecert.lab.config import LabConfig
+from nodecert.lab.rootfs import debian_mirror
+from nodecert.lab.shell import run
+from nodecert.stacks import Package, list_stacks
+
+# Never pciutils: real lspci in a host would read the real machine's sysfs.
+REAL_DEBIAN_PACKAGES = ("fio", "stress-ng")
+SIM_TOOL_PACKAGES = {
+    # name: (version, tools it provides). Versions say they are lab builds.
+    "nccl-tests": ("2.17.8-1+nodecertlab", ("all_reduce_perf",)),
+    "nvbandwidth": ("0.10.0-1+nodecertlab", ("nvbandwidth",)),
+    "gpu-burn": ("1.1-1+nodecertlab", ("gpu_burn",)),
+}
+# component -> tools its package provides (the rest carry only their marker).
+COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",)}
+SIM_RECIPE = "sim-packages-v2"
+
+_PERSISTENCED_UNIT = """[Unit]
+Description=NVIDIA Persistence Daemon (SIMULATED, nodecert lab)
+Wants=syslog.target
+
+[Service]
+Type=simple
+ExecStart=/usr/bin/nvidia-persistenced --no-fork
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+_FM_UNIT = """[Unit]
+Description=NVIDIA fabric manager service (SIMULATED, nodecert lab)
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart=/usr/bin/nv-fabricmanager
+Restart=no
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# Like the real Fabric Manager, refuse to start on a driver of another version.
+_FM_BIN = """#!/usr/bin/python3
+import json, glob, signal, sys, time
+mine = "{version}"
+drv = None
+for p in glob.glob("/usr/share/nodecert-lab/installed/*.json"):
+    d = json.load(open(p))
+    if d["component"] == "driver":
+        drv = d["version"].split(":", 1)[-1].rsplit("-", 1)[0]
+if drv != mine:
+    print(f"fabric manager version {{mine}} is incompatible with the NVIDIA driver "
+          f"version {{drv}}; aborting (SIMULATED)", flush=True)
+    sys.exit(1)
+print(f"Fabric Manager {{mine}} started (SIMULATED): all NVSwitches configured", flush=True)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    time.sleep(3600)
+"""
+
+_PERSISTENCED_BIN = """#!/usr/bin/python3
+import signal, sys, time
+print("nvidia-persistenced (SIMULATED) started", flush=True)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    time.sleep(3600)
+"""
+
+
+def _wrapper(tool: str) -> str:
+    return (f"#!/bin/sh\n# SIMULATED {tool} of a nodecert lab host\n"
+            f'exec /usr/bin/python3 /usr/lib/nodecert-lab/simhw.py {tool} "$@"\n')
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _build_deb(out: Path, name: str, version: str, description: str,
+               fill: Callable[[Path], None]) -> Path:
+    with tempfile.TemporaryDirectory(prefix="nodecert-deb-") as tmp:
+        root = Path(tmp)
+        (root / "DEBIAN").mkdir()
+        (root / "DEBIAN/control").write_text(
+            f"Package: {name}\nVersion: {version}\nArchitecture: amd64\n"
+            "Maintainer: nodecert lab <lab@nodecert.invalid>\nSection: non-free/misc\n"
+            f"Priority: optional\nDescription: {description}\n"
+            " SIMULATED package of a nodecert lab mirror: same name and version as the\n"
+            " real one, payload is the lab's simulated hardware toolset.\n")
+        fill(root)
+        deb = out / f"{name}_{version.split(':', 1)[-1]}_amd64.deb"
+        run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
+            timeout=120)
+        return deb
+
+
+def _stack_package(out: Path, pkg: Package) -> Path:
+    version = str(pkg.version)
+
+    def fill(root: Path) -> None:
+        _write(root / f"usr/share/nodecert-lab/installed/{pkg.name}.json",
+               json.dumps({"package": pkg.name, "version": version,
+                           "component": pkg.component, "simulated": True}) + "\n")
+        for tool in COMPONENT_TOOLS.get(pkg.component, ()):
+            _write(root / f"usr/bin/{tool}", _wrapper(tool), 0o755)
+        if pkg.component == "driver":
+            _write(root / "usr/bin/nvidia-persistenced", _PERSISTENCED_BIN, 0o755)
+            _write(root / "lib/systemd/system/nvidia-persistenced.service", _PERSISTENCED_UNIT)
+        if pkg.component == "fabric_manager":
+            fm_version = version.split(":", 1)[-1].rsplit("-", 1)[0]
+            _write(root / "usr/bin/nv-fabricmanager", _FM_BIN.format(version=fm_version), 0o755)
+            _write(root / "lib/systemd/system/nvidia-fabricmanager.service", _FM_UNIT)
+
+    return _build_deb(out, pkg.name, version, f"{pkg.name} ({pkg.component}) for nodecert lab",
+                      fill)
+
+
+def _tool_package(out: Path, name: str, version: str, tools: tuple[str, ...]) -> Path:
+    def fill(root: Path) -> None:
+        for tool in tools:
+            _write(root / f"usr/bin/{tool}", _wrapper(tool), 0o755)
+    return _build_deb(out, name, version, f"{name} for nodecert lab", fill)
+
+
+def stack_packages() -> list[Package]:
+    """Every distinct (name, version) any shipped stack pins, on any OS."""
+    seen: dict[tuple[str, str], Package] = {}
+    for stack in list_stacks():
+        for pins in stack.os.values():
+            for p in pins.packages:
+                seen.setdefault((p.name, str(p.version)), p)
+    return [seen[k] for k in sorted(seen)]
+
+
+def _sim_key(pkgs: list[Package]) -> str:
+    text = SIM_RECIPE + "".join(f"{p.name}={p.version}:{p.component}\n" for p in pkgs)
+    text += json.dumps(SIM_TOOL_PACKAGES, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _fetch_debian(cfg: LabConfig, dest: Path, packages: tuple[str, ...]) -> None:
+    """Download real Debian packages missing from the base, with dependencies."""
+    work = Path(tempfile.mkdtemp(prefix="nodecert-fetch-", dir=cfg.root))
+    root = work / "root"
+    mounted: list[Path] = []
+    try:
+        for d in ("upper", "work", "root"):
+            (work / d).mkdir()
+        run(["mount", "-t", "overlay", f"{cfg.prefix}-fetch", "-o",
+             f"lowerdir={cfg.base},upperdir={work / 'upper'},workdir={work / 'work'}",
+             str(root)], timeout=30)
+        mounted.append(root)
+        mirror = debian_mirror()
+        (root / "etc/apt/sources.list").write_text(
+            f"deb {mirror} {cfg.suite} main\ndeb {mirror} {cfg.suite}-updates main\n")
+        (root / "etc/resolv.conf").write_text(Path("/etc/resolv.conf").read_text())
+        run(["mount", "-t", "proc", "proc", str(root / "proc")], timeout=30)
+        mounted.append(root / "proc")
+        run(["chroot", str(root), "apt-get", "update", "-qq"], timeout=600)
+        run(["chroot", str(root), "apt-get", "install", "-y", "-qq", "--download-only",
+             "--no-install-recommends", *packages], timeout=900)
+        dest.mkdir(parents=True, exist_ok=True)
+        for deb in (root / "var/cache/apt/archives").glob("*.deb"):
+            shutil.copy2(deb, dest / deb.name)
+    finally:
+        for m in reversed(mounted):
+            run(["umount", str(m)], timeout=60, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def build_mirror(cfg: LabConfig, *, log: Callable[[str], None] = print) -> float:
+    """Build or refresh the mirror; returns seconds spent (0 when already current)."""
+    t0 = time.monotonic()
+    pkgs = stack_packages()
+    key = _sim_key(pkgs)
+    stamp = cfg.mirror / ".nodecert-lab-mirror"
+    debs = cfg.cache / "debian-debs"
+    debs_stamp = debs / ".packages"
+    want_real = " ".join(REAL_DEBIAN_PACKAGES)
+    if stamp.is_file() and stamp.read_text().strip() == f"{key} {want_real}":
+        return 0.0
+    if not (debs_stamp.is_file() and debs_stamp.read_text().strip() == want_real):
+        log(f"fetching real Debian packages into the lab mirror: {want_real} ...")
+        shutil.rmtree(debs, ignore_errors=True)
+        _fetch_debian(cfg, debs, REAL_DEBIAN_PACKAGES)
+        debs_stamp.write_text(want_real + "\n")
+    tmp = cfg.root / "mirror.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    log(f"building {len(pkgs)} simulated NVIDIA packages for the lab mirror ...")
+    for p in pkgs:
+        _stack_package(tmp, p)
+    for name, (version, tools) in SIM_TOOL_PACKAGES.items():
+        _tool_package(tmp, name, version, tools)
+    for deb in debs.glob("*.deb"):
+        shutil.copy2(deb, tmp / deb.name)
+    packages = run(["apt-ftparchive", "packages", "."], timeout=300, cwd=tmp).stdout
+    (tmp / "Packages").write_text(packages)
+    release = run(["apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=nodecert-lab",
+                   "-o", "APT::FTPArchive::Release::Label=nodecert-lab",
+                   "-o", "APT::FTPArchive::Release::Suite=lab", "release", "."],
+                  timeout=300, cwd=tmp).stdout
+    (tmp / "Release").write_text(release)
+    (tmp / ".nodecert-lab-mirror").write_text(f"{key} {want_real}\n")
+    shutil.rmtree(cfg.mirror, ignore_errors=True)
+    tmp.rename(cfg.mirror)
+    return time.monotonic() - t0

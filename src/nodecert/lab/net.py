@@ -1,0 +1,149 @@
+"""The lab network: one private bridge, a blackhole guard route, a netns per host.
+
+Safety rules, enforced here:
+* the lab's subnet is refused if anything else on this machine uses it;
+* a ``blackhole <subnet>`` route (metric 4000) stays in place, so if the bridge is
+  ever gone, traffic for the lab range is dropped locally instead of following
+  the default route off the machine;
+* host namespaces get no default route and no DNS: they reach the bridge only;
+* only objects carrying the lab's tags (bridge alias, name prefix) are touched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+from typing import Any
+
+from nodecert.errors import NodecertError
+from nodecert.lab.config import BRIDGE_ALIAS, LabConfig
+from nodecert.lab.shell import run
+
+GUARD_METRIC = "4000"
+
+
+def _ip_json(*args: str) -> list[dict[str, Any]]:
+    out = run(["ip", "-j", *args], timeout=15).stdout.strip()
+    return json.loads(out) if out else []
+
+
+def link_exists(name: str) -> bool:
+    return run(["ip", "link", "show", "dev", name], timeout=15, check=False).returncode == 0
+
+
+def link_alias(name: str) -> str | None:
+    links = _ip_json("-d", "link", "show", "dev", name)
+    return links[0].get("ifalias") if links else None
+
+
+def subnet_conflict(cfg: LabConfig) -> str | None:
+    """Describe any use of the lab subnet on this machine that is not the lab's own."""
+    for link in _ip_json("-4", "addr", "show"):
+        for a in link.get("addr_info", []):
+            iface = ipaddress.IPv4Interface(f"{a['local']}/{a['prefixlen']}")
+            if iface.network.overlaps(cfg.subnet) and link["ifname"] != cfg.bridge:
+                return f"address {iface} on {link['ifname']}"
+    for table in ("main", "local"):
+        for r in _ip_json("-4", "route", "show", "table", table):
+            dst = r.get("dst", "")
+            if dst in ("default", "") or r.get("type") in ("local", "broadcast"):
+                continue
+            net = ipaddress.IPv4Network(dst if "/" in dst else f"{dst}/32", strict=False)
+            ours = r.get("dev") == cfg.bridge or (
+                r.get("type") == "blackhole" and net == cfg.subnet)
+            if net.overlaps(cfg.subnet) and not ours:
+                return f"route {dst} via {r.get('dev') or r.get('type')}"
+    return None
+
+
+def guard_present(cfg: LabConfig) -> bool:
+    return any(r.get("dst") == str(cfg.subnet)
+               for r in _ip_json("-4", "route", "show", "type", "blackhole"))
+
+
+def ensure_guard(cfg: LabConfig) -> None:
+    if not guard_present(cfg):
+        run(["ip", "route", "add", "blackhole", str(cfg.subnet), "metric", GUARD_METRIC],
+            timeout=15)
+
+
+def drop_guard(cfg: LabConfig) -> None:
+    if guard_present(cfg):
+        run(["ip", "route", "del", "blackhole", str(cfg.subnet), "metric", GUARD_METRIC],
+            timeout=15)
+
+
+def bridge_up(cfg: LabConfig) -> None:
+    if link_exists(cfg.bridge):
+        if link_alias(cfg.bridge) != BRIDGE_ALIAS:
+            raise NodecertError(
+                f"an interface named {cfg.bridge} exists but was not created by the lab",
+                hint="remove it yourself or set another bridge name; the lab never touches "
+                     "what it did not create")
+    else:
+        conflict = subnet_conflict(cfg)
+        if conflict:
+            raise NodecertError(
+                f"the lab subnet {cfg.subnet} is already in use on this machine ({conflict})",
+                hint="choose a free private /24 with --subnet or NODECERT_LAB_SUBNET")
+        run(["ip", "link", "add", cfg.bridge, "type", "bridge"], timeout=15)
+        run(["ip", "link", "set", "dev", cfg.bridge, "alias", BRIDGE_ALIAS], timeout=15)
+        run(["ip", "addr", "add", f"{cfg.gateway}/{cfg.subnet.prefixlen}", "dev", cfg.bridge],
+            timeout=15)
+        run(["ip", "link", "set", cfg.bridge, "up"], timeout=15)
+    ensure_guard(cfg)
+
+
+def bridge_down(cfg: LabConfig) -> None:
+    if link_exists(cfg.bridge) and link_alias(cfg.bridge) == BRIDGE_ALIAS:
+        run(["ip", "link", "del", cfg.bridge], timeout=15)
+
+
+def owned_netns(cfg: LabConfig) -> list[str]:
+    out = run(["ip", "netns", "list"], timeout=15).stdout
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    return sorted(n for n in names if n.startswith(f"{cfg.prefix}-h") and n[len(cfg.prefix) + 2:]
+                  .isdigit())
+
+
+def netns_pids(name: str) -> list[int]:
+    out = run(["ip", "netns", "pids", name], timeout=15, check=False).stdout
+    return [int(p) for p in out.split() if p.isdigit()]
+
+
+def netns_add(cfg: LabConfig, n: int) -> None:
+    ns, veth = cfg.netns(n), cfg.veth(n)
+    run(["ip", "netns", "add", ns], timeout=15)
+    run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
+        timeout=15)
+    run(["ip", "link", "set", veth, "master", cfg.bridge, "up"], timeout=15)
+    run(["ip", "-n", ns, "link", "set", "lo", "up"], timeout=15)
+    run(["ip", "-n", ns, "link", "set", "eth0", "address", cfg.mac(n)], timeout=15)
+    run(["ip", "-n", ns, "addr", "add", f"{cfg.host_ip(n)}/{cfg.subnet.prefixlen}", "dev",
+         "eth0"], timeout=15)
+    run(["ip", "-n", ns, "link", "set", "eth0", "up"], timeout=15)
+    # Deliberately no default route: a host can reach only the lab subnet.
+
+
+def netns_del(cfg: LabConfig, name: str) -> None:
+    run(["ip", "netns", "del", name], timeout=15, check=False)
+    n = name.rsplit("-h", 1)[-1]
+    if n.isdigit() and link_exists(cfg.veth(int(n))):
+        run(["ip", "link", "del", cfg.veth(int(n))], timeout=15, check=False)
+    if link_exists(cfg.bridge):
+        run(["ip", "neigh", "del", str(cfg.host_ip(int(n))), "dev", cfg.bridge], timeout=15,
+            check=False)
+
+
+def owned_mounts(cfg: LabConfig) -> list[Path]:
+    """Overlay mounts whose source is one of the lab's host names (from mountinfo)."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields = right.split()
+        if len(fields) >= 2 and fields[0] == "overlay" and fields[1].startswith(
+                f"{cfg.prefix}-h"):
+            found.append(Path(left.split()[4]))
+    # Deepest first, so nested mounts go before their parents.
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
