@@ -98,3 +98,41 @@ def build_stack(tmp_path: Path) -> Callable[..., Stack]:
     def build(**kwargs: Any) -> Stack:
         return load_stack(write_manifest(tmp_path, manifest(**kwargs)))
     return build
+
+
+# --- the lab (needs root; CI runs as root) -----------------------------------------------
+
+def lab_config(tag: str, third_octet: int) -> Any:
+    import ipaddress
+
+    from nodecert.lab.config import LabConfig
+    return LabConfig(subnet=ipaddress.IPv4Network(f"10.78.{third_octet}.0/24"),
+                     bridge=f"nc{tag}0", prefix=f"nc{tag}", state_name=f"state-{tag}")
+
+
+def require_root() -> None:
+    import os
+    if os.geteuid() != 0:
+        pytest.fail("lab tests need root (network namespaces, overlay mounts, nspawn): "
+                    "run the suite as root, as CI does")
+
+
+@pytest.fixture(scope="session")
+def lab() -> Any:
+    """Two lab hosts for the whole run: h1 = HGX H200 (8 GPUs), h2 = L40S (4 GPUs)."""
+    require_root()
+    from nodecert.lab.hosts import Lab
+    the_lab = Lab(lab_config("pt", 1), log=lambda m: None)
+    try:
+        the_lab.up(nodes=2, profiles=("h200-sxm-8", "l40s-pcie-4"))
+        yield the_lab
+    finally:
+        the_lab.down()  # runs even when tests failed: nothing is left behind
+
+
+@pytest.fixture
+def fresh_h1(lab: Any) -> Any:
+    """h1 made pristine for this test (its installed packages and files are gone)."""
+    lab.apply_faults(None)
+    lab.reset("h1")
+    return lab

@@ -143,3 +143,16 @@ def test_unparsable_inventory(tmp_path: Path) -> None:
 def test_empty_inventory(tmp_path: Path) -> None:
     found = problems(write(tmp_path, "# nothing yet\n"))
     assert any("defines no hosts" in p for p in found)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("true", True), ("yes", True), ("False", False),
+                                                ("0", False)])
+def test_booleans_from_ini_group_vars(tmp_path: Path, text: str, expected: bool) -> None:
+    path = write(tmp_path, f"[gpu]\nn1 {SPEC}\n[gpu:vars]\nnodecert_simulated={text}\n")
+    assert load_inventory(path)["n1"].simulated is expected
+
+
+def test_non_boolean_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, f"[gpu]\nn1 {SPEC}\n[gpu:vars]\nnodecert_simulated=maybe\n")
+    assert any("nodecert_simulated must be true or false, got 'maybe'" in p
+               for p in problems(path))

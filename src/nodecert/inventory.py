@@ -34,7 +34,11 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
     "nodecert_os": (False, "os", "expected OS, one of " + ", ".join(SUPPORTED_OS)),
     "nodecert_stack": (False, "stack", "stack to provision on this host"),
     "nodecert_simulated": (False, "bool", "set by `nodecert lab` on simulated hosts"),
+    "nodecert_lab_profile": (False, "str", "lab hardware profile (set by `nodecert lab up`)"),
 }
+# How Ansible reads booleans written as text (INI [group:vars] values are strings).
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
 
 
 @dataclass(frozen=True)
@@ -182,10 +186,15 @@ def _validate_host(name: str, hv: dict[str, Any], where: str, matrix: Matrix, *,
             else:
                 values[var] = num
         elif kind == "bool":
+            text = str(raw).strip().lower()
             if isinstance(raw, bool):
                 values[var] = raw
+            elif text in _TRUE | _FALSE:
+                values[var] = text in _TRUE
             else:
                 bad(f"{var} must be true or false, got {raw!r}")
+        elif kind == "str":
+            values[var] = str(raw)
         elif kind == "gpu":
             try:
                 values[var] = matrix.gpu(str(raw)).key

@@ -30,6 +30,9 @@ class LabConfig:
     bridge: str = "nclab0"
     prefix: str = "nclab"
     suite: str = "bookworm"
+    # Several labs can share one base and mirror (tests run their own lab next to a
+    # user's) as long as each has its own state directory, bridge, prefix and subnet.
+    state_name: str = "state"
 
     @property
     def base(self) -> Path:
@@ -37,7 +40,7 @@ class LabConfig:
 
     @property
     def state(self) -> Path:
-        return self.root / "state"
+        return self.root / self.state_name
 
     @property
     def mirror(self) -> Path:

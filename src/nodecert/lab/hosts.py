@@ -102,15 +102,18 @@ class Lab:
 
     @staticmethod
     def _alive(pid: int | None) -> bool:
+        """True while pid runs; a zombie (exited, not yet reaped) counts as gone."""
         if not pid:
             return False
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:  # our own child: reap it
+                return False
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
             return False
-        except PermissionError:
-            return True
-        return True
+        # Field 3 (after the parenthesised command name) is the state; Z = zombie.
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
     # --- up ---------------------------------------------------------------------------
 
@@ -370,10 +373,6 @@ class Lab:
                     os.kill(p, signal.SIGKILL)
         if pid and self._alive(pid):
             os.kill(pid, signal.SIGKILL)
-        if pid:
-            # Reap it if it was our child (pytest runs up and down in one process).
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
         shutil.rmtree(f"/run/systemd/nspawn/propagate/{netns}", ignore_errors=True)
         n = int(netns.rsplit("-h", 1)[1])
         root = self.cfg.host_dir(n) / "root"

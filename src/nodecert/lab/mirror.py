@@ -35,7 +35,7 @@ SIM_TOOL_PACKAGES = {
 }
 # component -> tools its package provides (the rest carry only their marker).
 COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",)}
-SIM_RECIPE = "sim-packages-v2"
+SIM_RECIPE = "sim-packages-v4"
 
 _PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (SIMULATED, nodecert lab)
@@ -55,7 +55,7 @@ Description=NVIDIA fabric manager service (SIMULATED, nodecert lab)
 After=network-online.target
 
 [Service]
-Type=simple
+Type=forking
 ExecStart=/usr/bin/nv-fabricmanager
 Restart=no
 
@@ -63,9 +63,10 @@ Restart=no
 WantedBy=multi-user.target
 """
 
-# Like the real Fabric Manager, refuse to start on a driver of another version.
+# Like the real Fabric Manager: check the driver version, then daemonize (the unit
+# is Type=forking, so `systemctl start` reports a refused start synchronously).
 _FM_BIN = """#!/usr/bin/python3
-import json, glob, signal, sys, time
+import json, glob, os, signal, sys, time
 mine = "{version}"
 drv = None
 for p in glob.glob("/usr/share/nodecert-lab/installed/*.json"):
@@ -77,6 +78,9 @@ if drv != mine:
           f"version {{drv}}; aborting (SIMULATED)", flush=True)
     sys.exit(1)
 print(f"Fabric Manager {{mine}} started (SIMULATED): all NVSwitches configured", flush=True)
+if os.fork():
+    sys.exit(0)
+os.setsid()
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 while True:
     time.sleep(3600)
@@ -103,12 +107,16 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def _build_deb(out: Path, name: str, version: str, description: str,
-               fill: Callable[[Path], None]) -> Path:
+               fill: Callable[[Path], None], *, exclusive: str | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix="nodecert-deb-") as tmp:
         root = Path(tmp)
         (root / "DEBIAN").mkdir()
+        # Packages that ship the same tools (two driver branches, two DCGM builds)
+        # exclude each other through a virtual package, as the real ones do.
+        relations = (f"Provides: {exclusive}\nConflicts: {exclusive}\nReplaces: {exclusive}\n"
+                     if exclusive else "")
         (root / "DEBIAN/control").write_text(
-            f"Package: {name}\nVersion: {version}\nArchitecture: amd64\n"
+            f"Package: {name}\nVersion: {version}\nArchitecture: amd64\n{relations}"
             "Maintainer: nodecert lab <lab@nodecert.invalid>\nSection: non-free/misc\n"
             f"Priority: optional\nDescription: {description}\n"
             " SIMULATED package of a nodecert lab mirror: same name and version as the\n"
@@ -137,8 +145,10 @@ def _stack_package(out: Path, pkg: Package) -> Path:
             _write(root / "usr/bin/nv-fabricmanager", _FM_BIN.format(version=fm_version), 0o755)
             _write(root / "lib/systemd/system/nvidia-fabricmanager.service", _FM_UNIT)
 
+    exclusive = (f"nodecert-lab-{pkg.component.replace('_', '-')}"
+                 if pkg.component in ("driver", "dcgm", "fabric_manager") else None)
     return _build_deb(out, pkg.name, version, f"{pkg.name} ({pkg.component}) for nodecert lab",
-                      fill)
+                      fill, exclusive=exclusive)
 
 
 def _tool_package(out: Path, name: str, version: str, tools: tuple[str, ...]) -> Path:

@@ -1,0 +1,334 @@
+"""The lab end to end: real systemd, sshd and apt in each host; simulated GPUs.
+
+Needs root (CI runs as root). The session fixture `lab` brings up h1 (HGX H200)
+and h2 (L40S) on their own bridge and subnet, and tears them down at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import paramiko
+import pytest
+
+import toolparse as tp
+from conftest import REPO, lab_config, require_root
+from nodecert.errors import NodecertError
+from nodecert.inventory import load_inventory
+from nodecert.lab import net
+from nodecert.lab.hosts import Lab
+
+PIN_DRIVER = "nvidia-driver-580-server-open=580.173.02-0ubuntu0.24.04.1"
+PIN_NCCL = "libnccl2=2.27.7-1+cuda13.0"
+PIN_DCGM = "datacenter-gpu-manager-4-cuda13=1:4.4.2-1"
+
+
+def sh(lab: Lab, host: str, cmd: str, timeout: float = 120) -> str:
+    return lab.ssh(host, cmd, timeout=timeout).stdout
+
+
+def apt_install(lab: Lab, host: str, *pins: str) -> None:
+    sh(lab, host, "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+       + " ".join(pins) + " >/dev/null 2>&1", timeout=300)
+
+
+def test_hosts_boot_real_systemd_and_sshd(lab: Lab) -> None:
+    for host in ("h1", "h2"):
+        out = sh(lab, host, "hostname; systemctl is-system-running --wait; "
+                            "ps -p 1 -o comm=; cat /etc/nodecert-lab/SIMULATED")
+        lines = out.splitlines()
+        assert lines[0] == host
+        assert lines[1] in ("running", "degraded")
+        assert lines[2] == "systemd"
+        assert "SIMULATED" in lines[3]
+
+
+def test_hosts_are_isolated(lab: Lab) -> None:
+    # Inside: only the lab subnet is routable and there is no DNS.
+    routes = sh(lab, "h1", "ip -4 route show; cat /etc/resolv.conf")
+    assert routes.strip() == f"{lab.cfg.subnet} dev eth0 proto kernel scope link src " \
+                             f"{lab.cfg.host_ip(1)}"
+    unreachable = lab.ssh("h1", "ip route get 192.0.2.1", check=False)
+    assert unreachable.returncode != 0 and "unreachable" in unreachable.stderr.lower()
+    # Outside: the guard route drops the lab range if the bridge ever disappears.
+    assert net.guard_present(lab.cfg)
+    # Hosts reach each other across the bridge (h1 -> h2's sshd).
+    assert "SSH-2.0" in sh(lab, "h1", "timeout 5 bash -c 'exec 3<>/dev/tcp/h2/22; "
+                                      "head -c 7 <&3'")
+
+
+def test_strict_host_key_checking(lab: Lab, tmp_path: Path) -> None:
+    st = lab.cfg.state
+    key = str(st / "id_ed25519")
+    ip1 = str(lab.cfg.host_ip(1))
+    ok = subprocess.run(["ssh", "-F", str(st / "ssh_config"), "h1", "true"], timeout=30,
+                        capture_output=True, text=True, check=False)
+    assert ok.returncode == 0
+    # A known_hosts that holds another key for h1 (h2's): ssh must refuse.
+    h2_pub = (lab.cfg.host_dir(2) / "keys/ssh_host_ed25519_key.pub").read_text().split()
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"{ip1} {h2_pub[0]} {h2_pub[1]}\n")
+    bad = subprocess.run(["ssh", "-i", key, "-o", f"UserKnownHostsFile={wrong}",
+                          "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+                          f"root@{ip1}", "true"], timeout=30, capture_output=True, text=True,
+                         check=False)
+    assert bad.returncode == 255
+    assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in bad.stderr
+    # paramiko, as the validators will use it: the lab's known_hosts + RejectPolicy.
+    client = paramiko.SSHClient()
+    client.load_host_keys(str(st / "known_hosts"))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(ip1, username="root", key_filename=key, timeout=10, look_for_keys=False,
+                   allow_agent=False)
+    _, out, _ = client.exec_command("hostname", timeout=10)
+    assert out.read().decode().strip() == "h1"
+    client.close()
+    wrong_client = paramiko.SSHClient()
+    wrong_client.load_host_keys(str(wrong))
+    wrong_client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    with pytest.raises(paramiko.BadHostKeyException):
+        wrong_client.connect(ip1, username="root", key_filename=key, timeout=10,
+                             look_for_keys=False, allow_agent=False)
+
+
+def test_gpus_visible_before_any_driver(fresh_h1: Lab) -> None:
+    lspci = tp.parse_lspci_nn(sh(fresh_h1, "h1", "lspci -nn"))
+    assert [d["device"] for d in lspci if d["class_id"] == "0302"] == ["2335"] * 8
+    assert len([d for d in lspci if d["class_id"] == "0680"]) == 4  # NVSwitches
+    assert fresh_h1.ssh("h1", "command -v nvidia-smi", check=False).returncode != 0
+
+
+def test_pinned_driver_from_mirror_brings_nvidia_smi(fresh_h1: Lab) -> None:
+    apt_install(fresh_h1, "h1", PIN_DRIVER, PIN_NCCL, PIN_DCGM, "cuda-libraries-13-0=13.0.0-1",
+                "nccl-tests")
+    versions = sh(fresh_h1, "h1", "dpkg-query -W -f='${Package}=${Version}\\n' "
+                                  "nvidia-driver-580-server-open libnccl2 "
+                                  "datacenter-gpu-manager-4-cuda13")
+    assert set(versions.split()) == {PIN_DRIVER, PIN_NCCL, PIN_DCGM}
+    rows = tp.parse_csv(sh(fresh_h1, "h1", "nvidia-smi --query-gpu=name,driver_version,"
+                                           "memory.total --format=csv"))
+    assert len(rows) == 8
+    assert rows[0] == {"name": "NVIDIA H200", "driver_version": "580.173.02",
+                       "memory.total [MiB]": "143771 MiB"}
+    ar = tp.parse_allreduce(sh(fresh_h1, "h1", "all_reduce_perf -b 1G -e 8G -f 2 -g 8"))
+    assert ar["nccl"] == "2.27.7+cuda13.0" and ar["oob"] == 0
+    # Held packages stay put through a dist-upgrade.
+    sh(fresh_h1, "h1", "apt-mark hold nvidia-driver-580-server-open libnccl2 >/dev/null")
+    held = sh(fresh_h1, "h1", "apt-mark showhold").split()
+    assert held == ["libnccl2", "nvidia-driver-580-server-open"]
+
+
+def test_a_wrong_install_shows(fresh_h1: Lab) -> None:
+    # Install the R570 driver instead of the pinned R580 one: the tools say so.
+    apt_install(fresh_h1, "h1", "nvidia-driver-570-server-open=570.211.01-0ubuntu0.24.04.2")
+    q = tp.parse_q(sh(fresh_h1, "h1", "nvidia-smi -q"))
+    assert (q[""]["Driver Version"], q[""]["CUDA Version"]) == ("570.211.01", "12.8")
+
+
+def test_fabric_manager_refuses_other_driver_version(fresh_h1: Lab) -> None:
+    apt_install(fresh_h1, "h1", "nvidia-driver-570-server-open=570.211.01-0ubuntu0.24.04.2",
+                "nvidia-fabricmanager-580=580.173.02-0ubuntu0.24.04.1")
+    r = fresh_h1.ssh("h1", "systemctl start nvidia-fabricmanager", check=False)
+    assert r.returncode != 0
+    log = sh(fresh_h1, "h1", "journalctl -u nvidia-fabricmanager --no-pager -o cat")
+    assert "incompatible with the NVIDIA driver version 570.211.01" in log
+    # With the matching driver it starts (and stays up).
+    apt_install(fresh_h1, "h1", PIN_DRIVER)
+    sh(fresh_h1, "h1", "systemctl start nvidia-fabricmanager")
+    assert sh(fresh_h1, "h1", "systemctl is-active nvidia-fabricmanager").strip() == "active"
+
+
+def test_real_debian_packages_install_and_run(lab: Lab) -> None:
+    apt_install(lab, "h2", "fio", "stress-ng")
+    out = sh(lab, "h2", "fio --name=t --filename=/var/tmp/fio.scratch --size=4M --rw=write "
+                        "--bs=64k --output-format=json >/tmp/fio.json && "
+                        "rm -f /var/tmp/fio.scratch && cat /tmp/fio.json")
+    job = json.loads(out)["jobs"][0]
+    assert job["write"]["io_bytes"] == 4 * 1024 * 1024
+    assert sh(lab, "h2", "fio --version").startswith("fio-3.")
+
+
+def test_systemd_timer_fires(lab: Lab) -> None:
+    unit = "[Unit]\nDescription=nodecert lab timer test\n[Service]\nType=oneshot\n" \
+           "ExecStart=/bin/sh -c 'date +%%s%%N >> /var/log/nc-timer.log'\n"
+    timer = "[Unit]\nDescription=every second\n[Timer]\nOnActiveSec=1\nOnUnitActiveSec=1\n" \
+            "AccuracySec=100ms\n[Install]\nWantedBy=timers.target\n"
+    sh(lab, "h2", f"printf '%s' \"{unit}\" > /etc/systemd/system/nc-timer.service && "
+                  f"printf '%s' \"{timer}\" > /etc/systemd/system/nc-timer.timer && "
+                  "systemctl daemon-reload && systemctl start nc-timer.timer")
+    # Block (inside the host, with a hard limit) until the timer ran the service twice.
+    fired = sh(lab, "h2", "timeout 30 sh -c 'until [ \"$(wc -l < /var/log/nc-timer.log "
+                          "2>/dev/null || echo 0)\" -ge 2 ]; do sleep 0.2; done'; "
+                          "wc -l < /var/log/nc-timer.log; systemctl list-timers --all "
+                          "--no-pager | grep -c nc-timer", timeout=60)
+    count, listed = (int(x) for x in fired.split())
+    assert count >= 2 and listed == 1
+    sh(lab, "h2", "systemctl stop nc-timer.timer")
+
+
+def test_reset_restores_a_pristine_host_with_the_same_identity(lab: Lab) -> None:
+    apt_install(lab, "h1", PIN_DRIVER)
+    before = json.loads(sh(lab, "h1", "cat /etc/nodecert-lab/hardware.json"))["identity"]
+    key_before = (lab.cfg.host_dir(1) / "keys/ssh_host_ed25519_key.pub").read_text()
+    seconds = lab.reset("h1")
+    assert seconds < 60
+    assert lab.ssh("h1", "command -v nvidia-smi", check=False).returncode != 0
+    after = json.loads(sh(lab, "h1", "cat /etc/nodecert-lab/hardware.json"))["identity"]
+    assert after == before
+    assert (lab.cfg.host_dir(1) / "keys/ssh_host_ed25519_key.pub").read_text() == key_before
+
+
+def test_faults_change_what_the_tools_report(fresh_h1: Lab, tmp_path: Path) -> None:
+    apt_install(fresh_h1, "h1", PIN_DRIVER)
+    faults = tmp_path / "faults.yml"
+    faults.write_text("faults:\n"
+                      "  - {host: h1, kind: gpu_missing, gpu: 3}\n"
+                      "  - {host: h1, kind: pcie_degraded, gpu: 0, width: 8}\n"
+                      "  - {host: h1, kind: xid, gpu: 1, code: 79}\n")
+    fresh_h1.apply_faults(faults)
+    try:
+        rows = tp.parse_csv(sh(fresh_h1, "h1", "nvidia-smi --query-gpu=index,"
+                                               "pcie.link.width.current --format=csv,nounits"))
+        assert len(rows) == 7 and rows[0]["pcie.link.width.current"] == "8"
+        assert tp.parse_xids(sh(fresh_h1, "h1", "dmesg")) == [("0000:2a:00", 79)]
+    finally:
+        fresh_h1.apply_faults(None)
+    assert len(tp.parse_csv(sh(fresh_h1, "h1", "nvidia-smi --query-gpu=index --format=csv"))) \
+        == 8
+
+
+def test_bad_fault_file_is_rejected_with_location(lab: Lab, tmp_path: Path) -> None:
+    faults = tmp_path / "faults.yml"
+    faults.write_text("faults:\n  - {host: h2, kind: gpu_missing, gpu: 6}\n")
+    with pytest.raises(NodecertError) as exc:
+        lab.apply_faults(faults)
+    assert "GPU 6 does not exist on h2 (4 GPUs, 0-3)" in exc.value.render()
+    assert str(faults) in exc.value.render()
+    faults.write_text("faults:\n  - {kind: gpu_on_fire, gpu: 1}\n")
+    with pytest.raises(NodecertError, match="'gpu_on_fire' is not one of"):
+        lab.apply_faults(faults)
+
+
+def test_inventory_describes_the_simulated_hardware(lab: Lab) -> None:
+    hosts = load_inventory(lab.cfg.state / "inventory.ini")
+    assert hosts["h1"].gpu_model == "H200-SXM" and hosts["h1"].gpu_count == 8
+    assert hosts["h2"].gpu_model == "L40S" and hosts["h2"].gpu_count == 4
+    assert all(h.simulated for h in hosts.values())
+    assert hosts["h1"].cpu_cores == 112 and hosts["h1"].os == "debian-12"
+
+
+def test_real_ansible_over_ssh(lab: Lab) -> None:
+    ansible = Path(os.sys.executable).parent / "ansible"
+    env = dict(os.environ, ANSIBLE_PIPELINING="True", ANSIBLE_HOST_KEY_CHECKING="True")
+    r = subprocess.run([str(ansible), "-i", str(lab.cfg.state / "inventory.ini"), "lab",
+                        "-m", "ansible.builtin.setup", "-a", "filter=ansible_service_mgr"],
+                       capture_output=True, text=True, timeout=180, env=env, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count('"ansible_service_mgr": "systemd"') == 2
+
+
+def test_lab_status_cli(lab: Lab) -> None:
+    st = lab.status()
+    assert st["up"] is True
+    assert [(h["name"], h["ssh"]) for h in st["hosts"]] == [("h1", True), ("h2", True)]
+
+
+# --- lifecycle on a second, separate lab -----------------------------------------------
+
+def _leftovers(cfg: Any) -> dict[str, Any]:
+    return {"netns": net.owned_netns(cfg), "mounts": net.owned_mounts(cfg),
+            "bridge": net.link_exists(cfg.bridge),
+            "nspawn": [p for p in _pids("systemd-nspawn") if cfg.prefix in _cmdline(p)]}
+
+
+def _pids(name: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", name], capture_output=True, text=True, timeout=10,
+                         check=False).stdout
+    return [int(p) for p in out.split()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def test_down_after_a_crash_leaves_nothing_behind() -> None:
+    require_root()
+    cfg = lab_config("lc", 2)
+    lab = Lab(cfg, log=lambda m: None)
+    try:
+        lab.up(nodes=2)
+        # Simulate a crash of the control side: SIGKILL every host's supervisor and
+        # container, and lose the state file. Kernel objects stay behind.
+        for h in lab.hosts():
+            for p in [h.pid, *net.netns_pids(h.netns)]:
+                if p:
+                    os.kill(p, 9)
+        (cfg.state / "lab.json").unlink()
+        stale = _leftovers(cfg)
+        assert stale["bridge"] and len(stale["netns"]) == 2 and len(stale["mounts"]) == 2
+        # A new `up` recognises the lab's own leftovers, removes them, and comes up.
+        again = Lab(cfg, log=lambda m: None).up(nodes=1)
+        assert [h["name"] for h in again["hosts"]] == ["h1"]
+    finally:
+        Lab(cfg, log=lambda m: None).down()
+    assert _leftovers(cfg) == {"netns": [], "mounts": [], "bridge": False, "nspawn": []}
+    assert net.guard_present(cfg)  # the guard stays on purpose
+    Lab(cfg).down(drop_guard=True)
+    assert not net.guard_present(cfg)
+
+
+def test_refuses_a_subnet_already_in_use() -> None:
+    require_root()
+    cfg = lab_config("sn", 3)
+    # Something else on this machine already uses 10.78.3.0/24 (an interface the
+    # lab did not create: a plain bridge, since this kernel has no dummy driver).
+    subprocess.run(["ip", "link", "add", "ncsntaken0", "type", "bridge"], check=True, timeout=10)
+    try:
+        subprocess.run(["ip", "addr", "add", "10.78.3.5/24", "dev", "ncsntaken0"], check=True,
+                       timeout=10)
+        with pytest.raises(NodecertError) as exc:
+            Lab(cfg, log=lambda m: None).up(nodes=1)
+        assert "10.78.3.0/24 is already in use" in exc.value.render()
+        assert "ncsntaken0" in exc.value.render()
+        assert not net.link_exists(cfg.bridge)  # nothing was created
+    finally:
+        subprocess.run(["ip", "link", "del", "ncsntaken0"], check=False, timeout=10)
+        Lab(cfg, log=lambda m: None).down(drop_guard=True)
+
+
+def test_never_touches_a_bridge_it_did_not_create() -> None:
+    require_root()
+    cfg = lab_config("fb", 4)
+    subprocess.run(["ip", "link", "add", cfg.bridge, "type", "bridge"], check=True, timeout=10)
+    try:
+        with pytest.raises(NodecertError, match="was not created by the lab"):
+            Lab(cfg, log=lambda m: None).up(nodes=1)
+        Lab(cfg, log=lambda m: None).down()
+        assert net.link_exists(cfg.bridge)  # still there: not ours
+    finally:
+        subprocess.run(["ip", "link", "del", cfg.bridge], check=False, timeout=10)
+        Lab(cfg, log=lambda m: None).down(drop_guard=True)
+
+
+def test_lab_needs_root_and_tools_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodecert.lab import hosts
+    real_which = shutil.which
+    monkeypatch.setattr(hosts.shutil, "which", lambda tool: None if tool == "mmdebstrap"
+                        else real_which(tool))
+    with pytest.raises(NodecertError) as exc:
+        hosts.preflight_tools()
+    assert exc.value.hint == "apt-get install mmdebstrap"
+
+
+def test_simulator_in_hosts_is_the_shipped_one(lab: Lab) -> None:
+    shipped = (REPO / "src/nodecert/lab/simhw/simhw.py").read_bytes()
+    inside = (lab.cfg.host_dir(2) / "root/usr/lib/nodecert-lab/simhw.py").read_bytes()
+    assert inside == shipped
