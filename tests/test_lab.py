@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from nodecert.errors import NodecertError
 from nodecert.inventory import load_inventory
 from nodecert.lab import net
 from nodecert.lab.hosts import Lab
+from nodecert.lab.shell import CommandError
 
 PIN_DRIVER = "nvidia-driver-580-server-open=580.173.02-0ubuntu0.24.04.1"
 PIN_NCCL = "libnccl2=2.27.7-1+cuda13.0"
@@ -332,3 +334,22 @@ def test_simulator_in_hosts_is_the_shipped_one(lab: Lab) -> None:
     shipped = (REPO / "src/nodecert/lab/simhw/simhw.py").read_bytes()
     inside = (lab.cfg.host_dir(2) / "root/usr/lib/nodecert-lab/simhw.py").read_bytes()
     assert inside == shipped
+
+
+def test_a_host_comes_back_after_reboot(lab: Lab) -> None:
+    boot_id = sh(lab, "h2", "cat /proc/sys/kernel/random/boot_id").strip()
+    lab.ssh("h2", "systemctl reboot", check=False)
+    h2 = lab.host("h2")
+    # Wait (with a deadline) until h2 answers again with a new boot id.
+    deadline = time.monotonic() + 60
+    new_id = boot_id
+    while new_id == boot_id and time.monotonic() < deadline:
+        try:
+            r = lab.ssh("h2", "cat /proc/sys/kernel/random/boot_id", check=False, timeout=10)
+        except CommandError:  # a connection that hangs while the host shuts down
+            continue
+        new_id = r.stdout.strip() if r.returncode == 0 else boot_id
+    assert new_id != boot_id
+    assert lab.host("h2").pid == h2.pid  # the same supervisor started it again
+    assert sh(lab, "h2", "systemctl is-system-running --wait").strip() in ("running",
+                                                                          "degraded")
