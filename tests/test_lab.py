@@ -353,3 +353,21 @@ def test_a_host_comes_back_after_reboot(lab: Lab) -> None:
     assert lab.host("h2").pid == h2.pid  # the same supervisor started it again
     assert sh(lab, "h2", "systemctl is-system-running --wait").strip() in ("running",
                                                                           "degraded")
+
+
+def test_framework_wheelhouse_installs_pinned_torch(fresh_h1: Lab) -> None:
+    apt_install(fresh_h1, "h1", "python3-venv", PIN_DRIVER)
+    out = sh(fresh_h1, "h1",
+             "python3 -m venv /opt/nodecert/envs/t && /opt/nodecert/envs/t/bin/pip install -q "
+             "--index-url file:///srv/nodecert-mirror/simple torch==2.9.1+cu130 && "
+             "/opt/nodecert/envs/t/bin/python -c 'import torch; print(torch.__version__, "
+             "torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.nccl.version(), "
+             "torch.cuda.device_count(), torch.cuda.get_device_name(0), "
+             "torch.__nodecert_simulated__)'", timeout=300)
+    assert out.strip() == "2.9.1+cu130 13.0 91300 (2, 27, 7) 8 NVIDIA H200 True"
+    # pip checks the index's sha256 fragments: a tampered wheel is refused.
+    bad = fresh_h1.ssh("h1", "cp -r /srv/nodecert-mirror /tmp/m && "
+                             "printf x >> /tmp/m/wheels/torch-2.8.0+cu128-py3-none-any.whl && "
+                             "/opt/nodecert/envs/t/bin/pip install -q --index-url "
+                             "file:///tmp/m/simple torch==2.8.0+cu128", check=False, timeout=300)
+    assert bad.returncode != 0 and "HASH" in (bad.stdout + bad.stderr).upper()

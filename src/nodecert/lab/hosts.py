@@ -152,7 +152,9 @@ class Lab:
         self.clean_stale()
         timings: dict[str, float] = {}
         timings["base_s"] = build_base(self.cfg, log=self.log)
-        timings["mirror_s"] = build_mirror(self.cfg, log=self.log)
+        tm = time.monotonic()
+        mirror = build_mirror(self.cfg, log=self.log)
+        timings["mirror_s"] = time.monotonic() - tm
         t0 = time.monotonic()
         self.cfg.state.mkdir(parents=True, exist_ok=True)
         net.bridge_up(self.cfg)
@@ -166,7 +168,7 @@ class Lab:
         data: dict[str, Any] = {
             "version": 1, "subnet": str(self.cfg.subnet), "bridge": self.cfg.bridge,
             "seed": seed.read_text().strip(), "faults": [f.__dict__ for f in faults],
-            "hosts": [],
+            "mirror": str(mirror), "hosts": [],
         }
         hosts = []
         try:
@@ -174,7 +176,7 @@ class Lab:
                 self._prepare(n, name, host_profiles[name], faults, seed=data["seed"],
                               total=nodes)
                 net.netns_add(self.cfg, n)
-                pid = self._start(n, name)
+                pid = self._start(n, name, mirror)
                 hosts.append(LabHost(name, n, str(self.cfg.host_ip(n)), host_profiles[name],
                                      self.cfg.netns(n), pid))
                 data["hosts"] = [h.as_dict() for h in hosts]
@@ -242,13 +244,13 @@ class Lab:
                          f'exec /usr/bin/python3 /usr/lib/nodecert-lab/simhw.py {tool} "$@"\n')
             w.chmod(0o755)
 
-    def _start(self, n: int, name: str) -> int:
+    def _start(self, n: int, name: str, mirror: Path) -> int:
         d = self.cfg.host_dir(n)
         argv = ["/bin/sh", "-c", BOOT_LOOP, "nodecert-lab-boot",
                 "-q", "-D", str(d / "root"), "-M", self.cfg.netns(n), f"--hostname={name}",
                 "--register=no", "--keep-unit", "--link-journal=no", "--resolv-conf=off",
                 "--settings=no", f"--network-namespace-path=/run/netns/{self.cfg.netns(n)}",
-                f"--bind-ro={self.cfg.mirror}:/srv/nodecert-mirror",
+                f"--bind-ro={mirror}:/srv/nodecert-mirror",
                 "--boot", "--console=read-only"]
         env = dict(os.environ, SYSTEMD_NSPAWN_API_VFS_WRITABLE="network")
         with (d / "console.log").open("ab") as console:
@@ -361,7 +363,7 @@ class Lab:
         net.netns_add(self.cfg, h.n)
         self._prepare(h.n, h.name, h.profile, faults, seed=state["seed"],
                       total=len(state["hosts"]))
-        pid = self._start(h.n, h.name)
+        pid = self._start(h.n, h.name, Path(state["mirror"]))
         new = LabHost(h.name, h.n, h.ip, h.profile, h.netns, pid)
         state["hosts"] = [new.as_dict() if x["name"] == name else x for x in state["hosts"]]
         self._write_state(state)

@@ -16,17 +16,18 @@ import hashlib
 import json
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from nodecert.lab.config import LabConfig
 from nodecert.lab.rootfs import debian_mirror
 from nodecert.lab.shell import run
+from nodecert.lab.wheelhouse import build_wheelhouse
 from nodecert.stacks import Package, list_stacks
 
 # Never pciutils: real lspci in a host would read the real machine's sysfs.
-REAL_DEBIAN_PACKAGES = ("fio", "stress-ng")
+# python3-venv: the framework role builds its virtual environment on the node.
+REAL_DEBIAN_PACKAGES = ("fio", "stress-ng", "python3-venv")
 SIM_TOOL_PACKAGES = {
     # name: (version, tools it provides). Versions say they are lab builds.
     "nccl-tests": ("2.17.8-1+nodecertlab", ("all_reduce_perf",)),
@@ -35,7 +36,7 @@ SIM_TOOL_PACKAGES = {
 }
 # component -> tools its package provides (the rest carry only their marker).
 COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",)}
-SIM_RECIPE = "sim-packages-v4"
+SIM_RECIPE = "sim-packages-v5-wheelhouse"
 
 _PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (SIMULATED, nodecert lab)
@@ -204,23 +205,40 @@ def _fetch_debian(cfg: LabConfig, dest: Path, packages: tuple[str, ...]) -> None
         shutil.rmtree(work, ignore_errors=True)
 
 
-def build_mirror(cfg: LabConfig, *, log: Callable[[str], None] = print) -> float:
-    """Build or refresh the mirror; returns seconds spent (0 when already current)."""
-    t0 = time.monotonic()
+def _referenced_mirrors(cfg: LabConfig) -> set[Path]:
+    """Mirror versions that some lab sharing this root still has bind-mounted."""
+    used = set()
+    for state in cfg.root.glob("state*/lab.json"):
+        try:
+            mirror = json.loads(state.read_text()).get("mirror")
+        except (OSError, ValueError):
+            continue
+        if mirror:
+            used.add(Path(mirror))
+    return used
+
+
+def build_mirror(cfg: LabConfig, *, log: Callable[[str], None] = print) -> Path:
+    """The current mirror version, built if needed.
+
+    Mirrors are content-addressed (`mirror/<key>/`): a running lab keeps the
+    version it bind-mounted, and a rebuild never deletes a version a lab still uses.
+    """
     pkgs = stack_packages()
-    key = _sim_key(pkgs)
-    stamp = cfg.mirror / ".nodecert-lab-mirror"
+    want_real = " ".join(REAL_DEBIAN_PACKAGES)
+    key = hashlib.sha256(f"{_sim_key(pkgs)} {want_real}".encode()).hexdigest()[:16]
+    target = cfg.mirror / key
+    if (target / ".nodecert-lab-mirror").is_file():
+        return target
     debs = cfg.cache / "debian-debs"
     debs_stamp = debs / ".packages"
-    want_real = " ".join(REAL_DEBIAN_PACKAGES)
-    if stamp.is_file() and stamp.read_text().strip() == f"{key} {want_real}":
-        return 0.0
     if not (debs_stamp.is_file() and debs_stamp.read_text().strip() == want_real):
         log(f"fetching real Debian packages into the lab mirror: {want_real} ...")
         shutil.rmtree(debs, ignore_errors=True)
         _fetch_debian(cfg, debs, REAL_DEBIAN_PACKAGES)
         debs_stamp.write_text(want_real + "\n")
-    tmp = cfg.root / "mirror.tmp"
+    cfg.mirror.mkdir(parents=True, exist_ok=True)
+    tmp = cfg.mirror / f".{key}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     log(f"building {len(pkgs)} simulated NVIDIA packages for the lab mirror ...")
@@ -237,7 +255,19 @@ def build_mirror(cfg: LabConfig, *, log: Callable[[str], None] = print) -> float
                    "-o", "APT::FTPArchive::Release::Suite=lab", "release", "."],
                   timeout=300, cwd=tmp).stdout
     (tmp / "Release").write_text(release)
+    build_wheelhouse(tmp)
     (tmp / ".nodecert-lab-mirror").write_text(f"{key} {want_real}\n")
-    shutil.rmtree(cfg.mirror, ignore_errors=True)
-    tmp.rename(cfg.mirror)
-    return time.monotonic() - t0
+    tmp.rename(target)
+    prune_mirrors(cfg, target)
+    return target
+
+
+def prune_mirrors(cfg: LabConfig, current: Path) -> list[Path]:
+    """Delete mirror versions that neither are current nor are used by a lab."""
+    keep = _referenced_mirrors(cfg) | {current}
+    removed = []
+    for old in cfg.mirror.iterdir():
+        if old.is_dir() and old not in keep and not old.name.startswith("."):
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old)
+    return removed
