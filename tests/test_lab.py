@@ -21,7 +21,7 @@ import toolparse as tp
 from conftest import REPO, lab_config, require_root
 from nodecert.errors import NodecertError
 from nodecert.inventory import load_inventory
-from nodecert.lab import net
+from nodecert.lab import blkio, net
 from nodecert.lab.hosts import Lab
 from nodecert.lab.shell import CommandError
 
@@ -244,6 +244,7 @@ def test_lab_status_cli(lab: Lab) -> None:
 
 def _leftovers(cfg: Any) -> dict[str, Any]:
     return {"netns": net.owned_netns(cfg), "mounts": net.owned_mounts(cfg),
+            "blkio": blkio.owned(cfg),
             "bridge": net.link_exists(cfg.bridge),
             "nspawn": [p for p in _pids("systemd-nspawn") if cfg.prefix in _cmdline(p)]}
 
@@ -281,7 +282,8 @@ def test_down_after_a_crash_leaves_nothing_behind() -> None:
         assert [h["name"] for h in again["hosts"]] == ["h1"]
     finally:
         Lab(cfg, log=lambda m: None).down()
-    assert _leftovers(cfg) == {"netns": [], "mounts": [], "bridge": False, "nspawn": []}
+    assert _leftovers(cfg) == {"netns": [], "mounts": [], "blkio": [], "bridge": False,
+                               "nspawn": []}
     assert net.guard_present(cfg)  # the guard stays on purpose
     Lab(cfg).down(drop_guard=True)
     assert not net.guard_present(cfg)
@@ -371,3 +373,24 @@ def test_framework_wheelhouse_installs_pinned_torch(fresh_h1: Lab) -> None:
                              "/opt/nodecert/envs/t/bin/pip install -q --index-url "
                              "file:///tmp/m/simple torch==2.8.0+cu128", check=False, timeout=300)
     assert bad.returncode != 0 and "HASH" in (bad.stdout + bad.stderr).upper()
+
+
+def test_fault_slow_nvme_really_slows_real_fio(lab: Lab, tmp_path: Path) -> None:
+    apt_install(lab, "h2", "fio")
+
+    def write_mbps() -> float:
+        out = sh(lab, "h2", "fio --name=w --filename=/var/tmp/fio.scratch --size=24M "
+                            "--rw=write --bs=1M --direct=1 --ioengine=psync "
+                            "--output-format=json; rm -f /var/tmp/fio.scratch", timeout=120)
+        return float(json.loads(out)["jobs"][0]["write"]["bw_bytes"]) / 1e6
+    fast = write_mbps()
+    faults = tmp_path / "faults.yml"
+    faults.write_text("faults:\n  - {host: h2, kind: nvme_slow, write_mbps: 8, "
+                      "read_mbps: 8}\n")
+    lab.apply_faults(faults)
+    try:
+        slow = write_mbps()
+    finally:
+        lab.apply_faults(None)
+    assert slow < 10.0 < fast, (slow, fast)
+    assert write_mbps() > 10.0  # cleared again

@@ -16,10 +16,11 @@ def test_pruning_keeps_versions_a_running_lab_uses(tmp_path: Path) -> None:
     cfg = LabConfig(root=tmp_path)
     for key in ("old1", "old2", "new"):
         (cfg.mirror / key).mkdir(parents=True)
+    (cfg.mirror / "Packages").write_text("")  # the older, unversioned layout
     (tmp_path / "state-other").mkdir()
     (tmp_path / "state-other/lab.json").write_text(json.dumps({"mirror": str(cfg.mirror / "old1")}))
     removed = prune_mirrors(cfg, cfg.mirror / "new")
-    assert removed == [cfg.mirror / "old2"]
+    assert removed == [cfg.mirror / "Packages", cfg.mirror / "old2"]
     assert sorted(p.name for p in cfg.mirror.iterdir()) == ["new", "old1"]
 
 

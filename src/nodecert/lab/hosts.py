@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.errors import NodecertError
-from nodecert.lab import net
+from nodecert.lab import blkio, net
 from nodecert.lab.config import MAX_HOSTS, LabConfig
 from nodecert.lab.hardware import Fault, hardware_description, load_faults, profile, spec_vars
 from nodecert.lab.mirror import build_mirror
@@ -45,6 +45,9 @@ BOOT_TIMEOUT_S = 90.0
 # forwards SIGTERM so nspawn powers the host off. POSIX sh: ~0.3 MB per host,
 # where a Python supervisor cost ~8 MB.
 BOOT_LOOP = """
+# Join this host's blkio cgroup first, so nspawn and the whole host inherit it
+# (the lab throttles it for an nvme_slow fault).
+[ -n "$NODECERT_LAB_BLKIO" ] && echo $$ > "$NODECERT_LAB_BLKIO/cgroup.procs"
 child=; stopping=
 trap 'stopping=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' TERM INT
 while :; do
@@ -182,6 +185,7 @@ class Lab:
                 data["hosts"] = [h.as_dict() for h in hosts]
                 self._write_state(data)
             self._write_access_files(hosts)
+            self._apply_storage_faults(hosts, faults)
             self._wait_ready(hosts)
         except BaseException:
             self.log("lab up failed: tearing down what was started")
@@ -252,7 +256,8 @@ class Lab:
                 "--settings=no", f"--network-namespace-path=/run/netns/{self.cfg.netns(n)}",
                 f"--bind-ro={mirror}:/srv/nodecert-mirror",
                 "--boot", "--console=read-only"]
-        env = dict(os.environ, SYSTEMD_NSPAWN_API_VFS_WRITABLE="network")
+        env = dict(os.environ, SYSTEMD_NSPAWN_API_VFS_WRITABLE="network",
+                   NODECERT_LAB_BLKIO=str(blkio.ensure(self.cfg, self.cfg.netns(n)) or ""))
         with (d / "console.log").open("ab") as console:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=console,
                                     stderr=subprocess.STDOUT, start_new_session=True, env=env)
@@ -343,9 +348,20 @@ class Lab:
         state = self._read_state() or {}
         for h in hosts:
             self._install_hardware(h.n, h.name, h.profile, faults, state["seed"])
+        self._apply_storage_faults(hosts, faults)
         state["faults"] = [f.__dict__ for f in faults]
         self._write_state(state)
         return faults
+
+    def _apply_storage_faults(self, hosts: list[LabHost], faults: list[Fault]) -> None:
+        """nvme_slow: really throttle the host's block I/O, so real fio measures it."""
+        for h in hosts:
+            slow = [f for f in faults if f.kind == "nvme_slow" and f.host in ("*", h.name)]
+            p = slow[-1].params if slow else {}
+            blkio.throttle(self.cfg, h.netns, self.cfg.root,
+                           read_bps=int(p.get("read_mbps", 0) * 1_000_000),
+                           write_bps=int(p.get("write_mbps", 0) * 1_000_000),
+                           iops=int(p.get("iops", 0)))
 
     # --- reset / stop / down -------------------------------------------------------------
 
@@ -365,6 +381,7 @@ class Lab:
                       total=len(state["hosts"]))
         pid = self._start(h.n, h.name, Path(state["mirror"]))
         new = LabHost(h.name, h.n, h.ip, h.profile, h.netns, pid)
+        self._apply_storage_faults([new], faults)
         state["hosts"] = [new.as_dict() if x["name"] == name else x for x in state["hosts"]]
         self._write_state(state)
         self._wait_ready([new])
@@ -398,6 +415,7 @@ class Lab:
             if m == root or root in m.parents:
                 self._umount(m)
         net.netns_del(self.cfg, netns)
+        blkio.remove(self.cfg, netns)
 
     @staticmethod
     def _umount(path: Path) -> None:
@@ -419,6 +437,8 @@ class Lab:
         leftover_mounts = net.owned_mounts(self.cfg)
         for m in leftover_mounts:
             self._umount(m)
+        for group in blkio.owned(self.cfg):
+            blkio.remove(self.cfg, group)
         net.bridge_down(self.cfg)
         if drop_guard:
             net.drop_guard(self.cfg)

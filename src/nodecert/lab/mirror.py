@@ -266,8 +266,12 @@ def prune_mirrors(cfg: LabConfig, current: Path) -> list[Path]:
     """Delete mirror versions that neither are current nor are used by a lab."""
     keep = _referenced_mirrors(cfg) | {current}
     removed = []
-    for old in cfg.mirror.iterdir():
-        if old.is_dir() and old not in keep and not old.name.startswith("."):
+    for old in sorted(cfg.mirror.iterdir()):
+        if old in keep or old.name.startswith("."):
+            continue
+        if old.is_dir():
             shutil.rmtree(old, ignore_errors=True)
-            removed.append(old)
+        else:  # a file of the older, unversioned layout
+            old.unlink()
+        removed.append(old)
     return removed
