@@ -394,3 +394,33 @@ def test_fault_slow_nvme_really_slows_real_fio(lab: Lab, tmp_path: Path) -> None
         lab.apply_faults(None)
     assert slow < 10.0 < fast, (slow, fast)
     assert write_mbps() > 10.0  # cleared again
+
+
+def test_lab_cli_bad_input_creates_nothing(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from nodecert.cli import main
+    require_root()
+    before = net.owned_netns(lab_config("pt", 1))
+    r = CliRunner().invoke(main, ["lab", "up", "--profile", "h999-sxm-8"])
+    assert r.exit_code == 2 and "unknown lab profile 'h999-sxm-8'" in r.stderr
+    bad = tmp_path / "f.yml"
+    bad.write_text("faults:\n  - {kind: gpu_missing}\n")
+    r = CliRunner().invoke(main, ["lab", "up", "--faults", str(bad)])
+    assert r.exit_code == 2 and "missing required key(s): gpu" in r.stderr
+    assert net.owned_netns(lab_config("pt", 1)) == before
+
+
+def test_lab_cli_status_json(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from nodecert import cli
+    from nodecert.lab import hosts
+    monkeypatch.setattr(hosts.Lab, "__init__", lambda self, cfg=None, log=None: (
+        setattr(self, "cfg", lab.cfg), setattr(self, "log", lambda m: None))[0])
+    r = CliRunner().invoke(cli.main, ["lab", "status", "--json"])
+    assert r.exit_code == 0
+    data = json.loads(r.stdout)
+    assert data["up"] is True and [h["name"] for h in data["hosts"]] == ["h1", "h2"]
+    r = CliRunner().invoke(cli.main, ["lab", "reset", "h9"])
+    assert r.exit_code == 2 and "no lab host named 'h9'" in r.stderr
