@@ -34,8 +34,12 @@ def sh(lab: Lab, host: str, cmd: str, timeout: float = 120) -> str:
     return lab.ssh(host, cmd, timeout=timeout).stdout
 
 
+NVIDIA_SOURCE = "deb [trusted=yes] file:/srv/nodecert-mirror/nvidia ./"
+
+
 def apt_install(lab: Lab, host: str, *pins: str) -> None:
-    sh(lab, host, "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+    sh(lab, host, f"echo '{NVIDIA_SOURCE}' > /etc/apt/sources.list.d/lab-nvidia.list && "
+       "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
        + " ".join(pins) + " >/dev/null 2>&1", timeout=300)
 
 
@@ -368,7 +372,8 @@ def test_framework_wheelhouse_installs_pinned_torch(fresh_h1: Lab) -> None:
              "torch.__nodecert_simulated__)'", timeout=300)
     assert out.strip() == "2.9.1+cu130 13.0 91300 (2, 27, 7) 8 NVIDIA H200 True"
     # pip checks the index's sha256 fragments: a tampered wheel is refused.
-    bad = fresh_h1.ssh("h1", "cp -r /srv/nodecert-mirror /tmp/m && "
+    bad = fresh_h1.ssh("h1", "mkdir -p /tmp/m && cp -r /srv/nodecert-mirror/wheels "
+                             "/srv/nodecert-mirror/simple /tmp/m/ && "
                              "printf x >> /tmp/m/wheels/torch-2.8.0+cu128-py3-none-any.whl && "
                              "/opt/nodecert/envs/t/bin/pip install -q --index-url "
                              "file:///tmp/m/simple torch==2.8.0+cu128", check=False, timeout=300)

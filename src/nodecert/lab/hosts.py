@@ -221,6 +221,11 @@ class Lab:
         shutil.copy2(hostkey, root / "etc/ssh/ssh_host_ed25519_key")
         shutil.copy2(hostkey.with_suffix(".pub"), root / "etc/ssh/ssh_host_ed25519_key.pub")
         (root / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
+        # The distribution archive of a lab host is the mirror's debian/ repository;
+        # NVIDIA's repository (mirror's nvidia/) is added by provisioning, as on a
+        # real server.
+        (root / "etc/apt/sources.list").write_text(
+            "deb [trusted=yes] file:/srv/nodecert-mirror/debian ./\n")
         auth = root / "root/.ssh/authorized_keys"
         auth.write_text((self.cfg.state / "id_ed25519.pub").read_text())
         auth.chmod(0o600)

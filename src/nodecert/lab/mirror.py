@@ -36,7 +36,7 @@ SIM_TOOL_PACKAGES = {
 }
 # component -> tools its package provides (the rest carry only their marker).
 COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",)}
-SIM_RECIPE = "sim-packages-v5-wheelhouse"
+SIM_RECIPE = "sim-packages-v6-split"
 
 _PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (SIMULATED, nodecert lab)
@@ -240,21 +240,26 @@ def build_mirror(cfg: LabConfig, *, log: Callable[[str], None] = print) -> Path:
     cfg.mirror.mkdir(parents=True, exist_ok=True)
     tmp = cfg.mirror / f".{key}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    # Two flat repositories, as a real server sees them: NVIDIA's (the stacks' GPU
+    # packages and GPU tools) and the distribution's archive (real Debian debs).
+    nvidia, distro = tmp / "nvidia", tmp / "debian"
+    nvidia.mkdir(parents=True)
+    distro.mkdir()
     log(f"building {len(pkgs)} simulated NVIDIA packages for the lab mirror ...")
     for p in pkgs:
-        _stack_package(tmp, p)
+        _stack_package(nvidia, p)
     for name, (version, tools) in SIM_TOOL_PACKAGES.items():
-        _tool_package(tmp, name, version, tools)
+        _tool_package(nvidia, name, version, tools)
     for deb in debs.glob("*.deb"):
-        shutil.copy2(deb, tmp / deb.name)
-    packages = run(["apt-ftparchive", "packages", "."], timeout=300, cwd=tmp).stdout
-    (tmp / "Packages").write_text(packages)
-    release = run(["apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=nodecert-lab",
-                   "-o", "APT::FTPArchive::Release::Label=nodecert-lab",
-                   "-o", "APT::FTPArchive::Release::Suite=lab", "release", "."],
-                  timeout=300, cwd=tmp).stdout
-    (tmp / "Release").write_text(release)
+        shutil.copy2(deb, distro / deb.name)
+    for repo, label in ((nvidia, "nodecert-lab-nvidia"), (distro, "nodecert-lab-debian")):
+        packages = run(["apt-ftparchive", "packages", "."], timeout=300, cwd=repo).stdout
+        (repo / "Packages").write_text(packages)
+        release = run(["apt-ftparchive", "-o", f"APT::FTPArchive::Release::Origin={label}",
+                       "-o", f"APT::FTPArchive::Release::Label={label}",
+                       "-o", "APT::FTPArchive::Release::Suite=lab", "release", "."],
+                      timeout=300, cwd=repo).stdout
+        (repo / "Release").write_text(release)
     build_wheelhouse(tmp)
     (tmp / ".nodecert-lab-mirror").write_text(f"{key} {want_real}\n")
     tmp.rename(target)
