@@ -22,7 +22,6 @@ from nodecert.compat import default_matrix
 from nodecert.errors import ExitCode, NodecertError
 from nodecert.gate import GateReport, evaluate
 from nodecert.inventory import check_inventory
-from nodecert.preflight import preflight
 from nodecert.stacks import SUPPORTED_OS, Stack, find_stack, list_stacks
 from nodecert.verdict import Verdict
 
@@ -373,16 +372,25 @@ def lab_down(drop_guard: bool) -> None:
 
 # --- provision -----------------------------------------------------------------------------
 
-_PROVISION_HELP = """Provision hosts with a pinned stack (preflight runs first).
+_PROVISION_HELP = """Provision hosts with a pinned stack, then verify each one.
 
-Runs the preflight on every host before anything is changed: the inventory and
-order spec are validated and the stack gate is evaluated for every GPU model
-and OS in the inventory. A FAIL stops here with exit 1.
+The compatibility gate runs first for every GPU model and OS in the inventory:
+an incompatible stack stops here, before any SSH connection. Then Ansible
+(playbooks/site.yml) runs on all hosts in parallel -- a failing or unreachable
+host does not stop the others -- and every provisioned host is checked for
+conformance (exact versions installed and held, services up, nvidia-smi reports
+the pinned driver). The run is kept under runs/<timestamp>-<id>/.
+
+\b
+Exit codes: 0 every host provisioned and conformant, 1 a host failed (or the
+gate failed), 2 bad input.
 
 \b
 Examples:
   provision --inventory inventory/sample/lab.ini --stack r580-cuda13.0
-  nodecert provision -i lab.ini --stack r570-cuda12.8 --limit gpu-h200-01 --check
+  provision -i /var/tmp/nodecert-lab/state/inventory.ini --stack r580-cuda13.0 --check
+  nodecert provision -i lab.ini --stack r570-cuda12.8 --limit gpu-h200-01 --tags driver
+  provision -i lab.ini --stack r580-cuda13.0 --mirror http://mirror.example/nodecert
 """
 
 
@@ -392,26 +400,47 @@ Examples:
 @click.option("--stack", "stack_name", help="Stack to install (default: nodecert_stack).")
 @click.option("--limit", multiple=True, help="Only these hosts (repeatable).")
 @click.option("--check", "check_mode", is_flag=True, help="Dry run: change nothing.")
+@click.option("--tags", multiple=True,
+              help="Only these components (repo, driver, fabric_manager, cuda_toolkit, cudnn, "
+                   "nccl, dcgm, framework, validators); repeatable.")
+@click.option("--forks", default=10, show_default=True, help="Hosts provisioned in parallel.")
+@click.option("--mirror", help="Base of an air-gapped mirror laid out like the lab's: "
+                               "<mirror>/nvidia (apt) and <mirror>/simple (wheels).")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
+              show_default=True, help="Where run artifacts are kept.")
 @json_option
 @_handle_errors
 def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_mode: bool,
+              tags: tuple[str, ...], forks: int, mirror: str | None, runs_dir: Path,
               as_json: bool) -> None:
-    report = preflight(path, stack_name, limit=limit)
+    from nodecert.provisioning import provision as run_provision
+
+    limit = tuple(h for item in limit for h in item.split(",") if h)
+    report = run_provision(path, stack_name, limit=limit, check=check_mode, tags=tags,
+                           forks=forks, mirror=mirror, runs_dir=runs_dir,
+                           progress=lambda line: click.echo(line, err=True))
     if as_json:
         _emit_json(report.as_dict())
-    else:
+        sys.exit(report.exit_code)
+    if report.gate_failed:
         for hosts, gate in report.gates:
             click.echo(f"preflight for {', '.join(hosts)}:")
             _print_gate(gate)
-    if report.verdict >= Verdict.FAIL:
         click.echo("preflight FAILED: no host was touched.", err=True)
-        sys.exit(int(ExitCode.FAILED))
-    if check_mode:
-        click.echo("preflight passed (--check: nothing changed).", err=True)
-        sys.exit(int(ExitCode.OK))
-    click.echo("preflight passed, but the install stage is not part of this release: "
-               "no host was touched.", err=True)
-    sys.exit(int(ExitCode.NOT_AVAILABLE))
+        sys.exit(report.exit_code)
+    click.echo(f"{'host':<14} {'result':<12} {'ok':>4} {'chg':>4} {'fail':>4}  detail")
+    for h in report.hosts.values():
+        result = h.status
+        detail = h.first_error or ""
+        if h.conformance is not None:
+            result = "conformant" if h.conformance.ok else "NOT CONFORMANT"
+            detail = "; ".join(h.conformance.problems) or (
+                f"{h.conformance.checked} checks passed")
+        if check_mode and h.status == "provisioned":
+            result = "checked"
+        click.echo(f"{h.host:<14} {result:<12} {h.ok:>4} {h.changed:>4} {h.failed:>4}  {detail}")
+    click.echo(f"run: {report.run_dir}")
+    sys.exit(report.exit_code)
 
 
 def provision_main() -> None:

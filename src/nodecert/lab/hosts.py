@@ -336,7 +336,11 @@ class Lab:
                 f"ansible_ssh_common_args='-o UserKnownHostsFile={st / 'known_hosts'} "
                 "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes'",
                 "ansible_python_interpreter=/usr/bin/python3",
-                "nodecert_os=debian-12", "nodecert_simulated=true", ""]
+                "nodecert_os=debian-12", "nodecert_simulated=true",
+                "# The lab's mirror stands in for NVIDIA's repository and the framework index.",
+                "nvidia_repo_url=file:/srv/nodecert-mirror/nvidia", "nvidia_repo_trusted=true",
+                "framework_index_url=file:///srv/nodecert-mirror/simple",
+                "validators_gpu_tool_packages=['nccl-tests', 'nvbandwidth', 'gpu-burn']", ""]
         (st / "inventory.ini").write_text("\n".join(inv))
         (st / "hosts.json").write_text(json.dumps([h.as_dict() for h in hosts], indent=2))
 

@@ -26,8 +26,9 @@ from nodecert.lab.wheelhouse import build_wheelhouse
 from nodecert.stacks import Package, list_stacks
 
 # Never pciutils: real lspci in a host would read the real machine's sysfs.
-# python3-venv: the framework role builds its virtual environment on the node.
-REAL_DEBIAN_PACKAGES = ("fio", "stress-ng", "python3-venv")
+# python3-venv (+ python3-packaging for Ansible's pip module): the framework role
+# builds its virtual environment on the node.
+REAL_DEBIAN_PACKAGES = ("fio", "stress-ng", "python3-venv", "python3-packaging")
 SIM_TOOL_PACKAGES = {
     # name: (version, tools it provides). Versions say they are lab builds.
     "nccl-tests": ("2.17.8-1+nodecertlab", ("all_reduce_perf",)),

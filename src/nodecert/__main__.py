@@ -1,0 +1,3 @@
+from nodecert.cli import main
+
+main()

@@ -1,0 +1,146 @@
+"""Conformance: is a provisioned host exactly what the stack pins?
+
+One SSH round trip per host (strict host-key checking, with the inventory's own
+connection settings) gathers the facts; pure functions judge them: every pinned
+package installed at its exact version and held, the services enabled and
+running, `nvidia-smi` reporting the pinned driver, the framework environment
+holding the pinned wheels.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodecert.lab.shell import CommandError, run
+from nodecert.stacks import Stack
+
+SCRIPT = r"""
+export LC_ALL=C
+echo '##os'
+. /etc/os-release && echo "$ID-$VERSION_ID"
+echo '##pkgs'
+dpkg-query -W -f='${{Package}}\t${{Version}}\t${{db:Status-Abbrev}}\n' {names} 2>/dev/null
+echo '##holds'
+apt-mark showhold
+echo '##nvswitch'
+lspci -nn -d 10de: 2>/dev/null | grep -c '\[0680\]' || true
+echo '##services'
+for s in nvidia-persistenced nvidia-fabricmanager; do
+  en=$(systemctl is-enabled "$s" 2>/dev/null || echo missing)
+  echo "$s $en $(systemctl is-active "$s" 2>/dev/null || true)"
+done
+echo '##smi'
+nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -n 1
+echo '##freeze'
+cat {env}/pip-freeze.txt 2>/dev/null || true
+"""
+
+
+@dataclass
+class Conformance:
+    host: str
+    problems: list[str] = field(default_factory=list)
+    checked: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "ok": self.ok, "checked": self.checked,
+                "problems": self.problems}
+
+
+def ssh_argv(hostvars: dict[str, Any], host: str) -> list[str]:
+    """ssh command line from Ansible connection variables, host keys checked strictly."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", "ConnectTimeout=10"]
+    if hostvars.get("ansible_port"):
+        argv += ["-p", str(hostvars["ansible_port"])]
+    if hostvars.get("ansible_ssh_private_key_file"):
+        argv += ["-i", str(hostvars["ansible_ssh_private_key_file"])]
+    argv += shlex.split(str(hostvars.get("ansible_ssh_common_args", "")))
+    user = hostvars.get("ansible_user", "root")
+    return [*argv, f"{user}@{hostvars.get('ansible_host', host)}"]
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    cur = ""
+    for line in text.splitlines():
+        if line.startswith("##"):
+            cur = line[2:]
+            out[cur] = []
+        elif cur:
+            out[cur].append(line)
+    return out
+
+
+def judge(host: str, stack: Stack, output: str) -> Conformance:
+    """Pure: compare gathered facts with the stack's pins for the host's OS."""
+    c = Conformance(host)
+    sec = _sections(output)
+    os_name = (sec.get("os") or [""])[0].strip()
+    if os_name not in stack.os:
+        c.problems.append(f"host runs {os_name or 'an unknown OS'}; stack {stack.name} pins "
+                          f"nothing for it")
+        return c
+    installed = {}
+    for line in sec.get("pkgs", []):
+        parts = line.split("\t")
+        if len(parts) == 3:
+            installed[parts[0]] = (parts[1], parts[2].strip())
+    holds = set(sec.get("holds", []))
+    nvswitch = int((sec.get("nvswitch") or ["0"])[0] or 0) > 0
+    for p in stack.os[os_name].packages:
+        if p.component in ("fabric_manager", "nscq") and not nvswitch:
+            continue  # Fabric Manager belongs only on NVSwitch systems
+        c.checked += 1
+        got = installed.get(p.name)
+        # db:Status-Abbrev: selection (i install, h hold, ...), then state (i installed).
+        if got is None or len(got[1]) < 2 or got[1][1] != "i":
+            c.problems.append(f"{p.name} is not installed (pinned {p.version})")
+        elif got[0] != str(p.version):
+            c.problems.append(f"{p.name} is {got[0]}, pinned {p.version}")
+        elif p.name not in holds or got[1][0] != "h":
+            c.problems.append(f"{p.name} {p.version} is not held against upgrades")
+    services = {ln.split()[0]: ln.split()[1:] for ln in sec.get("services", []) if ln.split()}
+    wanted = ["nvidia-persistenced"] + (["nvidia-fabricmanager"] if nvswitch else [])
+    for svc in wanted:
+        c.checked += 1
+        state = services.get(svc, ["missing", ""])
+        if state[:2] != ["enabled", "active"]:
+            c.problems.append(f"service {svc} is {'/'.join(s for s in state if s)}, "
+                              "not enabled and active")
+    smi = (sec.get("smi") or [""])[0].strip()
+    c.checked += 1
+    if smi != str(stack.driver):
+        c.problems.append(f"nvidia-smi reports driver {smi!r}, pinned {stack.driver}")
+    freeze = set(sec.get("freeze", []))
+    fw = stack.framework
+    for req in ([f"torch=={fw.pytorch}"] if fw.pytorch else []) + (
+            [f"tensorflow=={fw.tensorflow}"] if fw.tensorflow else []):
+        c.checked += 1
+        if req not in freeze:
+            c.problems.append(f"framework environment lacks {req}")
+    return c
+
+
+def check_host(host: str, hostvars: dict[str, Any], stack: Stack, env_dir: str,
+               timeout: float = 120) -> Conformance:
+    names = " ".join(sorted({shlex.quote(p.name) for pins in stack.os.values()
+                             for p in pins.packages}))
+    script = SCRIPT.format(names=names, env=shlex.quote(env_dir))
+    try:
+        proc = run([*ssh_argv(hostvars, host), script], timeout=timeout, check=False)
+    except CommandError as exc:
+        return Conformance(host, [f"conformance check could not run: {exc.what}"])
+    if proc.returncode == 255:
+        return Conformance(host, [f"conformance check could not connect: "
+                                  f"{proc.stderr.strip()[-300:]}"])
+    return judge(host, stack, proc.stdout)
+
+
+__all__ = ["Conformance", "check_host", "judge", "ssh_argv"]

@@ -1,0 +1,230 @@
+"""`provision`: gate, then Ansible through ansible-runner, then conformance, per host.
+
+Every run is kept as an artifact directory `runs/<timestamp>-<id>/`:
+  inputs/            the inventory, the stack manifest, the extra variables
+  ansible/           ansible-runner's private data dir (events, stdout, status)
+  provision.json     per-host outcome (counts, first error, conformance), written atomically
+Later commands (validate, certify) read it. No secret is ever written there:
+extra variables are non-secret by construction (stack name, mirror URLs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodecert.conformance import Conformance, check_host
+from nodecert.errors import NodecertError
+from nodecert.gate import GateReport
+from nodecert.preflight import preflight
+from nodecert.stacks import Stack, find_stack
+from nodecert.verdict import Verdict
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK_TIMEOUT_S = 6 * 3600
+Progress = Callable[[str], None]
+
+
+@dataclass
+class HostOutcome:
+    host: str
+    status: str = "not run"  # provisioned | failed | unreachable | not run
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    first_error: str | None = None
+    conformance: Conformance | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "status": self.status, "ok": self.ok,
+                "changed": self.changed, "failed": self.failed,
+                "first_error": self.first_error,
+                "conformance": self.conformance.as_dict() if self.conformance else None}
+
+
+@dataclass
+class ProvisionReport:
+    run_dir: Path | None
+    stack: str
+    check_mode: bool
+    gates: list[tuple[tuple[str, ...], GateReport]]
+    hosts: dict[str, HostOutcome] = field(default_factory=dict)
+    gate_failed: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.gate_failed:
+            return 1
+        return 0 if all(h.status == "provisioned" and (h.conformance is None or h.conformance.ok)
+                        for h in self.hosts.values()) else 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_dir": str(self.run_dir) if self.run_dir else None, "stack": self.stack,
+                "check_mode": self.check_mode, "gate_failed": self.gate_failed,
+                "gates": [{"hosts": list(h), **g.as_dict()} for h, g in self.gates],
+                "hosts": {n: h.as_dict() for n, h in self.hosts.items()},
+                "exit_code": self.exit_code}
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def _first_error(res: dict[str, Any]) -> str:
+    for key in ("msg", "stderr", "stdout"):
+        val = res.get(key)
+        if val:
+            text = str(val).strip()
+            return text.splitlines()[0][:400] if key != "msg" else text[:600]
+    return "failed (no message)"
+
+
+class _Tracker:
+    """Turns ansible-runner events into per-host counts and progress lines."""
+
+    def __init__(self, hosts: list[str], progress: Progress) -> None:
+        self.hosts = {h: HostOutcome(h) for h in hosts}
+        self.progress = progress
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        host = data.get("host")
+        if host not in self.hosts:
+            return True
+        h = self.hosts[host]
+        task = data.get("task", "")
+        res = data.get("res", {}) if isinstance(data.get("res"), dict) else {}
+        if kind == "runner_on_ok":
+            h.ok += 1
+            if res.get("changed"):
+                h.changed += 1
+                self._line(h, "changed", task)
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            h.failed += 1
+            h.first_error = h.first_error or f"{task}: {_first_error(res)}"
+            self._line(h, "FAILED", f"{task}: {_first_error(res)}")
+        elif kind == "runner_on_unreachable":
+            h.status = "unreachable"
+            h.first_error = h.first_error or f"unreachable: {_first_error(res)}"
+            self._line(h, "UNREACHABLE", _first_error(res))
+        return True
+
+    def _line(self, h: HostOutcome, what: str, text: str) -> None:
+        self.progress(f"{h.host:<14} ok={h.ok:<3} changed={h.changed:<3} failed={h.failed}  "
+                      f"{what}: {text}")
+
+
+def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ...] = (),
+              check: bool = False, tags: tuple[str, ...] = (), forks: int = 10,
+              mirror: str | None = None, runs_dir: Path = Path("runs"),
+              progress: Progress | None = None, extravars: dict[str, Any] | None = None,
+              ) -> ProvisionReport:
+    """Gate every host, run site.yml, verify conformance. Raises only on bad input."""
+    say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    pre = preflight(inventory, stack, limit=limit)
+    stacks = {gate.stack for _, gate in pre.gates}
+    if len(stacks) != 1:
+        raise NodecertError(f"hosts are set to different stacks ({', '.join(sorted(stacks))})",
+                            where=str(inventory),
+                            hint="provision one stack per run: pass --stack, or --limit")
+    stack_name = stacks.pop()
+    report = ProvisionReport(None, stack_name, check, list(pre.gates))
+    if pre.verdict >= Verdict.FAIL:
+        report.gate_failed = True
+        for name in pre.hosts:
+            report.hosts[name] = HostOutcome(name, "not run",
+                                             first_error="stack fails the compatibility gate")
+        return report
+    manifest: Stack = find_stack(stack_name)
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+    run_dir = (runs_dir / run_id).resolve()
+    inputs = run_dir / "inputs"
+    inputs.mkdir(parents=True)
+    (run_dir / "ansible").mkdir()
+    report.run_dir = run_dir
+    shutil.copy2(inventory, inputs / inventory.name)
+    shutil.copy2(manifest.path, inputs / manifest.path.name)
+    xvars: dict[str, Any] = {"stack": stack_name, **(extravars or {})}
+    if mirror:
+        base = mirror.rstrip("/")
+        xvars["nvidia_repo_url"] = f"{base}/nvidia"
+        xvars["framework_index_url"] = (f"{base}/simple" if "://" in base
+                                        else f"file://{base}/simple")
+    _write_json(inputs / "extravars.json", xvars)
+    hosts = sorted(pre.hosts)
+    tracker = _Tracker(hosts, say)
+    say(f"provisioning {len(hosts)} host(s) with {stack_name}"
+        f"{' (check mode: nothing changes)' if check else ''}; run {run_dir}")
+    import ansible_runner  # lazily: heavy, and only provisioning needs it
+
+    cmdline = ["--check"] if check else []
+    runner = ansible_runner.run(
+        private_data_dir=str(run_dir / "ansible"),
+        playbook=str(REPO / "playbooks" / "site.yml"),
+        inventory=str(inventory.resolve()),
+        extravars=xvars,
+        limit=",".join(hosts),
+        tags=",".join(tags) if tags else None,
+        forks=forks,
+        cmdline=" ".join(cmdline) if cmdline else None,
+        envvars={"ANSIBLE_PIPELINING": "True", "ANSIBLE_HOST_KEY_CHECKING": "True",
+                 "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
+                 "ANSIBLE_RETRY_FILES_ENABLED": "False",
+                 "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
+        event_handler=tracker,
+        quiet=True,
+        timeout=PLAYBOOK_TIMEOUT_S,
+    )
+    stats = runner.stats or {}
+    playbook_error = _playbook_error(run_dir / "ansible") if runner.rc != 0 else None
+    for name, h in tracker.hosts.items():
+        if h.status == "unreachable" or name in (stats.get("dark") or {}):
+            h.status = "unreachable"
+        elif name in (stats.get("failures") or {}) or h.failed:
+            h.status = "failed"
+        elif name in (stats.get("ok") or {}):
+            h.status = "provisioned"
+        else:
+            h.first_error = h.first_error or playbook_error or f"playbook {runner.status}"
+    if not check:
+        env_dir = f"/opt/nodecert/envs/{stack_name}"
+        for name, h in tracker.hosts.items():
+            if h.status == "provisioned":
+                say(f"{name:<14} verifying conformance ...")
+                h.conformance = check_host(name, _hostvars(inventory, name), manifest, env_dir)
+    report.hosts = tracker.hosts
+    _write_json(run_dir / "provision.json", report.as_dict())
+    return report
+
+
+def _playbook_error(private_dir: Path) -> str | None:
+    """The first [ERROR] of a run that failed before reaching hosts (e.g. bad YAML)."""
+    for stdout in sorted(private_dir.glob("artifacts/*/stdout")):
+        lines = stdout.read_text(errors="replace").splitlines()
+        for k, line in enumerate(lines):
+            if line.startswith(("[ERROR]", "ERROR!")):
+                origin = next((ln for ln in lines[k + 1:k + 3] if ln.startswith("Origin")), "")
+                return f"{line} {origin}".strip()
+    return None
+
+
+def _hostvars(inventory: Path, host: str) -> dict[str, Any]:
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    inv = InventoryManager(loader=loader, sources=[str(inventory.resolve())])
+    vm = VariableManager(loader=loader, inventory=inv)
+    return dict(vm.get_vars(host=inv.get_host(host)))

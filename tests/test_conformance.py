@@ -1,0 +1,57 @@
+"""The conformance judge, on output recorded from a provisioned lab host."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO
+from nodecert.conformance import judge, ssh_argv
+from nodecert.stacks import find_stack
+
+RECORDED = (REPO / "tests/fixtures/recorded/conformance-lab-h1-r580-debian12.txt").read_text()
+STACK = find_stack("r580-cuda13.0")
+
+
+def test_recorded_provisioned_host_is_conformant() -> None:
+    c = judge("h1", STACK, RECORDED)
+    assert c.ok, c.problems
+    assert c.checked == 8 + 2 + 1 + 1  # pins, two services, driver, torch
+
+
+@pytest.mark.parametrize(("old", "new", "problem"), [
+    ("libnccl2\t2.27.7-1+cuda13.0\thi", "libnccl2\t2.27.7-1+cuda12.9\thi",
+     "libnccl2 is 2.27.7-1+cuda12.9, pinned 2.27.7-1+cuda13.0"),
+    ("nvidia-open\t580.173.02-1\thi", "nvidia-open\t580.173.02-1\tii",
+     "nvidia-open 580.173.02-1 is not held against upgrades"),
+    ("libcudnn9-cuda-13\t9.12.0.46-1\thi \n", "",
+     "libcudnn9-cuda-13 is not installed (pinned 9.12.0.46-1)"),
+    ("nvidia-fabricmanager enabled active", "nvidia-fabricmanager enabled failed",
+     "service nvidia-fabricmanager is enabled/failed, not enabled and active"),
+    ("##smi\n580.173.02", "##smi\n570.211.01", "nvidia-smi reports driver '570.211.01'"),
+    ("torch==2.9.1+cu130", "torch==2.8.0+cu128", "framework environment lacks torch==2.9.1"),
+    ("##os\ndebian-12", "##os\ndebian-13", "host runs debian-13; stack r580-cuda13.0 pins"),
+])
+def test_each_drift_is_reported(old: str, new: str, problem: str) -> None:
+    assert old in RECORDED
+    c = judge("h1", STACK, RECORDED.replace(old, new))
+    assert not c.ok
+    assert any(problem in p for p in c.problems), c.problems
+
+
+def test_fabric_manager_not_required_without_nvswitch() -> None:
+    text = RECORDED.replace("##nvswitch\n4", "##nvswitch\n0").replace(
+        "nvidia-fabricmanager enabled active", "nvidia-fabricmanager missing inactive")
+    for line in ("libnvidia-nscq\t580.173.02-1\thi \n", "nvidia-fabricmanager\t580.173.02-1\thi \n"):
+        text = text.replace(line, "")
+    c = judge("h2", STACK, text)
+    assert c.ok, c.problems
+
+
+def test_ssh_argv_checks_host_keys_and_uses_inventory_settings() -> None:
+    argv = ssh_argv({"ansible_host": "10.78.0.11", "ansible_port": 2222, "ansible_user": "ops",
+                     "ansible_ssh_private_key_file": "/k/id",
+                     "ansible_ssh_common_args": "-o UserKnownHostsFile=/k/known_hosts"}, "h1")
+    assert "StrictHostKeyChecking=yes" in argv
+    assert argv[-1] == "ops@10.78.0.11"
+    assert argv[argv.index("-p") + 1] == "2222" and argv[argv.index("-i") + 1] == "/k/id"
+    assert "UserKnownHostsFile=/k/known_hosts" in argv
