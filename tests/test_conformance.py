@@ -41,8 +41,8 @@ def test_each_drift_is_reported(old: str, new: str, problem: str) -> None:
 def test_fabric_manager_not_required_without_nvswitch() -> None:
     text = RECORDED.replace("##nvswitch\n4", "##nvswitch\n0").replace(
         "nvidia-fabricmanager enabled active", "nvidia-fabricmanager missing inactive")
-    for line in ("libnvidia-nscq\t580.173.02-1\thi \n", "nvidia-fabricmanager\t580.173.02-1\thi \n"):
-        text = text.replace(line, "")
+    for name in ("libnvidia-nscq", "nvidia-fabricmanager"):
+        text = text.replace(f"{name}\t580.173.02-1\thi \n", "")
     c = judge("h2", STACK, text)
     assert c.ok, c.problems
 
