@@ -119,12 +119,12 @@ def require_root() -> None:
 
 @pytest.fixture(scope="session")
 def lab() -> Any:
-    """Two lab hosts for the whole run: h1 = HGX H200 (8 GPUs), h2 = L40S (4 GPUs)."""
+    """Lab hosts for the whole run: h1, h3 = HGX H200 (8 GPUs), h2 = L40S (4 GPUs)."""
     require_root()
     from nodecert.lab.hosts import Lab
     the_lab = Lab(lab_config("pt", 1), log=lambda m: None)
     try:
-        the_lab.up(nodes=2, profiles=("h200-sxm-8", "l40s-pcie-4"))
+        the_lab.up(nodes=3, profiles=("h200-sxm-8", "l40s-pcie-4"))
         yield the_lab
     finally:
         the_lab.down()  # runs even when tests failed: nothing is left behind

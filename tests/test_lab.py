@@ -235,13 +235,14 @@ def test_real_ansible_over_ssh(lab: Lab) -> None:
                         "-m", "ansible.builtin.setup", "-a", "filter=ansible_service_mgr"],
                        capture_output=True, text=True, timeout=180, env=env, check=False)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.count('"ansible_service_mgr": "systemd"') == 2
+    assert r.stdout.count('"ansible_service_mgr": "systemd"') == 3
 
 
 def test_lab_status_cli(lab: Lab) -> None:
     st = lab.status()
     assert st["up"] is True
-    assert [(h["name"], h["ssh"]) for h in st["hosts"]] == [("h1", True), ("h2", True)]
+    assert [(h["name"], h["ssh"]) for h in st["hosts"]] == [("h1", True), ("h2", True),
+                                                              ("h3", True)]
 
 
 # --- lifecycle on a second, separate lab -----------------------------------------------
@@ -426,6 +427,6 @@ def test_lab_cli_status_json(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
     r = CliRunner().invoke(cli.main, ["lab", "status", "--json"])
     assert r.exit_code == 0
     data = json.loads(r.stdout)
-    assert data["up"] is True and [h["name"] for h in data["hosts"]] == ["h1", "h2"]
+    assert data["up"] is True and [h["name"] for h in data["hosts"]] == ["h1", "h2", "h3"]
     r = CliRunner().invoke(cli.main, ["lab", "reset", "h9"])
     assert r.exit_code == 2 and "no lab host named 'h9'" in r.stderr

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.conformance import Conformance, check_host
-from nodecert.errors import NodecertError
 from nodecert.gate import GateReport
+from nodecert.paths import stacks_dir
 from nodecert.preflight import preflight
 from nodecert.stacks import Stack, find_stack
 from nodecert.verdict import Verdict
@@ -133,20 +133,17 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     """Gate every host, run site.yml, verify conformance. Raises only on bad input."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     pre = preflight(inventory, stack, limit=limit)
-    stacks = {gate.stack for _, gate in pre.gates}
-    if len(stacks) != 1:
-        raise NodecertError(f"hosts are set to different stacks ({', '.join(sorted(stacks))})",
-                            where=str(inventory),
-                            hint="provision one stack per run: pass --stack, or --limit")
-    stack_name = stacks.pop()
-    report = ProvisionReport(None, stack_name, check, list(pre.gates))
+    # --stack applies to every host; without it each host gets its nodecert_stack.
+    host_stack = {name: stack or spec.stack or "" for name, spec in pre.hosts.items()}
+    stack_label = ", ".join(sorted(set(host_stack.values())))
+    report = ProvisionReport(None, stack_label, check, list(pre.gates))
     if pre.verdict >= Verdict.FAIL:
         report.gate_failed = True
         for name in pre.hosts:
             report.hosts[name] = HostOutcome(name, "not run",
                                              first_error="stack fails the compatibility gate")
         return report
-    manifest: Stack = find_stack(stack_name)
+    manifests: dict[str, Stack] = {n: find_stack(n) for n in set(host_stack.values())}
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
     run_dir = (runs_dir / run_id).resolve()
     inputs = run_dir / "inputs"
@@ -154,8 +151,11 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     (run_dir / "ansible").mkdir()
     report.run_dir = run_dir
     shutil.copy2(inventory, inputs / inventory.name)
-    shutil.copy2(manifest.path, inputs / manifest.path.name)
-    xvars: dict[str, Any] = {"stack": stack_name, **(extravars or {})}
+    for manifest in manifests.values():
+        shutil.copy2(manifest.path, inputs / manifest.path.name)
+    # Ansible reads the same manifests as this process (NODECERT_HOME decides).
+    xvars: dict[str, Any] = {"nodecert_common_stacks_dir": str(stacks_dir().resolve()),
+                             **({"stack": stack} if stack else {}), **(extravars or {})}
     if mirror:
         base = mirror.rstrip("/")
         xvars["nvidia_repo_url"] = f"{base}/nvidia"
@@ -164,7 +164,7 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     _write_json(inputs / "extravars.json", xvars)
     hosts = sorted(pre.hosts)
     tracker = _Tracker(hosts, say)
-    say(f"provisioning {len(hosts)} host(s) with {stack_name}"
+    say(f"provisioning {len(hosts)} host(s) with {stack_label}"
         f"{' (check mode: nothing changes)' if check else ''}; run {run_dir}")
     import ansible_runner  # lazily: heavy, and only provisioning needs it
 
@@ -198,11 +198,12 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
         else:
             h.first_error = h.first_error or playbook_error or f"playbook {runner.status}"
     if not check:
-        env_dir = f"/opt/nodecert/envs/{stack_name}"
         for name, h in tracker.hosts.items():
             if h.status == "provisioned":
                 say(f"{name:<14} verifying conformance ...")
-                h.conformance = check_host(name, _hostvars(inventory, name), manifest, env_dir)
+                m = manifests[host_stack[name]]
+                h.conformance = check_host(name, _hostvars(inventory, name), m,
+                                           f"/opt/nodecert/envs/{m.name}")
     report.hosts = tracker.hosts
     _write_json(run_dir / "provision.json", report.as_dict())
     return report
