@@ -23,7 +23,7 @@ from nodecert.errors import NodecertError
 from nodecert.inventory import load_inventory
 from nodecert.lab import blkio, net
 from nodecert.lab.hosts import Lab
-from nodecert.lab.shell import CommandError
+from nodecert.shell import CommandError
 
 PIN_DRIVER = "nvidia-driver-580-server-open=580.173.02-0ubuntu0.24.04.1"
 PIN_NCCL = "libnccl2=2.27.7-1+cuda13.0"

@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodecert.lab.shell import CommandError, run
+from nodecert.shell import CommandError, run
 from nodecert.stacks import Stack
 
 SCRIPT = r"""

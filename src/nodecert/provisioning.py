@@ -129,7 +129,7 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
               check: bool = False, tags: tuple[str, ...] = (), forks: int = 10,
               mirror: str | None = None, runs_dir: Path = Path("runs"),
               progress: Progress | None = None, extravars: dict[str, Any] | None = None,
-              ) -> ProvisionReport:
+              pipelining: bool = True) -> ProvisionReport:
     """Gate every host, run site.yml, verify conformance. Raises only on bad input."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     pre = preflight(inventory, stack, limit=limit)
@@ -178,7 +178,7 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
         tags=",".join(tags) if tags else None,
         forks=forks,
         cmdline=" ".join(cmdline) if cmdline else None,
-        envvars={"ANSIBLE_PIPELINING": "True", "ANSIBLE_HOST_KEY_CHECKING": "True",
+        envvars={"ANSIBLE_PIPELINING": str(pipelining), "ANSIBLE_HOST_KEY_CHECKING": "True",
                  "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
                  "ANSIBLE_RETRY_FILES_ENABLED": "False",
                  "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},

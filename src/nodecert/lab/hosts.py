@@ -32,7 +32,7 @@ from nodecert.lab.config import MAX_HOSTS, LabConfig
 from nodecert.lab.hardware import Fault, hardware_description, load_faults, profile, spec_vars
 from nodecert.lab.mirror import build_mirror
 from nodecert.lab.rootfs import build_base
-from nodecert.lab.shell import CommandError, run
+from nodecert.shell import CommandError, run
 
 Log = Callable[[str], None]
 SIMHW = Path(__file__).parent / "simhw" / "simhw.py"

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from nodecert.lab.config import LabConfig
 from nodecert.lab.rootfs import debian_mirror
-from nodecert.lab.shell import run
 from nodecert.lab.wheelhouse import build_wheelhouse
+from nodecert.shell import run
 from nodecert.stacks import Package, list_stacks
 
 # Never pciutils: real lspci in a host would read the real machine's sysfs.

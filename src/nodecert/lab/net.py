@@ -18,7 +18,7 @@ from typing import Any
 
 from nodecert.errors import NodecertError
 from nodecert.lab.config import BRIDGE_ALIAS, LabConfig
-from nodecert.lab.shell import run
+from nodecert.shell import run
 
 GUARD_METRIC = "4000"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from nodecert.errors import NodecertError
 from nodecert.lab.config import BASE_PACKAGES, BASE_RECIPE, LabConfig
-from nodecert.lab.shell import run
+from nodecert.shell import run
 
 STAMP = ".nodecert-lab-base"
 MASKED_UNITS = ("apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer",

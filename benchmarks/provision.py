@@ -1,0 +1,75 @@
+"""Benchmark provisioning on the lab: 1, 4 and 8 hosts, first run and idempotent re-run.
+
+Run on demand, as root:   .venv/bin/python benchmarks/provision.py [--sizes 1 4 8] [--json OUT]
+
+Reports wall time per run, per-host overhead, and -- on the largest size -- the
+idempotent re-run with forks=1 and without SSH pipelining. Target (issue #4): the
+idempotent re-run on 8 hosts under 3x the single-host re-run time.
+The lab used here has its own state directory, bridge and subnet (10.78.8.0/24).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from nodecert.lab.config import LabConfig
+from nodecert.lab.hosts import Lab
+from nodecert.provisioning import provision
+
+CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.8.0/24"), bridge="ncpbench0",
+                prefix="ncpbench", state_name="state-pbench")
+STACK = "r580-cuda13.0"
+
+
+def timed(inv: Path, runs: Path, **kw: object) -> tuple[float, dict[str, object]]:
+    t = time.monotonic()
+    report = provision(inv, STACK, runs_dir=runs, progress=lambda line: None, **kw)  # type: ignore[arg-type]
+    elapsed = time.monotonic() - t
+    hosts = report.hosts.values()
+    return elapsed, {"exit": report.exit_code, "changed": sum(h.changed for h in hosts),
+                     "conformant": sum(1 for h in hosts if h.conformance and h.conformance.ok)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 8])
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    lab = Lab(CFG, log=lambda m: None)
+    results: dict[str, object] = {}
+    runs = Path(tempfile.mkdtemp(prefix="nodecert-bench-runs-"))
+    try:
+        for n in args.sizes:
+            lab.down()
+            lab.up(nodes=n)
+            inv = CFG.state / "inventory.ini"
+            first, r1 = timed(inv, runs)
+            again, r2 = timed(inv, runs)
+            results[f"{n}_hosts"] = {"first_run_s": round(first, 1), "rerun_s": round(again, 1),
+                                     "first_run_per_host_s": round(first / n, 1),
+                                     "first": r1, "rerun": r2}
+            if n == max(args.sizes) and n > 1:
+                t1, _ = timed(inv, runs, forks=1)
+                tp, _ = timed(inv, runs, pipelining=False)
+                results[f"{n}_hosts"]["rerun_forks1_s"] = round(t1, 1)  # type: ignore[index]
+                results[f"{n}_hosts"]["rerun_no_pipelining_s"] = round(tp, 1)  # type: ignore[index]
+        if "1_hosts" in results and f"{max(args.sizes)}_hosts" in results:
+            one = results["1_hosts"]["rerun_s"]  # type: ignore[index]
+            big = results[f"{max(args.sizes)}_hosts"]["rerun_s"]  # type: ignore[index]
+            results["rerun_ratio_largest_vs_1"] = round(big / one, 2)
+    finally:
+        lab.down(drop_guard=True)
+    print(json.dumps(results, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
