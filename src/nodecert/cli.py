@@ -1,8 +1,7 @@
 """The ``nodecert`` command line: thin wrappers over the library.
 
 Exit codes (all commands): 0 success (PASS/WARN), 1 a rule or check FAILed,
-2 bad input (unknown name, malformed file), 3 stage not available in this
-release (nothing was changed).
+2 bad input (unknown name, malformed file).
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ def main() -> None:
     """nodecert: provision, validate and certify NVIDIA GPU servers.
 
     \b
-    Exit codes: 0 PASS/WARN, 1 FAIL, 2 bad input, 3 stage not available.
+    Exit codes: 0 PASS/WARN, 1 FAIL, 2 bad input.
     """
 
 

@@ -5,7 +5,6 @@ Exit codes are part of the CLI contract (documented in README.md):
 * 0 -- success: every rule or check is PASS or WARN
 * 1 -- a rule or check FAILed (the input was fine, the answer is "no")
 * 2 -- bad input: unknown stack/GPU/OS, malformed manifest or inventory
-* 3 -- the requested stage is not available in this release; nothing was changed
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ class ExitCode(IntEnum):
     OK = 0
     FAILED = 1
     BAD_INPUT = 2
-    NOT_AVAILABLE = 3
 
 
 class NodecertError(Exception):
