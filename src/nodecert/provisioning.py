@@ -197,13 +197,14 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
             h.status = "provisioned"
         else:
             h.first_error = h.first_error or playbook_error or f"playbook {runner.status}"
-    if not check:
-        for name, h in tracker.hosts.items():
-            if h.status == "provisioned":
-                say(f"{name:<14} verifying conformance ...")
-                m = manifests[host_stack[name]]
-                h.conformance = check_host(name, _hostvars(inventory, name), m,
-                                           f"/opt/nodecert/envs/{m.name}")
+    done = [n for n, h in tracker.hosts.items() if h.status == "provisioned"]
+    if done and not check:
+        connection = _hostvars(inventory, done)
+        for name in done:
+            say(f"{name:<14} verifying conformance ...")
+            m = manifests[host_stack[name]]
+            tracker.hosts[name].conformance = check_host(name, connection[name], m,
+                                                         f"/opt/nodecert/envs/{m.name}")
     report.hosts = tracker.hosts
     _write_json(run_dir / "provision.json", report.as_dict())
     return report
@@ -220,7 +221,8 @@ def _playbook_error(private_dir: Path) -> str | None:
     return None
 
 
-def _hostvars(inventory: Path, host: str) -> dict[str, Any]:
+def _hostvars(inventory: Path, hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """Each host's variables as Ansible resolves them (one inventory parse)."""
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
@@ -228,4 +230,4 @@ def _hostvars(inventory: Path, host: str) -> dict[str, Any]:
     loader = DataLoader()
     inv = InventoryManager(loader=loader, sources=[str(inventory.resolve())])
     vm = VariableManager(loader=loader, inventory=inv)
-    return dict(vm.get_vars(host=inv.get_host(host)))
+    return {h: dict(vm.get_vars(host=inv.get_host(h))) for h in hosts}
