@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -406,10 +407,21 @@ class Lab:
         self._signal_host(h)
         self._finish_stop(h.netns, h.pid)
 
+    def _wait_exit(self, pid: int, timeout: float) -> None:
+        """Block until pid exits (a pidfd becomes readable), at most timeout seconds."""
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:  # already gone
+            return
+        try:
+            select.select([fd], [], [], timeout)
+        finally:
+            os.close(fd)
+        self._alive(pid)  # reaps it when it is our own child
+
     def _finish_stop(self, netns: str, pid: int | None) -> None:
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while pid and self._alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        if pid and self._alive(pid):
+            self._wait_exit(pid, STOP_TIMEOUT_S)
         # Whatever still runs inside the lab's own namespace was started by the lab.
         if netns in net.owned_netns(self.cfg):
             for p in net.netns_pids(netns):

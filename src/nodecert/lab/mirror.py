@@ -37,7 +37,7 @@ SIM_TOOL_PACKAGES = {
 }
 # component -> tools its package provides (the rest carry only their marker).
 COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",)}
-SIM_RECIPE = "sim-packages-v6-split"
+SIM_RECIPE = "sim-packages-v7-pause"
 
 _PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (SIMULATED, nodecert lab)
@@ -68,7 +68,7 @@ WantedBy=multi-user.target
 # Like the real Fabric Manager: check the driver version, then daemonize (the unit
 # is Type=forking, so `systemctl start` reports a refused start synchronously).
 _FM_BIN = """#!/usr/bin/python3
-import json, glob, os, signal, sys, time
+import json, glob, os, signal, sys
 mine = "{version}"
 drv = None
 for p in glob.glob("/usr/share/nodecert-lab/installed/*.json"):
@@ -85,15 +85,15 @@ if os.fork():
 os.setsid()
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 while True:
-    time.sleep(3600)
+    signal.pause()
 """
 
 _PERSISTENCED_BIN = """#!/usr/bin/python3
-import signal, sys, time
+import signal, sys
 print("nvidia-persistenced (SIMULATED) started", flush=True)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 while True:
-    time.sleep(3600)
+    signal.pause()
 """
 
 

@@ -844,7 +844,7 @@ def cmd_all_reduce_perf(argv):
         # A hung collective: no output, no exit, until the caller's timeout kills it.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         while True:
-            time.sleep(3600)
+            signal.pause()
     print("#                                                              out-of-place     "
           "                  in-place          ")
     print("#       size         count      type   redop    root     time   algbw   busbw "
