@@ -280,21 +280,29 @@ class Lab:
         return run([*self._ssh_base(), host, command], timeout=timeout, check=check)
 
     def _wait_ready(self, hosts: list[LabHost]) -> None:
+        """Until every host accepts ssh; fail at once if a host's supervisor exits."""
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         pending = {h.name: h for h in hosts}
-        while pending:
-            for name, h in list(pending.items()):
-                if not self._alive(h.pid):
-                    tail = (self.cfg.host_dir(h.n) / "console.log").read_text()[-2000:]
-                    raise NodecertError(f"lab host {name} exited while booting:\n{tail}")
-                if self._port_open(h.ip) and self._ssh_ok(name):
-                    del pending[name]
-            if pending and time.monotonic() > deadline:
-                raise NodecertError(
-                    f"lab host(s) {', '.join(pending)} not ssh-ready after "
-                    f"{BOOT_TIMEOUT_S:.0f} s; see {self.cfg.state}/hosts/*/console.log")
-            if pending:
-                time.sleep(0.05)  # readiness polling with a hard deadline
+        pidfds = {name: os.pidfd_open(h.pid) for name, h in pending.items() if h.pid}
+        try:
+            while pending:
+                for name, h in list(pending.items()):
+                    if not self._alive(h.pid):
+                        tail = (self.cfg.host_dir(h.n) / "console.log").read_text()[-2000:]
+                        raise NodecertError(f"lab host {name} exited while booting:\n{tail}")
+                    if self._port_open(h.ip) and self._ssh_ok(name):
+                        del pending[name]
+                if pending and time.monotonic() > deadline:
+                    raise NodecertError(
+                        f"lab host(s) {', '.join(pending)} not ssh-ready after "
+                        f"{BOOT_TIMEOUT_S:.0f} s; see {self.cfg.state}/hosts/*/console.log")
+                if pending:
+                    # Wake early if a pending host's supervisor exits; else probe again
+                    # shortly (sshd gives no readiness event to wait on from outside).
+                    select.select([pidfds[n] for n in pending if n in pidfds], [], [], 0.05)
+        finally:
+            for fd in pidfds.values():
+                os.close(fd)
 
     @staticmethod
     def _port_open(ip: str) -> bool:
