@@ -442,6 +442,76 @@ def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_
     sys.exit(report.exit_code)
 
 
+# --- validate ------------------------------------------------------------------------------
+
+_VALIDATE_HELP = """Run the node-side checks on every host, in parallel, and record each verdict.
+
+Each host runs its suite's checks (hardware inventory against the spec, PCIe
+links, NVLink/NVSwitch topology, GPU health, Xid history, stack conformance,
+storage with fio) over SSH with strict host-key checking. Progress streams per
+host; every result (value, threshold and its source, evidence) lands in
+runs/<timestamp>-<id>/<host>/results.json as it arrives. An unreachable host is
+reported and the others go on; Ctrl-C keeps finished results and marks the
+rest as not run. Results from simulated (lab) hosts are stamped SIMULATED.
+
+\b
+Exit codes: 0 every host PASS or WARN, 1 any FAIL or ERROR (or interrupted),
+2 bad input (inventory, suite, threshold).
+
+\b
+Examples:
+  nodecert validate -i /var/tmp/nodecert-lab/state/inventory.ini --suite quick
+  nodecert validate -i lab.ini --suite standard --limit gpu-h200-01,gpu-h200-02
+  nodecert validate -i lab.ini --check health.gpu --check health.xid
+  nodecert validate -i lab.ini --threshold storage.seq_read_mbps_min=3000 --scratch-dir /data/tmp
+"""
+
+
+@main.command("validate", help=_VALIDATE_HELP)
+@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
+              help="Ansible inventory with the hosts and their spec.")
+@click.option("--suite", default="quick", show_default=True,
+              help="quick | standard | full (validators/suites.yml).")
+@click.option("--limit", multiple=True, help="Only these hosts (repeatable or comma-separated).")
+@click.option("--check", "checks", multiple=True,
+              help="Only these checks of the suite (repeatable).")
+@click.option("--stack", "stack_name",
+              help="Stack to check conformance against (default: the host's nodecert_stack).")
+@click.option("--threshold", "threshold_items", multiple=True, metavar="KEY=VALUE",
+              help="Override a threshold for every host (recorded as the command line's).")
+@click.option("--scratch-dir", help="Directory the storage test may write to on every host "
+              "(default: the host's nodecert_storage_targets, else /var/tmp/nodecert/scratch).")
+@click.option("--forks", default=16, show_default=True, help="Hosts validated in parallel.")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
+              show_default=True, help="Where run directories are created.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@_handle_errors
+def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],
+                 stack_name: str | None, threshold_items: tuple[str, ...],
+                 scratch_dir: str | None, forks: int, runs_dir: Path, as_json: bool) -> None:
+    from nodecert.thresholds import parse_cli_thresholds
+    from nodecert.validation import validate
+
+    limit = tuple(h for item in limit for h in item.split(",") if h)
+    run = validate(path, suite=suite, limit=limit, stack=stack_name, forks=forks,
+                   runs_dir=runs_dir, cli_thresholds=parse_cli_thresholds(threshold_items),
+                   scratch=scratch_dir, checks=checks,
+                   progress=lambda line: click.echo(line, err=True))
+    code = ExitCode.OK if run.verdict <= Verdict.WARN and not run.interrupted \
+        else ExitCode.FAILED
+    if as_json:
+        _emit_json(run.summary())
+        sys.exit(int(code))
+    click.echo(f"{'host':<14} {'verdict':<8} {'status':<12} detail")
+    for name, h in sorted(run.hosts.items()):
+        bad = [r for r in h.results if r.verdict.value >= Verdict.FAIL.value]
+        detail = h.error or "; ".join(f"{r.check}: {r.summary}" for r in bad[:3]) or h.counts()
+        sim = " SIMULATED" if h.simulated else ""
+        click.echo(f"{name:<14} {h.verdict.name:<8} {h.status:<12} {detail}{sim}")
+    click.echo(f"run: {run.run_dir}")
+    sys.exit(int(code))
+
+
 def provision_main() -> None:
     """Entry point of the `provision` console script (same as `nodecert provision`)."""
     provision(prog_name="provision")

@@ -128,11 +128,21 @@ def judge(host: str, stack: Stack, output: str) -> Conformance:
     return c
 
 
-def check_host(host: str, hostvars: dict[str, Any], stack: Stack, env_dir: str,
-               timeout: float = 120) -> Conformance:
+def env_dir(stack: Stack) -> str:
+    """Where the framework role puts the stack's Python environment on a node."""
+    return f"/opt/nodecert/envs/{stack.name}"
+
+
+def script_for(stack: Stack, env: str | None = None) -> str:
+    """The gathering script (shell) whose output `judge` reads."""
     names = " ".join(sorted({shlex.quote(p.name) for pins in stack.os.values()
                              for p in pins.packages}))
-    script = SCRIPT.format(names=names, env=shlex.quote(env_dir))
+    return SCRIPT.format(names=names, env=shlex.quote(env or env_dir(stack)))
+
+
+def check_host(host: str, hostvars: dict[str, Any], stack: Stack, env: str | None = None,
+               timeout: float = 120) -> Conformance:
+    script = script_for(stack, env)
     try:
         proc = run([*ssh_argv(hostvars, host), script], timeout=timeout, check=False)
     except CommandError as exc:
@@ -143,4 +153,4 @@ def check_host(host: str, hostvars: dict[str, Any], stack: Stack, env_dir: str,
     return judge(host, stack, proc.stdout)
 
 
-__all__ = ["Conformance", "check_host", "judge", "ssh_argv"]
+__all__ = ["Conformance", "check_host", "env_dir", "judge", "script_for", "ssh_argv"]

@@ -9,9 +9,11 @@ integrator's order spec per host: the ``nodecert_*`` variables documented in
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,21 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
     "nodecert_stack": (False, "stack", "stack to provision on this host"),
     "nodecert_simulated": (False, "bool", "set by `nodecert lab` on simulated hosts"),
     "nodecert_lab_profile": (False, "str", "lab hardware profile (set by `nodecert lab up`)"),
+    # Validation (nodecert validate): optional order details and per-host settings.
+    "nodecert_cpu_model": (False, "str", "CPU model as ordered (substring of lscpu's Model name)"),
+    "nodecert_nvme_rated_seq_read_mbps": (False, "int", "datasheet sequential read, MB/s"),
+    "nodecert_nvme_rated_seq_write_mbps": (False, "int", "datasheet sequential write, MB/s"),
+    "nodecert_nvme_rated_rand_read_iops": (False, "int", "datasheet 4 KiB random read IOPS"),
+    "nodecert_storage_targets": (False, "list", "scratch directories (or allowed raw devices) "
+                                 "the storage test may write to"),
+    "nodecert_allow_raw_devices": (False, "list", "raw block devices the storage test may "
+                                   "overwrite when proven empty"),
+    "nodecert_thresholds": (False, "map", "threshold overrides {key: value}, e.g. "
+                            "{storage.seq_read_mbps_min: 3000}"),
 }
+VALIDATION_VARS = ("nodecert_cpu_model", "nodecert_nvme_rated_seq_read_mbps",
+                   "nodecert_nvme_rated_seq_write_mbps", "nodecert_nvme_rated_rand_read_iops",
+                   "nodecert_storage_targets", "nodecert_allow_raw_devices", "nodecert_thresholds")
 # How Ansible reads booleans written as text (INI [group:vars] values are strings).
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
@@ -56,6 +72,8 @@ class HostSpec:
     os: str | None = None
     stack: str | None = None
     simulated: bool = False
+    # nodecert_* validation settings (VALIDATION_VARS), keyed without the prefix.
+    validation: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -160,6 +178,53 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
+def _coerce(var: str, kind: str, raw: Any, *, matrix: Matrix, known_stacks: set[str],
+            bad: Callable[..., None]) -> Any:
+    """The value of one nodecert_* variable, or None after reporting why it is bad."""
+    if kind in ("int", "int+"):
+        num = _as_int(raw)
+        if num is None or num < (1 if kind == "int+" else 0):
+            need = "a positive integer" if kind == "int+" else "an integer >= 0"
+            bad(f"{var} must be {need}, got {raw!r}")
+        else:
+            return num
+    elif kind == "bool":
+        text = str(raw).strip().lower()
+        if isinstance(raw, bool):
+            return raw
+        if text in _TRUE | _FALSE:
+            return text in _TRUE
+        bad(f"{var} must be true or false, got {raw!r}")
+    elif kind == "str":
+        return str(raw)
+    elif kind == "list":
+        items = raw if isinstance(raw, list) else str(raw).split(",")
+        return [str(i).strip() for i in items if str(i).strip()]
+    elif kind == "map":
+        if isinstance(raw, str):  # INI [group:vars] values arrive as text
+            with contextlib.suppress(yaml.YAMLError):
+                raw = yaml.safe_load(raw)
+        if isinstance(raw, dict):
+            return {str(k): v for k, v in raw.items()}
+        bad(f"{var} must be a mapping of threshold keys to values, got {raw!r}",
+            "e.g. nodecert_thresholds: {storage.seq_read_mbps_min: 3000} in YAML")
+    elif kind == "gpu":
+        try:
+            return matrix.gpu(str(raw)).key
+        except UnknownNameError as exc:
+            bad(f"{var}: unknown GPU model {raw!r}", exc.hint)
+    elif kind == "os":
+        if raw in SUPPORTED_OS:
+            return raw
+        bad(f"{var}: unsupported OS {raw!r}", f"use one of: {', '.join(SUPPORTED_OS)}")
+    elif kind == "stack":
+        if raw in known_stacks:
+            return raw
+        bad(f"{var}: no stack named {raw!r}",
+            f"known stacks: {', '.join(sorted(known_stacks))}")
+    return None
+
+
 def _validate_host(name: str, hv: dict[str, Any], where: str, matrix: Matrix, *,
                    known_stacks: set[str], problems: list[Problem]) -> dict[str, Any]:
     """Check one host's nodecert_* variables; append problems, return the valid values."""
@@ -178,39 +243,9 @@ def _validate_host(name: str, hv: dict[str, Any], where: str, matrix: Matrix, *,
             if required:
                 bad(f"missing {var} ({help_text})", f"set {var} in host vars or group_vars")
             continue
-        if kind in ("int", "int+"):
-            num = _as_int(raw)
-            if num is None or num < (1 if kind == "int+" else 0):
-                need = "a positive integer" if kind == "int+" else "an integer >= 0"
-                bad(f"{var} must be {need}, got {raw!r}")
-            else:
-                values[var] = num
-        elif kind == "bool":
-            text = str(raw).strip().lower()
-            if isinstance(raw, bool):
-                values[var] = raw
-            elif text in _TRUE | _FALSE:
-                values[var] = text in _TRUE
-            else:
-                bad(f"{var} must be true or false, got {raw!r}")
-        elif kind == "str":
-            values[var] = str(raw)
-        elif kind == "gpu":
-            try:
-                values[var] = matrix.gpu(str(raw)).key
-            except UnknownNameError as exc:
-                bad(f"{var}: unknown GPU model {raw!r}", exc.hint)
-        elif kind == "os":
-            if raw in SUPPORTED_OS:
-                values[var] = raw
-            else:
-                bad(f"{var}: unsupported OS {raw!r}", f"use one of: {', '.join(SUPPORTED_OS)}")
-        elif kind == "stack":
-            if raw in known_stacks:
-                values[var] = raw
-            else:
-                bad(f"{var}: no stack named {raw!r}",
-                    f"known stacks: {', '.join(sorted(known_stacks))}")
+        value = _coerce(var, kind, raw, matrix=matrix, known_stacks=known_stacks, bad=bad)
+        if value is not None:
+            values[var] = value
     return values
 
 
@@ -275,8 +310,23 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
                 nvme_count=values["nodecert_nvme_count"],
                 nvme_min_gb=values.get("nodecert_nvme_min_gb"), os=values.get("nodecert_os"),
                 stack=values.get("nodecert_stack"),
-                simulated=values.get("nodecert_simulated", False))
+                simulated=values.get("nodecert_simulated", False),
+                validation={v.removeprefix("nodecert_"): values[v] for v in VALIDATION_VARS
+                            if v in values})
     return report
+
+
+def hostvars(inventory: Path, hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """Each host's variables as Ansible resolves them (one inventory parse)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    inv = InventoryManager(loader=loader, sources=[str(inventory.resolve())])
+    vm = VariableManager(loader=loader, inventory=inv)
+    return {h: dict(vm.get_vars(host=inv.get_host(h))) for h in hosts}
+
 
 
 def load_inventory(path: Path, matrix: Matrix | None = None) -> dict[str, HostSpec]:

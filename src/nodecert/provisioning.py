@@ -23,6 +23,7 @@ from typing import Any
 
 from nodecert.conformance import Conformance, check_host
 from nodecert.gate import GateReport
+from nodecert.inventory import hostvars
 from nodecert.paths import stacks_dir
 from nodecert.preflight import preflight
 from nodecert.stacks import Stack, find_stack
@@ -199,12 +200,11 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
             h.first_error = h.first_error or playbook_error or f"playbook {runner.status}"
     done = [n for n, h in tracker.hosts.items() if h.status == "provisioned"]
     if done and not check:
-        connection = _hostvars(inventory, done)
+        connection = hostvars(inventory, done)
         for name in done:
             say(f"{name:<14} verifying conformance ...")
             m = manifests[host_stack[name]]
-            tracker.hosts[name].conformance = check_host(name, connection[name], m,
-                                                         f"/opt/nodecert/envs/{m.name}")
+            tracker.hosts[name].conformance = check_host(name, connection[name], m)
     report.hosts = tracker.hosts
     _write_json(run_dir / "provision.json", report.as_dict())
     return report
@@ -221,13 +221,3 @@ def _playbook_error(private_dir: Path) -> str | None:
     return None
 
 
-def _hostvars(inventory: Path, hosts: list[str]) -> dict[str, dict[str, Any]]:
-    """Each host's variables as Ansible resolves them (one inventory parse)."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.vars.manager import VariableManager
-
-    loader = DataLoader()
-    inv = InventoryManager(loader=loader, sources=[str(inventory.resolve())])
-    vm = VariableManager(loader=loader, inventory=inv)
-    return {h: dict(vm.get_vars(host=inv.get_host(h))) for h in hosts}

@@ -248,7 +248,7 @@ class Lab:
         lib = root / "usr/lib/nodecert-lab"
         lib.mkdir(parents=True, exist_ok=True)
         shutil.copy2(SIMHW, lib / "simhw.py")
-        for tool in ("lspci", "dmesg"):
+        for tool in ("lspci", "dmesg", "dmidecode", "lscpu", "lsblk"):
             w = root / "usr/local/bin" / tool
             w.write_text(f"#!/bin/sh\n# SIMULATED {tool} of a nodecert lab host\n"
                          f'exec /usr/bin/python3 /usr/lib/nodecert-lab/simhw.py {tool} "$@"\n')

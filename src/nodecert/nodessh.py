@@ -1,0 +1,81 @@
+"""SSH sessions to nodes with paramiko, host keys checked strictly.
+
+Connection settings come from the inventory exactly as Ansible resolves them
+(ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file, and
+UserKnownHostsFile in ansible_ssh_common_args). An unknown or changed host key
+is refused; nodecert never adds keys on its own.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    address: str
+    port: int
+    user: str
+    key_file: str | None
+    known_hosts: tuple[str, ...]
+    python: str
+
+    @classmethod
+    def from_hostvars(cls, host: str, hv: dict[str, Any]) -> Endpoint:
+        known: list[str] = []
+        args = shlex.split(str(hv.get("ansible_ssh_common_args", "") or ""))
+        for k, a in enumerate(args):
+            opt = a[2:] if a.startswith("-o") and len(a) > 2 else (
+                args[k + 1] if a == "-o" and k + 1 < len(args) else "")
+            key, _, value = opt.partition("=")
+            if key.lower() == "userknownhostsfile":
+                known += value.split()
+        interp = str(hv.get("ansible_python_interpreter") or "python3")
+        if "{{" in interp or interp.startswith("auto"):
+            interp = "python3"
+        return cls(host, str(hv.get("ansible_host", host)), int(hv.get("ansible_port", 22)),
+                   str(hv.get("ansible_user", "root")),
+                   str(hv["ansible_ssh_private_key_file"])
+                   if hv.get("ansible_ssh_private_key_file") else None,
+                   tuple(known), interp)
+
+
+def connect(ep: Endpoint, timeout: float = 15.0) -> paramiko.SSHClient:
+    """An authenticated client; raises paramiko/OSError exceptions on failure."""
+    client = paramiko.SSHClient()
+    client.load_system_host_keys()
+    user_known = Path("~/.ssh/known_hosts").expanduser()
+    for path in (str(user_known), *ep.known_hosts):
+        p = Path(path).expanduser()
+        if p.is_file():
+            client.load_host_keys(str(p))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(ep.address, port=ep.port, username=ep.user, key_filename=ep.key_file,
+                   timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
+                   allow_agent=ep.key_file is None, look_for_keys=ep.key_file is None)
+    transport = client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(5)  # a vanished host shows up as a dead channel, not a hang
+    return client
+
+
+def describe_error(exc: BaseException, ep: Endpoint) -> str:
+    """One line a technician can act on."""
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return (f"host key of {ep.address} changed (expected {exc.expected_key.get_name()}): "
+                "possible man-in-the-middle or a reinstalled node; verify it, then update "
+                "known_hosts")
+    if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
+        return (f"{ep.address} is not in known_hosts: add its host key "
+                f"(ssh-keyscan -p {ep.port} {ep.address} >> known_hosts, after verifying it)")
+    if isinstance(exc, paramiko.AuthenticationException):
+        return f"authentication as {ep.user} failed on {ep.address}: check the key and user"
+    if isinstance(exc, TimeoutError | OSError):
+        return f"cannot reach {ep.address}:{ep.port}: {exc}"
+    return f"ssh to {ep.address}:{ep.port} failed: {type(exc).__name__}: {exc}"

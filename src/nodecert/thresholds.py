@@ -1,0 +1,147 @@
+"""Validation thresholds and suites: data files under validators/, resolved per host.
+
+Order of precedence (later wins): validators/profiles/common.yml, the GPU model's
+profile, the inventory's nodecert_thresholds, the CLI's --threshold. Every value
+carries its origin and cited source into the plan, so each Result says which
+limit it was judged against and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nodecert import yamldoc
+from nodecert.errors import InventoryError, ManifestError, UnknownNameError
+from nodecert.paths import data_root
+
+OPS = (">=", "<=", "==", "in")
+
+
+def validators_dir() -> Path:
+    return data_root() / "validators"
+
+
+def profiles_dir() -> Path:
+    return validators_dir() / "profiles"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path
+    thresholds: dict[str, dict[str, Any]]
+
+
+def _read_profile(path: Path, name: str) -> Profile:
+    root = yamldoc.load(path).mapping({"schema", "thresholds"}, {"sources", "gpu_model"})
+    if root["schema"].text() != "nodecert.validator-profile/v1":
+        raise root["schema"].error("expected schema nodecert.validator-profile/v1")
+    sources = {k: n.text() for k, n in root["sources"].items()} if "sources" in root else {}
+    out: dict[str, dict[str, Any]] = {}
+    for key, node in root["thresholds"].items():
+        f = node.mapping({"value", "op", "source"}, {"unit"})
+        op = f["op"].choice(OPS)
+        src = f["source"].text()
+        cited = src.split(" ", 1)[0]
+        if cited not in sources and not src.startswith("shared/"):
+            raise f["source"].error(f"cites {cited!r}, which the file's sources: do not define",
+                                    hint=f"define it under sources: ({', '.join(sources)})")
+        out[key] = {"value": f["value"].value, "op": op,
+                    "unit": f["unit"].text() if "unit" in f else "",
+                    "origin": f"profile {name} ({path.parent.name}/{path.name})",
+                    "source": f"{src}: {sources.get(cited, '')}".rstrip(": ")}
+    return Profile(name, path, out)
+
+
+@cache
+def load_profile(gpu_model: str) -> Profile:
+    path = profiles_dir() / f"{gpu_model}.yml"
+    if not path.is_file():
+        known = sorted(p.stem for p in profiles_dir().glob("*.yml") if p.stem != "common")
+        raise UnknownNameError(f"no validation profile for GPU model {gpu_model!r}",
+                               hint=f"add {path} (profiles exist for: {', '.join(known)})")
+    return _read_profile(path, gpu_model)
+
+
+@cache
+def common_profile() -> Profile:
+    return _read_profile(profiles_dir() / "common.yml", "common")
+
+
+def known_keys() -> set[str]:
+    keys = set(common_profile().thresholds)
+    for p in profiles_dir().glob("*.yml"):
+        if p.stem != "common":
+            keys |= set(load_profile(p.stem).thresholds)
+    return keys
+
+
+def resolve(gpu_model: str, *, inventory: dict[str, Any] | None = None,
+            cli: dict[str, Any] | None = None, host: str = "") -> dict[str, dict[str, Any]]:
+    """The thresholds for one host, each with value, op, unit, origin and source."""
+    out = {k: dict(v) for k, v in common_profile().thresholds.items()}
+    out.update({k: dict(v) for k, v in load_profile(gpu_model).thresholds.items()})
+    keys = known_keys()
+    for origin, overrides in ((f"inventory nodecert_thresholds ({host})", inventory or {}),
+                              ("command line --threshold", cli or {})):
+        for key, value in overrides.items():
+            if key not in keys:
+                raise InventoryError(f"unknown threshold {key!r} in {origin}",
+                                     hint=f"known thresholds: {', '.join(sorted(keys))}")
+            base = out.get(key, {"op": ">=", "unit": ""})
+            out[key] = {**base, "value": value, "origin": origin,
+                        "source": f"set by the operator in the {origin.split(' (')[0]}"}
+    return out
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    checks: tuple[str, ...]
+    check_timeout_s: int
+    storage: dict[str, Any]
+
+
+@cache
+def suites() -> dict[str, Suite]:
+    path = validators_dir() / "suites.yml"
+    root = yamldoc.load(path).mapping({"schema", "suites"})
+    out = {}
+    for name, node in root["suites"].items():
+        f = node.mapping({"description", "checks", "check_timeout_s", "storage"})
+        storage = f["storage"].mapping(set(), {"size_mb", "runtime_s", "checkpoint_mb",
+                                               "iodepth", "numjobs", "ioengine"})
+        out[name] = Suite(name, f["description"].text(), tuple(f["checks"].text_list()),
+                          f["check_timeout_s"].integer(),
+                          {k: (n.text() if k == "ioengine" else n.integer())
+                           for k, n in storage.items()})
+    return out
+
+
+def suite(name: str) -> Suite:
+    s = suites()
+    if name not in s:
+        raise UnknownNameError(f"unknown suite {name!r}", hint=f"use one of: {', '.join(s)}")
+    return s[name]
+
+
+def parse_cli_thresholds(items: tuple[str, ...]) -> dict[str, Any]:
+    """--threshold KEY=VALUE (VALUE read as YAML: 3000, 0.9, [a, b])."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ManifestError(f"--threshold {item!r}: expected KEY=VALUE",
+                                hint="e.g. --threshold storage.seq_read_mbps_min=3000")
+        out[key.strip()] = yaml.safe_load(raw)
+    return out
+
+
+__all__ = ["Profile", "Suite", "known_keys", "load_profile", "parse_cli_thresholds", "resolve",
+           "suite", "suites"]

@@ -1,0 +1,100 @@
+"""Run the node-side validators against the hardware simulator, without a lab host.
+
+The simulator plays the hardware boundary exactly as inside a lab host: the
+tools (nvidia-smi, lspci, dmesg, dmidecode, lscpu, lsblk) are wrappers around
+simhw.py on PATH, reading a hardware description and installed-package markers
+from a temp dir. The checks run in a child process as on a node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from conftest import REPO
+from nodecert.lab.hardware import Fault, hardware_description, spec_vars
+from nodecert_node.result import Result
+
+SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
+VALIDATORS = REPO / "validators"
+TOOLS = ("nvidia-smi", "lspci", "dmesg", "dmidecode", "lscpu", "lsblk")
+DRIVER_580 = {"driver": ("nvidia-driver-580-server-open", "580.173.02-0ubuntu0.24.04.1"),
+              "fabric_manager": ("nvidia-fabricmanager-580", "580.173.02-0ubuntu0.24.04.1")}
+
+
+class SimNode:
+    def __init__(self, tmp: Path, profile: str = "h200-sxm-8",
+                 faults: list[dict[str, Any]] | None = None,
+                 installed: dict[str, tuple[str, str]] | None = None,
+                 fabricmanager: str = "active") -> None:
+        self.tmp = tmp
+        self.profile = profile
+        self.bin = tmp / "bin"
+        self.bin.mkdir(parents=True, exist_ok=True)
+        self.inst = tmp / "installed"
+        self.inst.mkdir(exist_ok=True)
+        self.hw = tmp / "hardware.json"
+        fl = [Fault("*", f["kind"], {k: v for k, v in f.items() if k != "kind"})
+              for f in faults or []]
+        self.hw.write_text(json.dumps(hardware_description(
+            lab_seed="test", host="h1", profile_name=profile, mac="02:6e:63:00:00:01",
+            faults=fl, boot_time=time.time() - 600)))
+        for comp, (name, version) in (DRIVER_580 if installed is None else installed).items():
+            (self.inst / f"{name}.json").write_text(json.dumps(
+                {"package": name, "version": version, "component": comp}))
+        for tool in TOOLS:
+            w = self.bin / tool
+            w.write_text(f"#!/bin/sh\nexec {sys.executable} {SIMHW} {tool} \"$@\"\n")
+            w.chmod(0o755)
+        # systemd is not simulated hardware: a stand-in answers `is-active` only.
+        sc = self.bin / "systemctl"
+        sc.write_text(f"#!/bin/sh\necho {fabricmanager}\n")
+        sc.chmod(0o755)
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ, NODECERT_LAB_HW=str(self.hw),
+                    NODECERT_LAB_INSTALLED=str(self.inst),
+                    NODECERT_LAB_RUN=str(self.tmp / "run"),
+                    PATH=f"{self.bin}:{os.environ.get('PATH', '')}",
+                    NODECERT_SIMULATED_MARK=str(self.hw),  # the sim is simulated hardware
+                    PYTHONPATH=str(VALIDATORS))
+
+    def plan(self, checks: list[str], **options: Any) -> dict[str, Any]:
+        from nodecert import thresholds
+        from nodecert.inventory import HostSpec
+        from nodecert.validation import build_plan
+        sv = spec_vars(self.profile)
+        spec = HostSpec(name="h1", address="127.0.0.1", port=22, groups=(),
+                        gpu_model=sv["nodecert_gpu_model"], gpu_count=sv["nodecert_gpu_count"],
+                        cpu_cores=sv["nodecert_cpu_cores"], ram_gb=sv["nodecert_ram_gb"],
+                        nvme_count=sv["nodecert_nvme_count"],
+                        nvme_min_gb=sv["nodecert_nvme_min_gb"], simulated=True,
+                        validation=options.pop("validation", {}))
+        plan = build_plan(spec, thresholds.suite("quick"), None, "test",
+                          cli_thresholds=options.pop("cli_thresholds", {}),
+                          scratch=options.pop("scratch", None), checks=tuple(checks))
+        plan["options"].update(options)
+        return plan
+
+    def check(self, name: str, plan: dict[str, Any] | None = None, **options: Any) -> Result:
+        plan = plan or self.plan([name], **options)
+        p = subprocess.run([sys.executable, "-m", "nodecert_node", "check", name],
+                           input=json.dumps(plan), capture_output=True, text=True,
+                           env=self.env(), cwd=VALIDATORS, timeout=120, check=False)
+        assert p.returncode == 0, p.stderr
+        return Result.from_dict(json.loads(p.stdout.strip().splitlines()[-1]))
+
+    def suite(self, plan: dict[str, Any]) -> list[dict[str, Any]]:
+        """`run --plan` as the node runs it: the JSON events."""
+        path = self.tmp / "plan.json"
+        path.write_text(json.dumps(plan))
+        p = subprocess.run([sys.executable, "-m", "nodecert_node", "run", "--plan", str(path)],
+                           capture_output=True, text=True, env=self.env(), cwd=VALIDATORS,
+                           timeout=600, check=False)
+        assert p.returncode == 0, p.stderr
+        return [json.loads(line) for line in p.stdout.splitlines()]
