@@ -157,6 +157,8 @@ def health_xid(ctx: Ctx) -> Result:
         _, gpus, ev = nvidia_smi_q(ctx)
     except NoGpu as exc:
         gpus, ev = [], list(exc.evidence)
+    except ToolError as exc:  # e.g. nvidia-smi hangs: the kernel log says why, read it
+        gpus, ev = [], [exc.evidence] if exc.evidence else []
     try:
         out = run(["dmesg", "--ctime", "--nopager"], timeout=ctx.timeout)
     except ToolError:

@@ -174,19 +174,25 @@ def gpu_from_q(bus: str, d: dict[str, str]) -> Gpu:
 
 
 def _temps(d: dict[str, str]) -> dict[str, int | None]:
-    """Absolute limits, or (Hopper+) T.Limit form: margins relative to the GPU's limit.
+    """Absolute limits, or (Hopper and later) the T.Limit form.
 
-    In T.Limit form "GPU T.Limit Temp" is the headroom now and "GPU Max Operating
-    T.Limit Temp" the offset of the max-operating point from that limit, so
-    max operating = current + headroom + offset.
+    In T.Limit form there is no absolute limit: "GPU T.Limit Temp" is the margin
+    (C) between the GPU's hottest internal sensor and its T.Limit, and "GPU Max
+    Operating T.Limit Temp" the max-operating point relative to T.Limit. The
+    margin is not relative to "GPU Current Temp" (a different sensor), so no
+    absolute limit is derived; headroom = margin + offset in both forms.
     """
     cur = _int(_first(d, "Temperature/GPU Current Temp"))
     max_abs = _int(_first(d, "Temperature/GPU Max Operating Temp"))
     margin = _int(_first(d, "Temperature/GPU T.Limit Temp"))
     offset = _int(_first(d, "Temperature/GPU Max Operating T.Limit Temp"))
-    if max_abs is None and None not in (cur, margin, offset):
-        max_abs = cur + margin + offset  # type: ignore[operator]
+    headroom = None
+    if max_abs is not None and cur is not None:
+        headroom = max_abs - cur
+    elif margin is not None:
+        headroom = margin + (offset or 0)
     return {"temp_gpu": cur, "temp_max_operating": max_abs, "temp_tlimit_margin": margin,
+            "temp_max_operating_tlimit_offset": offset, "temp_headroom": headroom,
             "temp_memory": _int(_first(d, "Temperature/Memory Current Temp")),
             "temp_memory_max": _int(_first(d, "Temperature/Memory Max Operating Temp"))}
 
@@ -286,6 +292,7 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
             "temp_max_operating": _int(_t(g, "temperature/gpu_temp_max_gpu_threshold")
                                        or _t(g, "temperature/gpu_temp_max_threshold")),
             "temp_tlimit_margin": _int(_t(g, "temperature/gpu_temp_tlimit")),
+            "temp_headroom": _headroom_xml(g),
             "temp_memory": _int(_t(g, "temperature/memory_temp")),
             "temp_memory_max": _int(_t(g, "temperature/gpu_temp_max_mem_threshold")),
             "inforom_image": _t(g, "inforom_version/img_version"),
@@ -293,6 +300,16 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
             "recovery_action": _t(g, "gpu_recovery_action"),
         })
     return header, gpus
+
+
+def _headroom_xml(g: ET.Element) -> int | None:
+    cur = _int(_t(g, "temperature/gpu_temp"))
+    mx = _int(_t(g, "temperature/gpu_temp_max_gpu_threshold")
+              or _t(g, "temperature/gpu_temp_max_threshold"))
+    if cur is not None and mx is not None:
+        return mx - cur
+    margin = _int(_t(g, "temperature/gpu_temp_tlimit"))
+    return margin
 
 
 # --- --query-gpu CSV ----------------------------------------------------------------------

@@ -1,0 +1,320 @@
+"""Judges (pure) on passing and failing inputs, the Result type, and check isolation."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from nodecert_node.checks import Limits, NoGpu, check, run_check
+from nodecert_node.checks import Ctx as NodeCtx
+from nodecert_node.checks.hardware import judge_inventory, judge_pcie, judge_topology
+from nodecert_node.checks.health import judge_gpu_health, judge_xids, load_catalog
+from nodecert_node.checks.storage import judge_storage, raw_device_problems, signatures
+from nodecert_node.parse import kernel, smi, topo
+from nodecert_node.result import EVIDENCE_LIMIT, Evidence, Result, Verdict, worst
+from nodecert_node.tools import ToolError, run
+
+from conftest import REPO
+from nodecert import thresholds
+
+REAL = REPO / "tests" / "fixtures" / "real"
+
+
+def limits(model: str, **over: Any) -> Limits:
+    return Limits(thresholds.resolve(model, cli=over))
+
+
+def q(name: str) -> tuple[dict[str, str], list[dict[str, Any]], str]:
+    raw = (REAL / "nvidia-smi" / name).read_text()
+    header, gpus = smi.parse_q(raw)
+    return header, gpus, raw
+
+
+# --- Result ---------------------------------------------------------------------------------
+
+def test_verdict_order_and_worst() -> None:
+    assert Verdict.PASS < Verdict.WARN < Verdict.FAIL < Verdict.ERROR
+    assert worst([Verdict.WARN, Verdict.PASS, Verdict.FAIL]) is Verdict.FAIL
+    assert worst([]) is Verdict.PASS
+
+
+def test_result_round_trip_and_evidence_digest() -> None:
+    big = "x" * (EVIDENCE_LIMIT + 10)
+    ev = Evidence.of("tool", "tool --flag", 0, big, 1.23456)
+    assert ev.truncated and len(ev.output) == EVIDENCE_LIMIT
+    assert ev.sha256 == __import__("hashlib").sha256(big.encode()).hexdigest()
+    r = Result("health.gpu", Verdict.FAIL, "bad", value={"n": 1}, unit="x",
+               findings=("a", "b"), evidence=(ev,), fault_code="C", remediation="fix",
+               duration_s=1.5, simulated=True, facts={"k": [1]})
+    back = Result.from_dict(json.loads(json.dumps(r.as_dict())))
+    assert back == r
+    with pytest.raises(ValueError, match="schema"):
+        Result.from_dict({"check": "x"})
+    with pytest.raises(AttributeError):
+        r.verdict = Verdict.PASS  # type: ignore[misc]  # frozen
+
+
+# --- run_check: a crash or a hung tool never aborts anything --------------------------------
+
+@check("test.crash")
+def _crash(ctx: NodeCtx) -> Result:
+    raise KeyError("boom")
+
+
+@check("test.hang")
+def _hang(ctx: NodeCtx) -> Result:
+    run(["python3", "-c", "import signal; signal.pause()"], timeout=0.5, name="hung tool")
+    raise AssertionError("unreachable")
+
+
+@check("test.nogpu")
+def _nogpu(ctx: NodeCtx) -> Result:
+    raise NoGpu("no NVIDIA GPU on this node", [], "NC-NO-GPU", "seat the GPUs")
+
+
+def test_crash_timeout_and_no_gpu_become_verdicts() -> None:
+    ctx = NodeCtx({})
+    crash = run_check("test.crash", ctx)
+    assert crash.verdict is Verdict.ERROR and crash.fault_code == "NC-CHECK-CRASH"
+    assert "KeyError: 'boom'" in crash.summary and "Traceback" in crash.evidence[0].output
+    start = time.monotonic()
+    hang = run_check("test.hang", ctx)
+    assert time.monotonic() - start < 10
+    assert hang.verdict is Verdict.ERROR and hang.fault_code == "NC-TOOL-TIMEOUT"
+    assert "killed after 0.5 s" in hang.evidence[0].output
+    nogpu = run_check("test.nogpu", ctx)
+    assert nogpu.verdict is Verdict.FAIL and nogpu.fault_code == "NC-NO-GPU"
+    assert run_check("test.nope", ctx).fault_code == "NC-UNKNOWN-CHECK"
+
+
+def test_tool_errors_name_the_tool() -> None:
+    with pytest.raises(ToolError, match="not installed") as missing:
+        run(["nodecert-no-such-tool"], timeout=5)
+    assert missing.value.kind == "missing"
+    with pytest.raises(ToolError, match="exited with status 3: oops") as failed:
+        run(["sh", "-c", "echo oops; exit 3"], timeout=5)
+    assert failed.value.evidence is not None and failed.value.evidence.returncode == 3
+
+
+# --- hardware judges ------------------------------------------------------------------------
+
+def inv_facts(gpus: list[dict[str, Any]], cores: int = 112, ram: float = 2048.0,
+              nvme: int = 8) -> dict[str, Any]:
+    return {"gpus": gpus, "pci_gpus": [g["bus_id"] for g in gpus],
+            "cpu": {"model": "Intel(R) Xeon(R) Platinum 8468", "cores": cores},
+            "dimms": {"dimms": 32, "empty_slots": 0, "total_gb": ram},
+            "dmi": {"system_serial": "HSR8X04", "baseboard_serial": "", "system_uuid": "u"},
+            "nvme": [{"name": f"nvme{i}n1", "serial": f"S{i}", "model": "m",
+                      "size_bytes": 3_840_755_982_336, "tran": "nvme"} for i in range(nvme)],
+            "nic_macs": ["02:00:00:00:00:01"]}
+
+
+def test_inventory_on_a_real_8x_h100() -> None:
+    _, gpus, _ = q("h100-sxm-8gpu-565.57.01-q.txt")
+    spec = {"gpu_model": "H100-SXM", "gpu_count": 8, "cpu_cores": 96, "ram_gb": 2048,
+            "nvme_count": 8, "nvme_min_gb": 3840}
+    ok = judge_inventory(inv_facts(gpus), spec, limits("H100-SXM"))
+    assert ok.verdict is Verdict.PASS, ok.findings
+    ident = ok.facts["identity"]
+    assert ident["system_serial"] == "HSR8X04" and len(ident["gpus"]) == 8
+    assert ident["gpus"][0]["serial"] == "1654423001593"
+    # One GPU short, on a node ordered as H200: both named.
+    bad = judge_inventory(inv_facts(gpus[:7]), dict(spec, gpu_model="H200-SXM"),
+                          limits("H200-SXM"))
+    assert bad.verdict is Verdict.FAIL
+    assert any("7 GPUs visible to the driver, the spec orders 8" in f for f in bad.findings)
+    assert any("is a 'NVIDIA H100 80GB HBM3', the spec orders H200-SXM" in f
+               for f in bad.findings)
+    # Fewer cores than ordered is FAIL; the per-GPU rule of thumb alone is WARN.
+    few = judge_inventory(inv_facts(gpus, cores=48), spec, limits("H100-SXM"))
+    assert few.verdict is Verdict.FAIL and "48 CPU cores, the spec orders 96" in few.summary
+    thumb = judge_inventory(inv_facts(gpus, cores=48, ram=512),
+                            dict(spec, cpu_cores=48, ram_gb=512), limits("H100-SXM"))
+    assert thumb.verdict is Verdict.WARN
+    assert {f.split(",")[0][:18] for f in thumb.findings} >= {"6 CPU cores per GP",
+                                                                "64 GB RAM per GPU"}
+    gone = dict(inv_facts(gpus), pci_gpus=[g["bus_id"] for g in gpus] + ["0000:ff:00.0"])
+    lost = judge_inventory(gone, spec, limits("H100-SXM"))
+    assert any("not initialised: 0000:ff:00.0" in f for f in lost.findings)
+    small = judge_inventory(inv_facts(gpus, nvme=7), spec, limits("H100-SXM"))
+    assert "7 NVMe drives, the spec orders 8" in small.summary
+
+
+def test_pcie_idle_power_management_is_not_a_failure() -> None:
+    # A real L40S at P8 reports Gen1 of Gen4: link power management, not a fault.
+    _, gpus, _ = q("l40s-1gpu-550.127.05-q.txt")
+    idle = judge_pcie(gpus, [], limits("L40S"))
+    assert idle.verdict is Verdict.PASS and "normal link power management" in idle.findings[0]
+    # The same link at Gen1 while busy (P0) is degraded.
+    busy = judge_pcie([dict(gpus[0], pstate="P0")], [], limits("L40S"))
+    assert busy.verdict is Verdict.FAIL and "Gen1 of Gen4 in P0" in busy.summary
+    # A real L4 at x8 of x16 while idle: cannot be confirmed at idle -> WARN, not FAIL.
+    _, l4, _ = q("l4-1gpu-550.90.07-q.txt")
+    assert judge_pcie(l4, [], limits("L40S")).verdict is Verdict.WARN
+    # A slot that cannot reach the model's generation fails whatever the state.
+    _, h100, _ = q("h100-sxm-8gpu-565.57.01-q.txt")
+    gen4 = judge_pcie([dict(h100[0], pcie_gen_max=4, pcie_gen_current=4)], [],
+                      limits("H100-SXM"))
+    assert gen4.verdict is Verdict.FAIL and "Gen4 at most, expected Gen5" in gen4.summary
+    assert judge_pcie(h100, [], limits("H100-SXM")).verdict is Verdict.PASS
+
+
+def test_pcie_nics() -> None:
+    base = {"slot": "0000:1a:00.0", "class_id": "0207", "class": "Infiniband controller",
+            "cap_gen": 5, "cap_width": 16, "sta_gen": 5, "sta_width": 16, "sta_flags": []}
+    cx7 = dict(base, name="Mellanox ConnectX-7", vendor_id="15b3")
+    assert judge_pcie([], [cx7], limits("H200-SXM")).verdict is Verdict.PASS
+    degraded = judge_pcie([], [dict(cx7, sta_width=8)], limits("H200-SXM"))
+    assert degraded.verdict is Verdict.FAIL and "x8 of x16" in degraded.summary
+    other = dict(base, name="Intel I350", vendor_id="8086", sta_gen=2, cap_gen=3)
+    assert judge_pcie([], [other], limits("H200-SXM")).verdict is Verdict.WARN
+
+
+def test_topology_on_real_matrices() -> None:
+    della = topo.parse_topo_matrix(
+        (REAL / "topo/h100-sxm-8gpu-6nic-della-topo-m-blank-cpu-affinity.txt").read_text())
+    links = {i: [26.562] * 18 for i in range(8)}
+    ok = judge_topology({"matrix": della, "nvlink": links}, limits("H100-SXM"))
+    assert ok.verdict is Verdict.PASS and ok.value["pairs_nvlink"] == 28
+    # A DGX-1 PCIe view: every pair on PCIe.
+    pcie = topo.parse_topo_matrix(
+        (REAL / "topo/dgx1-v100-8gpu-4nic-topo-mp-pcie-view.txt").read_text())
+    bad = judge_topology({"matrix": pcie, "nvlink": {}}, limits("H100-SXM"))
+    assert bad.verdict is Verdict.FAIL
+    assert "GPU0<->GPU1 talk over PCIe (PIX), expected NV18" in bad.findings
+    # A real A100 whose links are all inactive; one link down; a slow link.
+    inactive = topo.parse_nvlink_status(
+        (REAL / "nvlink/a100-sxm4-80gb-gpu6-nvlink-s-all-links-inactive.txt").read_text())
+    r = judge_topology({"matrix": {}, "nvlink": inactive}, limits("A100-SXM4-80GB"))
+    assert r.verdict is Verdict.FAIL and "all links are inactive" in r.summary
+    one: dict[int, Any] = {**links, 5: [26.562] * 3 + [None] + [26.562] * 14}
+    r = judge_topology({"matrix": della, "nvlink": one}, limits("H100-SXM"))
+    assert r.summary.startswith("GPU5: NVLink 3 inactive (17 of 18 up)")
+    # NVSwitch fabric not set up / Fabric Manager down.
+    gpus = [{"bus_id": "0000:19:00.0", "fabric_state": "In Progress", "fabric_status": None}]
+    r = judge_topology({"matrix": della, "nvlink": links, "nvswitches": 4, "gpus": gpus,
+                        "fabricmanager": "failed"}, limits("H100-SXM"))
+    assert {"nvidia-fabricmanager service is failed, expected active"} <= set(r.findings)
+    assert any("fabric state In Progress" in f for f in r.findings)
+    # PCIe-only models expect no NVLink at all.
+    assert judge_topology({}, limits("L40S")).verdict is Verdict.PASS
+
+
+# --- health judges --------------------------------------------------------------------------
+
+def test_gpu_health_on_real_outputs() -> None:
+    for name in ("h200-1gpu-590.48.01-q-idle.txt", "h100-sxm-8gpu-565.57.01-q.txt",
+                 "l40s-1gpu-550.127.05-q.txt"):
+        h, g, raw = q(name)
+        res = judge_gpu_health(h, g, raw, limits("H100-SXM"))
+        assert res.verdict is Verdict.PASS, (name, res.findings)
+    # Real failures: pending row remap (A10); HW slowdown + power brake at rest (H100).
+    h, g, raw = q("a10-1gpu-535.129.03-q.txt")
+    a10 = judge_gpu_health(h, g, raw, limits("L40S"))
+    assert a10.verdict is Verdict.FAIL and "row remapping pending" in a10.summary
+    h, g, raw = q("h100-80gb-hbm3-8gpu-535.161.08-q.txt")
+    brake = judge_gpu_health(h, g, raw, limits("H100-SXM"))
+    assert brake.verdict is Verdict.FAIL
+    assert "clocks held down by HW Slowdown, HW Power Brake Slowdown at rest" in brake.summary
+
+
+@pytest.mark.parametrize(("change", "verdict", "words"), [
+    ({"ecc_current": False}, Verdict.FAIL, "ECC is disabled"),
+    ({"ecc_volatile_uncorrectable": 2}, Verdict.FAIL, "2 uncorrectable ECC errors since"),
+    ({"ecc_aggregate_uncorrectable": 3}, Verdict.WARN, "in the GPU's lifetime"),
+    ({"remap_failure": True}, Verdict.FAIL, "row remapping failed"),
+    ({"retired_sbe": 50, "retired_dbe": 11}, Verdict.FAIL, "61 retired pages"),
+    ({"retired_pending": True}, Verdict.FAIL, "page retirement pending"),
+    ({"persistence_mode": False}, Verdict.WARN, "persistence mode is off"),
+    ({"recovery_action": "Reset"}, Verdict.FAIL, "recovery action 'Reset'"),
+    ({"clock_reasons": {"sw_thermal_slowdown": True}}, Verdict.WARN, "SW Thermal Slowdown"),
+])
+def test_gpu_health_each_fault(change: dict[str, Any], verdict: Verdict, words: str) -> None:
+    h, g, raw = q("h200-1gpu-590.48.01-q-idle.txt")
+    res = judge_gpu_health(h, [dict(g[0], **change)], raw, limits("H200-SXM"))
+    assert res.verdict is verdict and words in res.summary, res.summary
+
+
+def test_gpu_fallen_off_the_bus_in_raw_output() -> None:
+    h, g, raw = q("h200-1gpu-590.48.01-q-idle.txt")
+    raw += "Unable to determine the device handle for GPU0000:9A:00.0: Unknown Error\n"
+    res = judge_gpu_health(h, g, raw, limits("H200-SXM"))
+    assert res.verdict is Verdict.FAIL and "fallen off the bus" in res.summary
+
+
+def test_xid_window_and_catalog_on_real_logs() -> None:
+    cat = load_catalog()
+    assert cat[79]["severity"] == "fatal" and cat[13]["severity"] == "application"
+    events = kernel.parse_xids(
+        (REAL / "dmesg/h100-dell-xe9680-xid119-gsp-rpc-timeout-dmesg-T.txt").read_text())
+    last = max(e["time"] for e in events)
+    gpus = [{"bus_id": "0000:9b:00.0"}]
+    recent = judge_xids(events, cat, gpus, now=last + 3600, window_h=24,
+                        limits=limits("H100-SXM"))
+    assert recent.verdict is Verdict.FAIL
+    assert recent.summary.startswith("Xid 119 (GSP_RPC_TIMEOUT) on GPU0 0000:9b:00.0, 5x")
+    old = judge_xids(events, cat, gpus, now=last + 30 * 86400, window_h=24,
+                     limits=limits("H100-SXM"))
+    assert old.verdict is Verdict.WARN and "before the window" in old.summary
+    app = kernel.parse_xids(
+        (REAL / "dmesg/xid31-mmu-fault-xid109-dmesg-ctime.txt").read_text())
+    only31 = [e for e in app if e["xid"] == 31]
+    r = judge_xids(only31, cat, [], now=only31[0]["time"] + 60, window_h=24,
+                   limits=limits("H100-SXM"))
+    assert r.verdict is Verdict.PASS and "application" in r.findings[0]
+    assert judge_xids([], cat, [], now=0, window_h=24, limits=limits("H100-SXM")).verdict \
+        is Verdict.PASS
+
+
+# --- storage -----------------------------------------------------------------------------
+
+def test_signatures() -> None:
+    blank = bytearray(70000)
+    assert signatures(bytes(blank)) == []
+    ext4 = bytearray(blank)
+    ext4[1080:1082] = b"\x53\xef"
+    assert signatures(bytes(ext4)) == ["ext2/3/4 filesystem"]
+    gpt = bytearray(blank)
+    gpt[512:520] = b"EFI PART"
+    gpt[446] = 0xEE
+    gpt[510:512] = b"\x55\xaa"
+    assert signatures(bytes(gpt)) == ["GPT partition table", "MBR partition table"]
+    xfs = bytearray(blank)
+    xfs[0:4] = b"XFSB"
+    assert signatures(bytes(xfs)) == ["XFS filesystem"]
+
+
+def test_raw_device_refusals() -> None:
+    empty = {"is_block": True, "mounts": [], "partitions": [], "holders": [], "swap": [],
+             "signatures": [], "blkid": "", "nonzero": False}
+    assert raw_device_problems("/dev/nvme1n1", ["/dev/nvme1n1"], empty) == []
+    assert "not listed in allow_raw_devices" in raw_device_problems("/dev/nvme1n1", [],
+                                                                     empty)[0]
+    for key, value, words in (("mounts", ["/data"], "mounted at /data"),
+                              ("partitions", ["nvme1n1p1"], "has partitions"),
+                              ("holders", ["md0"], "is in use by md0"),
+                              ("swap", ["/dev/nvme1n1"], "is active swap"),
+                              ("signatures", ["XFS filesystem"], "carries XFS filesystem"),
+                              ("blkid", "TYPE=ext4", "blkid finds TYPE=ext4"),
+                              ("nonzero", True, "holds data")):
+        got = raw_device_problems("/dev/nvme1n1", ["/dev/nvme1n1"], dict(empty, **{key: value}))
+        assert len(got) == 1 and words in got[0], (key, got)
+    assert raw_device_problems("/dev/x", ["/dev/x"], {"is_block": False}) == [
+        "/dev/x is not a block device"]
+
+
+def test_storage_judge_rated_figures_and_floors() -> None:
+    measured = {"/scratch": {"seq_read_mbps": 5000.0, "seq_write_mbps": 3000.0,
+                             "rand_read_iops": 900000.0, "checkpoint_mbps": 2000.0}}
+    lim = limits("H200-SXM")
+    assert judge_storage(measured, lim, {}).verdict is Verdict.PASS
+    # The spec's datasheet figure: 85% of 7000 MB/s = 5950 > 5000 measured.
+    rated = judge_storage(measured, lim, {"nvme_rated_seq_read_mbps": 7000})
+    assert rated.verdict is Verdict.FAIL
+    assert rated.thresholds["seq_read_mbps"].value == 5950.0
+    assert "inventory nvme_rated_seq_read_mbps=7000 x 0.85" in rated.thresholds[
+        "seq_read_mbps"].origin
+    slow = judge_storage({"/s": dict(measured["/scratch"], seq_write_mbps=8.0)}, lim, {})
+    assert slow.verdict is Verdict.FAIL and "seq write mbps 8 MB/s, needs >= 500" in slow.summary

@@ -1,0 +1,216 @@
+"""The node-side checks end to end against the hardware simulator (no lab host needed).
+
+Each injected fault must make exactly the right check FAIL; a node without a
+driver or GPU must FAIL, never pass; the suite runner isolates hung and crashing
+checks; the storage test writes only under its scratch directory.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nodecert_node.result import Verdict
+
+from conftest import require_root
+from simnode import VALIDATORS, SimNode
+
+HW_CHECKS = ["hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu",
+             "health.xid"]
+LOW_FLOORS = {"storage.seq_read_mbps_min": 1, "storage.seq_write_mbps_min": 1,
+              "storage.rand_read_iops_min": 1, "storage.checkpoint_mbps_min": 1}
+
+
+def verdicts(node: SimNode) -> dict[str, tuple[Verdict, str]]:
+    out = {}
+    for name in HW_CHECKS:
+        r = node.check(name)
+        out[name] = (r.verdict, r.summary)
+    return out
+
+
+def failing(node: SimNode) -> dict[str, str]:
+    return {k: s for k, (v, s) in verdicts(node).items() if v is not Verdict.PASS}
+
+
+@pytest.mark.parametrize("profile", ["h200-sxm-8", "h100-sxm-8", "a100-sxm-8", "l40s-pcie-4"])
+def test_healthy_simulated_node_passes(tmp_path: Path, profile: str) -> None:
+    assert failing(SimNode(tmp_path, profile)) == {}
+
+
+@pytest.mark.parametrize(("fault", "check", "words"), [
+    ({"kind": "gpu_missing", "gpu": 3}, "hardware.inventory",
+     "7 GPUs visible to the driver, the spec orders 8"),
+    ({"kind": "pcie_degraded", "gpu": 2, "width": 8}, "hardware.pcie",
+     "GPU 0000:3a:00.0: link trained at x8 of x16 (degraded width)"),
+    ({"kind": "pcie_degraded", "gpu": 2, "gen": 3}, "hardware.pcie",
+     "GPU 0000:3a:00.0: link running at Gen3 of Gen5 in P0"),
+    ({"kind": "nvlink_down", "gpu": 5, "links": [3, 4]}, "hardware.topology",
+     "GPU5: NVLink 3, 4 inactive (16 of 18 up)"),
+    ({"kind": "nvlink_down", "gpu": 1}, "hardware.topology",
+     "GPU1: NVML: Unable to retrieve NVLink information as all links are inactive"),
+    ({"kind": "ecc_uncorrectable", "gpu": 1, "count": 3}, "health.gpu",
+     "GPU 0000:2a:00.0: 3 uncorrectable ECC errors since the driver loaded"),
+    ({"kind": "row_remap_pending", "gpu": 6}, "health.gpu",
+     "GPU 0000:ba:00.0: row remapping pending"),
+    ({"kind": "row_remap_failure", "gpu": 6}, "health.gpu", "row remapping failed"),
+    ({"kind": "xid", "gpu": 4, "code": 79}, "health.xid",
+     "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS) on GPU4 0000:9a:00.0"),
+    ({"kind": "xid", "gpu": 0, "code": 48}, "health.xid", "Xid 48"),
+])
+def test_each_fault_fails_exactly_its_check(tmp_path: Path, fault: dict[str, Any], check: str,
+                                            words: str) -> None:
+    got = failing(SimNode(tmp_path, "h200-sxm-8", faults=[fault]))
+    assert list(got) == [check], got
+    assert words in got[check], got[check]
+
+
+def test_application_xid_is_reported_not_failed(tmp_path: Path) -> None:
+    r = SimNode(tmp_path, faults=[{"kind": "xid", "gpu": 0, "code": 13}]).check("health.xid")
+    assert r.verdict is Verdict.PASS and "Xid 13" in r.findings[0]
+
+
+def test_no_driver_and_no_gpu_fail_plainly(tmp_path: Path) -> None:
+    nodrv = SimNode(tmp_path / "a", installed={})
+    got = verdicts(nodrv)
+    for name in ("hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu"):
+        assert got[name][0] is Verdict.FAIL
+        assert "the NVIDIA driver is not working" in got[name][1]
+        assert "couldn't communicate with the NVIDIA driver" in got[name][1]
+    assert got["health.xid"][0] is Verdict.PASS  # the kernel log is read without the driver
+    nogpu = SimNode(tmp_path / "b", installed={},
+                    faults=[{"kind": "gpu_missing", "gpu": g} for g in range(8)])
+    r = nogpu.check("hardware.inventory")
+    assert r.verdict is Verdict.FAIL and r.fault_code == "NC-NO-GPU"
+    assert "no NVIDIA GPU on this node" in r.summary
+
+
+def test_suite_runner_stamps_simulated_and_isolates_hangs(tmp_path: Path) -> None:
+    node = SimNode(tmp_path)
+    # A hung nvidia-smi (the GPU stopped answering): only health.gpu is affected.
+    hung = node.bin / "nvidia-smi"
+    real = hung.read_text()
+    plan = node.plan(["health.xid", "health.gpu", "hardware.inventory"])
+    # The checks' own limits (3 s) stop them before the tool's (5 s) would.
+    plan["check_timeouts_s"] = {"health.gpu": 3, "hardware.inventory": 3, "health.xid": 60}
+    plan["tool_timeout_s"] = 5
+    hung.write_text('#!/bin/sh\nexec python3 -c "import signal; signal.pause()"\n')
+    try:
+        events = node.suite(plan)
+    finally:
+        hung.write_text(real)
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "hello" and kinds[-1] == "done" and events[0]["simulated"] is True
+    results = {e["result"]["check"]: e["result"] for e in events if e["event"] == "result"}
+    assert list(results) == ["health.xid", "health.gpu", "hardware.inventory"]
+    assert all(r["simulated"] for r in results.values())
+    gpu = results["health.gpu"]
+    assert gpu["verdict"] == "ERROR" and gpu["fault_code"] == "NC-CHECK-TIMEOUT"
+    assert "did not finish within 3 s" in gpu["summary"]
+    assert results["hardware.inventory"]["fault_code"] == "NC-CHECK-TIMEOUT"
+    # health.xid reads the kernel log even when nvidia-smi hangs (its tool limit, 5 s).
+    assert results["health.xid"]["verdict"] == "PASS"
+    assert "killed after 5 s" in results["health.xid"]["evidence"][0]["output"]
+
+
+def test_crashing_check_is_an_error_and_the_suite_goes_on(tmp_path: Path) -> None:
+    node = SimNode(tmp_path)
+    plan = node.plan(["hardware.inventory", "health.gpu"])
+    plan["thresholds"]["gpu.memory_mib_min"]["value"] = "lots"  # int < str: TypeError
+    events = node.suite(plan)
+    res = {e["result"]["check"]: e["result"] for e in events if e["event"] == "result"}
+    assert res["hardware.inventory"]["verdict"] == "ERROR"
+    assert res["hardware.inventory"]["fault_code"] == "NC-CHECK-CRASH"
+    assert "TypeError" in res["hardware.inventory"]["summary"]
+    assert res["health.gpu"]["verdict"] == "PASS"
+
+
+def test_storage_writes_only_under_scratch_and_cleans_up(tmp_path: Path) -> None:
+    node = SimNode(tmp_path)
+    scratch = tmp_path / "scratch"
+    r = node.check("storage.fio", scratch=str(scratch), cli_thresholds=LOW_FLOORS)
+    assert r.verdict is Verdict.PASS, r.summary
+    assert set(r.value[str(scratch)]) == {"seq_read_mbps", "seq_write_mbps", "rand_read_iops",
+                                          "checkpoint_mbps"}
+    assert all(v > 0 for v in r.value[str(scratch)].values())
+    assert r.thresholds["seq_read_mbps"].origin == "command line --threshold"
+    assert list(scratch.iterdir()) == []  # nothing left behind
+    assert all(f"--filename={scratch}/nodecert-fio-" in e.command for e in r.evidence)
+    # A floor the disk cannot meet fails with the measured figure and the limit.
+    r = node.check("storage.fio", scratch=str(scratch),
+                   cli_thresholds=dict(LOW_FLOORS, **{"storage.seq_read_mbps_min": 10**7}))
+    assert r.verdict is Verdict.FAIL and "needs >= 1e+07 MB/s" in r.summary
+
+
+def test_storage_refuses_when_space_is_short(tmp_path: Path) -> None:
+    node = SimNode(tmp_path)
+    plan = node.plan(["storage.fio"], scratch=str(tmp_path / "s"))
+    plan["options"]["storage"]["size_mb"] = 10**9  # a petabyte
+    r = node.check("storage.fio", plan=plan)
+    assert r.verdict is Verdict.ERROR and "MiB free, the storage test needs" in r.summary
+    assert not list((tmp_path / "s").iterdir())
+
+
+def _loop(image: Path) -> str:
+    out = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True,
+                         text=True, timeout=30, check=True)
+    return out.stdout.strip()
+
+
+def test_raw_devices_need_permission_and_proof_of_emptiness(tmp_path: Path) -> None:
+    require_root()
+    node = SimNode(tmp_path)
+    image = tmp_path / "disk.img"
+    image.write_bytes(b"\0" * (64 << 20))
+    dev = _loop(image)
+    try:
+        def storage(allowed: list[str]) -> Any:
+            return node.check("storage.fio", scratch=dev, cli_thresholds=LOW_FLOORS,
+                              validation={"allow_raw_devices": allowed})
+        refused = storage([])
+        assert refused.verdict is Verdict.ERROR and refused.fault_code == "NC-STORAGE-REFUSED"
+        assert "not listed in allow_raw_devices" in refused.summary
+        # An allowed device carrying an ext4 superblock is refused, and left intact.
+        with open(dev, "r+b") as f:
+            f.seek(1080)
+            f.write(b"\x53\xef")
+        before = image.read_bytes()[:4096]
+        r = storage([dev])
+        assert r.verdict is Verdict.ERROR and "carries ext2/3/4 filesystem" in r.summary
+        assert image.read_bytes()[:4096] == before
+        # Data without any known signature is still data.
+        with open(dev, "r+b") as f:
+            f.seek(1080)
+            f.write(b"\0\0")
+            f.seek(5000)
+            f.write(b"precious")
+        r = storage([dev])
+        assert r.verdict is Verdict.ERROR and "holds data" in r.summary
+        assert b"precious" in image.read_bytes()[:8192]
+        # Allowed and proven empty: measured.
+        with open(dev, "r+b") as f:
+            f.seek(5000)
+            f.write(b"\0" * 8)
+        node_plan = node.plan(["storage.fio"], scratch=dev, cli_thresholds=LOW_FLOORS,
+                              validation={"allow_raw_devices": [dev]})
+        node_plan["options"]["storage"]["size_mb"] = 32
+        ok = node.check("storage.fio", plan=node_plan)
+        assert ok.verdict is Verdict.PASS, ok.summary
+        assert ok.value[dev]["seq_read_mbps"] > 0
+    finally:
+        subprocess.run(["losetup", "-d", dev], timeout=30, check=False)
+
+
+def test_node_code_is_python38_syntax() -> None:
+    """Nodes run their own python3 (3.8+): no syntax newer than 3.8 in nodecert_node."""
+    files = sorted((VALIDATORS / "nodecert_node").rglob("*.py"))
+    assert len(files) >= 15
+    for path in files:
+        ast.parse(path.read_text(), filename=str(path), feature_version=(3, 8))
+        assert "from __future__ import annotations" in path.read_text() or \
+            path.name in ("__init__.py", "__main__.py"), path
+    assert os.access(VALIDATORS / "nodecert_node" / "__main__.py", os.R_OK)
