@@ -7,17 +7,17 @@ import time
 from typing import Any
 
 import pytest
-from nodecert_node.checks import Limits, NoGpu, check, run_check
+
+from conftest import REPO
+from nodecert import thresholds
 from nodecert_node.checks import Ctx as NodeCtx
+from nodecert_node.checks import Limits, NoGpu, check, run_check
 from nodecert_node.checks.hardware import judge_inventory, judge_pcie, judge_topology
 from nodecert_node.checks.health import judge_gpu_health, judge_xids, load_catalog
 from nodecert_node.checks.storage import judge_storage, raw_device_problems, signatures
 from nodecert_node.parse import kernel, smi, topo
 from nodecert_node.result import EVIDENCE_LIMIT, Evidence, Result, Verdict, worst
 from nodecert_node.tools import ToolError, run
-
-from conftest import REPO
-from nodecert import thresholds
 
 REAL = REPO / "tests" / "fixtures" / "real"
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from nodecert_node.parse import ParseError, fio, kernel, pci, smi, system, topo
 
 from conftest import REPO
+from nodecert_node.parse import ParseError, fio, kernel, pci, smi, system, topo
 
 REAL = REPO / "tests" / "fixtures" / "real"
 
@@ -130,7 +130,7 @@ def test_xml_errors() -> None:
 def test_query_gpu_csv(name: str, rows: int, field: str, value: str) -> None:
     out = smi.parse_query_csv(text(f"nvidia-smi/{name}"))
     assert len(out) == rows and out[0][field] == value
-    assert smi.csv_number(out[0][field]) == (float(value.split()[0]) if value else None)
+    assert smi.csv_number(out[0][field]) == (float(value.split(maxsplit=1)[0]) if value else None)
 
 
 def test_query_csv_noheader_and_bad_rows() -> None:
@@ -296,4 +296,4 @@ def test_every_fixture_the_validators_read_is_covered() -> None:
             if p.name == "rtx2080ti-2gpu-topo-p2p-p-not-supported.txt":
                 continue  # `topo -p2p p`: the validators never run it
             assert p.name in src or p.name.removesuffix(".txt") in src or \
-                d in ("lspci",) and p.name[:40] in src, f"{d}/{p.name} has no parser test"
+                (d in ("lspci",) and p.name[:40] in src), f"{d}/{p.name} has no parser test"

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nodecert_node.result import Verdict
 
 from conftest import require_root
+from nodecert_node.result import Verdict
 from simnode import VALIDATORS, SimNode
 
 HW_CHECKS = ["hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu",

@@ -308,8 +308,7 @@ def _headroom_xml(g: ET.Element) -> int | None:
               or _t(g, "temperature/gpu_temp_max_threshold"))
     if cur is not None and mx is not None:
         return mx - cur
-    margin = _int(_t(g, "temperature/gpu_temp_tlimit"))
-    return margin
+    return _int(_t(g, "temperature/gpu_temp_tlimit"))
 
 
 # --- --query-gpu CSV ----------------------------------------------------------------------
