@@ -114,7 +114,8 @@ def test_malformed_manifest_names_file_and_field(tmp_path: Path) -> None:
 
 def test_help_has_examples_and_exit_codes() -> None:
     for args in (["--help"], ["stack", "--help"], ["stack", "check", "--help"],
-                 ["inventory", "check", "--help"], ["provision", "--help"]):
+                 ["inventory", "check", "--help"], ["provision", "--help"],
+                 ["validate", "--help"]):
         code, out, _ = run(*args)
         assert code == 0
         assert "Example" in out or "Exit codes" in out, args
@@ -164,3 +165,36 @@ def test_provision_console_script_is_the_same_command() -> None:
     out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60,
                          check=True).stdout
     assert out.startswith("Usage: provision ")
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--suite", "huge"), "unknown suite 'huge'"),
+    (("--check", "load.burnin"), "check(s) load.burnin are not in suite quick"),
+    (("--limit", "gpu-h200-99"), "--limit names unknown host(s): gpu-h200-99"),
+    (("--threshold", "storage.seq_read_mbps=1"), "unknown threshold 'storage.seq_read_mbps'"),
+    (("--threshold", "pcie.gen"), "expected KEY=VALUE"),
+])
+def test_validate_bad_input_exits_two_before_any_connection(tmp_path: Path,
+                                                            args: tuple[str, ...],
+                                                            words: str) -> None:
+    # The sample's hosts are documentation addresses: every case stops before SSH.
+    code, _, err = run("validate", "-i", SAMPLE, "--runs-dir", str(tmp_path / "runs"), *args)
+    assert code == 2, err
+    assert words in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_validate_inventory_thresholds_must_be_a_mapping(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.ini"
+    inv.write_text("[gpu]\nn1 ansible_host=192.0.2.10 nodecert_gpu_model=H200-SXM "
+                   "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
+                   "nodecert_nvme_count=8\n[gpu:vars]\nnodecert_thresholds=[1, 2]\n"
+                   "nodecert_storage_targets=/data/scratch,/data2/scratch\n")
+    code, _, err = run("inventory", "check", "-i", str(inv))
+    assert code == 2 and "nodecert_thresholds must be a mapping" in err
+    inv.write_text(inv.read_text().replace("[1, 2]", "{pcie.gen: 4}"))
+    code, out, _ = run("inventory", "check", "-i", str(inv), "--json")
+    assert code == 0
+    host = json.loads(out)["hosts"]["n1"]
+    assert host["validation"] == {"thresholds": {"pcie.gen": 4},
+                                  "storage_targets": ["/data/scratch", "/data2/scratch"]}

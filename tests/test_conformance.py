@@ -55,3 +55,14 @@ def test_ssh_argv_checks_host_keys_and_uses_inventory_settings() -> None:
     assert argv[-1] == "ops@10.78.0.11"
     assert argv[argv.index("-p") + 1] == "2222" and argv[argv.index("-i") + 1] == "/k/id"
     assert "UserKnownHostsFile=/k/known_hosts" in argv
+
+
+def test_loaded_kernel_module_must_match_the_pinned_driver() -> None:
+    # Real hosts expose /sys/module/nvidia/version; after an upgrade without a reboot
+    # the userspace is new and the running module old.
+    running = RECORDED.replace("##freeze", "##module\n580.173.02\n##freeze")
+    assert judge("h1", STACK, running).ok
+    stale = RECORDED.replace("##freeze", "##module\n570.211.01\n##freeze")
+    c = judge("h1", STACK, stale)
+    assert c.problems == ["the loaded kernel module is 570.211.01, pinned 580.173.02: reboot "
+                          "(or reload the nvidia modules) to run the pinned driver"]

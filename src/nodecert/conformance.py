@@ -33,6 +33,8 @@ for s in nvidia-persistenced nvidia-fabricmanager; do
 done
 echo '##smi'
 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -n 1
+echo '##module'
+cat /sys/module/nvidia/version 2>/dev/null || true
 echo '##freeze'
 cat {env}/pip-freeze.txt 2>/dev/null || true
 """
@@ -118,6 +120,12 @@ def judge(host: str, stack: Stack, output: str) -> Conformance:
     c.checked += 1
     if smi != str(stack.driver):
         c.problems.append(f"nvidia-smi reports driver {smi!r}, pinned {stack.driver}")
+    module = (sec.get("module") or [""])[0].strip()
+    if module:  # absent where no kernel module is loaded (lab hosts): nothing to compare
+        c.checked += 1
+        if module != str(stack.driver):
+            c.problems.append(f"the loaded kernel module is {module}, pinned {stack.driver}: "
+                              "reboot (or reload the nvidia modules) to run the pinned driver")
     freeze = set(sec.get("freeze", []))
     fw = stack.framework
     for req in ([f"torch=={fw.pytorch}"] if fw.pytorch else []) + (

@@ -1,0 +1,94 @@
+"""Threshold profiles, suites, plans and node connection settings (control side)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from nodecert import thresholds
+from nodecert.errors import InventoryError, ManifestError, UnknownNameError
+from nodecert.inventory import load_inventory
+from nodecert.nodessh import Endpoint
+from nodecert.stacks import find_stack
+from nodecert.validation import build_plan, node_bundle
+
+
+def test_every_profile_value_is_sourced_and_model_overrides_common() -> None:
+    keys = thresholds.known_keys()
+    assert {"pcie.gen", "nvlink.links_per_gpu", "storage.seq_read_mbps_min",
+            "health.retired_pages_max"} <= keys
+    for model in ("H200-SXM", "H100-SXM", "A100-SXM4-80GB", "L40S"):
+        t = thresholds.resolve(model)
+        assert all(v["source"] and v["origin"] for v in t.values()), model
+    h200 = thresholds.resolve("H200-SXM")
+    assert h200["nvlink.links_per_gpu"]["value"] == 18 and h200["nvswitch.count"]["value"] == 4
+    assert h200["host.cpu_cores_per_gpu"]["origin"] == "profile common (profiles/common.yml)"
+    assert "gpu-models.json" in h200["gpu.memory_mib_min"]["source"]
+    assert thresholds.resolve("L40S")["nvlink.links_per_gpu"]["value"] == 0
+
+
+def test_overrides_inventory_then_cli() -> None:
+    t = thresholds.resolve("H200-SXM", inventory={"pcie.gen": 4, "xid.window_h": 72},
+                           cli={"pcie.gen": 3}, host="n1")
+    assert (t["pcie.gen"]["value"], t["pcie.gen"]["origin"]) == (3, "command line --threshold")
+    assert t["xid.window_h"]["origin"] == "inventory nodecert_thresholds (n1)"
+    with pytest.raises(InventoryError, match="unknown threshold 'pcie.gne'"):
+        thresholds.resolve("H200-SXM", cli={"pcie.gne": 4})
+    with pytest.raises(UnknownNameError, match="no validation profile for GPU model 'B300'"):
+        thresholds.resolve("B300")
+    assert thresholds.parse_cli_thresholds(("a=3000", "b=[x, y]", "c=0.9")) == {
+        "a": 3000, "b": ["x", "y"], "c": 0.9}
+
+
+def test_profile_errors_name_file_line_and_fix(tmp_path: Path) -> None:
+    bad = tmp_path / "X.yml"
+    bad.write_text("schema: nodecert.validator-profile/v1\nsources: {A: a}\nthresholds:\n"
+                   "  pcie.gen: {value: 5, op: '>=', source: B}\n")
+    with pytest.raises(ManifestError, match="cites 'B'") as e:
+        thresholds._read_profile(bad, "X")
+    assert f"{bad}:4" in e.value.render()
+    bad.write_text("schema: nodecert.validator-profile/v1\nthresholds:\n"
+                   "  pcie.gen: {value: 5, op: '>>', source: shared/x}\n")
+    with pytest.raises(ManifestError, match="'>>' is not one of: >=, <=, ==, in"):
+        thresholds._read_profile(bad, "X")
+
+
+def test_suites() -> None:
+    s = thresholds.suites()
+    assert set(s) >= {"quick", "standard", "full"}
+    assert s["quick"].storage["runtime_s"] < s["standard"].storage["runtime_s"] < \
+        s["full"].storage["runtime_s"]
+    assert "storage.fio" in s["quick"].checks
+
+
+def test_plan_for_a_sample_host() -> None:
+    specs = load_inventory(REPO / "inventory" / "sample" / "lab.ini")
+    spec = next(iter(specs.values()))
+    plan = build_plan(spec, thresholds.suite("quick"), find_stack("r580-cuda13.0"), "rid",
+                      cli_thresholds={}, scratch=None)
+    assert plan["checks"][0] == "hardware.inventory" and plan["run_id"] == "rid"
+    assert plan["options"]["storage"]["targets"] == ["/var/tmp/nodecert/scratch"]
+    assert plan["options"]["storage"]["allow_raw_devices"] == []
+    assert "dpkg-query" in plan["conformance"]["script"]
+    assert plan["spec"]["gpu_count"] == spec.gpu_count
+
+
+def test_endpoint_from_ansible_variables() -> None:
+    ep = Endpoint.from_hostvars("n1", {
+        "ansible_host": "10.78.0.11", "ansible_port": "2222", "ansible_user": "ops",
+        "ansible_ssh_private_key_file": "/k/id",
+        "ansible_ssh_common_args": "-o UserKnownHostsFile=/k/known -o StrictHostKeyChecking=no",
+        "ansible_python_interpreter": "/usr/bin/python3"})
+    assert (ep.address, ep.port, ep.user, ep.key_file, ep.known_hosts, ep.python) == (
+        "10.78.0.11", 2222, "ops", "/k/id", ("/k/known",), "/usr/bin/python3")
+    # StrictHostKeyChecking=no in the inventory does not switch host-key checking off:
+    # nodecert's client always rejects unknown keys (nodessh.connect uses RejectPolicy).
+    assert Endpoint.from_hostvars("n2", {}).address == "n2"
+
+
+def test_node_bundle_is_reproducible() -> None:
+    a, sha_a = node_bundle()
+    b, sha_b = node_bundle()
+    assert a == b and sha_a == sha_b and len(a) > 10_000

@@ -1,0 +1,235 @@
+"""`nodecert validate` end to end on the lab: real SSH (paramiko, strict host keys),
+real systemd/apt hosts, simulated GPUs, real fio.
+
+Needs root (CI runs as root). Uses the session lab (h1, h3: HGX H200; h2: L40S),
+provisioned once for this module with r580-cuda13.0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from nodecert.cli import main
+from nodecert.lab.hosts import Lab
+from nodecert.provisioning import provision
+from nodecert.validation import ValidationRun, validate
+
+STACK = "r580-cuda13.0"
+HW = ("hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu", "health.xid")
+
+
+@pytest.fixture(scope="module")
+def plab(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    lab.apply_faults(None)
+    for h in ("h1", "h2", "h3"):
+        lab.reset(h)
+    report = provision(lab.cfg.state / "inventory.ini", STACK,
+                       runs_dir=tmp_path_factory.mktemp("prov"), progress=lambda line: None)
+    assert all(h.conformance is not None and h.conformance.ok for h in report.hosts.values()), \
+        report.as_dict()
+    return lab
+
+
+def inv(lab: Lab) -> Path:
+    return lab.cfg.state / "inventory.ini"
+
+
+def run(lab: Lab, tmp_path: Path, **kw: Any) -> ValidationRun:
+    lines: list[str] = kw.pop("lines", [])
+    return validate(inv(lab), stack=STACK, runs_dir=tmp_path, progress=lines.append, **kw)
+
+
+def failing(r: ValidationRun) -> dict[str, dict[str, str]]:
+    return {h: {x.check: x.summary for x in hr.results if x.verdict.name != "PASS"}
+            for h, hr in r.hosts.items()}
+
+
+def faults(lab: Lab, tmp_path: Path, text: str) -> None:
+    path = tmp_path / "faults.yml"
+    path.write_text(text)
+    lab.apply_faults(path)
+
+
+def test_healthy_lab_passes_every_check_with_live_progress(plab: Lab, tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["validate", "-i", str(inv(plab)), "--stack", STACK,
+                                  "--runs-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output + r.stderr
+    for h in ("h1", "h2", "h3"):
+        assert f"{h:<14} [1/7] hardware.inventory ..." in r.stderr
+        assert f"{h:<14} [7/7] storage.fio PASS (SIMULATED)" in r.stderr
+        assert f"{h:<14} finished: PASS (7 PASS)" in r.stderr
+    assert "PASS     done" in r.stdout and "SIMULATED" in r.stdout
+    (run_dir,) = tmp_path.iterdir()
+    data = json.loads((run_dir / "h2" / "results.json").read_text())
+    assert data["schema"] == "nodecert.validation/v1" and data["verdict"] == "PASS"
+    assert data["simulated"] is True and all(x["simulated"] for x in data["results"])
+    assert [x["check"] for x in data["results"]] == [*HW, "stack.conformance",
+                                                               "storage.fio"]
+    # Thresholds say where they came from: the L40S profile, the lab inventory.
+    assert data["thresholds"]["pcie.gen"]["origin"] == "profile L40S (profiles/L40S.yml)"
+    fio = next(x for x in data["results"] if x["check"] == "storage.fio")
+    assert fio["thresholds"]["seq_read_mbps"]["origin"] == "inventory nodecert_thresholds (h2)"
+    assert fio["evidence"][0]["sha256"] and "fio --name=seq_write" in fio["evidence"][0][
+        "command"]
+    # The node identity for the certificate: DMI serial, GPU serials/UUIDs, NIC MAC, NVMe.
+    ident = data["identity"]
+    assert ident["system_serial"].startswith("SIM") and len(ident["gpus"]) == 4
+    assert all(g["uuid"].startswith("GPU-") for g in ident["gpus"])
+    assert ident["nic_macs"] and len(ident["nvme"]) == 2
+    summary = json.loads((run_dir / "validate.json").read_text())
+    assert summary["verdict"] == "PASS" and set(summary["hosts"]) == {"h1", "h2", "h3"}
+
+
+def test_hardware_faults_fail_exactly_the_right_check(plab: Lab, tmp_path: Path) -> None:
+    rounds = [
+        ("  - {host: h1, kind: gpu_missing, gpu: 3}\n"
+         "  - {host: h2, kind: xid, gpu: 1, code: 79}\n"
+         "  - {host: h3, kind: pcie_degraded, gpu: 2, width: 8}\n",
+         {"h1": ("hardware.inventory", "7 GPUs visible to the driver, the spec orders 8"),
+          "h2": ("health.xid", "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS) on GPU1"),
+          "h3": ("hardware.pcie", "link trained at x8 of x16 (degraded width)")}),
+        ("  - {host: h1, kind: nvlink_down, gpu: 5, links: [2]}\n"
+         "  - {host: h2, kind: row_remap_pending, gpu: 0}\n"
+         "  - {host: h3, kind: ecc_uncorrectable, gpu: 7}\n",
+         {"h1": ("hardware.topology", "GPU5: NVLink 2 inactive (17 of 18 up)"),
+          "h2": ("health.gpu", "row remapping pending"),
+          "h3": ("health.gpu", "1 uncorrectable ECC errors since the driver loaded")}),
+    ]
+    try:
+        for text, expect in rounds:
+            faults(plab, tmp_path, "faults:\n" + text)
+            r = run(plab, tmp_path, checks=HW)
+            got = failing(r)
+            for host, (check, words) in expect.items():
+                assert list(got[host]) == [check], (host, got[host])
+                assert words in got[host][check], got[host][check]
+                res = next(x for x in r.hosts[host].results if x.check == check)
+                assert res.remediation and res.fault_code and res.simulated
+    finally:
+        plab.apply_faults(None)
+
+
+def test_wrong_driver_and_slow_nvme_fail_their_checks(plab: Lab, tmp_path: Path) -> None:
+    faults(plab, tmp_path, "faults:\n  - {host: h2, kind: nvme_slow, read_mbps: 8, "
+           "write_mbps: 8}\n")
+    plab.ssh("h3", "apt-get install -y -q --allow-downgrades --allow-change-held-packages "
+             "nvidia-open=570.211.01-1", timeout=300)
+    try:
+        r = run(plab, tmp_path, checks=("hardware.topology", "stack.conformance",
+                                        "storage.fio"))
+        got = failing(r)
+        assert got["h1"] == {}
+        assert list(got["h2"]) == ["storage.fio"]
+        assert "needs >= 25 MB/s (inventory nodecert_thresholds (h2))" in got["h2"]["storage.fio"]
+        assert list(got["h3"]) == ["stack.conformance"]
+        conf = next(x for x in r.hosts["h3"].results if x.check == "stack.conformance")
+        assert "nvidia-open is 570.211.01-1, pinned 580.173.02-1" in conf.findings
+        assert "nvidia-smi reports driver '570.211.01', pinned 580.173.02" in conf.findings
+        assert conf.remediation.startswith("Re-run `nodecert provision --stack r580-cuda13.0`")
+    finally:
+        plab.apply_faults(None)
+        plab.ssh("h3", "apt-get install -y -q --allow-change-held-packages "
+                 "nvidia-open=580.173.02-1 && apt-mark hold nvidia-open", timeout=300)
+
+
+def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> None:
+    text = inv(plab).read_text().replace(
+        "[lab]\n", "[lab]\nghost ansible_host=10.78.1.99 nodecert_gpu_model=H200-SXM "
+        "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
+        "nodecert_nvme_count=8\n")
+    path = tmp_path / "with-ghost.ini"
+    path.write_text(text)
+    r = validate(path, stack=STACK, runs_dir=tmp_path, progress=lambda line: None,
+                 checks=("health.gpu",))
+    ghost = r.hosts["ghost"]
+    assert ghost.status == "unreachable" and "cannot reach 10.78.1.99:22" in ghost.error
+    assert [x.fault_code for x in ghost.results] == ["NC-HOST-UNREACHABLE"]
+    assert {h: r.hosts[h].status for h in ("h1", "h2", "h3")} == dict.fromkeys(
+        ("h1", "h2", "h3"), "done")
+    assert r.verdict.name == "ERROR"
+    # Host keys are checked: a known_hosts that lacks them refuses every host.
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    strict = tmp_path / "strict.ini"
+    strict.write_text(inv(plab).read_text().replace(
+        str(plab.cfg.state / "known_hosts"), str(empty)))
+    r = validate(strict, stack=STACK, runs_dir=tmp_path, progress=lambda line: None,
+                 checks=("health.gpu",), limit=("h1",))
+    assert r.hosts["h1"].status == "unreachable"
+    assert "is not in known_hosts" in r.hosts["h1"].error
+
+
+def test_ctrl_c_keeps_finished_results_and_marks_the_rest(plab: Lab, tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "nodecert", "validate", "-i", str(inv(plab)),
+                             "--stack", STACK, "--runs-dir", str(tmp_path), "--limit", "h1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:  # block until the first result has arrived
+            if "[1/7] hardware.inventory PASS" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    (run_dir,) = tmp_path.iterdir()
+    data = json.loads((run_dir / "h1" / "results.json").read_text())
+    assert data["status"] == "interrupted"
+    res = {x["check"]: x for x in data["results"]}
+    assert res["hardware.inventory"]["verdict"] == "PASS"
+    assert len(res) == 7
+    not_run = [x for x in data["results"] if x["fault_code"] == "NC-NOT-RUN-INTERRUPTED"]
+    assert not_run and all(x["verdict"] == "ERROR" for x in not_run)
+    assert "interrupted" in out
+    # Nothing keeps running on the node: its runner saw the channel close and stopped
+    # (pidwait blocks until any straggler exits; the pattern does not match itself).
+    left = plab.ssh("h1", "timeout 20 pidwait -f 'nodecert_nod[e]'; "
+                    "pgrep -af 'nodecert_nod[e]' || true", timeout=60).stdout.strip()
+    assert left == ""
+
+
+def test_host_dropping_mid_run_is_an_error_while_others_finish(plab: Lab,
+                                                              tmp_path: Path) -> None:
+    """Last in the module: h1 is reset (its provisioning is gone afterwards)."""
+    faults(plab, tmp_path, "faults:\n  - {host: h1, kind: nvme_slow, read_mbps: 8, "
+           "write_mbps: 8}\n")  # keeps h1's storage test busy long enough to cut it
+    started = threading.Event()
+
+    def progress(line: str) -> None:
+        if line.startswith("h1") and "storage.fio ..." in line:
+            started.set()
+
+    out: dict[str, ValidationRun] = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", validate(
+        inv(plab), stack=STACK, runs_dir=tmp_path, progress=progress,
+        checks=("health.gpu", "storage.fio"))))
+    t.start()
+    try:
+        assert started.wait(timeout=120)
+        plab.reset("h1")  # the host goes away mid-check
+    finally:
+        t.join(timeout=300)
+        plab.apply_faults(None)
+    r = out["r"]
+    h1 = r.hosts["h1"]
+    assert h1.status == "lost", h1.error
+    assert [(x.check, x.verdict.name) for x in h1.results] == [("health.gpu", "PASS"),
+                                                               ("storage.fio", "ERROR")]
+    assert h1.results[1].fault_code == "NC-HOST-LOST"
+    assert "during storage.fio" in h1.results[1].summary
+    assert {h: (r.hosts[h].status, r.hosts[h].verdict.name) for h in ("h2", "h3")} == {
+        "h2": ("done", "PASS"), "h3": ("done", "PASS")}
+    saved = json.loads((r.run_dir / "h1" / "results.json").read_text())
+    assert saved["status"] == "lost" and saved["verdict"] == "ERROR"
