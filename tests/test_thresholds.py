@@ -34,7 +34,7 @@ def test_overrides_inventory_then_cli() -> None:
                            cli={"pcie.gen": 3}, host="n1")
     assert (t["pcie.gen"]["value"], t["pcie.gen"]["origin"]) == (3, "command line --threshold")
     assert t["xid.window_h"]["origin"] == "inventory nodecert_thresholds (n1)"
-    with pytest.raises(InventoryError, match="unknown threshold 'pcie.gne'"):
+    with pytest.raises(InventoryError, match=r"unknown threshold 'pcie\.gne'"):
         thresholds.resolve("H200-SXM", cli={"pcie.gne": 4})
     with pytest.raises(UnknownNameError, match="no validation profile for GPU model 'B300'"):
         thresholds.resolve("B300")
