@@ -1,0 +1,125 @@
+"""Benchmark `nodecert validate`: control-side overhead on 1, 8 and 32 lab hosts, and
+fio through nodecert vs the same fio jobs run by hand.
+
+Run on demand, as root:   .venv/bin/python benchmarks/validate.py [--sizes 1 8 32] [--json OUT]
+
+Hosts get the driver, Fabric Manager and validator tools (provision --tags: the
+framework environment is not needed to measure the control side). Overhead =
+wall time of the run minus the longest node-side time (the sum of its checks'
+durations as the node measured them). The fio comparison runs on one host: the
+storage check's three fio jobs, then the same command lines by hand over SSH,
+alternating, three times each; target (issue #5): medians agree within 5%.
+The lab used here has its own state directory, bridge and subnet (10.78.7.0/24).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from nodecert.lab.config import LabConfig
+from nodecert.lab.hosts import Lab
+from nodecert.provisioning import provision
+from nodecert.validation import validate
+
+CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.7.0/24"), bridge="ncvbench0",
+                prefix="ncvbench", state_name="state-vbench")
+STACK = "r580-cuda13.0"
+TAGS = ("repo", "driver", "fabric_manager", "validators")
+
+
+def overhead(inv: Path, runs: Path, n: int) -> dict[str, Any]:
+    t = time.monotonic()
+    run = validate(inv, stack=STACK, runs_dir=runs, forks=max(16, n), progress=lambda _: None)
+    wall = time.monotonic() - t
+    node = {h: sum(r.duration_s for r in hr.results) for h, hr in run.hosts.items()}
+    counts: dict[str, int] = {}
+    for hr in run.hosts.values():
+        for r in hr.results:
+            counts[r.verdict.name] = counts.get(r.verdict.name, 0) + 1
+    return {"hosts": n, "wall_s": round(wall, 2), "node_max_s": round(max(node.values()), 2),
+            "node_mean_s": round(statistics.mean(node.values()), 2),
+            "overhead_s": round(wall - max(node.values()), 2), "verdicts": counts}
+
+
+def fio_by_hand(lab: Lab, commands: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    lab.ssh("h1", "mkdir -p /var/tmp/nodecert/scratch/byhand", timeout=30)
+    for cmd in commands:
+        argv = shlex.split(cmd)
+        argv = [a if not a.startswith("--filename=") else
+                "--filename=/var/tmp/nodecert/scratch/byhand/" + a.rsplit("/", 1)[1]
+                for a in argv]
+        data = json.loads(lab.ssh("h1", shlex.join(argv), timeout=600).stdout)
+        job = data["jobs"][0]
+        name = job["jobname"]
+        if name == "rand_read_4k":
+            out["rand_read_iops"] = job["read"]["iops"]
+        elif name == "checkpoint":
+            out["checkpoint_mbps"] = job["write"]["bw_bytes"] / 1e6
+        else:
+            side = "write" if "write" in name else "read"
+            out[f"{name}_mbps"] = job[side]["bw_bytes"] / 1e6
+    lab.ssh("h1", "rm -rf /var/tmp/nodecert/scratch/byhand", timeout=60)
+    return out
+
+
+def fio_compare(lab: Lab, inv: Path, runs: Path, rounds: int = 3) -> dict[str, Any]:
+    via: list[dict[str, float]] = []
+    hand: list[dict[str, float]] = []
+    for _ in range(rounds):
+        run = validate(inv, stack=STACK, runs_dir=runs, limit=("h1",),
+                       checks=("storage.fio",), progress=lambda _: None)
+        res = run.hosts["h1"].results[0]
+        via.append(dict(next(iter(res.value.values()))))
+        hand.append(fio_by_hand(lab, [e.command for e in res.evidence]))
+    out: dict[str, Any] = {}
+    for metric in via[0]:
+        a = statistics.median(v[metric] for v in via)
+        b = statistics.median(h[metric] for h in hand)
+        out[metric] = {"nodecert": round(a, 1), "by_hand": round(b, 1),
+                       "diff_pct": round(100 * (a - b) / b, 1)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    lab = Lab(CFG, log=lambda m: None)
+    results: dict[str, Any] = {}
+    runs = Path(tempfile.mkdtemp(prefix="nodecert-vbench-runs-"))
+    try:
+        for n in args.sizes:
+            lab.down()
+            lab.up(nodes=n)
+            inv = CFG.state / "inventory.ini"
+            t = time.monotonic()
+            provision(inv, STACK, runs_dir=runs, tags=TAGS, forks=min(n, 16),
+                      progress=lambda _: None)
+            results[f"{n}_hosts"] = {"provision_s": round(time.monotonic() - t, 1),
+                                     **overhead(inv, runs, n)}
+            print(json.dumps({f"{n}_hosts": results[f"{n}_hosts"]}), flush=True)
+            if n == 1:
+                results["fio_nodecert_vs_by_hand"] = fio_compare(lab, inv, runs)
+                print(json.dumps(results["fio_nodecert_vs_by_hand"]), flush=True)
+    finally:
+        lab.down()
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
