@@ -106,7 +106,7 @@ def test_suite_runner_stamps_simulated_and_isolates_hangs(tmp_path: Path) -> Non
     kinds = [e["event"] for e in events]
     assert kinds[0] == "hello" and kinds[-1] == "done" and events[0]["simulated"] is True
     results = {e["result"]["check"]: e["result"] for e in events if e["event"] == "result"}
-    assert list(results) == ["health.xid", "health.gpu", "hardware.inventory"]
+    assert list(results) == ["hardware.inventory", "health.gpu", "health.xid"]  # suite order
     assert all(r["simulated"] for r in results.values())
     gpu = results["health.gpu"]
     assert gpu["verdict"] == "ERROR" and gpu["fault_code"] == "NC-CHECK-TIMEOUT"

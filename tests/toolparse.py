@@ -1,7 +1,8 @@
 """Minimal parsers for GPU tool output, used by tests on real and simulated output alike.
 
 They check shape (fields, units, layout) so the simulator is held to the real
-tools' formats. The validators' own parsers (later issues) live in validators/.
+tools' formats. Where the validators have a parser for the same output
+(validators/nodecert_node/parse), these delegate to it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import csv
 import io
 import re
+
+from nodecert_node.parse import kernel, topo
 
 
 def parse_q(text: str) -> dict[str, dict[str, str]]:
@@ -61,37 +64,13 @@ def parse_allreduce(text: str) -> dict[str, object]:
 
 
 def parse_topo(text: str) -> dict[str, dict[str, str]]:
-    lines = text.splitlines()
-    head = [c.strip() for c in lines[0].split("\t")]
-    out = {}
-    for line in lines[1:]:
-        if not line.startswith("GPU"):
-            if not line.strip():
-                break
-            continue
-        cells = line.split("\t")
-        out[cells[0]] = {h: c.strip() for h, c in zip(head[1:], cells[1:], strict=False)
-                         if h.startswith("GPU")}
-    return out
+    """GPU-to-GPU cells of `topo -m` (the validators' parser, NIC columns dropped)."""
+    return {row: {col: cell for col, cell in cells.items() if col.startswith("GPU")}
+            for row, cells in topo.parse_topo_matrix(text).items()}
 
 
-def parse_nvlink(text: str) -> dict[int, list[float | None] | str]:
-    out: dict[int, list[float | None] | str] = {}
-    cur = -1
-    for line in text.splitlines():
-        m = re.match(r"^GPU (\d+): .+ \(UUID: GPU-[0-9a-f-]+\)$", line)
-        if m:
-            cur = int(m.group(1))
-            out[cur] = []
-            continue
-        m = re.match(r"^\s+Link (\d+): (?:([\d.]+) GB/s|<inactive>)$", line)
-        if m:
-            links = out[cur]
-            assert isinstance(links, list)
-            links.append(float(m.group(2)) if m.group(2) else None)
-        elif line.strip():
-            out[cur] = line.strip()
-    return out
+def parse_nvlink(text: str) -> topo.LinkStatus:
+    return topo.parse_nvlink_status(text)
 
 
 def parse_nvbandwidth(text: str) -> dict[str, list[list[float | None]]]:
@@ -133,8 +112,5 @@ def parse_lspci_nn(text: str) -> list[dict[str, str]]:
     return out
 
 
-XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-f:]+)\): (\d+), ")
-
-
 def parse_xids(text: str) -> list[tuple[str, int]]:
-    return [(m.group(1), int(m.group(2))) for m in XID.finditer(text)]
+    return [(e["pci"], e["xid"]) for e in kernel.parse_xids(text)]

@@ -171,7 +171,8 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
                     if k in v}}
     return {
         "schema": "nodecert.plan/v1", "run_id": run_id, "host": spec.name,
-        "suite": suite.name, "checks": list(checks or suite.checks),
+        "suite": suite.name,
+        "checks": [c for c in suite.checks if not checks or c in checks],  # suite order
         "check_timeout_s": suite.check_timeout_s, "tool_timeout_s": 60,
         "simulated": spec.simulated, "spec": plan_spec,
         "thresholds": thresholds.resolve(spec.gpu_model, inventory=v.get("thresholds"),
