@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nodecert.errors import NodecertError
 from nodecert.lab.config import LabConfig
-from nodecert.lab.hosts import Lab
+from nodecert.lab.hosts import INOTIFY_LIMIT, Lab, check_inotify
 from nodecert.provisioning import provision
 from nodecert.validation import validate
 
@@ -90,6 +91,15 @@ def fio_compare(lab: Lab, inv: Path, runs: Path, rounds: int = 3) -> dict[str, A
     return out
 
 
+def check_inotify_need(n: int) -> int:
+    """The limit to set for n hosts, or 0 when the machine's is enough."""
+    try:
+        check_inotify(n)
+    except NodecertError as exc:
+        return int(str(exc.hint).split("=")[1].split()[0])
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 32])
@@ -101,6 +111,11 @@ def main() -> int:
     try:
         for n in args.sizes:
             lab.down()
+            need = check_inotify_need(n)
+            if need:
+                print(f"raising fs.inotify.max_user_instances to {need} for {n} hosts",
+                      flush=True)
+                INOTIFY_LIMIT.write_text(f"{need}\n")
             lab.up(nodes=n)
             inv = CFG.state / "inventory.ini"
             t = time.monotonic()

@@ -430,3 +430,20 @@ def test_lab_cli_status_json(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
     assert data["up"] is True and [h["name"] for h in data["hosts"]] == ["h1", "h2", "h3"]
     r = CliRunner().invoke(cli.main, ["lab", "reset", "h9"])
     assert r.exit_code == 2 and "no lab host named 'h9'" in r.stderr
+
+
+def test_lab_refuses_more_hosts_than_inotify_allows(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """systemd in a host dies at boot ("Too many open files") past the machine's
+    inotify limit: `lab up` says so before creating anything."""
+    from nodecert.errors import NodecertError
+    from nodecert.lab import hosts as lab_hosts
+    limit = tmp_path / "max_user_instances"
+    limit.write_text("40\n")
+    monkeypatch.setattr(lab_hosts, "INOTIFY_LIMIT", limit)
+    monkeypatch.setattr(lab_hosts, "inotify_in_use", lambda: 10)
+    lab_hosts.check_inotify(3)  # 10 + 3 x 8 = 34 <= 40
+    with pytest.raises(NodecertError, match="4 lab hosts need about 42 inotify instances, "
+                                            "the machine allows 40") as e:
+        lab_hosts.check_inotify(4)
+    assert "sysctl -w fs.inotify.max_user_instances=512" in str(e.value.hint)

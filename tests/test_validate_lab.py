@@ -200,6 +200,25 @@ def test_ctrl_c_keeps_finished_results_and_marks_the_rest(plab: Lab, tmp_path: P
     assert left == ""
 
 
+def test_host_time_limit(plab: Lab, tmp_path: Path) -> None:
+    faults(plab, tmp_path, "faults:\n  - {host: h1, kind: nvme_slow, read_mbps: 8, "
+           "write_mbps: 8}\n")
+    try:
+        r = run(plab, tmp_path, limit=("h1",), checks=("health.gpu", "storage.fio"),
+                host_timeout_s=8)
+    finally:
+        plab.apply_faults(None)
+    h1 = r.hosts["h1"]
+    assert h1.status == "lost"
+    assert h1.error == "host time limit of 8 s reached during storage.fio"
+    assert [(x.check, x.verdict.name) for x in h1.results] == [("health.gpu", "PASS"),
+                                                               ("storage.fio", "ERROR")]
+    # The node stopped the check when the connection closed: no fio keeps running there.
+    left = plab.ssh("h1", "timeout 20 pidwait -x fio; pgrep -ax fio || true",
+                    timeout=60).stdout.strip()
+    assert left == ""
+
+
 def test_host_dropping_mid_run_is_an_error_while_others_finish(plab: Lab,
                                                               tmp_path: Path) -> None:
     """Last in the module: h1 is reset (its provisioning is gone afterwards)."""

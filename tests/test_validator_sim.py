@@ -98,7 +98,8 @@ def test_suite_runner_stamps_simulated_and_isolates_hangs(tmp_path: Path) -> Non
     # The checks' own limits (3 s) stop them before the tool's (5 s) would.
     plan["check_timeouts_s"] = {"health.gpu": 3, "hardware.inventory": 3, "health.xid": 60}
     plan["tool_timeout_s"] = 5
-    hung.write_text('#!/bin/sh\nexec python3 -c "import signal; signal.pause()"\n')
+    hung.write_text('#!/bin/sh\nexec python3 -c "import signal; signal.pause()" '
+                    'nodecert-hung-smi\n')
     try:
         events = node.suite(plan)
     finally:
@@ -115,6 +116,10 @@ def test_suite_runner_stamps_simulated_and_isolates_hangs(tmp_path: Path) -> Non
     # health.xid reads the kernel log even when nvidia-smi hangs (its tool limit, 5 s).
     assert results["health.xid"]["verdict"] == "PASS"
     assert "killed after 5 s" in results["health.xid"]["evidence"][0]["output"]
+    # Stopping a check stops the tools it started (they run in their own groups).
+    left = subprocess.run(["pgrep", "-f", "nodecert-hung-sm[i]"], capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert left.stdout == ""
 
 
 def test_crashing_check_is_an_error_and_the_suite_goes_on(tmp_path: Path) -> None:

@@ -482,20 +482,23 @@ Examples:
 @click.option("--scratch-dir", help="Directory the storage test may write to on every host "
               "(default: the host's nodecert_storage_targets, else /var/tmp/nodecert/scratch).")
 @click.option("--forks", default=16, show_default=True, help="Hosts validated in parallel.")
+@click.option("--host-timeout", type=click.FloatRange(min=1), metavar="SECONDS",
+              help="Limit for a whole host (default: every check at its suite limit + 120 s).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
               show_default=True, help="Where run directories are created.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @_handle_errors
 def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],
                  stack_name: str | None, threshold_items: tuple[str, ...],
-                 scratch_dir: str | None, forks: int, runs_dir: Path, as_json: bool) -> None:
+                 scratch_dir: str | None, forks: int, host_timeout: float | None,
+                 runs_dir: Path, as_json: bool) -> None:
     from nodecert.thresholds import parse_cli_thresholds
     from nodecert.validation import validate
 
     limit = tuple(h for item in limit for h in item.split(",") if h)
     run = validate(path, suite=suite, limit=limit, stack=stack_name, forks=forks,
                    runs_dir=runs_dir, cli_thresholds=parse_cli_thresholds(threshold_items),
-                   scratch=scratch_dir, checks=checks,
+                   scratch=scratch_dir, checks=checks, host_timeout_s=host_timeout,
                    progress=lambda line: click.echo(line, err=True))
     code = ExitCode.OK if run.verdict <= Verdict.WARN and not run.interrupted \
         else ExitCode.FAILED

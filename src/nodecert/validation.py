@@ -157,7 +157,8 @@ class ValidationRun:
 
 def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run_id: str, *,
                cli_thresholds: dict[str, Any], scratch: str | None,
-               checks: tuple[str, ...] = ()) -> dict[str, Any]:
+               checks: tuple[str, ...] = (), host_timeout_s: float | None = None
+               ) -> dict[str, Any]:
     v = spec.validation
     storage = dict(suite.storage)
     storage["targets"] = [scratch] if scratch else list(v.get("storage_targets")
@@ -169,11 +170,13 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
                  **{k: v[k] for k in ("cpu_model", "nvme_rated_seq_read_mbps",
                                       "nvme_rated_seq_write_mbps", "nvme_rated_rand_read_iops")
                     if k in v}}
+    chosen = [c for c in suite.checks if not checks or c in checks]  # suite order
     return {
         "schema": "nodecert.plan/v1", "run_id": run_id, "host": spec.name,
-        "suite": suite.name,
-        "checks": [c for c in suite.checks if not checks or c in checks],  # suite order
+        "suite": suite.name, "checks": chosen,
         "check_timeout_s": suite.check_timeout_s, "tool_timeout_s": 60,
+        # The whole host: every check at its limit, plus connection and set-up.
+        "host_timeout_s": host_timeout_s or suite.check_timeout_s * len(chosen) + 120,
         "simulated": spec.simulated, "spec": plan_spec,
         "thresholds": thresholds.resolve(spec.gpu_model, inventory=v.get("thresholds"),
                                          cli=cli_thresholds, host=spec.name),
@@ -304,20 +307,25 @@ class _Runner:
         chan.sendall((json.dumps(hr.plan) + "\n").encode())
         reader = _LineReader(chan)
         deadline = time.monotonic() + 60
+        host_end = time.monotonic() + float(hr.plan["host_timeout_s"])
         try:
             while hr.status == "running":
-                raw = reader.line(deadline, self.stop)
+                raw = reader.line(min(deadline, host_end), self.stop)
                 if raw is None:
                     break
                 deadline = self._on_event(hr, json.loads(raw)) or deadline
+        except TimeoutError:
+            hr.status = "lost"
+            what = hr.current or "between checks"
+            hr.error = (f"host time limit of {hr.plan['host_timeout_s']:g} s reached during "
+                        f"{what}" if time.monotonic() >= host_end else
+                        f"no answer from the node during {what} within its time limit")
         except InterruptedError:
             hr.status, hr.error = "interrupted", "interrupted by the operator (Ctrl-C)"
-        except (TimeoutError, OSError, paramiko.SSHException) as exc:
-            what = hr.current or "between checks"
+        except (OSError, paramiko.SSHException) as exc:
             hr.status = "lost"
-            hr.error = (f"no answer from the node during {what} within its time limit"
-                        if isinstance(exc, TimeoutError) else f"connection lost during "
-                        f"{what}: {type(exc).__name__}: {exc}")
+            hr.error = (f"connection lost during {hr.current or 'the run'}: "
+                        f"{type(exc).__name__}: {exc}")
         except ValueError as exc:
             hr.status, hr.error = "lost", f"node sent something that is not an event: {exc}"
         finally:
@@ -387,7 +395,8 @@ class _Runner:
 
 def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
              stack: str | None, run_dir: Path, *, cli_thresholds: dict[str, Any],
-             scratch: str | None, checks: tuple[str, ...]) -> dict[str, HostRun]:
+             scratch: str | None, checks: tuple[str, ...],
+             host_timeout_s: float | None) -> dict[str, HostRun]:
     """Plans for every host; raises NodecertError on any bad input, before any SSH."""
     unknown = [c for c in checks if c not in suite.checks]
     if unknown:
@@ -409,7 +418,7 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
         sname = stack or spec.stack
         st = stacks.setdefault(sname, find_stack(sname)) if sname else None
         plan = build_plan(spec, suite, st, run_dir.name, cli_thresholds=cli_thresholds,
-                          scratch=scratch, checks=checks)
+                          scratch=scratch, checks=checks, host_timeout_s=host_timeout_s)
         runs[name] = HostRun(name, spec, Endpoint.from_hostvars(name, hv[name]), plan, st,
                              run_dir / name)
     return runs
@@ -419,6 +428,7 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
              stack: str | None = None, forks: int = 16, runs_dir: Path = Path("runs"),
              progress: Progress | None = None, cli_thresholds: dict[str, Any] | None = None,
              scratch: str | None = None, checks: tuple[str, ...] = (),
+             host_timeout_s: float | None = None,
              stop: threading.Event | None = None) -> ValidationRun:
     """Validate every (limited) host. Raises NodecertError only on bad input."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -426,7 +436,8 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
     run_dir = (runs_dir / run_id).resolve()
     runs = _prepare(inventory, the_suite, limit, stack, run_dir,
-                    cli_thresholds=cli_thresholds or {}, scratch=scratch, checks=checks)
+                    cli_thresholds=cli_thresholds or {}, scratch=scratch, checks=checks,
+                    host_timeout_s=host_timeout_s)
     run_dir.mkdir(parents=True)
     result = ValidationRun(run_dir, suite, runs)
     for hr in runs.values():

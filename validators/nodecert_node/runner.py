@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, TextIO
 
-from nodecert_node import __version__
+from nodecert_node import __version__, tools
 from nodecert_node.checks import REGISTRY, Ctx, run_check
 from nodecert_node.checks import hardware as _hardware  # noqa: F401 -- registers its checks
 from nodecert_node.checks import health as _health  # noqa: F401
@@ -79,8 +79,15 @@ def run_one(name: str, plan: dict[str, Any], timeout: float,
 
 
 def _killpg(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a check: SIGTERM lets it kill the tools it started (each in its own process
+    group), SIGKILL follows if it does not exit."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def run_suite(plan: dict[str, Any], out: TextIO, stdin: TextIO | None) -> int:
@@ -116,6 +123,11 @@ def run_suite(plan: dict[str, Any], out: TextIO, stdin: TextIO | None) -> int:
 
 def check_main(name: str) -> int:
     """Child process: run one check in-process, print its Result as the last line."""
+    def stop(signum: int, frame: object) -> None:
+        tools.kill_all()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     plan = json.loads(sys.stdin.read())
     res = run_check(name, Ctx(plan))
     sys.stdout.write(json.dumps(res.as_dict()) + "\n")

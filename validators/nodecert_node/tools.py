@@ -13,6 +13,16 @@ from typing import Sequence
 
 from nodecert_node.result import Evidence
 
+# Process groups of the tools running now: each tool gets its own group (so a timeout
+# kills its whole tree); when the check itself is stopped, kill_all() ends them too.
+_ACTIVE: set[int] = set()
+
+
+def kill_all() -> None:
+    for pgid in list(_ACTIVE):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
 
 class ToolError(Exception):
     """A tool could not give an answer: missing, timed out, or failed."""
@@ -55,6 +65,7 @@ def run(argv: Sequence[str], *, timeout: float, name: str = "", ok_codes: Sequen
     proc = subprocess.Popen([exe, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.PIPE if input_text is not None else
                             subprocess.DEVNULL, env=env, start_new_session=True)
+    _ACTIVE.add(proc.pid)
     try:
         raw, _ = proc.communicate(input_text.encode() if input_text is not None else None,
                                   timeout=timeout)
@@ -66,6 +77,8 @@ def run(argv: Sequence[str], *, timeout: float, name: str = "", ok_codes: Sequen
                          time.monotonic() - start)
         raise ToolError(f"{label} did not finish within {timeout:g} s (killed)", ev,
                         kind="timeout") from None
+    finally:
+        _ACTIVE.discard(proc.pid)
     text = raw.decode("utf-8", "replace")
     ev = Evidence.of(label, cmd, proc.returncode, text, time.monotonic() - start)
     if proc.returncode not in ok_codes:

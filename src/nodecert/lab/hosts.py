@@ -81,6 +81,32 @@ class LabHost:
         return dict(self.__dict__)
 
 
+# systemd in each host holds about 7 inotify instances (measured: 28 for 4 hosts).
+INOTIFY_PER_HOST = 8
+INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def inotify_in_use() -> int:
+    n = 0
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError):
+            n += sum(1 for fd in fd_dir.iterdir() if os.readlink(fd) == "anon_inode:inotify")
+    return n
+
+
+def check_inotify(nodes: int) -> None:
+    """Refuse (before creating anything) a lab whose hosts' systemd would run out of
+    inotify instances and die while booting ("Too many open files")."""
+    limit = int(INOTIFY_LIMIT.read_text())
+    need = inotify_in_use() + INOTIFY_PER_HOST * nodes
+    if need > limit:
+        raise NodecertError(
+            f"{nodes} lab hosts need about {need} inotify instances, the machine allows "
+            f"{limit} (fs.inotify.max_user_instances)",
+            hint=f"raise it: sysctl -w fs.inotify.max_user_instances={max(512, need * 2)} "
+                 "(or start fewer hosts)")
+
+
 def preflight_tools() -> None:
     if os.geteuid() != 0:
         raise NodecertError("the lab needs root (network namespaces, overlay mounts, nspawn)",
@@ -158,6 +184,7 @@ class Lab:
             raise NodecertError("the lab is already up",
                                 hint="run `nodecert lab status`, or `nodecert lab down` first")
         self.clean_stale()
+        check_inotify(nodes)
         timings: dict[str, float] = {}
         timings["base_s"] = build_base(self.cfg, log=self.log)
         tm = time.monotonic()
@@ -287,7 +314,12 @@ class Lab:
         """Until every host accepts ssh; fail at once if a host's supervisor exits."""
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         pending = {h.name: h for h in hosts}
-        pidfds = {name: os.pidfd_open(h.pid) for name, h in pending.items() if h.pid}
+        pidfds: dict[str, int] = {}
+        for name, h in pending.items():
+            if h.pid:
+                # A supervisor that already exited is reported below, with its console.
+                with contextlib.suppress(ProcessLookupError):
+                    pidfds[name] = os.pidfd_open(h.pid)
         try:
             while pending:
                 for name, h in list(pending.items()):
