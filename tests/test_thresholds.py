@@ -92,3 +92,24 @@ def test_node_bundle_is_reproducible() -> None:
     a, sha_a = node_bundle()
     b, sha_b = node_bundle()
     assert a == b and sha_a == sha_b and len(a) > 10_000
+
+
+def test_host_verdict_never_claims_checks_that_did_not_run(tmp_path: Path) -> None:
+    from nodecert.validation import HostRun
+    from nodecert_node.result import Result, Verdict
+    specs = load_inventory(REPO / "inventory" / "sample" / "lab.ini")
+    spec = next(iter(specs.values()))
+    plan = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
+                      scratch=None, checks=("health.gpu", "health.xid"))
+    hr = HostRun(spec.name, spec, Endpoint.from_hostvars(spec.name, {}), plan, None, tmp_path)
+    assert hr.verdict is Verdict.ERROR  # pending, nothing ran
+    hr.status = "done"
+    hr.results.append(Result("health.gpu", Verdict.PASS, "ok"))
+    assert hr.verdict is Verdict.ERROR  # health.xid has no result
+    hr.results.append(Result("health.xid", Verdict.WARN, "old Xid"))
+    assert hr.verdict is Verdict.WARN
+    hr.status = "lost"
+    assert hr.verdict is Verdict.ERROR
+    hr.status = "done"
+    hr.finish_missing("x", "NC-X")
+    assert len(hr.results) == 2  # nothing missing: nothing added

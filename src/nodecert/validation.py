@@ -96,7 +96,10 @@ class HostRun:
 
     @property
     def verdict(self) -> Verdict:
-        if self.status == "unreachable":
+        # Only a finished run with a result for every planned check can be better
+        # than ERROR: a verdict must never claim checks that did not run.
+        done = {r.check for r in self.results}
+        if self.status != "done" or not set(self.checks) <= done:
             return Verdict.ERROR
         return worst(r.verdict for r in self.results)
 
@@ -337,7 +340,7 @@ class _Runner:
         kind = ev.get("event")
         total = len(hr.checks)
         if kind == "hello":
-            hr.simulated = bool(ev.get("simulated"))
+            hr.simulated = hr.simulated or bool(ev.get("simulated"))
             hr.node = {k: ev.get(k) for k in ("version", "python", "host")}
             hr.node["code_sha256"] = self.sha
             self.emit(hr, f"connected: node python {ev.get('python')}"
@@ -371,6 +374,7 @@ class _Runner:
             hr.status = "lost"
             hr.error = f"connection closed during {hr.current or 'the run'}"
         if hr.status not in ("lost", "interrupted"):
+            hr.finish_missing("the node did not report this check", "NC-NOT-REPORTED")
             self.emit(hr, f"finished: {hr.verdict.name} ({hr.counts()}) in "
                       f"{time.time() - hr.started:.0f}s")
             return
@@ -420,7 +424,7 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
         plan = build_plan(spec, suite, st, run_dir.name, cli_thresholds=cli_thresholds,
                           scratch=scratch, checks=checks, host_timeout_s=host_timeout_s)
         runs[name] = HostRun(name, spec, Endpoint.from_hostvars(name, hv[name]), plan, st,
-                             run_dir / name)
+                             run_dir / name, simulated=spec.simulated)
     return runs
 
 
