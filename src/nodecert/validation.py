@@ -160,10 +160,10 @@ class ValidationRun:
 
 def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run_id: str, *,
                cli_thresholds: dict[str, Any], scratch: str | None,
-               checks: tuple[str, ...] = (), host_timeout_s: float | None = None
-               ) -> dict[str, Any]:
+               checks: tuple[str, ...] = (), host_timeout_s: float | None = None,
+               storage_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     v = spec.validation
-    storage = dict(suite.storage)
+    storage = {**suite.storage, **(storage_overrides or {})}
     storage["targets"] = [scratch] if scratch else list(v.get("storage_targets")
                                                           or [DEFAULT_SCRATCH])
     storage["allow_raw_devices"] = list(v.get("allow_raw_devices") or [])
@@ -400,7 +400,8 @@ class _Runner:
 def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
              stack: str | None, run_dir: Path, *, cli_thresholds: dict[str, Any],
              scratch: str | None, checks: tuple[str, ...],
-             host_timeout_s: float | None) -> dict[str, HostRun]:
+             host_timeout_s: float | None,
+             storage_overrides: dict[str, Any] | None) -> dict[str, HostRun]:
     """Plans for every host; raises NodecertError on any bad input, before any SSH."""
     unknown = [c for c in checks if c not in suite.checks]
     if unknown:
@@ -422,7 +423,8 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
         sname = stack or spec.stack
         st = stacks.setdefault(sname, find_stack(sname)) if sname else None
         plan = build_plan(spec, suite, st, run_dir.name, cli_thresholds=cli_thresholds,
-                          scratch=scratch, checks=checks, host_timeout_s=host_timeout_s)
+                          scratch=scratch, checks=checks, host_timeout_s=host_timeout_s,
+                          storage_overrides=storage_overrides)
         runs[name] = HostRun(name, spec, Endpoint.from_hostvars(name, hv[name]), plan, st,
                              run_dir / name, simulated=spec.simulated)
     return runs
@@ -433,6 +435,7 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
              progress: Progress | None = None, cli_thresholds: dict[str, Any] | None = None,
              scratch: str | None = None, checks: tuple[str, ...] = (),
              host_timeout_s: float | None = None,
+             storage_overrides: dict[str, Any] | None = None,
              stop: threading.Event | None = None) -> ValidationRun:
     """Validate every (limited) host. Raises NodecertError only on bad input."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -441,7 +444,7 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
     run_dir = (runs_dir / run_id).resolve()
     runs = _prepare(inventory, the_suite, limit, stack, run_dir,
                     cli_thresholds=cli_thresholds or {}, scratch=scratch, checks=checks,
-                    host_timeout_s=host_timeout_s)
+                    host_timeout_s=host_timeout_s, storage_overrides=storage_overrides)
     run_dir.mkdir(parents=True)
     result = ValidationRun(run_dir, suite, runs)
     for hr in runs.values():
