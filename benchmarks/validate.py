@@ -106,8 +106,13 @@ def fio_compare(lab: Lab, inv: Path, runs: Path, rounds: int = 5) -> dict[str, A
     for metric in via[0]:
         a = statistics.median(v[metric] for v in via)
         b = statistics.median(h[metric] for h in hand)
+        # The disk's own run-to-run spread, by hand: (max - min) / median.
+        spread = (max(h[metric] for h in hand) - min(h[metric] for h in hand)) / b
         out[metric] = {"nodecert": round(a, 1), "by_hand": round(b, 1),
-                       "diff_pct": round(100 * (a - b) / b, 1)}
+                       "diff_pct": round(100 * (a - b) / b, 1),
+                       "nodecert_runs": [round(v[metric], 1) for v in via],
+                       "by_hand_runs": [round(h[metric], 1) for h in hand],
+                       "by_hand_spread_pct": round(100 * spread, 1)}
     return out
 
 
