@@ -22,9 +22,13 @@ from nodecert_node.result import Result
 
 SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
 VALIDATORS = REPO / "validators"
-TOOLS = ("nvidia-smi", "lspci", "dmesg", "dmidecode", "lscpu", "lsblk")
+TOOLS = ("nvidia-smi", "lspci", "dmesg", "dmidecode", "lscpu", "lsblk", "all_reduce_perf",
+         "nvbandwidth", "dcgmi")
 DRIVER_580 = {"driver": ("nvidia-driver-580-server-open", "580.173.02-0ubuntu0.24.04.1"),
-              "fabric_manager": ("nvidia-fabricmanager-580", "580.173.02-0ubuntu0.24.04.1")}
+              "fabric_manager": ("nvidia-fabricmanager-580", "580.173.02-0ubuntu0.24.04.1"),
+              "cuda": ("cuda-libraries-13-0", "13.0.0-1"),
+              "nccl": ("libnccl2", "2.27.7-1+cuda13.0"),
+              "dcgm": ("datacenter-gpu-manager-4-cuda13", "1:4.4.2-1")}
 
 
 class SimNode:
@@ -75,7 +79,7 @@ class SimNode:
                         nvme_count=sv["nodecert_nvme_count"],
                         nvme_min_gb=sv["nodecert_nvme_min_gb"], simulated=True,
                         validation=options.pop("validation", {}))
-        plan = build_plan(spec, thresholds.suite("quick"), None, "test",
+        plan = build_plan(spec, thresholds.suite(options.pop("suite", "quick")), None, "test",
                           cli_thresholds=options.pop("cli_thresholds", {}),
                           scratch=options.pop("scratch", None), checks=tuple(checks))
         plan["options"].update(options)

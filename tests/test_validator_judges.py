@@ -318,3 +318,65 @@ def test_storage_judge_rated_figures_and_floors() -> None:
         "seq_read_mbps"].origin
     slow = judge_storage({"/s": dict(measured["/scratch"], seq_write_mbps=8.0)}, lim, {})
     assert slow.verdict is Verdict.FAIL and "seq write mbps 8 MB/s, needs >= 500" in slow.summary
+
+
+# --- fabric judges on real outputs ------------------------------------------------------
+
+def real_bench(rel: str) -> str:
+    return (REAL / rel).read_text()
+
+
+def test_nccl_judge_on_real_logs() -> None:
+    from nodecert_node.checks.fabric import judge_nccl
+    from nodecert_node.parse import bench
+    h200 = bench.parse_nccl(
+        real_bench("nccl-tests/h200-azure-8gpu-all-reduce-8g-single-size.log"))
+    ok = judge_nccl(h200, 8, limits("H200-SXM"))
+    assert ok.verdict is Verdict.PASS and ok.value["busbw_gbs"] == 476.96
+    assert ok.thresholds["fabric.allreduce_busbw_gbs_min"].value == 440
+    # The real 8x A100 log meets the A100 floor (210) but not an H100's (440).
+    a100 = bench.parse_nccl(
+        real_bench("nccl-tests/a100-sxm4-40gb-8gpu-all-reduce-old-format.log"))
+    assert judge_nccl(a100, 8, limits("A100-SXM4-80GB")).verdict is Verdict.WARN  # -c 0
+    low = judge_nccl(a100, 8, limits("H100-SXM"))
+    assert low.verdict is Verdict.FAIL
+    assert "bus bandwidth 235.26 GB/s at 8589934592 B, needs >= 440 GB/s" in low.findings
+    busy = bench.parse_nccl(real_bench("nccl-tests/gh200-2node-8rank-device-busy-failure.log"))
+    r = judge_nccl(busy, 8, limits("H100-SXM"))
+    assert r.verdict is Verdict.FAIL and "busy or unavailable" in r.summary
+    wrong = dict(h200, rows=[dict(h200["rows"][0], wrong=3)])
+    assert "3 wrong values at 8589934592 B" in judge_nccl(wrong, 8, limits("H200-SXM")).summary
+    fewer = judge_nccl(dict(h200, ranks=4), 8, limits("H200-SXM"))
+    assert "ran on 4 of the node's 8 GPUs" in fewer.summary
+
+
+def test_bandwidth_judge_on_real_matrices() -> None:
+    from nodecert_node.checks.fabric import judge_bandwidth
+    from nodecert_node.parse import bench
+    h2d = bench.parse_nvbandwidth(
+        real_bench("nvbandwidth/h100-sxm-8gpu-h2d-ce-v0.10-drv595.txt"))
+    d2d = bench.parse_nvbandwidth(
+        real_bench("nvbandwidth/h100-sxm-8gpu-d2d-read-ce-v0.10-drv595.txt"))
+    both = {"version": "v0.10.0", "tests": {**h2d["tests"], **d2d["tests"]}}
+    ok = judge_bandwidth(both, limits("H100-SXM"))
+    assert ok.verdict is Verdict.PASS, ok.findings
+    # One slow GPU among peers, above the absolute floor: still the outlier.
+    slow = {"tests": {"host_to_device_memcpy_ce": {"matrix": {0: {**h2d["tests"][
+        "host_to_device_memcpy_ce"]["matrix"][0], 5: 30.0}}, "sum": None}}}
+    r = judge_bandwidth(slow, limits("A100-SXM4-80GB"))  # floor 22 GB/s
+    assert r.verdict is Verdict.FAIL and "GPU5 host->GPU 30 GB/s, far below its peers" in \
+        r.summary
+    # The older Azure H100 (v0.4, ~371 GB/s per pair) passes NVLink4's 350 floor.
+    az = bench.parse_nvbandwidth(
+        real_bench("nvbandwidth/h100-azure-ndv5-8gpu-d2d-read-ce-v0.4.txt"))
+    assert judge_bandwidth(az, limits("H100-SXM")).verdict is Verdict.PASS
+
+
+def test_dcgm_judge() -> None:
+    from nodecert_node.checks.fabric import judge_dcgm
+    from nodecert_node.parse import bench
+    real = bench.parse_dcgmi_diag(real_bench("dcgmi/a100-sxm4-80gb-p4de-8gpu-diag-r2-pass.txt"))
+    assert judge_dcgm(real, 2).verdict is Verdict.PASS
+    bad = dict(real, tests={**real["tests"], "GPU Memory": "Fail - GPU: 3"})
+    r = judge_dcgm(bad, 2)
+    assert r.verdict is Verdict.FAIL and r.summary == "DCGM GPU Memory: Fail - GPU: 3"

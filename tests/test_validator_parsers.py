@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from nodecert_node.parse import ParseError, fio, kernel, pci, smi, system, topo
+from nodecert_node.parse import ParseError, bench, fio, kernel, pci, smi, system, topo
 
 REAL = REPO / "tests" / "fixtures" / "real"
 
@@ -291,9 +291,63 @@ def test_every_fixture_the_validators_read_is_covered() -> None:
               if "-q" in p.name or "-a-" in p.name}
     assert qfiles <= covered, qfiles - covered
     src = Path(__file__).read_text()
-    for d in ("lspci", "topo", "nvlink", "dmesg", "dmidecode", "lscpu", "fio"):
+    for d in ("lspci", "topo", "nvlink", "dmesg", "dmidecode", "lscpu", "fio", "nccl-tests",
+              "nvbandwidth", "dcgmi"):
         for p in (REAL / d).iterdir():
             if p.name == "rtx2080ti-2gpu-topo-p2p-p-not-supported.txt":
                 continue  # `topo -p2p p`: the validators never run it
             assert p.name in src or p.name.removesuffix(".txt") in src or \
                 (d in ("lspci",) and p.name[:40] in src), f"{d}/{p.name} has no parser test"
+
+
+# --- benchmark tools: nccl-tests, nvbandwidth, dcgmi ------------------------------------
+
+@pytest.mark.parametrize(("name", "rows", "busbw", "wrong", "ranks", "version"), [
+    ("a100-sxm4-40gb-8gpu-all-reduce-old-format.log", 34, 235.26, None, 8, None),
+    ("a100-sxm4-40gb-8gpu-reduce-scatter-old-format.log", 34, 231.52, None, 8, None),
+    ("h100-a3mega-2node-16gpu-all-reduce.log", 31, 338.82, 0, 16, None),
+    ("h200-azure-8gpu-all-reduce-8g-single-size.log", 1, 476.96, 0, 8, "2.19.3+cuda12.2"),
+])
+def test_nccl_tests(name: str, rows: int, busbw: float, wrong: int | None, ranks: int,
+                    version: str | None) -> None:
+    r = bench.parse_nccl(text(f"nccl-tests/{name}"))
+    assert len(r["rows"]) == rows and r["rows"][-1]["busbw"] == busbw
+    assert r["rows"][-1]["wrong"] == wrong and r["ranks"] == ranks
+    assert r["nccl_version"] == version and r["oob"] == 0 and r["oob_ok"] is True
+    assert r["failures"] == []
+
+
+def test_nccl_tests_real_failure() -> None:
+    r = bench.parse_nccl(text("nccl-tests/gh200-2node-8rank-device-busy-failure.log"))
+    assert r["rows"] == [] and r["ranks"] == 8
+    assert "CUDA-capable device(s) is/are busy or unavailable" in r["failures"][0]
+    with pytest.raises(ParseError, match="not all_reduce_perf output"):
+        bench.parse_nccl("hello\n")
+
+
+@pytest.mark.parametrize(("name", "test", "version", "cell", "total"), [
+    ("h100-azure-ndv5-8gpu-d2d-read-ce-v0.4.txt", "device_to_device_memcpy_read_ce", "v0.4",
+     370.90, None),
+    ("h100-sxm-8gpu-d2d-read-ce-v0.10-drv595.txt", "device_to_device_memcpy_read_ce",
+     "v0.10.0", 395.08, 22126.64),
+    ("h100-sxm-8gpu-h2d-ce-v0.10-drv595.txt", "host_to_device_memcpy_ce", "v0.10.0", 55.36,
+     442.87),
+])
+def test_nvbandwidth(name: str, test: str, version: str, cell: float,
+                     total: float | None) -> None:
+    r = bench.parse_nvbandwidth(text(f"nvbandwidth/{name}"))
+    t = r["tests"][test]
+    assert r["version"] == version and t["matrix"][0][1] == cell
+    if total is not None:
+        assert t["sum"] == total
+        values = [v for row in t["matrix"].values() for v in row.values() if v is not None]
+        assert abs(sum(values) - total) < 0.5  # the matrix adds up to the tool's SUM line
+    if "device_to_device" in test:
+        assert t["matrix"][3][3] is None and len(t["matrix"]) == 8
+
+
+def test_dcgmi_diag() -> None:
+    r = bench.parse_dcgmi_diag(text("dcgmi/a100-sxm4-80gb-p4de-8gpu-diag-r2-pass.txt"))
+    assert r["meta"]["DCGM Version"] == "3.3.3"
+    assert r["tests"]["PCIe"] == "Pass - All" and r["tests"]["Inforom"] == "Pass"
+    assert len(r["tests"]) == 11

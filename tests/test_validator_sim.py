@@ -219,3 +219,52 @@ def test_node_code_is_python38_syntax() -> None:
         assert "from __future__ import annotations" in path.read_text() or \
             path.name in ("__init__.py", "__main__.py"), path
     assert os.access(VALIDATORS / "nodecert_node" / "__main__.py", os.R_OK)
+
+
+# --- fabric checks (standard suite) --------------------------------------------------------
+
+FABRIC = ["fabric.nccl_allreduce", "fabric.bandwidth", "dcgm.diag"]
+
+
+def fabric_failing(node: SimNode) -> dict[str, str]:
+    out = {}
+    for name in FABRIC:
+        r = node.check(name, suite="standard")
+        if r.verdict is not Verdict.PASS:
+            out[name] = r.summary
+    return out
+
+
+def test_fabric_checks_pass_on_a_healthy_hgx(tmp_path: Path) -> None:
+    node = SimNode(tmp_path)
+    assert fabric_failing(node) == {}
+    r = node.check("fabric.nccl_allreduce", suite="standard")
+    assert 440 < r.value["busbw_gbs"] < 480 and len(r.value["curve"]) > 20
+
+
+@pytest.mark.parametrize(("fault", "expect"), [
+    ({"kind": "busbw_low", "factor": 0.7},
+     {"fabric.nccl_allreduce": "needs >= 440 GB/s"}),
+    ({"kind": "nccl_wrong"},
+     {"fabric.nccl_allreduce": "wrong values at 8589934592 B (out-of-place)"}),
+    ({"kind": "pcie_degraded", "gpu": 2, "width": 8},
+     {"fabric.bandwidth": "GPU2 host->GPU", "dcgm.diag": "DCGM PCIe: Fail - GPU: 2"}),
+    ({"kind": "row_remap_pending", "gpu": 4},
+     {"dcgm.diag": "DCGM Page Retirement/Row Remap: Fail"}),
+])
+def test_fabric_faults(tmp_path: Path, fault: dict[str, Any], expect: dict[str, str]) -> None:
+    got = fabric_failing(SimNode(tmp_path, faults=[fault]))
+    assert set(got) == set(expect), got
+    for check_name, words in expect.items():
+        assert words in got[check_name], got[check_name]
+
+
+def test_nccl_hang_becomes_error_with_the_partial_log(tmp_path: Path) -> None:
+    node = SimNode(tmp_path, faults=[{"kind": "nccl_hang"}])
+    plan = node.plan(["fabric.nccl_allreduce"], suite="standard")
+    plan["options"]["fabric"]["timeout_s"] = 3
+    r = node.check("fabric.nccl_allreduce", plan=plan)
+    assert r.verdict is Verdict.ERROR and r.fault_code == "NC-TOOL-TIMEOUT"
+    assert "all_reduce_perf did not finish within 3 s" in r.summary
+    partial = r.evidence[-1].output
+    assert "# Using devices" in partial and "[nodecert: killed after 3 s]" in partial

@@ -106,6 +106,7 @@ class Suite:
     checks: tuple[str, ...]
     check_timeout_s: int
     storage: dict[str, Any]
+    fabric: dict[str, Any]
 
 
 @cache
@@ -114,13 +115,18 @@ def suites() -> dict[str, Suite]:
     root = yamldoc.load(path).mapping({"schema", "suites"})
     out = {}
     for name, node in root["suites"].items():
-        f = node.mapping({"description", "checks", "check_timeout_s", "storage"})
+        f = node.mapping({"description", "checks", "check_timeout_s", "storage"}, {"fabric"})
         storage = f["storage"].mapping(set(), {"size_mb", "runtime_s", "checkpoint_mb",
                                                "iodepth", "numjobs", "ioengine"})
+        fabric = f["fabric"].mapping(set(), {"nccl_max_size", "nccl_iters", "timeout_s",
+                                             "dcgm_level", "dcgm_timeout_s"}) \
+            if "fabric" in f else {}
         out[name] = Suite(name, f["description"].text(), tuple(f["checks"].text_list()),
                           f["check_timeout_s"].integer(),
                           {k: (n.text() if k == "ioengine" else n.integer())
-                           for k, n in storage.items()})
+                           for k, n in storage.items()},
+                          {k: (n.text() if k == "nccl_max_size" else n.integer())
+                           for k, n in fabric.items()})
     return out
 
 

@@ -1,0 +1,164 @@
+"""fabric.nccl_allreduce, fabric.bandwidth and dcgm.diag: the GPU fabric under load."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from nodecert_node.checks import Ctx, Limits, check, judge_findings, nvidia_smi_q
+from nodecert_node.parse import bench
+from nodecert_node.result import Result, Threshold, Verdict
+from nodecert_node.tools import run
+
+# --- fabric.nccl_allreduce --------------------------------------------------------------
+
+
+def judge_nccl(parsed: dict[str, Any], gpus: int, limits: Limits) -> Result:
+    name = "fabric.nccl_allreduce"
+    fails: list[str] = []
+    warns: list[str] = []
+    if parsed["failures"]:
+        fails.append(f"all_reduce_perf failed: {parsed['failures'][0]}")
+    rows = parsed["rows"]
+    if not rows and not fails:
+        fails.append("all_reduce_perf printed no results")
+    if parsed["ranks"] and parsed["ranks"] < gpus:
+        fails.append(f"all-reduce ran on {parsed['ranks']} of the node's {gpus} GPUs")
+    for r in rows:
+        for side, wrong in (("out-of-place", r["wrong"]), ("in-place", r["ip_wrong"])):
+            if wrong:
+                fails.append(f"{wrong} wrong values at {r['size']} B ({side}): the collective "
+                             "returned corrupted data")
+    if parsed["oob_ok"] is False:
+        fails.append(f"{parsed['oob']} out-of-bounds values reported by nccl-tests")
+    if parsed["validation"] == 0:
+        warns.append("nccl-tests ran without data validation (-c 0)")
+    busbw = rows[-1]["busbw"] if rows else None
+    size = rows[-1]["size"] if rows else None
+    floor = limits.value("fabric.allreduce_busbw_gbs_min")
+    if busbw is not None and floor is not None and busbw < float(floor):
+        fails.append(f"bus bandwidth {busbw:g} GB/s at {size} B, needs >= {floor:g} GB/s")
+    elif busbw is not None and floor is None:
+        warns.append(f"no bus-bandwidth reference for this model; measured {busbw:g} GB/s")
+    return judge_findings(
+        name, fails, warns, f"all-reduce over {parsed['ranks'] or gpus} GPUs: busbw {busbw:g} "
+        f"GB/s at {size} B, 0 wrong values" if busbw is not None else "no result",
+        value={"busbw_gbs": busbw, "size_bytes": size, "nccl": parsed["nccl_version"],
+               "curve": [{"size": r["size"], "busbw": r["busbw"]} for r in rows]},
+        unit="GB/s", thresholds=limits.pick("fabric.allreduce_busbw_gbs_min"),
+        fault_code="NC-NCCL" if fails else "",
+        remediation="Check NVLink/NVSwitch (hardware.topology), Fabric Manager and "
+                    "`dmesg | grep NVRM`; wrong values mean a GPU or link corrupts data: RMA."
+                    if fails else "")
+
+
+@check("fabric.nccl_allreduce")
+def nccl_allreduce(ctx: Ctx) -> Result:
+    _, gpus, ev = nvidia_smi_q(ctx)
+    opts = ctx.options.get("fabric") or {}
+    argv = ["all_reduce_perf", "-b", "8", "-e", str(opts.get("nccl_max_size", "8G")),
+            "-f", "2", "-g", str(len(gpus)), "-c", "1", "-n", str(opts.get("nccl_iters", 20))]
+    # A hung collective is killed at the limit and becomes ERROR with its partial log.
+    out = run(argv, timeout=float(opts.get("timeout_s", 300)), name="all_reduce_perf",
+              ok_codes=range(0, 256))
+    ev.append(out.evidence)
+    return judge_nccl(bench.parse_nccl(out.text), len(gpus), ctx.limits).with_(
+        evidence=tuple(ev))
+
+
+# --- fabric.bandwidth -------------------------------------------------------------------
+
+def judge_bandwidth(parsed: dict[str, Any], limits: Limits) -> Result:
+    name = "fabric.bandwidth"
+    fails: list[str] = []
+    peer = float(limits.value("fabric.peer_fraction_min", 0.8))
+    value: dict[str, Any] = {}
+    for test, key, label in (("host_to_device_memcpy_ce", "fabric.h2d_gbs_min", "host->GPU"),
+                             ("device_to_host_memcpy_ce", "fabric.h2d_gbs_min", "GPU->host")):
+        t = parsed["tests"].get(test)
+        if not t:
+            continue
+        # One row (the CPU); columns are GPUs (nvbandwidth's layout for these tests).
+        per_gpu = {g: v for row in t["matrix"].values() for g, v in row.items()
+                   if v is not None}
+        value[test] = per_gpu
+        floor = limits.value(key)
+        med = statistics.median(per_gpu.values()) if per_gpu else 0.0
+        for g, v in sorted(per_gpu.items()):
+            if floor is not None and v < float(floor):
+                fails.append(f"GPU{g} {label} {v:g} GB/s, needs >= {floor:g} GB/s")
+            elif v < peer * med:
+                fails.append(f"GPU{g} {label} {v:g} GB/s, far below its peers "
+                             f"(median {med:g} GB/s)")
+    d2d = parsed["tests"].get("device_to_device_memcpy_read_ce")
+    if d2d:
+        pairs = {(a, b): v for a, row in d2d["matrix"].items() for b, v in row.items()
+                 if v is not None}
+        value["device_to_device_memcpy_read_ce"] = {f"{a}-{b}": v for (a, b), v in
+                                                    pairs.items()}
+        floor = limits.value("fabric.d2d_gbs_min")
+        med = statistics.median(pairs.values()) if pairs else 0.0
+        for (a, b), v in sorted(pairs.items()):
+            if floor is not None and v < float(floor):
+                fails.append(f"GPU{a}->GPU{b} {v:g} GB/s, needs >= {floor:g} GB/s")
+            elif v < peer * med:
+                fails.append(f"GPU{a}->GPU{b} {v:g} GB/s, far below the other pairs "
+                             f"(median {med:g} GB/s)")
+    if not value:
+        fails.append("nvbandwidth reported no host<->GPU or GPU<->GPU matrix")
+    h2d = value.get("host_to_device_memcpy_ce") or {}
+    return judge_findings(
+        name, fails, [], f"host->GPU {min(h2d.values()):g}-{max(h2d.values()):g} GB/s per GPU"
+        + (", GPU<->GPU measured" if d2d else "") if h2d else "measured",
+        value=value, unit="GB/s",
+        thresholds={**limits.pick("fabric.h2d_gbs_min", "fabric.d2d_gbs_min"),
+                    "peer_fraction": Threshold(peer, ">=", "ratio", "nodecert",
+                                               "a GPU below this fraction of the median of "
+                                               "its peers fails (derived)")},
+        fault_code="NC-BANDWIDTH" if fails else "",
+        remediation="Compare with hardware.pcie and hardware.topology for the named GPU; "
+                    "reseat or check the PCIe switch / NVLink." if fails else "")
+
+
+@check("fabric.bandwidth")
+def bandwidth(ctx: Ctx) -> Result:
+    _, gpus, ev = nvidia_smi_q(ctx)
+    opts = ctx.options.get("fabric") or {}
+    tests = ["host_to_device_memcpy_ce", "device_to_host_memcpy_ce"]
+    if int(ctx.limits.value("nvlink.links_per_gpu", 0) or 0) > 0 and len(gpus) > 1:
+        tests.append("device_to_device_memcpy_read_ce")
+    argv = ["nvbandwidth"]
+    for t in tests:
+        argv += ["-t", t]
+    out = run(argv, timeout=float(opts.get("timeout_s", 300)), name="nvbandwidth")
+    ev.append(out.evidence)
+    return judge_bandwidth(bench.parse_nvbandwidth(out.text), ctx.limits).with_(
+        evidence=tuple(ev))
+
+
+# --- dcgm.diag --------------------------------------------------------------------------
+
+def judge_dcgm(parsed: dict[str, Any], level: int) -> Result:
+    fails = [f"DCGM {t}: {r}" for t, r in parsed["tests"].items() if r.lower().startswith("fail")]
+    warns = [f"DCGM {t}: {r}" for t, r in parsed["tests"].items() if r.lower().startswith("warn")]
+    ran = [t for t, r in parsed["tests"].items() if not r.lower().startswith("skip")]
+    return judge_findings(
+        "dcgm.diag", fails, warns, f"dcgmi diag -r {level}: {len(ran)} tests passed "
+        f"(DCGM {parsed['meta'].get('DCGM Version', '?')})",
+        value={"level": level, "tests": parsed["tests"], "meta": parsed["meta"]},
+        fault_code="NC-DCGM" if fails else "",
+        remediation="Read the failing DCGM test's details in the evidence; DCGM's guidance "
+                    "for hardware failures is to reset, re-run, then RMA." if fails else "")
+
+
+@check("dcgm.diag")
+def dcgm_diag(ctx: Ctx) -> Result:
+    level = int((ctx.options.get("fabric") or {}).get("dcgm_level", 1))
+    out = run(["dcgmi", "diag", "-r", str(level)], name="dcgmi diag",
+              timeout=float((ctx.options.get("fabric") or {}).get("dcgm_timeout_s", 1800)),
+              ok_codes=range(0, 256))
+    res = judge_dcgm(bench.parse_dcgmi_diag(out.text), level)
+    if res.verdict is Verdict.PASS and out.returncode not in (0, None):
+        res = res.with_(verdict=Verdict.ERROR, summary=f"dcgmi exited with status "
+                        f"{out.returncode}", fault_code="NC-DCGM")
+    return res.with_(evidence=(out.evidence,))
