@@ -142,6 +142,24 @@ def test_wrong_driver_and_slow_nvme_fail_their_checks(plab: Lab, tmp_path: Path)
                  "nvidia-open=580.173.02-1 && apt-mark hold nvidia-open", timeout=300)
 
 
+def test_fabric_checks_on_the_lab(plab: Lab, tmp_path: Path) -> None:
+    fabric = ("fabric.nccl_allreduce", "fabric.bandwidth", "dcgm.diag")
+    faults(plab, tmp_path, "faults:\n  - {host: h3, kind: busbw_low, factor: 0.7}\n")
+    try:
+        r = run(plab, tmp_path, suite="standard", checks=fabric)
+    finally:
+        plab.apply_faults(None)
+    verdicts = {h: {x.check: x.verdict.name for x in hr.results} for h, hr in r.hosts.items()}
+    assert verdicts["h1"] == dict.fromkeys(fabric, "PASS")
+    # L40S: no published all-reduce floor for PCIe-only nodes -> WARN with the figure.
+    assert verdicts["h2"] == {"fabric.nccl_allreduce": "WARN", "fabric.bandwidth": "PASS",
+                              "dcgm.diag": "PASS"}
+    assert verdicts["h3"]["fabric.nccl_allreduce"] == "FAIL"
+    h3 = next(x for x in r.hosts["h3"].results if x.check == "fabric.nccl_allreduce")
+    assert "needs >= 440 GB/s" in h3.summary and h3.thresholds[
+        "fabric.allreduce_busbw_gbs_min"].origin == "profile H200-SXM (profiles/H200-SXM.yml)"
+
+
 def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> None:
     text = inv(plab).read_text().replace(
         "[lab]\n", "[lab]\nghost ansible_host=10.78.1.99 nodecert_gpu_model=H200-SXM "
