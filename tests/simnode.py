@@ -23,7 +23,7 @@ from nodecert_node.result import Result
 SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
 VALIDATORS = REPO / "validators"
 TOOLS = ("nvidia-smi", "lspci", "dmesg", "dmidecode", "lscpu", "lsblk", "all_reduce_perf",
-         "nvbandwidth", "dcgmi")
+         "nvbandwidth", "dcgmi", "gpu_burn")
 DRIVER_580 = {"driver": ("nvidia-driver-580-server-open", "580.173.02-0ubuntu0.24.04.1"),
               "fabric_manager": ("nvidia-fabricmanager-580", "580.173.02-0ubuntu0.24.04.1"),
               "cuda": ("cuda-libraries-13-0", "13.0.0-1"),

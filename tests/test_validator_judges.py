@@ -380,3 +380,45 @@ def test_dcgm_judge() -> None:
     bad = dict(real, tests={**real["tests"], "GPU Memory": "Fail - GPU: 3"})
     r = judge_dcgm(bad, 2)
     assert r.verdict is Verdict.FAIL and r.summary == "DCGM GPU Memory: Fail - GPU: 3"
+
+
+# --- load judges ----------------------------------------------------------------------------
+
+def test_burnin_judge_on_the_real_gpu_burn_log() -> None:
+    from nodecert_node.checks.load import judge_burnin
+    from nodecert_node.parse import bench
+    real = bench.parse_gpu_burn(real_bench("gpu-burn/rtx-a400-500s-ok.txt"))
+    r = judge_burnin(real, limits("L40S"))
+    assert r.verdict is Verdict.PASS and r.value["gflops_per_gpu"] == [1772.0]
+    faulty = dict(real, verdicts={0: "FAULTY"})
+    assert "GPU0: results differ from the reference" in judge_burnin(
+        faulty, limits("L40S")).summary
+
+
+def test_soak_judge_on_real_samples_and_faults() -> None:
+    from nodecert_node.checks.load import judge_soak
+    from nodecert_node.parse import smi as smi_parse
+    rows = [smi_parse.parse_query_csv(real_bench(f"nvidia-smi/{n}"))[0] for n in (
+        "h100-80gb-hbm3-1gpu-590.48.01-query-gpu-all-fields-under-load.csv",
+        "l40s-1gpu-595.80-query-gpu-all-fields-under-load.csv")]
+    for row in rows:  # real GPUs under load: 26 C and 34 C from their limits, no bits
+        r = judge_soak([row], {0: None}, limits("H100-SXM"))
+        assert r.verdict is Verdict.PASS, r.findings
+    base = dict(rows[0])
+    hot = dict(base, **{"temperature.gpu.tlimit": "1"})
+    r = judge_soak([base, hot], {0: None}, limits("H100-SXM"))
+    assert r.verdict is Verdict.FAIL and "GPU0: 1 C from its max operating" in r.summary
+    assert r.facts["series"]["0"][1][0] == 1  # the time series is kept for the report
+    brake = dict(base, **{"clocks_event_reasons.active": "0x0000000000000088"})
+    r = judge_soak([brake], {0: None}, limits("H100-SXM"))
+    assert r.verdict is Verdict.FAIL
+    clock = base["clocks.current.sm"].split()[0]
+    assert r.findings == (f"GPU0: HW Slowdown under load (sample 0, 59 C, clock {clock} MHz)",
+                          f"GPU0: HW Power Brake Slowdown under load (sample 0, 59 C, clock "
+                          f"{clock} MHz)")
+    sw = dict(base, **{"clocks_event_reasons.active": "0x0000000000000020"})
+    assert judge_soak([sw], {0: None}, limits("H100-SXM")).verdict is Verdict.WARN
+    # Pre-Hopper GPUs give an absolute limit instead of a T.Limit margin.
+    ampere = dict(base, **{"temperature.gpu.tlimit": "", "temperature.gpu": "84"})
+    assert judge_soak([ampere], {0: 85}, limits("A100-SXM4-80GB")).verdict is Verdict.FAIL
+    assert judge_soak([], {}, limits("H100-SXM")).verdict is Verdict.FAIL

@@ -292,7 +292,7 @@ def test_every_fixture_the_validators_read_is_covered() -> None:
     assert qfiles <= covered, qfiles - covered
     src = Path(__file__).read_text()
     for d in ("lspci", "topo", "nvlink", "dmesg", "dmidecode", "lscpu", "fio", "nccl-tests",
-              "nvbandwidth", "dcgmi"):
+              "nvbandwidth", "dcgmi", "gpu-burn"):
         for p in (REAL / d).iterdir():
             if p.name == "rtx2080ti-2gpu-topo-p2p-p-not-supported.txt":
                 continue  # `topo -p2p p`: the validators never run it
@@ -351,3 +351,13 @@ def test_dcgmi_diag() -> None:
     assert r["meta"]["DCGM Version"] == "3.3.3"
     assert r["tests"]["PCIe"] == "Pass - All" and r["tests"]["Inforom"] == "Pass"
     assert len(r["tests"]) == 11
+
+
+def test_gpu_burn() -> None:
+    r = bench.parse_gpu_burn(text("gpu-burn/rtx-a400-500s-ok.txt"))
+    assert (r["seconds"], r["gpus"], r["verdicts"]) == (500, 1, {0: "OK"})
+    assert len(r["reports"]) == 10
+    assert r["reports"][0] == {"pct": 10.8, "gflops": [1784.0], "errors": [0], "temps": [70]}
+    assert r["reports"][-1]["pct"] == 100.0
+    with pytest.raises(ParseError, match="not gpu_burn output"):
+        bench.parse_gpu_burn("Burning nothing\n")

@@ -268,3 +268,33 @@ def test_nccl_hang_becomes_error_with_the_partial_log(tmp_path: Path) -> None:
     assert "all_reduce_perf did not finish within 3 s" in r.summary
     partial = r.evidence[-1].output
     assert "# Using devices" in partial and "[nodecert: killed after 3 s]" in partial
+
+
+# --- load checks (gpu_burn as the load) ----------------------------------------------------
+
+def load_check(node: SimNode, name: str) -> Any:
+    plan = node.plan([name], suite="standard")
+    plan["options"]["load"] = {"burnin_s": 4, "soak_s": 6}
+    return node.check(name, plan=plan)
+
+
+@pytest.mark.parametrize(("fault", "check_name", "words"), [
+    (None, "load.burnin", "8 GPUs loaded for 4 s"),
+    (None, "load.thermal_soak", "8 GPUs, "),
+    ({"kind": "sdc", "gpu": 5}, "load.burnin",
+     "GPU5: results differ from the reference (3 errors): silent data corruption"),
+    ({"kind": "tflops_low", "gpu": 2, "factor": 0.7}, "load.burnin",
+     "30% below the node's best GPU"),
+    ({"kind": "thermal_throttle", "gpu": 6, "after_s": 2}, "load.thermal_soak",
+     "GPU6: HW Slowdown under load"),
+    ({"kind": "power_brake", "gpu": 1}, "load.thermal_soak", "GPU1: HW Slowdown under load"),
+])
+def test_load_checks_and_their_faults(tmp_path: Path, fault: dict[str, Any] | None,
+                                      check_name: str, words: str) -> None:
+    r = load_check(SimNode(tmp_path, faults=[fault] if fault else []), check_name)
+    assert words in r.summary, r.summary
+    assert r.verdict is (Verdict.PASS if fault is None else Verdict.FAIL)
+    if check_name == "load.thermal_soak":
+        series = r.facts["series"]
+        assert len(series) == 8 and all(len(s) >= 4 for s in series.values())
+        assert r.evidence[-1].name == "telemetry"

@@ -107,6 +107,7 @@ class Suite:
     check_timeout_s: int
     storage: dict[str, Any]
     fabric: dict[str, Any]
+    load: dict[str, Any]
 
 
 @cache
@@ -115,7 +116,8 @@ def suites() -> dict[str, Suite]:
     root = yamldoc.load(path).mapping({"schema", "suites"})
     out = {}
     for name, node in root["suites"].items():
-        f = node.mapping({"description", "checks", "check_timeout_s", "storage"}, {"fabric"})
+        f = node.mapping({"description", "checks", "check_timeout_s", "storage"},
+                         {"fabric", "load"})
         storage = f["storage"].mapping(set(), {"size_mb", "runtime_s", "checkpoint_mb",
                                                "iodepth", "numjobs", "ioengine"})
         fabric = f["fabric"].mapping(set(), {"nccl_max_size", "nccl_iters", "timeout_s",
@@ -126,7 +128,9 @@ def suites() -> dict[str, Suite]:
                           {k: (n.text() if k == "ioengine" else n.integer())
                            for k, n in storage.items()},
                           {k: (n.text() if k == "nccl_max_size" else n.integer())
-                           for k, n in fabric.items()})
+                           for k, n in fabric.items()},
+                          {k: n.integer() for k, n in (f["load"].mapping(
+                              set(), {"burnin_s", "soak_s"}).items() if "load" in f else [])})
     return out
 
 

@@ -183,7 +183,7 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
         "simulated": spec.simulated, "spec": plan_spec,
         "thresholds": thresholds.resolve(spec.gpu_model, inventory=v.get("thresholds"),
                                          cli=cli_thresholds, host=spec.name),
-        "options": {"storage": storage, "fabric": dict(suite.fabric)},
+        "options": {"storage": storage, "fabric": dict(suite.fabric), "load": dict(suite.load)},
         "conformance": {"stack": stack.name, "script": conformance.script_for(stack)}
         if stack else {},
     }

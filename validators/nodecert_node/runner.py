@@ -26,6 +26,7 @@ from nodecert_node.checks import REGISTRY, Ctx, run_check
 from nodecert_node.checks import fabric as _fabric  # noqa: F401
 from nodecert_node.checks import hardware as _hardware  # noqa: F401 -- registers its checks
 from nodecert_node.checks import health as _health  # noqa: F401
+from nodecert_node.checks import load as _load  # noqa: F401
 from nodecert_node.checks import stack as _stack  # noqa: F401
 from nodecert_node.checks import storage as _storage  # noqa: F401
 from nodecert_node.result import Evidence, Result, Verdict, error_result

@@ -94,3 +94,28 @@ def parse_dcgmi_diag(text: str) -> dict[str, Any]:
     if not tests and not meta:
         raise ParseError("no diagnostic table: not `dcgmi diag` output")
     return {"meta": meta, "tests": tests}
+
+
+_BURN_LINE = re.compile(r"^\s*([\d.]+)%\s+proc'd: (.*?)\s+errors: (.*?)\s+temps: (.*?)\s*$")
+
+
+def parse_gpu_burn(text: str) -> dict[str, Any]:
+    """gpu_burn progress lines (per GPU: Gflop/s, errors, temperature) and its verdicts."""
+    reports = []
+    for line in text.splitlines():
+        m = _BURN_LINE.match(line)
+        if not m:
+            continue
+        gflops = [float(x) for x in re.findall(r"\(([\d.]+) Gflop/s\)", m.group(2))]
+        errors = [int(x) for x in re.findall(r"\d+", m.group(3))]
+        temps = [int(x) for x in re.findall(r"(-?\d+) C", m.group(4))]
+        reports.append({"pct": float(m.group(1)), "gflops": gflops, "errors": errors,
+                        "temps": temps})
+    verdicts = {int(g): v for g, v in re.findall(r"^\s+GPU (\d+): (OK|FAULTY)\s*$", text,
+                                                  re.MULTILINE)}
+    if not reports and not verdicts:
+        raise ParseError("no progress line (\"NN%  proc'd: ...\"): not gpu_burn output")
+    seconds = re.search(r"^Burning for (\d+) seconds", text, re.MULTILINE)
+    return {"reports": reports, "verdicts": verdicts,
+            "seconds": int(seconds.group(1)) if seconds else None,
+            "gpus": len(re.findall(r"^GPU \d+: .*\(UUID: ", text, re.MULTILINE))}

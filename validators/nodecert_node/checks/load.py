@@ -1,0 +1,178 @@
+"""load.burnin and load.thermal_soak, with gpu_burn as the load.
+
+gpu_burn (wilicc/gpu-burn) loads every GPU with GEMMs and compares each result
+with a reference product, so it reports silent data corruption per GPU. The
+framework-based GEMM burn-in of issue #6 (bf16 in the stack's PyTorch) is not
+written yet; until then these checks use gpu_burn, whose FP32 throughput is
+judged against the node's own best GPU (no absolute reference applies to it).
+The soak samples every GPU about once a second with `nvidia-smi --query-gpu
+... -lms` while the load runs and keeps the time series for the report.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from typing import Any
+
+from nodecert_node.checks import Ctx, Limits, check, judge_findings, nvidia_smi_q
+from nodecert_node.parse import bench, smi
+from nodecert_node.result import Evidence, Result, Threshold
+from nodecert_node.tools import run, which
+
+# clocks_event_reasons bits (NVML; stack-and-thresholds.md C5).
+HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_BRAKE = 0x8, 0x20, 0x40, 0x80
+SOAK_FIELDS = ["index", "temperature.gpu", "temperature.gpu.tlimit", "clocks.sm",
+               "power.draw", "clocks_event_reasons.active"]
+
+# --- load.burnin ------------------------------------------------------------------------
+
+
+def judge_burnin(parsed: dict[str, Any], limits: Limits) -> Result:
+    fails: list[str] = []
+    last = parsed["reports"][-1] if parsed["reports"] else {"gflops": [], "errors": []}
+    for g, verdict in sorted(parsed["verdicts"].items()):
+        if verdict == "FAULTY":
+            errs = last["errors"][g] if g < len(last["errors"]) else "?"
+            fails.append(f"GPU{g}: results differ from the reference ({errs} errors): silent "
+                         "data corruption")
+    # Sustained throughput: the mean over the second half of the run, per GPU.
+    half = [r for r in parsed["reports"] if r["pct"] >= 50] or parsed["reports"]
+    n = max((len(r["gflops"]) for r in half), default=0)
+    per_gpu = [sum(r["gflops"][g] for r in half if g < len(r["gflops"])) / len(half)
+               for g in range(n)]
+    frac = float(limits.value("load.peer_fraction_min", 0.9))
+    best = max(per_gpu, default=0.0)
+    for g, v in enumerate(per_gpu):
+        if v < frac * best:
+            fails.append(f"GPU{g}: {v:.0f} Gflop/s sustained, {100 * (1 - v / best):.0f}% below "
+                         f"the node's best GPU ({best:.0f})")
+    if not per_gpu:
+        fails.append("gpu_burn reported no throughput")
+    return judge_findings(
+        "load.burnin", fails, [], f"{n} GPUs loaded for {parsed['seconds']} s: "
+        f"{min(per_gpu, default=0):.0f}-{best:.0f} Gflop/s (FP32 GEMM), no result errors",
+        value={"gflops_per_gpu": [round(v, 1) for v in per_gpu], "seconds": parsed["seconds"],
+               "load": "gpu_burn"}, unit="Gflop/s",
+        thresholds={"peer_fraction": Threshold(frac, ">=", "ratio", "nodecert",
+                                               "issue #6: more than 10% below the best GPU "
+                                               "in the node fails")},
+        fault_code="NC-BURNIN" if fails else "",
+        remediation="A GPU with result errors or far below its peers is not ready: check "
+                    "its clocks and temperatures (load.thermal_soak), reseat, or RMA."
+                    if fails else "")
+
+
+@check("load.burnin")
+def burnin(ctx: Ctx) -> Result:
+    _, _, ev = nvidia_smi_q(ctx)  # no GPU or no driver: FAIL before any load
+    seconds = int((ctx.options.get("load") or {}).get("burnin_s", 60))
+    out = run(["gpu_burn", str(seconds)], timeout=seconds + 120, name="gpu_burn")
+    ev.append(out.evidence)
+    return judge_burnin(bench.parse_gpu_burn(out.text), ctx.limits).with_(evidence=tuple(ev))
+
+
+# --- load.thermal_soak ------------------------------------------------------------------
+
+def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None],
+               limits: Limits) -> Result:
+    """samples: --query-gpu rows (SOAK_FIELDS); headroom_abs: GPU -> absolute max-operating
+    temperature where the GPU reports one (pre-Hopper), else None (T.Limit margin used)."""
+    fails: list[str] = []
+    warns: list[str] = []
+    margin_min = float(limits.value("soak.headroom_c_min", 2))
+    clock_min = limits.value("soak.sm_clock_min_mhz")
+    series: dict[int, list[list[float]]] = {}
+    flagged: set[tuple[int, str]] = set()
+    for row in samples:
+        g = int(row["index"])
+        k = len(series.get(g, []))  # this GPU's sample number (about one per second)
+        temp = smi.csv_number(row["temperature.gpu"])
+        tlimit = smi.csv_number(row.get("temperature.gpu.tlimit", ""))
+        clock = smi.csv_number(row.get("clocks.sm") or row.get("clocks.current.sm") or "")
+        power = smi.csv_number(row["power.draw"])
+        reasons = int(row["clocks_event_reasons.active"] or "0", 16)
+        series.setdefault(g, []).append([k, temp or 0, clock or 0, power or 0, reasons])
+        limit_abs = headroom_abs.get(g)
+        headroom = tlimit if tlimit is not None else (
+            limit_abs - temp if limit_abs is not None and temp is not None else None)
+
+        def once(kind: str, msg: str, into: list[str], g: int = g) -> None:
+            if (g, kind) not in flagged:
+                flagged.add((g, kind))
+                into.append(msg)
+        for bit, name in ((HW_SLOWDOWN, "HW Slowdown"), (HW_THERMAL, "HW Thermal Slowdown"),
+                          (HW_BRAKE, "HW Power Brake Slowdown")):
+            if reasons & bit:
+                once(name, f"GPU{g}: {name} under load (sample {k}, {temp or 0:g} C, clock "
+                     f"{clock or 0:g} MHz)", fails)
+        if reasons & SW_THERMAL:
+            once("sw", f"GPU{g}: SW Thermal Slowdown under load (sample {k})", warns)
+        if headroom is not None and headroom <= margin_min:
+            once("temp", f"GPU{g}: {headroom:g} C from its max operating temperature "
+                 f"(at {temp or 0:g} C), limit {margin_min:g} C", fails)
+        if clock_min is not None and clock is not None and clock < float(clock_min):
+            once("clock", f"GPU{g}: SM clock {clock:g} MHz under load, below "
+                 f"{clock_min} MHz", fails)
+    if not samples:
+        fails.append("no telemetry samples were taken during the load")
+    peak = {g: max(s[1] for s in ss) for g, ss in series.items()}
+    return judge_findings(
+        "load.thermal_soak", fails, warns,
+        f"{len(series)} GPUs, {len(samples) // max(len(series), 1)} samples each: peak "
+        f"{max(peak.values(), default=0):g} C, no hardware slowdown",
+        value={"peak_temp_c": peak, "samples": len(samples)},
+        thresholds={**limits.pick("soak.headroom_c_min", "soak.sm_clock_min_mhz")},
+        facts={"series_fields": ["sample", "temp_c", "sm_mhz", "power_w", "reasons"],
+               "series": {str(g): ss for g, ss in series.items()}},
+        fault_code="NC-THERMAL" if fails else "",
+        remediation="Check the GPU's cooling (fans, airflow, heatsink, liquid loop), its power "
+                    "supply and PSU brake signals; a GPU that slows down under load is not "
+                    "ready." if fails else "")
+
+
+def _sample(stop: threading.Event, rows: list[dict[str, str]], raw: list[str],
+            period_ms: int) -> subprocess.Popen[str]:
+    exe = which("nvidia-smi") or "nvidia-smi"
+    proc = subprocess.Popen([exe, f"--query-gpu={','.join(SOAK_FIELDS)}",
+                             "--format=csv,noheader,nounits", "-lms", str(period_ms)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            raw.append(line)
+            if stop.is_set():
+                break
+            if line.strip():
+                rows.extend(smi.parse_query_csv(line, SOAK_FIELDS))
+    threading.Thread(target=reader, daemon=True).start()
+    return proc
+
+
+@check("load.thermal_soak")
+def thermal_soak(ctx: Ctx) -> Result:
+    _, gpus, ev = nvidia_smi_q(ctx)
+    seconds = int((ctx.options.get("load") or {}).get("soak_s", 60))
+    absolute = {i: g.get("temp_max_operating") for i, g in enumerate(gpus)}
+    rows: list[dict[str, str]] = []
+    raw: list[str] = []
+    stop = threading.Event()
+    start = time.monotonic()
+    sampler = _sample(stop, rows, raw, 1000)
+    try:
+        load = run(["gpu_burn", str(seconds)], timeout=seconds + 120, name="gpu_burn (load)")
+    finally:
+        stop.set()
+        sampler.terminate()
+        try:
+            sampler.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            sampler.kill()
+    ev += [load.evidence, Evidence.of("telemetry", f"nvidia-smi --query-gpu="
+                                      f"{','.join(SOAK_FIELDS)} --format=csv,noheader,nounits "
+                                      "-lms 1000", sampler.returncode, "".join(raw),
+                                      time.monotonic() - start)]
+    return judge_soak(rows, absolute, ctx.limits).with_(evidence=tuple(ev))
