@@ -88,7 +88,7 @@ def fio_compare(lab: Lab, inv: Path, runs: Path, rounds: int = 5) -> dict[str, A
     def through_nodecert() -> None:
         run = validate(inv, stack=STACK, runs_dir=runs, limit=("h1",),
                        checks=("storage.fio",), progress=lambda _: None,
-                       storage_overrides=FIO_COMPARE)
+                       option_overrides={"storage": FIO_COMPARE})
         res = run.hosts["h1"].results[0]
         via.append(dict(next(iter(res.value.values()))))
         commands[:] = [e.command for e in res.evidence]

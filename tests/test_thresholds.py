@@ -75,7 +75,7 @@ def test_plan_for_a_sample_host() -> None:
     assert plan["spec"]["gpu_count"] == spec.gpu_count
     assert plan["host_timeout_s"] == 7 * 120 + 120
     big = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
-                     scratch="/data/s", storage_overrides={"runtime_s": 10},
+                     scratch="/data/s", option_overrides={"storage": {"runtime_s": 10}},
                      checks=("storage.fio", "health.gpu"))
     assert big["checks"] == ["health.gpu", "storage.fio"]  # the suite's order
     assert big["options"]["storage"]["runtime_s"] == 10

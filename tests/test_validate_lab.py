@@ -160,6 +160,25 @@ def test_fabric_checks_on_the_lab(plab: Lab, tmp_path: Path) -> None:
         "fabric.allreduce_busbw_gbs_min"].origin == "profile H200-SXM (profiles/H200-SXM.yml)"
 
 
+def test_load_checks_on_the_lab(plab: Lab, tmp_path: Path) -> None:
+    load = ("load.burnin", "load.thermal_soak")
+    faults(plab, tmp_path, "faults:\n  - {host: h1, kind: sdc, gpu: 3}\n"
+           "  - {host: h3, kind: thermal_throttle, gpu: 5, after_s: 3}\n")
+    try:
+        r = run(plab, tmp_path, suite="standard", checks=load,
+                option_overrides={"load": {"burnin_s": 6, "soak_s": 8}})
+    finally:
+        plab.apply_faults(None)
+    failing_now = failing(r)
+    assert failing_now["h2"] == {}
+    assert list(failing_now["h1"]) == ["load.burnin"]
+    assert "GPU3: results differ from the reference" in failing_now["h1"]["load.burnin"]
+    assert "load.thermal_soak" in failing_now["h3"]
+    assert "GPU5: HW Slowdown under load" in failing_now["h3"]["load.thermal_soak"]
+    soak = next(x for x in r.hosts["h2"].results if x.check == "load.thermal_soak")
+    assert soak.simulated and len(soak.facts["series"]) == 4
+
+
 def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> None:
     text = inv(plab).read_text().replace(
         "[lab]\n", "[lab]\nghost ansible_host=10.78.1.99 nodecert_gpu_model=H200-SXM "

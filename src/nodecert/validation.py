@@ -161,9 +161,10 @@ class ValidationRun:
 def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run_id: str, *,
                cli_thresholds: dict[str, Any], scratch: str | None,
                checks: tuple[str, ...] = (), host_timeout_s: float | None = None,
-               storage_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+               option_overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     v = spec.validation
-    storage = {**suite.storage, **(storage_overrides or {})}
+    over = option_overrides or {}
+    storage = {**suite.storage, **over.get("storage", {})}
     storage["targets"] = [scratch] if scratch else list(v.get("storage_targets")
                                                           or [DEFAULT_SCRATCH])
     storage["allow_raw_devices"] = list(v.get("allow_raw_devices") or [])
@@ -183,7 +184,8 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
         "simulated": spec.simulated, "spec": plan_spec,
         "thresholds": thresholds.resolve(spec.gpu_model, inventory=v.get("thresholds"),
                                          cli=cli_thresholds, host=spec.name),
-        "options": {"storage": storage, "fabric": dict(suite.fabric), "load": dict(suite.load)},
+        "options": {"storage": storage, "fabric": {**suite.fabric, **over.get("fabric", {})},
+                    "load": {**suite.load, **over.get("load", {})}},
         "conformance": {"stack": stack.name, "script": conformance.script_for(stack)}
         if stack else {},
     }
@@ -401,7 +403,7 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
              stack: str | None, run_dir: Path, *, cli_thresholds: dict[str, Any],
              scratch: str | None, checks: tuple[str, ...],
              host_timeout_s: float | None,
-             storage_overrides: dict[str, Any] | None) -> dict[str, HostRun]:
+             option_overrides: dict[str, dict[str, Any]] | None) -> dict[str, HostRun]:
     """Plans for every host; raises NodecertError on any bad input, before any SSH."""
     unknown = [c for c in checks if c not in suite.checks]
     if unknown:
@@ -424,7 +426,7 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
         st = stacks.setdefault(sname, find_stack(sname)) if sname else None
         plan = build_plan(spec, suite, st, run_dir.name, cli_thresholds=cli_thresholds,
                           scratch=scratch, checks=checks, host_timeout_s=host_timeout_s,
-                          storage_overrides=storage_overrides)
+                          option_overrides=option_overrides)
         runs[name] = HostRun(name, spec, Endpoint.from_hostvars(name, hv[name]), plan, st,
                              run_dir / name, simulated=spec.simulated)
     return runs
@@ -435,7 +437,7 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
              progress: Progress | None = None, cli_thresholds: dict[str, Any] | None = None,
              scratch: str | None = None, checks: tuple[str, ...] = (),
              host_timeout_s: float | None = None,
-             storage_overrides: dict[str, Any] | None = None,
+             option_overrides: dict[str, dict[str, Any]] | None = None,
              stop: threading.Event | None = None) -> ValidationRun:
     """Validate every (limited) host. Raises NodecertError only on bad input."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -444,7 +446,7 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
     run_dir = (runs_dir / run_id).resolve()
     runs = _prepare(inventory, the_suite, limit, stack, run_dir,
                     cli_thresholds=cli_thresholds or {}, scratch=scratch, checks=checks,
-                    host_timeout_s=host_timeout_s, storage_overrides=storage_overrides)
+                    host_timeout_s=host_timeout_s, option_overrides=option_overrides)
     run_dir.mkdir(parents=True)
     result = ValidationRun(run_dir, suite, runs)
     for hr in runs.values():
