@@ -24,7 +24,8 @@ SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
 VALIDATORS = REPO / "validators"
 TOOLS = ("nvidia-smi", "lspci", "dmesg", "dmidecode", "lscpu", "lsblk", "all_reduce_perf",
          "nvbandwidth", "dcgmi", "gpu_burn")
-DRIVER_580 = {"driver": ("nvidia-driver-580-server-open", "580.173.02-0ubuntu0.24.04.1"),
+# The r580 stack's simulated packages a provisioned node carries (also used by test_simhw).
+STACK_580 = {"driver": ("nvidia-driver-580-server-open", "580.173.02-0ubuntu0.24.04.1"),
               "fabric_manager": ("nvidia-fabricmanager-580", "580.173.02-0ubuntu0.24.04.1"),
               "cuda": ("cuda-libraries-13-0", "13.0.0-1"),
               "nccl": ("libnccl2", "2.27.7-1+cuda13.0"),
@@ -48,7 +49,7 @@ class SimNode:
         self.hw.write_text(json.dumps(hardware_description(
             lab_seed="test", host="h1", profile_name=profile, mac="02:6e:63:00:00:01",
             faults=fl, boot_time=time.time() - 600)))
-        for comp, (name, version) in (DRIVER_580 if installed is None else installed).items():
+        for comp, (name, version) in (STACK_580 if installed is None else installed).items():
             (self.inst / f"{name}.json").write_text(json.dumps(
                 {"package": name, "version": version, "component": comp}))
         for tool in TOOLS:

@@ -20,16 +20,10 @@ import pytest
 import toolparse as tp
 from conftest import REPO
 from nodecert.lab.hardware import Fault, hardware_description
+from simnode import STACK_580
 
 SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
 REAL = REPO / "tests" / "fixtures" / "real"
-
-STACK_580 = {"driver": ("nvidia-driver-580-server-open", "580.173.02-0ubuntu0.24.04.1"),
-             "cuda": ("cuda-libraries-13-0", "13.0.0-1"),
-             "nccl": ("libnccl2", "2.27.7-1+cuda13.0"),
-             "dcgm": ("datacenter-gpu-manager-4-cuda13", "1:4.4.2-1"),
-             "fabric_manager": ("nvidia-fabricmanager-580", "580.173.02-0ubuntu0.24.04.1")}
-
 
 class Sim:
     def __init__(self, tmp: Path, profile: str = "h200-sxm-8",

@@ -283,8 +283,9 @@ def load_check(node: SimNode, name: str) -> Any:
     (None, "load.thermal_soak", "8 GPUs, "),
     ({"kind": "sdc", "gpu": 5}, "load.burnin",
      "GPU5: results differ from the reference (3 errors): silent data corruption"),
+    # 0.7x throughput with the simulator's jitter: 29-31% below the best, rounded.
     ({"kind": "tflops_low", "gpu": 2, "factor": 0.7}, "load.burnin",
-     "30% below the node's best GPU"),
+     "% below the node's best GPU"),
     ({"kind": "thermal_throttle", "gpu": 6, "after_s": 2}, "load.thermal_soak",
      "GPU6: HW Slowdown under load"),
     ({"kind": "power_brake", "gpu": 1}, "load.thermal_soak", "GPU1: HW Slowdown under load"),
@@ -293,6 +294,9 @@ def test_load_checks_and_their_faults(tmp_path: Path, fault: dict[str, Any] | No
                                       check_name: str, words: str) -> None:
     r = load_check(SimNode(tmp_path, faults=[fault] if fault else []), check_name)
     assert words in r.summary, r.summary
+    if fault and fault["kind"] == "tflops_low":
+        assert r.summary.startswith("GPU2: ") and 25 <= int(
+            r.summary.split("sustained, ")[1].split("%")[0]) <= 35, r.summary
     assert r.verdict is (Verdict.PASS if fault is None else Verdict.FAIL)
     if check_name == "load.thermal_soak":
         series = r.facts["series"]
