@@ -67,7 +67,27 @@ class SimNode:
                     NODECERT_LAB_RUN=str(self.tmp / "run"),
                     PATH=f"{self.bin}:{os.environ.get('PATH', '')}",
                     NODECERT_SIMULATED_MARK=str(self.hw),  # the sim is simulated hardware
+                    NODECERT_LAB_SIMHW=str(SIMHW),
                     PYTHONPATH=str(VALIDATORS))
+
+    def framework_env(self, stack: str = "r580-cuda13.0") -> dict[str, Any]:
+        """A stack environment holding the lab's SIMULATED torch (as the lab's mirror
+        builds it) and the plan's framework entry that points at it."""
+        from nodecert.lab.wheelhouse import TORCH_BUNDLES, _torch_files
+        from nodecert.stacks import find_stack
+        from nodecert.validation import framework_plan
+        st = find_stack(stack)
+        t = st.framework.pytorch
+        assert t is not None
+        site = self.tmp / "fwenv" / "site"
+        for rel, text in _torch_files(str(t), t.cuda, *TORCH_BUNDLES[t.release][t.cuda]).items():
+            (site / rel).parent.mkdir(parents=True, exist_ok=True)
+            (site / rel).write_text(text)
+        py = self.tmp / "fwenv" / "bin" / "python"
+        py.parent.mkdir(parents=True, exist_ok=True)
+        py.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+        py.chmod(0o755)
+        return {**framework_plan(st), "python": str(py)}
 
     def plan(self, checks: list[str], **options: Any) -> dict[str, Any]:
         from nodecert import thresholds

@@ -161,22 +161,31 @@ def test_fabric_checks_on_the_lab(plab: Lab, tmp_path: Path) -> None:
 
 
 def test_load_checks_on_the_lab(plab: Lab, tmp_path: Path) -> None:
-    load = ("load.burnin", "load.thermal_soak")
+    """The stack's (simulated) PyTorch is the load: the provisioned environment's python
+    runs nodecert's GEMM and smoke workers; the lab's hardware model plays the GPUs."""
+    load = ("stack.framework_smoke", "load.burnin", "load.thermal_soak")
     faults(plab, tmp_path, "faults:\n  - {host: h1, kind: sdc, gpu: 3}\n"
+           "  - {host: h1, kind: tflops_low, gpu: 1, factor: 0.8}\n"
            "  - {host: h3, kind: thermal_throttle, gpu: 5, after_s: 3}\n")
     try:
         r = run(plab, tmp_path, suite="standard", checks=load,
-                option_overrides={"load": {"burnin_s": 6, "soak_s": 8}})
+                option_overrides={"load": {"burnin_s": 6, "soak_s": 8, "report_s": 2}})
     finally:
         plab.apply_faults(None)
     failing_now = failing(r)
     assert failing_now["h2"] == {}
     assert list(failing_now["h1"]) == ["load.burnin"]
-    assert "GPU3: results differ from the reference" in failing_now["h1"]["load.burnin"]
+    burn = next(x for x in r.hosts["h1"].results if x.check == "load.burnin")
+    assert burn.value["load"] == "torch" and burn.simulated
+    assert burn.findings[0].startswith("GPU3: silent data corruption")
+    assert any(f.startswith("GPU1:") and "below the node's best GPU" in f
+               for f in burn.findings)
     assert "load.thermal_soak" in failing_now["h3"]
     assert "GPU5: HW Slowdown under load" in failing_now["h3"]["load.thermal_soak"]
     soak = next(x for x in r.hosts["h2"].results if x.check == "load.thermal_soak")
     assert soak.simulated and len(soak.facts["series"]) == 4
+    smoke = next(x for x in r.hosts["h2"].results if x.check == "stack.framework_smoke")
+    assert smoke.summary == "torch 2.9.1+cu130 (CUDA 13.0) sees 4 GPUs and trains on each"
 
 
 def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> None:

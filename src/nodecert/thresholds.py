@@ -129,8 +129,26 @@ def suites() -> dict[str, Suite]:
                            for k, n in storage.items()},
                           {k: (n.text() if k == "nccl_max_size" else n.integer())
                            for k, n in fabric.items()},
-                          {k: n.integer() for k, n in (f["load"].mapping(
-                              set(), {"burnin_s", "soak_s"}).items() if "load" in f else [])})
+                          _load_options(f["load"]) if "load" in f else {})
+    return out
+
+
+LOAD_ENGINES = ("auto", "torch", "gpu_burn")
+GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp32")
+
+
+def _load_options(node: yamldoc.Node) -> dict[str, Any]:
+    m = node.mapping(set(), {"burnin_s", "soak_s", "engine", "dtype", "gemm_size",
+                             "smoke_steps", "report_s"})
+    out: dict[str, Any] = {}
+    for k, n in m.items():
+        if k in ("engine", "dtype"):
+            allowed = LOAD_ENGINES if k == "engine" else GEMM_DTYPES
+            if n.text() not in allowed:
+                raise n.error(f"{k} must be one of {', '.join(allowed)}")
+            out[k] = n.text()
+        else:
+            out[k] = n.integer()
     return out
 
 

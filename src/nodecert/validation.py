@@ -31,6 +31,7 @@ import paramiko
 
 import nodecert_node
 from nodecert import conformance, thresholds
+from nodecert.compat import load_matrix
 from nodecert.errors import InventoryError
 from nodecert.inventory import HostSpec, hostvars, load_inventory
 from nodecert.nodessh import Endpoint, connect, describe_error
@@ -188,7 +189,22 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
                     "load": {**suite.load, **over.get("load", {})}},
         "conformance": {"stack": stack.name, "script": conformance.script_for(stack)}
         if stack else {},
+        "framework": framework_plan(stack) if stack else {},
     }
+
+
+def framework_plan(stack: Stack) -> dict[str, Any]:
+    """What the framework checks need: the environment's python and the pinned versions."""
+    fw = stack.framework
+    tf_cuda = ""
+    if fw.tensorflow:
+        build = load_matrix().tensorflow_builds.get(fw.tensorflow)
+        tf_cuda = str(build.cuda) if build else ""
+    return {"python": f"{conformance.env_dir(stack)}/bin/python",
+            "torch": str(fw.pytorch) if fw.pytorch else "",
+            "torch_cuda": fw.pytorch.cuda if fw.pytorch else "",
+            "tensorflow": fw.tensorflow or "", "tensorflow_cuda": tf_cuda,
+            "cudnn": str(stack.cudnn), "nccl": str(stack.nccl)}
 
 
 def judge_conformance(res: Result, host: str, stack: Stack | None) -> Result:

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from nodecert_node import __version__, tools
 from nodecert_node.checks import REGISTRY, Ctx, run_check
 from nodecert_node.checks import fabric as _fabric  # noqa: F401
+from nodecert_node.checks import framework as _framework  # noqa: F401
 from nodecert_node.checks import hardware as _hardware  # noqa: F401 -- registers its checks
 from nodecert_node.checks import health as _health  # noqa: F401
 from nodecert_node.checks import load as _load  # noqa: F401

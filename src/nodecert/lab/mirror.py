@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from nodecert.lab import wheelhouse
 from nodecert.lab.config import LabConfig
 from nodecert.lab.rootfs import debian_mirror
 from nodecert.lab.wheelhouse import build_wheelhouse
@@ -173,6 +174,8 @@ def stack_packages() -> list[Package]:
 def _sim_key(pkgs: list[Package]) -> str:
     text = SIM_RECIPE + "".join(f"{p.name}={p.version}:{p.component}\n" for p in pkgs)
     text += json.dumps(SIM_TOOL_PACKAGES, sort_keys=True)
+    # The simulated framework wheels' recipe: a changed wheel makes a new mirror version.
+    text += Path(wheelhouse.__file__).read_text()
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

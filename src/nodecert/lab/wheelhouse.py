@@ -51,6 +51,19 @@ def _gpus():
 '''
 
 
+def _lab_worker(*identity: str) -> str:
+    """The hook nodecert's framework workers look for: a SIMULATED framework has no
+    compute, so the lab host's hardware model (simhw.py) answers in the workers' own
+    event format, with the host's injected faults."""
+    return (
+        "\n\ndef _nodecert_lab_worker(kind, args):\n"
+        '    """SIMULATED compute: the lab hardware model plays the GPU work."""\n'
+        "    import json, os, sys\n    sys.stdout.flush()\n"
+        '    simhw = os.environ.get("NODECERT_LAB_SIMHW", "/usr/lib/nodecert-lab/simhw.py")\n'
+        '    os.execv(sys.executable, [sys.executable, simhw, '
+        f'"torch-worker", kind, json.dumps(args), *{list(identity)!r}])\n')
+
+
 def _torch_files(version: str, cuda: str, cudnn: str, nccl: str) -> dict[str, str]:
     major, minor, patch = (int(x) for x in cudnn.split(".")[:3])
     cudnn_int = major * 10000 + minor * 100 + patch  # torch.backends.cudnn.version()
@@ -59,7 +72,8 @@ def _torch_files(version: str, cuda: str, cudnn: str, nccl: str) -> dict[str, st
         "torch/__init__.py": (
             f'"""SIMULATED PyTorch {version} of a nodecert lab host (not the real torch)."""\n'
             f"__version__ = {version!r}\n__nodecert_simulated__ = True\n"
-            "from . import backends, cuda, version  # noqa: E402\n"),
+            "from . import backends, cuda, version  # noqa: E402\n"
+            + _lab_worker(version, cuda, str(cudnn_int), nccl)),
         "torch/version.py": f"__version__ = {version!r}\ncuda = {cuda!r}\n",
         "torch/cuda/__init__.py": (
             _GPU_PROBE + "\n\ndef is_available():\n    return bool(_gpus())\n\n\n"
@@ -78,7 +92,8 @@ def _tf_files(version: str, cuda: str, cudnn: str) -> dict[str, str]:
         "tensorflow/__init__.py": (
             f'"""SIMULATED TensorFlow {version} of a nodecert lab host."""\n'
             f"__version__ = {version!r}\n__nodecert_simulated__ = True\n"
-            "from . import config, sysconfig  # noqa: E402\n"),
+            "from . import config, sysconfig  # noqa: E402\n"
+            + _lab_worker(version, cuda, cudnn, "")),
         "tensorflow/sysconfig.py": (
             "def get_build_info():\n"
             f"    return {{'cuda_version': {cuda!r}, 'cudnn_version': {cudnn!r}, "

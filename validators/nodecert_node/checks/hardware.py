@@ -254,6 +254,10 @@ def judge_topology(facts: Facts, limits: Limits) -> Result:
                           "nvlink.links_per_gpu"))
     link_gbs = limits.value("nvlink.link_gbs")
     status = facts.get("nvlink") or {}
+    for idx in range(len(facts.get("gpus", []))):
+        if "nvlink" in facts and idx not in status:
+            fails.append(f"GPU{idx}: `nvidia-smi nvlink -s` reports no NVLink, expected "
+                         f"{want_links}")
     for idx, links in sorted(status.items()):
         if isinstance(links, str):
             fails.append(f"GPU{idx}: {links}")

@@ -1,10 +1,11 @@
-"""load.burnin and load.thermal_soak, with gpu_burn as the load.
+"""load.burnin and load.thermal_soak.
 
-gpu_burn (wilicc/gpu-burn) loads every GPU with GEMMs and compares each result
-with a reference product, so it reports silent data corruption per GPU. The
-framework-based GEMM burn-in of issue #6 (bf16 in the stack's PyTorch) is not
-written yet; until then these checks use gpu_burn, whose FP32 throughput is
-judged against the node's own best GPU (no absolute reference applies to it).
+The load (options load.engine) is, by default, a GEMM in the stack's own PyTorch
+(checks/framework.py: bf16 unless load.dtype says fp16/tf32/fp8/fp32, compared
+with a reference product every 10 iterations, TFLOPS judged against the profile
+and the node's best GPU). `gpu_burn` (wilicc/gpu-burn) is the alternative for
+stacks without PyTorch or on request: it also compares each result with a
+reference, and its FP32 throughput is judged against the node's best GPU only.
 The soak samples every GPU about once a second with `nvidia-smi --query-gpu
 ... -lms` while the load runs and keeps the time series for the report.
 """
@@ -17,16 +18,33 @@ import time
 from typing import Any
 
 from nodecert_node.checks import Ctx, Limits, check, judge_findings, nvidia_smi_q
+from nodecert_node.checks.framework import NoFramework, framework, judge_gemm, run_gemm
 from nodecert_node.parse import bench, smi
-from nodecert_node.result import Evidence, Result, Threshold
+from nodecert_node.result import Evidence, Result, Threshold, Verdict
 from nodecert_node.tools import run, which
 
 # clocks_event_reasons bits (NVML; stack-and-thresholds.md C5).
 HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_BRAKE = 0x8, 0x20, 0x40, 0x80
 SOAK_FIELDS = ["index", "temperature.gpu", "temperature.gpu.tlimit", "clocks.sm",
-               "power.draw", "clocks_event_reasons.active"]
+               "power.draw", "clocks_event_reasons.active", "temperature.memory"]
 
 # --- load.burnin ------------------------------------------------------------------------
+
+
+def engine(ctx: Ctx) -> str:
+    """torch (the stack pins PyTorch) unless options say gpu_burn."""
+    chosen = str((ctx.options.get("load") or {}).get("engine", "auto"))
+    if chosen == "auto":
+        return "torch" if framework(ctx).get("torch") else "gpu_burn"
+    return chosen
+
+
+def no_framework(name: str, exc: NoFramework, ev: list[Evidence]) -> Result:
+    return Result(name, Verdict.FAIL, str(exc), evidence=tuple(ev),
+                  fault_code="NC-NO-FRAMEWORK",
+                  remediation="Provision the stack (nodecert provision) so its framework "
+                              "environment exists, or run the load with gpu_burn "
+                              "(options load.engine=gpu_burn).")
 
 
 def judge_burnin(parsed: dict[str, Any], limits: Limits) -> Result:
@@ -66,8 +84,14 @@ def judge_burnin(parsed: dict[str, Any], limits: Limits) -> Result:
 
 @check("load.burnin")
 def burnin(ctx: Ctx) -> Result:
-    _, _, ev = nvidia_smi_q(ctx)  # no GPU or no driver: FAIL before any load
+    _, gpus, ev = nvidia_smi_q(ctx)  # no GPU or no driver: FAIL before any load
     seconds = int((ctx.options.get("load") or {}).get("burnin_s", 60))
+    if engine(ctx) == "torch":
+        try:
+            per_gpu, wev = run_gemm(ctx, len(gpus), seconds)
+        except NoFramework as exc:
+            return no_framework("load.burnin", exc, ev)
+        return judge_gemm(per_gpu, ctx.limits).with_(evidence=tuple(ev + wev))
     out = run(["gpu_burn", str(seconds)], timeout=seconds + 120, name="gpu_burn")
     ev.append(out.evidence)
     return judge_burnin(bench.parse_gpu_burn(out.text), ctx.limits).with_(evidence=tuple(ev))
@@ -83,7 +107,8 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
     warns: list[str] = []
     margin_min = float(limits.value("soak.headroom_c_min", 2))
     clock_min = limits.value("soak.sm_clock_min_mhz")
-    series: dict[int, list[list[float]]] = {}
+    mem_max = limits.value("soak.mem_temp_max_c")
+    series: dict[int, list[list[float | None]]] = {}
     flagged: set[tuple[int, str]] = set()
     for row in samples:
         g = int(row["index"])
@@ -93,7 +118,9 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
         clock = smi.csv_number(row.get("clocks.sm") or row.get("clocks.current.sm") or "")
         power = smi.csv_number(row["power.draw"])
         reasons = int(row["clocks_event_reasons.active"] or "0", 16)
-        series.setdefault(g, []).append([k, temp or 0, clock or 0, power or 0, reasons])
+        mem = smi.csv_number(row.get("temperature.memory") or "")  # N/A on GDDR parts
+        series.setdefault(g, []).append([k, temp or 0, clock or 0, power or 0, reasons,
+                                         mem if mem is not None else None])
         limit_abs = headroom_abs.get(g)
         headroom = tlimit if tlimit is not None else (
             limit_abs - temp if limit_abs is not None and temp is not None else None)
@@ -112,19 +139,25 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
         if headroom is not None and headroom <= margin_min:
             once("temp", f"GPU{g}: {headroom:g} C from its max operating temperature "
                  f"(at {temp or 0:g} C), limit {margin_min:g} C", fails)
+        if mem_max is not None and mem is not None and mem > float(mem_max):
+            once("mem", f"GPU{g}: memory at {mem:g} C under load, above {mem_max} C", fails)
         if clock_min is not None and clock is not None and clock < float(clock_min):
             once("clock", f"GPU{g}: SM clock {clock:g} MHz under load, below "
                  f"{clock_min} MHz", fails)
     if not samples:
         fails.append("no telemetry samples were taken during the load")
-    peak = {g: max(s[1] for s in ss) for g, ss in series.items()}
+    peak = {g: max(float(s[1] or 0) for s in ss) for g, ss in series.items()}
+    mem_peak = {g: max(float(s[5]) for s in ss if s[5] is not None)
+                for g, ss in series.items() if any(s[5] is not None for s in ss)}
     return judge_findings(
         "load.thermal_soak", fails, warns,
         f"{len(series)} GPUs, {len(samples) // max(len(series), 1)} samples each: peak "
         f"{max(peak.values(), default=0):g} C, no hardware slowdown",
-        value={"peak_temp_c": peak, "samples": len(samples)},
-        thresholds={**limits.pick("soak.headroom_c_min", "soak.sm_clock_min_mhz")},
-        facts={"series_fields": ["sample", "temp_c", "sm_mhz", "power_w", "reasons"],
+        value={"peak_temp_c": peak, "peak_mem_temp_c": mem_peak, "samples": len(samples)},
+        thresholds={**limits.pick("soak.headroom_c_min", "soak.sm_clock_min_mhz",
+                                  "soak.mem_temp_max_c")},
+        facts={"series_fields": ["sample", "temp_c", "sm_mhz", "power_w", "reasons",
+                                 "mem_temp_c"],
                "series": {str(g): ss for g, ss in series.items()}},
         fault_code="NC-THERMAL" if fails else "",
         remediation="Check the GPU's cooling (fans, airflow, heatsink, liquid loop), its power "
@@ -161,9 +194,21 @@ def thermal_soak(ctx: Ctx) -> Result:
     raw: list[str] = []
     stop = threading.Event()
     start = time.monotonic()
+    use_torch = engine(ctx) == "torch"
     sampler = _sample(stop, rows, raw, 1000)
+    load_ev: list[Evidence] = []
+    load_error = ""
     try:
-        load = run(["gpu_burn", str(seconds)], timeout=seconds + 120, name="gpu_burn (load)")
+        if use_torch:
+            per_gpu, load_ev = run_gemm(ctx, len(gpus), seconds)
+            res = judge_gemm(per_gpu, ctx.limits, "load.thermal_soak")
+            if res.verdict == Verdict.ERROR:
+                load_error = f"the load did not run to the end: {res.summary}"
+        else:
+            load_ev = [run(["gpu_burn", str(seconds)], timeout=seconds + 120,
+                           name="gpu_burn (load)").evidence]
+    except NoFramework as exc:
+        return no_framework("load.thermal_soak", exc, ev)
     finally:
         stop.set()
         sampler.terminate()
@@ -171,8 +216,13 @@ def thermal_soak(ctx: Ctx) -> Result:
             sampler.wait(timeout=10)
         except subprocess.TimeoutExpired:
             sampler.kill()
-    ev += [load.evidence, Evidence.of("telemetry", f"nvidia-smi --query-gpu="
+    ev += [*load_ev, Evidence.of("telemetry", f"nvidia-smi --query-gpu="
                                       f"{','.join(SOAK_FIELDS)} --format=csv,noheader,nounits "
                                       "-lms 1000", sampler.returncode, "".join(raw),
                                       time.monotonic() - start)]
-    return judge_soak(rows, absolute, ctx.limits).with_(evidence=tuple(ev))
+    res = judge_soak(rows, absolute, ctx.limits).with_(evidence=tuple(ev))
+    if load_error and res.verdict < Verdict.FAIL:
+        # Telemetry without the full load proves nothing about a loaded GPU.
+        return res.with_(verdict=Verdict.ERROR, summary=load_error, fault_code="NC-LOAD-ERROR",
+                         findings=(load_error, *res.findings))
+    return res

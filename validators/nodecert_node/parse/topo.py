@@ -57,6 +57,10 @@ def parse_nvlink_status(text: str) -> LinkStatus:
     """GPU index -> per-link GB/s (None = <inactive>), or the tool's message
     ("all links are inactive", "not supported ...") when it printed one."""
     out: LinkStatus = {}
+    if not text.strip():
+        # A GPU whose NVLinks are not exposed (seen on a real single-H200 VM, driver
+        # 580.159.04) makes the tool print nothing and exit 0: no links reported.
+        return out
     cur: int | None = None
     for line in text.splitlines():
         m = re.match(r"^GPU (\d+): .*\(UUID: [^)]*\)\s*$", line)

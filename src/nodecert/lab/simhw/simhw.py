@@ -19,6 +19,7 @@ approach to the profile's steady state, so a soak sees a realistic curve.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -136,6 +137,34 @@ def write_load(gpus, seconds, pid):
 def clear_load():
     with contextlib.suppress(OSError):
         LOAD_FILE.unlink()
+
+
+@contextlib.contextmanager
+def _load_locked():
+    """Read-modify-write of load.json by concurrent per-GPU workers."""
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    with (RUN_DIR / "load.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            data = json.loads(LOAD_FILE.read_text())
+        except (OSError, ValueError):
+            data = {}
+        yield data
+        tmp = LOAD_FILE.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(LOAD_FILE)
+
+
+def add_load(gpu, seconds, pid):
+    now = time.time()
+    with _load_locked() as data:
+        data[str(gpu)] = {"start": now, "until": now + seconds, "pid": pid}
+
+
+def drop_load(gpu, pid):
+    with _load_locked() as data:
+        if data.get(str(gpu), {}).get("pid") == pid:
+            del data[str(gpu)]
 
 
 class GpuState:
@@ -1139,6 +1168,96 @@ def cmd_gpu_burn(argv):
     return 0
 
 
+# --- the framework workers (SIMULATED torch / tensorflow) -----------------------------
+
+def _emit(event, **kw):
+    print(json.dumps(dict(event=event, **kw), sort_keys=True), flush=True)
+
+
+def torch_gemm(args, module_version, cuda):
+    """nodecert's gemm.py worker, for the lab's simulated torch: same events, the
+    throughput from the GPU profile (C3) and the injected faults (sdc, tflops_low,
+    thermal_throttle through the GPU's state)."""
+    hw = load_hw()
+    inst = installed()
+    vis = visible_gpus(hw)
+    dev = str(args.get("device"))
+    if driver_version(inst) is None or not dev.isdigit() or int(dev) >= len(vis):
+        _emit("error", message="RuntimeError: CUDA error: invalid device ordinal")
+        return 2
+    i = vis[int(dev)]
+    g = hw["profile"]["gpu"]
+    dtype, n = args.get("dtype", "bf16"), int(args.get("size", 8192))
+    seconds, report_s = float(args.get("seconds", 60)), float(args.get("report_s", 5))
+    scale = {"bf16": 1.0, "fp16": 1.0, "tf32": 0.5, "fp32": 0.06, "fp8": 1.75}.get(dtype, 1.0)
+    tol = {"bf16": 2e-2, "fp16": 4e-3, "tf32": 4e-3, "fp32": 1e-5, "fp8": 1.5e-1}[dtype]
+    _emit("ready", device=dev, name=g["product_name"], dtype=dtype, n=n, torch=module_version,
+          cuda=cuda, ref_bad=0, ref_max_rel=0.002, tolerance=tol, ref_digest="5151515151515151")
+    add_load(i, seconds + 5, os.getpid())
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    start = last = time.time()
+    it = checks = mismatches = bad = 0
+    windows = []
+    try:
+        while not stop["now"]:
+            time.sleep(min(0.2, report_s))
+            now = time.time()
+            if now - last >= report_s or now - start >= seconds:
+                s = GpuState(hw, i, now=now)
+                # Sustained at the power limit: 84% of the burst figure (nodecert's H200
+                # recording, tests/fixtures/recorded/h200-device-2026-11-29).
+                tf = g["bf16_tflops"] * 0.84 * scale
+                for f in faults(hw, "tflops_low", i):
+                    tf *= float(f.get("factor", 0.7))
+                if s.reasons & 0x40:
+                    tf *= 0.45
+                tf *= 1 + jitter(i, int(now), "f", spread=0.005)
+                k = max(int(tf * 1e12 * (now - last) / (2.0 * n ** 3)), 1)
+                it += k
+                checks += max(k // 10, 1)
+                if faults(hw, "sdc", i):
+                    mismatches += 1
+                    bad += 3
+                    _emit("mismatch", iter=it, differing=3, bad=3, max_abs=412.0, max_rel=1.7)
+                windows.append(round(tf, 4))
+                _emit("window", t=round(now - start, 2), iters=it, tflops=round(tf, 4))
+                last = now
+                if now - start >= seconds:
+                    break
+    finally:
+        drop_load(i, os.getpid())
+    _emit("done", iters=it, seconds=round(time.time() - start, 2), checks=checks,
+          mismatches=mismatches, bad_elements=bad, windows=windows,
+          tflops=round(sum(windows) / max(len(windows), 1), 4))
+    return 0
+
+
+def framework_smoke(args, module_version, cuda, cudnn, nccl):
+    hw = load_hw()
+    inst = installed()
+    fw = args.get("framework", "torch")
+    vis = visible_gpus(hw) if driver_version(inst) is not None else []
+    names = [hw["profile"]["gpu"]["product_name"]] * len(vis)
+    _emit("framework", framework=fw, version=module_version, cuda=cuda, cudnn=cudnn,
+          nccl=nccl if fw == "torch" else "", cuda_available=bool(vis), gpus=names)
+    steps = int(args.get("steps", 30))
+    for n, _ in enumerate(vis):
+        losses = [round(1.09 * 0.9 ** k, 6) for k in range(steps)]
+        _emit("train", framework=fw, device=f"cuda:{n}" if fw == "torch" else f"/GPU:{n}",
+              losses=losses, seconds=0.05)
+    return 0
+
+
+def cmd_torch_worker(argv):
+    """simhw.py torch-worker KIND JSON_ARGS [VERSION CUDA CUDNN NCCL] (the simulated
+    framework wheels exec this)."""
+    kind, args = argv[0], json.loads(argv[1])
+    if kind == "gemm":
+        return torch_gemm(args, *argv[2:4])
+    return framework_smoke(args, *argv[2:6])
+
+
 # --- dmesg (the simulated kernel log) ------------------------------------------------
 
 XID_TEXT = {79: "GPU has fallen off the bus.", 48: "An uncorrectable double bit error (DBE) "
@@ -1248,7 +1367,7 @@ def cmd_lsblk(argv):
 
 TOOLS = {"lspci": cmd_lspci, "dmidecode": cmd_dmidecode, "lscpu": cmd_lscpu, "lsblk": cmd_lsblk, "nvidia-smi": cmd_nvidia_smi, "all_reduce_perf": cmd_all_reduce_perf,
          "nvbandwidth": cmd_nvbandwidth, "dcgmi": cmd_dcgmi, "gpu_burn": cmd_gpu_burn,
-         "dmesg": cmd_dmesg}
+         "dmesg": cmd_dmesg, "torch-worker": cmd_torch_worker}
 
 
 def main(argv):

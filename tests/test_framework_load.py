@@ -1,0 +1,290 @@
+"""The framework checks: GEMM burn-in worker and smoke test (issue 6).
+
+Three layers: the workers themselves on the CPU with the real PyTorch (tiny sizes),
+the judges on what the workers printed on a real H200 (tests/fixtures/recorded/),
+and the checks end to end on the simulator (the lab's SIMULATED torch).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import REPO
+from nodecert import thresholds
+from nodecert_node.checks import Limits
+from nodecert_node.checks.framework import events, judge_gemm, judge_smoke
+from nodecert_node.checks.hardware import judge_topology
+from nodecert_node.checks.load import judge_soak
+from nodecert_node.parse import smi, topo
+from nodecert_node.result import Result, Verdict
+from nodecert_node.workers.gemm import compare
+from simnode import SimNode
+
+WORKERS = REPO / "validators" / "nodecert_node" / "workers"
+H200 = REPO / "tests" / "fixtures" / "recorded" / "h200-device-2026-11-29"
+
+
+def limits(model: str, **over: Any) -> Limits:
+    return Limits(thresholds.resolve(model, cli=over))
+
+
+def worker(name: str, *args: str, timeout: float = 120) -> list[dict[str, Any]]:
+    p = subprocess.run([sys.executable, str(WORKERS / name), *args], capture_output=True,
+                       text=True, timeout=timeout, check=False)
+    assert p.returncode in (0, 2, 3), p.stderr
+    return events(p.stdout)
+
+
+def recorded(name: str) -> list[dict[str, Any]]:
+    return events((H200 / "gemm" / name).read_text())
+
+
+def run_results() -> dict[str, Result]:
+    out = {}
+    for line in (H200 / "run" / "events.jsonl").read_text().splitlines():
+        ev = json.loads(line)
+        if ev["event"] == "result":
+            r = Result.from_dict(ev["result"])
+            out[r.check] = r
+    return out
+
+
+# --- the correctness comparison (pure, CPU) ------------------------------------------------
+
+def test_compare_identical_one_ulp_and_corrupted() -> None:
+    ref = torch.randn(32, 32).to(torch.bfloat16)
+    assert compare(ref.clone(), ref, 2e-2) == {"differing": 0, "bad": 0, "max_abs": 0.0,
+                                               "max_rel": 0.0}
+    ulp = ref.clone()
+    ulp.view(-1)[5] = ulp.view(-1)[5] * (1 + 2 ** -7)  # one bf16 ULP
+    cmp = compare(ulp, ref, 2e-2)
+    assert cmp["differing"] == 1 and cmp["bad"] == 0  # a bit flip inside the tolerance
+    bad = ref.clone()
+    bad.view(-1)[7] = 1000.0
+    bad.view(-1)[9] = float("nan")
+    cmp = compare(bad, ref, 2e-2)
+    assert cmp["differing"] == 2 and cmp["bad"] == 2 and cmp["max_rel"] > 1
+
+
+# --- the workers on the CPU with the real PyTorch ------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32", "fp8"])
+def test_gemm_worker_on_cpu_is_bit_exact(dtype: str) -> None:
+    evs = worker("gemm.py", "--device", "cpu", "--dtype", dtype, "--size", "48",
+                 "--seconds", "0.4", "--report-s", "0.1", "--check-every", "5")
+    kinds = [e["event"] for e in evs]
+    assert kinds[0] == "ready" and kinds[-1] == "done" and "window" in kinds
+    assert "mismatch" not in kinds and "error" not in kinds
+    ready, done = evs[0], evs[-1]
+    assert ready["ref_bad"] == 0 and ready["ref_max_rel"] < ready["tolerance"]
+    assert done["checks"] > 0 and done["mismatches"] == 0 and done["tflops"] > 0
+    res = judge_gemm({0: evs}, limits("H200-SXM", **{"burnin.tflops_min_bf16": 0,
+                                                     "burnin.tflops_min_fp8": 0}))
+    assert res.verdict is Verdict.PASS, res.summary
+
+
+def test_gemm_worker_catches_an_injected_corruption() -> None:
+    evs = worker("gemm.py", "--device", "cpu", "--dtype", "fp32", "--size", "32",
+                 "--seconds", "0.3", "--check-every", "4", "--inject-fault", "10")
+    mism = [e for e in evs if e["event"] == "mismatch"]
+    assert len(mism) == 1 and mism[0]["iter"] == 12 and mism[0]["bad"] == 1
+    assert all(e.get("inject_fault") == 10 for e in evs if e["event"] in ("ready", "done"))
+    res = judge_gemm({0: evs}, limits("L40S"))
+    assert res.verdict is Verdict.FAIL
+    assert res.summary.startswith("GPU0: silent data corruption: 1 elements differ")
+
+
+def test_gemm_worker_on_a_missing_device_reports_an_error() -> None:
+    evs = worker("gemm.py", "--device", "3", "--size", "16", "--seconds", "0.1")
+    assert evs[-1]["event"] == "error"
+    res = judge_gemm({0: evs}, limits("H200-SXM"))
+    assert res.verdict is Verdict.ERROR and res.fault_code == "NC-LOAD-ERROR"
+    assert res.summary.startswith("GPU0: the GEMM load did not finish")
+
+
+def test_smoke_worker_trains_on_cpu_and_reports_versions() -> None:
+    evs = worker("smoke.py", "--framework", "torch", "--cpu", "--steps", "30")
+    fw = next(e for e in evs if e["event"] == "framework")
+    assert fw["version"] == torch.__version__ and fw["gpus"] == []
+    train = next(e for e in evs if e["event"] == "train")
+    assert len(train["losses"]) == 30 and train["losses"][-1] < 0.5 * train["losses"][0]
+    # Judged against what this CPU build is: versions match, no GPU to see.
+    res = judge_smoke(evs, {"torch": torch.__version__}, gpu_count=0)
+    assert res.verdict is Verdict.FAIL and "torch: no cuDNN" in res.findings
+    res = judge_smoke(evs, {"torch": "2.9.1+cu130"}, gpu_count=0)
+    assert f"torch: version {torch.__version__}, the stack pins 2.9.1+cu130" in res.findings
+
+
+def test_smoke_worker_without_the_framework_fails() -> None:
+    evs = worker("smoke.py", "--framework", "tensorflow", "--cpu")
+    assert evs == [{"event": "error", "framework": "tensorflow",
+                    "message": "not importable: No module named 'tensorflow'"}]
+    res = judge_smoke(evs, {"tensorflow": "2.18.0"}, gpu_count=8)
+    assert res.verdict is Verdict.FAIL
+    assert res.summary == "tensorflow: not importable: No module named 'tensorflow'"
+
+
+def test_smoke_judge_loss_not_falling_and_missing_gpus() -> None:
+    evs = [{"event": "framework", "framework": "torch", "version": "2.9.1+cu130",
+            "cuda": "13.0", "cudnn": "91300", "nccl": "2.27.7", "gpus": ["NVIDIA H200"] * 7},
+           *({"event": "train", "framework": "torch", "device": f"cuda:{i}",
+              "losses": [1.0, 0.2]} for i in range(6)),
+           {"event": "train", "framework": "torch", "device": "cuda:6", "losses": [1.0, 0.9]}]
+    res = judge_smoke(evs, {"torch": "2.9.1+cu130", "torch_cuda": "13.0"}, gpu_count=8)
+    assert res.verdict is Verdict.FAIL
+    assert set(res.findings) == {"torch: sees 7 GPUs, nvidia-smi sees 8",
+                                 "torch on cuda:6: loss did not fall by half (1.0 -> 0.9)"}
+
+
+# --- judges on a real H200 (recorded 2026-11-29) --------------------------------------------
+
+def test_recorded_h200_burnin_passes_the_sustained_floor() -> None:
+    r = run_results()["load.burnin"]
+    assert r.verdict is Verdict.FAIL  # as recorded: judged against the old burst-based floor
+    assert r.summary == "GPU0: 666 TFLOPS sustained (bf16), below the floor of 711"
+    evs = events(next(e.output for e in r.evidence if e.name == "gemm GPU0"))
+    res = judge_gemm({0: evs}, limits("H200-SXM"))  # today's profile: 590, sustained
+    assert res.verdict is Verdict.PASS, res.summary
+    assert res.value["tflops_per_gpu"] == {"0": 665.6}
+    assert res.thresholds["burnin.tflops_min_bf16"].value == 590
+    assert "REC" in res.thresholds["burnin.tflops_min_bf16"].source
+
+
+@pytest.mark.parametrize(("dtype", "low", "high"), [("bf16", 650, 660), ("fp16", 630, 640),
+                                                    ("tf32", 340, 350), ("fp8", 1195, 1210)])
+def test_recorded_h200_dtypes(dtype: str, low: float, high: float) -> None:
+    res = judge_gemm({0: recorded(f"gemm-{dtype}.jsonl")}, limits("H200-SXM"))
+    assert res.verdict is Verdict.PASS, res.summary
+    assert low < res.value["tflops_per_gpu"]["0"] < high and res.value["dtype"] == dtype
+
+
+def test_recorded_h200_injected_corruption_fails_naming_the_gpu() -> None:
+    evs = recorded("gemm-bf16-injected.jsonl")
+    res = judge_gemm({0: evs, 1: recorded("gemm-bf16.jsonl")}, limits("H200-SXM"))
+    assert res.verdict is Verdict.FAIL
+    assert res.summary.startswith("GPU0: silent data corruption: 1 elements differ from the "
+                                  "reference product beyond the bf16 tolerance (first at "
+                                  "iteration 100")
+
+
+def test_slow_gpu_is_failed_against_the_best_in_the_node() -> None:
+    good = recorded("gemm-bf16.jsonl")
+    slow = [dict(e, windows=[w * 0.85 for w in e["windows"]]) if e["event"] == "done" else e
+            for e in good]
+    res = judge_gemm({0: good, 1: good, 2: slow}, limits("H200-SXM"))
+    assert res.verdict is Verdict.FAIL
+    assert res.findings == ("GPU2: 558 TFLOPS sustained (bf16), below the floor of 590",
+                            "GPU2: 558 TFLOPS sustained, 15% below the node's best GPU (656)")
+
+
+def test_hung_worker_partial_output_is_an_error() -> None:
+    good = recorded("gemm-bf16.jsonl")
+    hung = [e for e in good if e["event"] != "done"] + [
+        {"event": "error", "message": "gemm GPU1 did not finish within 320 s (killed)"}]
+    res = judge_gemm({0: good, 1: hung}, limits("H200-SXM"))
+    assert res.verdict is Verdict.ERROR
+    assert "GPU1: the GEMM load did not finish: gemm GPU1 did not finish within 320 s" \
+        in res.summary
+
+
+def test_recorded_h200_soak_at_the_power_cap_passes() -> None:
+    r = run_results()["load.thermal_soak"]
+    telemetry = next(e.output for e in r.evidence if e.name == "telemetry")
+    fields = ["index", "temperature.gpu", "temperature.gpu.tlimit", "clocks.sm",
+              "power.draw", "clocks_event_reasons.active"]
+    rows = smi.parse_query_csv(telemetry, fields)
+    assert len(rows) >= 60
+    # Under the load the GPU sits at its power limit (SwPowerCap 0x4), which is not a fault.
+    assert {int(x["clocks_event_reasons.active"], 16) for x in rows[10:]} == {0x4}
+    res = judge_soak(rows, {0: None}, limits("H200-SXM"))
+    assert res.verdict is Verdict.PASS and res.value["peak_temp_c"] == {0: 64.0}
+    # The same series with a clock floor above what the capped GPU holds fails.
+    floor = {"soak.sm_clock_min_mhz": {"value": 1600, "op": ">=", "unit": "MHz"}}
+    res = judge_soak(rows, {0: None}, Limits({**thresholds.resolve("H200-SXM"), **floor}))
+    assert res.verdict is Verdict.FAIL and "SM clock" in res.summary
+
+
+def test_recorded_h200_smoke_and_topology() -> None:
+    got = run_results()
+    smoke = got["stack.framework_smoke"]
+    assert smoke.verdict is Verdict.WARN
+    assert smoke.value["torch"] == {"version": "2.11.0+cu130", "cuda": "13.0",
+                                    "cudnn": "91900", "nccl": "2.28.9", "gpus": 1}
+    evs = events(next(e.output for e in smoke.evidence if e.name == "torch smoke"))
+    res = judge_smoke(evs, {"torch": "2.11.0+cu130", "torch_cuda": "13.0"}, gpu_count=1)
+    assert res.verdict is Verdict.PASS, res.findings
+    # The VM exposes no NVLink: `nvidia-smi nvlink -s` prints nothing (exit 0). That is
+    # "no links", which an HGX H200 order must fail -- not a parse error, not a pass.
+    assert topo.parse_nvlink_status((H200 / "smi" / "nvlink-s.txt").read_text()) == {}
+    matrix = topo.parse_topo_matrix((H200 / "smi" / "topo-m.txt").read_text())
+    assert matrix == {"GPU0": {"GPU0": "X"}}
+    _, gpus = smi.parse_q((H200 / "smi" / "nvidia-smi-q.txt").read_text())
+    res = judge_topology({"gpus": gpus, "matrix": matrix, "nvlink": {}},
+                         limits("H200-SXM", **{"nvswitch.count": 0}))
+    assert res.verdict is Verdict.FAIL
+    assert res.findings == ("GPU0: `nvidia-smi nvlink -s` reports no NVLink, expected 18",)
+
+
+# --- end to end on the simulator (the lab's SIMULATED torch) -------------------------------
+
+def sim_check(node: SimNode, name: str, **load: Any) -> Result:
+    plan = node.plan([name], suite="standard")
+    plan["framework"] = node.framework_env()
+    plan["options"]["load"].update(load)
+    return node.check(name, plan)
+
+
+def test_sim_torch_burnin_smoke_and_soak_healthy(tmp_path: Path) -> None:
+    node = SimNode(tmp_path)
+    res = sim_check(node, "load.burnin", burnin_s=2, report_s=1)
+    assert res.verdict is Verdict.PASS, res.summary
+    assert res.value["load"] == "torch" and len(res.value["tflops_per_gpu"]) == 8
+    res = sim_check(node, "stack.framework_smoke")
+    assert res.verdict is Verdict.PASS, res.findings
+    assert res.summary == "torch 2.9.1+cu130 (CUDA 13.0) sees 8 GPUs and trains on each"
+    res = sim_check(node, "load.thermal_soak", soak_s=3, report_s=1)
+    assert res.verdict is Verdict.PASS, res.summary
+    assert any(e.name == "gemm GPU7" for e in res.evidence)
+
+
+def test_sim_torch_burnin_faults(tmp_path: Path) -> None:
+    node = SimNode(tmp_path, faults=[{"kind": "sdc", "gpu": 3},
+                                     {"kind": "tflops_low", "gpu": 1, "factor": 0.8}])
+    res = sim_check(node, "load.burnin", burnin_s=2, report_s=1)
+    assert res.verdict is Verdict.FAIL
+    assert [f.split(":")[0] for f in res.findings] == ["GPU3", "GPU1", "GPU1"]
+    assert "silent data corruption" in res.findings[0]
+    assert "below the node's best GPU" in res.findings[2]
+
+
+def test_missing_framework_environment_fails(tmp_path: Path) -> None:
+    node = SimNode(tmp_path)
+    plan = node.plan(["load.burnin"], suite="standard")
+    plan["framework"] = {**node.framework_env(), "python": str(tmp_path / "nope/bin/python")}
+    res = node.check("load.burnin", plan)
+    assert res.verdict is Verdict.FAIL and res.fault_code == "NC-NO-FRAMEWORK"
+    assert str(tmp_path / "nope/bin/python") in res.summary
+
+
+def test_soak_memory_temperature_limit_from_the_profile() -> None:
+    row = {"index": "0", "temperature.gpu": "62", "temperature.gpu.tlimit": "21",
+           "clocks.sm": "1500", "power.draw": "691.0", "clocks_event_reasons.active": "0x4",
+           "temperature.memory": "74"}
+    ok = judge_soak([row, dict(row, **{"temperature.memory": "92"})], {0: None},
+                    limits("H200-SXM"))
+    assert ok.verdict is Verdict.PASS and ok.facts["series"]["0"][1][5] == 92
+    hot = judge_soak([row, dict(row, **{"temperature.memory": "93"})], {0: None},
+                     limits("H200-SXM"))
+    assert hot.verdict is Verdict.FAIL
+    assert hot.summary == "GPU0: memory at 93 C under load, above 92 C"
+    assert hot.thresholds["soak.mem_temp_max_c"].source.startswith("C5 (95 - 3)")
+    # GDDR parts report N/A: nothing to judge, not a failure.
+    na = judge_soak([dict(row, **{"temperature.memory": "[N/A]"})], {0: None}, limits("L40S"))
+    assert na.verdict is Verdict.PASS and na.facts["series"]["0"][0][5] is None
