@@ -2,6 +2,8 @@
 # Run nodecert's GPU validators for real on a GPU machine and record what they saw.
 #
 #   OUT=/some/dir bash benchmarks/device_record.sh [BURNIN_S] [SOAK_S] [DTYPE_S]
+#   CHECKS="fabric.bandwidth fabric.nccl_allreduce" ... picks the runner's checks;
+#   DTYPE_S=0 skips the per-dtype GEMM runs.
 #
 # Records raw tool outputs (nvidia-smi -q / -q -x / --query-gpu, topo, nvlink,
 # lspci, dmesg) and runs the node runner with a plan for the checks that need a
@@ -35,22 +37,22 @@ rec "$R/smi/lspci-nn-D.txt" 30 lspci -nn -D
 rec "$R/smi/dmesg.txt" 30 dmesg
 rec "$R/smi/versions.txt" 120 python3 -c "import torch, platform; print(platform.python_version(), torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.nccl.version(), torch.cuda.get_device_name(0))"
 log "plan"
+CHECKS=${CHECKS:-hardware.inventory hardware.pcie hardware.topology health.gpu health.xid stack.framework_smoke load.burnin load.thermal_soak} \
 python3 - "$R/run/plan.json" "$BURNIN_S" "$SOAK_S" <<'EOF'
-import json, shutil, sys
+import json, os, shutil, sys
 import torch
 from nodecert import thresholds
 out, burn, soak = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 plan = {
     "schema": "nodecert.plan/v1", "run_id": "device-record", "host": "h200-device",
-    "suite": "device", "checks": ["hardware.inventory", "hardware.pcie", "hardware.topology",
-                                  "health.gpu", "health.xid", "stack.framework_smoke",
-                                  "load.burnin", "load.thermal_soak"],
+    "suite": "device", "checks": os.environ["CHECKS"].split(),
     "check_timeout_s": max(burn, soak) + 300, "tool_timeout_s": 60,
     "simulated": False,
     "spec": {"gpu_model": "H200-SXM", "gpu_count": 1, "cpu_cores": 16, "ram_gb": 128,
              "nvme_count": 0, "nvme_min_gb": 0},
     "thresholds": thresholds.resolve("H200-SXM", inventory=None, cli={}, host="h200-device"),
-    "options": {"load": {"burnin_s": burn, "soak_s": soak, "engine": "torch", "dtype": "bf16",
+    "options": {"fabric": {"nccl_max_size": "1G", "nccl_iters": 20, "timeout_s": 300},
+                "load": {"burnin_s": burn, "soak_s": soak, "engine": "torch", "dtype": "bf16",
                          "gemm_size": 8192, "smoke_steps": 30, "report_s": 5}},
     # No provisioned stack here: the machine's own python3 + torch stands in for it.
     "framework": {"python": shutil.which("python3"), "torch": torch.__version__,
@@ -73,12 +75,16 @@ for line in open(sys.argv[1]):
         if r["check"] in ("load.burnin", "load.thermal_soak", "stack.framework_smoke"):
             print("     value:", json.dumps(r["value"])[:400])
 EOF
-for dt in fp16 tf32 fp8 bf16; do
+[ "$DTYPE_S" -gt 0 ] && for dt in fp16 tf32 fp8 bf16; do
   log "gemm worker $dt ${DTYPE_S}s"
   rec "$R/gemm/gemm-$dt.jsonl" $((DTYPE_S + 120)) python3 validators/nodecert_node/workers/gemm.py \
       --device 0 --dtype "$dt" --size 8192 --seconds "$DTYPE_S" --report-s 2
   grep '"done"' "$R/gemm/gemm-$dt.jsonl" | cut -c1-300
 done
+log "copy bandwidth worker (4 GiB)"
+rec "$R/gemm/copy-4g.jsonl" 120 python3 validators/nodecert_node/workers/collective.py copy --bytes 4G
+cat "$R/gemm/copy-4g.jsonl" | grep -v '^/'
+[ "$DTYPE_S" -gt 0 ] || exit 0
 log "gemm worker bf16 with an injected fault (the comparison must catch it)"
 rec "$R/gemm/gemm-bf16-injected.jsonl" 120 python3 validators/nodecert_node/workers/gemm.py \
     --device 0 --dtype bf16 --size 8192 --seconds 5 --report-s 1 --inject-fault 100

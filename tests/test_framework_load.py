@@ -288,3 +288,88 @@ def test_soak_memory_temperature_limit_from_the_profile() -> None:
     # GDDR parts report N/A: nothing to judge, not a failure.
     na = judge_soak([dict(row, **{"temperature.memory": "[N/A]"})], {0: None}, limits("L40S"))
     assert na.verdict is Verdict.PASS and na.facts["series"]["0"][0][5] is None
+
+
+# --- fabric fallbacks in the stack's PyTorch (no nccl-tests / nvbandwidth) ------------------
+
+def test_allreduce_worker_on_cpu_counts_wrong_values() -> None:
+    from nodecert_node.checks.fabric import judge_nccl, nccl_from_events
+    args = ("allreduce", "--cpu", "--ranks", "2", "--max-bytes", "4K", "--iters", "3",
+            "--warmup", "1")
+    evs = worker("collective.py", *args)
+    parsed = nccl_from_events(evs)
+    assert parsed["ranks"] == 2 and [r["size"] for r in parsed["rows"]] == [
+        8 << k for k in range(10)]
+    assert all(r["wrong"] == 0 and r["busbw"] == pytest.approx(r["algbw"], rel=0.02)
+               for r in parsed["rows"] if r["algbw"] > 0.001)  # 2(n-1)/n = 1 for n = 2
+    res = judge_nccl(parsed, 2, limits("L40S"))
+    assert res.verdict is Verdict.WARN  # no PCIe-only floor: the figure is reported
+    bad = nccl_from_events(worker("collective.py", *args, "--inject-fault"))
+    assert all(r["wrong"] == 3 for r in bad["rows"])
+    res = judge_nccl(bad, 2, limits("L40S"))
+    assert res.verdict is Verdict.FAIL
+    assert res.summary.startswith("3 wrong values at 8 B (out-of-place): the collective "
+                                  "returned corrupted data")
+
+
+def test_copy_worker_on_cpu_feeds_the_bandwidth_judge() -> None:
+    from nodecert_node.checks.fabric import judge_bandwidth, nvbandwidth_from_events
+    evs = worker("collective.py", "copy", "--cpu", "--bytes", "8M")
+    parsed = nvbandwidth_from_events(evs)
+    assert set(parsed["tests"]) == {"host_to_device_memcpy_ce", "device_to_host_memcpy_ce"}
+    assert parsed["tests"]["host_to_device_memcpy_ce"]["matrix"][0][0] > 0
+    res = judge_bandwidth(parsed, limits("L40S", **{"fabric.h2d_gbs_min": 0.001}))
+    assert res.verdict is Verdict.PASS, res.summary
+    res = judge_bandwidth(parsed, limits("L40S", **{"fabric.h2d_gbs_min": 10000}))
+    assert res.verdict is Verdict.FAIL and res.summary.startswith("GPU0 host->GPU")
+
+
+def test_fabric_checks_fall_back_to_torch_when_the_tools_are_missing(tmp_path: Path) -> None:
+    node = SimNode(tmp_path, faults=[{"kind": "busbw_low", "factor": 0.7}])
+    for tool in ("all_reduce_perf", "nvbandwidth"):
+        (node.bin / tool).unlink()
+    res = sim_check(node, "fabric.nccl_allreduce")
+    assert res.value["tool"] == "torch.distributed" and res.verdict is Verdict.FAIL
+    assert "needs >= 440 GB/s" in res.summary
+    assert res.evidence[-1].name == "torch fallback for all_reduce_perf"
+    res = sim_check(node, "fabric.bandwidth")
+    assert res.verdict is Verdict.PASS, res.summary
+    assert res.value["tool"] == "torch copy test"
+    assert len(res.value["device_to_device_memcpy_read_ce"]) == 56  # 8 x 7 ordered pairs
+    # Neither the tool nor a framework: ERROR that says so, never a pass.
+    plan = node.plan(["fabric.nccl_allreduce"], suite="standard")
+    res = node.check("fabric.nccl_allreduce", plan)
+    assert res.verdict is Verdict.ERROR and res.fault_code == "NC-TOOL-MISSING"
+    assert "all_reduce_perf is not installed and there is no PyTorch" in res.summary
+
+
+def test_recorded_h200_fabric_fallbacks() -> None:
+    from nodecert_node.checks.fabric import (judge_bandwidth, judge_nccl, nccl_from_events,
+                                             nvbandwidth_from_events)
+    got = {}
+    for line in (H200 / "fabric" / "events.jsonl").read_text().splitlines():
+        ev = json.loads(line)
+        if ev["event"] == "result":
+            got[ev["result"]["check"]] = Result.from_dict(ev["result"])
+    bw = got["fabric.bandwidth"]
+    assert bw.verdict is Verdict.PASS and bw.value["tool"] == "torch copy test"
+    evs = events(next(e.output for e in bw.evidence if e.name.startswith("torch fallback")))
+    res = judge_bandwidth(nvbandwidth_from_events(evs), limits("H200-SXM"))
+    assert res.verdict is Verdict.PASS
+    assert res.value["host_to_device_memcpy_ce"] == {0: 54.89}  # Gen5 x16, floor 45 (C2)
+    copy4g = events((H200 / "fabric" / "copy-4g.jsonl").read_text())
+    assert [e.get("gbs") for e in copy4g if e["event"] in ("h2d", "d2h")] == [55.3, 55.28]
+    # One GPU: the recorded all-reduce has busbw 0 by definition; as recorded it FAILED
+    # against the 8-GPU floor; the judge now says the floor does not apply (WARN).
+    ar = got["fabric.nccl_allreduce"]
+    assert ar.verdict is Verdict.FAIL and ar.summary.startswith("bus bandwidth 0 GB/s")
+    evs = events(next(e.output for e in ar.evidence if e.name.startswith("torch fallback")))
+    parsed = nccl_from_events(evs)
+    assert parsed["ranks"] == 1 and parsed["nccl_version"] == "2.28.9"
+    assert all(r["wrong"] == 0 for r in parsed["rows"]) and parsed["rows"][-1]["size"] == 1 << 30
+    res = judge_nccl(parsed, 1, limits("H200-SXM"))
+    assert res.verdict is Verdict.WARN and res.summary.startswith("one GPU")
+    # The same events claimed for an 8-GPU node fail: 1 rank of 8.
+    res = judge_nccl(parsed, 8, limits("H200-SXM"))
+    assert res.verdict is Verdict.FAIL and "all-reduce ran on 1 of the node's 8 GPUs" in \
+        res.findings

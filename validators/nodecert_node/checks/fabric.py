@@ -2,13 +2,61 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Any
 
 from nodecert_node.checks import Ctx, Limits, check, judge_findings, nvidia_smi_q
+from nodecert_node.checks.framework import WORKERS, NoFramework, events, framework_python
 from nodecert_node.parse import bench
-from nodecert_node.result import Result, Threshold, Verdict
-from nodecert_node.tools import run
+from nodecert_node.result import Evidence, Result, Threshold, Verdict
+from nodecert_node.tools import Output, ToolError, run, which
+
+
+def torch_fallback(ctx: Ctx, tool: str, argv: list[str], timeout: float
+                   ) -> tuple[list[dict[str, Any]], Evidence]:
+    """Run the collective worker in the stack's PyTorch because `tool` is not installed.
+    Raises ToolError(kind=missing) when neither is there."""
+    try:
+        py = framework_python(ctx)
+    except NoFramework as exc:
+        raise ToolError(f"{tool} is not installed and there is no PyTorch to measure with "
+                        f"instead ({exc})", kind="missing") from exc
+    out: Output = run([py, os.path.join(WORKERS, "collective.py"), *argv], timeout=timeout,
+                      name=f"torch fallback for {tool}", ok_codes=(0, 2, 3))
+    return events(out.text), out.evidence
+
+
+def nccl_from_events(evs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The torch.distributed all-reduce's events in parse_nccl's shape."""
+    start = next((e for e in evs if e["event"] == "start"), {})
+    rows = [{"size": int(e["size"]), "type": "float", "redop": "sum",
+             "time_us": float(e["time_us"]), "algbw": float(e["algbw"]),
+             "busbw": float(e["busbw"]), "wrong": int(e["wrong"]),
+             "ip_busbw": float(e["busbw"]), "ip_wrong": 0} for e in evs if e["event"] == "row"]
+    failures = [str(e.get("message")) for e in evs if e["event"] == "error"]
+    if not any(e["event"] == "done" for e in evs) and not failures:
+        failures.append("the all-reduce did not finish")
+    return {"rows": rows, "oob": None, "oob_ok": None, "avg_busbw": None,
+            "nccl_version": start.get("nccl") or None, "ranks": int(start.get("ranks") or 0),
+            "validation": 1, "failures": failures}
+
+
+def nvbandwidth_from_events(evs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The torch copy test's events in parse_nvbandwidth's shape."""
+    tests: dict[str, Any] = {}
+    names = {"h2d": "host_to_device_memcpy_ce", "d2h": "device_to_host_memcpy_ce",
+             "d2d": "device_to_device_memcpy_read_ce"}
+    for e in evs:
+        name = names.get(e["event"])
+        if name is None:
+            continue
+        t = tests.setdefault(name, {"matrix": {}, "sum": None})
+        if e["event"] == "d2d":
+            t["matrix"].setdefault(int(e["dst"]), {})[int(e["src"])] = float(e["gbs"])
+        else:
+            t["matrix"].setdefault(0, {})[int(e["gpu"])] = float(e["gbs"])
+    return {"version": "torch copy test", "tests": tests}
 
 # --- fabric.nccl_allreduce --------------------------------------------------------------
 
@@ -17,6 +65,13 @@ def judge_nccl(parsed: dict[str, Any], gpus: int, limits: Limits) -> Result:
     name = "fabric.nccl_allreduce"
     fails: list[str] = []
     warns: list[str] = []
+    if gpus == 1 and not parsed["failures"] and not any(r["wrong"] for r in parsed["rows"]):
+        # One GPU has nothing to all-reduce with (busbw is 0 by definition): the
+        # multi-GPU floor does not apply. Seen on a real single-H200 machine.
+        return Result(name, Verdict.WARN, "one GPU: no intra-node all-reduce to measure "
+                      "(bus bandwidth is 0 by definition)", value={
+                          "busbw_gbs": None, "nccl": parsed["nccl_version"]},
+                      findings=("one GPU: the all-reduce floor applies to multi-GPU nodes",))
     if parsed["failures"]:
         fails.append(f"all_reduce_perf failed: {parsed['failures'][0]}")
     rows = parsed["rows"]
@@ -56,11 +111,18 @@ def judge_nccl(parsed: dict[str, Any], gpus: int, limits: Limits) -> Result:
 def nccl_allreduce(ctx: Ctx) -> Result:
     _, gpus, ev = nvidia_smi_q(ctx)
     opts = ctx.options.get("fabric") or {}
+    timeout = float(opts.get("timeout_s", 300))
+    if which("all_reduce_perf") is None:
+        # nccl-tests is not installed: the same measurement in the stack's PyTorch.
+        evs, wev = torch_fallback(ctx, "all_reduce_perf", [
+            "allreduce", "--max-bytes", str(opts.get("nccl_max_size", "8G")),
+            "--iters", str(opts.get("nccl_iters", 20))], timeout)
+        res = judge_nccl(nccl_from_events(evs), len(gpus), ctx.limits)
+        return res.with_(evidence=(*ev, wev), value={**res.value, "tool": "torch.distributed"})
     argv = ["all_reduce_perf", "-b", "8", "-e", str(opts.get("nccl_max_size", "8G")),
             "-f", "2", "-g", str(len(gpus)), "-c", "1", "-n", str(opts.get("nccl_iters", 20))]
     # A hung collective is killed at the limit and becomes ERROR with its partial log.
-    out = run(argv, timeout=float(opts.get("timeout_s", 300)), name="all_reduce_perf",
-              ok_codes=range(0, 256))
+    out = run(argv, timeout=timeout, name="all_reduce_perf", ok_codes=range(0, 256))
     ev.append(out.evidence)
     return judge_nccl(bench.parse_nccl(out.text), len(gpus), ctx.limits).with_(
         evidence=tuple(ev))
@@ -127,6 +189,16 @@ def bandwidth(ctx: Ctx) -> Result:
     tests = ["host_to_device_memcpy_ce", "device_to_host_memcpy_ce"]
     if int(ctx.limits.value("nvlink.links_per_gpu", 0) or 0) > 0 and len(gpus) > 1:
         tests.append("device_to_device_memcpy_read_ce")
+    if which("nvbandwidth") is None:
+        # nvbandwidth is not installed: copy bandwidth measured in the stack's PyTorch.
+        evs, wev = torch_fallback(ctx, "nvbandwidth", ["copy", "--bytes", "1G"] + (
+            ["--d2d"] if "device_to_device_memcpy_read_ce" in tests else []),
+            float(opts.get("timeout_s", 300)))
+        if any(e["event"] == "error" for e in evs):
+            msg = next(str(e.get("message")) for e in evs if e["event"] == "error")
+            raise ToolError(f"the torch copy test failed: {msg[:300]}", wev)
+        res = judge_bandwidth(nvbandwidth_from_events(evs), ctx.limits)
+        return res.with_(evidence=(*ev, wev), value={**res.value, "tool": "torch copy test"})
     argv = ["nvbandwidth"]
     for t in tests:
         argv += ["-t", t]

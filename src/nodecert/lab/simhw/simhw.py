@@ -1249,12 +1249,56 @@ def framework_smoke(args, module_version, cuda, cudnn, nccl):
     return 0
 
 
+def torch_collective(kind, args):
+    """nodecert's collective.py worker (all-reduce / copy bandwidth) for the simulated
+    torch: the same fabric model as the simulated all_reduce_perf and nvbandwidth."""
+    hw = load_hw()
+    if driver_version(installed()) is None:
+        _emit("error", message="RuntimeError: No CUDA GPUs are available")
+        return 2
+    vis = visible_gpus(hw)
+    fab = hw["profile"]["fabric"]
+    g = hw["profile"]["gpu"]
+    if kind == "allreduce":
+        _emit("start", ranks=len(vis), nccl="SIMULATED", torch="SIMULATED")
+        peak, size = busbw_peak(hw, vis), 8
+        while size <= int(args.get("max_bytes", 1 << 33)):
+            bw = peak * size / (size + (4 << 20))  # latency-bound small messages
+            n = len(vis)
+            alg = bw * n / (2 * (n - 1)) if n > 1 else 0.0
+            t_us = size / (alg * 1e3) if alg else 10.0
+            _emit("row", size=size, time_us=round(t_us, 2), algbw=round(alg, 4),
+                  busbw=round(bw, 4), wrong=0)
+            size *= 2
+        _emit("done")
+        return 0
+    _emit("start", gpus=len(vis), bytes=int(args.get("bytes", 1 << 30)), torch="SIMULATED")
+    for n, i in enumerate(vis):
+        st = GpuState(hw, i, load={})
+        base = fab["h2d_gbs"] * (st.pcie_width / g["pcie_width"]) * 2 ** (st.pcie_gen
+                                                                           - g["pcie_gen"])
+        _emit("h2d", gpu=n, gbs=round(base * (1 + jitter("h2d", i, spread=0.001)), 2))
+        _emit("d2h", gpu=n, gbs=round(base * (1 + jitter("d2h", i, spread=0.001)), 2))
+    if args.get("d2d"):
+        for a, ia in enumerate(vis):
+            for b, ib in enumerate(vis):
+                if a != b:
+                    nv = g.get("nvlink_links") and nvlink_ok(hw, ia) and nvlink_ok(hw, ib)
+                    v = (fab["d2d_gbs"] if nv else fab["pcie_d2d_gbs"]) * (
+                        1 + jitter("d2d", ia, ib, spread=0.002))
+                    _emit("d2d", src=b, dst=a, gbs=round(v, 2))
+    _emit("done")
+    return 0
+
+
 def cmd_torch_worker(argv):
     """simhw.py torch-worker KIND JSON_ARGS [VERSION CUDA CUDNN NCCL] (the simulated
     framework wheels exec this)."""
     kind, args = argv[0], json.loads(argv[1])
     if kind == "gemm":
         return torch_gemm(args, *argv[2:4])
+    if kind in ("allreduce", "copy"):
+        return torch_collective(kind, args)
     return framework_smoke(args, *argv[2:6])
 
 
