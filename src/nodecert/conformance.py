@@ -80,6 +80,24 @@ def _sections(text: str) -> dict[str, list[str]]:
     return out
 
 
+def software(output: str) -> dict[str, Any]:
+    """What is installed, as gathered (the software bill of materials a certificate
+    binds): OS, pinned packages with versions and hold state, nvidia-smi's driver,
+    the loaded kernel module, the framework environment's pip freeze."""
+    sec = _sections(output)
+    pkgs = {}
+    for line in sec.get("pkgs", []):
+        parts = line.split("\t")
+        if len(parts) >= 2 and parts[0]:
+            pkgs[parts[0]] = parts[1]
+    holds = {h.strip() for h in sec.get("holds", []) if h.strip()}
+    return {"os": (sec.get("os") or [""])[0].strip(),
+            "packages": {n: {"version": v, "held": n in holds} for n, v in sorted(pkgs.items())},
+            "driver_reported": (sec.get("smi") or [""])[0].strip(),
+            "kernel_module": (sec.get("module") or [""])[0].strip(),
+            "python": sorted(x.strip() for x in sec.get("freeze", []) if x.strip())}
+
+
 def judge(host: str, stack: Stack, output: str) -> Conformance:
     """Pure: compare gathered facts with the stack's pins for the host's OS."""
     c = Conformance(host)
@@ -161,4 +179,5 @@ def check_host(host: str, hostvars: dict[str, Any], stack: Stack, env: str | Non
     return judge(host, stack, proc.stdout)
 
 
-__all__ = ["Conformance", "check_host", "env_dir", "judge", "script_for", "ssh_argv"]
+__all__ = ["Conformance", "check_host", "env_dir", "judge", "script_for", "software",
+           "ssh_argv"]

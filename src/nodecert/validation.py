@@ -214,7 +214,9 @@ def judge_conformance(res: Result, host: str, stack: Stack | None) -> Result:
         return res
     c = conformance.judge(host, stack, str(output))
     base = res.with_(value={"checked": c.checked, "problems": len(c.problems)},
-                     facts={"stack": stack.name}, fault_code="", remediation="")
+                     facts={"stack": stack.name,
+                            "software": conformance.software(str(output))},
+                     fault_code="", remediation="")
     if c.ok:
         return base.with_(verdict=Verdict.PASS,
                           summary=f"stack {stack.name}: all {c.checked} pinned items installed, "

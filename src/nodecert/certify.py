@@ -1,0 +1,239 @@
+"""Certificates: one signed in-toto Statement per node, from a validation run.
+
+The Statement (in-toto Attestation Framework v1) names the node as its subject,
+with the digest of its canonical hardware identity, and carries a nodecert
+predicate: the verdict (READY only if every planned check reported and none
+FAILed or ERRORed), every Result with its thresholds and evidence digests, the
+pinned stack and the software actually found, the digests of the threshold files,
+the tool version, the validity window and the SIMULATED flag. It is signed into
+a DSSE envelope (nodecert.signing). A node that is not READY gets a signed report
+that says NOT READY and why.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodecert import __version__, junit, report_html
+from nodecert.errors import NodecertError
+from nodecert.signing import PrivateKey, canonical_json, keyid, sign_envelope
+from nodecert.stacks import Stack, find_stack
+from nodecert.thresholds import profiles_dir, validators_dir
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+PREDICATE_TYPE = "https://nodecert.dev/attestation/node-readiness/v1"
+READY, NOT_READY = "READY", "NOT READY"
+DEFAULT_VALID_DAYS = 90
+# Raw tool text stays in results.json (with its sha256 in the evidence digests):
+# the certificate carries parsed facts, not verbatim logs.
+_RAW_FACTS = ("conformance_output",)
+
+
+class RunError(NodecertError):
+    """A validation run directory that cannot be certified."""
+
+
+def canonical_identity(identity: dict[str, Any]) -> dict[str, Any]:
+    """The parts of the hardware that make the node this node, in a stable order.
+
+    Device names (nvme0n1) and PCI bus ids can renumber without a hardware
+    change, so serials, UUIDs and MACs are what count."""
+    gpus = [{"serial": str(g.get("serial") or ""), "uuid": str(g.get("uuid") or "")}
+            for g in identity.get("gpus") or []]
+    nvme = [{"serial": str(d.get("serial") or ""), "model": str(d.get("model") or "")}
+            for d in identity.get("nvme") or []]
+    return {
+        "system_serial": str(identity.get("system_serial") or ""),
+        "system_uuid": str(identity.get("system_uuid") or "").lower(),
+        "baseboard_serial": str(identity.get("baseboard_serial") or ""),
+        "gpus": sorted(gpus, key=lambda g: (g["uuid"], g["serial"])),
+        "nic_macs": sorted(str(m).lower() for m in identity.get("nic_macs") or []),
+        "nvme": sorted(nvme, key=lambda d: (d["serial"], d["model"])),
+    }
+
+
+def identity_digest(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(canonical_identity(identity))).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _stack_pins(stack: Stack) -> dict[str, Any]:
+    fw = stack.framework
+    return {"name": stack.name, "title": stack.title, "driver": str(stack.driver),
+            "kernel_modules": stack.kernel_modules,
+            "fabric_manager": str(stack.fabric_manager) if stack.fabric_manager else None,
+            "cuda": str(stack.cuda), "cudnn": str(stack.cudnn), "nccl": str(stack.nccl),
+            "dcgm": str(stack.dcgm),
+            "framework": {"pytorch": str(fw.pytorch) if fw.pytorch else None,
+                          "tensorflow": fw.tensorflow},
+            "manifest_sha256": _sha256_file(stack.path)}
+
+
+def _result_entry(r: dict[str, Any]) -> dict[str, Any]:
+    return {"check": r["check"], "verdict": r["verdict"], "summary": r["summary"],
+            "value": r.get("value"), "unit": r.get("unit", ""),
+            "thresholds": r.get("thresholds", {}), "findings": r.get("findings", []),
+            "fault_code": r.get("fault_code", ""), "remediation": r.get("remediation", ""),
+            "duration_s": r.get("duration_s", 0.0), "simulated": bool(r.get("simulated")),
+            "facts": {k: v for k, v in (r.get("facts") or {}).items() if k not in _RAW_FACTS},
+            "evidence": [{"name": e.get("name"), "command": e.get("command"),
+                          "returncode": e.get("returncode"), "sha256": e.get("sha256")}
+                         for e in r.get("evidence", [])]}
+
+
+def readiness(host: dict[str, Any]) -> tuple[str, list[str]]:
+    """READY only if the run finished, every planned check reported (the host verdict
+    is ERROR otherwise), the hardware identity is known and nothing FAILed/ERRORed."""
+    reasons: list[str] = []
+    if host.get("status") != "done":
+        reasons.append(f"the validation did not finish ({host.get('status')}: "
+                       f"{host.get('error') or 'no reason recorded'})")
+    for r in host.get("results", []):
+        if r["verdict"] in ("FAIL", "ERROR"):
+            reasons.append(f"{r['check']} {r['verdict']}: {r['summary']}")
+    if host.get("verdict") not in ("PASS", "WARN") and not reasons:
+        reasons.append(f"the run's verdict for this host is {host.get('verdict')}")
+    if not host.get("identity"):
+        reasons.append("no hardware identity: hardware.inventory did not run or failed to "
+                       "read it, so the certificate could not be bound to the hardware")
+    return (READY if not reasons else NOT_READY), reasons
+
+
+def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
+              valid_days: int) -> dict[str, Any]:
+    verdict, reasons = readiness(host)
+    ident = host.get("identity") or {}
+    software = next((r.get("facts", {}).get("software") for r in host.get("results", [])
+                     if r["check"] == "stack.conformance"), None)
+    gpu_model = (host.get("spec") or {}).get("gpu_model")
+    files = {"validators/profiles/common.yml": profiles_dir() / "common.yml",
+             "validators/suites.yml": validators_dir() / "suites.yml"}
+    if gpu_model and (profiles_dir() / f"{gpu_model}.yml").is_file():
+        files[f"validators/profiles/{gpu_model}.yml"] = profiles_dir() / f"{gpu_model}.yml"
+    predicate = {
+        "schema": "nodecert.node-readiness/v1",
+        "verdict": verdict, "reasons": reasons, "simulated": bool(host.get("simulated")),
+        "host": host["host"], "run_id": host.get("run_id"), "suite": host.get("suite"),
+        "validated": {"started": host.get("started"), "finished": host.get("finished")},
+        "validity": {"issued": issued.isoformat(timespec="seconds"),
+                     "not_after": (issued + dt.timedelta(days=valid_days)).isoformat(
+                         timespec="seconds")},
+        "order": host.get("spec"), "identity": canonical_identity(ident),
+        "stack": _stack_pins(stack) if stack else None, "software": software,
+        "results": [_result_entry(r) for r in host.get("results", [])],
+        "thresholds_files": {name: _sha256_file(p) for name, p in sorted(files.items())},
+        "tool": {"name": "nodecert", "version": __version__},
+    }
+    return {"_type": STATEMENT_TYPE,
+            "subject": [{"name": f"node:{host['host']}",
+                         "digest": {"sha256": identity_digest(ident)}}],
+            "predicateType": PREDICATE_TYPE, "predicate": predicate}
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+@dataclass
+class Certified:
+    host: str
+    verdict: str
+    simulated: bool
+    reasons: list[str]
+    envelope: Path
+    html: Path
+    junit: Path
+
+
+@dataclass
+class CertifyRun:
+    run_dir: Path
+    out_dir: Path
+    keyid: str
+    nodes: list[Certified] = field(default_factory=list)
+    index: Path | None = None
+    junit: Path | None = None
+
+    @property
+    def all_ready(self) -> bool:
+        return bool(self.nodes) and all(n.verdict == READY for n in self.nodes)
+
+
+def load_run(run_dir: Path) -> list[dict[str, Any]]:
+    """Every host's results.json of a validation run, checked for shape."""
+    if not run_dir.is_dir():
+        raise RunError(f"{run_dir} is not a directory",
+                       hint="pass the run directory `nodecert validate` printed "
+                            "(runs/<run id>)")
+    summary = run_dir / "validate.json"
+    if not summary.is_file():
+        raise RunError(f"{run_dir} has no validate.json: not a finished validation run",
+                       hint="run `nodecert validate` (or wait for it to finish), then certify "
+                            "the directory it prints")
+    hosts = []
+    for path in sorted(run_dir.glob("*/results.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise RunError(f"{path}: not readable JSON ({exc})",
+                           hint="re-run the validation for this host") from exc
+        if not isinstance(data, dict) or data.get("schema") != "nodecert.validation/v1":
+            raise RunError(f"{path}: not a nodecert host result (schema "
+                           f"{data.get('schema') if isinstance(data, dict) else None!r})")
+        hosts.append(data)
+    if not hosts:
+        raise RunError(f"{run_dir} holds no <host>/results.json",
+                       hint="the validation reached no host; fix that and re-run it")
+    return hosts
+
+
+def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
+            valid_days: int = DEFAULT_VALID_DAYS, now: dt.datetime | None = None
+            ) -> CertifyRun:
+    """Sign a certificate per node and render its HTML and JUnit; the fleet index too.
+
+    Every file is written whole or not at all (temp + rename)."""
+    if valid_days < 1:
+        raise RunError(f"--valid-days must be at least 1 (got {valid_days})")
+    hosts = load_run(run_dir)
+    out = out_dir or run_dir / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
+    run = CertifyRun(run_dir, out, keyid(key.public_key()))
+    statements = []
+    for h in hosts:
+        stack = find_stack(h["stack"]) if h.get("stack") else None
+        st = statement(h, stack, issued=issued, valid_days=valid_days)
+        env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
+        name = h["host"]
+        paths = (out / f"{name}.intoto.dsse.json", out / f"{name}.html",
+                 out / f"{name}.junit.xml")
+        _atomic_write(paths[0], json.dumps(env, indent=1).encode() + b"\n")
+        _atomic_write(paths[1], report_html.node_page(st, envelope_name=paths[0].name,
+                                                      keyid=run.keyid).encode())
+        _atomic_write(paths[2], junit.node_xml(st))
+        p = st["predicate"]
+        run.nodes.append(Certified(name, p["verdict"], p["simulated"], p["reasons"], *paths))
+        statements.append(st)
+    run.index = out / "index.html"
+    _atomic_write(run.index, report_html.fleet_page(statements, keyid=run.keyid).encode())
+    run.junit = out / "junit.xml"
+    _atomic_write(run.junit, junit.fleet_xml(statements))
+    return run
+
+
+__all__ = ["DEFAULT_VALID_DAYS", "NOT_READY", "PAYLOAD_TYPE", "PREDICATE_TYPE", "READY",
+           "STATEMENT_TYPE", "Certified", "CertifyRun", "RunError", "certify",
+           "identity_digest", "load_run", "readiness", "statement"]

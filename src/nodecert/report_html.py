@@ -1,0 +1,121 @@
+"""Human-readable reports: one self-contained HTML page per node and a fleet index.
+
+Rendered from the signed Statement itself (what the page shows is what was
+signed), with jinja2 autoescaping and inline SVG plots: no scripts, fonts or
+images from the network. Simulated runs are marked at the top and bottom of
+every page.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from nodecert import __version__, svgplot
+
+SIMULATED_TEXT = ("these results were measured on nodecert's simulated GPUs, not on real "
+                  "hardware. They prove the software path, not the node.")
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters["short"] = _short
+    return env
+
+
+def _result(p: dict[str, Any], check: str) -> dict[str, Any] | None:
+    return next((r for r in p["results"] if r["check"] == check), None)
+
+
+def plots(p: dict[str, Any]) -> list[str]:
+    """The charts people would rather look at than read, where the run has the data."""
+    out: list[str] = []
+    soak = _result(p, "load.thermal_soak")
+    series = ((soak or {}).get("facts") or {}).get("series") or {}
+    if series:
+        fields = soak["facts"].get("series_fields") or []  # type: ignore[index]
+        for col, title, unit in (("temp_c", "GPU temperature during the soak", "C"),
+                                 ("sm_mhz", "SM clock during the soak", "MHz"),
+                                 ("power_w", "Power draw during the soak", "W")):
+            if col not in fields:
+                continue
+            k = fields.index(col)
+            out.append(svgplot.line_chart(
+                title, [(f"GPU{g}", [(float(row[0]), float(row[k] or 0)) for row in rows])
+                        for g, rows in sorted(series.items(), key=lambda x: int(x[0]))],
+                xlabel="seconds (one sample per second)", ylabel=unit, kind=f"soak-{col}"))
+    nccl = _result(p, "fabric.nccl_allreduce")
+    curve = ((nccl or {}).get("value") or {}).get("curve") if nccl else None
+    if curve:
+        out.append(svgplot.line_chart(
+            "NCCL all-reduce bus bandwidth vs message size",
+            [("busbw", [(float(c["size"]), float(c["busbw"])) for c in curve])],
+            xlabel="message size (bytes)", ylabel="GB/s", log_x=True, kind="nccl-busbw"))
+    burn = _result(p, "load.burnin")
+    value = (burn or {}).get("value") or {}
+    if value.get("tflops_per_gpu"):
+        key = f"burnin.tflops_min_{value.get('dtype', 'bf16')}"
+        floor = (burn or {}).get("thresholds", {}).get(key, {}).get("value")
+        out.append(svgplot.bar_chart(
+            f"Sustained {value.get('dtype', '')} GEMM TFLOPS per GPU",
+            [(f"GPU{g}", float(v)) for g, v in sorted(value["tflops_per_gpu"].items(),
+                                                       key=lambda x: int(x[0]))],
+            ylabel="TFLOPS", floor=float(floor) if floor is not None else None,
+            kind="burnin-tflops"))
+    elif value.get("gflops_per_gpu"):
+        out.append(svgplot.bar_chart(
+            "gpu_burn FP32 Gflop/s per GPU",
+            [(f"GPU{g}", float(v)) for g, v in enumerate(value["gflops_per_gpu"])],
+            ylabel="Gflop/s", kind="burnin-gflops"))
+    return out
+
+
+def node_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -> str:
+    p = statement["predicate"]
+    warns = sum(1 for r in p["results"] if r["verdict"] == "WARN")
+    return _env().get_template("node.html.j2").render(
+        p=p, subject=statement["subject"][0], simulated=p["simulated"],
+        simulated_text=SIMULATED_TEXT, plots=plots(p), warns=warns,
+        envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
+
+
+def key_figures(p: dict[str, Any]) -> dict[str, str]:
+    burn = ((_result(p, "load.burnin") or {}).get("value") or {}).get("tflops_per_gpu") or {}
+    nccl = ((_result(p, "fabric.nccl_allreduce") or {}).get("value") or {}).get("busbw_gbs")
+    peak = ((_result(p, "load.thermal_soak") or {}).get("value") or {}).get("peak_temp_c") or {}
+    return {"tflops": f"{min(burn.values()):.0f} / {max(burn.values()):.0f}" if burn else "-",
+            "busbw": f"{nccl:g} GB/s" if isinstance(nccl, int | float) else "-",
+            "peak": f"{max(peak.values()):g} C" if peak else "-"}
+
+
+def fleet_page(statements: list[dict[str, Any]], *, keyid: str) -> str:
+    rows = []
+    for st in statements:
+        p = st["predicate"]
+        counts = Counter(r["verdict"] for r in p["results"])
+        rows.append({"host": p["host"], "verdict": p["verdict"], "simulated": p["simulated"],
+                     "reasons": p["reasons"],
+                     "counts": " ".join(f"{n} {v}" for v, n in sorted(counts.items())),
+                     **key_figures(p)})
+    simulated = any(r["simulated"] for r in rows)
+    run_ids = sorted({str(st["predicate"].get("run_id")) for st in statements})
+    return _env().get_template("fleet.html.j2").render(
+        rows=rows, ready=sum(r["verdict"] == "READY" for r in rows), simulated=simulated,
+        simulated_text=SIMULATED_TEXT, run_id=", ".join(run_ids), keyid=keyid,
+        tool_version=__version__)
+
+
+__all__ = ["fleet_page", "key_figures", "node_page", "plots"]

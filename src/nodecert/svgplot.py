@@ -1,0 +1,135 @@
+"""Small inline-SVG charts for the reports: no plotting library, no network assets.
+
+Each function returns one self-contained <svg> element (markup safe to embed:
+every label is XML-escaped) with a title, axes with tick labels and a legend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from xml.sax.saxutils import escape
+
+W, H = 640, 260
+L, R, T, B = 60, 120, 30, 40  # margins: room for the y ticks and the legend
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+          "#7f7f7f", "#bcbd22", "#17becf")
+
+Series = tuple[str, Sequence[tuple[float, float]]]
+
+
+def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """Round tick values from at or below lo to at or above hi (the axis range)."""
+    if hi <= lo:
+        hi = lo + 1
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    ticks = [math.floor(lo / step) * step]
+    while ticks[-1] < hi - step * 1e-9:
+        ticks.append(ticks[-1] + step)
+    return ticks
+
+
+def _fmt(v: float) -> str:
+    if abs(v) >= 1 << 30 and v == int(v) and int(v) % (1 << 30) == 0:
+        return f"{int(v) >> 30}G"
+    if abs(v) >= 1 << 20 and v == int(v) and int(v) % (1 << 20) == 0:
+        return f"{int(v) >> 20}M"
+    if abs(v) >= 1024 and v == int(v) and int(v) % 1024 == 0:
+        return f"{int(v) >> 10}K"
+    return f"{v:g}" if abs(v) < 1e5 else f"{v:.3g}"
+
+
+def _frame(title: str, xlabel: str, ylabel: str, body: list[str], kind: str) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" data-plot="{escape(kind)}" '
+            f'viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
+            f'aria-label="{escape(title)}">'
+            f'<title>{escape(title)}</title>'
+            f'<text x="{W / 2}" y="16" text-anchor="middle" font-size="13" '
+            f'font-weight="bold">{escape(title)}</text>'
+            f'<text x="{L + (W - L - R) / 2}" y="{H - 6}" text-anchor="middle" '
+            f'font-size="11">{escape(xlabel)}</text>'
+            f'<text x="14" y="{T + (H - T - B) / 2}" text-anchor="middle" font-size="11" '
+            f'transform="rotate(-90 14 {T + (H - T - B) / 2})">{escape(ylabel)}</text>'
+            + "".join(body) + "</svg>")
+
+
+def line_chart(title: str, series: Sequence[Series], *, xlabel: str, ylabel: str,
+               log_x: bool = False, kind: str = "line") -> str:
+    pts = [(x, y) for _, s in series for x, y in s if not log_x or x > 0]
+    if not pts:
+        return _frame(title, xlabel, ylabel, [f'<text x="{W / 2}" y="{H / 2}" '
+                                              'text-anchor="middle">no data</text>'], kind)
+
+    def fx(v: float) -> float:
+        return math.log2(v) if log_x else v
+    xs, ys = [fx(x) for x, _ in pts], [y for _, y in pts]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    yt = _ticks(min(0.0, *ys), max(ys) * 1.05 if max(ys) > 0 else 1.0)
+    y0, y1 = yt[0], yt[-1]
+
+    def px(x: float) -> float:
+        return L + (fx(x) - x0) / (x1 - x0) * (W - L - R)
+
+    def py(y: float) -> float:
+        return H - B - (y - y0) / (y1 - y0) * (H - T - B)
+    body = [f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="#333"/>',
+            f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="#333"/>']
+    for t in yt:
+        body.append(f'<line x1="{L}" y1="{py(t):.1f}" x2="{W - R}" y2="{py(t):.1f}" '
+                    f'stroke="#ddd"/><text x="{L - 4}" y="{py(t) + 4:.1f}" '
+                    f'text-anchor="end" font-size="10">{escape(_fmt(t))}</text>')
+    xt = ([2 ** k for k in range(math.ceil(x0), math.floor(x1) + 1, max(
+        1, math.ceil((x1 - x0) / 8)))] if log_x else _ticks(x0, x1))
+    for t in xt:
+        if x0 <= fx(t) <= x1:
+            body.append(f'<text x="{px(t):.1f}" y="{H - B + 14}" text-anchor="middle" '
+                        f'font-size="10">{escape(_fmt(t))}</text>')
+    for k, (name, s) in enumerate(series):
+        color = COLORS[k % len(COLORS)]
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in s if not log_x or x > 0)
+        body.append(f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.5"'
+                    f' points="{path}"><title>{escape(name)}</title></polyline>')
+        ly = T + 12 + 14 * k
+        if ly < H - B:
+            body.append(f'<rect x="{W - R + 10}" y="{ly - 8}" width="10" height="3" '
+                        f'fill="{color}"/><text x="{W - R + 24}" y="{ly - 4}" '
+                        f'font-size="10">{escape(name)}</text>')
+    return _frame(title, xlabel, ylabel, body, kind)
+
+
+def bar_chart(title: str, bars: Sequence[tuple[str, float]], *, ylabel: str,
+              floor: float | None = None, kind: str = "bar") -> str:
+    if not bars:
+        return _frame(title, "", ylabel, [f'<text x="{W / 2}" y="{H / 2}" '
+                                          'text-anchor="middle">no data</text>'], kind)
+    top = max([v for _, v in bars] + ([floor] if floor else []))
+    yt = _ticks(0.0, top * 1.05 if top > 0 else 1.0)
+    y1 = yt[-1]
+
+    def py(y: float) -> float:
+        return H - B - y / y1 * (H - T - B)
+    bw = (W - L - R) / len(bars)
+    body = [f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="#333"/>']
+    for t in yt:
+        body.append(f'<line x1="{L}" y1="{py(t):.1f}" x2="{W - R}" y2="{py(t):.1f}" '
+                    f'stroke="#ddd"/><text x="{L - 4}" y="{py(t) + 4:.1f}" '
+                    f'text-anchor="end" font-size="10">{escape(_fmt(t))}</text>')
+    for k, (name, v) in enumerate(bars):
+        x = L + k * bw + bw * 0.15
+        low = floor is not None and v < floor
+        body.append(f'<rect class="bar" x="{x:.1f}" y="{py(v):.1f}" width="{bw * 0.7:.1f}" '
+                    f'height="{H - B - py(v):.1f}" fill="{"#d62728" if low else "#1f77b4"}">'
+                    f'<title>{escape(name)}: {v:g}</title></rect>'
+                    f'<text x="{x + bw * 0.35:.1f}" y="{H - B + 14}" text-anchor="middle" '
+                    f'font-size="10">{escape(name)}</text>')
+    if floor is not None:
+        body.append(f'<line x1="{L}" y1="{py(floor):.1f}" x2="{W - R}" y2="{py(floor):.1f}" '
+                    f'stroke="#d62728" stroke-dasharray="4 3"/><text x="{W - R + 4}" '
+                    f'y="{py(floor) + 4:.1f}" font-size="10" fill="#d62728">floor '
+                    f'{floor:g}</text>')
+    return _frame(title, "", ylabel, body, kind)
+
+
+__all__ = ["bar_chart", "line_chart"]

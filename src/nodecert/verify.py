@@ -1,0 +1,187 @@
+"""Offline verification of a node certificate, step by step.
+
+Order matters: nothing in the payload is trusted before the signature verifies
+with a pinned public key. Then the payload type and Statement schema, the
+validity window, the subject digest against the identity the predicate
+carries, optionally the live hardware identity of the host, and finally the
+verdict. Every step is reported; the first failure does not hide the others
+once the signature holds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodecert.certify import (
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    READY,
+    STATEMENT_TYPE,
+    canonical_identity,
+    identity_digest,
+)
+from nodecert.errors import ExitCode, NodecertError
+from nodecert.signing import SignatureError, load_public_key, verify_envelope
+from nodecert.validation import validate
+
+
+class ReportError(NodecertError):
+    """The report file itself is unreadable (bad input, exit 2)."""
+
+
+@dataclass
+class Verification:
+    steps: list[tuple[str, bool, str]] = field(default_factory=list)
+    statement: dict[str, Any] | None = None
+
+    def step(self, name: str, ok: bool, detail: str) -> bool:
+        self.steps.append((name, ok, detail))
+        return ok
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.steps) and all(ok for _, ok, _ in self.steps)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.OK if self.ok else ExitCode.FAILED
+
+
+def _parse_time(text: Any) -> dt.datetime:
+    t = dt.datetime.fromisoformat(str(text))
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def identity_changes(certified: dict[str, Any], live: dict[str, Any]) -> list[str]:
+    """What differs between the certified identity and the live one, in words."""
+    a, b = canonical_identity(certified), canonical_identity(live)
+    out = []
+    for k in ("system_serial", "system_uuid", "baseboard_serial"):
+        if a[k] != b[k]:
+            out.append(f"{k.replace('_', ' ')} {a[k] or '(none)'} -> {b[k] or '(none)'}")
+    for k, label in (("gpus", "GPU"), ("nvme", "NVMe"), ("nic_macs", "NIC")):
+        old = [json.dumps(x, sort_keys=True) for x in a[k]]
+        new = [json.dumps(x, sort_keys=True) for x in b[k]]
+        gone = [x for x in old if x not in new]
+        came = [x for x in new if x not in old]
+        if gone:
+            out.append(f"{label} no longer present: {', '.join(gone)}")
+        if came:
+            out.append(f"{label} not in the certificate: {', '.join(came)}")
+    return out
+
+
+def statement_problems(st: Any) -> list[str]:
+    """What keeps a signed payload from being a nodecert Statement (empty: none)."""
+    problems = []
+    if not isinstance(st, dict):
+        problems.append("not a JSON object")
+        return problems
+    if st.get("_type") != STATEMENT_TYPE:
+        problems.append(f"_type {st.get('_type')!r}, expected {STATEMENT_TYPE}")
+    if st.get("predicateType") != PREDICATE_TYPE:
+        problems.append(f"predicateType {st.get('predicateType')!r}, expected {PREDICATE_TYPE}")
+    subj = st.get("subject")
+    if not (isinstance(subj, list) and len(subj) == 1 and isinstance(subj[0], dict)
+            and isinstance(subj[0].get("digest"), dict) and subj[0]["digest"].get("sha256")):
+        problems.append("subject must be one node with a sha256 digest")
+    p = st.get("predicate")
+    need = ("schema", "verdict", "reasons", "simulated", "host", "validity", "identity",
+            "results", "tool")
+    if not isinstance(p, dict) or any(k not in p for k in need):
+        problems.append(f"predicate lacks {', '.join(k for k in need if k not in (p or {}))}")
+    return problems
+
+
+def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = None,
+                  allow_simulated: bool = False,
+                  live_identity: dict[str, Any] | None = None) -> Verification:
+    if not pubkeys:
+        raise ReportError("no trusted public key given", hint="pass --pubkey nodecert.pub "
+                          "(the public key of the signer you trust)")
+    trusted = [load_public_key(p) for p in pubkeys]
+    try:
+        envelope = json.loads(path.read_text())
+    except OSError as exc:
+        raise ReportError(f"cannot read {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise ReportError(f"{path} is not JSON ({exc})",
+                          hint="pass the <node>.intoto.dsse.json file `nodecert certify` "
+                               "wrote") from exc
+    v = Verification()
+    try:
+        ptype, payload, kid = verify_envelope(envelope, trusted)
+    except SignatureError as exc:
+        v.step("signature", False, str(exc))
+        return v
+    v.step("signature", True, f"valid, signed by trusted key {kid[:16]}...")
+    if not v.step("payload type", ptype == PAYLOAD_TYPE,
+                  f"{ptype}" + ("" if ptype == PAYLOAD_TYPE else f", expected {PAYLOAD_TYPE}")):
+        return v
+    try:
+        st = json.loads(payload)
+    except ValueError as exc:
+        v.step("statement", False, f"signed payload is not JSON: {exc}")
+        return v
+    problems = statement_problems(st)
+    if not v.step("statement", not problems, "; ".join(problems) or
+                  f"in-toto Statement v1, {PREDICATE_TYPE}"):
+        return v
+    p, subj = st["predicate"], st["subject"]
+    v.statement = st
+    now = now or dt.datetime.now(dt.UTC)
+    try:
+        issued = _parse_time(p["validity"]["issued"])
+        not_after = _parse_time(p["validity"]["not_after"])
+        v.step("validity", issued <= now + dt.timedelta(minutes=5) and now <= not_after,
+               f"issued {issued.isoformat()}, valid until {not_after.isoformat()}"
+               + (": EXPIRED" if now > not_after else ": not yet valid" if issued > now
+                  + dt.timedelta(minutes=5) else ""))
+    except (KeyError, TypeError, ValueError) as exc:
+        v.step("validity", False, f"unreadable validity window: {exc}")
+    digest = subj[0]["digest"]["sha256"]
+    v.step("subject", identity_digest(p["identity"]) == digest,
+           f"{subj[0].get('name')} sha256:{digest[:16]}... "
+           + ("matches the certified identity" if identity_digest(p["identity"]) == digest
+              else "does NOT match the identity in the predicate"))
+    if live_identity is not None:
+        changes = identity_changes(p["identity"], live_identity)
+        same = identity_digest(live_identity) == digest
+        v.step("hardware", same, "the host's live hardware identity matches the certificate"
+               if same else "the host's hardware differs from the certificate: "
+               + ("; ".join(changes) or "identity digest differs"))
+    v.step("verdict", p["verdict"] == READY, f"{p['verdict']}" + (
+        "" if p["verdict"] == READY else ": " + "; ".join(str(r) for r in p["reasons"][:5])))
+    if p["simulated"]:
+        v.step("hardware kind", allow_simulated, "SIMULATED: measured on nodecert's simulated "
+               "GPUs, not a certificate for real hardware" + (
+                   " (accepted: --allow-simulated)" if allow_simulated else ""))
+    return v
+
+
+def live_identity(host: str, inventory: Path, *, stack: str | None = None
+                  ) -> dict[str, Any]:
+    """The host's hardware identity now: hardware.inventory run over SSH (host keys
+    checked as for validate)."""
+    with tempfile.TemporaryDirectory(prefix="nodecert-verify-") as d:
+        run = validate(inventory, limit=(host,), stack=stack, runs_dir=Path(d),
+                       checks=("hardware.inventory",), progress=lambda line: None)
+        hr = run.hosts.get(host)
+        res = next((r for r in (hr.results if hr else []) if r.check == "hardware.inventory"),
+                   None)
+        ident = res.facts.get("identity") if res else None
+        if not ident:
+            why = (hr.error if hr and hr.error else res.summary if res else "host not reached")
+            raise ReportError(f"could not read {host}'s hardware identity: {why}",
+                              hint="check that the host is reachable as for `nodecert "
+                                   "validate`, then retry")
+        return dict(ident)
+
+
+__all__ = ["ReportError", "Verification", "identity_changes", "live_identity",
+           "verify_report"]

@@ -1,0 +1,342 @@
+"""Certificates (issue 7): keys, DSSE signing, in-toto Statements, verification,
+HTML (rendered in headless Chromium), JUnit XML.
+
+The run certified here is real: the results nodecert recorded on an H200
+(tests/fixtures/recorded/h200-device-2026-11-29), laid out as a validation run.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import REPO
+from nodecert.certify import (
+    NOT_READY,
+    PAYLOAD_TYPE,
+    READY,
+    RunError,
+    certify,
+    identity_digest,
+    readiness,
+)
+from nodecert.cli import main
+from nodecert.signing import (
+    SignatureError,
+    SigningKeyError,
+    canonical_json,
+    init_key,
+    load_private_key,
+    load_public_key,
+    sign_envelope,
+    verify_envelope,
+)
+from nodecert.verify import verify_report
+
+H200 = REPO / "tests" / "fixtures" / "recorded" / "h200-device-2026-11-29"
+ARTIFACTS = Path(os.environ.get("NODECERT_TEST_ARTIFACTS", REPO / "test-artifacts"))
+
+
+def recorded_results() -> list[dict[str, Any]]:
+    out = []
+    for line in (H200 / "run" / "events.jsonl").read_text().splitlines():
+        ev = json.loads(line)
+        if ev["event"] == "result":
+            out.append(ev["result"])
+    return out
+
+
+def make_run(root: Path, hosts: dict[str, dict[str, Any]]) -> Path:
+    """A validation run directory as `nodecert validate` writes it."""
+    run = root / "run"
+    for name, over in hosts.items():
+        results = over.pop("results", recorded_results())
+        ident = next((r["facts"]["identity"] for r in results
+                      if r["check"] == "hardware.inventory"), None)
+        worst = max((["PASS", "WARN", "FAIL", "ERROR"].index(r["verdict"]) for r in results),
+                    default=0)
+        data = {"schema": "nodecert.validation/v1", "host": name, "run_id": "test-run",
+                "suite": "quick", "status": "done", "error": None,
+                "verdict": ["PASS", "WARN", "FAIL", "ERROR"][worst], "simulated": False,
+                "started": "2026-11-29T23:46:21", "finished": "2026-11-29T23:48:49",
+                "node": {}, "spec": {"gpu_model": "H200-SXM", "gpu_count": 1},
+                "stack": "r580-cuda13.0", "thresholds": {}, "options": {},
+                "identity": ident, "results": results, **over}
+        (run / name).mkdir(parents=True)
+        (run / name / "results.json").write_text(json.dumps(data))
+    (run / "validate.json").write_text("{}")
+    return run
+
+
+def passing(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recorded results with the two real findings of that machine cleared (its VM
+    exposes no NVLink; the burn-in was judged against the old floor)."""
+    out = copy.deepcopy(results)
+    for r in out:
+        if r["verdict"] in ("FAIL", "ERROR"):
+            r["verdict"], r["findings"] = "PASS", []
+    return out
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    return init_key(tmp_path / "keys").private
+
+
+# --- keys ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["ecdsa-p256", "ed25519"])
+def test_keys_init_0600_refuses_overwrite_and_round_trips(tmp_path: Path, kind: str) -> None:
+    kp = init_key(tmp_path / "k", kind)
+    assert kp.private.stat().st_mode & 0o777 == 0o600
+    assert len(kp.keyid) == 64
+    with pytest.raises(SigningKeyError, match="already exists: refusing to overwrite"):
+        init_key(tmp_path / "k", kind)
+    priv, pub = load_private_key(kp.private), load_public_key(kp.public)
+    env = sign_envelope(b'{"x":1}', PAYLOAD_TYPE, priv)
+    assert verify_envelope(env, [pub]) == (PAYLOAD_TYPE, b'{"x":1}', kp.keyid)
+
+
+def test_world_or_group_readable_key_is_refused(key: Path) -> None:
+    key.chmod(0o644)
+    with pytest.raises(SigningKeyError, match=r"accessible by others \(mode 0644\)"):
+        load_private_key(key)
+    key.chmod(0o640)
+    with pytest.raises(SigningKeyError, match="chmod 600"):
+        load_private_key(key)
+
+
+def test_cli_keys_init(tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["keys", "init", "--out", str(tmp_path / "k")])
+    assert r.exit_code == 0 and "0600" in r.output
+    r = CliRunner().invoke(main, ["keys", "init", "--out", str(tmp_path / "k")])
+    assert r.exit_code == 2 and "refusing to overwrite" in r.output
+
+
+# --- DSSE tampering --------------------------------------------------------------------------
+
+def test_every_byte_of_payload_and_signature_is_covered(key: Path, tmp_path: Path) -> None:
+    priv = load_private_key(key)
+    pub = priv.public_key()
+    payload = canonical_json({"predicate": {"verdict": READY}, "subject": [1, 2, 3]})
+    env = sign_envelope(payload, PAYLOAD_TYPE, priv)
+    sig = base64.b64decode(env["signatures"][0]["sig"])
+    for i in range(len(payload)):
+        bad = bytearray(payload)
+        bad[i] ^= 0x01
+        e = dict(env, payload=base64.b64encode(bytes(bad)).decode())
+        with pytest.raises(SignatureError, match="does not match the payload"):
+            verify_envelope(e, [pub])
+    for i in range(len(sig)):
+        bad = bytearray(sig)
+        bad[i] ^= 0x01
+        e = dict(env, signatures=[{**env["signatures"][0],
+                                   "sig": base64.b64encode(bytes(bad)).decode()}])
+        with pytest.raises(SignatureError):
+            verify_envelope(e, [pub])
+    # The payload type is signed too (DSSE PAE): relabelling it breaks the signature.
+    with pytest.raises(SignatureError):
+        verify_envelope(dict(env, payloadType="application/json"), [pub])
+    other = load_private_key(init_key(tmp_path / "other").private).public_key()
+    with pytest.raises(SignatureError, match="signed by a key that is not trusted"):
+        verify_envelope(env, [other])
+
+
+# --- certify + verify on the recorded H200 run ---------------------------------------------
+
+def test_not_ready_node_gets_a_signed_report_saying_why(tmp_path: Path, key: Path) -> None:
+    run = make_run(tmp_path, {"h200-device": {}})
+    cr = certify(run, load_private_key(key))
+    node = cr.nodes[0]
+    assert node.verdict == NOT_READY and not cr.all_ready
+    assert node.reasons == [
+        "hardware.topology ERROR: could not read the tool output: no 'GPU n: ... (UUID: "
+        "...)' line: not `nvidia-smi nvlink -s` output",
+        "load.burnin FAIL: GPU0: 666 TFLOPS sustained (bf16), below the floor of 711"]
+    env = json.loads(node.envelope.read_text())
+    _, payload, _ = verify_envelope(env, [load_public_key(key.with_suffix(".pub"))])
+    st = json.loads(payload)
+    p = st["predicate"]
+    assert st["_type"] == "https://in-toto.io/Statement/v1"
+    assert st["subject"][0]["name"] == "node:h200-device"
+    assert st["subject"][0]["digest"]["sha256"] == identity_digest(p["identity"])
+    assert p["identity"]["gpus"] == [{"serial": "1653724059030",
+                                      "uuid": "GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8"}]
+    assert p["stack"]["name"] == "r580-cuda13.0" and p["stack"]["driver"] == "580.173.02"
+    assert len(p["stack"]["manifest_sha256"]) == 64
+    assert set(p["thresholds_files"]) == {"validators/profiles/common.yml",
+                                          "validators/profiles/H200-SXM.yml",
+                                          "validators/suites.yml"}
+    burn = next(r for r in p["results"] if r["check"] == "load.burnin")
+    assert burn["thresholds"]["burnin.tflops_min_bf16"]["value"] == 711
+    assert all(len(e["sha256"]) == 64 for e in burn["evidence"])
+    assert "output" not in json.dumps(burn["evidence"])  # digests, not raw logs
+    v = verify_report(node.envelope, [key.with_suffix(".pub")])
+    assert [(n, ok) for n, ok, _ in v.steps] == [
+        ("signature", True), ("payload type", True), ("statement", True), ("validity", True),
+        ("subject", True), ("verdict", False)]
+    assert v.exit_code == 1
+
+
+def test_ready_report_verifies_and_fails_when_expired_or_for_other_hardware(
+        tmp_path: Path, key: Path) -> None:
+    run = make_run(tmp_path, {"n1": {"results": passing(recorded_results())}})
+    cr = certify(run, load_private_key(key), valid_days=30,
+                 now=dt.datetime(2026, 11, 30, tzinfo=dt.UTC))
+    assert cr.all_ready
+    pub = [key.with_suffix(".pub")]
+    path = cr.nodes[0].envelope
+    ok = verify_report(path, pub, now=dt.datetime(2026, 12, 1, tzinfo=dt.UTC))
+    assert ok.ok and ok.exit_code == 0
+    late = verify_report(path, pub, now=dt.datetime(2026, 12, 30, 0, 0, 1, tzinfo=dt.UTC))
+    assert not late.ok
+    assert [d for n, ok_, d in late.steps if n == "validity"] == [
+        "issued 2026-11-30T00:00:00+00:00, valid until 2026-12-30T00:00:00+00:00: EXPIRED"]
+    p = ok.statement["predicate"]  # type: ignore[index]
+    live = copy.deepcopy(p["identity"])
+    assert verify_report(path, pub, now=dt.datetime(2026, 12, 1, tzinfo=dt.UTC),
+                         live_identity=live).ok
+    live["gpus"][0]["serial"] = "1653724059999"  # a swapped GPU
+    swapped = verify_report(path, pub, now=dt.datetime(2026, 12, 1, tzinfo=dt.UTC),
+                            live_identity=live)
+    assert not swapped.ok
+    hw = next(d for n, _, d in swapped.steps if n == "hardware")
+    assert "GPU no longer present" in hw and "1653724059030" in hw and "1653724059999" in hw
+
+
+def test_tampered_report_files_fail_verification(tmp_path: Path, key: Path) -> None:
+    run = make_run(tmp_path, {"n1": {"results": passing(recorded_results())}})
+    path = certify(run, load_private_key(key)).nodes[0].envelope
+    pub = [key.with_suffix(".pub")]
+    env = json.loads(path.read_text())
+    st = json.loads(base64.b64decode(env["payload"]))
+    st["predicate"]["results"][0]["summary"] = "all good"  # an edited verdict text
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(dict(env, payload=base64.b64encode(
+        canonical_json(st)).decode())))
+    v = verify_report(forged, pub)
+    assert v.steps == [("signature", False, "no valid signature from a trusted key: "
+                        f"{env['signatures'][0]['keyid'][:16]}: signature does not match the "
+                        "payload (the report was altered, or signed by another key)")]
+    # A different (untrusted) signer re-signing the edited statement is refused too.
+    other = init_key(tmp_path / "evil").private
+    resigned = tmp_path / "resigned.json"
+    resigned.write_text(json.dumps(sign_envelope(canonical_json(st), PAYLOAD_TYPE,
+                                                 load_private_key(other))))
+    assert "not trusted" in verify_report(resigned, pub).steps[0][2]
+    r = CliRunner().invoke(main, ["verify", str(resigned), "--pubkey", str(pub[0])])
+    assert r.exit_code == 1 and "NOT VALID" in r.output
+    r = CliRunner().invoke(main, ["verify", str(path), "--pubkey", str(pub[0])])
+    assert r.exit_code == 0 and "VALID: the certificate holds" in r.output
+    (tmp_path / "junk.json").write_text("{not json")
+    r = CliRunner().invoke(main, ["verify", str(tmp_path / "junk.json"), "--pubkey",
+                                  str(pub[0])])
+    assert r.exit_code == 2 and "is not JSON" in r.output
+
+
+def test_simulated_reports_are_refused_unless_allowed(tmp_path: Path, key: Path) -> None:
+    run = make_run(tmp_path, {"lab1": {"results": passing(recorded_results()),
+                                       "simulated": True}})
+    cr = certify(run, load_private_key(key))
+    html = cr.nodes[0].html.read_text()
+    assert html.count("SIMULATED HARDWARE") == 2 and "READY (SIMULATED)" in html
+    assert "SIMULATED" in cr.index.read_text()  # type: ignore[union-attr]
+    pub = [key.with_suffix(".pub")]
+    assert not verify_report(cr.nodes[0].envelope, pub).ok
+    assert verify_report(cr.nodes[0].envelope, pub, allow_simulated=True).ok
+
+
+def test_readiness_rules() -> None:
+    host = {"status": "done", "verdict": "WARN", "identity": {"gpus": []},
+            "results": [{"check": "health.gpu", "verdict": "WARN", "summary": "w"}]}
+    assert readiness(host) == (READY, [])
+    assert readiness({**host, "status": "interrupted", "error": "Ctrl-C"})[0] == NOT_READY
+    assert readiness({**host, "identity": None})[1] == [
+        "no hardware identity: hardware.inventory did not run or failed to read it, so the "
+        "certificate could not be bound to the hardware"]
+    assert readiness({**host, "verdict": "ERROR"}) == (
+        NOT_READY, ["the run's verdict for this host is ERROR"])
+
+
+def test_certify_bad_input(tmp_path: Path, key: Path) -> None:
+    with pytest.raises(RunError, match="has no validate.json"):
+        certify(tmp_path, load_private_key(key))
+    (tmp_path / "validate.json").write_text("{}")
+    (tmp_path / "h1").mkdir()
+    (tmp_path / "h1" / "results.json").write_text('{"schema": "other"}')
+    with pytest.raises(RunError, match="not a nodecert host result"):
+        certify(tmp_path, load_private_key(key))
+    r = CliRunner().invoke(main, ["certify", str(tmp_path / "nope"), "--key", str(key)])
+    assert r.exit_code == 2 and "is not a directory" in r.output
+    assert not list(tmp_path.glob("**/*.dsse.json"))  # nothing half-written
+
+
+# --- JUnit and HTML --------------------------------------------------------------------------
+
+def test_junit_xml_parses_and_counts(tmp_path: Path, key: Path) -> None:
+    run = make_run(tmp_path, {"a": {}, "b": {"results": passing(recorded_results())}})
+    cr = certify(run, load_private_key(key))
+    root = ET.parse(cr.junit).getroot()  # type: ignore[arg-type]
+    suites = {s.get("name"): s for s in root.iter("testsuite")}
+    assert set(suites) == {"nodecert.a", "nodecert.b"}
+    a = suites["nodecert.a"]
+    assert (a.get("tests"), a.get("failures"), a.get("errors")) == ("8", "1", "1")
+    fail = a.find("testcase[@name='load.burnin']/failure")
+    assert fail is not None and fail.get("message", "").startswith("GPU0: 666 TFLOPS")
+    props = {p.get("name"): p.get("value") for p in a.iter("property")}
+    assert props["verdict"] == NOT_READY and props["simulated"] == "false"
+    assert suites["nodecert.b"].get("failures") == "0"
+    assert ET.parse(cr.nodes[0].junit).getroot().find("testsuite") is not None
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, "chromium is needed for the HTML tests (.ci/run installs it)"
+    return exe
+
+
+def headless(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    # Its own network namespace (loopback only): the page must need nothing from the
+    # network, and the browser cannot reach anything either.
+    return subprocess.run(
+        ["unshare", "--net", chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--disable-component-update", "--no-first-run",
+         "--hide-scrollbars", *extra, url],
+        capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_html_report_renders_in_headless_chromium(tmp_path: Path, key: Path) -> None:
+    run = make_run(tmp_path, {"h200-device": {}})
+    cr = certify(run, load_private_key(key))
+    page = cr.nodes[0].html
+    html = page.read_text()
+    assert not re.search(r"""(src|href)=["']https?:""", html)  # self-contained
+    dom = headless(page.as_uri(), "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    d = dom.stdout
+    assert re.search(r'id="verdict">NOT READY', d)
+    assert len(re.findall(r'<tr class="check"', d)) == 8
+    assert 'data-check="load.burnin" data-verdict="FAIL"' in d
+    for plot in ("soak-temp_c", "soak-sm_mhz", "soak-power_w", "burnin-tflops"):
+        assert f'data-plot="{plot}"' in d, plot
+    assert len(re.findall(r'<polyline class="series"', d)) == 3
+    assert "1653724059030" in d  # the GPU's serial in the identity table
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "certificate-h200-device.png"
+    r = headless(page.as_uri(), f"--screenshot={shot}", "--window-size=1200,2600")
+    assert r.returncode == 0 and shot.stat().st_size > 50_000, r.stderr[-2000:]
+    fleet = headless(cr.index.as_uri(), "--dump-dom")  # type: ignore[union-attr]
+    assert 'data-host="h200-device" data-verdict="NOT READY"' in fleet.stdout
+    assert "0 of 1 nodes READY" in fleet.stdout
