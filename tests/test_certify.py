@@ -271,7 +271,7 @@ def test_readiness_rules() -> None:
 
 
 def test_certify_bad_input(tmp_path: Path, key: Path) -> None:
-    with pytest.raises(RunError, match="has no validate.json"):
+    with pytest.raises(RunError, match=r"has no validate\.json"):
         certify(tmp_path, load_private_key(key))
     (tmp_path / "validate.json").write_text("{}")
     (tmp_path / "h1").mkdir()

@@ -344,8 +344,12 @@ def test_fabric_checks_fall_back_to_torch_when_the_tools_are_missing(tmp_path: P
 
 
 def test_recorded_h200_fabric_fallbacks() -> None:
-    from nodecert_node.checks.fabric import (judge_bandwidth, judge_nccl, nccl_from_events,
-                                             nvbandwidth_from_events)
+    from nodecert_node.checks.fabric import (
+        judge_bandwidth,
+        judge_nccl,
+        nccl_from_events,
+        nvbandwidth_from_events,
+    )
     got = {}
     for line in (H200 / "fabric" / "events.jsonl").read_text().splitlines():
         ev = json.loads(line)
