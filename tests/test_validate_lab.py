@@ -188,6 +188,57 @@ def test_load_checks_on_the_lab(plab: Lab, tmp_path: Path) -> None:
     assert smoke.summary == "torch 2.9.1+cu130 (CUDA 13.0) sees 4 GPUs and trains on each"
 
 
+def test_provision_validate_certify_verify_on_the_lab(plab: Lab, tmp_path: Path) -> None:
+    """Issue 7 end to end: `provision` chains install -> conformance -> validate ->
+    certify; the certificates verify offline and against the live hosts; a faulty node
+    gets a signed NOT READY; tampering and another node's hardware are rejected."""
+    from nodecert.certify import NOT_READY, READY, certify
+    from nodecert.signing import init_key, load_private_key
+
+    kp = init_key(tmp_path / "keys")
+    r = CliRunner().invoke(main, ["provision", "-i", str(inv(plab)), "--stack", STACK,
+                                  "--limit", "h1", "--runs-dir", str(tmp_path / "runs"),
+                                  "--key", str(kp.private)])
+    assert r.exit_code == 0, r.output
+    assert "h1             READY (SIMULATED)" in r.output
+    reports = Path(r.output.split("certificates: ")[1].split(" ")[0])
+    cert = reports / "h1.intoto.dsse.json"
+    assert (reports / "h1.html").is_file() and (reports / "index.html").is_file()
+
+    def verify(*args: str) -> Any:
+        return CliRunner().invoke(main, ["verify", str(cert), "--pubkey", str(kp.public),
+                                         *args])
+    assert verify().exit_code == 1  # simulated hardware is not a real certificate
+    ok = verify("--allow-simulated", "--host", "h1", "-i", str(inv(plab)))
+    assert ok.exit_code == 0, ok.output
+    assert "the host's live hardware identity matches the certificate" in ok.output
+    other = verify("--allow-simulated", "--host", "h3", "-i", str(inv(plab)))
+    assert other.exit_code == 1
+    assert "the host's hardware differs from the certificate: system serial" in other.output
+    tampered = tmp_path / "tampered.json"
+    env = json.loads(cert.read_text())
+    env["payload"] = env["payload"][:40] + ("A" if env["payload"][40] != "A" else "B") + \
+        env["payload"][41:]
+    tampered.write_text(json.dumps(env))
+    bad = CliRunner().invoke(main, ["verify", str(tampered), "--pubkey", str(kp.public),
+                                    "--allow-simulated"])
+    assert bad.exit_code == 1 and "FAIL signature" in bad.output
+
+    # A faulty node (uncorrectable ECC on h3) gets a signed report that says NOT READY.
+    faults(plab, tmp_path, "faults:\n  - {host: h3, kind: ecc_uncorrectable, gpu: 2}\n")
+    try:
+        vr = run(plab, tmp_path, limit=("h2", "h3"))
+    finally:
+        plab.apply_faults(None)
+    cr = certify(vr.run_dir, load_private_key(kp.private))
+    got = {n.host: (n.verdict, n.simulated) for n in cr.nodes}
+    assert got == {"h2": (READY, True), "h3": (NOT_READY, True)}
+    h3 = next(n for n in cr.nodes if n.host == "h3")
+    assert h3.reasons[0] == ("health.gpu FAIL: GPU 0000:3a:00.0: 1 uncorrectable ECC errors "
+                             "since the driver loaded")
+    assert "NOT READY (SIMULATED)" in h3.html.read_text()
+
+
 def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> None:
     text = inv(plab).read_text().replace(
         "[lab]\n", "[lab]\nghost ansible_host=10.78.1.99 nodecert_gpu_model=H200-SXM "
