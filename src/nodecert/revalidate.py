@@ -1,0 +1,122 @@
+"""Re-validation: validate again, compare each node with its certified baseline,
+record the differences as Results in the new run, and certify the new run.
+
+The baseline is a set of certificates (a reports directory, or a run directory
+holding one) verified with the trusted keys before anything in it is used; an
+uncertified run directory (results.json only) is accepted as a baseline too, and
+the drift results say which run they compare against.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodecert import drift, thresholds
+from nodecert.certify import PAYLOAD_TYPE, CertifyRun, certify
+from nodecert.errors import NodecertError
+from nodecert.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
+from nodecert.validation import ValidationRun, _atomic_write, validate
+from nodecert_node.checks import Limits
+from nodecert_node.result import Result, Verdict
+
+
+class BaselineError(NodecertError):
+    """A baseline that cannot be read or does not verify."""
+
+
+def _envelopes(path: Path) -> list[Path]:
+    for d in (path, path / "reports"):
+        found = sorted(d.glob("*.intoto.dsse.json"))
+        if found:
+            return found
+    return []
+
+
+def load_baseline(path: Path, trusted: list[PublicKey]) -> dict[str, drift.Record]:
+    """host -> record, from verified certificates or from a run's results.json."""
+    if not path.is_dir():
+        raise BaselineError(f"baseline {path} is not a directory",
+                            hint="pass a reports directory (runs/<run>/reports) or a run "
+                                 "directory")
+    out: dict[str, drift.Record] = {}
+    envs = _envelopes(path)
+    for env_path in envs:
+        try:
+            env = json.loads(env_path.read_text())
+            ptype, payload, _ = verify_envelope(env, trusted)
+        except (OSError, ValueError) as exc:
+            raise BaselineError(f"baseline certificate {env_path} is unreadable: {exc}") from exc
+        except SignatureError as exc:
+            raise BaselineError(f"baseline certificate {env_path} does not verify: {exc}",
+                                hint="give the signer's public key (--pubkey) or the key "
+                                     "that signed it (--key); never compare against an "
+                                     "unverified certificate") from exc
+        if ptype != PAYLOAD_TYPE:
+            raise BaselineError(f"{env_path}: payload type {ptype}, expected {PAYLOAD_TYPE}")
+        p = json.loads(payload)["predicate"]
+        out[str(p["host"])] = drift.record_of(p)
+    if envs:
+        return out
+    for rj in sorted(path.glob("*/results.json")):
+        data = json.loads(rj.read_text())
+        out[str(data["host"])] = drift.record_of(data)
+    if not out:
+        raise BaselineError(f"{path} holds no certificates and no <host>/results.json",
+                            hint="pass the reports directory `nodecert certify` wrote")
+    return out
+
+
+def latest_baseline(runs_dir: Path) -> Path | None:
+    """The newest reports directory under runs_dir (certify's default output)."""
+    found = [d for d in runs_dir.glob("*/reports") if _envelopes(d)]
+    return max(found, key=lambda d: d.stat().st_mtime) if found else None
+
+
+@dataclass
+class Revalidation:
+    run: ValidationRun
+    baseline: Path | None
+    drift: dict[str, list[Result]] = field(default_factory=dict)
+    cert: CertifyRun | None = None
+
+    @property
+    def regressed(self) -> bool:
+        return any(r.verdict >= Verdict.FAIL for rs in self.drift.values() for r in rs)
+
+
+def revalidate(inventory: Path, *, key: PrivateKey, trusted: list[PublicKey],
+               baseline: Path | None = None, suite: str = "quick",
+               runs_dir: Path = Path("runs"), limit: tuple[str, ...] = (),
+               stack: str | None = None, cli_thresholds: dict[str, Any] | None = None,
+               option_overrides: dict[str, dict[str, Any]] | None = None,
+               progress: Callable[[str], None] | None = None) -> Revalidation:
+    base_dir = baseline or latest_baseline(runs_dir)
+    base = load_baseline(base_dir, trusted) if base_dir else {}
+    run = validate(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
+                   cli_thresholds=cli_thresholds, option_overrides=option_overrides,
+                   progress=progress)
+    out = Revalidation(run, base_dir)
+    for name, hr in sorted(run.hosts.items()):
+        new = drift.record_of(hr.as_dict())
+        if name not in base:
+            res = [Result("drift.baseline", Verdict.WARN, "no certified baseline for this "
+                          "host: nothing to compare with (this run becomes its baseline)")]
+        else:
+            limits = Limits(thresholds.resolve(hr.spec.gpu_model,
+                                               inventory=hr.spec.validation.get("thresholds"),
+                                               cli=cli_thresholds or {}, host=name))
+            res = drift.compare(base[name], new, limits)
+        res = [r.with_(simulated=hr.simulated) for r in res]
+        out.drift[name] = res
+        hr.results.extend(res)
+        hr.save()
+    _atomic_write(run.run_dir / "validate.json", run.summary())
+    out.cert = certify(run.run_dir, key)
+    return out
+
+
+__all__ = ["BaselineError", "Revalidation", "latest_baseline", "load_baseline", "revalidate"]
