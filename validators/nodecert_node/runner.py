@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, TextIO
 
-from nodecert_node import __version__, tools
+from nodecert_node import __version__, local, tools
 from nodecert_node.checks import REGISTRY, Ctx, run_check
 from nodecert_node.checks import fabric as _fabric  # noqa: F401
 from nodecert_node.checks import framework as _framework  # noqa: F401
@@ -150,9 +150,13 @@ def main(argv: list[str]) -> int:
         except ValueError:
             sys.stderr.write("nodecert_node run: the first stdin line must be the JSON plan\n")
             return 2
+        local.save_plan(plan)  # scheduled runs judge with the same plan (if installed)
         return run_suite(plan, sys.stdout, sys.stdin)
+    if argv[:1] == ["local-run"]:
+        return local.main(argv[1:])
     if argv[:1] == ["list"]:
         print("\n".join(sorted(REGISTRY)))
         return 0
-    sys.stderr.write("usage: python3 -m nodecert_node {run [--plan FILE]|check NAME|list}\n")
+    sys.stderr.write("usage: python3 -m nodecert_node {run [--plan FILE]|check NAME|list|"
+                     "local-run [--suite S] ...}\n")
     return 2

@@ -38,6 +38,8 @@ FAULT_KINDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "nccl_wrong": (frozenset(), frozenset()),
     "tflops_low": (frozenset({"gpu"}), frozenset({"factor"})),
     "sdc": (frozenset({"gpu"}), frozenset()),
+    # Another physical GPU in that slot: its serial and UUID differ from the certificate.
+    "gpu_swapped": (frozenset({"gpu"}), frozenset()),
     # Storage: the host's block I/O is really throttled (MB/s, IOPS); 0 = unlimited.
     "nvme_slow": (frozenset(), frozenset({"read_mbps", "write_mbps", "iops"})),
 }

@@ -94,7 +94,11 @@ def bus_id(hw, i, width=8):
 
 
 def gpu_identity(hw, i):
-    return hw["identity"]["gpus"][i]
+    ident = hw["identity"]["gpus"][i]
+    if faults(hw, "gpu_swapped", i):  # another board in this slot
+        return dict(ident, serial=ident["serial"][:-4] + "7777",
+                    uuid=ident["uuid"][:-4] + "7777")
+    return ident
 
 
 def jitter(*key, spread=1.0):

@@ -1,0 +1,182 @@
+"""The node-side scheduled run (issue 8): local-run on the simulator, history
+bound, Prometheus metrics (parsed by the Prometheus client's own parser), the
+GPU-busy skip, and the Slurm drain policy against a fake scontrol."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nodecert_node.local import keep_history, metrics_text, slurm_action
+from simnode import VALIDATORS, SimNode
+
+FAKE_SCONTROL = r"""#!/bin/sh
+# A fake Slurm scontrol: node state in $FAKE_SLURM (State and Reason lines).
+S=$FAKE_SLURM
+case "$1" in
+  show) . "$S"; echo "NodeName=$2 Arch=x86_64 CoresPerSocket=56"
+        echo "   State=$STATE ThreadsPerCore=2"
+        [ -n "$REASON" ] && echo "   Reason=$REASON [root@2026-11-29T10:00:00]"; exit 0;;
+  update) shift; st=""; rs=""
+        for a in "$@"; do
+          case "$a" in State=*) st=${a#State=};; Reason=*) rs=${a#Reason=};; esac
+        done
+        echo "$*" >> "$S.log"
+        if [ "$st" = RESUME ]; then printf 'STATE=IDLE\nREASON=\n' > "$S"
+        else printf 'STATE=IDLE+DRAIN\nREASON="%s"\n' "$rs" > "$S"; fi; exit 0;;
+esac
+exit 1
+"""
+
+
+def node_env(node: SimNode, state: Path, prom: Path) -> dict[str, str]:
+    return dict(node.env(), NODECERT_STATE_DIR=str(state), NODECERT_TEXTFILE_DIR=str(prom),
+                FAKE_SLURM=str(node.tmp / "slurm"))
+
+
+def local_run(node: SimNode, state: Path, prom: Path,
+              *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nodecert_node", "local-run", *args],
+                          env=node_env(node, state, prom), cwd=VALIDATORS, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def setup(tmp_path: Path, faults: list[dict[str, Any]] | None = None,
+          checks: tuple[str, ...] = ("health.gpu", "health.xid")) -> tuple[SimNode, Path, Path]:
+    node = SimNode(tmp_path, faults=faults)
+    state, prom = tmp_path / "state", tmp_path / "prom"
+    (state / "plans").mkdir(parents=True)
+    prom.mkdir()
+    plan = node.plan(list(checks))
+    (state / "plans" / "quick.json").write_text(json.dumps(plan))
+    return node, state, prom
+
+
+def test_local_run_writes_history_and_valid_metrics(tmp_path: Path) -> None:
+    node, state, prom = setup(tmp_path)
+    (state / "revalidate-pending").write_text("queued by a package change\n")
+    r = local_run(node, state, prom, "--keep", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("nodecert: PASS; history ")
+    hist = sorted((state / "history").glob("*.json"))
+    assert len(hist) == 1 and "-after-update-" in hist[0].name  # the hook's marker
+    assert not (state / "revalidate-pending").exists()  # the queued run happened
+    rec = json.loads(hist[0].read_text())
+    assert [x["check"] for x in rec["results"]] == ["health.gpu", "health.xid"]
+    assert rec["simulated"] is True
+    families = {f.name: f for f in text_string_to_metric_families(
+        (prom / "nodecert.prom").read_text())}
+    assert set(families) >= {"nodecert_last_run_timestamp_seconds", "nodecert_node_verdict",
+                             "nodecert_check_verdict", "nodecert_last_run_skipped"}
+    checks = {s.labels["check"]: s.value for s in families["nodecert_check_verdict"].samples}
+    assert checks == {"health.gpu": 0.0, "health.xid": 0.0}
+    for _ in range(3):
+        assert local_run(node, state, prom, "--keep", "2").returncode == 0
+    assert len(list((state / "history").glob("*.json"))) == 2  # bounded
+
+
+def test_failing_node_exits_1_and_metrics_say_fail(tmp_path: Path) -> None:
+    node, state, prom = setup(tmp_path, faults=[{"kind": "ecc_uncorrectable", "gpu": 2}])
+    r = local_run(node, state, prom)
+    assert r.returncode == 1 and r.stdout.startswith("nodecert: FAIL")
+    fam = {f.name: f for f in text_string_to_metric_families((prom / "nodecert.prom").read_text())}
+    assert fam["nodecert_node_verdict"].samples[0].value == 2.0
+
+
+def test_busy_gpus_skip_unless_forced(tmp_path: Path) -> None:
+    node, state, prom = setup(tmp_path)
+    real = node.bin / "nvidia-smi"
+    real.rename(node.bin / "nvidia-smi.sim")
+    real.write_text("#!/bin/sh\ncase \"$*\" in *query-compute-apps*) "
+                    "echo '4242, python3 train.py'; exit 0;; esac\n"
+                    f"exec {node.bin / 'nvidia-smi.sim'} \"$@\"\n")
+    real.chmod(0o755)
+    r = local_run(node, state, prom)
+    assert r.returncode == 0
+    assert r.stdout.startswith("nodecert: GPUs busy with user work: 4242, python3 train.py")
+    rec = json.loads(next((state / "history").glob("*.json")).read_text())
+    assert rec["results"] == [] and rec["skipped"]
+    fam = {f.name: f for f in text_string_to_metric_families((prom / "nodecert.prom").read_text())}
+    assert fam["nodecert_last_run_skipped"].samples[0].value == 1.0
+    r = local_run(node, state, prom, "--force")
+    assert r.stdout.startswith("nodecert: PASS")
+
+
+def test_no_plan_is_an_error_that_says_what_to_do(tmp_path: Path) -> None:
+    node, state, prom = setup(tmp_path)
+    r = local_run(node, state, prom, "--suite", "standard")
+    assert r.returncode == 1 and "ERROR" in r.stdout
+    rec = json.loads(next((state / "history").glob("*.json")).read_text())
+    assert rec["error"].startswith("no plan for suite 'standard': run `nodecert validate")
+
+
+@pytest.mark.parametrize(("verdict", "state", "reason", "resume", "want"), [
+    ("FAIL", "IDLE", "", False, "drain"),
+    ("ERROR", "ALLOCATED", "", False, "drain"),
+    ("FAIL", "IDLE+DRAIN", "maintenance: PSU swap", False, None),   # operator's drain
+    ("FAIL", "IDLE+DRAIN", "nodecert: health.gpu FAIL", False, None),  # already ours
+    ("PASS", "IDLE+DRAIN", "nodecert: health.gpu FAIL", True, "resume"),
+    ("PASS", "IDLE+DRAIN", "nodecert: health.gpu FAIL", False, None),  # resume not asked
+    ("PASS", "IDLE+DRAIN", "maintenance: PSU swap", True, None),     # never theirs
+    ("WARN", "IDLE", "", True, None),
+])
+def test_slurm_policy(verdict: str, state: str, reason: str, resume: bool,
+                      want: str | None) -> None:
+    assert slurm_action(verdict, state, reason, resume) == want
+
+
+def test_slurm_drain_and_resume_with_a_fake_scontrol(tmp_path: Path) -> None:
+    node, state, prom = setup(tmp_path, faults=[{"kind": "ecc_uncorrectable", "gpu": 2}])
+    fake = node.bin / "scontrol"
+    fake.write_text(FAKE_SCONTROL)
+    fake.chmod(0o755)
+    slurm = tmp_path / "slurm"
+    slurm.write_text("STATE=IDLE\nREASON=\n")
+    r = local_run(node, state, prom, "--slurm-drain", "--slurm-node", "gpu01")
+    assert "slurm: drained gpu01: nodecert: health.gpu FAIL" in r.stdout
+    assert 'REASON="nodecert: health.gpu FAIL"' in slurm.read_text()
+    # An operator's drain is never touched.
+    slurm.write_text('STATE=IDLE+DRAIN\nREASON="maintenance: PSU swap"\n')
+    r = local_run(node, state, prom, "--slurm-drain", "--slurm-node", "gpu01")
+    assert "drained by someone else ('maintenance: PSU swap'): not touched" in r.stdout
+    assert "maintenance" in slurm.read_text()
+    # Healthy again: resume only nodecert's own drain, and only when asked.
+    node2, _, _ = setup(tmp_path / "ok")
+    slurm.write_text('STATE=IDLE+DRAIN\nREASON="nodecert: health.gpu FAIL"\n')
+    env_node = node2
+    env_node.tmp = tmp_path  # same fake Slurm state file
+    (node2.bin / "scontrol").write_text(FAKE_SCONTROL)
+    (node2.bin / "scontrol").chmod(0o755)
+    r = local_run(env_node, state, prom, "--slurm-drain", "--slurm-resume",
+                  "--slurm-node", "gpu01")
+    assert "slurm: resumed gpu01" in r.stdout and slurm.read_text().startswith("STATE=IDLE\n")
+    log = (tmp_path / "slurm.log").read_text().splitlines()
+    assert log == ["NodeName=gpu01 State=DRAIN Reason=nodecert: health.gpu FAIL",
+                   "NodeName=gpu01 State=RESUME"]
+
+
+def test_metrics_text_escapes_and_units() -> None:
+    text = metrics_text({"suite": "quick", "verdict": "WARN", "started": 10.0,
+                         "finished": 12.5, "results": [
+                             {"check": 'odd"name', "verdict": "WARN", "value": None},
+                             {"check": "load.burnin", "verdict": "PASS",
+                              "value": {"tflops_per_gpu": {"0": 660.5, "1": 661.0}}}]})
+    fam = {f.name: f for f in text_string_to_metric_families(text)}
+    assert fam["nodecert_last_run_duration_seconds"].samples[0].value == 2.5
+    assert {s.labels["check"] for s in fam["nodecert_check_verdict"].samples} == {
+        'odd"name', "load.burnin"}
+    assert [s.value for s in fam["nodecert_gemm_tflops"].samples] == [660.5, 661.0]
+
+
+def test_keep_history_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodecert_node import local
+    monkeypatch.setattr(local, "STATE", str(tmp_path))
+    for k in range(5):
+        keep_history({"finished": 1764460000 + k, "reason": "timer"}, 3)
+    assert len(list((tmp_path / "history").glob("*.json"))) == 3

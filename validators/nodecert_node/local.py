@@ -1,0 +1,254 @@
+"""Scheduled re-validation on the node itself (systemd timer, after-update trigger).
+
+`python3 -m nodecert_node local-run [--suite quick] [--reason timer] [--force]`:
+
+* runs the suite with the plan the control side last sent for it (the runner
+  keeps it in /var/lib/nodecert/plans/<suite>.json, so thresholds and the order
+  spec are the certified ones); stack.conformance is left to the control side
+  (`nodecert revalidate`), which holds the stack manifest;
+* skips (and says so) while user processes hold the GPUs, unless --force;
+* keeps a bounded history in /var/lib/nodecert/history (newest --keep runs);
+* writes Prometheus textfile-collector metrics for node_exporter;
+* clears the after-update marker that the dpkg hook left;
+* with --slurm-drain, drains the node in Slurm on FAIL/ERROR with a reason
+  starting "nodecert:", never touches a node someone else drained, and with
+  --slurm-resume resumes only its own drain after a passing run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import io
+import json
+import os
+import socket
+import time
+from typing import Any
+
+from nodecert_node import tools
+
+STATE = os.environ.get("NODECERT_STATE_DIR", "/var/lib/nodecert")
+TEXTFILE = os.environ.get("NODECERT_TEXTFILE_DIR", "/var/lib/prometheus/node-exporter")
+PENDING = "revalidate-pending"
+VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
+DRAIN_PREFIX = "nodecert:"
+
+
+def save_plan(plan: dict[str, Any]) -> None:
+    """Keep the control side's plan for scheduled runs (only where the schedule is
+    installed: the state directory exists)."""
+    plans = os.path.join(STATE, "plans")
+    if not os.path.isdir(STATE) or not plan.get("suite"):
+        return
+    with contextlib.suppress(OSError):
+        os.makedirs(plans, exist_ok=True)
+        _atomic(os.path.join(plans, f"{plan['suite']}.json"), json.dumps(plan))
+
+
+def _atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def gpu_users(timeout: float = 30) -> list[str]:
+    """Compute processes on the GPUs (user work), as nvidia-smi lists them."""
+    try:
+        out = tools.run(["nvidia-smi", "--query-compute-apps=pid,process_name",
+                         "--format=csv,noheader"], timeout=timeout)
+    except tools.ToolError:
+        return []
+    return [ln.strip() for ln in out.text.splitlines()
+            if ln.strip() and "No running" not in ln]
+
+
+# --- metrics -----------------------------------------------------------------------------
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def metrics_text(record: dict[str, Any]) -> str:
+    """Prometheus text exposition format (version 0.0.4)."""
+    lines: list[str] = []
+
+    def family(name: str, kind: str, help_: str, samples: list[tuple[dict[str, str], float]]
+               ) -> None:
+        if not samples:
+            return
+        lines.append(f"# HELP {name} {help_}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            lab = ",".join(f'{k}="{_esc(str(v))}"' for k, v in sorted(labels.items()))
+            lines.append(f"{name}{{{lab}}} {value:g}" if lab else f"{name} {value:g}")
+    results = record.get("results", [])
+    family("nodecert_last_run_timestamp_seconds", "gauge",
+           "When the last scheduled validation ended (Unix time).", [({}, record["finished"])])
+    family("nodecert_last_run_duration_seconds", "gauge", "How long it ran.",
+           [({}, record["finished"] - record["started"])])
+    family("nodecert_last_run_skipped", "gauge",
+           "1 when the last run was skipped (GPUs busy with user work).",
+           [({}, 1.0 if record.get("skipped") else 0.0)])
+    family("nodecert_node_verdict", "gauge",
+           "Worst verdict of the last run: 0 PASS, 1 WARN, 2 FAIL, 3 ERROR.",
+           [({"suite": record["suite"]}, VERDICTS.index(record["verdict"]))]
+           if not record.get("skipped") else [])
+    family("nodecert_check_verdict", "gauge",
+           "Verdict per check of the last run: 0 PASS, 1 WARN, 2 FAIL, 3 ERROR.",
+           [({"check": r["check"]}, VERDICTS.index(r["verdict"])) for r in results])
+    val = {r["check"]: r.get("value") or {} for r in results}
+    burn = val.get("load.burnin", {}).get("tflops_per_gpu") or {}
+    family("nodecert_gemm_tflops", "gauge", "Sustained GEMM TFLOPS per GPU (load.burnin).",
+           [({"gpu": str(g)}, float(v)) for g, v in sorted(burn.items())])
+    bw = val.get("fabric.nccl_allreduce", {}).get("busbw_gbs")
+    family("nodecert_allreduce_busbw_gbytes_per_second", "gauge",
+           "NCCL all-reduce bus bandwidth at the largest size.",
+           [({}, float(bw))] if isinstance(bw, (int, float)) else [])
+    peak = val.get("load.thermal_soak", {}).get("peak_temp_c") or {}
+    family("nodecert_soak_peak_temperature_celsius", "gauge", "Peak GPU temperature in the soak.",
+           [({"gpu": str(g)}, float(v)) for g, v in sorted(peak.items())])
+    fio = val.get("storage.fio") or {}
+    family("nodecert_storage_seq_read_mbytes_per_second", "gauge", "fio sequential read.",
+           [({"target": t}, float(m["seq_read_mbps"])) for t, m in sorted(fio.items())
+            if isinstance(m, dict) and "seq_read_mbps" in m])
+    return "\n".join(lines) + "\n"
+
+
+def write_metrics(record: dict[str, Any], directory: str = "") -> str | None:
+    directory = directory or TEXTFILE
+    if not os.path.isdir(directory):
+        return None
+    path = os.path.join(directory, "nodecert.prom")
+    _atomic(path, metrics_text(record))  # node_exporter never reads a half-written file
+    return path
+
+
+# --- history -----------------------------------------------------------------------------
+
+def keep_history(record: dict[str, Any], keep: int) -> str:
+    hist = os.path.join(STATE, "history")
+    os.makedirs(hist, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(record["finished"]))
+    path = os.path.join(hist, f"{stamp}-{record['reason']}-{os.getpid()}.json")
+    _atomic(path, json.dumps(record))
+    runs = sorted(f for f in os.listdir(hist) if f.endswith(".json"))
+    for old in runs[:-keep] if keep > 0 else []:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(hist, old))
+    return path
+
+
+# --- Slurm ---------------------------------------------------------------------------------
+
+def slurm_node_state(node: str, timeout: float = 30) -> tuple[str, str]:
+    out = tools.run(["scontrol", "show", "node", node], timeout=timeout)
+    state = reason = ""
+    for tok in out.text.replace("\n", " ").split(" "):
+        if tok.startswith("State="):
+            state = tok[len("State="):]
+    if "Reason=" in out.text:
+        reason = out.text.split("Reason=", 1)[1].split("\n")[0].strip()
+        reason = reason.rsplit(" [", 1)[0].strip()  # "... [root@2026-11-29T10:00:00]"
+    return state, reason
+
+
+def slurm_action(verdict: str, state: str, reason: str, resume: bool) -> str | None:
+    """'drain' / 'resume' / None. Pure: the policy, tested on its own."""
+    drained = "DRAIN" in state.upper()
+    ours = reason.startswith(DRAIN_PREFIX)
+    if verdict in ("FAIL", "ERROR"):
+        if drained and not ours:
+            return None  # an operator drained it for another reason: hands off
+        return None if drained and ours else "drain"
+    if resume and drained and ours:
+        return "resume"
+    return None
+
+
+def slurm(record: dict[str, Any], node: str, resume: bool) -> str:
+    if tools.which("scontrol") is None:
+        return "scontrol not found: Slurm left alone"
+    state, reason = slurm_node_state(node)
+    action = slurm_action(record["verdict"], state, reason, resume)
+    if action == "drain":
+        bad = next((r for r in record["results"] if r["verdict"] in ("FAIL", "ERROR")), None)
+        why = f"{DRAIN_PREFIX} {bad['check']} {bad['verdict']}" if bad else \
+            f"{DRAIN_PREFIX} validation {record['verdict']}"
+        tools.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN",
+                   f"Reason={why[:120]}"], timeout=30)
+        return f"drained {node}: {why}"
+    if action == "resume":
+        tools.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], timeout=30)
+        return f"resumed {node} (its nodecert drain; the run passed)"
+    if "DRAIN" in state.upper() and not reason.startswith(DRAIN_PREFIX):
+        return f"{node} is drained by someone else ({reason!r}): not touched"
+    return f"{node} left {state or 'as is'}"
+
+
+# --- the run -------------------------------------------------------------------------------
+
+def local_run(args: argparse.Namespace) -> int:
+    from nodecert_node.runner import run_suite  # noqa: PLC0415 -- runner imports this module
+    os.makedirs(STATE, exist_ok=True)
+    with open(os.path.join(STATE, "local.lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print("nodecert: another scheduled validation is running; not starting a second")
+            return 0
+        started = time.time()
+        reason = args.reason
+        if reason == "timer" and os.path.exists(os.path.join(STATE, PENDING)):
+            reason = "after-update"  # the dpkg hook queued this run
+        record: dict[str, Any] = {"schema": "nodecert.local-run/v1", "suite": args.suite,
+                                  "reason": reason, "host": socket.gethostname(),
+                                  "started": started, "results": []}
+        busy = [] if args.force else gpu_users()
+        plan_path = os.path.join(STATE, "plans", f"{args.suite}.json")
+        if busy:
+            record.update(skipped=f"GPUs busy with user work: {'; '.join(busy[:5])}",
+                          verdict="PASS")
+        elif not os.path.exists(plan_path):
+            record.update(verdict="ERROR", error=f"no plan for suite {args.suite!r}: run "
+                          "`nodecert validate --suite` from the control side once first")
+        else:
+            with open(plan_path) as f:
+                plan = json.load(f)
+            plan["checks"] = [c for c in plan.get("checks", []) if c != "stack.conformance"]
+            buf = io.StringIO()
+            run_suite(plan, buf, None)
+            events = [json.loads(x) for x in buf.getvalue().splitlines() if x.strip()]
+            record["results"] = [e["result"] for e in events if e["event"] == "result"]
+            worst = max((VERDICTS.index(r["verdict"]) for r in record["results"]), default=3)
+            record["verdict"] = VERDICTS[worst]
+            record["simulated"] = any(r.get("simulated") for r in record["results"])
+        record["finished"] = time.time()
+        if args.slurm_drain and not record.get("skipped"):
+            record["slurm"] = slurm(record, args.slurm_node or socket.gethostname().split(".")[0],
+                                    args.slurm_resume)
+        path = keep_history(record, args.keep)
+        prom = write_metrics(record, args.textfile_dir)
+        if not record.get("skipped"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(STATE, PENDING))
+        print(f"nodecert: {record.get('skipped') or record['verdict']}; history {path}"
+              + (f"; metrics {prom}" if prom else "")
+              + (f"; slurm: {record['slurm']}" if record.get("slurm") else ""))
+        return 0 if record["verdict"] in ("PASS", "WARN") else 1
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m nodecert_node local-run",
+                                 description="scheduled validation on this node")
+    ap.add_argument("--suite", default="quick")
+    ap.add_argument("--reason", default="timer")
+    ap.add_argument("--force", action="store_true", help="run even while GPUs are busy")
+    ap.add_argument("--keep", type=int, default=30, help="history entries kept")
+    ap.add_argument("--textfile-dir", default="", help="node_exporter textfile directory")
+    ap.add_argument("--slurm-drain", action="store_true")
+    ap.add_argument("--slurm-resume", action="store_true")
+    ap.add_argument("--slurm-node", default="")
+    return local_run(ap.parse_args(argv))
