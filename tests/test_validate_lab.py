@@ -239,6 +239,90 @@ def test_provision_validate_certify_verify_on_the_lab(plab: Lab, tmp_path: Path)
     assert "NOT READY (SIMULATED)" in h3.html.read_text()
 
 
+def wait_on(lab: Lab, host: str, condition: str, timeout: int = 240) -> None:
+    """Block until a shell condition holds on the host (polled there), or fail."""
+    r = lab.ssh(host, f"timeout {timeout} sh -c 'until {condition}; do sleep 0.5; done'",
+                timeout=timeout + 30, check=False)
+    assert r.returncode == 0, f"{host}: `{condition}` not true within {timeout} s"
+
+
+def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Path) -> None:
+    """Issue 8 on real systemd and apt: the timer fires, the apt hook queues a run for
+    a watched package and not for others, the metrics parse, history is kept, and
+    `nodecert revalidate` reports an unheld package and a swapped GPU, then passes the
+    unchanged node."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from nodecert.certify import certify
+    from nodecert.signing import init_key, load_private_key
+
+    h = "h2"
+    units = plab.ssh(h, "systemctl is-enabled nodecert-revalidate.timer "
+                        "nodecert-revalidate-boot.service; "
+                        "systemctl is-active nodecert-revalidate.timer").stdout.split()
+    assert units == ["enabled", "enabled", "active"]
+    # Baseline: validate + certify (the node keeps the quick plan for its own runs).
+    kp = init_key(tmp_path / "keys")
+    base = run(plab, tmp_path / "base", limit=(h,))
+    reports = certify(base.run_dir, load_private_key(kp.private)).out_dir
+    # The timer fires the service (a drop-in makes it due now).
+    plab.ssh(h, "rm -rf /var/lib/nodecert/history; "
+                "mkdir -p /etc/systemd/system/nodecert-revalidate.timer.d && printf "
+                "'[Timer]\\nOnCalendar=\\nOnActiveSec=1s\\nRandomizedDelaySec=0\\n' "
+                "> /etc/systemd/system/nodecert-revalidate.timer.d/test.conf && "
+                "systemctl daemon-reload && systemctl restart nodecert-revalidate.timer")
+    try:
+        wait_on(plab, h, "ls /var/lib/nodecert/history | grep -q -- -timer-")
+    finally:
+        plab.ssh(h, "rm -rf /etc/systemd/system/nodecert-revalidate.timer.d && "
+                    "systemctl daemon-reload && systemctl restart nodecert-revalidate.timer")
+    prom = plab.ssh(h, "cat /var/lib/prometheus/node-exporter/nodecert.prom").stdout
+    fams = {f.name: f for f in text_string_to_metric_families(prom)}
+    assert fams["nodecert_node_verdict"].samples[0].value == 0.0  # PASS
+    assert {s.labels["check"] for s in fams["nodecert_check_verdict"].samples} >= {
+        "hardware.inventory", "health.gpu", "storage.fio"}
+    # The apt hook: an unrelated package queues nothing; a watched one queues a run.
+    deb = ("mkdir -p /tmp/{n}/DEBIAN && printf 'Package: {n}\\nVersion: 1.0\\n"
+           "Architecture: all\\nMaintainer: nodecert tests <t@example.invalid>\\n"
+           "Description: probe\\n' > /tmp/{n}/DEBIAN/control && "
+           "dpkg-deb -b /tmp/{n} /tmp/{n}.deb >/dev/null && "
+           "apt-get install -y -q /tmp/{n}.deb >/dev/null 2>&1")
+    plab.ssh(h, deb.format(n="nodecert-unrelated-probe"), timeout=180)
+    assert plab.ssh(h, "test -e /var/lib/nodecert/revalidate-pending", check=False
+                    ).returncode == 1
+    plab.ssh(h, deb.format(n="nvidia-nodecert-probe"), timeout=180)
+    try:
+        wait_on(plab, h, "ls /var/lib/nodecert/history | grep -q -- -after-update-")
+        wait_on(plab, h, "! test -e /var/lib/nodecert/revalidate-pending")
+    finally:
+        plab.ssh(h, "apt-get purge -y -q nvidia-nodecert-probe nodecert-unrelated-probe "
+                    ">/dev/null 2>&1", timeout=180)
+    # Drift: an unheld pinned package and a swapped GPU are reported; exit 1.
+    plab.ssh(h, "apt-mark unhold nvidia-open")
+    faults(plab, tmp_path, f"faults:\n  - {{host: {h}, kind: gpu_swapped, gpu: 1}}\n")
+    try:
+        r = CliRunner().invoke(main, [
+            "revalidate", "-i", str(inv(plab)), "--stack", STACK, "--limit", h,
+            "--baseline", str(reports), "--key", str(kp.private),
+            "--runs-dir", str(tmp_path / "runs")])
+    finally:
+        plab.apply_faults(None)
+        plab.ssh(h, "apt-mark hold nvidia-open")
+    assert r.exit_code == 1, r.output
+    assert "drift.stack" in r.output and "nvidia-open is no longer held" in r.output
+    assert "drift.identity" in r.output and "hardware changed: GPU" in r.output
+    assert "7777" in r.output  # the swapped board's serial
+    # Unchanged node: every comparison passes, the new run is certified READY.
+    r = CliRunner().invoke(main, [
+        "revalidate", "-i", str(inv(plab)), "--stack", STACK, "--limit", h,
+        "--baseline", str(reports), "--key", str(kp.private),
+        "--runs-dir", str(tmp_path / "runs2")])
+    assert r.exit_code == 0, r.output
+    assert "FAIL" not in r.output and "READY (SIMULATED)" in r.output
+    hist = CliRunner().invoke(main, ["history", h, "--runs-dir", str(tmp_path / "runs")])
+    assert hist.exit_code == 0 and "FAIL" in hist.output
+
+
 def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> None:
     text = inv(plab).read_text().replace(
         "[lab]\n", "[lab]\nghost ansible_host=10.78.1.99 nodecert_gpu_model=H200-SXM "
