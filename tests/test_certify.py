@@ -213,7 +213,7 @@ def test_ready_report_verifies_and_fails_when_expired_or_for_other_hardware(
                             live_identity=live)
     assert not swapped.ok
     hw = next(d for n, _, d in swapped.steps if n == "hardware")
-    assert "GPU no longer present" in hw and "1653724059030" in hw and "1653724059999" in hw
+    assert "GPU replaced: " in hw and "1653724059030" in hw and "1653724059999" in hw
 
 
 def test_tampered_report_files_fail_verification(tmp_path: Path, key: Path) -> None:

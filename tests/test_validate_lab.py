@@ -310,7 +310,7 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
         plab.ssh(h, "apt-mark hold nvidia-open")
     assert r.exit_code == 1, r.output
     assert "drift.stack" in r.output and "nvidia-open is no longer held" in r.output
-    assert "drift.identity" in r.output and "hardware changed: GPU" in r.output
+    assert "drift.identity" in r.output and "hardware changed: GPU replaced: " in r.output
     assert "7777" in r.output  # the swapped board's serial
     # Unchanged node: every comparison passes, the new run is certified READY.
     r = CliRunner().invoke(main, [

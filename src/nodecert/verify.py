@@ -69,6 +69,9 @@ def identity_changes(certified: dict[str, Any], live: dict[str, Any]) -> list[st
         new = [json.dumps(x, sort_keys=True) for x in b[k]]
         gone = [x for x in old if x not in new]
         came = [x for x in new if x not in old]
+        if len(gone) == len(came) == 1:
+            out.append(f"{label} replaced: {gone[0]} -> {came[0]}")
+            continue
         if gone:
             out.append(f"{label} no longer present: {', '.join(gone)}")
         if came:
