@@ -120,7 +120,7 @@ def test_busbw_and_thermal_regressions_with_old_and_new_values() -> None:
     assert soak.verdict is Verdict.FAIL and soak.value["change"] == 6.0
     assert got["drift.perf.storage./scratch.seq_read_mbps"].verdict is Verdict.PASS
     # The tolerance is a threshold: the inventory or CLI can tighten it.
-    strict = Limits(thresholds.resolve("H200-SXM", cli={"drift.perf_drop_max": 0.05}))
+    strict = Limits(thresholds.resolve("H200-SXM", cli={"drift.storage_drop_max": 0.05}))
     got = {r.check: r for r in compare(record(base), record(new), strict)}
     assert got["drift.perf.storage./scratch.seq_read_mbps"].verdict is Verdict.FAIL
 

@@ -139,13 +139,15 @@ def _stack(old: Record, new: Record) -> Result:
 
 
 def _perf(old: Record, new: Record, limits: Limits) -> list[Result]:
-    drop = float(limits.value("drift.perf_drop_max", 0.10))
     rise = float(limits.value("drift.temp_rise_max_c", 5))
-    th = limits.pick("drift.perf_drop_max", "drift.temp_rise_max_c")
     mo, mn = metrics(old), metrics(new)
     out = []
     for name in sorted(set(mo) & set(mn)):
         (a, unit, better), (b, _, _) = mo[name], mn[name]
+        # Storage has its own tolerance: a shared or virtual disk varies more than a GPU.
+        key = "drift.storage_drop_max" if name.startswith("storage ") else "drift.perf_drop_max"
+        drop = float(limits.value(key, 0.10))
+        th = limits.pick(key) if better == "higher" else limits.pick("drift.temp_rise_max_c")
         check = f"drift.perf.{name.replace(' ', '.')}"
         value = {"old": a, "new": b, "unit": unit}
         if better == "higher":

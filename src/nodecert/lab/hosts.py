@@ -38,9 +38,13 @@ from nodecert.shell import CommandError, run
 Log = Callable[[str], None]
 SIMHW = Path(__file__).parent / "simhw" / "simhw.py"
 # Storage floors for lab hosts (their disk is this machine's, shared by all hosts);
-# an nvme_slow fault (8 MB/s) falls well below them.
+# an nvme_slow fault (8 MB/s) falls well below them. Sequential and checkpoint
+# figures of that disk swing by up to 50% between identical runs
+# (benchmarks/validate.py), so re-validation compares lab storage with a 60%
+# tolerance. Both are recorded in every result as the inventory's.
 LAB_STORAGE_FLOORS = {"storage.seq_read_mbps_min": 25, "storage.seq_write_mbps_min": 25,
-                      "storage.rand_read_iops_min": 500, "storage.checkpoint_mbps_min": 10}
+                      "storage.rand_read_iops_min": 500, "storage.checkpoint_mbps_min": 10,
+                      "drift.storage_drop_max": 0.6}
 REQUIRED_TOOLS = {"systemd-nspawn": "systemd-container", "mmdebstrap": "mmdebstrap",
                   "ip": "iproute2", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
                   "dpkg-deb": "dpkg", "apt-ftparchive": "apt-utils"}
@@ -386,6 +390,11 @@ class Lab:
                 "nvidia_repo_url=file:/srv/nodecert-mirror/nvidia", "nvidia_repo_trusted=true",
                 "framework_index_url=file:///srv/nodecert-mirror/simple",
                 "validators_gpu_tool_packages=['nccl-tests', 'nvbandwidth', 'gpu-burn']",
+                "# Lab hosts share this machine: their own re-validation timer runs weekly at a",
+                "# quiet hour (without a random spread) instead of daily; fire it on demand",
+                "# with `systemctl start nodecert-revalidate.service`.",
+                "validators_schedule_on_calendar='Sun *-*-* 04:00:00'",
+                "validators_schedule_randomized_delay_s=0",
                 "# Lab storage is an overlay on this machine's disk, not the profile's NVMe:",
                 "# validation judges it against these floors (recorded as the inventory's).",
                 f"nodecert_thresholds={json.dumps(LAB_STORAGE_FLOORS)}", ""]
