@@ -297,8 +297,9 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     finally:
         plab.ssh(h, "apt-get purge -y -q nvidia-nodecert-probe nodecert-unrelated-probe "
                     ">/dev/null 2>&1", timeout=180)
-    # Drift: an unheld pinned package and a swapped GPU are reported; exit 1.
-    plab.ssh(h, "apt-mark unhold nvidia-open")
+    # Drift: a changed driver version, an unheld package and a swapped GPU; exit 1.
+    plab.ssh(h, "apt-mark unhold nvidia-open && apt-get install -y -q --allow-downgrades "
+                "nvidia-open=570.211.01-1 >/dev/null", timeout=300)
     faults(plab, tmp_path, f"faults:\n  - {{host: {h}, kind: gpu_swapped, gpu: 1}}\n")
     try:
         r = CliRunner().invoke(main, [
@@ -307,9 +308,14 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
             "--runs-dir", str(tmp_path / "runs")])
     finally:
         plab.apply_faults(None)
-        plab.ssh(h, "apt-mark hold nvidia-open")
+        plab.ssh(h, "apt-get install -y -q --allow-downgrades nvidia-open=580.173.02-1 "
+                    ">/dev/null && apt-mark hold nvidia-open", timeout=300)
     assert r.exit_code == 1, r.output
     assert "drift.stack" in r.output and "nvidia-open is no longer held" in r.output
+    rv = json.loads(next((tmp_path / "runs").glob(f"*/{h}/results.json")).read_text())
+    stack = next(x for x in rv["results"] if x["check"] == "drift.stack")
+    assert "nvidia-open 580.173.02-1 -> 570.211.01-1" in stack["findings"]
+    assert stack["value"]["old"]["nvidia-open"] == "580.173.02-1"
     assert "drift.identity" in r.output and "hardware changed: GPU replaced: " in r.output
     assert "7777" in r.output  # the swapped board's serial
     # Unchanged node: every comparison passes, the new run is certified READY.
@@ -321,6 +327,30 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     assert "FAIL" not in r.output and "READY (SIMULATED)" in r.output
     hist = CliRunner().invoke(main, ["history", h, "--runs-dir", str(tmp_path / "runs")])
     assert hist.exit_code == 0 and "FAIL" in hist.output
+    # Performance: a baseline with the all-reduce and the soak, then lower busbw and a
+    # hotter GPU are regressions with old and new values (h1, an 8-GPU H200 host).
+    from nodecert.revalidate import revalidate
+    perf = ("hardware.inventory", "fabric.nccl_allreduce", "load.thermal_soak")
+    short = {"load": {"soak_s": 8, "report_s": 2}}
+    b = run(plab, tmp_path / "pbase", limit=("h1",), suite="standard", checks=perf,
+            option_overrides=short)
+    key = load_private_key(kp.private)
+    preports = certify(b.run_dir, key).out_dir
+    faults(plab, tmp_path, "faults:\n  - {host: h1, kind: busbw_low, factor: 0.8}\n"
+           "  - {host: h1, kind: thermal_throttle, gpu: 4, after_s: 0}\n")
+    try:
+        rv2 = revalidate(inv(plab), key=key, trusted=[key.public_key()], baseline=preports,
+                         suite="standard", runs_dir=tmp_path / "pruns", limit=("h1",),
+                         stack=STACK, checks=perf, option_overrides=short,
+                         progress=lambda line: None)
+    finally:
+        plab.apply_faults(None)
+    got = {x.check: x for x in rv2.drift["h1"]}
+    bw = got["drift.perf.allreduce_busbw"]
+    assert bw.verdict.name == "FAIL" and bw.value["change_pct"] == pytest.approx(-20, abs=1)
+    hot = got["drift.perf.soak_peak_temp"]
+    assert hot.verdict.name == "FAIL" and hot.value["change"] > 5
+    assert rv2.regressed and not rv2.cert.all_ready  # type: ignore[union-attr]
 
 
 def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> None:

@@ -727,6 +727,8 @@ Examples:
                    "--runs-dir).")
 @click.option("--suite", default="quick", show_default=True)
 @click.option("--limit", multiple=True, help="Only these hosts (repeatable or comma-separated).")
+@click.option("--check", "checks", multiple=True,
+              help="Only these checks of the suite (repeatable).")
 @click.option("--stack", "stack_name", help="Stack to check conformance against.")
 @click.option("--threshold", "threshold_items", multiple=True, metavar="KEY=VALUE",
               help="Override a threshold (drift.perf_drop_max=0.05, ...).")
@@ -738,8 +740,9 @@ Examples:
               show_default=True)
 @_handle_errors
 def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[str, ...],
-                   stack_name: str | None, threshold_items: tuple[str, ...],
-                   key_path: Path | None, pubkeys: tuple[Path, ...], runs_dir: Path) -> None:
+                   checks: tuple[str, ...], stack_name: str | None,
+                   threshold_items: tuple[str, ...], key_path: Path | None,
+                   pubkeys: tuple[Path, ...], runs_dir: Path) -> None:
     from nodecert.revalidate import revalidate
     from nodecert.signing import load_private_key, load_public_key
     from nodecert.thresholds import parse_cli_thresholds
@@ -749,7 +752,7 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
     trusted = [key.public_key(), *(load_public_key(p) for p in pubkeys)]
     limit = tuple(h for item in limit for h in item.split(",") if h)
     rv = revalidate(path, key=key, trusted=trusted, baseline=baseline, suite=suite,
-                    runs_dir=runs_dir, limit=limit, stack=stack_name,
+                    runs_dir=runs_dir, limit=limit, stack=stack_name, checks=checks,
                     cli_thresholds=parse_cli_thresholds(threshold_items),
                     progress=lambda line: click.echo(line, err=True))
     click.echo(f"baseline: {rv.baseline or '(none found)'}")

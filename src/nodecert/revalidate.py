@@ -92,13 +92,14 @@ def revalidate(inventory: Path, *, key: PrivateKey, trusted: list[PublicKey],
                baseline: Path | None = None, suite: str = "quick",
                runs_dir: Path = Path("runs"), limit: tuple[str, ...] = (),
                stack: str | None = None, cli_thresholds: dict[str, Any] | None = None,
+               checks: tuple[str, ...] = (),
                option_overrides: dict[str, dict[str, Any]] | None = None,
                progress: Callable[[str], None] | None = None) -> Revalidation:
     base_dir = baseline or latest_baseline(runs_dir)
     base = load_baseline(base_dir, trusted) if base_dir else {}
     run = validate(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
-                   cli_thresholds=cli_thresholds, option_overrides=option_overrides,
-                   progress=progress)
+                   cli_thresholds=cli_thresholds, checks=checks,
+                   option_overrides=option_overrides, progress=progress)
     out = Revalidation(run, base_dir)
     for name, hr in sorted(run.hosts.items()):
         new = drift.record_of(hr.as_dict())
