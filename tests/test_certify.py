@@ -176,6 +176,7 @@ def test_not_ready_node_gets_a_signed_report_saying_why(tmp_path: Path, key: Pat
                                       "uuid": "GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8"}]
     assert p["stack"]["name"] == "r580-cuda13.0" and p["stack"]["driver"] == "580.173.02"
     assert len(p["stack"]["manifest_sha256"]) == 64
+    assert p["validated"] == {"started": "2026-11-29T23:46:21", "finished": "2026-11-29T23:48:49"}
     assert set(p["thresholds_files"]) == {"validators/profiles/common.yml",
                                           "validators/profiles/H200-SXM.yml",
                                           "validators/suites.yml"}
@@ -192,7 +193,8 @@ def test_not_ready_node_gets_a_signed_report_saying_why(tmp_path: Path, key: Pat
 
 def test_ready_report_verifies_and_fails_when_expired_or_for_other_hardware(
         tmp_path: Path, key: Path) -> None:
-    run = make_run(tmp_path, {"n1": {"results": passing(recorded_results())}})
+    run = make_run(tmp_path, {"n1": {"results": passing(recorded_results()),
+                                     "started": 1764459981.5, "finished": 1764460129.0}})
     cr = certify(run, load_private_key(key), valid_days=30,
                  now=dt.datetime(2026, 11, 30, tzinfo=dt.UTC))
     assert cr.all_ready
@@ -205,6 +207,8 @@ def test_ready_report_verifies_and_fails_when_expired_or_for_other_hardware(
     assert [d for n, ok_, d in late.steps if n == "validity"] == [
         "issued 2026-11-30T00:00:00+00:00, valid until 2026-12-30T00:00:00+00:00: EXPIRED"]
     p = ok.statement["predicate"]  # type: ignore[index]
+    assert p["validated"] == {"started": "2025-11-29T23:46:21+00:00",
+                              "finished": "2025-11-29T23:48:49+00:00"}
     live = copy.deepcopy(p["identity"])
     assert verify_report(path, pub, now=dt.datetime(2026, 12, 1, tzinfo=dt.UTC),
                          live_identity=live).ok

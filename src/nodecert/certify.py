@@ -63,6 +63,13 @@ def identity_digest(identity: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(canonical_identity(identity))).hexdigest()
 
 
+def _iso(t: Any) -> Any:
+    """Run times are Unix seconds in results.json; the certificate says them in UTC."""
+    if isinstance(t, int | float) and t > 0:
+        return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")
+    return t
+
+
 def _sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -124,7 +131,8 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
         "schema": "nodecert.node-readiness/v1",
         "verdict": verdict, "reasons": reasons, "simulated": bool(host.get("simulated")),
         "host": host["host"], "run_id": host.get("run_id"), "suite": host.get("suite"),
-        "validated": {"started": host.get("started"), "finished": host.get("finished")},
+        "validated": {"started": _iso(host.get("started")),
+                      "finished": _iso(host.get("finished"))},
         "validity": {"issued": issued.isoformat(timespec="seconds"),
                      "not_after": (issued + dt.timedelta(days=valid_days)).isoformat(
                          timespec="seconds")},
