@@ -3,7 +3,7 @@
 Run on demand, as root:   .venv/bin/python benchmarks/lab.py [--cold] [--json OUT]
 
 --cold removes the cached base image first, so its build time is measured from
-scratch (downloads included). Targets (issue #3, this 2-core machine): 4 hosts
+scratch (downloads included). Targets (a 2-core machine): 4 hosts
 ssh-ready in under 5 s once the base exists, under 20 MB RAM per host.
 The lab used here has its own state directory, bridge and subnet (10.78.9.0/24).
 """

@@ -3,7 +3,7 @@
 Run on demand, as root:   .venv/bin/python benchmarks/provision.py [--sizes 1 4 8] [--json OUT]
 
 Reports wall time per run, per-host overhead, and -- on the largest size -- the
-idempotent re-run with forks=1 and without SSH pipelining. Target (issue #4): the
+idempotent re-run with forks=1 and without SSH pipelining. Target: the
 idempotent re-run on 8 hosts under 3x the single-host re-run time.
 The lab used here has its own state directory, bridge and subnet (10.78.8.0/24).
 """

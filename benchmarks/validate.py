@@ -10,7 +10,7 @@ nearly all of the run is control side and SSH). Overhead =
 wall time of the run minus the longest node-side time (the sum of its checks'
 durations as the node measured them). The fio comparison runs on one host: the
 storage check's three fio jobs, then the same command lines by hand over SSH,
-alternating, five times each (1 GiB files, 10 s runs); target (issue #5): medians
+alternating, five times each (1 GiB files, 10 s runs); target: medians
 agree within 5%.
 The lab used here has its own state directory, bridge and subnet (10.78.7.0/24).
 """

@@ -1,8 +1,18 @@
-"""Shared helpers: build stack manifests with chosen versions, consistently."""
+"""Shared helpers and the test tiers.
+
+Tiers (markers): `unit` -- pure CPU, no root, fast (the development loop, `pytest -m
+unit`); `lab` -- root, network namespaces, the lab hosts; `gpu` -- a real NVIDIA GPU
+(run on a GPU machine with `pytest -m gpu`; never selected by default). A test that
+uses the lab fixtures, or a module/test marked `lab`, is a lab test; every other test
+is a unit test. A missing prerequisite skips with its reason on a developer machine
+and fails in CI (CI=true), where every prerequisite must be installed.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -110,11 +120,39 @@ def lab_config(tag: str, third_octet: int) -> Any:
                      bridge=f"nc{tag}0", prefix=f"nc{tag}", state_name=f"state-{tag}")
 
 
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+LAB_FIXTURES = frozenset({"lab", "fresh_h1"})
+
+
+def require(ok: object, reason: str) -> None:
+    """A prerequisite: skip with the reason outside CI, fail in CI."""
+    if ok:
+        return
+    if IN_CI:
+        pytest.fail(f"prerequisite missing in CI: {reason}")
+    pytest.skip(reason)
+
+
 def require_root() -> None:
-    import os
-    if os.geteuid() != 0:
-        pytest.fail("lab tests need root (network namespaces, overlay mounts, nspawn): "
-                    "run the suite as root, as CI does")
+    require(os.geteuid() == 0, "lab tests need root (network namespaces, overlay mounts, "
+                               "nspawn): run the suite as root, as CI does")
+
+
+def require_tool(*names: str) -> str:
+    """The first of `names` on PATH (skip/fail as require() does when none is)."""
+    found = next((shutil.which(n) for n in names if shutil.which(n)), None)
+    require(found, f"{' or '.join(names)} is not installed (.ci/run installs it)")
+    return str(found)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("gpu") or item.get_closest_marker("lab"):
+            continue
+        if LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.lab)
+        else:
+            item.add_marker(pytest.mark.unit)
 
 
 @pytest.fixture(scope="session")

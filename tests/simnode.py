@@ -18,7 +18,7 @@ from typing import Any
 
 from conftest import REPO
 from nodecert.lab.hardware import Fault, hardware_description, spec_vars
-from nodecert_node.result import Result
+from nodecert_node.contract import Result
 
 SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
 VALIDATORS = REPO / "validators"
@@ -74,8 +74,8 @@ class SimNode:
         """A stack environment holding the lab's SIMULATED torch (as the lab's mirror
         builds it) and the plan's framework entry that points at it."""
         from nodecert.lab.wheelhouse import TORCH_BUNDLES, _torch_files
+        from nodecert.plan import framework_plan
         from nodecert.stacks import find_stack
-        from nodecert.validation import framework_plan
         st = find_stack(stack)
         t = st.framework.pytorch
         assert t is not None
@@ -92,7 +92,7 @@ class SimNode:
     def plan(self, checks: list[str], **options: Any) -> dict[str, Any]:
         from nodecert import thresholds
         from nodecert.inventory import HostSpec
-        from nodecert.validation import build_plan
+        from nodecert.plan import build_plan
         sv = spec_vars(self.profile)
         spec = HostSpec(name="h1", address="127.0.0.1", port=22, groups=(),
                         gpu_model=sv["nodecert_gpu_model"], gpu_count=sv["nodecert_gpu_count"],
@@ -102,8 +102,8 @@ class SimNode:
                         validation=options.pop("validation", {}))
         plan = build_plan(spec, thresholds.suite(options.pop("suite", "quick")), None, "test",
                           cli_thresholds=options.pop("cli_thresholds", {}),
-                          scratch=options.pop("scratch", None), checks=tuple(checks))
-        plan["options"].update(options)
+                          scratch=options.pop("scratch", None), checks=tuple(checks)).as_dict()
+        plan["options"].update(options)  # a dict, as the node receives it: tests edit it
         return plan
 
     def check(self, name: str, plan: dict[str, Any] | None = None, **options: Any) -> Result:

@@ -1,4 +1,4 @@
-"""Certificates (issue 7): keys, DSSE signing, in-toto Statements, verification,
+"""Certificates: keys, DSSE signing, in-toto Statements, verification,
 HTML (rendered in headless Chromium), JUnit XML.
 
 The run certified here is real: the results nodecert recorded on an H200
@@ -10,10 +10,10 @@ from __future__ import annotations
 import base64
 import copy
 import datetime as dt
+import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from conftest import REPO
+from conftest import REPO, require_root, require_tool
 from nodecert.certify import (
     NOT_READY,
     PAYLOAD_TYPE,
@@ -70,12 +70,20 @@ def make_run(root: Path, hosts: dict[str, dict[str, Any]]) -> Path:
         data = {"schema": "nodecert.validation/v1", "host": name, "run_id": "test-run",
                 "suite": "quick", "status": "done", "error": None,
                 "verdict": ["PASS", "WARN", "FAIL", "ERROR"][worst], "simulated": False,
-                "started": "2026-11-29T23:46:21", "finished": "2026-11-29T23:48:49",
+                # Unix seconds, as validate writes them (23:46:21.4 and 23:48:49.9 UTC):
+                # the certificate must state them in UTC, to the second.
+                "started": 1795995981.4, "finished": 1795996129.9,
                 "node": {}, "spec": {"gpu_model": "H200-SXM", "gpu_count": 1},
                 "stack": "r580-cuda13.0", "thresholds": {}, "options": {},
                 "identity": ident, "results": results, **over}
         (run / name).mkdir(parents=True)
         (run / name / "results.json").write_text(json.dumps(data))
+        # The inputs validate records at the start of a run.
+        (run / "inputs" / "stack").mkdir(parents=True, exist_ok=True)
+        (run / "inputs" / f"plan-{name}.json").write_text(json.dumps({"host": name}))
+    (run / "inputs" / "suite.json").write_text(json.dumps({"name": "quick"}))
+    stack = REPO / "stacks" / "r580-cuda13.0.yml"
+    (run / "inputs" / "stack" / stack.name).write_bytes(stack.read_bytes())
     (run / "validate.json").write_text("{}")
     return run
 
@@ -176,10 +184,14 @@ def test_not_ready_node_gets_a_signed_report_saying_why(tmp_path: Path, key: Pat
                                       "uuid": "GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8"}]
     assert p["stack"]["name"] == "r580-cuda13.0" and p["stack"]["driver"] == "580.173.02"
     assert len(p["stack"]["manifest_sha256"]) == 64
-    assert p["validated"] == {"started": "2026-11-29T23:46:21", "finished": "2026-11-29T23:48:49"}
-    assert set(p["thresholds_files"]) == {"validators/profiles/common.yml",
-                                          "validators/profiles/H200-SXM.yml",
-                                          "validators/suites.yml"}
+    assert p["validated"] == {"started": "2026-11-29T23:46:21+00:00",
+                              "finished": "2026-11-29T23:48:49+00:00"}
+    # What the run used, as it recorded it (not the files installed now).
+    inputs = run / "inputs"
+    assert p["inputs"] == {
+        "plan": hashlib.sha256((inputs / "plan-h200-device.json").read_bytes()).hexdigest(),
+        "suite": hashlib.sha256((inputs / "suite.json").read_bytes()).hexdigest(),
+        "stack": hashlib.sha256((inputs / "stack/r580-cuda13.0.yml").read_bytes()).hexdigest()}
     burn = next(r for r in p["results"] if r["check"] == "load.burnin")
     assert burn["thresholds"]["burnin.tflops_min_bf16"]["value"] == 711
     assert all(len(e["sha256"]) == 64 for e in burn["evidence"])
@@ -306,9 +318,7 @@ def test_junit_xml_parses_and_counts(tmp_path: Path, key: Path) -> None:
 
 
 def chromium() -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert exe, "chromium is needed for the HTML tests (.ci/run installs it)"
-    return exe
+    return require_tool("chromium", "chromium-browser")
 
 
 def headless(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -321,7 +331,9 @@ def headless(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
         capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.lab  # root: the browser runs in its own network namespace (unshare --net)
 def test_html_report_renders_in_headless_chromium(tmp_path: Path, key: Path) -> None:
+    require_root()
     run = make_run(tmp_path, {"h200-device": {}})
     cr = certify(run, load_private_key(key))
     page = cr.nodes[0].html

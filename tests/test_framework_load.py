@@ -1,4 +1,4 @@
-"""The framework checks: GEMM burn-in worker and smoke test (issue 6).
+"""The framework checks: GEMM burn-in worker and smoke test.
 
 Three layers: the workers themselves on the CPU with the real PyTorch (tiny sizes),
 the judges on what the workers printed on a real H200 (tests/fixtures/recorded/),
@@ -18,12 +18,12 @@ import torch
 
 from conftest import REPO
 from nodecert import thresholds
-from nodecert_node.checks import Limits
-from nodecert_node.checks.framework import events, judge_gemm, judge_smoke
 from nodecert_node.checks.hardware import judge_topology
-from nodecert_node.checks.load import judge_soak
+from nodecert_node.checks.load import judge_gemm, judge_soak
+from nodecert_node.checks.stack import judge_smoke
+from nodecert_node.contract import Limits, Result, Verdict
+from nodecert_node.framework import events
 from nodecert_node.parse import smi, topo
-from nodecert_node.result import Result, Verdict
 from nodecert_node.workers.gemm import compare
 from simnode import SimNode
 
@@ -154,7 +154,8 @@ def test_recorded_h200_burnin_passes_the_sustained_floor() -> None:
     assert res.verdict is Verdict.PASS, res.summary
     assert res.value["tflops_per_gpu"] == {"0": 665.6}
     assert res.thresholds["burnin.tflops_min_bf16"].value == 590
-    assert "REC" in res.thresholds["burnin.tflops_min_bf16"].source
+    assert res.thresholds["burnin.tflops_min_bf16"].source.startswith(
+        "nodecert policy: 90% of the sustained GEMM rate")
 
 
 @pytest.mark.parametrize(("dtype", "low", "high"), [("bf16", 650, 660), ("fp16", 630, 640),
@@ -180,8 +181,10 @@ def test_slow_gpu_is_failed_against_the_best_in_the_node() -> None:
             for e in good]
     res = judge_gemm({0: good, 1: good, 2: slow}, limits("H200-SXM"))
     assert res.verdict is Verdict.FAIL
-    assert res.findings == ("GPU2: 558 TFLOPS sustained (bf16), below the floor of 590",
-                            "GPU2: 558 TFLOPS sustained, 15% below the node's best GPU (656)")
+    assert res.findings == (
+        "GPU2 sustained bf16 TFLOPS: needs >= 590 TFLOPS, measured 557.8 TFLOPS",
+        "GPU2 558 TFLOPS as a fraction of the node's best GPU (656): needs >= 0.9 ratio, "
+        "measured 0.85 ratio")
 
 
 def test_hung_worker_partial_output_is_an_error() -> None:
@@ -205,10 +208,6 @@ def test_recorded_h200_soak_at_the_power_cap_passes() -> None:
     assert {int(x["clocks_event_reasons.active"], 16) for x in rows[10:]} == {0x4}
     res = judge_soak(rows, {0: None}, limits("H200-SXM"))
     assert res.verdict is Verdict.PASS and res.value["peak_temp_c"] == {0: 64.0}
-    # The same series with a clock floor above what the capped GPU holds fails.
-    floor = {"soak.sm_clock_min_mhz": {"value": 1600, "op": ">=", "unit": "MHz"}}
-    res = judge_soak(rows, {0: None}, Limits({**thresholds.resolve("H200-SXM"), **floor}))
-    assert res.verdict is Verdict.FAIL and "SM clock" in res.summary
 
 
 def test_recorded_h200_smoke_and_topology() -> None:
@@ -259,9 +258,10 @@ def test_sim_torch_burnin_faults(tmp_path: Path) -> None:
                                      {"kind": "tflops_low", "gpu": 1, "factor": 0.8}])
     res = sim_check(node, "load.burnin", burnin_s=2, report_s=1)
     assert res.verdict is Verdict.FAIL
-    assert [f.split(":")[0] for f in res.findings] == ["GPU3", "GPU1", "GPU1"]
+    assert [f.split(" ")[0].rstrip(":") for f in res.findings] == ["GPU3", "GPU1", "GPU1"]
     assert "silent data corruption" in res.findings[0]
-    assert "below the node's best GPU" in res.findings[2]
+    assert res.findings[1].startswith("GPU1 sustained bf16 TFLOPS: needs >= 590 TFLOPS")
+    assert "as a fraction of the node's best GPU" in res.findings[2]
 
 
 def test_missing_framework_environment_fails(tmp_path: Path) -> None:
@@ -283,8 +283,12 @@ def test_soak_memory_temperature_limit_from_the_profile() -> None:
     hot = judge_soak([row, dict(row, **{"temperature.memory": "93"})], {0: None},
                      limits("H200-SXM"))
     assert hot.verdict is Verdict.FAIL
-    assert hot.summary == "GPU0: memory at 93 C under load, above 92 C"
-    assert hot.thresholds["soak.mem_temp_max_c"].source.startswith("C5 (95 - 3)")
+    assert hot.summary == ("GPU0 memory temperature under load (sample 1): needs <= 92 C, "
+                           "measured 93 C")
+    assert hot.thresholds["soak.mem_temp_max_c"].source.endswith("(95 - 3 C margin: nodecert "
+                                                                 "policy; real H200s report "
+                                                                 "this limit only as a "
+                                                                 "relative T.Limit)")
     # GDDR parts report N/A: nothing to judge, not a failure.
     na = judge_soak([dict(row, **{"temperature.memory": "[N/A]"})], {0: None}, limits("L40S"))
     assert na.verdict is Verdict.PASS and na.facts["series"]["0"][0][5] is None

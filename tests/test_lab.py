@@ -25,6 +25,8 @@ from nodecert.lab import blkio, net
 from nodecert.lab.hosts import Lab
 from nodecert.shell import CommandError
 
+pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
+
 PIN_DRIVER = "nvidia-driver-580-server-open=580.173.02-0ubuntu0.24.04.1"
 PIN_NCCL = "libnccl2=2.27.7-1+cuda13.0"
 PIN_DCGM = "datacenter-gpu-manager-4-cuda13=1:4.4.2-1"

@@ -1,4 +1,4 @@
-"""The node-side scheduled run (issue 8): local-run on the simulator, history
+"""The node-side scheduled run: local-run on the simulator, history
 bound, Prometheus metrics (parsed by the Prometheus client's own parser), the
 GPU-busy skip, and the Slurm drain policy against a fake scontrol."""
 

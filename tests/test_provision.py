@@ -17,6 +17,8 @@ from conftest import REPO
 from nodecert.lab.hosts import Lab
 from nodecert.provisioning import ProvisionReport, provision
 
+pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
+
 NVIDIA_SOURCE = "/etc/apt/sources.list.d/nodecert-nvidia.list"
 
 

@@ -1,4 +1,4 @@
-"""Re-validation (issue 8): drift and regression against the certified baseline,
+"""Re-validation: drift and regression against the certified baseline,
 baselines that must verify, history."""
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from nodecert.drift import compare, metrics, record_of
 from nodecert.history import history
 from nodecert.revalidate import BaselineError, load_baseline
 from nodecert.signing import init_key, load_private_key
-from nodecert_node.checks import Limits
-from nodecert_node.result import Verdict
+from nodecert_node.contract import Limits, Verdict
 from test_certify import make_run, passing, recorded_results
 
 SOFTWARE = {"os": "ubuntu-24.04", "driver_reported": "580.173.02",
@@ -114,8 +113,8 @@ def test_busbw_and_thermal_regressions_with_old_and_new_values() -> None:
     bw = got["drift.perf.allreduce_busbw"]
     assert bw.verdict is Verdict.FAIL and bw.value == {"old": 476.9, "new": 420.0,
                                                        "unit": "GB/s", "change_pct": -11.9}
-    assert bw.summary == ("regression: allreduce_busbw 476.9 -> 420 GB/s (-11.9%), more than "
-                          "10% down fails")
+    assert bw.summary == ("regression: allreduce_busbw 476.9 -> 420 GB/s (-11.9%); drop from "
+                          "the baseline needs <= 0.1 ratio, measured 0.1193 ratio")
     soak = got["drift.perf.soak_peak_temp"]
     assert soak.verdict is Verdict.FAIL and soak.value["change"] == 6.0
     assert got["drift.perf.storage./scratch.seq_read_mbps"].verdict is Verdict.PASS

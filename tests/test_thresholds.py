@@ -10,9 +10,10 @@ from conftest import REPO
 from nodecert import thresholds
 from nodecert.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.inventory import load_inventory
+from nodecert.nodesession import node_bundle
 from nodecert.nodessh import Endpoint
+from nodecert.plan import build_plan
 from nodecert.stacks import find_stack
-from nodecert.validation import build_plan, node_bundle
 
 
 def test_every_profile_value_is_sourced_and_model_overrides_common() -> None:
@@ -25,7 +26,11 @@ def test_every_profile_value_is_sourced_and_model_overrides_common() -> None:
     h200 = thresholds.resolve("H200-SXM")
     assert h200["nvlink.links_per_gpu"]["value"] == 18 and h200["nvswitch.count"]["value"] == 4
     assert h200["host.cpu_cores_per_gpu"]["origin"] == "profile common (profiles/common.yml)"
-    assert "gpu-models.json" in h200["gpu.memory_mib_min"]["source"]
+    # Sources are public pages (title <https://...>) or a stated nodecert policy.
+    assert h200["pcie.gen"]["source"].startswith("NVIDIA H200 Tensor Core GPU datasheet")
+    assert "<https://" in h200["pcie.gen"]["source"]
+    assert h200["gpu.memory_mib_min"]["source"].startswith("nodecert policy: ")
+    assert h200["gpu.memory_mib_min"]["source"].endswith("(143771 MiB observed, 0.5% margin)")
     assert thresholds.resolve("L40S")["nvlink.links_per_gpu"]["value"] == 0
 
 
@@ -44,15 +49,28 @@ def test_overrides_inventory_then_cli() -> None:
 
 def test_profile_errors_name_file_line_and_fix(tmp_path: Path) -> None:
     bad = tmp_path / "X.yml"
-    bad.write_text("schema: nodecert.validator-profile/v1\nsources: {A: a}\nthresholds:\n"
-                   "  pcie.gen: {value: 5, op: '>=', source: B}\n")
+    head = "schema: nodecert.validator-profile/v1\nsources:\n"
+    good = "  A: {title: a page, url: 'https://example.org/a'}\n  P: {policy: a rationale}\n"
+    bad.write_text(head + good + "thresholds:\n  pcie.gen: {value: 5, op: '>=', source: B}\n")
     with pytest.raises(ManifestError, match="cites 'B'") as e:
         thresholds._read_profile(bad, "X")
-    assert f"{bad}:4" in e.value.render()
-    bad.write_text("schema: nodecert.validator-profile/v1\nthresholds:\n"
-                   "  pcie.gen: {value: 5, op: '>>', source: shared/x}\n")
-    with pytest.raises(ManifestError, match="'>>' is not one of: >=, <=, ==, in"):
+    assert f"{bad}:6" in e.value.render()
+    bad.write_text(head + good + "thresholds:\n  pcie.gen: {value: 5, op: '>>', source: A}\n")
+    with pytest.raises(ManifestError, match="'>>' is not one of: >=, <=, >, <, ==, in"):
         thresholds._read_profile(bad, "X")
+    fine = bad.with_name("Y.yml")
+    fine.write_text(head + good + "thresholds:\n  a: {value: 1, op: '>=', source: A}\n"
+                    "  b: {value: 2, op: '<=', source: P (two)}\n")
+    ok = thresholds._read_profile(fine, "Y")
+    assert ok.thresholds["a"]["source"] == "a page <https://example.org/a>"
+    assert ok.thresholds["b"]["source"] == "nodecert policy: a rationale (two)"
+    # A source must be a public page or a stated policy: nothing else is a source.
+    for src, why in (("  A: just text\n", "expected a mapping"),
+                     ("  A: {title: t, url: 'shared/x'}\n", "public https"),
+                     ("  A: {title: t, url: 'https://x', policy: p}\n", "must be")):
+        bad.write_text(head + src + "thresholds:\n  a: {value: 1, op: '>=', source: A}\n")
+        with pytest.raises(ManifestError, match=why):
+            thresholds._read_profile(bad, "X")
 
 
 def test_suites() -> None:
@@ -67,7 +85,7 @@ def test_plan_for_a_sample_host() -> None:
     specs = load_inventory(REPO / "inventory" / "sample" / "lab.ini")
     spec = next(iter(specs.values()))
     plan = build_plan(spec, thresholds.suite("quick"), find_stack("r580-cuda13.0"), "rid",
-                      cli_thresholds={}, scratch=None)
+                      cli_thresholds={}, scratch=None).as_dict()
     assert plan["checks"][0] == "hardware.inventory" and plan["run_id"] == "rid"
     assert plan["options"]["storage"]["targets"] == ["/var/tmp/nodecert/scratch"]
     assert plan["options"]["storage"]["allow_raw_devices"] == []
@@ -76,7 +94,7 @@ def test_plan_for_a_sample_host() -> None:
     assert plan["host_timeout_s"] == 7 * 120 + 120
     big = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
                      scratch="/data/s", option_overrides={"storage": {"runtime_s": 10}},
-                     checks=("storage.fio", "health.gpu"))
+                     checks=("storage.fio", "health.gpu")).as_dict()
     assert big["checks"] == ["health.gpu", "storage.fio"]  # the suite's order
     assert big["options"]["storage"]["runtime_s"] == 10
     assert big["options"]["storage"]["targets"] == ["/data/s"] and big["conformance"] == {}
@@ -102,8 +120,8 @@ def test_node_bundle_is_reproducible() -> None:
 
 
 def test_host_verdict_never_claims_checks_that_did_not_run(tmp_path: Path) -> None:
-    from nodecert.validation import HostRun
-    from nodecert_node.result import Result, Verdict
+    from nodecert.runs import HostRun
+    from nodecert_node.contract import Result, Verdict
     specs = load_inventory(REPO / "inventory" / "sample" / "lab.ini")
     spec = next(iter(specs.values()))
     plan = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},

@@ -24,6 +24,8 @@ from nodecert.lab.hosts import Lab
 from nodecert.provisioning import provision
 from nodecert.validation import ValidationRun, validate
 
+pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
+
 STACK = "r580-cuda13.0"
 HW = ("hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu", "health.xid")
 
@@ -189,7 +191,7 @@ def test_load_checks_on_the_lab(plab: Lab, tmp_path: Path) -> None:
 
 
 def test_provision_validate_certify_verify_on_the_lab(plab: Lab, tmp_path: Path) -> None:
-    """Issue 7 end to end: `provision` chains install -> conformance -> validate ->
+    """Certification end to end: `provision` chains install -> conformance -> validate ->
     certify; the certificates verify offline and against the live hosts; a faulty node
     gets a signed NOT READY; tampering and another node's hardware are rejected."""
     from nodecert.certify import NOT_READY, READY, certify
@@ -247,7 +249,7 @@ def wait_on(lab: Lab, host: str, condition: str, timeout: int = 240) -> None:
 
 
 def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Path) -> None:
-    """Issue 8 on real systemd and apt: the timer fires, the apt hook queues a run for
+    """Re-validation on real systemd and apt: the timer fires, the apt hook queues a run for
     a watched package and not for others, the metrics parse, history is kept, and
     `nodecert revalidate` reports an unheld package and a swapped GPU, then passes the
     unchanged node."""

@@ -15,16 +15,17 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nodecert import __version__, junit, report_html
 from nodecert.errors import NodecertError
+from nodecert.identity import canonical_identity, identity_digest
+from nodecert.runs import RunDir
 from nodecert.signing import PrivateKey, canonical_json, keyid, sign_envelope
-from nodecert.stacks import Stack, find_stack
-from nodecert.thresholds import profiles_dir, validators_dir
+from nodecert.stacks import Stack, find_stack, load_stack
+from nodecert_node.contract import write_atomic
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -38,29 +39,6 @@ _RAW_FACTS = ("conformance_output",)
 
 class RunError(NodecertError):
     """A validation run directory that cannot be certified."""
-
-
-def canonical_identity(identity: dict[str, Any]) -> dict[str, Any]:
-    """The parts of the hardware that make the node this node, in a stable order.
-
-    Device names (nvme0n1) and PCI bus ids can renumber without a hardware
-    change, so serials, UUIDs and MACs are what count."""
-    gpus = [{"serial": str(g.get("serial") or ""), "uuid": str(g.get("uuid") or "")}
-            for g in identity.get("gpus") or []]
-    nvme = [{"serial": str(d.get("serial") or ""), "model": str(d.get("model") or "")}
-            for d in identity.get("nvme") or []]
-    return {
-        "system_serial": str(identity.get("system_serial") or ""),
-        "system_uuid": str(identity.get("system_uuid") or "").lower(),
-        "baseboard_serial": str(identity.get("baseboard_serial") or ""),
-        "gpus": sorted(gpus, key=lambda g: (g["uuid"], g["serial"])),
-        "nic_macs": sorted(str(m).lower() for m in identity.get("nic_macs") or []),
-        "nvme": sorted(nvme, key=lambda d: (d["serial"], d["model"])),
-    }
-
-
-def identity_digest(identity: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(canonical_identity(identity))).hexdigest()
 
 
 def _iso(t: Any) -> Any:
@@ -117,16 +95,13 @@ def readiness(host: dict[str, Any]) -> tuple[str, list[str]]:
 
 
 def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
-              valid_days: int) -> dict[str, Any]:
+              valid_days: int, inputs: dict[str, str] | None = None) -> dict[str, Any]:
+    """inputs: name -> sha256 of each file the run recorded as its inputs (plan, suite,
+    stack manifest): the certificate names exactly what the run was judged with."""
     verdict, reasons = readiness(host)
     ident = host.get("identity") or {}
     software = next((r.get("facts", {}).get("software") for r in host.get("results", [])
                      if r["check"] == "stack.conformance"), None)
-    gpu_model = (host.get("spec") or {}).get("gpu_model")
-    files = {"validators/profiles/common.yml": profiles_dir() / "common.yml",
-             "validators/suites.yml": validators_dir() / "suites.yml"}
-    if gpu_model and (profiles_dir() / f"{gpu_model}.yml").is_file():
-        files[f"validators/profiles/{gpu_model}.yml"] = profiles_dir() / f"{gpu_model}.yml"
     predicate = {
         "schema": "nodecert.node-readiness/v1",
         "verdict": verdict, "reasons": reasons, "simulated": bool(host.get("simulated")),
@@ -139,7 +114,7 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
         "order": host.get("spec"), "identity": canonical_identity(ident),
         "stack": _stack_pins(stack) if stack else None, "software": software,
         "results": [_result_entry(r) for r in host.get("results", [])],
-        "thresholds_files": {name: _sha256_file(p) for name, p in sorted(files.items())},
+        "inputs": dict(sorted((inputs or {}).items())),
         "tool": {"name": "nodecert", "version": __version__},
     }
     return {"_type": STATEMENT_TYPE,
@@ -148,10 +123,23 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
             "predicateType": PREDICATE_TYPE, "predicate": predicate}
 
 
+def _run_inputs(rd: RunDir, host: dict[str, Any]) -> tuple[Stack | None, dict[str, str]]:
+    """The stack manifest and input digests the run recorded for this host. A run that
+    recorded none (made before inputs were kept) falls back to the installed stacks."""
+    files = {"plan": rd.inputs / f"plan-{host['host']}.json", "suite": rd.inputs / "suite.json"}
+    stack: Stack | None = None
+    if host.get("stack"):
+        copy = rd.inputs / "stack" / f"{host['stack']}.yml"
+        if copy.is_file():
+            stack = load_stack(copy)
+            files["stack"] = copy
+        else:
+            stack = find_stack(str(host["stack"]))
+    return stack, {k: _sha256_file(p) for k, p in files.items() if p.is_file()}
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_atomic(str(path), data)
 
 
 @dataclass
@@ -221,9 +209,10 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     run = CertifyRun(run_dir, out, keyid(key.public_key()))
     statements = []
+    rd = RunDir(run_dir)
     for h in hosts:
-        stack = find_stack(h["stack"]) if h.get("stack") else None
-        st = statement(h, stack, issued=issued, valid_days=valid_days)
+        stack, inputs = _run_inputs(rd, h)
+        st = statement(h, stack, issued=issued, valid_days=valid_days, inputs=inputs)
         env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
         name = h["host"]
         paths = (out / f"{name}.intoto.dsse.json", out / f"{name}.html",

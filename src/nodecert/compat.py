@@ -166,8 +166,13 @@ def _load_sources(path: Path) -> dict[str, Source]:
         raise root["schema"].error("expected schema nodecert.sources/v1")
     out: dict[str, Source] = {}
     for key, node in root["sources"].items():
-        f = node.mapping({"title", "url"})
-        out[key] = Source(key, f["title"].text(), f["url"].text())
+        f = node.mapping(set(), {"title", "url", "policy"})
+        if set(f) == {"policy"}:
+            out[key] = Source(key, f"nodecert policy: {f['policy'].text()}", "")
+        elif set(f) == {"title", "url"}:
+            out[key] = Source(key, f["title"].text(), f["url"].text())
+        else:
+            raise node.error(f"source {key} must be {{title, url}} or {{policy}}")
     return out
 
 

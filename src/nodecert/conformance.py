@@ -15,6 +15,7 @@ from typing import Any
 
 from nodecert.shell import CommandError, run
 from nodecert.stacks import Stack
+from nodecert_node.contract import Result, Verdict
 
 SCRIPT = r"""
 export LC_ALL=C
@@ -181,3 +182,24 @@ def check_host(host: str, hostvars: dict[str, Any], stack: Stack, env: str | Non
 
 __all__ = ["Conformance", "check_host", "env_dir", "judge", "script_for", "software",
            "ssh_argv"]
+
+
+def judge_result(res: Result, host: str, stack: Stack | None) -> Result:
+    """Turn the node's gathered conformance facts into the judged Result."""
+    output = res.facts.get("conformance_output")
+    if stack is None or output is None:
+        return res
+    c = judge(host, stack, str(output))
+    base = res.with_(value={"checked": c.checked, "problems": len(c.problems)},
+                     facts={"stack": stack.name,
+                            "software": software(str(output))},
+                     fault_code="", remediation="")
+    if c.ok:
+        return base.with_(verdict=Verdict.PASS,
+                          summary=f"stack {stack.name}: all {c.checked} pinned items installed, "
+                                  "held and running")
+    more = f" (+{len(c.problems) - 1} more)" if len(c.problems) > 1 else ""
+    return base.with_(verdict=Verdict.FAIL, summary=f"stack {stack.name}: {c.problems[0]}{more}",
+                      findings=tuple(c.problems), fault_code="NC-STACK-DRIFT",
+                      remediation=f"Re-run `nodecert provision --stack {stack.name}` on this "
+                                  "host (or find who changed it), then validate again.")

@@ -17,13 +17,10 @@ the new value and a verdict:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
-from nodecert.certify import identity_digest
-from nodecert.verify import identity_changes
-from nodecert_node.checks import Limits
-from nodecert_node.result import Result, Verdict
+from nodecert.identity import identity_changes, identity_digest
+from nodecert_node.contract import Limits, Result, Threshold, Verdict, all_figures
 
 Record = dict[str, Any]  # {"identity", "software", "results": [Result dicts]}
 
@@ -45,41 +42,11 @@ def _value(rec: Record, check: str) -> Any:
     return r.get("value")
 
 
-def _min(d: Any) -> float | None:
-    vals = [float(v) for v in (d or {}).values() if isinstance(v, int | float)]
-    return min(vals) if vals else None
-
-
-def _max(d: Any) -> float | None:
-    vals = [float(v) for v in (d or {}).values() if isinstance(v, int | float)]
-    return max(vals) if vals else None
-
-
 def metrics(rec: Record) -> dict[str, tuple[float, str, str]]:
-    """metric -> (value, unit, 'higher'|'lower' is better) for what the run measured."""
-    out: dict[str, tuple[float, str, str]] = {}
-    getters: list[tuple[str, str, Callable[[Any], Any], str, str]] = [
-        ("allreduce_busbw", "fabric.nccl_allreduce", lambda v: v.get("busbw_gbs"), "GB/s",
-         "higher"),
-        ("gemm_tflops_min", "load.burnin", lambda v: _min(v.get("tflops_per_gpu")), "TFLOPS",
-         "higher"),
-        ("h2d_gbs_min", "fabric.bandwidth", lambda v: _min(v.get("host_to_device_memcpy_ce")),
-         "GB/s", "higher"),
-        ("soak_peak_temp", "load.thermal_soak", lambda v: _max(v.get("peak_temp_c")), "C",
-         "lower"),
-    ]
-    for name, check, get, unit, better in getters:
-        v = _value(rec, check)
-        x = get(v) if isinstance(v, dict) else None
-        if isinstance(x, int | float):
-            out[name] = (float(x), unit, better)
-    fio = _value(rec, "storage.fio")
-    for target, m in (fio or {}).items() if isinstance(fio, dict) else []:
-        for k, unit in (("seq_read_mbps", "MB/s"), ("seq_write_mbps", "MB/s"),
-                        ("rand_read_iops", "IOPS"), ("checkpoint_mbps", "MB/s")):
-            if isinstance(m, dict) and isinstance(m.get(k), int | float):
-                out[f"storage {target} {k}"] = (float(m[k]), unit, "higher")
-    return out
+    """metric -> (value, unit, 'higher'|'lower' is better): the run's headline figures
+    (contract.figures), node-wide ones only (per-GPU figures stay in the certificate)."""
+    return {name: (f.value, f.unit, f.better) for name, f in
+            all_figures(rec["results"]).items() if not f.labels or name.startswith("storage ")}
 
 
 def _identity(old: Record, new: Record) -> Result:
@@ -139,32 +106,36 @@ def _stack(old: Record, new: Record) -> Result:
 
 
 def _perf(old: Record, new: Record, limits: Limits) -> list[Result]:
-    rise = float(limits.value("drift.temp_rise_max_c", 5))
     mo, mn = metrics(old), metrics(new)
     out = []
     for name in sorted(set(mo) & set(mn)):
         (a, unit, better), (b, _, _) = mo[name], mn[name]
-        # Storage has its own tolerance: a shared or virtual disk varies more than a GPU.
-        key = "drift.storage_drop_max" if name.startswith("storage ") else "drift.perf_drop_max"
-        drop = float(limits.value(key, 0.10))
-        th = limits.pick(key) if better == "higher" else limits.pick("drift.temp_rise_max_c")
         check = f"drift.perf.{name.replace(' ', '.')}"
-        value = {"old": a, "new": b, "unit": unit}
+        value: dict[str, Any] = {"old": a, "new": b, "unit": unit}
         if better == "higher":
-            change = (b - a) / a if a else 0.0
-            value["change_pct"] = round(100 * change, 1)
-            bad = change < -drop
-            text = f"{name} {a:g} -> {b:g} {unit} ({100 * change:+.1f}%)"
-            limit = f"more than {100 * drop:g}% down fails"
+            # Storage has its own tolerance: a shared or virtual disk varies more than a GPU.
+            key = ("drift.storage_drop_max" if name.startswith("storage ")
+                   else "drift.perf_drop_max")
+            drop = round((a - b) / a, 4) if a else 0.0
+            value["change_pct"] = round(-100 * drop, 1)
+            text = f"{name} {a:g} -> {b:g} {unit} ({-100 * drop:+.1f}%)"
+            measured: float = drop
+            what = "drop from the baseline"
         else:
-            change = b - a
-            value["change"] = round(change, 1)
-            bad = change > rise
-            text = f"{name} {a:g} -> {b:g} {unit} ({change:+g} {unit})"
-            limit = f"more than {rise:g} {unit} up fails"
+            key = "drift.temp_rise_max_c"
+            measured = round(b - a, 1)
+            value["change"] = measured
+            text = f"{name} {a:g} -> {b:g} {unit} ({measured:+g} {unit})"
+            what = "rise from the baseline"
+        t = limits.opt(key) or Threshold(0.10 if better == "higher" else 5.0, "<=",
+                                         "ratio" if better == "higher" else "C",
+                                         "built-in default", "profile key missing")
+        outcome = t.check(measured)
+        bad = not outcome.ok
         out.append(Result(check, Verdict.FAIL if bad else Verdict.PASS,
-                          f"regression: {text}, {limit}" if bad else text, value=value,
-                          unit=unit, thresholds=th, fault_code="NC-REGRESSION" if bad else "",
+                          f"regression: {text}; {what} {outcome.message}" if bad else text,
+                          value=value, unit=unit, thresholds={key: t},
+                          fault_code="NC-REGRESSION" if bad else "",
                           remediation="Compare with the certificate's evidence; look at "
                                       "cooling, links and drives of the node." if bad else ""))
     return out

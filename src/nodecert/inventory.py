@@ -23,7 +23,7 @@ import yaml
 from nodecert.compat import Matrix, default_matrix
 from nodecert.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.stacks import SUPPORTED_OS, stack_paths
-from nodecert.yamldoc import _UniqueKeyLoader
+from nodecert.yamldoc import UniqueKeyLoader
 
 # Variable -> (required, kind, help). `kind` int means a non-negative integer.
 SPEC_VARS: dict[str, tuple[bool, str, str]] = {
@@ -265,7 +265,7 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
         return report
     if path.suffix in (".yml", ".yaml"):
         try:
-            yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+            yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)
         except ManifestError as exc:
             report.problems.append(Problem(None, f"{path}:{(exc.where or '').rsplit(':', 1)[-1]}",
                                            exc.what, exc.hint))

@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from nodecert import __version__, svgplot
+from nodecert_node.contract import all_figures
 
 SIMULATED_TEXT = ("these results were measured on nodecert's simulated GPUs, not on real "
                   "hardware. They prove the software path, not the node.")
@@ -93,12 +94,14 @@ def node_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -> s
 
 
 def key_figures(p: dict[str, Any]) -> dict[str, str]:
-    burn = ((_result(p, "load.burnin") or {}).get("value") or {}).get("tflops_per_gpu") or {}
-    nccl = ((_result(p, "fabric.nccl_allreduce") or {}).get("value") or {}).get("busbw_gbs")
-    peak = ((_result(p, "load.thermal_soak") or {}).get("value") or {}).get("peak_temp_c") or {}
-    return {"tflops": f"{min(burn.values()):.0f} / {max(burn.values()):.0f}" if burn else "-",
-            "busbw": f"{nccl:g} GB/s" if isinstance(nccl, int | float) else "-",
-            "peak": f"{max(peak.values()):g} C" if peak else "-"}
+    """The fleet page's columns, from the same headline figures drift and metrics use."""
+    figs = all_figures(p["results"])
+    gemm = [f.value for n, f in figs.items() if n.startswith("gemm_tflops{")]
+    bw = figs.get("allreduce_busbw")
+    peak = figs.get("soak_peak_temp")
+    return {"tflops": f"{min(gemm):.0f} / {max(gemm):.0f}" if gemm else "-",
+            "busbw": f"{bw.value:g} GB/s" if bw else "-",
+            "peak": f"{peak.value:g} C" if peak else "-"}
 
 
 def fleet_page(statements: list[dict[str, Any]], *, keyid: str) -> str:

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert import drift, thresholds
+from nodecert import drift
 from nodecert.certify import PAYLOAD_TYPE, CertifyRun, certify
 from nodecert.errors import NodecertError
+from nodecert.runs import RunDir, write_json
 from nodecert.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
-from nodecert.validation import ValidationRun, _atomic_write, validate
-from nodecert_node.checks import Limits
-from nodecert_node.result import Result, Verdict
+from nodecert.validation import ValidationRun, validate
+from nodecert_node.contract import Result, Verdict
 
 
 class BaselineError(NodecertError):
@@ -107,15 +107,13 @@ def revalidate(inventory: Path, *, key: PrivateKey, trusted: list[PublicKey],
             res = [Result("drift.baseline", Verdict.WARN, "no certified baseline for this "
                           "host: nothing to compare with (this run becomes its baseline)")]
         else:
-            limits = Limits(thresholds.resolve(hr.spec.gpu_model,
-                                               inventory=hr.spec.validation.get("thresholds"),
-                                               cli=cli_thresholds or {}, host=name))
-            res = drift.compare(base[name], new, limits)
+            # Judged with the thresholds this run used (recorded in its plan).
+            res = drift.compare(base[name], new, hr.plan.limits())
         res = [r.with_(simulated=hr.simulated) for r in res]
         out.drift[name] = res
         hr.results.extend(res)
         hr.save()
-    _atomic_write(run.run_dir / "validate.json", run.summary())
+    write_json(RunDir(run.run_dir).summary, run.summary())
     out.cert = certify(run.run_dir, key)
     return out
 

@@ -18,8 +18,7 @@ import yaml
 from nodecert import yamldoc
 from nodecert.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.paths import data_root
-
-OPS = (">=", "<=", "==", "in")
+from nodecert_node.contract import OPS
 
 
 def validators_dir() -> Path:
@@ -37,24 +36,39 @@ class Profile:
     thresholds: dict[str, dict[str, Any]]
 
 
+def _render_source(key: str, node: yamldoc.Node) -> str:
+    """A profile source as one line: 'Title <URL>' or 'nodecert policy: rationale'."""
+    f = node.mapping(set(), {"title", "url", "policy"})
+    if "policy" in f and not ({"title", "url"} & set(f)):
+        return f"nodecert policy: {f['policy'].text()}"
+    if {"title", "url"} <= set(f) and "policy" not in f:
+        url = f["url"].text()
+        if not url.startswith("https://"):
+            raise f["url"].error(f"source {key}: url must be a public https:// address")
+        return f"{f['title'].text()} <{url}>"
+    raise node.error(f"source {key} must be {{title, url}} (a public source) or "
+                     "{policy} (nodecert policy with a one-line rationale)")
+
+
 def _read_profile(path: Path, name: str) -> Profile:
     root = yamldoc.load(path).mapping({"schema", "thresholds"}, {"sources", "gpu_model"})
     if root["schema"].text() != "nodecert.validator-profile/v1":
         raise root["schema"].error("expected schema nodecert.validator-profile/v1")
-    sources = {k: n.text() for k, n in root["sources"].items()} if "sources" in root else {}
+    sources = ({k: _render_source(k, n) for k, n in root["sources"].items()}
+               if "sources" in root else {})
     out: dict[str, dict[str, Any]] = {}
     for key, node in root["thresholds"].items():
         f = node.mapping({"value", "op", "source"}, {"unit"})
         op = f["op"].choice(OPS)
         src = f["source"].text()
-        cited = src.split(" ", 1)[0]
-        if cited not in sources and not src.startswith("shared/"):
+        cited, _, detail = src.partition(" ")
+        if cited not in sources:
             raise f["source"].error(f"cites {cited!r}, which the file's sources: do not define",
                                     hint=f"define it under sources: ({', '.join(sources)})")
         out[key] = {"value": f["value"].value, "op": op,
                     "unit": f["unit"].text() if "unit" in f else "",
                     "origin": f"profile {name} ({path.parent.name}/{path.name})",
-                    "source": f"{src}: {sources.get(cited, '')}".rstrip(": ")}
+                    "source": f"{sources[cited]}{' ' + detail if detail else ''}"}
     return Profile(name, path, out)
 
 

@@ -6,6 +6,6 @@ because the nodes produce verdicts too; the control side re-exports it.
 
 from __future__ import annotations
 
-from nodecert_node.result import Verdict, worst
+from nodecert_node.contract import Verdict, worst
 
 __all__ = ["Verdict", "worst"]

@@ -17,15 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert.certify import (
-    PAYLOAD_TYPE,
-    PREDICATE_TYPE,
-    READY,
-    STATEMENT_TYPE,
-    canonical_identity,
-    identity_digest,
-)
+from nodecert.certify import PAYLOAD_TYPE, PREDICATE_TYPE, READY, STATEMENT_TYPE
 from nodecert.errors import ExitCode, NodecertError
+from nodecert.identity import identity_changes, identity_digest
 from nodecert.signing import SignatureError, load_public_key, verify_envelope
 from nodecert.validation import validate
 
@@ -55,28 +49,6 @@ class Verification:
 def _parse_time(text: Any) -> dt.datetime:
     t = dt.datetime.fromisoformat(str(text))
     return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
-
-
-def identity_changes(certified: dict[str, Any], live: dict[str, Any]) -> list[str]:
-    """What differs between the certified identity and the live one, in words."""
-    a, b = canonical_identity(certified), canonical_identity(live)
-    out = []
-    for k in ("system_serial", "system_uuid", "baseboard_serial"):
-        if a[k] != b[k]:
-            out.append(f"{k.replace('_', ' ')} {a[k] or '(none)'} -> {b[k] or '(none)'}")
-    for k, label in (("gpus", "GPU"), ("nvme", "NVMe"), ("nic_macs", "NIC")):
-        old = [json.dumps(x, sort_keys=True) for x in a[k]]
-        new = [json.dumps(x, sort_keys=True) for x in b[k]]
-        gone = [x for x in old if x not in new]
-        came = [x for x in new if x not in old]
-        if len(gone) == len(came) == 1:
-            out.append(f"{label} replaced: {gone[0]} -> {came[0]}")
-            continue
-        if gone:
-            out.append(f"{label} no longer present: {', '.join(gone)}")
-        if came:
-            out.append(f"{label} not in the certificate: {', '.join(came)}")
-    return out
 
 
 def statement_problems(st: Any) -> list[str]:

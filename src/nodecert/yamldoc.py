@@ -34,11 +34,11 @@ def _compose_lines(node: yaml.Node, key: PathKey, lines: dict[PathKey, int]) -> 
             _compose_lines(item, (*key, i), lines)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate mapping keys (PyYAML keeps the last one)."""
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+def _construct_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for k_node, _ in node.value:
         k = loader.construct_object(k_node)
@@ -52,7 +52,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict
     return loader.construct_mapping(node)
 
 
-_UniqueKeyLoader.add_constructor(
+UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
     _construct_mapping,
 )
@@ -65,8 +65,8 @@ def load(path: Path) -> Node:
     except OSError as exc:
         raise ManifestError(f"cannot read file: {exc.strerror}", where=str(path)) from exc
     try:
-        root_node = yaml.compose(text, Loader=_UniqueKeyLoader)
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        root_node = yaml.compose(text, Loader=UniqueKeyLoader)
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader subclass
     except ManifestError as exc:
         raise ManifestError(exc.what, where=f"{path}:{(exc.where or '').rsplit(':', 1)[-1]}",
                             hint=exc.hint) from exc

@@ -1,5 +1,9 @@
 import sys
 
+if sys.argv[1:2] == ["local-run"]:
+    from nodecert_node.local import main as local_main
+
+    sys.exit(local_main(sys.argv[2:]))
 from nodecert_node.runner import main
 
 sys.exit(main(sys.argv[1:]))

@@ -27,31 +27,19 @@ import socket
 import time
 from typing import Any
 
-from nodecert_node import tools
+from nodecert_node import state, tools
+from nodecert_node.contract import Plan, all_figures, write_atomic
+from nodecert_node.runner import run_suite
 
-STATE = os.environ.get("NODECERT_STATE_DIR", "/var/lib/nodecert")
+STATE = state.STATE
 TEXTFILE = os.environ.get("NODECERT_TEXTFILE_DIR", "/var/lib/prometheus/node-exporter")
 PENDING = "revalidate-pending"
 VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
 DRAIN_PREFIX = "nodecert:"
 
 
-def save_plan(plan: dict[str, Any]) -> None:
-    """Keep the control side's plan for scheduled runs (only where the schedule is
-    installed: the state directory exists)."""
-    plans = os.path.join(STATE, "plans")
-    if not os.path.isdir(STATE) or not plan.get("suite"):
-        return
-    with contextlib.suppress(OSError):
-        os.makedirs(plans, exist_ok=True)
-        _atomic(os.path.join(plans, f"{plan['suite']}.json"), json.dumps(plan))
-
-
 def _atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_atomic(path, text.encode())
 
 
 def gpu_users(timeout: float = 30) -> list[str]:
@@ -99,21 +87,22 @@ def metrics_text(record: dict[str, Any]) -> str:
     family("nodecert_check_verdict", "gauge",
            "Verdict per check of the last run: 0 PASS, 1 WARN, 2 FAIL, 3 ERROR.",
            [({"check": r["check"]}, VERDICTS.index(r["verdict"])) for r in results])
-    val = {r["check"]: r.get("value") or {} for r in results}
-    burn = val.get("load.burnin", {}).get("tflops_per_gpu") or {}
+    figs = all_figures(results)  # the same headline figures drift and the report use
+
+    def per(prefix: str) -> list[tuple[dict[str, str], float]]:
+        return [(dict(f.labels), f.value) for n, f in sorted(figs.items())
+                if n.startswith(prefix + "{")]
     family("nodecert_gemm_tflops", "gauge", "Sustained GEMM TFLOPS per GPU (load.burnin).",
-           [({"gpu": str(g)}, float(v)) for g, v in sorted(burn.items())])
-    bw = val.get("fabric.nccl_allreduce", {}).get("busbw_gbs")
+           per("gemm_tflops"))
+    bw = figs.get("allreduce_busbw")
     family("nodecert_allreduce_busbw_gbytes_per_second", "gauge",
            "NCCL all-reduce bus bandwidth at the largest size.",
-           [({}, float(bw))] if isinstance(bw, (int, float)) else [])
-    peak = val.get("load.thermal_soak", {}).get("peak_temp_c") or {}
+           [({}, bw.value)] if bw else [])
     family("nodecert_soak_peak_temperature_celsius", "gauge", "Peak GPU temperature in the soak.",
-           [({"gpu": str(g)}, float(v)) for g, v in sorted(peak.items())])
-    fio = val.get("storage.fio") or {}
+           per("soak_peak_temp"))
     family("nodecert_storage_seq_read_mbytes_per_second", "gauge", "fio sequential read.",
-           [({"target": t}, float(m["seq_read_mbps"])) for t, m in sorted(fio.items())
-            if isinstance(m, dict) and "seq_read_mbps" in m])
+           [(dict(f.labels), f.value) for n, f in sorted(figs.items())
+            if n.startswith("storage ") and n.endswith(" seq_read_mbps")])
     return "\n".join(lines) + "\n"
 
 
@@ -191,7 +180,6 @@ def slurm(record: dict[str, Any], node: str, resume: bool) -> str:
 # --- the run -------------------------------------------------------------------------------
 
 def local_run(args: argparse.Namespace) -> int:
-    from nodecert_node.runner import run_suite  # noqa: PLC0415 -- runner imports this module
     os.makedirs(STATE, exist_ok=True)
     with open(os.path.join(STATE, "local.lock"), "w") as lock:
         try:
@@ -207,7 +195,7 @@ def local_run(args: argparse.Namespace) -> int:
                                   "reason": reason, "host": socket.gethostname(),
                                   "started": started, "results": []}
         busy = [] if args.force else gpu_users()
-        plan_path = os.path.join(STATE, "plans", f"{args.suite}.json")
+        plan_path = os.path.join(STATE, "plans", f"{args.suite}.json")  # state.plan_path
         if busy:
             record.update(skipped=f"GPUs busy with user work: {'; '.join(busy[:5])}",
                           verdict="PASS")
@@ -216,8 +204,8 @@ def local_run(args: argparse.Namespace) -> int:
                           "`nodecert validate --suite` from the control side once first")
         else:
             with open(plan_path) as f:
-                plan = json.load(f)
-            plan["checks"] = [c for c in plan.get("checks", []) if c != "stack.conformance"]
+                plan = Plan.from_dict(json.load(f))
+            plan = plan.with_(checks=[c for c in plan.checks if c != "stack.conformance"])
             buf = io.StringIO()
             run_suite(plan, buf, None)
             events = [json.loads(x) for x in buf.getvalue().splitlines() if x.strip()]

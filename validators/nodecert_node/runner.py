@@ -21,23 +21,17 @@ import threading
 import time
 from typing import Any, TextIO
 
-from nodecert_node import __version__, local, tools
-from nodecert_node.checks import REGISTRY, Ctx, run_check
-from nodecert_node.checks import fabric as _fabric  # noqa: F401
-from nodecert_node.checks import framework as _framework  # noqa: F401
-from nodecert_node.checks import hardware as _hardware  # noqa: F401 -- registers its checks
-from nodecert_node.checks import health as _health  # noqa: F401
-from nodecert_node.checks import load as _load  # noqa: F401
-from nodecert_node.checks import stack as _stack  # noqa: F401
-from nodecert_node.checks import storage as _storage  # noqa: F401
-from nodecert_node.result import Evidence, Result, Verdict, error_result
+from nodecert_node import __version__, state, tools
+from nodecert_node.context import Ctx
+from nodecert_node.contract import Evidence, Plan, Result, Verdict, error_result
+from nodecert_node.registry import discover, run_check
 
 SIMULATED_MARK = "/etc/nodecert-lab/SIMULATED"
 _lock = threading.Lock()
 
 
-def simulated(plan: dict[str, Any]) -> bool:
-    return bool(plan.get("simulated")) or os.path.exists(
+def simulated(plan: Plan) -> bool:
+    return plan.simulated or os.path.exists(
         os.environ.get("NODECERT_SIMULATED_MARK", SIMULATED_MARK))
 
 
@@ -47,7 +41,7 @@ def emit(out: TextIO, event: dict[str, Any]) -> None:
         out.flush()
 
 
-def run_one(name: str, plan: dict[str, Any], timeout: float,
+def run_one(name: str, plan: Plan, timeout: float,
             current: dict[str, Any]) -> Result:
     """Run a check in a child process group; timeout or crash -> ERROR with evidence."""
     start = time.monotonic()
@@ -57,7 +51,7 @@ def run_one(name: str, plan: dict[str, Any], timeout: float,
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     current["proc"] = proc
     try:
-        out, err = proc.communicate(json.dumps(plan).encode(), timeout=timeout)
+        out, err = proc.communicate(json.dumps(plan.as_dict()).encode(), timeout=timeout)
     except subprocess.TimeoutExpired:
         _killpg(proc)
         out, err = proc.communicate()
@@ -93,10 +87,10 @@ def _killpg(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def run_suite(plan: dict[str, Any], out: TextIO, stdin: TextIO | None) -> int:
+def run_suite(plan: Plan, out: TextIO, stdin: TextIO | None) -> int:
     sim = simulated(plan)
     emit(out, {"event": "hello", "version": __version__, "python": platform.python_version(),
-               "host": platform.node(), "simulated": sim, "checks": plan.get("checks", [])})
+               "host": platform.node(), "simulated": sim, "checks": list(plan.checks)})
     current: dict[str, Any] = {"proc": None}
     stop = threading.Event()
     if stdin is not None:
@@ -107,14 +101,12 @@ def run_suite(plan: dict[str, Any], out: TextIO, stdin: TextIO | None) -> int:
             if p is not None:
                 _killpg(p)
         threading.Thread(target=watch, daemon=True).start()
-    timeouts: dict[str, float] = plan.get("check_timeouts_s") or {}
-    default = float(plan.get("check_timeout_s", 300))
     verdicts: list[Verdict] = []
-    for name in plan.get("checks", []):
+    for name in plan.checks:
         if stop.is_set():
             break
         emit(out, {"event": "start", "check": name, "t": time.time()})
-        res = run_one(name, plan, float(timeouts.get(name, default)), current)
+        res = run_one(name, plan, plan.timeout_for(name), current)
         if stop.is_set():
             break
         res = res.with_(simulated=sim)
@@ -131,7 +123,7 @@ def check_main(name: str) -> int:
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
-    plan = json.loads(sys.stdin.read())
+    plan = Plan.from_dict(json.loads(sys.stdin.read()))
     res = run_check(name, Ctx(plan))
     sys.stdout.write(json.dumps(res.as_dict()) + "\n")
     return 0
@@ -142,21 +134,28 @@ def main(argv: list[str]) -> int:
         return check_main(argv[1])
     if argv[:2] == ["run", "--plan"] and len(argv) == 3:
         with open(argv[2]) as f:
-            return run_suite(json.load(f), sys.stdout, None)  # local run: no stdin watch
+            return run_suite(Plan.from_dict(json.load(f)), sys.stdout, None)  # no stdin watch
     if argv[:1] == ["run"]:
         line = sys.stdin.readline()
         try:
-            plan = json.loads(line)
-        except ValueError:
-            sys.stderr.write("nodecert_node run: the first stdin line must be the JSON plan\n")
+            raw = json.loads(line)
+            plan = Plan.from_dict(raw)
+        except ValueError as exc:
+            sys.stderr.write(f"nodecert_node run: the first stdin line must be the JSON plan "
+                             f"({exc})\n")
             return 2
-        local.save_plan(plan)  # scheduled runs judge with the same plan (if installed)
+        state.save_plan(raw)  # scheduled runs judge with the same plan (if installed)
         return run_suite(plan, sys.stdout, sys.stdin)
-    if argv[:1] == ["local-run"]:
-        return local.main(argv[1:])
     if argv[:1] == ["list"]:
-        print("\n".join(sorted(REGISTRY)))
+        specs = discover()
+        if argv[1:] == ["--json"]:
+            print(json.dumps([{"name": c.name, "description": c.description,
+                               "suites": list(c.suites), "tools": list(c.tools),
+                               "module": c.module} for c in
+                              sorted(specs.values(), key=lambda c: c.name)], indent=1))
+        else:
+            print("\n".join(sorted(specs)))
         return 0
     sys.stderr.write("usage: python3 -m nodecert_node {run [--plan FILE]|check NAME|list|"
-                     "local-run [--suite S] ...}\n")
+                     "local-run [--suite S] ...|list [--json]}\n")
     return 2

@@ -11,7 +11,7 @@ import subprocess
 import time
 from typing import Sequence
 
-from nodecert_node.result import Evidence
+from nodecert_node.contract import Evidence
 
 # Process groups of the tools running now: each tool gets its own group (so a timeout
 # kills its whole tree); when the check itself is stopped, kill_all() ends them too.

@@ -6,6 +6,11 @@ hostname), the simulated hardware (`/etc/nodecert-lab/hardware.json`, the
 simulator, `lspci` and `dmesg`), and `systemd-nspawn --boot` in its own network
 namespace. `down` removes exactly what the lab created -- found through its
 state file *and* its tags, so a crashed run's leftovers are found too.
+
+This module is long because a host's lifecycle is one state machine over one state
+file: up, readiness, reset and down must agree on every path and process they
+create, and on the order they undo them in. The pieces that stand alone (network,
+block-I/O throttle, root file system, mirror, hardware profiles) live beside it.
 """
 
 from __future__ import annotations

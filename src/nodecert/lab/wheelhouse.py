@@ -19,15 +19,15 @@ from pathlib import Path
 
 from nodecert.stacks import list_stacks
 
-# What each PyTorch build bundles (shared/reference/nvidia-packages.md: P2a for
-# 2.9.0+cu130's lock, P3 for 2.8.0+cu128, P4 for the cu124 line; same-minor
-# releases keep the pins of their lock).
+# What each PyTorch build bundles (the nvidia-cudnn/nccl wheels its lock file pins:
+# 2.9.0+cu130, 2.8.0+cu128, the cu124 line; same-minor releases keep the pins of
+# their lock).
 TORCH_BUNDLES = {
     "2.9": {"13.0": ("9.13.0.50", "2.27.7"), "12.8": ("9.10.2.21", "2.27.5")},
     "2.8": {"12.8": ("9.10.2.21", "2.27.3")},
     "2.5": {"12.4": ("9.1.0.70", "2.21.5")},
 }
-# TensorFlow's tested build (stack-and-thresholds.md A7).
+# TensorFlow's tested build (tensorflow/docs "Tested build configurations").
 TF_BUILDS = {"2.18.0": ("12.5", "9.3")}
 
 _GPU_PROBE = '''

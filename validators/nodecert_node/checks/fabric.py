@@ -1,4 +1,4 @@
-"""fabric.nccl_allreduce, fabric.bandwidth and dcgm.diag: the GPU fabric under load."""
+"""fabric.nccl_allreduce and fabric.bandwidth: the GPU fabric under load."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import os
 import statistics
 from typing import Any
 
-from nodecert_node.checks import Ctx, Limits, check, judge_findings, nvidia_smi_q
-from nodecert_node.checks.framework import WORKERS, NoFramework, events, framework_python
+from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q, within
+from nodecert_node.contract import Evidence, Limits, Result, Verdict
+from nodecert_node.framework import WORKERS, NoFramework, events, framework_python
 from nodecert_node.parse import bench
-from nodecert_node.result import Evidence, Result, Threshold, Verdict
+from nodecert_node.registry import check
 from nodecert_node.tools import Output, ToolError, run, which
 
 
@@ -90,10 +91,8 @@ def judge_nccl(parsed: dict[str, Any], gpus: int, limits: Limits) -> Result:
         warns.append("nccl-tests ran without data validation (-c 0)")
     busbw = rows[-1]["busbw"] if rows else None
     size = rows[-1]["size"] if rows else None
-    floor = limits.value("fabric.allreduce_busbw_gbs_min")
-    if busbw is not None and floor is not None and busbw < float(floor):
-        fails.append(f"bus bandwidth {busbw:g} GB/s at {size} B, needs >= {floor:g} GB/s")
-    elif busbw is not None and floor is None:
+    if busbw is not None and within(limits, "fabric.allreduce_busbw_gbs_min", busbw,
+                                    f"bus bandwidth at {size} B", fails) is None:
         warns.append(f"no bus-bandwidth reference for this model; measured {busbw:g} GB/s")
     return judge_findings(
         name, fails, warns, f"all-reduce over {parsed['ranks'] or gpus} GPUs: busbw {busbw:g} "
@@ -107,7 +106,9 @@ def judge_nccl(parsed: dict[str, Any], gpus: int, limits: Limits) -> Result:
                     if fails else "")
 
 
-@check("fabric.nccl_allreduce")
+@check("fabric.nccl_allreduce", suites=("standard", "full"),
+       tools=("all_reduce_perf",),
+       description="NCCL all-reduce bus bandwidth over all GPUs, with every value checked")
 def nccl_allreduce(ctx: Ctx) -> Result:
     _, gpus, ev = nvidia_smi_q(ctx)
     opts = ctx.options.get("fabric") or {}
@@ -133,7 +134,6 @@ def nccl_allreduce(ctx: Ctx) -> Result:
 def judge_bandwidth(parsed: dict[str, Any], limits: Limits) -> Result:
     name = "fabric.bandwidth"
     fails: list[str] = []
-    peer = float(limits.value("fabric.peer_fraction_min", 0.8))
     value: dict[str, Any] = {}
     for test, key, label in (("host_to_device_memcpy_ce", "fabric.h2d_gbs_min", "host->GPU"),
                              ("device_to_host_memcpy_ce", "fabric.h2d_gbs_min", "GPU->host")):
@@ -144,28 +144,28 @@ def judge_bandwidth(parsed: dict[str, Any], limits: Limits) -> Result:
         per_gpu = {g: v for row in t["matrix"].values() for g, v in row.items()
                    if v is not None}
         value[test] = per_gpu
-        floor = limits.value(key)
         med = statistics.median(per_gpu.values()) if per_gpu else 0.0
         for g, v in sorted(per_gpu.items()):
-            if floor is not None and v < float(floor):
-                fails.append(f"GPU{g} {label} {v:g} GB/s, needs >= {floor:g} GB/s")
-            elif v < peer * med:
-                fails.append(f"GPU{g} {label} {v:g} GB/s, far below its peers "
-                             f"(median {med:g} GB/s)")
+            if within(limits, key, v, f"GPU{g} {label}", fails) is False:
+                continue
+            if med:
+                within(limits, "fabric.peer_fraction_min", round(v / med, 3),
+                       f"GPU{g} {label} {v:g} GB/s as a fraction of its peers' median "
+                       f"({med:g} GB/s)", fails)
     d2d = parsed["tests"].get("device_to_device_memcpy_read_ce")
     if d2d:
         pairs = {(a, b): v for a, row in d2d["matrix"].items() for b, v in row.items()
                  if v is not None}
         value["device_to_device_memcpy_read_ce"] = {f"{a}-{b}": v for (a, b), v in
                                                     pairs.items()}
-        floor = limits.value("fabric.d2d_gbs_min")
         med = statistics.median(pairs.values()) if pairs else 0.0
         for (a, b), v in sorted(pairs.items()):
-            if floor is not None and v < float(floor):
-                fails.append(f"GPU{a}->GPU{b} {v:g} GB/s, needs >= {floor:g} GB/s")
-            elif v < peer * med:
-                fails.append(f"GPU{a}->GPU{b} {v:g} GB/s, far below the other pairs "
-                             f"(median {med:g} GB/s)")
+            if within(limits, "fabric.d2d_gbs_min", v, f"GPU{a}->GPU{b}", fails) is False:
+                continue
+            if med:
+                within(limits, "fabric.peer_fraction_min", round(v / med, 3),
+                       f"GPU{a}->GPU{b} {v:g} GB/s as a fraction of the other pairs' median "
+                       f"({med:g} GB/s)", fails)
     if not value:
         fails.append("nvbandwidth reported no host<->GPU or GPU<->GPU matrix")
     h2d = value.get("host_to_device_memcpy_ce") or {}
@@ -173,16 +173,16 @@ def judge_bandwidth(parsed: dict[str, Any], limits: Limits) -> Result:
         name, fails, [], f"host->GPU {min(h2d.values()):g}-{max(h2d.values()):g} GB/s per GPU"
         + (", GPU<->GPU measured" if d2d else "") if h2d else "measured",
         value=value, unit="GB/s",
-        thresholds={**limits.pick("fabric.h2d_gbs_min", "fabric.d2d_gbs_min"),
-                    "peer_fraction": Threshold(peer, ">=", "ratio", "nodecert",
-                                               "a GPU below this fraction of the median of "
-                                               "its peers fails (derived)")},
+        thresholds=limits.pick("fabric.h2d_gbs_min", "fabric.d2d_gbs_min",
+                               "fabric.peer_fraction_min"),
         fault_code="NC-BANDWIDTH" if fails else "",
         remediation="Compare with hardware.pcie and hardware.topology for the named GPU; "
                     "reseat or check the PCIe switch / NVLink." if fails else "")
 
 
-@check("fabric.bandwidth")
+@check("fabric.bandwidth", suites=("standard", "full"),
+       tools=("nvbandwidth",),
+       description="host<->GPU and GPU<->GPU copy bandwidth per GPU and pair")
 def bandwidth(ctx: Ctx) -> Result:
     _, gpus, ev = nvidia_smi_q(ctx)
     opts = ctx.options.get("fabric") or {}
@@ -206,31 +206,3 @@ def bandwidth(ctx: Ctx) -> Result:
     ev.append(out.evidence)
     return judge_bandwidth(bench.parse_nvbandwidth(out.text), ctx.limits).with_(
         evidence=tuple(ev))
-
-
-# --- dcgm.diag --------------------------------------------------------------------------
-
-def judge_dcgm(parsed: dict[str, Any], level: int) -> Result:
-    fails = [f"DCGM {t}: {r}" for t, r in parsed["tests"].items() if r.lower().startswith("fail")]
-    warns = [f"DCGM {t}: {r}" for t, r in parsed["tests"].items() if r.lower().startswith("warn")]
-    ran = [t for t, r in parsed["tests"].items() if not r.lower().startswith("skip")]
-    return judge_findings(
-        "dcgm.diag", fails, warns, f"dcgmi diag -r {level}: {len(ran)} tests passed "
-        f"(DCGM {parsed['meta'].get('DCGM Version', '?')})",
-        value={"level": level, "tests": parsed["tests"], "meta": parsed["meta"]},
-        fault_code="NC-DCGM" if fails else "",
-        remediation="Read the failing DCGM test's details in the evidence; DCGM's guidance "
-                    "for hardware failures is to reset, re-run, then RMA." if fails else "")
-
-
-@check("dcgm.diag")
-def dcgm_diag(ctx: Ctx) -> Result:
-    level = int((ctx.options.get("fabric") or {}).get("dcgm_level", 1))
-    out = run(["dcgmi", "diag", "-r", str(level)], name="dcgmi diag",
-              timeout=float((ctx.options.get("fabric") or {}).get("dcgm_timeout_s", 1800)),
-              ok_codes=range(0, 256))
-    res = judge_dcgm(bench.parse_dcgmi_diag(out.text), level)
-    if res.verdict is Verdict.PASS and out.returncode not in (0, None):
-        res = res.with_(verdict=Verdict.ERROR, summary=f"dcgmi exited with status "
-                        f"{out.returncode}", fault_code="NC-DCGM")
-    return res.with_(evidence=(out.evidence,))

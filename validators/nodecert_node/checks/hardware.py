@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nodecert_node.checks import Ctx, Facts, Gathered, Limits, check, judge_findings, nvidia_smi_q
+from nodecert_node.context import Ctx, Facts, Gathered, judge_findings, nvidia_smi_q, within
+from nodecert_node.contract import Evidence, Limits, Result, Verdict
 from nodecert_node.parse import pci, system, topo
-from nodecert_node.result import Evidence, Result, Verdict
+from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, read_file, run
 
 # --- hardware.inventory -----------------------------------------------------------------
@@ -67,7 +68,7 @@ def gather_inventory(ctx: Ctx) -> Gathered:
 
 
 def identity(facts: Facts) -> dict[str, Any]:
-    """The node's hardware identity, the certificate's subject (issue 7)."""
+    """The node's hardware identity, the certificate's subject."""
     dmi = facts.get("dmi") or {}
     return {"system_serial": dmi.get("system_serial", ""),
             "system_uuid": dmi.get("system_uuid", ""),
@@ -92,15 +93,11 @@ def _judge_gpus(facts: Facts, spec: dict[str, Any], limits: Limits, fails: list[
         lost = sorted(set(pci_gpus) - {g["bus_id"] for g in gpus})
         fails.append(f"{len(pci_gpus)} NVIDIA GPUs on the PCI bus but {len(gpus)} visible to "
                      f"the driver (not initialised: {', '.join(lost) or 'unknown'})")
-    names = limits.value("gpu.names")
     for g in gpus:
-        if names and g["name"] not in names:
-            fails.append(f"GPU {g['bus_id']} is a {g['name']!r}, the spec orders "
-                         f"{spec.get('gpu_model')} ({' / '.join(names)})")
-        vram = limits.value("gpu.memory_mib_min")
-        if vram is not None and (g["memory_total_mib"] or 0) < vram:
-            fails.append(f"GPU {g['bus_id']} has {g['memory_total_mib']} MiB memory, expected "
-                         f">= {vram} MiB")
+        within(limits, "gpu.names", g["name"],
+               f"GPU {g['bus_id']} model (the spec orders {spec.get('gpu_model')})", fails)
+        within(limits, "gpu.memory_mib_min", g["memory_total_mib"],
+               f"GPU {g['bus_id']} memory", fails)
         if not g.get("serial") or not g.get("uuid"):
             warns.append(f"GPU {g['bus_id']} reports no serial/UUID: it cannot be bound to "
                          "the certificate")
@@ -137,12 +134,12 @@ def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Resul
                 fails.append(f"NVMe {d['name']} is {d['size_bytes'] / 1e9:.0f} GB, the spec "
                              f"orders >= {spec['nvme_min_gb']} GB")
     n = max(len(gpus), 1)
-    per_core = limits.value("host.cpu_cores_per_gpu")
-    if per_core and cores is not None and cores / n < per_core:
-        warns.append(f"{cores / n:g} CPU cores per GPU, below the rule of thumb of {per_core}")
-    per_ram = limits.value("host.ram_gb_per_gpu")
-    if per_ram and ram is not None and ram / n < per_ram:
-        warns.append(f"{ram / n:g} GB RAM per GPU, below the rule of thumb of {per_ram}")
+    if cores is not None:
+        within(limits, "host.cpu_cores_per_gpu", round(cores / n, 1),
+               "CPU cores per GPU (sizing rule)", warns)
+    if ram is not None:
+        within(limits, "host.ram_gb_per_gpu", round(ram / n, 1), "RAM per GPU (sizing rule)",
+               warns)
     ident = identity(facts)
     if not ident["system_serial"] and not ident["baseboard_serial"]:
         warns.append("no DMI system or baseboard serial: the certificate is bound to GPUs, "
@@ -162,7 +159,9 @@ def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Resul
                     "part, then re-run `nodecert validate`." if fails else "")
 
 
-@check("hardware.inventory")
+@check("hardware.inventory", suites=("quick", "standard", "full"),
+       tools=("nvidia-smi", "lspci", "lscpu", "dmidecode", "lsblk"),
+       description="GPUs, CPU, memory and NVMe against the order; the hardware identity")
 def hardware_inventory(ctx: Ctx) -> Result:
     facts, ev = gather_inventory(ctx)
     return judge_inventory(facts, ctx.spec, ctx.limits).with_(evidence=tuple(ev))
@@ -185,11 +184,11 @@ def judge_pcie(gpus: list[dict[str, Any]], devices: list[dict[str, Any]],
         wmax, wcur = g.get("pcie_width_max"), g.get("pcie_width_current")
         links.append({"device": f"GPU {bus}", "gen": gcur, "gen_max": gmax, "width": wcur,
                       "width_max": wmax, "pstate": g.get("pstate")})
-        if want_gen and gmax is not None and gmax < want_gen:
-            fails.append(f"GPU {bus}: link can reach Gen{gmax} at most, expected Gen{want_gen} "
-                         "(slot, riser or BIOS limits it)")
-        if want_width and wmax is not None and wmax < want_width:
-            fails.append(f"GPU {bus}: link is at most x{wmax}, expected x{want_width}")
+        if gmax is not None:
+            within(limits, "pcie.gen", gmax, f"GPU {bus} maximum link generation (the slot, "
+                   "riser or BIOS limits it)", fails)
+        if wmax is not None:
+            within(limits, "pcie.width", wmax, f"GPU {bus} maximum link width", fails)
         if wcur is not None and wmax is not None and wcur < wmax:
             msg = f"GPU {bus}: link trained at x{wcur} of x{wmax}"
             if active:
@@ -227,7 +226,9 @@ def judge_pcie(gpus: list[dict[str, Any]], devices: list[dict[str, Any]],
     return res.with_(findings=res.findings + tuple(notes))
 
 
-@check("hardware.pcie")
+@check("hardware.pcie", suites=("quick", "standard", "full"),
+       tools=("nvidia-smi", "lspci"),
+       description="each GPU's PCIe link generation and width against the model's")
 def hardware_pcie(ctx: Ctx) -> Result:
     _, gpus, ev = nvidia_smi_q(ctx)
     devices: list[dict[str, Any]] = []
@@ -252,7 +253,6 @@ def judge_topology(facts: Facts, limits: Limits) -> Result:
         return Result(name, Verdict.PASS, "PCIe-only GPU model: no NVLink expected",
                       value={"nvlink": "not expected"}, thresholds=limits.pick(
                           "nvlink.links_per_gpu"))
-    link_gbs = limits.value("nvlink.link_gbs")
     status = facts.get("nvlink") or {}
     for idx in range(len(facts.get("gpus", []))):
         if "nvlink" in facts and idx not in status:
@@ -266,12 +266,10 @@ def judge_topology(facts: Facts, limits: Limits) -> Result:
         if down:
             fails.append(f"GPU{idx}: NVLink {', '.join(down)} inactive "
                          f"({len(links) - len(down)} of {len(links)} up)")
-        if len(links) < want_links:
-            fails.append(f"GPU{idx}: {len(links)} NVLinks reported, expected {want_links}")
-        slow = [f"{k} ({v:g} GB/s)" for k, v in enumerate(links)
-                if v is not None and link_gbs and v < float(link_gbs) * 0.99]
-        if slow:
-            fails.append(f"GPU{idx}: NVLink {', '.join(slow)} below {link_gbs} GB/s")
+        within(limits, "nvlink.links_per_gpu", len(links), f"GPU{idx} NVLinks reported", fails)
+        for k, v in enumerate(links):
+            if v is not None:
+                within(limits, "nvlink.link_gbs", v, f"GPU{idx} NVLink {k} speed", fails)
     matrix: dict[str, dict[str, str]] = facts.get("matrix") or {}
     gpus = sorted(matrix, key=lambda g: int(g[3:]))
     pairs_ok = 0
@@ -288,10 +286,9 @@ def judge_topology(facts: Facts, limits: Limits) -> Result:
             else:
                 pairs_ok += 1
     if limits.value("nvswitch.count"):
-        want_sw = int(limits.value("nvswitch.count"))
         got_sw = facts.get("nvswitches")
-        if got_sw is not None and got_sw < want_sw:
-            fails.append(f"{got_sw} NVSwitches on the PCI bus, expected {want_sw}")
+        if got_sw is not None:
+            within(limits, "nvswitch.count", got_sw, "NVSwitches on the PCI bus", fails)
         for g in facts.get("gpus", []):
             st, stat = g.get("fabric_state"), g.get("fabric_status")
             if st is not None and (st != "Completed" or (stat and stat != "Success")):
@@ -314,7 +311,9 @@ def judge_topology(facts: Facts, limits: Limits) -> Result:
                     if fails else "")
 
 
-@check("hardware.topology")
+@check("hardware.topology", suites=("quick", "standard", "full"),
+       tools=("nvidia-smi", "lspci", "systemctl"),
+       description="NVLink links and speed, NVSwitches, fabric state and Fabric Manager")
 def hardware_topology(ctx: Ctx) -> Result:
     _, gpus, ev = nvidia_smi_q(ctx)
     facts: Facts = {"gpus": gpus}

@@ -7,9 +7,10 @@ import os
 import time
 from typing import Any
 
-from nodecert_node.checks import Ctx, Limits, NoGpu, check, judge_findings, nvidia_smi_q
+from nodecert_node.context import Ctx, NoGpu, judge_findings, nvidia_smi_q, within
+from nodecert_node.contract import Limits, Result, Threshold
 from nodecert_node.parse import kernel
-from nodecert_node.result import Result, Threshold
+from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
 
 HW_REASONS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal Slowdown",
@@ -23,7 +24,6 @@ def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: st
     name = "health.gpu"
     fails: list[str] = []
     warns: list[str] = []
-    retired_max = limits.value("health.retired_pages_max")
     for line in raw.splitlines():
         low = line.lower()
         if "unable to determine the device handle" in low or "fallen off the bus" in low:
@@ -51,8 +51,7 @@ def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: st
         if g.get("remap_failure"):
             fails.append(f"{b}: row remapping failed: the GPU has run out of spare rows (RMA)")
         retired = (g.get("retired_sbe") or 0) + (g.get("retired_dbe") or 0)
-        if retired_max is not None and retired > retired_max:
-            fails.append(f"{b}: {retired} retired pages, above the limit of {retired_max}")
+        within(limits, "health.retired_pages_max", retired, f"{b} retired pages", fails)
         if g.get("retired_pending"):
             fails.append(f"{b}: page retirement pending: the GPU needs a reset")
         reasons = g.get("clock_reasons") or {}
@@ -82,7 +81,9 @@ def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: st
                     if fails else "")
 
 
-@check("health.gpu")
+@check("health.gpu", suites=("quick", "standard", "full"),
+       tools=("nvidia-smi",),
+       description="ECC, row remapping, retired pages, clock-event reasons, infoROM")
 def health_gpu(ctx: Ctx) -> Result:
     header, gpus, ev = nvidia_smi_q(ctx)
     return judge_gpu_health(header, gpus, ev[0].output, ctx.limits).with_(evidence=tuple(ev))
@@ -151,7 +152,9 @@ def judge_xids(events: list[dict[str, Any]], catalog: dict[int, dict[str, Any]],
     return res.with_(findings=res.findings + tuple(notes))
 
 
-@check("health.xid")
+@check("health.xid", suites=("quick", "standard", "full"),
+       tools=("dmesg",),
+       description="NVIDIA Xid errors in the kernel log, judged with the Xid catalog")
 def health_xid(ctx: Ctx) -> Result:
     try:  # GPU names only label the events; the kernel log is judged without them too
         _, gpus, ev = nvidia_smi_q(ctx)

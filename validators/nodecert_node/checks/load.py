@@ -15,18 +15,90 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections import Counter
 from typing import Any
 
-from nodecert_node.checks import Ctx, Limits, check, judge_findings, nvidia_smi_q
-from nodecert_node.checks.framework import NoFramework, framework, judge_gemm, run_gemm
+from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q, within
+from nodecert_node.contract import Evidence, Limits, Result, Verdict
+from nodecert_node.framework import NoFramework, framework, gemm_summary, run_gemm
 from nodecert_node.parse import bench, smi
-from nodecert_node.result import Evidence, Result, Threshold, Verdict
+from nodecert_node.registry import check
 from nodecert_node.tools import run, which
 
-# clocks_event_reasons bits (NVML; stack-and-thresholds.md C5).
+# clocks_event_reasons bits (NVML nvmlClocksEventReasons / DCGM dcgm_fields.h).
 HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_BRAKE = 0x8, 0x20, 0x40, 0x80
 SOAK_FIELDS = ["index", "temperature.gpu", "temperature.gpu.tlimit", "clocks.sm",
                "power.draw", "clocks_event_reasons.active", "temperature.memory"]
+
+def judge_gemm(per_gpu: dict[int, list[dict[str, Any]]], limits: Limits,
+               check_name: str = "load.burnin") -> Result:
+    fails: list[str] = []
+    warns: list[str] = []
+    errors: list[str] = []
+    s = {g: gemm_summary(evs) for g, evs in sorted(per_gpu.items())}
+    dtype = next((x["dtype"] for x in s.values() if x["dtype"]), "bf16")
+    floor_key = f"burnin.tflops_min_{dtype}"
+    for g, x in s.items():
+        ready, done = x["ready"], x["done"]
+        if ready.get("ref_bad"):
+            fails.append(f"GPU{g}: its first {dtype} product differs from the float64 reference "
+                         f"({ready['ref_bad']} elements, max relative error "
+                         f"{ready.get('ref_max_rel', 0):.3g}): wrong results from the start")
+        bad = sum(int(m.get("bad", 0)) for m in x["mismatches"])
+        if bad:
+            first = x["mismatches"][0]
+            fails.append(f"GPU{g}: silent data corruption: {bad} elements differ from the "
+                         f"reference product beyond the {dtype} tolerance (first at iteration "
+                         f"{first.get('iter')}, max relative error "
+                         f"{float(first.get('max_rel', 0)):.3g})")
+        elif x["mismatches"]:
+            warns.append(f"GPU{g}: repeated products are not bit-identical "
+                         f"({len(x['mismatches'])} checks), all within the {dtype} tolerance")
+        if x["errors"] or not done:
+            errors.append(f"GPU{g}: the GEMM load did not finish: "
+                          f"{(x['errors'] or ['no result reported'])[-1][:300]}")
+    rates = {g: x["sustained"] for g, x in s.items() if x["sustained"] is not None}
+    best = max(rates.values(), default=0.0)
+    for g, v in rates.items():
+        within(limits, floor_key, round(v, 1), f"GPU{g} sustained {dtype} TFLOPS", fails)
+        if best:
+            within(limits, "load.peer_fraction_min", round(v / best, 3),
+                   f"GPU{g} {v:.0f} TFLOPS as a fraction of the node's best GPU "
+                   f"({best:.0f})", fails)
+    digests = Counter(x["ready"].get("ref_digest") for x in s.values()
+                      if x["ready"].get("ref_digest"))
+    if len(digests) > 1:
+        common = digests.most_common(1)[0][0]
+        odd = [g for g, x in s.items() if x["ready"].get("ref_digest") not in (None, common)]
+        warns.append(f"GPU{', GPU'.join(str(g) for g in odd)}: reference product differs "
+                     "from the other GPUs' on identical inputs (different kernel or GPU)")
+    thresholds = {**limits.pick("load.peer_fraction_min"), **limits.pick(floor_key)}
+    value = {"tflops_per_gpu": {str(g): round(v, 1) for g, v in rates.items()},
+             "dtype": dtype, "n": next((x["n"] for x in s.values() if x["n"]), None),
+             "seconds": max((float(x["done"].get("seconds", 0)) for x in s.values()),
+                            default=0.0), "load": "torch"}
+    facts = {"windows": {str(g): x["windows"] for g, x in s.items()},
+             "gpu_names": {str(g): x["name"] for g, x in s.items()},
+             "framework": {k: next((x["ready"].get(k) for x in s.values()
+                                    if x["ready"].get(k)), None) for k in ("torch", "cuda")}}
+    if fails or not errors:
+        lo = min(rates.values(), default=0.0)
+        return judge_findings(
+            check_name, fails, warns + errors,
+            f"{len(rates)} GPUs, {dtype} GEMM {value['n']}^3 for {value['seconds']:g} s: "
+            f"{lo:.0f}-{best:.0f} TFLOPS sustained, results bit-exact vs the reference",
+            value=value, unit="TFLOPS", thresholds=thresholds, facts=facts,
+            fault_code="NC-BURNIN" if fails else "",
+            remediation="A GPU with wrong results or far below its peers is not ready: check "
+                        "its clocks and temperatures (load.thermal_soak), reseat, or RMA."
+                        if fails else "")
+    return Result(check_name, Verdict.ERROR, errors[0] if len(errors) == 1 else
+                  f"{errors[0]} (+{len(errors) - 1} more)", value=value, unit="TFLOPS",
+                  thresholds=thresholds, findings=tuple(errors + warns), facts=facts,
+                  fault_code="NC-LOAD-ERROR",
+                  remediation="Read the worker's output in the evidence (CUDA errors, Xids in "
+                              "dmesg); fix the cause and re-run. An ERROR is never a pass.")
+
 
 # --- load.burnin ------------------------------------------------------------------------
 
@@ -48,6 +120,7 @@ def no_framework(name: str, exc: NoFramework, ev: list[Evidence]) -> Result:
 
 
 def judge_burnin(parsed: dict[str, Any], limits: Limits) -> Result:
+    """gpu_burn's output: result errors per GPU, FP32 throughput against the node's best."""
     fails: list[str] = []
     last = parsed["reports"][-1] if parsed["reports"] else {"gflops": [], "errors": []}
     for g, verdict in sorted(parsed["verdicts"].items()):
@@ -60,12 +133,12 @@ def judge_burnin(parsed: dict[str, Any], limits: Limits) -> Result:
     n = max((len(r["gflops"]) for r in half), default=0)
     per_gpu = [sum(r["gflops"][g] for r in half if g < len(r["gflops"])) / len(half)
                for g in range(n)]
-    frac = float(limits.value("load.peer_fraction_min", 0.9))
     best = max(per_gpu, default=0.0)
     for g, v in enumerate(per_gpu):
-        if v < frac * best:
-            fails.append(f"GPU{g}: {v:.0f} Gflop/s sustained, {100 * (1 - v / best):.0f}% below "
-                         f"the node's best GPU ({best:.0f})")
+        if best:
+            within(limits, "load.peer_fraction_min", round(v / best, 3),
+                   f"GPU{g} {v:.0f} Gflop/s as a fraction of the node's best GPU "
+                   f"({best:.0f})", fails)
     if not per_gpu:
         fails.append("gpu_burn reported no throughput")
     return judge_findings(
@@ -73,16 +146,16 @@ def judge_burnin(parsed: dict[str, Any], limits: Limits) -> Result:
         f"{min(per_gpu, default=0):.0f}-{best:.0f} Gflop/s (FP32 GEMM), no result errors",
         value={"gflops_per_gpu": [round(v, 1) for v in per_gpu], "seconds": parsed["seconds"],
                "load": "gpu_burn"}, unit="Gflop/s",
-        thresholds={"peer_fraction": Threshold(frac, ">=", "ratio", "nodecert",
-                                               "issue #6: more than 10% below the best GPU "
-                                               "in the node fails")},
+        thresholds=limits.pick("load.peer_fraction_min"),
         fault_code="NC-BURNIN" if fails else "",
         remediation="A GPU with result errors or far below its peers is not ready: check "
                     "its clocks and temperatures (load.thermal_soak), reseat, or RMA."
                     if fails else "")
 
 
-@check("load.burnin")
+@check("load.burnin", suites=("standard", "full"),
+       tools=("gpu_burn",),
+       description="a GEMM on every GPU in the framework: correct results, sustained TFLOPS")
 def burnin(ctx: Ctx) -> Result:
     _, gpus, ev = nvidia_smi_q(ctx)  # no GPU or no driver: FAIL before any load
     seconds = int((ctx.options.get("load") or {}).get("burnin_s", 60))
@@ -105,9 +178,6 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
     temperature where the GPU reports one (pre-Hopper), else None (T.Limit margin used)."""
     fails: list[str] = []
     warns: list[str] = []
-    margin_min = float(limits.value("soak.headroom_c_min", 2))
-    clock_min = limits.value("soak.sm_clock_min_mhz")
-    mem_max = limits.value("soak.mem_temp_max_c")
     series: dict[int, list[list[float | None]]] = {}
     flagged: set[tuple[int, str]] = set()
     for row in samples:
@@ -136,14 +206,18 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
                      f"{clock or 0:g} MHz)", fails)
         if reasons & SW_THERMAL:
             once("sw", f"GPU{g}: SW Thermal Slowdown under load (sample {k})", warns)
-        if headroom is not None and headroom <= margin_min:
-            once("temp", f"GPU{g}: {headroom:g} C from its max operating temperature "
-                 f"(at {temp or 0:g} C), limit {margin_min:g} C", fails)
-        if mem_max is not None and mem is not None and mem > float(mem_max):
-            once("mem", f"GPU{g}: memory at {mem:g} C under load, above {mem_max} C", fails)
-        if clock_min is not None and clock is not None and clock < float(clock_min):
-            once("clock", f"GPU{g}: SM clock {clock:g} MHz under load, below "
-                 f"{clock_min} MHz", fails)
+        if headroom is not None and (g, "temp") not in flagged:
+            miss: list[str] = []
+            within(limits, "soak.headroom_c_min", headroom, f"GPU{g} headroom to its max "
+                   f"operating temperature (at {temp or 0:g} C, sample {k})", miss)
+            for m in miss:
+                once("temp", m, fails)
+        if mem is not None and (g, "mem") not in flagged:
+            miss = []
+            within(limits, "soak.mem_temp_max_c", mem,
+                   f"GPU{g} memory temperature under load (sample {k})", miss)
+            for m in miss:
+                once("mem", m, fails)
     if not samples:
         fails.append("no telemetry samples were taken during the load")
     peak = {g: max(float(s[1] or 0) for s in ss) for g, ss in series.items()}
@@ -154,8 +228,7 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
         f"{len(series)} GPUs, {len(samples) // max(len(series), 1)} samples each: peak "
         f"{max(peak.values(), default=0):g} C, no hardware slowdown",
         value={"peak_temp_c": peak, "peak_mem_temp_c": mem_peak, "samples": len(samples)},
-        thresholds={**limits.pick("soak.headroom_c_min", "soak.sm_clock_min_mhz",
-                                  "soak.mem_temp_max_c")},
+        thresholds=limits.pick("soak.headroom_c_min", "soak.mem_temp_max_c"),
         facts={"series_fields": ["sample", "temp_c", "sm_mhz", "power_w", "reasons",
                                  "mem_temp_c"],
                "series": {str(g): ss for g, ss in series.items()}},
@@ -185,7 +258,9 @@ def _sample(stop: threading.Event, rows: list[dict[str, str]], raw: list[str],
     return proc
 
 
-@check("load.thermal_soak")
+@check("load.thermal_soak", suites=("standard", "full"),
+       tools=("nvidia-smi", "gpu_burn"),
+       description="temperatures, clocks, power and slowdown reasons under a sustained load")
 def thermal_soak(ctx: Ctx) -> Result:
     _, gpus, ev = nvidia_smi_q(ctx)
     seconds = int((ctx.options.get("load") or {}).get("soak_s", 60))

@@ -15,9 +15,10 @@ import stat
 import struct
 from typing import Any
 
-from nodecert_node.checks import Ctx, Limits, check, judge_findings
+from nodecert_node.context import Ctx, judge_findings
+from nodecert_node.contract import Evidence, Limits, Result, Threshold, Verdict
 from nodecert_node.parse import fio
-from nodecert_node.result import Evidence, Result, Threshold, Verdict
+from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
 
 MiB = 1024 * 1024
@@ -153,9 +154,11 @@ def judge_storage(measured: dict[str, dict[str, float]], limits: Limits,
             continue
         used[metric] = t
         for target, m in measured.items():
-            if metric in m and m[metric] < float(t.value):
-                fails.append(f"{target}: {metric.replace('_', ' ')} {m[metric]:.0f} {unit}, "
-                             f"needs >= {t.value:g} {unit} ({t.origin})")
+            if metric in m:
+                outcome = t.check(round(m[metric], 1))
+                if not outcome.ok:
+                    fails.append(f"{target} {metric.replace('_', ' ')}: {outcome.message} "
+                                 f"({t.origin})")
     summary = "; ".join(
         f"{t}: read {m.get('seq_read_mbps', 0):.0f} MB/s, write "
         f"{m.get('seq_write_mbps', 0):.0f} MB/s, 4k {m.get('rand_read_iops', 0):.0f} IOPS, "
@@ -213,7 +216,9 @@ def _run_jobs(target: str, opts: dict[str, Any], timeout: float, ev: list[Eviden
     return m
 
 
-@check("storage.fio")
+@check("storage.fio", suites=("quick", "standard", "full"),
+       tools=("fio",),
+       description="sequential, random and checkpoint I/O on the allowed scratch targets")
 def storage_fio(ctx: Ctx) -> Result:
     opts = dict(ctx.options.get("storage") or {})
     targets = list(opts.get("targets") or ["/var/tmp/nodecert/scratch"])

@@ -1,0 +1,79 @@
+"""The main job as one library call: provision -> conformance -> validate -> certify.
+
+`provision` on the command line is a thin wrapper over `run_chain`; a site's own
+tooling can call it the same way, without click.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nodecert.errors import ExitCode
+from nodecert.verdict import Verdict
+
+DEFAULT_KEY = Path("~/.config/nodecert/keys/nodecert.key")
+
+
+@dataclass
+class ChainResult:
+    provision: Any  # provisioning.ProvisionReport
+    validation: Any = None  # validation.ValidationRun, unless stopped before
+    certification: Any = None  # certify.CertifyRun, unless stopped before
+    created_key: Any = None  # signing.KeyPair, when the default key was created now
+
+    @property
+    def exit_code(self) -> int:
+        code = int(self.provision.exit_code)
+        if self.validation is not None:
+            ok = self.validation.verdict <= Verdict.WARN and not self.validation.interrupted
+            code = max(code, int(ExitCode.OK if ok else ExitCode.FAILED))
+        if self.certification is not None:
+            code = max(code, int(ExitCode.OK if self.certification.all_ready
+                                 else ExitCode.FAILED))
+        return code
+
+
+def signing_key(key_path: Path | None) -> tuple[Any, Any]:
+    """(private key, KeyPair created now or None): the given key, else the default one,
+    created 0600 on first use."""
+    from nodecert.signing import init_key, load_private_key
+
+    created = None
+    if key_path is None:
+        key_path = DEFAULT_KEY.expanduser()
+        if not key_path.exists():
+            created = init_key(key_path.parent)
+    return load_private_key(key_path), created
+
+
+def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = (),
+              check: bool = False, tags: tuple[str, ...] = (), forks: int = 10,
+              mirror: str | None = None, runs_dir: Path = Path("runs"),
+              validate: bool = True, certify: bool = True, suite: str = "quick",
+              key_path: Path | None = None,
+              progress: Callable[[str], None] | None = None) -> ChainResult:
+    """Provision (gate first: nothing is touched when it fails), then validate and
+    certify every host unless told to stop earlier. Raises NodecertError on bad input."""
+    from nodecert.certify import certify as sign_run
+    from nodecert.provisioning import provision
+    from nodecert.validation import validate as run_validation
+
+    say = progress or (lambda line: None)
+    report = provision(inventory, stack, limit=limit, check=check, tags=tags, forks=forks,
+                       mirror=mirror, runs_dir=runs_dir, progress=say)
+    result = ChainResult(report)
+    if report.gate_failed or check or not validate:
+        return result
+    say(f"validating (suite {suite}) ...")
+    result.validation = run_validation(inventory, suite=suite, limit=limit, stack=stack,
+                                       runs_dir=runs_dir, progress=say)
+    if certify:
+        key, result.created_key = signing_key(key_path)
+        result.certification = sign_run(result.validation.run_dir, key)
+    return result
+
+
+__all__ = ["ChainResult", "run_chain", "signing_key"]

@@ -1,0 +1,41 @@
+"""The ``nodecert`` command line: thin wrappers over the library, one module per group.
+
+Exit codes (all commands): 0 success (PASS/WARN), 1 a rule or check FAILed,
+2 bad input (unknown name, malformed file).
+"""
+
+from __future__ import annotations
+
+import click
+
+from nodecert import __version__
+from nodecert.cli.certs import certify_cmd, keys, verify_cmd
+from nodecert.cli.inventory import inventory
+from nodecert.cli.lab import lab
+from nodecert.cli.provision import provision
+from nodecert.cli.revalidate import history_cmd, revalidate_cmd
+from nodecert.cli.stack import stack
+from nodecert.cli.validate import validate_cmd
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nodecert")
+def main() -> None:
+    """nodecert: provision, validate and certify NVIDIA GPU servers.
+
+    \b
+    Exit codes: 0 PASS/WARN, 1 FAIL, 2 bad input.
+    """
+
+
+for _command in (stack, inventory, lab, provision, validate_cmd, keys, certify_cmd, verify_cmd,
+                 revalidate_cmd, history_cmd):
+    main.add_command(_command)
+
+
+def provision_main() -> None:
+    """Entry point of the `provision` console script (same as `nodecert provision`)."""
+    provision(prog_name="provision")
+
+
+__all__ = ["main", "provision", "provision_main"]

@@ -1,0 +1,159 @@
+"""nodecert keys, certify, verify: signing keys and certificates."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nodecert.cli.common import DEFAULT_KEY_DIR, emit_json, handle_errors, json_option
+from nodecert.errors import ExitCode
+
+_KEYS_INIT_HELP = """Create a signing key pair: NAME.key (private, mode 0600) and NAME.pub.
+
+ECDSA P-256 by default (what HSMs and cloud KMSs offer, so moving the key into
+one later needs no rotation); Ed25519 on request. Never overwrites a key.
+Give customers the .pub: it is what `nodecert verify --pubkey` trusts.
+
+\b
+Exit codes: 0 created, 2 refused (exists, bad type).
+
+\b
+Examples:
+  nodecert keys init
+  nodecert keys init --type ed25519 --out /etc/nodecert/keys
+"""
+
+
+@click.group()
+def keys() -> None:
+    """Signing keys for certificates."""
+
+
+@keys.command("init", help=_KEYS_INIT_HELP)
+@click.option("--type", "key_type", type=click.Choice(["ecdsa-p256", "ed25519"]),
+              default="ecdsa-p256", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_KEY_DIR,
+              show_default=True, help="Directory for nodecert.key and nodecert.pub.")
+@handle_errors
+def keys_init(key_type: str, out_dir: Path) -> None:
+    from nodecert.signing import init_key
+
+    kp = init_key(out_dir.expanduser(), key_type)
+    click.echo(f"private key: {kp.private} (0600; keep it secret)")
+    click.echo(f"public key:  {kp.public} (give this to whoever verifies)")
+    click.echo(f"key id:      {kp.keyid}")
+
+
+def print_certified(run: Any) -> None:
+    for n in run.nodes:
+        sim = " (SIMULATED)" if n.simulated else ""
+        why = f": {n.reasons[0]}" + (f" (+{len(n.reasons) - 1} more)" if len(n.reasons) > 1
+                                     else "") if n.reasons else ""
+        click.echo(f"{n.host:<14} {n.verdict}{sim}{why}")
+    click.echo(f"certificates: {run.out_dir} (fleet page {run.index}, JUnit {run.junit})")
+
+
+def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
+             out_dir: Path | None) -> Any:
+    from nodecert.certify import DEFAULT_VALID_DAYS, certify
+    from nodecert.chain import signing_key
+
+    key, created = signing_key(key_path)
+    if created is not None:
+        click.echo(f"created signing key {created.private} (0600) and {created.public}",
+                   err=True)
+    run = certify(run_dir, key, out_dir=out_dir, valid_days=valid_days or DEFAULT_VALID_DAYS)
+    print_certified(run)
+    return run
+
+
+_CERTIFY_HELP = """Sign a certificate for every node of a validation run.
+
+Per node: an in-toto Statement v1 in a DSSE envelope (NODE.intoto.dsse.json),
+bound to the node's hardware identity (DMI/baseboard serials, GPU serials and
+UUIDs, NIC MACs, NVMe serials) and holding the verdict, every result with its
+threshold and source, the pinned stack and the software found; a self-contained
+HTML page with plots (NODE.html) and JUnit XML; plus index.html and junit.xml for
+the fleet. READY only if every planned check reported and none FAILed or
+ERRORed; a node that is not ready still gets a signed report that says why.
+
+\b
+Exit codes: 0 every node READY, 1 a node NOT READY, 2 bad input (run dir, key).
+
+\b
+Examples:
+  nodecert certify runs/20261129-101500-a1b2c3
+  nodecert certify runs/20261129-101500-a1b2c3 --key /etc/nodecert/keys/nodecert.key --valid-days 30
+"""
+
+
+@click.command("certify", help=_CERTIFY_HELP)
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--key", "key_path", type=click.Path(path_type=Path),
+              help="Signing key (default: ~/.config/nodecert/keys/nodecert.key, created if "
+                   "missing).")
+@click.option("--valid-days", type=click.IntRange(min=1), default=90, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="Report directory (default: RUN_DIR/reports).")
+@handle_errors
+def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int,
+                out_dir: Path | None) -> None:
+    run = _certify(run_dir, key_path, valid_days, out_dir)
+    sys.exit(int(ExitCode.OK if run.all_ready else ExitCode.FAILED))
+
+
+_VERIFY_HELP = """Verify a node certificate offline, and optionally against the live host.
+
+Checks, in order: the DSSE signature against the trusted public key(s) given
+with --pubkey (nothing else is trusted), the payload type and in-toto Statement
+schema, the validity window, the subject digest against the certified hardware
+identity, with --host the host's hardware now (read over SSH: a swapped GPU or
+board fails), and the verdict. A SIMULATED certificate is refused unless
+--allow-simulated. Every step is printed.
+
+\b
+Exit codes: 0 valid and READY, 1 invalid, expired, altered, for other hardware
+or NOT READY, 2 bad input (unreadable report or key).
+
+\b
+Examples:
+  nodecert verify gpu-h200-01.intoto.dsse.json --pubkey nodecert.pub
+  nodecert verify h1.intoto.dsse.json --pubkey nodecert.pub --host h1 -i lab.ini --allow-simulated
+"""
+
+
+@click.command("verify", help=_VERIFY_HELP)
+@click.argument("report", type=click.Path(path_type=Path))
+@click.option("--pubkey", "pubkeys", multiple=True, required=True,
+              type=click.Path(path_type=Path), help="Trusted public key (repeatable).")
+@click.option("--host", help="Also compare with this host's live hardware identity.")
+@click.option("-i", "--inventory", type=click.Path(path_type=Path),
+              help="Inventory to reach --host with.")
+@click.option("--allow-simulated", is_flag=True,
+              help="Accept a certificate of simulated hardware (lab, tests).")
+@json_option
+@handle_errors
+def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
+               inventory: Path | None, allow_simulated: bool, as_json: bool) -> None:
+    from nodecert.verify import ReportError, live_identity, verify_report
+
+    if host and inventory is None:
+        raise ReportError("--host needs --inventory to reach the host",
+                          hint=f"add -i INVENTORY (the inventory {host} is in)")
+    live = live_identity(host, inventory) if host and inventory else None
+    v = verify_report(report, list(pubkeys), allow_simulated=allow_simulated,
+                      live_identity=live)
+    if as_json:
+        emit_json({"report": str(report), "valid": v.ok,
+                    "steps": [{"step": n, "ok": ok, "detail": d} for n, ok, d in v.steps]})
+        sys.exit(int(v.exit_code))
+    for name, ok, detail in v.steps:
+        mark = click.style("ok  ", fg="green") if ok else click.style("FAIL", fg="red",
+                                                                          bold=True)
+        click.echo(f"{mark} {name:<14} {detail}")
+    click.echo("VALID: the certificate holds and the node is READY" if v.ok else
+               "NOT VALID: see the failed step(s) above")
+    sys.exit(int(v.exit_code))

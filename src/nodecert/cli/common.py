@@ -1,0 +1,122 @@
+"""What every command shares: error handling, output, the options declared once.
+
+Errors: a NodecertError becomes a ClickException subclass carrying its exit code
+(`BadInput` 2, `Failed` 1) that prints "error: WHAT\n  how to fix: HINT".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from nodecert.errors import ExitCode, NodecertError
+from nodecert.verdict import Verdict
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_KEY_DIR = Path("~/.config/nodecert/keys")
+_COLOURS = {Verdict.PASS: "green", Verdict.WARN: "yellow", Verdict.FAIL: "red",
+            Verdict.ERROR: "magenta"}
+
+
+class CommandError(click.ClickException):
+    """A NodecertError on its way out; the subclass carries the exit code."""
+
+    exit_code = int(ExitCode.BAD_INPUT)
+
+    def __init__(self, error: NodecertError) -> None:
+        super().__init__(error.render())
+        self.error = error
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class BadInput(CommandError):
+    """Exit 2: the input was wrong (unknown name, malformed file); says how to fix it."""
+
+    exit_code = int(ExitCode.BAD_INPUT)
+
+
+class Failed(CommandError):
+    """Exit 1: the input was fine, the answer is no."""
+
+    exit_code = int(ExitCode.FAILED)
+
+
+def command_error(error: NodecertError) -> CommandError:
+    return Failed(error) if error.exit_code == ExitCode.FAILED else BadInput(error)
+
+
+def handle_errors(fn: F) -> F:
+    """Turn a NodecertError into a clear message on stderr and its exit code."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except NodecertError as exc:
+            raise command_error(exc) from exc
+    return wrapper  # type: ignore[return-value]
+
+
+def emit_json(data: object) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def verdict_text(v: Verdict) -> str:
+    return click.style(f"{v!s:<5}", fg=_COLOURS[v], bold=v is not Verdict.PASS)
+
+
+def parse_date(ctx: click.Context, param: click.Parameter, value: str | None) -> dt.date | None:
+    if value is None:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a date like 2026-11-29") from None
+
+
+def split_hosts(limit: tuple[str, ...]) -> tuple[str, ...]:
+    """--limit a,b --limit c -> (a, b, c)."""
+    return tuple(h for item in limit for h in item.split(",") if h)
+
+
+def progress_to_stderr(line: str) -> None:
+    click.echo(line, err=True)
+
+
+# Options several commands take, declared once.
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print machine-readable JSON instead of text.")
+inventory_option = click.option("-i", "--inventory", "path", required=True,
+                                type=click.Path(path_type=Path),
+                                help="Ansible inventory with the hosts and their spec.")
+limit_option = click.option("--limit", multiple=True,
+                            help="Only these hosts (repeatable or comma-separated).")
+runs_dir_option = click.option("--runs-dir", type=click.Path(path_type=Path),
+                               default=Path("runs"), show_default=True,
+                               help="Where run directories are kept.")
+suite_option = click.option("--suite", default="quick", show_default=True,
+                            help="quick | standard | full (validators/suites.yml).")
+checks_option = click.option("--check", "checks", multiple=True,
+                             help="Only these checks of the suite (repeatable).")
+threshold_option = click.option("--threshold", "threshold_items", multiple=True,
+                                metavar="KEY=VALUE",
+                                help="Override a threshold for every host (recorded as the "
+                                     "command line's).")
+
+
+def print_validation(run: Any) -> None:
+    click.echo(f"{'host':<14} {'verdict':<8} {'status':<12} detail")
+    for name, h in sorted(run.hosts.items()):
+        bad = [r for r in h.results if r.verdict.value >= Verdict.FAIL.value]
+        detail = h.error or "; ".join(f"{r.check}: {r.summary}" for r in bad[:3]) or h.counts()
+        sim = " SIMULATED" if h.simulated else ""
+        click.echo(f"{name:<14} {h.verdict.name:<8} {h.status:<12} {detail}{sim}")
+    click.echo(f"run: {run.run_dir}")

@@ -1,0 +1,45 @@
+"""nodecert inventory: check an inventory and its order spec."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from nodecert.cli.common import emit_json, handle_errors, json_option
+from nodecert.errors import ExitCode
+from nodecert.inventory import check_inventory
+
+
+@click.group()
+def inventory() -> None:
+    """Ansible inventories with each host's ordered hardware spec."""
+
+
+@inventory.command("check")
+@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
+              help="INI or YAML Ansible inventory.")
+@json_option
+@handle_errors
+def inventory_check(path: Path, as_json: bool) -> None:
+    """Validate an inventory: hosts, order spec (nodecert_* vars), duplicates.
+
+    Exit 0 if valid, 2 with every problem listed otherwise.
+
+    \b
+    Example:
+      nodecert inventory check --inventory inventory/sample/lab.ini
+    """
+    report = check_inventory(path)
+    if as_json:
+        emit_json(report.as_dict())
+    else:
+        for p in report.problems:
+            click.echo(f"error: {p.render()}", err=True)
+        for h in report.hosts.values():
+            click.echo(f"{h.name:<16} {h.address}:{h.port}  {h.gpu_count}x {h.gpu_model}, "
+                       f"{h.cpu_cores} cores, {h.ram_gb} GB RAM, {h.nvme_count} NVMe"
+                       + (f", stack {h.stack}" if h.stack else ""))
+        click.echo(f"{len(report.hosts)} host(s) valid, {len(report.problems)} problem(s)")
+    sys.exit(int(ExitCode.OK if report.ok else ExitCode.BAD_INPUT))

@@ -1,0 +1,118 @@
+"""nodecert lab: the built-in lab of SSH hosts with simulated GPUs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nodecert.cli.common import emit_json, handle_errors, json_option
+from nodecert.errors import ExitCode
+
+
+@click.group()
+def lab() -> None:
+    """The built-in lab: SSH hosts with real systemd/apt and SIMULATED GPUs.
+
+    Hosts are systemd-nspawn containers on a private bridge (10.78.0.0/24 by
+    default, NODECERT_LAB_SUBNET to change), in network namespaces with no
+    default route and no DNS. Needs root and: systemd-container mmdebstrap
+    iproute2 openssh-client dpkg apt-utils.
+
+    \b
+    Examples:
+      nodecert lab up --nodes 2 --profile h200-sxm-8
+      nodecert lab up --nodes 4 --profile h200-sxm-8 --profile l40s-pcie-4 --faults f.yml
+      ssh -F /var/tmp/nodecert-lab/state/ssh_config h1 nvidia-smi
+      nodecert lab faults f.yml        # change injected faults on running hosts
+      nodecert lab reset h1
+      nodecert lab down
+    """
+
+
+def _lab() -> Any:
+    from nodecert.lab.hosts import Lab  # imported lazily: only lab commands need it
+    return Lab(log=lambda m: click.echo(m, err=True))
+
+
+@lab.command("up")
+@click.option("--nodes", default=2, show_default=True, help="Number of hosts (h1..hN).")
+@click.option("--profile", "profiles", multiple=True, default=("h200-sxm-8",), show_default=True,
+              help="Hardware profile; repeat to alternate profiles across hosts "
+                   "(h200-sxm-8, h100-sxm-8, a100-sxm-8, l40s-pcie-4).")
+@click.option("--faults", "faults_file", type=click.Path(path_type=Path, exists=True,
+                                                          dir_okay=False),
+              help="YAML fault file to inject (see README, 'Lab faults').")
+@json_option
+@handle_errors
+def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
+           as_json: bool) -> None:
+    """Build (once) the base image and mirror, then boot NODES hosts."""
+    result = _lab().up(nodes=nodes, profiles=profiles, faults_file=faults_file)
+    if as_json:
+        emit_json(result)
+        return
+    for h in result["hosts"]:
+        click.echo(f"{h['name']:<5} {h['ip']:<14} {h['profile']:<12} SIMULATED GPUs  up")
+    t = result["timings"]
+    click.echo(f"ready in {t['hosts_ready_s']:.1f} s (base {t['base_s']:.1f} s, "
+               f"mirror {t['mirror_s']:.1f} s)")
+    click.echo(f"inventory:   {result['inventory']}")
+    click.echo(f"ssh config:  {result['ssh_config']}  (known_hosts checked strictly: "
+               f"{result['known_hosts']})")
+    click.echo(f"try:         ssh -F {result['ssh_config']} h1 lspci -nn")
+    click.echo(f"             nodecert inventory check -i {result['inventory']}")
+
+
+@lab.command("status")
+@json_option
+@handle_errors
+def lab_status(as_json: bool) -> None:
+    """Show the lab's hosts, whether each is running and ssh-ready, and faults."""
+    st = _lab().status()
+    if as_json:
+        emit_json(st)
+        return
+    if not st["hosts"]:
+        click.echo("the lab is down")
+    for h in st["hosts"]:
+        state = "ssh-ready" if h["ssh"] else ("running" if h["running"] else "STOPPED")
+        click.echo(f"{h['name']:<5} {h['ip']:<14} {h['profile']:<12} {state}")
+    for f in st["faults"]:
+        click.echo(f"fault: {f['host']}: {f['kind']} {f['params']}")
+    if st["stale_netns"]:
+        click.echo(f"stale namespaces from an earlier run: {', '.join(st['stale_netns'])} "
+                   "(`nodecert lab down` removes them)")
+    sys.exit(int(ExitCode.OK if st["up"] or not st["hosts"] else ExitCode.FAILED))
+
+
+@lab.command("reset")
+@click.argument("host")
+@handle_errors
+def lab_reset(host: str) -> None:
+    """Make HOST pristine again: fresh filesystem, same identity and host key."""
+    seconds = _lab().reset(host)
+    click.echo(f"{host} reset in {seconds:.1f} s")
+
+
+@lab.command("faults")
+@click.argument("faults_file", required=False,
+                type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@handle_errors
+def lab_faults(faults_file: Path | None) -> None:
+    """Replace the injected faults on running hosts (none given: clear all faults)."""
+    faults = _lab().apply_faults(faults_file)
+    click.echo(f"{len(faults)} fault(s) active")
+
+
+@lab.command("down")
+@click.option("--drop-guard", is_flag=True,
+              help="Also remove the blackhole guard route for the lab subnet.")
+@handle_errors
+def lab_down(drop_guard: bool) -> None:
+    """Stop every lab host and remove everything the lab created."""
+    r = _lab().down(drop_guard=drop_guard)
+    click.echo(f"lab down: {r['hosts']} host(s) stopped, {r['stale_netns']} stale namespace(s) "
+               f"and {r['stale_mounts']} stale mount(s) removed")

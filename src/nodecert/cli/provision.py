@@ -1,0 +1,103 @@
+"""nodecert provision: gate, Ansible, conformance, then validate and certify."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from nodecert.cli.certs import print_certified
+from nodecert.cli.common import emit_json, handle_errors, json_option, print_validation, split_hosts
+from nodecert.cli.stack import print_gate
+
+_PROVISION_HELP = """Provision hosts with a pinned stack, then verify each one.
+
+The compatibility gate runs first for every GPU model and OS in the inventory:
+an incompatible stack stops here, before any SSH connection. Then Ansible
+(playbooks/site.yml) runs on all hosts in parallel -- a failing or unreachable
+host does not stop the others -- and every provisioned host is checked for
+conformance (exact versions installed and held, services up, nvidia-smi reports
+the pinned driver). The run is kept under runs/<timestamp>-<id>/.
+
+Then, unless told not to, every host is validated (--suite, default quick) and
+certified: a signed certificate, an HTML page and JUnit XML per node plus a
+fleet index under runs/<validation run>/reports/ (the signing key is --key, or
+~/.config/nodecert/keys/nodecert.key, created 0600 on first use).
+
+\b
+Exit codes: 0 every host provisioned, conformant, validated and READY, 1 a host
+failed or is NOT READY (or the gate failed), 2 bad input.
+
+\b
+Examples:
+  provision --inventory inventory/sample/lab.ini --stack r580-cuda13.0
+  provision -i lab.ini --stack r580-cuda13.0 --suite standard --key keys/nodecert.key
+  provision -i lab.ini --stack r580-cuda13.0 --no-certify
+  provision -i /var/tmp/nodecert-lab/state/inventory.ini --stack r580-cuda13.0 --check
+  nodecert provision -i lab.ini --stack r570-cuda12.8 --limit gpu-h200-01 --tags driver
+  provision -i lab.ini --stack r580-cuda13.0 --mirror http://mirror.example/nodecert
+"""
+
+
+@click.command("provision", help=_PROVISION_HELP)
+@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
+              help="INI or YAML Ansible inventory.")
+@click.option("--stack", "stack_name", help="Stack to install (default: nodecert_stack).")
+@click.option("--limit", multiple=True, help="Only these hosts (repeatable).")
+@click.option("--check", "check_mode", is_flag=True, help="Dry run: change nothing.")
+@click.option("--tags", multiple=True,
+              help="Only these components (repo, driver, fabric_manager, cuda_toolkit, cudnn, "
+                   "nccl, dcgm, framework, validators); repeatable.")
+@click.option("--forks", default=10, show_default=True, help="Hosts provisioned in parallel.")
+@click.option("--mirror", help="Base of an air-gapped mirror laid out like the lab's: "
+                               "<mirror>/nvidia (apt) and <mirror>/simple (wheels).")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
+              show_default=True, help="Where run artifacts are kept.")
+@click.option("--no-validate", is_flag=True, help="Stop after provisioning and conformance.")
+@click.option("--no-certify", is_flag=True, help="Validate but do not sign certificates.")
+@click.option("--suite", default="quick", show_default=True, help="Validation suite.")
+@click.option("--key", "key_path", type=click.Path(path_type=Path),
+              help="Signing key (default: ~/.config/nodecert/keys/nodecert.key).")
+@json_option
+@handle_errors
+def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_mode: bool,
+              tags: tuple[str, ...], forks: int, mirror: str | None, runs_dir: Path,
+              no_validate: bool, no_certify: bool, suite: str, key_path: Path | None,
+              as_json: bool) -> None:
+    from nodecert.chain import run_chain
+
+    res = run_chain(path, stack_name, limit=split_hosts(limit), check=check_mode, tags=tags,
+                    forks=forks, mirror=mirror, runs_dir=runs_dir, validate=not no_validate,
+                    certify=not no_certify, suite=suite, key_path=key_path,
+                    progress=lambda line: click.echo(line, err=True))
+    report = res.provision
+    if as_json:
+        emit_json(report.as_dict())
+        sys.exit(report.exit_code)
+    if report.gate_failed:
+        for hosts, gate in report.gates:
+            click.echo(f"preflight for {', '.join(hosts)}:")
+            print_gate(gate)
+        click.echo("preflight FAILED: no host was touched.", err=True)
+        sys.exit(report.exit_code)
+    click.echo(f"{'host':<14} {'result':<12} {'ok':>4} {'chg':>4} {'fail':>4}  detail")
+    for h in report.hosts.values():
+        result = h.status
+        detail = h.first_error or ""
+        if h.conformance is not None:
+            result = "conformant" if h.conformance.ok else "NOT CONFORMANT"
+            detail = "; ".join(h.conformance.problems) or (
+                f"{h.conformance.checked} checks passed")
+        if check_mode and h.status == "provisioned":
+            result = "checked"
+        click.echo(f"{h.host:<14} {result:<12} {h.ok:>4} {h.changed:>4} {h.failed:>4}  {detail}")
+    click.echo(f"run: {report.run_dir}")
+    if res.validation is not None:
+        print_validation(res.validation)
+    if res.created_key is not None:
+        click.echo(f"created signing key {res.created_key.private} (0600) and "
+                   f"{res.created_key.public}", err=True)
+    if res.certification is not None:
+        print_certified(res.certification)
+    sys.exit(res.exit_code)

@@ -1,0 +1,121 @@
+"""nodecert revalidate and history: drift against the certified baseline."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from nodecert.cli.common import (
+    DEFAULT_KEY_DIR,
+    emit_json,
+    handle_errors,
+    json_option,
+    verdict_text,
+)
+from nodecert.errors import ExitCode
+
+_REVALIDATE_HELP = """Validate again and compare each node with its certified baseline.
+
+The baseline (--baseline: a reports directory of certificates, or a run
+directory; default the newest runs/*/reports) is verified with the trusted keys
+first (--pubkey, and the public half of --key). Each node then gets, in its new
+results: drift.identity (a swapped GPU/board/NIC/drive), drift.stack (any pinned
+package changed or no longer held, driver, kernel module, framework), one
+drift.perf.<metric> per figure both runs measured (down more than 10%, or the
+soak peak more than 5 C up, fails: drift.* thresholds), drift.health (new
+hardware Xids or ECC errors). The new run is certified.
+
+\b
+Exit codes: 0 no regression and every node READY, 1 a regression, drift or NOT
+READY node, 2 bad input (inventory, baseline that does not verify, key).
+
+\b
+Examples:
+  nodecert revalidate -i lab.ini
+  nodecert revalidate -i lab.ini --baseline runs/20261129-101500-a1b2c3/reports --suite standard
+  nodecert revalidate -i lab.ini --key /etc/nodecert/keys/nodecert.key --pubkey old-signer.pub
+"""
+
+
+@click.command("revalidate", help=_REVALIDATE_HELP)
+@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path))
+@click.option("--baseline", type=click.Path(path_type=Path),
+              help="Reports or run directory to compare with (default: newest under "
+                   "--runs-dir).")
+@click.option("--suite", default="quick", show_default=True)
+@click.option("--limit", multiple=True, help="Only these hosts (repeatable or comma-separated).")
+@click.option("--check", "checks", multiple=True,
+              help="Only these checks of the suite (repeatable).")
+@click.option("--stack", "stack_name", help="Stack to check conformance against.")
+@click.option("--threshold", "threshold_items", multiple=True, metavar="KEY=VALUE",
+              help="Override a threshold (drift.perf_drop_max=0.05, ...).")
+@click.option("--key", "key_path", type=click.Path(path_type=Path),
+              help="Signing key (default: ~/.config/nodecert/keys/nodecert.key).")
+@click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(path_type=Path),
+              help="Also trust this signer for the baseline (repeatable).")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
+              show_default=True)
+@handle_errors
+def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[str, ...],
+                   checks: tuple[str, ...], stack_name: str | None,
+                   threshold_items: tuple[str, ...], key_path: Path | None,
+                   pubkeys: tuple[Path, ...], runs_dir: Path) -> None:
+    from nodecert.revalidate import revalidate
+    from nodecert.signing import load_private_key, load_public_key
+    from nodecert.thresholds import parse_cli_thresholds
+
+    key_path = key_path or DEFAULT_KEY_DIR.expanduser() / "nodecert.key"
+    key = load_private_key(key_path)
+    trusted = [key.public_key(), *(load_public_key(p) for p in pubkeys)]
+    limit = tuple(h for item in limit for h in item.split(",") if h)
+    rv = revalidate(path, key=key, trusted=trusted, baseline=baseline, suite=suite,
+                    runs_dir=runs_dir, limit=limit, stack=stack_name, checks=checks,
+                    cli_thresholds=parse_cli_thresholds(threshold_items),
+                    progress=lambda line: click.echo(line, err=True))
+    click.echo(f"baseline: {rv.baseline or '(none found)'}")
+    for host, results in sorted(rv.drift.items()):
+        for r in results:
+            click.echo(f"{host:<14} {verdict_text(r.verdict)} {r.check:<34} {r.summary}")
+    assert rv.cert is not None
+    for n in rv.cert.nodes:
+        click.echo(f"{n.host:<14} {n.verdict}{' (SIMULATED)' if n.simulated else ''}")
+    click.echo(f"run: {rv.run.run_dir}\ncertificates: {rv.cert.out_dir}")
+    sys.exit(int(ExitCode.FAILED if rv.regressed or not rv.cert.all_ready else ExitCode.OK))
+
+
+_HISTORY_HELP = """A node's validation history: every run under --runs-dir, oldest first.
+
+One line per run: when, suite, verdict, failing checks, and the key figures
+(GEMM TFLOPS of the slowest GPU, all-reduce busbw, soak peak, storage read).
+
+\b
+Exit codes: 0 shown, 2 no run holds this host.
+
+\b
+Examples:
+  nodecert history h1
+  nodecert history gpu-h200-01 --runs-dir /srv/nodecert/runs --json
+"""
+
+
+@click.command("history", help=_HISTORY_HELP)
+@click.argument("host")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
+              show_default=True)
+@json_option
+@handle_errors
+def history_cmd(host: str, runs_dir: Path, as_json: bool) -> None:
+    from nodecert.history import history
+
+    rows = history(runs_dir, host)
+    if as_json:
+        emit_json(rows)
+        return
+    click.echo(f"{'when':<20} {'run':<24} {'suite':<9} {'verdict':<8} figures / failing")
+    for r in rows:
+        figs = " ".join(f"{k}={v}" for k, v in r["figures"].items())
+        bad = "; ".join(r["failing"][:3])
+        click.echo(f"{r['when']:<20} {r['run_id']:<24} {r['suite']:<9} {r['verdict']:<8} "
+                   f"{figs}{'  ' + bad if bad else ''}")

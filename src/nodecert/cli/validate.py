@@ -1,0 +1,76 @@
+"""nodecert validate: the node-side checks on every host."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from nodecert.cli.common import emit_json, handle_errors, print_validation
+from nodecert.errors import ExitCode
+from nodecert.verdict import Verdict
+
+_VALIDATE_HELP = """Run the node-side checks on every host, in parallel, and record each verdict.
+
+Each host runs its suite's checks (hardware inventory against the spec, PCIe
+links, NVLink/NVSwitch topology, GPU health, Xid history, stack conformance,
+storage with fio) over SSH with strict host-key checking. Progress streams per
+host; every result (value, threshold and its source, evidence) lands in
+runs/<timestamp>-<id>/<host>/results.json as it arrives. An unreachable host is
+reported and the others go on; Ctrl-C keeps finished results and marks the
+rest as not run. Results from simulated (lab) hosts are stamped SIMULATED.
+
+\b
+Exit codes: 0 every host PASS or WARN, 1 any FAIL or ERROR (or interrupted),
+2 bad input (inventory, suite, threshold).
+
+\b
+Examples:
+  nodecert validate -i /var/tmp/nodecert-lab/state/inventory.ini --suite quick
+  nodecert validate -i lab.ini --suite standard --limit gpu-h200-01,gpu-h200-02
+  nodecert validate -i lab.ini --check health.gpu --check health.xid
+  nodecert validate -i lab.ini --threshold storage.seq_read_mbps_min=3000 --scratch-dir /data/tmp
+"""
+
+
+@click.command("validate", help=_VALIDATE_HELP)
+@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
+              help="Ansible inventory with the hosts and their spec.")
+@click.option("--suite", default="quick", show_default=True,
+              help="quick | standard | full (validators/suites.yml).")
+@click.option("--limit", multiple=True, help="Only these hosts (repeatable or comma-separated).")
+@click.option("--check", "checks", multiple=True,
+              help="Only these checks of the suite (repeatable).")
+@click.option("--stack", "stack_name",
+              help="Stack to check conformance against (default: the host's nodecert_stack).")
+@click.option("--threshold", "threshold_items", multiple=True, metavar="KEY=VALUE",
+              help="Override a threshold for every host (recorded as the command line's).")
+@click.option("--scratch-dir", help="Directory the storage test may write to on every host "
+              "(default: the host's nodecert_storage_targets, else /var/tmp/nodecert/scratch).")
+@click.option("--forks", default=16, show_default=True, help="Hosts validated in parallel.")
+@click.option("--host-timeout", type=click.FloatRange(min=1), metavar="SECONDS",
+              help="Limit for a whole host (default: every check at its suite limit + 120 s).")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
+              show_default=True, help="Where run directories are created.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@handle_errors
+def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],
+                 stack_name: str | None, threshold_items: tuple[str, ...],
+                 scratch_dir: str | None, forks: int, host_timeout: float | None,
+                 runs_dir: Path, as_json: bool) -> None:
+    from nodecert.thresholds import parse_cli_thresholds
+    from nodecert.validation import validate
+
+    limit = tuple(h for item in limit for h in item.split(",") if h)
+    run = validate(path, suite=suite, limit=limit, stack=stack_name, forks=forks,
+                   runs_dir=runs_dir, cli_thresholds=parse_cli_thresholds(threshold_items),
+                   scratch=scratch_dir, checks=checks, host_timeout_s=host_timeout,
+                   progress=lambda line: click.echo(line, err=True))
+    code = ExitCode.OK if run.verdict <= Verdict.WARN and not run.interrupted \
+        else ExitCode.FAILED
+    if as_json:
+        emit_json(run.summary())
+        sys.exit(int(code))
+    print_validation(run)
+    sys.exit(int(code))

@@ -1,0 +1,250 @@
+"""The SSH protocol with a node: ship the node code, send the plan, read its events.
+
+Per host: connect (paramiko, strict host keys), install the node code
+(content-addressed, once per version), start `python3 -m nodecert_node run`, send
+the plan as one JSON line and read one JSON event per line back (hello, start,
+result, done). Each result is saved as it arrives; a host that drops, hangs past
+its limit or is interrupted keeps what finished and the rest becomes ERROR.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from nodecert import conformance
+from nodecert.nodessh import connect, describe_error
+from nodecert.runs import HostRun
+from nodecert_node.contract import Evidence, Result, error_result
+
+Progress = Callable[[str], None]
+REMOTE_BASE = "/var/tmp/nodecert/node"
+HEARTBEAT_S = 15.0
+
+
+def node_code_dir() -> Path:
+    """The node package's directory, found without importing it (the control side
+    imports only its contract)."""
+    spec = importlib.util.find_spec("nodecert_node")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the nodecert_node package is not installed with nodecert")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def node_bundle() -> tuple[bytes, str]:
+    """The node code as a reproducible tar.gz and its sha256."""
+    src = node_code_dir()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
+        for path in sorted(src.rglob("*")):
+            if "__pycache__" in path.parts or path.is_dir():
+                continue
+            info = tar.gettarinfo(str(path), arcname=str(Path("nodecert_node") /
+                                                          path.relative_to(src)))
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.mode = 0o644
+            with path.open("rb") as f:
+                tar.addfile(info, f)
+    data = buf.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+class LineReader:
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self.chan = chan
+        self.buf = b""
+
+    def line(self, deadline: float, stop: threading.Event) -> bytes | None:
+        """The next line, or None at EOF; TimeoutError past deadline; stops on `stop`."""
+        while b"\n" not in self.buf:
+            if stop.is_set():
+                raise InterruptedError
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            self.chan.settimeout(min(left, 1.0))
+            try:
+                chunk = self.chan.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line
+
+
+class NodeSessions:
+    def __init__(self, runs: dict[str, HostRun], say: Progress, stop: threading.Event,
+                 bundle: tuple[bytes, str]) -> None:
+        self.runs = runs
+        self.say = say
+        self.stop = stop
+        self.bundle, self.sha = bundle
+        self.lock = threading.Lock()
+
+    def emit(self, hr: HostRun, text: str) -> None:
+        with self.lock:
+            self.say(f"{hr.host:<14} {text}")
+
+    def run_host(self, hr: HostRun) -> None:
+        hr.started = time.time()
+        hr.status = "running"
+        hr.save()
+        try:
+            client = connect(hr.endpoint)
+        except (paramiko.SSHException, OSError) as exc:
+            hr.status, hr.error = "unreachable", describe_error(exc, hr.endpoint)
+            hr.finish_missing(f"host unreachable: {hr.error}", "NC-HOST-UNREACHABLE")
+            self.emit(hr, f"UNREACHABLE: {hr.error}")
+            hr.finished = time.time()
+            hr.save()
+            return
+        try:
+            self._session(hr, client)
+        finally:
+            client.close()
+            hr.finished = time.time()
+            hr.save()
+
+    def _exec(self, client: paramiko.SSHClient, cmd: str, data: bytes | None,
+              timeout: float) -> tuple[int, str]:
+        chan = client.get_transport().open_session()  # type: ignore[union-attr]
+        chan.settimeout(timeout)
+        chan.exec_command(cmd)
+        if data is not None:
+            chan.sendall(data)
+        chan.shutdown_write()
+        out = b""
+        while True:
+            chunk = chan.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+        rc = chan.recv_exit_status()
+        chan.close()
+        return rc, out.decode(errors="replace")
+
+    def _install_code(self, client: paramiko.SSHClient) -> str:
+        """Ship the node code once per version (content-addressed directory)."""
+        remote = f"{REMOTE_BASE}/{self.sha[:16]}"
+        _, out = self._exec(client, f"test -f {remote}/.complete && echo present", None, 30)
+        if "present" not in out:
+            rc, out = self._exec(
+                client, f"set -e; rm -rf {remote}.tmp; mkdir -p {remote}.tmp; "
+                f"tar -xzf - -C {remote}.tmp; touch {remote}.tmp/.complete; "
+                f"rm -rf {remote}; mv {remote}.tmp {remote}", self.bundle, 60)
+            if rc != 0:
+                raise OSError(f"could not install the node code in {remote}: {out[-300:]}")
+        return remote
+
+    def _session(self, hr: HostRun, client: paramiko.SSHClient) -> None:
+        try:
+            remote = self._install_code(client)
+        except (paramiko.SSHException, OSError, TimeoutError) as exc:
+            hr.status, hr.error = "lost", f"setting up the node code failed: {exc}"
+            hr.finish_missing(hr.error, "NC-HOST-LOST")
+            self.emit(hr, f"ERROR: {hr.error}")
+            return
+        chan = client.get_transport().open_session()  # type: ignore[union-attr]
+        chan.exec_command(f"cd {remote} && exec {hr.endpoint.python} -m nodecert_node run")
+        chan.sendall((json.dumps(hr.plan.as_dict()) + "\n").encode())
+        reader = LineReader(chan)
+        deadline = time.monotonic() + 60
+        host_end = time.monotonic() + float(hr.plan.host_timeout_s)
+        try:
+            while hr.status == "running":
+                raw = reader.line(min(deadline, host_end), self.stop)
+                if raw is None:
+                    break
+                deadline = self._on_event(hr, json.loads(raw)) or deadline
+        except TimeoutError:
+            hr.status = "lost"
+            what = hr.current or "between checks"
+            hr.error = (f"host time limit of {hr.plan.host_timeout_s:g} s reached during "
+                        f"{what}" if time.monotonic() >= host_end else
+                        f"no answer from the node during {what} within its time limit")
+        except InterruptedError:
+            hr.status, hr.error = "interrupted", "interrupted by the operator (Ctrl-C)"
+        except (OSError, paramiko.SSHException) as exc:
+            hr.status = "lost"
+            hr.error = (f"connection lost during {hr.current or 'the run'}: "
+                        f"{type(exc).__name__}: {exc}")
+        except ValueError as exc:
+            hr.status, hr.error = "lost", f"node sent something that is not an event: {exc}"
+        finally:
+            chan.close()  # the node runner sees EOF and kills what is still running
+        self._close(hr)
+
+    def _on_event(self, hr: HostRun, ev: dict[str, Any]) -> float | None:
+        """Apply one node event; returns the new read deadline when it changes."""
+        kind = ev.get("event")
+        total = len(hr.checks)
+        if kind == "hello":
+            hr.simulated = hr.simulated or bool(ev.get("simulated"))
+            hr.node = {k: ev.get(k) for k in ("version", "python", "host")}
+            hr.node["code_sha256"] = self.sha
+            self.emit(hr, f"connected: node python {ev.get('python')}"
+                      f"{', SIMULATED hardware' if hr.simulated else ''}; {total} checks")
+        elif kind == "start":
+            hr.current, hr.current_since = str(ev["check"]), time.monotonic()
+            limit = hr.plan.timeout_for(hr.current)
+            self.emit(hr, f"[{len(hr.results) + 1}/{total}] {hr.current} ...")
+            return time.monotonic() + limit + 30  # the node enforces limit; +30 for transit
+        elif kind == "result":
+            res = Result.from_dict(ev["result"])
+            if res.check == "stack.conformance":
+                res = conformance.judge_result(res, hr.host, hr.stack)
+            hr.results.append(res)
+            hr.current = None
+            hr.save()
+            self.emit(hr, f"[{len(hr.results)}/{total}] {res.check} {res.verdict.name}"
+                      f"{' (SIMULATED)' if res.simulated else ''} {res.duration_s:.1f}s"
+                      f" - {res.summary[:110]}  | {hr.counts()}, "
+                      f"{time.time() - hr.started:.0f}s")
+            return time.monotonic() + 60
+        elif kind == "done":
+            hr.status = "interrupted" if ev.get("interrupted") else "done"
+            if ev.get("interrupted"):
+                hr.error = "the node stopped the run (its input closed)"
+        return None
+
+    def _close(self, hr: HostRun) -> None:
+        if hr.status == "running":
+            hr.status = "lost"
+            hr.error = f"connection closed during {hr.current or 'the run'}"
+        if hr.status not in ("lost", "interrupted"):
+            hr.finish_missing("the node did not report this check", "NC-NOT-REPORTED")
+            self.emit(hr, f"finished: {hr.verdict.name} ({hr.counts()}) in "
+                      f"{time.time() - hr.started:.0f}s")
+            return
+        code = "NC-NOT-RUN-INTERRUPTED" if hr.status == "interrupted" else "NC-HOST-LOST"
+        if hr.current and hr.status == "lost":
+            hr.results.append(error_result(
+                hr.current, hr.error, fault_code="NC-HOST-LOST",
+                evidence=(Evidence.of("control side", "nodecert validate", None, hr.error),),
+                remediation="Check the node's console/BMC: a node that drops off the network "
+                            "or hangs during validation is not ready.")
+                .with_(simulated=hr.simulated))
+        hr.finish_missing(hr.error, code)
+        self.emit(hr, f"{'INTERRUPTED' if hr.status == 'interrupted' else 'ERROR'}: {hr.error}")
+
+    def heartbeat(self, done: threading.Event) -> None:
+        while not done.wait(HEARTBEAT_S):
+            for hr in self.runs.values():
+                if hr.current and time.monotonic() - hr.current_since > HEARTBEAT_S:
+                    self.emit(hr, f"... {hr.current} still running "
+                              f"({time.monotonic() - hr.current_since:.0f}s)")
+
+
+__all__ = ["HEARTBEAT_S", "REMOTE_BASE", "NodeSessions", "node_bundle", "node_code_dir"]

@@ -1,0 +1,171 @@
+"""The structure the code relies on: import graph, the contract, the check registry.
+
+The control side imports only the contract from the node package; no module imports
+another module's private names; no import cycle, lazy imports included.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from nodecert import thresholds
+from nodecert_node import registry
+
+SRC = REPO / "src" / "nodecert"
+NODE = REPO / "validators" / "nodecert_node"
+# Runs inside lab hosts as a standalone script (the hardware simulator), not a module
+# of either side.
+STANDALONE = {SRC / "lab" / "simhw" / "simhw.py"}
+
+
+def module_name(path: Path) -> str:
+    root = SRC.parent if SRC in path.parents else NODE.parent
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """(module, imported names, line) for every import of nodecert / nodecert_node."""
+    tree = ast.parse(path.read_text(), str(path))
+    me = module_name(path)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names
+                    if a.name.split(".")[0] in ("nodecert", "nodecert_node")]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = me.split(".")[: -node.level] if path.name != "__init__.py" else \
+                    me.split(".")[: len(me.split(".")) - node.level + 1]
+                base = ".".join([*pkg, *([base] if base else [])])
+            if base.split(".")[0] in ("nodecert", "nodecert_node"):
+                out.append((base, [a.name for a in node.names], node.lineno))
+    return out
+
+
+def modules() -> dict[str, Path]:
+    files = [p for p in [*SRC.rglob("*.py"), *NODE.rglob("*.py")] if p not in STANDALONE]
+    return {module_name(p): p for p in files}
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    g: dict[str, set[str]] = {m: set() for m in mods}
+    for m, path in mods.items():
+        for target, names, _ in project_imports(path):
+            # "from pkg import mod" imports the submodule pkg.mod when there is one.
+            subs = {f"{target}.{n}" for n in names if f"{target}.{n}" in mods}
+            for t in subs or ({target} if target in mods else set()):
+                if t != m:
+                    g[m].add(t)
+    return g
+
+
+def find_cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(g.get(m, ())):
+            if state.get(t) == 1:
+                cycles.append([*stack[stack.index(t):], t])
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+    for m in sorted(g):
+        if m not in state:
+            visit(m)
+    return cycles
+
+
+def test_no_import_cycle() -> None:
+    cycles = find_cycles(graph())
+    assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    # The detector itself can fail: a lazy import back into a module is a cycle too.
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
+        ["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+    lazy = ast.parse("def f():\n    from nodecert_node.runner import run_suite\n")
+    assert any(isinstance(n, ast.ImportFrom) for n in ast.walk(lazy))  # walked, not skipped
+
+
+def test_control_side_imports_only_the_contract_from_the_node_package() -> None:
+    bad = [f"{p.relative_to(REPO)}:{line} imports {t}"
+           for m, p in modules().items() if m.startswith("nodecert.")
+           for t, names, line in project_imports(p)
+           if t.startswith("nodecert_node") and t != "nodecert_node.contract"]
+    assert bad == []
+
+
+def test_node_package_never_imports_the_control_side() -> None:
+    bad = [f"{p.relative_to(REPO)}:{line} imports {t}"
+           for m, p in modules().items() if m.startswith("nodecert_node")
+           for t, _, line in project_imports(p) if t.split(".")[0] == "nodecert"]
+    assert bad == []
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    bad = [f"{p.relative_to(REPO)}:{line} imports {t}.{n}"
+           for m, p in modules().items()
+           for t, names, line in project_imports(p) for n in names
+           if n.startswith("_") and not n.startswith("__") and t != m]
+    assert bad == []
+
+
+def test_long_modules_say_why() -> None:
+    """A module past ~400 lines says at its top why it must be that long."""
+    long = [p for p in modules().values() if len(p.read_text().splitlines()) > 450]
+    unexplained = [str(p.relative_to(REPO)) for p in long
+                   if "long because" not in p.read_text()[:3000].lower()]
+    assert unexplained == []
+
+
+# --- the check registry ---------------------------------------------------------------------
+
+def test_every_check_lives_in_the_module_named_after_its_prefix() -> None:
+    specs = registry.discover()
+    assert len(specs) >= 13
+    for name, spec in specs.items():
+        assert spec.module == f"nodecert_node.checks.{name.split('.')[0]}", name
+        assert spec.description and spec.suites, name
+
+
+def test_declaring_a_check_in_the_wrong_module_is_refused() -> None:
+    def fn(ctx: object) -> object:
+        raise AssertionError("never run")
+    fn.__module__ = "nodecert_node.checks.health"
+    with pytest.raises(RuntimeError, match=r"belongs in nodecert_node\.checks\.storage"):
+        registry.check("storage.other", description="x")(fn)  # type: ignore[arg-type]
+    assert "storage.other" not in registry.REGISTRY
+
+
+def test_suites_file_agrees_with_the_declarations() -> None:
+    specs = registry.discover()
+    for name, suite in thresholds.suites().items():
+        declared = {c for c, s in specs.items() if name in s.suites}
+        assert set(suite.checks) == declared, name
+
+
+def test_node_lists_its_checks_as_json() -> None:
+    out = subprocess.run([sys.executable, "-m", "nodecert_node", "list", "--json"],
+                         cwd=REPO / "validators", capture_output=True, text=True, timeout=60,
+                         check=True)
+    listed = {c["name"]: c for c in json.loads(out.stdout)}
+    assert listed["dcgm.diag"]["module"] == "nodecert_node.checks.dcgm"
+    assert listed["storage.fio"]["tools"] == ["fio"]
+    assert set(listed) == set(registry.discover())

@@ -1,0 +1,30 @@
+"""Where the node keeps its state: the plans the control side sent, scheduled-run history.
+
+The state directory exists only where the validators role installed the schedule;
+elsewhere nothing is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Any
+
+from nodecert_node.contract import write_atomic
+
+STATE = os.environ.get("NODECERT_STATE_DIR", "/var/lib/nodecert")
+
+
+def plan_path(suite: str) -> str:
+    return os.path.join(STATE, "plans", f"{suite}.json")
+
+
+def save_plan(plan: dict[str, Any]) -> None:
+    """Keep the control side's plan for scheduled runs (only where the schedule is
+    installed: the state directory exists)."""
+    if not os.path.isdir(STATE) or not plan.get("suite"):
+        return
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.join(STATE, "plans"), exist_ok=True)
+        write_atomic(plan_path(str(plan["suite"])), json.dumps(plan).encode(), mode=0o600)
