@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import settings
 
 from nodecert.stacks import Stack, load_stack
 
@@ -121,6 +122,11 @@ def lab_config(tag: str, third_octet: int) -> Any:
 
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Tests never write into the checkout: no example database for hypothesis (pytest's
+# cache is off in pyproject.toml).
+settings.register_profile("nodecert", database=None)
+settings.load_profile("nodecert")
 LAB_FIXTURES = frozenset({"lab", "fresh_h1"})
 
 

@@ -139,7 +139,7 @@ def test_long_modules_say_why() -> None:
 
 def test_every_check_lives_in_the_module_named_after_its_prefix() -> None:
     specs = registry.discover()
-    assert len(specs) >= 13
+    assert len(specs) >= 14
     for name, spec in specs.items():
         assert spec.module == f"nodecert_node.checks.{name.split('.')[0]}", name
         assert spec.description and spec.suites, name
@@ -150,15 +150,22 @@ def test_declaring_a_check_in_the_wrong_module_is_refused() -> None:
         raise AssertionError("never run")
     fn.__module__ = "nodecert_node.checks.health"
     with pytest.raises(RuntimeError, match=r"belongs in nodecert_node\.checks\.storage"):
-        registry.check("storage.other", description="x")(fn)  # type: ignore[arg-type]
+        registry.check("storage.other", description="x", order=1)(fn)  # type: ignore[arg-type]
     assert "storage.other" not in registry.REGISTRY
 
 
-def test_suites_file_agrees_with_the_declarations() -> None:
+def test_suites_come_from_the_declarations_in_order() -> None:
+    s = thresholds.suites()
+    assert s["quick"].checks == ("hardware.inventory", "hardware.pcie", "hardware.topology",
+                                 "health.gpu", "health.xid", "stack.conformance", "storage.fio")
+    assert s["standard"].checks == s["full"].checks == (
+        "hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu",
+        "health.xid", "power.limit", "stack.conformance", "stack.framework_smoke",
+        "storage.fio", "fabric.nccl_allreduce", "fabric.bandwidth", "dcgm.diag", "load.burnin",
+        "load.thermal_soak")
     specs = registry.discover()
-    for name, suite in thresholds.suites().items():
-        declared = {c for c, s in specs.items() if name in s.suites}
-        assert set(suite.checks) == declared, name
+    for name, suite in s.items():
+        assert set(suite.checks) == {c for c, x in specs.items() if name in x.suites}, name
 
 
 def test_node_lists_its_checks_as_json() -> None:

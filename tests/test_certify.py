@@ -46,7 +46,9 @@ from nodecert.signing import (
 from nodecert.verify import verify_report
 
 H200 = REPO / "tests" / "fixtures" / "recorded" / "h200-device-2026-11-29"
-ARTIFACTS = Path(os.environ.get("NODECERT_TEST_ARTIFACTS", REPO / "test-artifacts"))
+# Screenshots for a person to look at: kept only where NODECERT_TEST_ARTIFACTS points
+# (never in the checkout); otherwise in the test's temporary directory.
+ARTIFACTS_ENV = os.environ.get("NODECERT_TEST_ARTIFACTS")
 
 
 def recorded_results() -> list[dict[str, Any]]:
@@ -349,8 +351,9 @@ def test_html_report_renders_in_headless_chromium(tmp_path: Path, key: Path) -> 
         assert f'data-plot="{plot}"' in d, plot
     assert len(re.findall(r'<polyline class="series"', d)) == 3
     assert "1653724059030" in d  # the GPU's serial in the identity table
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTIFACTS / "certificate-h200-device.png"
+    artifacts = Path(ARTIFACTS_ENV) if ARTIFACTS_ENV else tmp_path / "artifacts"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shot = artifacts / "certificate-h200-device.png"
     r = headless(page.as_uri(), f"--screenshot={shot}", "--window-size=1200,2600")
     assert r.returncode == 0 and shot.stat().st_size > 50_000, r.stderr[-2000:]
     fleet = headless(cr.index.as_uri(), "--dump-dom")  # type: ignore[union-attr]

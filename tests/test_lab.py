@@ -152,7 +152,7 @@ def test_fabric_manager_refuses_other_driver_version(fresh_h1: Lab) -> None:
 
 
 def test_real_debian_packages_install_and_run(lab: Lab) -> None:
-    apt_install(lab, "h2", "fio", "stress-ng")
+    apt_install(lab, "h2", "fio")
     out = sh(lab, "h2", "fio --name=t --filename=/var/tmp/fio.scratch --size=4M --rw=write "
                         "--bs=64k --output-format=json >/tmp/fio.json && "
                         "rm -f /var/tmp/fio.scratch && cat /tmp/fio.json")

@@ -79,7 +79,7 @@ def doubles(monkeypatch: pytest.MonkeyPatch) -> None:
     registry.discover()
     for name, fn in (("test.crash", _crash), ("test.hang", _hang), ("test.nogpu", _nogpu)):
         monkeypatch.setitem(registry.REGISTRY, name,
-                            CheckSpec(name, fn, "test double", (), (), __name__))
+                            CheckSpec(name, fn, "test double", 0, (), (), __name__))
 
 
 @pytest.mark.usefixtures("doubles")

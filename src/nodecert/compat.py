@@ -134,13 +134,6 @@ class Matrix:
             hint=f"use one of: {', '.join(self.gpus)} (see stacks/compat/matrix.yml)",
         )
 
-    def gpu_by_pci_id(self, device_id: str) -> GpuModel | None:
-        device_id = device_id.lower()
-        for model in self.gpus.values():
-            if device_id in model.pci_device_ids:
-                return model
-        return None
-
     def arch_rank(self, architecture: str) -> int:
         return self.architectures.index(architecture)
 

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from nodecert import yamldoc
+from nodecert.catalog import suite_checks
 from nodecert.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.paths import data_root
 from nodecert_node.contract import OPS
@@ -130,14 +131,21 @@ def suites() -> dict[str, Suite]:
     root = yamldoc.load(path).mapping({"schema", "suites"})
     out = {}
     for name, node in root["suites"].items():
-        f = node.mapping({"description", "checks", "check_timeout_s", "storage"},
-                         {"fabric", "load"})
+        f = node.mapping({"description", "check_timeout_s", "storage"},
+                         {"checks", "fabric", "load"})
         storage = f["storage"].mapping(set(), {"size_mb", "runtime_s", "checkpoint_mb",
                                                "iodepth", "numjobs", "ioengine"})
         fabric = f["fabric"].mapping(set(), {"nccl_max_size", "nccl_iters", "timeout_s",
                                              "dcgm_level", "dcgm_timeout_s"}) \
             if "fabric" in f else {}
-        out[name] = Suite(name, f["description"].text(), tuple(f["checks"].text_list()),
+        # The checks a suite runs are those that declare it (the node's registry), in
+        # their declared order; a suite may list its checks instead.
+        listed = tuple(f["checks"].text_list()) if "checks" in f else suite_checks(name)
+        if not listed:
+            raise node.error(f"suite {name!r} has no checks: no check declares it",
+                             hint="list its checks under checks:, or declare the suite in "
+                                  "the checks' modules")
+        out[name] = Suite(name, f["description"].text(), listed,
                           f["check_timeout_s"].integer(),
                           {k: (n.text() if k == "ioengine" else n.integer())
                            for k, n in storage.items()},

@@ -1,9 +1,10 @@
 """The check registry: every check declares itself once, in the module named after its
 prefix (`checks/dcgm.py` holds `dcgm.*`).
 
-A declaration names the check, the suites that include it by default, the tools it
-runs (for documentation and for "tool missing" hints), a one-line description, and
-the function that gathers and judges. `discover()` imports every public module of
+A declaration names the check, its place in a suite (`order`: cheap, read-only
+checks first, loads last), the suites that include it, the tools it runs, a one-line
+description, and the function that gathers and judges. The suites' check lists come
+from these declarations alone. `discover()` imports every public module of
 the `checks` package, so adding a check never means editing the runner.
 """
 
@@ -28,6 +29,7 @@ class CheckSpec:
     name: str
     fn: Callable[[Any], Result]  # Ctx -> Result (gather, then a pure judge)
     description: str
+    order: int
     suites: tuple[str, ...]
     tools: tuple[str, ...]
     module: str
@@ -36,7 +38,7 @@ class CheckSpec:
 REGISTRY: dict[str, CheckSpec] = {}
 
 
-def check(name: str, *, description: str, suites: tuple[str, ...] = (),
+def check(name: str, *, description: str, order: int, suites: tuple[str, ...] = (),
           tools: tuple[str, ...] = ()) -> Callable[[Callable[[Any], Result]],
                                                    Callable[[Any], Result]]:
     """Declare a check. Its module must be named after the check's prefix."""
@@ -47,7 +49,7 @@ def check(name: str, *, description: str, suites: tuple[str, ...] = (),
         if module.rsplit(".", 1)[-1] != prefix:
             raise RuntimeError(f"check {name!r} is declared in {module}; it belongs in "
                                f"nodecert_node.checks.{prefix}")
-        register(CheckSpec(name, fn, description, tuple(suites), tuple(tools), module))
+        register(CheckSpec(name, fn, description, order, tuple(suites), tuple(tools), module))
         return fn
     return deco
 

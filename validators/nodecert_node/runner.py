@@ -150,9 +150,10 @@ def main(argv: list[str]) -> int:
         specs = discover()
         if argv[1:] == ["--json"]:
             print(json.dumps([{"name": c.name, "description": c.description,
-                               "suites": list(c.suites), "tools": list(c.tools),
-                               "module": c.module} for c in
-                              sorted(specs.values(), key=lambda c: c.name)], indent=1))
+                               "order": c.order, "suites": list(c.suites),
+                               "tools": list(c.tools), "module": c.module} for c in
+                              sorted(specs.values(), key=lambda c: (c.order, c.name))],
+                             indent=1))
         else:
             print("\n".join(sorted(specs)))
         return 0

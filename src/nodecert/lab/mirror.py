@@ -4,7 +4,7 @@ It holds (a) every package the shipped stacks pin, under its real name and
 exact version, whose payload is the simulated hardware toolset (the driver
 package brings `nvidia-smi`, DCGM brings `dcgmi`, Fabric Manager its service,
 ...), plus the simulated benchmark tools (nccl-tests, nvbandwidth, gpu-burn);
-and (b) real Debian packages the validators need (fio, stress-ng, ...), fetched
+and (b) real Debian packages the validators need (fio, python3-venv, ...), fetched
 with their dependencies from this machine's own Debian mirror. It is laid out
 exactly like an integrator's air-gapped mirror: a directory with Packages and
 Release, usable as `deb [trusted=yes] file:/path ./` or served over HTTP.
@@ -29,7 +29,7 @@ from nodecert.stacks import Package, list_stacks
 # Never pciutils: real lspci in a host would read the real machine's sysfs.
 # python3-venv (+ python3-packaging for Ansible's pip module): the framework role
 # builds its virtual environment on the node.
-REAL_DEBIAN_PACKAGES = ("fio", "stress-ng", "python3-venv", "python3-packaging")
+REAL_DEBIAN_PACKAGES = ("fio", "python3-venv", "python3-packaging")
 SIM_TOOL_PACKAGES = {
     # name: (version, tools it provides). Versions say they are lab builds.
     "nccl-tests": ("2.17.8-1+nodecertlab", ("all_reduce_perf",)),

@@ -24,7 +24,7 @@ def judge_dcgm(parsed: dict[str, Any], level: int) -> Result:
                     "for hardware failures is to reset, re-run, then RMA." if fails else "")
 
 
-@check("dcgm.diag", suites=("standard", "full"),
+@check("dcgm.diag", order=60, suites=("standard", "full"),
        tools=("dcgmi",),
        description="NVIDIA DCGM's diagnostic at the suite's level")
 def dcgm_diag(ctx: Ctx) -> Result:

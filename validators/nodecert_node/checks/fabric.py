@@ -106,7 +106,7 @@ def judge_nccl(parsed: dict[str, Any], gpus: int, limits: Limits) -> Result:
                     if fails else "")
 
 
-@check("fabric.nccl_allreduce", suites=("standard", "full"),
+@check("fabric.nccl_allreduce", order=50, suites=("standard", "full"),
        tools=("all_reduce_perf",),
        description="NCCL all-reduce bus bandwidth over all GPUs, with every value checked")
 def nccl_allreduce(ctx: Ctx) -> Result:
@@ -180,7 +180,7 @@ def judge_bandwidth(parsed: dict[str, Any], limits: Limits) -> Result:
                     "reseat or check the PCIe switch / NVLink." if fails else "")
 
 
-@check("fabric.bandwidth", suites=("standard", "full"),
+@check("fabric.bandwidth", order=51, suites=("standard", "full"),
        tools=("nvbandwidth",),
        description="host<->GPU and GPU<->GPU copy bandwidth per GPU and pair")
 def bandwidth(ctx: Ctx) -> Result:

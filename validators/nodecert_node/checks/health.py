@@ -81,7 +81,7 @@ def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: st
                     if fails else "")
 
 
-@check("health.gpu", suites=("quick", "standard", "full"),
+@check("health.gpu", order=20, suites=("quick", "standard", "full"),
        tools=("nvidia-smi",),
        description="ECC, row remapping, retired pages, clock-event reasons, infoROM")
 def health_gpu(ctx: Ctx) -> Result:
@@ -152,7 +152,7 @@ def judge_xids(events: list[dict[str, Any]], catalog: dict[int, dict[str, Any]],
     return res.with_(findings=res.findings + tuple(notes))
 
 
-@check("health.xid", suites=("quick", "standard", "full"),
+@check("health.xid", order=21, suites=("quick", "standard", "full"),
        tools=("dmesg",),
        description="NVIDIA Xid errors in the kernel log, judged with the Xid catalog")
 def health_xid(ctx: Ctx) -> Result:

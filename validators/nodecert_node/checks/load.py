@@ -153,7 +153,7 @@ def judge_burnin(parsed: dict[str, Any], limits: Limits) -> Result:
                     if fails else "")
 
 
-@check("load.burnin", suites=("standard", "full"),
+@check("load.burnin", order=70, suites=("standard", "full"),
        tools=("gpu_burn",),
        description="a GEMM on every GPU in the framework: correct results, sustained TFLOPS")
 def burnin(ctx: Ctx) -> Result:
@@ -258,7 +258,7 @@ def _sample(stop: threading.Event, rows: list[dict[str, str]], raw: list[str],
     return proc
 
 
-@check("load.thermal_soak", suites=("standard", "full"),
+@check("load.thermal_soak", order=71, suites=("standard", "full"),
        tools=("nvidia-smi", "gpu_burn"),
        description="temperatures, clocks, power and slowdown reasons under a sustained load")
 def thermal_soak(ctx: Ctx) -> Result:

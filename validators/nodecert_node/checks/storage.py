@@ -216,7 +216,7 @@ def _run_jobs(target: str, opts: dict[str, Any], timeout: float, ev: list[Eviden
     return m
 
 
-@check("storage.fio", suites=("quick", "standard", "full"),
+@check("storage.fio", order=40, suites=("quick", "standard", "full"),
        tools=("fio",),
        description="sequential, random and checkpoint I/O on the allowed scratch targets")
 def storage_fio(ctx: Ctx) -> Result:

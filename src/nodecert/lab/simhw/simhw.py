@@ -495,9 +495,22 @@ def smi_q(hw, drv, argv):
            f"{'CUDA Version':<{width}}: {cuda_for(drv)}", "",
            f"{'Attached GPUs':<{width}}: {len(visible_gpus(hw))}"]
     vis = visible_gpus(hw)
+    # -d TYPE[,TYPE]: only those sections, as nvidia-smi prints them (POWER: the three
+    # power-readings sections).
+    shown = None
+    if "-d" in argv and argv.index("-d") + 1 < len(argv):
+        kinds = argv[argv.index("-d") + 1].upper().split(",")
+        shown = {"POWER": ("GPU Power Readings", "GPU Memory Power Readings ",
+                           "Module Power Readings")}.get(kinds[0], ())
     for i in sel:
         out.append(f"GPU {bus_id(hw, i)}")
+        keep = True
         for depth, label, value in _q_lines(hw, i, vis.index(i), drv):
+            if shown is not None:
+                if depth == 1:
+                    keep = label in shown
+                if not keep or depth == 0:
+                    continue
             pad = " " * (4 * depth)
             if value is None:
                 out.append(f"{pad}{label}")

@@ -1,0 +1,58 @@
+"""The node's check catalog (name, order, suites, tools, description), as the node
+package itself reports it (`python3 -m nodecert_node list --json`).
+
+The control side imports only the contract from the node package; the registry is
+read through the package's own command instead, once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache
+from importlib.util import find_spec
+from pathlib import Path
+
+from nodecert.errors import NodecertError
+
+
+@dataclass(frozen=True)
+class CheckInfo:
+    name: str
+    order: int
+    suites: tuple[str, ...]
+    tools: tuple[str, ...]
+    description: str
+    module: str
+
+
+def node_package_dir() -> Path:
+    spec = find_spec("nodecert_node")
+    if spec is None or not spec.submodule_search_locations:
+        raise NodecertError("the nodecert_node package is not installed with nodecert",
+                            hint="reinstall nodecert (pip install -e . in a clone)")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+@cache
+def checks() -> tuple[CheckInfo, ...]:
+    """Every declared check, in suite order."""
+    out = subprocess.run([sys.executable, "-m", "nodecert_node", "list", "--json"],
+                         cwd=node_package_dir().parent, capture_output=True, text=True,
+                         timeout=60, check=False)
+    if out.returncode != 0:
+        raise NodecertError(f"the node package could not list its checks: {out.stderr[-500:]}",
+                            hint="a check module fails to import; run `python3 -m "
+                                 "nodecert_node list` in validators/ to see why")
+    return tuple(CheckInfo(c["name"], int(c["order"]), tuple(c["suites"]), tuple(c["tools"]),
+                           c["description"], c["module"])
+                 for c in sorted(json.loads(out.stdout), key=lambda c: (c["order"], c["name"])))
+
+
+def suite_checks(suite: str) -> tuple[str, ...]:
+    return tuple(c.name for c in checks() if suite in c.suites)
+
+
+__all__ = ["CheckInfo", "checks", "node_package_dir", "suite_checks"]

@@ -1,0 +1,120 @@
+"""Tables in docs/ generated from the code and data they describe.
+
+Each table sits between `<!-- BEGIN GENERATED: NAME -->` and `<!-- END GENERATED: NAME -->`
+in a docs/ file; `python -m nodecert.docgen` rewrites them, and a test fails when a
+doc no longer matches (run that command, review, commit).
+
+The check table comes from the node's registry (nodecert.catalog).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import yaml
+
+from nodecert import catalog, thresholds
+from nodecert.inventory import SPEC_VARS
+from nodecert.lab.hardware import FAULT_KINDS
+from nodecert.paths import data_root
+
+BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[a-z_]+) -->\n)(?P<body>.*?)"
+                   r"(<!-- END GENERATED: (?P=name) -->)", re.S)
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(head: list[str], rows: Sequence[Sequence[object]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def checks_table() -> str:
+    rows = [[f"`{c.name}`", ", ".join(c.suites), ", ".join(c.tools) or "-", c.description,
+             f"`{c.module}`"] for c in catalog.checks()]
+    return _table(["check", "suites", "tools", "judges", "module"], rows)
+
+
+def thresholds_table() -> str:
+    rows: list[list[object]] = []
+    profiles = [thresholds.common_profile()] + [
+        thresholds.load_profile(p.stem) for p in sorted(thresholds.profiles_dir().glob("*.yml"))
+        if p.stem != "common"]
+    for prof in profiles:
+        for key, t in sorted(prof.thresholds.items()):
+            value = " / ".join(map(str, t["value"])) if isinstance(t["value"], list) \
+                else t["value"]
+            rows.append([prof.name, f"`{key}`", f"{t['op']} {value} {t['unit']}".strip(),
+                         t["source"]])
+    return _table(["profile", "key", "limit", "source"], rows)
+
+
+def faults_table() -> str:
+    rows = [[f"`{kind}`", ", ".join(sorted(k.required)) or "-",
+             ", ".join(sorted(k.optional)) or "-", k.effect, f"`{k.caught_by}`"]
+            for kind, k in FAULT_KINDS.items()]
+    return _table(["kind", "required", "optional", "effect", "must fail"], rows)
+
+
+def inventory_table() -> str:
+    rows = [[f"`{name}`", "yes" if required else "", kind, text]
+            for name, (required, kind, text) in SPEC_VARS.items()]
+    return _table(["variable", "required", "type", "meaning"], rows)
+
+
+def roles_table() -> str:
+    rows: list[list[object]] = []
+    for role in sorted((data_root() / "roles").iterdir()):
+        spec_file = role / "meta" / "argument_specs.yml"
+        if not spec_file.is_file():
+            continue
+        specs = yaml.safe_load(spec_file.read_text())["argument_specs"]["main"]
+        defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
+        for name, opt in sorted((specs.get("options") or {}).items()):
+            default = json.dumps(defaults.get(name)) if name in defaults else "(required)"
+            rows.append([f"`{role.name}`", f"`{name}`", f"`{default}`",
+                         opt.get("description", "")])
+    return _table(["role", "variable", "default", "description"], rows)
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "checks": checks_table, "thresholds": thresholds_table, "faults": faults_table,
+    "inventory": inventory_table, "roles": roles_table,
+}
+
+
+def render(text: str) -> str:
+    """The doc with every generated block filled in anew."""
+    def fill(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name not in GENERATORS:
+            raise KeyError(f"unknown generated block {name!r}")
+        return m.group(1) + GENERATORS[name]() + m.group(4)
+    return BLOCK.sub(fill, text)
+
+
+def docs_dir() -> Path:
+    return data_root() / "docs"
+
+
+def main() -> int:
+    changed = []
+    for path in sorted(docs_dir().glob("*.md")):
+        text = path.read_text()
+        new = render(text)
+        if new != text:
+            path.write_text(new)
+            changed.append(path.name)
+    print("updated: " + (", ".join(changed) or "nothing"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
