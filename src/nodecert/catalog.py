@@ -8,6 +8,7 @@ read through the package's own command instead, once per process.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -39,9 +40,11 @@ def node_package_dir() -> Path:
 @cache
 def checks() -> tuple[CheckInfo, ...]:
     """Every declared check, in suite order."""
+    # No bytecode written beside the node package: the validators role copies that tree.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     out = subprocess.run([sys.executable, "-m", "nodecert_node", "list", "--json"],
                          cwd=node_package_dir().parent, capture_output=True, text=True,
-                         timeout=60, check=False)
+                         timeout=60, check=False, env=env)
     if out.returncode != 0:
         raise NodecertError(f"the node package could not list its checks: {out.stderr[-500:]}",
                             hint="a check module fails to import; run `python3 -m "

@@ -5,6 +5,10 @@ returns a RuleResult with a verdict, a sentence a human can act on, and the
 source keys of the facts it used. ``evaluate`` runs them all; ``provision``
 calls it before touching any host. Rules never guess: where the sourced data
 says nothing, the rule is reported as not evaluated (and why), not as PASS.
+
+This module is long because it holds every rule side by side (about a dozen, each
+short): a reviewer checks the gate's verdicts against the compatibility matrix in
+one place.
 """
 
 from __future__ import annotations

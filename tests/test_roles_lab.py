@@ -1,0 +1,177 @@
+"""Each role verified on the lab, in the molecule style.
+
+Converge: the whole stack (r580-cuda13.0) on a freshly reset HGX H200 host, once per
+module. Then per role: idempotence (the role's tag alone, run again, changes nothing)
+and verify (testinfra assertions on the host's real state: packages at their pinned
+versions and held, files and modes, services, what nvidia-smi reports).
+
+One role alone: `pytest -m lab -k role_nvidia_driver`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra
+import yaml
+
+from conftest import REPO
+from nodecert.lab.hosts import Lab
+from nodecert.provisioning import provision
+from nodecert.stacks import find_stack
+
+pytestmark = pytest.mark.lab
+
+HOST = "h3"  # the session lab's second HGX H200 (h1 is shared with other modules)
+STACK = find_stack("r580-cuda13.0")
+PINS = STACK.os["debian-12"]
+
+
+def site_tags() -> dict[str, str]:
+    """role -> the tag that selects it in playbooks/site.yml."""
+    plays = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    roles = next(p["roles"] for p in plays if "roles" in p)
+    return {r["role"]: r["tags"][0] for r in roles}
+
+
+@pytest.fixture(scope="module")
+def converged(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> tuple[Lab, Path]:
+    lab.apply_faults(None)
+    lab.reset(HOST)
+    runs = tmp_path_factory.mktemp("runs")
+    inv = lab.cfg.state / "inventory.ini"
+    report = provision(inv, STACK.name, limit=(HOST,), runs_dir=runs,
+                       progress=lambda line: None)
+    outcome = report.hosts[HOST]
+    assert outcome.status == "provisioned", outcome.as_dict()
+    assert outcome.conformance is not None and outcome.conformance.ok, \
+        outcome.conformance.problems if outcome.conformance else outcome.as_dict()
+    return lab, runs
+
+
+@pytest.fixture(scope="module")
+def host(converged: tuple[Lab, Path]) -> Any:
+    lab, _ = converged
+    # testinfra over the lab's ssh_config: host keys checked strictly, as everywhere.
+    return testinfra.get_host(f"ssh://{HOST}", ssh_config=str(lab.cfg.state / "ssh_config"))
+
+
+def held(host: Any) -> set[str]:
+    return set(host.check_output("apt-mark showhold").split())
+
+
+def pinned(host: Any, *components: str) -> None:
+    """Every package of these components installed at its exact version and held."""
+    hold = held(host)
+    for comp in components:
+        for p in PINS.for_component(comp):
+            pkg = host.package(p.name)
+            assert pkg.is_installed, p.name
+            assert pkg.version == str(p.version), (p.name, pkg.version, str(p.version))
+            assert p.name in hold, f"{p.name} is not held"
+
+
+def verify_nvidia_repo(host: Any) -> None:
+    src = host.file("/etc/apt/sources.list.d/nodecert-nvidia.list")
+    assert src.is_file and src.user == "root" and src.mode == 0o644
+    pref = host.file("/etc/apt/preferences.d/nodecert-stack.pref")
+    assert pref.is_file and pref.mode == 0o644
+    libnccl = next(p for p in PINS.for_component("nccl") if p.name == "libnccl2")
+    assert f"Pin: version {libnccl.version}" in pref.content_string
+
+
+def verify_nvidia_driver(host: Any) -> None:
+    pinned(host, "driver")
+    assert host.file("/etc/modprobe.d/nodecert-blacklist-nouveau.conf").contains(
+        "blacklist nouveau")
+    svc = host.service("nvidia-persistenced")
+    assert svc.is_enabled and svc.is_running
+    versions = host.check_output(
+        "nvidia-smi --query-gpu=driver_version --format=csv,noheader").split()
+    assert set(versions) == {str(STACK.driver)} and len(versions) == 8
+
+
+def verify_fabric_manager(host: Any) -> None:
+    pinned(host, "fabric_manager", "nscq")
+    svc = host.service("nvidia-fabricmanager")
+    assert svc.is_enabled and svc.is_running
+
+
+def verify_cuda_toolkit(host: Any) -> None:
+    pinned(host, "cuda")
+
+
+def verify_cudnn(host: Any) -> None:
+    pinned(host, "cudnn")
+
+
+def verify_nccl(host: Any) -> None:
+    pinned(host, "nccl")
+
+
+def verify_dcgm(host: Any) -> None:
+    pinned(host, "dcgm")
+
+
+def verify_framework(host: Any) -> None:
+    py = f"/opt/nodecert/envs/{STACK.name}/bin/python"
+    assert host.file(py).exists
+    assert host.check_output(f"{py} -c 'import torch; print(torch.__version__)'") == \
+        str(STACK.framework.pytorch)
+    freeze = host.file(f"/opt/nodecert/envs/{STACK.name}/pip-freeze.txt")
+    assert freeze.is_file and f"torch=={STACK.framework.pytorch}" in freeze.content_string
+
+
+def verify_validators(host: Any) -> None:
+    assert host.package("fio").is_installed
+    assert host.file("/opt/nodecert/validators/nodecert_node/contract.py").is_file
+    assert host.run("cd /opt/nodecert/validators && python3 -m nodecert_node list").stdout \
+        .split()[0] == "hardware.inventory"
+    timer = host.service("nodecert-revalidate.timer")
+    assert timer.is_enabled
+    hook = host.file("/etc/apt/apt.conf.d/99nodecert-revalidate")
+    assert hook.is_file and "DPkg::Post-Invoke" in hook.content_string
+    state = host.file("/var/lib/nodecert")
+    assert state.is_directory and state.mode == 0o750
+
+
+VERIFY: dict[str, Callable[[Any], None]] = {
+    "nvidia_repo": verify_nvidia_repo, "nvidia_driver": verify_nvidia_driver,
+    "fabric_manager": verify_fabric_manager, "cuda_toolkit": verify_cuda_toolkit,
+    "cudnn": verify_cudnn, "nccl": verify_nccl, "dcgm": verify_dcgm,
+    "framework": verify_framework, "validators": verify_validators,
+}
+
+
+def test_every_role_of_the_site_play_has_a_scenario() -> None:
+    assert set(VERIFY) == set(site_tags())
+
+
+@pytest.mark.parametrize("role", sorted(site_tags()), ids=lambda r: f"role_{r}")
+def test_role_idempotent_and_verified(role: str, converged: tuple[Lab, Path],
+                                      host: Any) -> None:
+    lab, runs = converged
+    again = provision(lab.cfg.state / "inventory.ini", STACK.name, limit=(HOST,),
+                      tags=(site_tags()[role],), runs_dir=runs, progress=lambda line: None)
+    outcome = again.hosts[HOST]
+    assert outcome.status == "provisioned" and outcome.failed == 0, outcome.as_dict()
+    assert outcome.changed == 0, f"{role} is not idempotent: {outcome.as_dict()}"
+    VERIFY[role](host)
+
+
+def test_preflight_installs_nothing_on_a_bare_host(lab: Lab, tmp_path: Path,
+                                                   converged: tuple[Lab, Path]) -> None:
+    """preflight only looks: on a freshly reset host it runs and passes, and no
+    repository, package or hold appears."""
+    lab.reset("h2")
+    report = provision(lab.cfg.state / "inventory.ini", STACK.name, limit=("h2",),
+                       tags=("preflight",), runs_dir=tmp_path, progress=lambda line: None)
+    outcome = report.hosts["h2"]
+    assert outcome.failed == 0, outcome.as_dict()
+    assert lab.ssh("h2", "test -e /etc/apt/sources.list.d/nodecert-nvidia.list",
+                   check=False).returncode == 1
+    assert lab.ssh("h2", "apt-mark showhold").stdout.strip() == ""
+    assert lab.ssh("h2", "dpkg -s libnccl2", check=False).returncode == 1
