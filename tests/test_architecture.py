@@ -22,7 +22,9 @@ SRC = REPO / "src" / "nodecert"
 NODE = REPO / "validators" / "nodecert_node"
 # Runs inside lab hosts as a standalone script (the hardware simulator), not a module
 # of either side.
-STANDALONE = {SRC / "lab" / "simhw" / "simhw.py"}
+STANDALONE = {SRC / "lab" / "simhw" / "simhw.py",
+              *(SRC / "lab" / "simhw" / "nodecert_simhw").glob("*.py")} - {
+    SRC / "lab" / "simhw" / "nodecert_simhw" / "faults.py"}  # faults: both sides read it
 
 
 def module_name(path: Path) -> str:

@@ -340,9 +340,12 @@ def test_lab_needs_root_and_tools_message(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_simulator_in_hosts_is_the_shipped_one(lab: Lab) -> None:
-    shipped = (REPO / "src/nodecert/lab/simhw/simhw.py").read_bytes()
-    inside = (lab.cfg.host_dir(2) / "root/usr/lib/nodecert-lab/simhw.py").read_bytes()
-    assert inside == shipped
+    src = REPO / "src/nodecert/lab/simhw"
+    lib = lab.cfg.host_dir(2) / "root/usr/lib/nodecert-lab"
+    assert (lib / "simhw.py").read_bytes() == (src / "simhw.py").read_bytes()
+    shipped = {p.name: p.read_bytes() for p in (src / "nodecert_simhw").glob("*.py")}
+    inside = {p.name: p.read_bytes() for p in (lib / "nodecert_simhw").glob("*.py")}
+    assert inside == shipped and "faults.py" in inside
 
 
 def test_a_host_comes_back_after_reboot(lab: Lab) -> None:

@@ -26,10 +26,14 @@ def _tasks(role: Path) -> list[dict[str, Any]]:
     return out
 
 
-def test_expected_roles_exist() -> None:
-    assert {r.name for r in ROLES} == {
-        "preflight", "nvidia_repo", "nvidia_driver", "fabric_manager", "cuda_toolkit", "cudnn",
-        "nccl", "dcgm", "framework", "validators", "nodecert_common"}
+def test_every_role_is_played_and_every_played_role_exists() -> None:
+    """No orphan role and no play naming a role that is not there."""
+    played: set[str] = set()
+    for play_file in (REPO / "playbooks").glob("*.yml"):
+        text = play_file.read_text()
+        played |= set(re.findall(r"role: ([a-z0-9_]+)", text))
+        played |= set(re.findall(r"name: ([a-z0-9_]+)\n\s+tasks_from", text))
+    assert played == {r.name for r in ROLES}
 
 
 @pytest.mark.parametrize("role", PUBLIC, ids=lambda r: r.name)

@@ -19,61 +19,12 @@ from typing import Any
 from nodecert import yamldoc
 from nodecert.compat import default_matrix
 from nodecert.errors import ManifestError, UnknownNameError
+from nodecert.lab.simhw.nodecert_simhw.faults import FAULT_KINDS, FaultKind
 
 PROFILES_FILE = Path(__file__).with_name("profiles.yml")
 
-@dataclass(frozen=True)
-class FaultKind:
-    """One injectable fault: its parameters and what it does to the simulated host."""
-
-    required: frozenset[str]
-    optional: frozenset[str]
-    effect: str
-    caught_by: str  # the check that must fail because of it
-
-
-def _k(required: set[str], optional: set[str], effect: str, caught_by: str) -> FaultKind:
-    return FaultKind(frozenset(required), frozenset(optional), effect, caught_by)
-
-
-# The one table of lab faults: each kind's schema and effect (docs/lab.md is generated
-# from it). The simulator reads the kinds from the host's hardware.json.
-FAULT_KINDS: dict[str, FaultKind] = {
-    "gpu_missing": _k({"gpu"}, set(), "the GPU is gone from lspci and nvidia-smi",
-                      "hardware.inventory"),
-    "pcie_degraded": _k({"gpu"}, {"width", "gen"}, "the link trains at a lower width "
-                        "(default x8) or generation; lower host<->GPU bandwidth",
-                        "hardware.pcie"),
-    "nvlink_down": _k(set(), {"gpu", "gpus", "links"}, "all (or the listed) NVLinks of the "
-                      "GPU(s) inactive; topo -m and all-reduce bandwidth drop",
-                      "hardware.topology"),
-    "thermal_throttle": _k({"gpu"}, {"after_s"}, "HW thermal slowdown under load, after "
-                           "after_s seconds (default 30)", "load.thermal_soak"),
-    "power_brake": _k({"gpu"}, set(), "HW power-brake slowdown under load",
-                      "load.thermal_soak"),
-    "ecc_uncorrectable": _k({"gpu"}, {"count"}, "volatile uncorrectable ECC errors "
-                            "(default 1)", "health.gpu"),
-    "row_remap_pending": _k({"gpu"}, set(), "a row remapping pending (needs a reset)",
-                            "health.gpu"),
-    "row_remap_failure": _k({"gpu"}, set(), "row remapping failed", "health.gpu"),
-    "xid": _k({"gpu", "code"}, {"at_s", "text", "pid", "process"}, "an NVRM Xid line in "
-              "the kernel log, at_s seconds after boot (default: now); text, pid and process "
-              "fill the message", "health.xid"),
-    "busbw_low": _k(set(), {"factor"}, "all-reduce bus bandwidth times factor (default 0.7)",
-                    "fabric.nccl_allreduce"),
-    "nccl_hang": _k(set(), set(), "all_reduce_perf never finishes", "fabric.nccl_allreduce"),
-    "nccl_wrong": _k(set(), set(), "all_reduce_perf reports #wrong and out-of-bounds values",
-                     "fabric.nccl_allreduce"),
-    "tflops_low": _k({"gpu"}, {"factor"}, "the GPU's GEMM rate times factor (default 0.8)",
-                     "load.burnin"),
-    "sdc": _k({"gpu"}, set(), "corrupted GEMM results (the torch worker's mismatches, "
-              "gpu_burn FAULTY)", "load.burnin"),
-    "gpu_swapped": _k({"gpu"}, set(), "another physical GPU in that slot: new serial and UUID",
-                      "drift.identity"),
-    "nvme_slow": _k(set(), {"read_mbps", "write_mbps", "iops"}, "the host's block I/O is "
-                    "really throttled (cgroup blkio; MB/s, IOPS, 0 = unlimited): real fio "
-                    "measures a slow disk", "storage.fio"),
-}
+# The one table of lab faults (schema, effect, the check that must fail) lives with
+# the simulator that plays them: nodecert_simhw/faults.py.
 
 
 @dataclass(frozen=True)

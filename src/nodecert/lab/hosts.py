@@ -41,7 +41,8 @@ from nodecert.lab.rootfs import build_base
 from nodecert.shell import CommandError, run
 
 Log = Callable[[str], None]
-SIMHW = Path(__file__).parent / "simhw" / "simhw.py"
+SIMHW = Path(__file__).parent / "simhw" / "simhw.py"  # the launcher
+SIMHW_PACKAGE = SIMHW.parent / "nodecert_simhw"  # the emulators, one module per tool
 # Storage floors for lab hosts (their disk is this machine's, shared by all hosts);
 # an nvme_slow fault (8 MB/s) falls well below them. Sequential and checkpoint
 # figures of that disk swing by up to 50% between identical runs
@@ -288,6 +289,9 @@ class Lab:
         lib = root / "usr/lib/nodecert-lab"
         lib.mkdir(parents=True, exist_ok=True)
         shutil.copy2(SIMHW, lib / "simhw.py")
+        shutil.rmtree(lib / "nodecert_simhw", ignore_errors=True)
+        shutil.copytree(SIMHW_PACKAGE, lib / "nodecert_simhw",
+                        ignore=shutil.ignore_patterns("__pycache__"))
         for tool in ("lspci", "dmesg", "dmidecode", "lscpu", "lsblk"):
             w = root / "usr/local/bin" / tool
             w.write_text(f"#!/bin/sh\n# SIMULATED {tool} of a nodecert lab host\n"

@@ -1,0 +1,1 @@
+"""The lab's hardware simulator (runs inside lab hosts; see simhw.py)."""

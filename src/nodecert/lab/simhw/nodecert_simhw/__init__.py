@@ -1,0 +1,1 @@
+"""The emulators of the lab's simulated hardware, one module per tool. SIMULATED."""

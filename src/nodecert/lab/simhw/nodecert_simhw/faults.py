@@ -1,0 +1,153 @@
+"""The one table of lab faults: each kind's parameters, its effect, the check that must
+fail because of it, and the DCGM tests it fails; and `Faults`, the only place the
+simulator's tools learn which faults are injected.
+
+The control side reads FAULT_KINDS to validate fault files (nodecert.lab.hardware)
+and to generate docs/lab.md; the emulators ask `Faults` questions (is GPU i missing?
+what is its link?) and never look a fault kind up by name themselves.
+
+SIMULATED -- NOT REAL HARDWARE. Runs inside lab hosts (python3 3.8+, stdlib only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    required: frozenset[str]
+    optional: frozenset[str]
+    effect: str
+    caught_by: str  # the check that must fail because of it
+    dcgm_tests: tuple[str, ...] = ()  # dcgmi diag tests that fail on the faulty GPU
+
+
+def _k(required: set[str], optional: set[str], effect: str, caught_by: str,
+       dcgm_tests: tuple[str, ...] = ()) -> FaultKind:
+    return FaultKind(frozenset(required), frozenset(optional), effect, caught_by, dcgm_tests)
+
+
+FAULT_KINDS: dict[str, FaultKind] = {
+    "gpu_missing": _k({"gpu"}, set(), "the GPU is gone from lspci and nvidia-smi",
+                      "hardware.inventory"),
+    "pcie_degraded": _k({"gpu"}, {"width", "gen"}, "the GPU's link trains at the given "
+                        "width and/or generation (default: unchanged); lower host<->GPU "
+                        "bandwidth", "hardware.pcie", ("PCIe",)),
+    "nvlink_down": _k(set(), {"gpu", "gpus", "links"}, "all (or the listed) NVLinks of the "
+                      "GPU(s) inactive; topo -m and all-reduce bandwidth drop",
+                      "hardware.topology", ("PCIe",)),
+    "thermal_throttle": _k({"gpu"}, {"after_s"}, "HW thermal slowdown under load, from "
+                           "after_s seconds into the load (default 0)", "load.thermal_soak",
+                           ("Targeted Stress",)),
+    "power_brake": _k({"gpu"}, set(), "HW power-brake slowdown under load",
+                      "load.thermal_soak", ("Targeted Power",)),
+    "ecc_uncorrectable": _k({"gpu"}, {"count"}, "volatile uncorrectable ECC errors "
+                            "(default 1)", "health.gpu",
+                            ("Page Retirement/Row Remap", "GPU Memory")),
+    "row_remap_pending": _k({"gpu"}, set(), "a row remapping pending (needs a reset)",
+                            "health.gpu", ("Page Retirement/Row Remap",)),
+    "row_remap_failure": _k({"gpu"}, set(), "row remapping failed", "health.gpu",
+                            ("Page Retirement/Row Remap",)),
+    "xid": _k({"gpu", "code"}, {"at_s", "text", "pid", "process"}, "an NVRM Xid line in "
+              "the kernel log at_s seconds after boot (default 120); text, pid and process "
+              "fill the message", "health.xid"),
+    "busbw_low": _k(set(), {"factor"}, "all-reduce bus bandwidth times factor (default 0.7)",
+                    "fabric.nccl_allreduce"),
+    "nccl_hang": _k(set(), set(), "all_reduce_perf never finishes", "fabric.nccl_allreduce"),
+    "nccl_wrong": _k(set(), set(), "all_reduce_perf reports #wrong and out-of-bounds values",
+                     "fabric.nccl_allreduce"),
+    "tflops_low": _k({"gpu"}, {"factor"}, "the GPU's GEMM rate times factor (default 0.7)",
+                     "load.burnin", ("Diagnostic",)),
+    "sdc": _k({"gpu"}, set(), "corrupted GEMM results (the torch worker's mismatches, "
+              "gpu_burn FAULTY)", "load.burnin", ("Targeted Stress", "Diagnostic")),
+    "gpu_swapped": _k({"gpu"}, set(), "another physical GPU in that slot: new serial and UUID",
+                      "drift.identity"),
+    "nvme_slow": _k(set(), {"read_mbps", "write_mbps", "iops"}, "the host's block I/O is "
+                    "really throttled (cgroup blkio; MB/s, IOPS, 0 = unlimited): real fio "
+                    "measures a slow disk", "storage.fio"),
+}
+
+
+class Faults:
+    """The faults injected into one host (its hardware description's "faults")."""
+
+    def __init__(self, hw: dict[str, Any]) -> None:
+        self._faults: list[dict[str, Any]] = list(hw.get("faults", []))
+
+    def _of(self, kind: str, gpu: int | None = None) -> list[dict[str, Any]]:
+        assert kind in FAULT_KINDS, kind
+        return [f for f in self._faults if f.get("kind") == kind
+                and (gpu is None or "gpu" not in f or int(f["gpu"]) == gpu)]
+
+    # --- GPU presence and identity
+    def missing_gpus(self) -> set[int]:
+        return {int(f["gpu"]) for f in self._of("gpu_missing")}
+
+    def swapped(self, gpu: int) -> bool:
+        return bool(self._of("gpu_swapped", gpu))
+
+    # --- links
+    def pcie_link(self, gpu: int, gen: int, width: int) -> tuple[int, int]:
+        """(generation, width) the GPU's link trains at."""
+        for f in self._of("pcie_degraded", gpu):
+            return int(f.get("gen", gen)), int(f.get("width", width))
+        return gen, width
+
+    def nvlinks_down(self, gpu: int, links: int) -> set[int]:
+        down: set[int] = set()
+        for f in self._of("nvlink_down", gpu):
+            listed = f.get("links")
+            down |= set(range(links)) if listed is None else {int(x) for x in listed}
+        return down
+
+    # --- health
+    def ecc_uncorrectable(self, gpu: int) -> int:
+        return sum(int(f.get("count", 1)) for f in self._of("ecc_uncorrectable", gpu))
+
+    def row_remap_pending(self, gpu: int) -> bool:
+        return bool(self._of("row_remap_pending", gpu))
+
+    def row_remap_failure(self, gpu: int) -> bool:
+        return bool(self._of("row_remap_failure", gpu))
+
+    def xids(self) -> list[dict[str, Any]]:
+        return self._of("xid")
+
+    # --- under load
+    def thermal_throttle_after(self, gpu: int) -> float | None:
+        """Seconds into a load after which the GPU throttles thermally (None: never)."""
+        after = [float(f.get("after_s", 0)) for f in self._of("thermal_throttle", gpu)]
+        return min(after) if after else None
+
+    def power_brake(self, gpu: int) -> bool:
+        return bool(self._of("power_brake", gpu))
+
+    def gemm_factor(self, gpu: int) -> float:
+        factor = 1.0
+        for f in self._of("tflops_low", gpu):
+            factor *= float(f.get("factor", 0.7))
+        return factor
+
+    def corrupts_results(self, gpu: int) -> bool:
+        return bool(self._of("sdc", gpu))
+
+    # --- fabric
+    def busbw_factor(self) -> float:
+        factor = 1.0
+        for f in self._of("busbw_low"):
+            factor *= float(f.get("factor", 0.7))
+        return factor
+
+    def nccl_hangs(self) -> bool:
+        return bool(self._of("nccl_hang"))
+
+    def nccl_wrong(self) -> bool:
+        return bool(self._of("nccl_wrong"))
+
+    # --- DCGM
+    def dcgm_failing_gpus(self, test: str) -> set[int]:
+        """The GPUs (physical indices) whose injected faults fail this DCGM test."""
+        return {int(f["gpu"]) for f in self._faults if "gpu" in f
+                and test in FAULT_KINDS[str(f.get("kind"))].dcgm_tests}

@@ -1,0 +1,132 @@
+"""all_reduce_perf (nccl-tests): the bus-bandwidth table from the fabric model.
+
+SIMULATED -- NOT REAL HARDWARE. Runs inside lab hosts (python3 3.8+, stdlib only).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+
+from nodecert_simhw.faults import Faults
+from nodecert_simhw.state import (
+    bus_id,
+    driver_version,
+    installed,
+    jitter,
+    load_hw,
+    nvlink_ok,
+    visible_gpus,
+)
+
+
+def _size(text):
+    m = re.match(r"^(\d+)([KMG]?)$", text.upper())
+    if not m:
+        raise ValueError(text)
+    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
+
+
+def _nccl_version(inst):
+    if "nccl" not in inst:
+        return None
+    full = inst["nccl"][1]  # e.g. 2.27.7-1+cuda13.0
+    m = re.match(r"^(\d+\.\d+\.\d+)-\d+\+(cuda\d+\.\d+)", full)
+    return f"{m.group(1)}+{m.group(2)}" if m else full
+
+
+def busbw_peak(hw, gpus):
+    """Large-message bus bandwidth the simulated fabric delivers for these GPUs."""
+    fab = hw["profile"]["fabric"]
+    peak = fab["allreduce_busbw_gbs"] if len(gpus) > 1 else 0.0
+    if hw["profile"]["gpu"].get("nvlink_links") and not all(nvlink_ok(hw, i) for i in gpus):
+        peak = fab["pcie_allreduce_busbw_gbs"]  # NVLink gone: traffic falls back to PCIe
+    return peak * Faults(hw).busbw_factor()
+
+
+def cmd_all_reduce_perf(argv):
+    hw = load_hw()
+    inst = installed()
+    nccl = _nccl_version(inst)
+    if nccl is None:
+        sys.stderr.write("all_reduce_perf: error while loading shared libraries: libnccl.so.2: "
+                         "cannot open shared object file: No such file or directory\n")
+        return 127
+    if driver_version(inst) is None:
+        print(f"{os.uname().nodename}: Test CUDA failure common.cu:892 'CUDA driver version is "
+              "insufficient for CUDA runtime version'")
+        return 2
+    opts = {"-b": "8", "-e": "128M", "-f": "2", "-g": "1", "-n": "20", "-w": "5", "-c": "1"}
+    k = 0
+    while k < len(argv):
+        a = argv[k]
+        if a in opts and k + 1 < len(argv):
+            opts[a] = argv[k + 1]
+            k += 2
+            continue
+        k += 1
+    lo, hi, factor = _size(opts["-b"]), _size(opts["-e"]), int(opts["-f"])
+    ngpus = int(opts["-g"])
+    vis = visible_gpus(hw)
+    host = os.uname().nodename
+    a, b, c = (int(x) for x in nccl.split("+")[0].split("."))
+    code = a * 10000 + b * 100 + c  # NCCL_VERSION_CODE
+    print(f"# nccl-tests version 2.17.8 nccl-headers={code} nccl-library={code}")
+    print("# Collective test starting: all_reduce_perf")
+    print(f"# nThread 1 nGpus {ngpus} minBytes {lo} maxBytes {hi} step: {factor}(factor) "
+          f"warmup iters: {opts['-w']} iters: {opts['-n']} agg iters: 1 validation: "
+          f"{opts['-c']} graph: 0")
+    print("#")
+    print("# Using devices")
+    if ngpus > len(vis):
+        print(f"{host}: Test CUDA failure common.cu:1304 'invalid device ordinal'")
+        print(f" .. {host} pid {os.getpid()}: Test failure common.cu:1189")
+        return 2
+    gpus = vis[:ngpus]
+    name = hw["profile"]["gpu"]["product_name"]
+    for r, i in enumerate(gpus):
+        print(f"#  Rank {r:2d} Group  0 Pid {os.getpid():6d} on {host:>10} device {r:2d} "
+              f"[{bus_id(hw, i, width=4)[:-2].lower()}] {name}")
+    print(f"NCCL version {nccl}")
+    print("#")
+    sys.stdout.flush()
+    if Faults(hw).nccl_hangs():
+        # A hung collective: no output, no exit, until the caller's timeout kills it.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        while True:
+            signal.pause()
+    print("#                                                              out-of-place     "
+          "                  in-place          ")
+    print("#       size         count      type   redop    root     time   algbw   busbw "
+          "#wrong     time   algbw   busbw #wrong")
+    print("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)  "
+          "          (us)  (GB/s)  (GB/s)       ")
+    peak = busbw_peak(hw, gpus)
+    ratio = 2 * (ngpus - 1) / ngpus if ngpus > 1 else 1.0
+    wrong = 1 if Faults(hw).nccl_wrong() else 0
+    size, total, rows = lo, 0.0, 0
+    while size <= hi:
+        count = max(size // 4, 0)
+        cells = []
+        for place in (0, 1):
+            bw = peak * size / (size + (32 << 20)) * (1 + jitter(size, place, spread=0.004))
+            t_us = 12.0 + (size / (bw / ratio * 1e9) * 1e6 if bw > 0 else 0.0)
+            algbw = size / (t_us * 1e-6) / 1e9
+            busbw = algbw * ratio if ngpus > 1 else 0.0
+            tstr = f"{t_us:.1f}" if t_us < 10000 else f"{t_us:.0f}"
+            cells.append(f"{tstr:>8} {algbw:7.2f} {busbw:7.2f} {wrong if size == hi else 0:6d}")
+            if place == 0:
+                total += busbw
+        print(f"{size:12d} {count:13d}     float     sum      -1 " + " ".join(cells))
+        rows += 1
+        size *= factor
+        if factor <= 1:
+            break
+    oob = wrong
+    print(f"# Out of bounds values : {oob} {'OK' if not oob else 'FAILED'}")
+    print(f"# Avg bus bandwidth    : {total / max(rows, 1):.4g}")
+    print("#")
+    print()
+    return 1 if oob else 0
