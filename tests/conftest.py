@@ -151,6 +151,16 @@ def require_tool(*names: str) -> str:
     return str(found)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """`pytest -m unit` (the development loop) runs on one worker per CPU (pytest-xdist):
+    unit tests share nothing. The lab tier never does (one lab, one session). `-n 0`
+    runs the unit tier in one process."""
+    if (config.getoption("markexpr", "") == "unit" and hasattr(config.option, "numprocesses")
+            and config.option.numprocesses is None and not hasattr(config, "workerinput")):
+        config.option.numprocesses = "auto"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("gpu") or item.get_closest_marker("lab"):

@@ -8,6 +8,7 @@ and the checks end to end on the simulator (the lab's SIMULATED torch).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,8 +37,11 @@ def limits(model: str, **over: Any) -> Limits:
 
 
 def worker(name: str, *args: str, timeout: float = 120) -> list[dict[str, Any]]:
+    # One CPU thread per worker: tiny matrices gain nothing from more, and parallel test
+    # processes would otherwise oversubscribe the cores.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     p = subprocess.run([sys.executable, str(WORKERS / name), *args], capture_output=True,
-                       text=True, timeout=timeout, check=False)
+                       text=True, timeout=timeout, check=False, env=env)
     assert p.returncode in (0, 2, 3), p.stderr
     return events(p.stdout)
 
