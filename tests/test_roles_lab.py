@@ -20,6 +20,7 @@ import yaml
 
 from conftest import REPO
 from nodecert.lab.hosts import Lab
+from nodecert.nodesession import node_bundle
 from nodecert.provisioning import provision
 from nodecert.stacks import find_stack
 
@@ -127,8 +128,13 @@ def verify_framework(host: Any) -> None:
 
 def verify_validators(host: Any) -> None:
     assert host.package("fio").is_installed
-    assert host.file("/opt/nodecert/validators/nodecert_node/contract.py").is_file
-    listed = host.check_output("cd /opt/nodecert/validators && python3 -m nodecert_node list")
+    # The very bundle `nodecert validate` ships, installed where validate installs it.
+    _, sha = node_bundle()
+    assert host.file("/opt/nodecert/node/current").linked_to == f"/opt/nodecert/node/{sha[:16]}"
+    assert host.file(f"/opt/nodecert/node/{sha[:16]}/.complete").is_file
+    code = host.file(f"/opt/nodecert/node/{sha[:16]}/nodecert_node/contract.py")
+    assert code.is_file and code.user == "root" and code.mode == 0o644
+    listed = host.check_output("cd /opt/nodecert/node/current && python3 -m nodecert_node list")
     assert {"hardware.inventory", "power.limit", "dcgm.diag"} <= set(listed.split())
     timer = host.service("nodecert-revalidate.timer")
     assert timer.is_enabled

@@ -13,6 +13,8 @@ import hashlib
 import importlib.util
 import io
 import json
+import shlex
+import sys
 import tarfile
 import threading
 import time
@@ -28,7 +30,10 @@ from nodecert.runs import HostRun
 from nodecert_node.contract import Evidence, Result, error_result
 
 Progress = Callable[[str], None]
-REMOTE_BASE = "/var/tmp/nodecert/node"
+# Where the node code lives on a node, whoever installs it (validate over SSH, or the
+# validators role): NODE_BASE/<sha16 of the bundle>/nodecert_node, complete when
+# .complete exists, and NODE_BASE/current pointing at the version last installed.
+NODE_BASE = "/opt/nodecert/node"
 HEARTBEAT_S = 15.0
 
 
@@ -39,6 +44,22 @@ def node_code_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the nodecert_node package is not installed with nodecert")
     return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def install_script(sha16: str, bundle: str) -> str:
+    """The shell script that installs the node code on a node: the bundle (a path, or -
+    for standard input) extracted into NODE_BASE/<sha16> once, then `current` pointed at
+    it. `validate` runs it over SSH; the validators role runs the very same script."""
+    if not all(c in "0123456789abcdef" for c in sha16) or len(sha16) != 16:
+        raise ValueError(f"not a bundle id: {sha16!r}")
+    target = f"{NODE_BASE}/{sha16}"
+    return (f"set -e; umask 022; mkdir -p {NODE_BASE}; "
+            f"if [ ! -f {target}/.complete ]; then rm -rf {target}.tmp; mkdir {target}.tmp; "
+            f"tar -xzf {shlex.quote(bundle)} -C {target}.tmp; touch {target}.tmp/.complete; "
+            f"rm -rf {target}; mv {target}.tmp {target}; echo installed; fi; "
+            f"if [ \"$(readlink {NODE_BASE}/current)\" != {sha16} ]; then "
+            f"ln -sfn {sha16} {NODE_BASE}/.current.tmp; "
+            f"mv -T {NODE_BASE}/.current.tmp {NODE_BASE}/current; echo relinked; fi")
 
 
 def node_bundle() -> tuple[bytes, str]:
@@ -136,17 +157,12 @@ class NodeSessions:
         return rc, out.decode(errors="replace")
 
     def _install_code(self, client: paramiko.SSHClient) -> str:
-        """Ship the node code once per version (content-addressed directory)."""
-        remote = f"{REMOTE_BASE}/{self.sha[:16]}"
-        _, out = self._exec(client, f"test -f {remote}/.complete && echo present", None, 30)
-        if "present" not in out:
-            rc, out = self._exec(
-                client, f"set -e; rm -rf {remote}.tmp; mkdir -p {remote}.tmp; "
-                f"tar -xzf - -C {remote}.tmp; touch {remote}.tmp/.complete; "
-                f"rm -rf {remote}; mv {remote}.tmp {remote}", self.bundle, 60)
-            if rc != 0:
-                raise OSError(f"could not install the node code in {remote}: {out[-300:]}")
-        return remote
+        """Ship the node code once per version (content-addressed directory), the same
+        way the validators role installs it (install_script)."""
+        rc, out = self._exec(client, install_script(self.sha[:16], "-"), self.bundle, 60)
+        if rc != 0:
+            raise OSError(f"could not install the node code in {NODE_BASE}: {out[-300:]}")
+        return f"{NODE_BASE}/{self.sha[:16]}"
 
     def _session(self, hr: HostRun, client: paramiko.SSHClient) -> None:
         try:
@@ -247,4 +263,23 @@ class NodeSessions:
                               f"({time.monotonic() - hr.current_since:.0f}s)")
 
 
-__all__ = ["HEARTBEAT_S", "REMOTE_BASE", "NodeSessions", "node_bundle", "node_code_dir"]
+def write_bundle(out_dir: Path) -> dict[str, str]:
+    """The bundle as a file for the validators role: its path, id and install script."""
+    data, sha = node_bundle()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"nodecert-node-{sha[:16]}.tar.gz"
+    if not path.is_file() or path.read_bytes() != data:
+        path.write_bytes(data)
+    remote = f"{NODE_BASE}/.bundle-{sha[:16]}.tar.gz"
+    return {"path": str(path), "sha16": sha[:16], "remote": remote,
+            "script": install_script(sha[:16], remote)}
+
+
+if __name__ == "__main__":  # the validators role: python3 -m nodecert.nodesession OUT_DIR
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 -m nodecert.nodesession OUT_DIR")
+    print(json.dumps(write_bundle(Path(sys.argv[1]))))
+
+
+__all__ = ["HEARTBEAT_S", "NODE_BASE", "NodeSessions", "install_script", "node_bundle",
+           "node_code_dir", "write_bundle"]
