@@ -9,6 +9,7 @@ its limit or is interrupted keeps what finished and the rest becomes ERROR.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib.util
 import io
@@ -63,10 +64,13 @@ def install_script(sha16: str, bundle: str) -> str:
 
 
 def node_bundle() -> tuple[bytes, str]:
-    """The node code as a reproducible tar.gz and its sha256."""
+    """The node code as a byte-reproducible tar.gz and its sha256: the same code gives
+    the same bundle (and so the same install directory) on every build."""
     src = node_code_dir()
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
+    # gzip's header carries a timestamp unless told otherwise: mtime=0, no file name.
+    with gzip.GzipFile(filename="", fileobj=buf, mode="wb", compresslevel=6, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(src.rglob("*")):
             if "__pycache__" in path.parts or path.is_dir():
                 continue
