@@ -10,9 +10,11 @@ and fails in CI (CI=true), where every prerequisite must be installed.
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from nodecert.stacks import Stack, load_stack
 
@@ -123,10 +126,14 @@ def lab_config(tag: str, third_octet: int) -> Any:
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
-# Tests never write into the checkout: no example database for hypothesis (pytest's
-# cache is off in pyproject.toml).
+# Tests never write into the checkout: no example database for hypothesis, and its
+# other caches in a private temporary directory, removed at exit (pytest's cache is
+# off in pyproject.toml).
 settings.register_profile("nodecert", database=None)
 settings.load_profile("nodecert")
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="nodecert-hypothesis-")
+set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, True)
 LAB_FIXTURES = frozenset({"lab", "fresh_h1"})
 
 
