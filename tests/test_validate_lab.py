@@ -302,6 +302,13 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     finally:
         plab.ssh(h, "apt-get purge -y -q nvidia-nodecert-probe nodecert-unrelated-probe "
                     ">/dev/null 2>&1", timeout=180)
+    # Changing a pinned (held) package with apt queues a run as well.
+    count = "ls /var/lib/nodecert/history | grep -c -- -after-update-"
+    before = int(plab.ssh(h, count, check=False).stdout.strip() or 0)
+    plab.ssh(h, "apt-get install -y -q --allow-downgrades --allow-change-held-packages "
+                "nvidia-open=570.211.01-1 >/dev/null", timeout=300)
+    wait_on(plab, h, f"[ $({count}) -gt {before} ]")
+    wait_on(plab, h, "! test -e /var/lib/nodecert/revalidate-pending")
     # Drift: a changed driver version, an unheld package and a swapped GPU; exit 1.
     plab.ssh(h, "apt-mark unhold nvidia-open && apt-get install -y -q --allow-downgrades "
                 "nvidia-open=570.211.01-1 >/dev/null", timeout=300)
