@@ -138,10 +138,6 @@ def _run_inputs(rd: RunDir, host: dict[str, Any]) -> tuple[Stack | None, dict[st
     return stack, {k: _sha256_file(p) for k, p in files.items() if p.is_file()}
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    write_atomic(str(path), data)
-
-
 @dataclass
 class Certified:
     host: str
@@ -217,17 +213,17 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
         name = h["host"]
         paths = (out / f"{name}.intoto.dsse.json", out / f"{name}.html",
                  out / f"{name}.junit.xml")
-        _atomic_write(paths[0], json.dumps(env, indent=1).encode() + b"\n")
-        _atomic_write(paths[1], report_html.node_page(st, envelope_name=paths[0].name,
+        write_atomic(str(paths[0]), json.dumps(env, indent=1).encode() + b"\n")
+        write_atomic(str(paths[1]), report_html.node_page(st, envelope_name=paths[0].name,
                                                       keyid=run.keyid).encode())
-        _atomic_write(paths[2], junit.node_xml(st))
+        write_atomic(str(paths[2]), junit.node_xml(st))
         p = st["predicate"]
         run.nodes.append(Certified(name, p["verdict"], p["simulated"], p["reasons"], *paths))
         statements.append(st)
     run.index = out / "index.html"
-    _atomic_write(run.index, report_html.fleet_page(statements, keyid=run.keyid).encode())
+    write_atomic(str(run.index), report_html.fleet_page(statements, keyid=run.keyid).encode())
     run.junit = out / "junit.xml"
-    _atomic_write(run.junit, junit.fleet_xml(statements))
+    write_atomic(str(run.junit), junit.fleet_xml(statements))
     return run
 
 

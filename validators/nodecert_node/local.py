@@ -38,10 +38,6 @@ VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
 DRAIN_PREFIX = "nodecert:"
 
 
-def _atomic(path: str, text: str) -> None:
-    write_atomic(path, text.encode())
-
-
 def gpu_users(timeout: float = 30) -> list[str]:
     """Compute processes on the GPUs (user work), as nvidia-smi lists them."""
     try:
@@ -111,7 +107,8 @@ def write_metrics(record: dict[str, Any], directory: str = "") -> str | None:
     if not os.path.isdir(directory):
         return None
     path = os.path.join(directory, "nodecert.prom")
-    _atomic(path, metrics_text(record))  # node_exporter never reads a half-written file
+    # node_exporter never reads a half-written file.
+    write_atomic(path, metrics_text(record).encode())
     return path
 
 
@@ -122,7 +119,7 @@ def keep_history(record: dict[str, Any], keep: int) -> str:
     os.makedirs(hist, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(record["finished"]))
     path = os.path.join(hist, f"{stamp}-{record['reason']}-{os.getpid()}.json")
-    _atomic(path, json.dumps(record))
+    write_atomic(path, json.dumps(record).encode())
     runs = sorted(f for f in os.listdir(hist) if f.endswith(".json"))
     for old in runs[:-keep] if keep > 0 else []:
         with contextlib.suppress(OSError):
@@ -195,7 +192,7 @@ def local_run(args: argparse.Namespace) -> int:
                                   "reason": reason, "host": socket.gethostname(),
                                   "started": started, "results": []}
         busy = [] if args.force else gpu_users()
-        plan_path = os.path.join(STATE, "plans", f"{args.suite}.json")  # state.plan_path
+        plan_path = state.plan_path(args.suite)
         if busy:
             record.update(skipped=f"GPUs busy with user work: {'; '.join(busy[:5])}",
                           verdict="PASS")
