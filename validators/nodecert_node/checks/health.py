@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from nodecert_node.context import Ctx, NoGpu, judge_findings, nvidia_smi_q, within
-from nodecert_node.contract import Limits, Result, Threshold
+from nodecert_node.contract import Evidence, Limits, Result, Threshold
 from nodecert_node.parse import kernel
 from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
@@ -98,36 +98,64 @@ def load_catalog(path: str | None = None) -> dict[int, dict[str, Any]]:
     return {int(e["xid"]): e for e in data["entries"]}
 
 
+def _bus_key(addr: str) -> str:
+    """'00000000:9B:00.0' / '0000:9b:00' / '9b:00.0' -> '0000:9b:00' (domain, bus, device)."""
+    parts = addr.lower().split(".")[0].split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0")
+    return ":".join([parts[0][-4:].rjust(4, "0")] + parts[1:3])
+
+
 def _gpu_for(pci_addr: str, gpus: list[dict[str, Any]]) -> str:
     for i, g in enumerate(gpus):
-        if g["bus_id"].startswith(pci_addr):
+        if _bus_key(str(g["bus_id"])) == _bus_key(pci_addr):
             return f"GPU{i} {g['bus_id']}"
     return f"GPU at {pci_addr}"
 
 
 def judge_xids(events: list[dict[str, Any]], catalog: dict[int, dict[str, Any]],
                gpus: list[dict[str, Any]], *, now: float, window_h: float,
-               limits: Limits) -> Result:
+               limits: Limits, covered_from: float | None = None) -> Result:
+    """Xids by catalog severity; GPU-loss messages without an Xid are fatal.
+
+    An event whose time cannot be read counts as recent: an unreadable stamp must never
+    turn a fatal event into a warning. covered_from: when the readable log starts after
+    boot (the ring buffer wrapped and no journal): a gap inside the window is a WARN.
+    """
     name = "health.xid"
     fails: list[str] = []
     warns: list[str] = []
     notes: list[str] = []
-    seen: dict[tuple[int, str, bool], int] = {}
+    seen: dict[tuple[str, int, str, bool], list[dict[str, Any]]] = {}
     for e in events:
-        key = (e["xid"], e["pci"], e["time"] is not None and now - e["time"] <= window_h * 3600)
-        seen[key] = seen.get(key, 0) + 1
+        recent = e["time"] is None or now - e["time"] <= window_h * 3600
+        code = -1 if e.get("xid") is None else int(e["xid"])
+        seen.setdefault((e.get("kind", "xid"), code, e["pci"], recent), []).append(e)
     classified = []
-    for (xid, pci_addr, recent), count in sorted(seen.items()):
-        entry = catalog.get(xid, {"severity": "unknown", "name": "not in the catalog",
-                                  "action": None})
-        sev = entry.get("severity") or "unknown"
+    for (kind, xid, pci_addr, recent), evs in sorted(seen.items()):
+        count = len(evs)
         where = _gpu_for(pci_addr, gpus)
         times = f"{count}x" if count > 1 else "once"
-        msg = (f"Xid {xid} ({entry.get('name')}) on {where}, {times}"
-               f"{f' in the last {window_h:g}h' if recent else ', before the window'}: "
-               f"severity {sev}, action {entry.get('action') or 'none given'}")
-        classified.append({"xid": xid, "gpu": where, "count": count, "recent": recent,
-                           "severity": sev, "action": entry.get("action")})
+        when = f" in the last {window_h:g}h" if recent else ", before the window"
+        if any(e["time"] is None for e in evs) and recent:
+            when += " (time not readable: counted as recent)"
+        if kind == "gpu_lost":
+            sev, what = "fatal", evs[0]["message"]
+            msg = (f"GPU lost on {where} ({what}, no Xid), {times}{when}: "
+                   f"{evs[0]['line'][:200]}")
+            action = "RESTART_BM"
+        elif xid < 0:
+            sev, action = "unknown", None
+            msg = f"unreadable Xid line on {where}{when}: {evs[0]['line'][:200]}"
+        else:
+            entry = catalog.get(xid, {"severity": "unknown", "name": "not in the catalog",
+                                      "action": None})
+            sev, action = entry.get("severity") or "unknown", entry.get("action")
+            msg = (f"Xid {xid} ({entry.get('name')}) on {where}, {times}{when}: "
+                   f"severity {sev}, action {action or 'none given'}")
+        classified.append({"kind": kind, "xid": None if xid < 0 else xid, "gpu": where,
+                           "count": count, "recent": recent, "severity": sev,
+                           "action": action})
         if not recent:
             (warns if sev == "fatal" else notes).append(msg)
         elif sev == "fatal":
@@ -136,11 +164,14 @@ def judge_xids(events: list[dict[str, Any]], catalog: dict[int, dict[str, Any]],
             notes.append(msg)
         else:
             warns.append(msg)
+    if covered_from is not None and now - covered_from < window_h * 3600:
+        warns.append(f"the kernel log starts {(now - covered_from) / 3600:.1f} h ago (ring "
+                     f"buffer wrapped, no journal): events earlier in the {window_h:g} h "
+                     "window cannot be seen")
     res = judge_findings(
         name, fails, warns,
-        f"no hardware Xid in the last {window_h:g} h" + (f" ({len(events)} application/"
-                                                         "informational Xid lines)"
-                                                         if events else ""),
+        f"no hardware Xid or GPU loss in the last {window_h:g} h"
+        + (f" ({len(events)} application/informational Xid lines)" if events else ""),
         value={"events": len(events), "classified": classified},
         thresholds={"window_h": Threshold(window_h, "<=", "h", "options",
                                           "Xids older than the window are reported, not "
@@ -152,9 +183,46 @@ def judge_xids(events: list[dict[str, Any]], catalog: dict[int, dict[str, Any]],
     return res.with_(findings=res.findings + tuple(notes))
 
 
+def read_kernel_log(timeout: float) -> tuple[str, list[Evidence], bool]:
+    """The kernel log text, its evidence, and whether it is complete since boot.
+
+    `dmesg` first; the journal (`journalctl -k -b -o json`) when dmesg is restricted
+    (kernel.dmesg_restrict) or its ring buffer no longer reaches back to boot.
+    """
+    evidence: list[Evidence] = []
+    text = ""
+    try:
+        try:
+            out = run(["dmesg", "--ctime", "--nopager"], timeout=timeout)
+        except ToolError as exc:
+            if exc.kind == "missing":
+                raise
+            out = run(["dmesg"], timeout=timeout)
+        evidence.append(out.evidence)
+        text = out.text
+        if kernel.starts_at_boot(text):
+            return text, evidence, True
+    except ToolError as exc:
+        if exc.evidence:
+            evidence.append(exc.evidence)
+    try:
+        j = run(["journalctl", "-k", "-b", "0", "-o", "json", "--no-pager"], timeout=timeout)
+    except ToolError as exc:
+        if exc.evidence:
+            evidence.append(exc.evidence)
+        if not text.strip():
+            raise ToolError("neither dmesg nor journalctl -k could be read (run as root, "
+                            "or set kernel.dmesg_restrict=0)",
+                            exc.evidence, kind=exc.kind) from exc
+        return text, evidence, False
+    evidence.append(j.evidence)
+    return j.text, evidence, True
+
+
 @check("health.xid", order=21, suites=("quick", "standard", "full"),
        tools=("dmesg",),
-       description="NVIDIA Xid errors in the kernel log, judged with the Xid catalog")
+       description="NVIDIA Xid errors and GPU-loss messages in the kernel log (dmesg or "
+                   "the journal), judged with the Xid catalog")
 def health_xid(ctx: Ctx) -> Result:
     try:  # GPU names only label the events; the kernel log is judged without them too
         _, gpus, ev = nvidia_smi_q(ctx)
@@ -162,11 +230,8 @@ def health_xid(ctx: Ctx) -> Result:
         gpus, ev = [], list(exc.evidence)
     except ToolError as exc:  # e.g. nvidia-smi hangs: the kernel log says why, read it
         gpus, ev = [], [exc.evidence] if exc.evidence else []
-    try:
-        out = run(["dmesg", "--ctime", "--nopager"], timeout=ctx.timeout)
-    except ToolError:
-        out = run(["dmesg"], timeout=ctx.timeout)
-    ev.append(out.evidence)
+    text, kev, complete = read_kernel_log(ctx.timeout)
+    ev.extend(kev)
     boot = None
     try:
         with open("/proc/stat") as f:
@@ -175,7 +240,10 @@ def health_xid(ctx: Ctx) -> Result:
                     boot = float(line.split()[1])
     except OSError:
         pass
-    events = kernel.parse_xids(out.text, boot)
+    now = time.time()
+    events = kernel.parse_kernel_log(text, boot, now)
     window = float(ctx.options.get("xid_window_h") or ctx.limits.value("xid.window_h", 24))
-    return judge_xids(events, load_catalog(), gpus, now=time.time(), window_h=window,
-                      limits=ctx.limits).with_(evidence=tuple(ev))
+    return judge_xids(events, load_catalog(), gpus, now=now, window_h=window,
+                      limits=ctx.limits,
+                      covered_from=None if complete else kernel.coverage_start(text, boot, now)
+                      ).with_(evidence=tuple(ev))

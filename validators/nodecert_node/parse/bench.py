@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -77,23 +78,140 @@ def parse_nvbandwidth(text: str) -> dict[str, Any]:
     return {"version": version.group(1) if version else None, "tests": tests}
 
 
+_MESSAGE_ROWS = ("Error", "Warning", "Info")
+_GPU_SUB = re.compile(r"^GPU\s*(\d+):\s*(\S.*)$")
+
+
 def parse_dcgmi_diag(text: str) -> dict[str, Any]:
-    """`dcgmi diag -r N` table: metadata and each test's result text."""
+    """`dcgmi diag -r N`: metadata, each test's result, its messages and per-GPU results.
+
+    Reads `-j` JSON (DCGM 3 "DCGM GPU Diagnostic", DCGM 4 "DCGM Diagnostic") and the
+    table of DCGM 2/3 ("Fail - GPU: 0" plus "Warning" rows) and DCGM 4 (per-GPU
+    "GPU0: Pass" sub-rows). A row with an empty name continues the test above: a per-GPU
+    result or a wrapped message; an Error/Warning/Info row is a message, never a test.
+    "complete" is False when the closing border is missing (output cut short).
+    """
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        return _dcgmi_json(stripped)
     meta: dict[str, str] = {}
     tests: dict[str, str] = {}
+    details: dict[str, list[str]] = {}
+    gpus: dict[str, dict[int, str]] = {}
     section = ""
+    cur: str | None = None
+    in_message = False
+    complete = False
+    seen_table = False
+    wrapped_full = False
     for line in text.splitlines():
-        sm = re.match(r"^[|+]-+\s+(\w[\w ]*?)\s+-+\+", line)
+        line = line.rstrip()
+        sm = re.match(r"^[|+]-+\s+(\w[\w ]*?)\s+-+[+|]", line)
         if sm:
-            section = sm.group(1)
+            section, cur, in_message, complete = sm.group(1), None, False, False
             continue
-        m = re.match(r"^\| (.+?)\s+\| (.+?)\s+\|$", line)
-        if not m or m.group(1) in ("Diagnostic",):
+        if re.match(r"^\+[-=]+\+[-=]+\+$", line):
+            complete = seen_table  # a border after rows closes the table (so far)
             continue
-        (meta if section == "Metadata" else tests)[m.group(1)] = m.group(2)
+        m = re.match(r"^\|\s?(.*?)\s*\|(.*)\|$", line)
+        if not m:
+            continue
+        inner = m.group(2)[1:] if m.group(2).startswith(" ") else m.group(2)
+        name, value = m.group(1), inner.strip()
+        seen_table, complete = True, False
+        if name == "Diagnostic" and value == "Result":
+            continue
+        if section == "Metadata":
+            if name:
+                meta[name], cur = value, name
+            elif cur is not None:  # a wrapped metadata value
+                meta[cur] = f"{meta[cur]} {value}".strip()
+            continue
+        wrapped_prev, wrapped_full = wrapped_full, False
+        if name in _MESSAGE_ROWS or not name:
+            wrapped_full = len(inner) > 10 and len(inner.rstrip()) >= len(inner) - 2
+        if name in _MESSAGE_ROWS:
+            if cur is None:
+                raise ParseError(f"dcgmi diag: a {name!r} row before any test: {line!r}")
+            details[cur].append(f"{name}: {value}")
+            in_message = True
+            continue
+        if not name:
+            if cur is None:
+                if value:
+                    raise ParseError(f"dcgmi diag: a continuation row before any test: "
+                                     f"{line!r}")
+                continue
+            g = _GPU_SUB.match(value)
+            if g:
+                gpus[cur][int(g.group(1))] = g.group(2).strip()
+                in_message = False
+            elif value and in_message and details[cur]:
+                # DCGM wraps long messages at a fixed width, mid-word: a chunk that filled
+                # the cell continues directly (the next chunk keeps its leading space)
+                joined = inner.rstrip() if wrapped_prev else " " + value
+                details[cur][-1] = details[cur][-1] + joined
+            elif value:
+                details[cur].append(value)
+                in_message = True
+            continue
+        key = name if name not in tests else f"{name} ({section})"
+        tests[key], cur, in_message = value, key, False
+        details[key], gpus[key] = [], {}
     if not tests and not meta:
         raise ParseError("no diagnostic table: not `dcgmi diag` output")
-    return {"meta": meta, "tests": tests}
+    return {"meta": meta, "tests": tests, "details": details, "gpus": gpus,
+            "complete": complete, "format": "table"}
+
+
+def _dcgmi_json(text: str) -> dict[str, Any]:
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError as exc:
+        raise ParseError(f"dcgmi diag -j: JSON is cut short or corrupt: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ParseError("dcgmi diag -j: not a JSON object")
+    root = obj.get("DCGM Diagnostic") or obj.get("DCGM GPU Diagnostic")
+    if not isinstance(root, dict) or not isinstance(root.get("test_categories"), list):
+        raise ParseError("dcgmi diag -j: no 'DCGM Diagnostic' / 'DCGM GPU Diagnostic' "
+                         "object with test_categories")
+    meta: dict[str, str] = {}
+    for src in (obj, root, obj.get("metadata"), root.get("metadata")):
+        if isinstance(src, dict):
+            for k in ("version", "DCGM Version", "Driver Version Detected", "GPU Device IDs"):
+                if isinstance(src.get(k), (str, int, float)):
+                    meta["DCGM Version" if k == "version" else k] = str(src[k])
+    tests: dict[str, str] = {}
+    details: dict[str, list[str]] = {}
+    gpus: dict[str, dict[int, str]] = {}
+    rank = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
+    for cat in root["test_categories"]:
+        for t in (cat or {}).get("tests") or []:
+            name = str(t.get("name") or "")
+            if not name:
+                raise ParseError("dcgmi diag -j: a test without a name")
+            results = t.get("results") or []
+            per: dict[int, str] = {}
+            msgs: list[str] = []
+            for r in results:
+                st = str(r.get("status", "")).strip()
+                ident = r.get("entity_id", r.get("gpu_id", r.get("gpu_ids")))
+                if isinstance(ident, (int, str)) and str(ident).isdigit():
+                    per[int(ident)] = st
+                for w in r.get("warnings") or []:
+                    msgs.append("Warning: " + str(w.get("warning", w) if isinstance(w, dict)
+                                                  else w))
+                if r.get("info"):
+                    msgs.append(f"Info: {r['info']}")
+            summary = (t.get("test_summary") or {}).get("status")
+            statuses = [summary] if summary else [r.get("status", "") for r in results]
+            worst = max((str(s) for s in statuses if s),
+                        key=lambda s: rank.get(s.lower()[:4], 3), default="")
+            if not worst:
+                raise ParseError(f"dcgmi diag -j: test {name!r} has no status")
+            tests[name], details[name], gpus[name] = worst, msgs, per
+    return {"meta": meta, "tests": tests, "details": details, "gpus": gpus,
+            "complete": True, "format": "json"}
 
 
 _BURN_LINE = re.compile(r"^\s*([\d.]+)%\s+proc'd: (.*?)\s+errors: (.*?)\s+temps: (.*?)\s*$")

@@ -5,6 +5,8 @@ SIMULATED -- NOT REAL HARDWARE. Runs inside lab hosts (python3 3.8+, stdlib only
 
 from __future__ import annotations
 
+import json
+
 from nodecert_simhw.faults import Faults
 from nodecert_simhw.state import driver_version, installed, load_hw, upstream, visible_gpus
 
@@ -29,12 +31,62 @@ def cmd_dcgmi(argv):
     vis = visible_gpus(hw)
     g = hw["profile"]["gpu"]
 
-    def row(a, b):
-        return f"| {a:<25} | {b:<46} |"
-
     def fail_gpus(test):
         """The GPUs (as DCGM numbers them: visible index) whose faults fail `test`."""
         return sorted(vis.index(g) for g in Faults(hw).dcgm_failing_gpus(test) if g in vis)
+
+    # (category, test, status, per-GPU failures, warnings)
+    tests = []
+    remap = fail_gpus("Page Retirement/Row Remap")
+    for name in ("Denylist", "NVML Library", "CUDA Main Library", "Permissions and OS Blocks",
+                 "Persistence Mode", "Environment Variables", "Page Retirement/Row Remap",
+                 "Graphics Processes", "Inforom"):
+        if name == "Page Retirement/Row Remap" and remap:
+            tests.append(("Deployment", name, "Fail", remap,
+                          [f"GPU {b} has uncorrectable/pending row remaps" for b in remap]))
+        else:
+            tests.append(("Deployment", name, "Pass", [], []))
+    if hw["profile"].get("nvswitch") and "fabric_manager" not in inst:
+        tests.append(("Deployment", "Fabric Manager", "Fail", [],
+                      ["Fabric Manager is not running"]))
+    plan = []
+    if level >= 2:
+        plan += [("Integration", "PCIe"), ("Hardware", "GPU Memory")]
+    if level >= 3:
+        plan += [("Stress", t) for t in ("Targeted Stress", "Targeted Power",
+                                         "Memory Bandwidth", "Diagnostic")]
+    for cat, name in plan:
+        bad = fail_gpus(name)
+        tests.append((cat, name, "Fail" if bad else "Pass", bad,
+                      [f"GPU {b} failed the {name} test" for b in bad]))
+    status = 226 if any(t[2] == "Fail" for t in tests) else 0
+    if "-j" in argv or "--json" in argv:
+        print(_json(tests, dcgm, drv, [g["pci_device_id"] for _ in vis], len(vis)))
+    else:
+        print(_table(tests, dcgm, drv, ",".join(g["pci_device_id"] for _ in vis), level))
+    return status
+
+
+def _json(tests, dcgm, drv, dev_ids, ngpu):
+    """DCGM 4's `dcgmi diag -j` shape: categories, tests, per-entity results, summary."""
+    cats = {}
+    for cat, name, st, bad, warns in tests:
+        results = [{"entity_group": "GPU", "entity_group_id": 1, "entity_id": i,
+                    "status": "Fail" if i in bad else "Pass"} for i in range(ngpu)]
+        if warns:
+            results.append({"entity_group": "GPU", "entity_group_id": 1, "status": st,
+                            "warnings": [{"warning": w, "error_id": 0} for w in warns]})
+        cats.setdefault(cat, []).append({"name": name, "results": results,
+                                         "test_summary": {"status": st}})
+    return json.dumps({"DCGM Diagnostic": {"test_categories": [
+        {"category": c, "tests": t} for c, t in cats.items()]},
+        "metadata": {"DCGM Version": dcgm, "Driver Version Detected": drv,
+                     "GPU Device IDs": ",".join(dev_ids)}, "version": dcgm}, indent=2)
+
+
+def _table(tests, dcgm, drv, dev_ids, level):
+    def row(a, b):
+        return f"| {a:<25} | {b:<46} |"
 
     lines = ["Successfully ran diagnostic for group.",
              "+---------------------------+------------------------------------------------+",
@@ -42,44 +94,21 @@ def cmd_dcgmi(argv):
              "+===========================+================================================+",
              "|-----  Metadata  ----------+------------------------------------------------|",
              row("DCGM Version", dcgm), row("Driver Version Detected", drv),
-             row("GPU Device IDs Detected", ",".join(g["pci_device_id"] for _ in vis)),
+             row("GPU Device IDs Detected", dev_ids),
              "|-----  Deployment  --------+------------------------------------------------|"]
-    remap = fail_gpus("Page Retirement/Row Remap")
-    for name in ("Denylist", "NVML Library", "CUDA Main Library", "Permissions and OS Blocks",
-                 "Persistence Mode", "Environment Variables", "Page Retirement/Row Remap",
-                 "Graphics Processes", "Inforom"):
-        if name == "Page Retirement/Row Remap" and remap:
-            lines.append(row(name, "Fail"))
-            for b in remap:
-                lines.append(row("Warning", f"GPU {b} has uncorrectable/pending row remaps"))
+    cat = "Deployment"
+    for c, name, st, bad, warns in tests:
+        if c != cat:
+            cat = c
+            lines.append(f"+-----  {c}  " + "-" * (19 - len(c)) +
+                         "+------------------------------------------------+")
+        if c == "Deployment":
+            lines.append(row(name, st))
         else:
-            lines.append(row(name, "Pass"))
-    if hw["profile"].get("nvswitch") and "fabric_manager" not in inst:
-        lines.append(row("Fabric Manager", "Fail"))
-        lines.append(row("Warning", "Fabric Manager is not running"))
-    status = 1 if remap else 0
-
-    def section(title, tests):
-        nonlocal status
-        lines.append(f"+-----  {title}  " + "-" * (19 - len(title)) +
-                     "+------------------------------------------------+")
-        for name in tests:
-            bad = fail_gpus(name)
-            if bad:
-                status = 1
-                lines.append(row(name, "Fail - GPU: " + ", ".join(str(b) for b in bad)))
-                for b in bad:
-                    lines.append(row("Warning", f"GPU {b} failed the {name} test"))
-            else:
-                lines.append(row(name, "Pass - All"))
-    if level >= 2:
-        section("Integration", ["PCIe"])
-        section("Hardware", ["GPU Memory"])
-    if level >= 3:
-        section("Stress", ["Targeted Stress", "Targeted Power", "Memory Bandwidth",
-                           "Diagnostic"])
-    else:
+            lines.append(row(name, ("Fail - GPU: " + ", ".join(str(b) for b in bad))
+                             if bad else "Pass - All"))
+        lines.extend(row("Warning", w) for w in warns)
+    if level < 3:
         lines.append("+-----  Stress  ------------+------------------------------------------------+")
     lines.append("+---------------------------+------------------------------------------------+")
-    print("\n".join(lines))
-    return 226 if status else 0
+    return "\n".join(lines)
