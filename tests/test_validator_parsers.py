@@ -273,11 +273,18 @@ def test_fio_json_and_mixed_output() -> None:
     assert cbt["read"]["iops"] == 0
 
 
-@pytest.mark.parametrize("name", ["nvme-seqread-128k-iouring-jobs1-text-results-only.txt",
-                                  "nvme-seqread-4k-libaio-qd64-fio3.28-text.txt"])
-def test_fio_text_output_is_refused_with_a_fix(name: str) -> None:
-    with pytest.raises(ParseError, match="--output-format=json"):
-        fio.parse_fio(text(f"fio/{name}"))
+@pytest.mark.parametrize(("name", "version", "bw", "iops", "io", "lat_us"), [
+    ("nvme-seqread-128k-iouring-jobs1-text-results-only.txt", "", 3347 * 2**20, 26800,
+     196 * 2**30, 36.82),
+    ("nvme-seqread-4k-libaio-qd64-fio3.28-text.txt", "fio-3.28", 677 * 2**20, 173000,
+     10 * 2**30, 368.96)])
+def test_fio_text_output(name: str, version: str, bw: int, iops: int, io: int,
+                         lat_us: float) -> None:
+    (job,) = fio.parse_fio(text(f"fio/{name}"))
+    assert job["fio_version"] == version and job["error"] == 0
+    assert job["read"] == {"bw_bytes": bw, "iops": iops, "io_bytes": io,
+                           "lat_mean_us": pytest.approx(lat_us)}
+    assert job["write"]["bw_bytes"] == 0
 
 
 def test_every_fixture_the_validators_read_is_covered() -> None:
@@ -306,9 +313,8 @@ def test_every_fixture_the_validators_read_is_covered() -> None:
                 refused.add(p.name)
                 continue
             assert parsed or d in ("dmesg", "nvlink"), f"{d}/{p.name}: parsed to nothing"
-    # The only refusals: fio's text output (the check runs fio with JSON output).
-    assert refused == {"nvme-seqread-128k-iouring-jobs1-text-results-only.txt",
-                       "nvme-seqread-4k-libaio-qd64-fio3.28-text.txt"}
+    # The only refusal: a `topo -p2p p` status matrix is not `topo -m` output.
+    assert refused == {"rtx2080ti-2gpu-topo-p2p-p-not-supported.txt"}
 
 
 # --- benchmark tools: nccl-tests, nvbandwidth, dcgmi ------------------------------------

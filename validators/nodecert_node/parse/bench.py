@@ -20,30 +20,63 @@ def _wrong(v: str) -> int | None:
     return None if v == "N/A" else int(v)
 
 
+# Launcher prefixes in front of every line: Open MPI --tag-output "[1,0]<stdout>:",
+# srun -l "0: ", pdsh "host: ".
+_LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: |[\w.-]+: (?=[ #\d]))")
+_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+"
+                   r"(\d+)\s+\[([0-9a-fA-Fx:.]+)\]\s*(.*?)\s*$")
+
+
+def nccl_code_version(code: int) -> str:
+    """NCCL_VERSION_CODE -> "2.26.6" (major*10000+minor*100+patch since 2.9, before
+    that major*1000+minor*100+patch)."""
+    if code >= 20900:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+
+
 def parse_nccl(text: str) -> dict[str, Any]:
-    """Rows (out-of-place and in-place), out-of-bounds line, ranks, version, failures."""
+    """Rows (out-of-place and in-place), out-of-bounds line, ranks (with their hosts),
+    version, failures. Launcher prefixes are removed; other lines (UCX, ssh, MPI
+    warnings) are ignored."""
+    lines = [_LAUNCHER_PREFIX.sub("", ln, count=1).rstrip() for ln in text.splitlines()]
+    body = "\n".join(lines)
     rows = []
-    for line in text.splitlines():
+    ranks: list[dict[str, Any]] = []
+    for line in lines:
         m = _NCCL_ROW.match(line)
         if m:
             rows.append({"size": int(m.group(1)), "type": m.group(3), "redop": m.group(4),
                          "time_us": float(m.group(6)), "algbw": float(m.group(7)),
                          "busbw": float(m.group(8)), "wrong": _wrong(m.group(9)),
                          "ip_busbw": float(m.group(12)), "ip_wrong": _wrong(m.group(13))})
-    oob = re.search(r"^# Out of bounds values : (\d+) (OK|FAILED)", text, re.MULTILINE)
-    avg = re.search(r"^# Avg bus bandwidth\s*: ([\d.]+)", text, re.MULTILINE)
-    version = re.search(r"^NCCL version (\S+)", text, re.MULTILINE)
-    ranks = re.findall(r"^#\s+Rank\s+\d+ ", text, re.MULTILINE)
-    failures = [ln.strip() for ln in text.splitlines()
+            continue
+        r = _RANK.match(line)
+        if r:
+            ranks.append({"rank": int(r.group(1)), "host": r.group(2),
+                          "device": int(r.group(3)), "bus": r.group(4).lower(),
+                          "name": r.group(5)})
+    oob = re.search(r"^# Out of bounds values : (\d+) (OK|FAILED)", body, re.MULTILINE)
+    avg = re.search(r"^# Avg bus bandwidth\s*: ([\d.]+)", body, re.MULTILINE)
+    version = re.search(r"^NCCL version (\S+)", body, re.MULTILINE)
+    library = re.search(r"^# nccl-tests version (\S+).*?nccl-library=(\d+)", body,
+                        re.MULTILINE)
+    nccl_version = version.group(1) if version else (
+        nccl_code_version(int(library.group(2))) if library else None)
+    n_ranks = len(ranks) or len(re.findall(r"^#\s+Rank\s+\d+ ", body, re.MULTILINE))
+    failures = [ln.strip() for ln in lines
                 if "Test CUDA failure" in ln or "Test NCCL failure" in ln
                 or re.search(r"NCCL WARN|Test failure", ln)]
-    validation = re.search(r"validation: (\d)", text)
-    if not rows and not failures and "# nThread" not in text:
+    validation = re.search(r"validation: (\d)", body)
+    if not rows and not failures and "# nThread" not in body:
         raise ParseError("no nccl-tests header or result rows: not all_reduce_perf output")
     return {"rows": rows, "oob": int(oob.group(1)) if oob else None,
             "oob_ok": (oob.group(2) == "OK") if oob else None,
             "avg_busbw": float(avg.group(1)) if avg else None,
-            "nccl_version": version.group(1) if version else None, "ranks": len(ranks),
+            "nccl_version": nccl_version,
+            "tests_version": library.group(1) if library else None,
+            "ranks": n_ranks, "hosts": sorted({r["host"] for r in ranks}),
+            "rank_table": ranks,
             "validation": int(validation.group(1)) if validation else None,
             "failures": failures}
 
