@@ -334,6 +334,24 @@ def test_storage_judge_rated_figures_and_floors() -> None:
     assert "/s seq write mbps: needs >= 500 MB/s, measured 8 MB/s" in slow.summary
 
 
+def test_local_nvme_scratch_is_held_to_the_sourced_floor() -> None:
+    measured = {"/scratch": {"seq_read_mbps": 5000.0, "seq_write_mbps": 3000.0,
+                             "rand_read_iops": 900000.0, "checkpoint_mbps": 2000.0}}
+    lim = limits("H200-SXM")
+    on_nvme = judge_storage(measured, lim, {}, {"/scratch": "nvme0n1"})
+    assert on_nvme.verdict is Verdict.FAIL
+    assert "/scratch (local NVMe nvme0n1) seq read: needs >= 7000 MB/s, measured 5000 MB/s" \
+        in on_nvme.summary
+    t = on_nvme.thresholds["local_nvme_seq_read_mbps"]
+    assert t.source.startswith("Samsung PM1743") and "Gen4 x4 enterprise drive" in t.source
+    # a network or virtual filesystem is not local NVMe; the order's rated figure wins
+    assert judge_storage(measured, lim, {}, {"/scratch": None}).verdict is Verdict.PASS
+    assert judge_storage(dict(measured, **{"/scratch": dict(measured["/scratch"],
+                                                             seq_read_mbps=6500.0)}),
+                         lim, {"nvme_rated_seq_read_mbps": 7000},
+                         {"/scratch": "nvme0n1"}).verdict is Verdict.PASS
+
+
 # --- fabric judges on real outputs ------------------------------------------------------
 
 def real_bench(rel: str) -> str:

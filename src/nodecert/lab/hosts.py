@@ -48,7 +48,8 @@ SIMHW_PACKAGE = SIMHW.parent / "nodecert_simhw"  # the emulators, one module per
 # figures of that disk swing by up to 50% between identical runs
 # (benchmarks/validate.py), so re-validation compares lab storage with a 60%
 # tolerance. Both are recorded in every result as the inventory's.
-LAB_STORAGE_FLOORS = {"storage.seq_read_mbps_min": 25, "storage.seq_write_mbps_min": 25,
+LAB_STORAGE_FLOORS = {"storage.seq_read_mbps_min": 25,
+                      "storage.local_nvme_seq_read_mbps_min": 25, "storage.seq_write_mbps_min": 25,
                       "storage.rand_read_iops_min": 500, "storage.checkpoint_mbps_min": 10,
                       "drift.storage_drop_max": 0.6}
 REQUIRED_TOOLS = {"systemd-nspawn": "systemd-container", "mmdebstrap": "mmdebstrap",

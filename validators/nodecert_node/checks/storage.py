@@ -132,11 +132,44 @@ def fio_argv(job: str, args: list[str], target: str, opts: dict[str, Any], *,
     return argv
 
 
+def block_device_of(path: str) -> str | None:
+    """The kernel name of the block device holding path ("nvme0n1", "sda", "dm-0"), or
+    None when it cannot be told (a network or virtual filesystem)."""
+    if path.startswith("/dev/"):
+        return os.path.basename(os.path.realpath(path))
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return None
+    link = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
+    try:
+        return os.path.basename(os.path.realpath(link)) if os.path.exists(link) else None
+    except OSError:
+        return None
+
+
 def judge_storage(measured: dict[str, dict[str, float]], limits: Limits,
-                  spec: dict[str, Any]) -> Result:
-    """measured: target -> {seq_read_mbps, seq_write_mbps, rand_read_iops, checkpoint_mbps}."""
+                  spec: dict[str, Any], devices: dict[str, str | None] | None = None
+                  ) -> Result:
+    """measured: target -> {seq_read_mbps, seq_write_mbps, rand_read_iops, checkpoint_mbps}.
+
+    devices: target -> block device; a target on local NVMe is also held to the local
+    NVMe sequential-read floor (unless the order names the drive's rated figures).
+    """
     fails: list[str] = []
     used: dict[str, Threshold] = {}
+    devices = devices or {}
+    local_floor = limits.get("storage.local_nvme_seq_read_mbps_min") if limits.has(
+        "storage.local_nvme_seq_read_mbps_min") else None
+    if local_floor is not None and not spec.get("nvme_rated_seq_read_mbps"):
+        for target, m in measured.items():
+            dev = devices.get(target) or ""
+            if dev.startswith("nvme") and "seq_read_mbps" in m:
+                used["local_nvme_seq_read_mbps"] = local_floor
+                outcome = local_floor.check(round(m["seq_read_mbps"], 1))
+                if not outcome.ok:
+                    fails.append(f"{target} (local NVMe {dev}) seq read: {outcome.message} "
+                                 f"({local_floor.origin})")
     fraction = float(limits.value("storage.rated_fraction", 0.85))
     frac_src = limits.get("storage.rated_fraction").source if limits.has(
         "storage.rated_fraction") else ""
@@ -226,6 +259,7 @@ def storage_fio(ctx: Ctx) -> Result:
     timeout = float(opts.get("runtime_s", 10)) + 120
     ev: list[Evidence] = []
     measured: dict[str, dict[str, float]] = {}
+    devices = {t: block_device_of(t) for t in targets}
     for target in targets:
         if target.startswith("/dev/"):
             facts = probe_device(target, ctx.timeout)
@@ -242,6 +276,6 @@ def storage_fio(ctx: Ctx) -> Result:
                                          raw=True)
         else:
             measured[target] = _measure_dir(target, opts, timeout, ev)
-    return judge_storage(measured, ctx.limits, ctx.spec).with_(evidence=tuple(ev))
+    return judge_storage(measured, ctx.limits, ctx.spec, devices).with_(evidence=tuple(ev))
 
 
