@@ -258,7 +258,7 @@ def test_fabric_checks_pass_on_a_healthy_hgx(tmp_path: Path) -> None:
     ({"kind": "nccl_wrong"},
      {"fabric.nccl_allreduce": "wrong values at 8589934592 B (out-of-place)"}),
     ({"kind": "pcie_degraded", "gpu": 2, "width": 8},
-     {"fabric.bandwidth": "GPU2 host->GPU", "dcgm.diag": "DCGM PCIe: Fail - GPU: 2"}),
+     {"fabric.bandwidth": "GPU2 host->GPU", "dcgm.diag": "DCGM PCIe: Fail (GPU 2 failed)"}),
     ({"kind": "row_remap_pending", "gpu": 4},
      {"dcgm.diag": "DCGM Page Retirement/Row Remap: Fail"}),
 ])

@@ -42,6 +42,8 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
     "nodecert_nvme_rated_seq_read_mbps": (False, "int", "datasheet sequential read, MB/s"),
     "nodecert_nvme_rated_seq_write_mbps": (False, "int", "datasheet sequential write, MB/s"),
     "nodecert_nvme_rated_rand_read_iops": (False, "int", "datasheet 4 KiB random read IOPS"),
+    "nodecert_mig_enabled": (False, "bool", "GPUs ordered in MIG mode (default: whole GPUs, "
+                             "MIG disabled)"),
     "nodecert_storage_targets": (False, "list", "scratch directories (or allowed raw devices) "
                                  "the storage test may write to"),
     "nodecert_allow_raw_devices": (False, "list", "raw block devices the storage test may "
@@ -49,7 +51,8 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
     "nodecert_thresholds": (False, "map", "threshold overrides {key: value}, e.g. "
                             "{storage.seq_read_mbps_min: 3000}"),
 }
-VALIDATION_VARS = ("nodecert_cpu_model", "nodecert_nvme_rated_seq_read_mbps",
+VALIDATION_VARS = ("nodecert_cpu_model", "nodecert_mig_enabled",
+                   "nodecert_nvme_rated_seq_read_mbps",
                    "nodecert_nvme_rated_seq_write_mbps", "nodecert_nvme_rated_rand_read_iops",
                    "nodecert_storage_targets", "nodecert_allow_raw_devices", "nodecert_thresholds")
 # How Ansible reads booleans written as text (INI [group:vars] values are strings).

@@ -19,8 +19,28 @@ HW_REASONS = {"hw_slowdown": "HW Slowdown", "hw_thermal_slowdown": "HW Thermal S
 # --- health.gpu -------------------------------------------------------------------------
 
 
+def _mode_findings(b: str, g: dict[str, Any], mig_ordered: bool, fails: list[str],
+                   warns: list[str]) -> None:
+    """MIG mode against the order, clocks held below their default (NVML: applications
+    clocks / locked clocks; see the C5 source), each naming the GPU."""
+    mig = (g.get("mig_current") or "").lower()
+    if mig in ("enabled", "disabled") and (mig == "enabled") != mig_ordered:
+        fails.append(f"{b}: MIG mode is {g['mig_current']}, the order says "
+                     f"{'MIG' if mig_ordered else 'whole GPUs (MIG disabled)'}")
+    pending = (g.get("mig_pending") or "").lower()
+    if mig and pending and pending != mig:
+        warns.append(f"{b}: MIG mode change to {g['mig_pending']} pending until a GPU reset")
+    app, default = g.get("app_clock_mhz"), g.get("app_clock_default_mhz")
+    if app and default and app < default:
+        warns.append(f"{b}: applications clock {app} MHz is below its default {default} MHz "
+                     "(nvidia-smi -rac restores it)")
+    if (g.get("clock_reasons") or {}).get("applications_clocks_setting"):
+        warns.append(f"{b}: clocks held by an applications or locked clocks setting at rest "
+                     "(nvidia-smi -rgc / -rac restores the defaults)")
+
+
 def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: str,
-                     limits: Limits) -> Result:
+                     limits: Limits, mig_ordered: bool = False) -> Result:
     name = "health.gpu"
     fails: list[str] = []
     warns: list[str] = []
@@ -65,6 +85,7 @@ def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: st
             fails.append(f"{b}: driver asks for GPU recovery action {action!r}")
         if g.get("inforom_image") is None and g.get("name"):
             warns.append(f"{b}: infoROM image version not readable")
+        _mode_findings(b, g, mig_ordered, fails, warns)
     total_vu = sum(g.get("ecc_volatile_uncorrectable") or 0 for g in gpus)
     return judge_findings(
         name, fails, warns,
@@ -83,10 +104,12 @@ def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: st
 
 @check("health.gpu", order=20, suites=("quick", "standard", "full"),
        tools=("nvidia-smi",),
-       description="ECC, row remapping, retired pages, clock-event reasons, infoROM")
+       description="ECC, row remapping, retired pages, clock-event reasons, infoROM, "
+                   "persistence and MIG mode against the order, clocks below default")
 def health_gpu(ctx: Ctx) -> Result:
     header, gpus, ev = nvidia_smi_q(ctx)
-    return judge_gpu_health(header, gpus, ev[0].output, ctx.limits).with_(evidence=tuple(ev))
+    return judge_gpu_health(header, gpus, ev[0].output, ctx.limits,
+                            bool(ctx.spec.get("mig_enabled"))).with_(evidence=tuple(ev))
 
 
 # --- health.xid -------------------------------------------------------------------------

@@ -170,6 +170,20 @@ def gpu_from_q(bus: str, d: dict[str, str]) -> Gpu:
         "inforom_image": _first(d, "Inforom Version/Image Version"),
         "inforom_ecc": _first(d, "Inforom Version/ECC Object"),
         "recovery_action": _first(d, "GPU Recovery Action"),
+        # R590+ prints "Average/Instantaneous Power Draw"; earlier drivers "Power Draw"
+        "power_draw_w": _num(_first(d, "GPU Power Readings/Instantaneous Power Draw",
+                                    "GPU Power Readings/Power Draw",
+                                    "GPU Power Readings/Average Power Draw",
+                                    "Power Readings/Power Draw")),
+        "power_limit_w": _num(_first(d, "GPU Power Readings/Current Power Limit",
+                                     "Power Readings/Enforced Power Limit",
+                                     "Power Readings/Power Limit")),
+        "power_default_w": _num(_first(d, "GPU Power Readings/Default Power Limit",
+                                       "Power Readings/Default Power Limit")),
+        "mig_current": _first(d, "MIG Mode/Current"),
+        "mig_pending": _first(d, "MIG Mode/Pending"),
+        "app_clock_mhz": _int(_first(d, "Applications Clocks/Graphics")),
+        "app_clock_default_mhz": _int(_first(d, "Default Applications Clocks/Graphics")),
     }
 
 
@@ -298,6 +312,19 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
             "inforom_image": _t(g, "inforom_version/img_version"),
             "inforom_ecc": _t(g, "inforom_version/ecc_object"),
             "recovery_action": _t(g, "gpu_recovery_action"),
+            "power_draw_w": _num(_t(g, "gpu_power_readings/instant_power_draw")
+                                 or _t(g, "gpu_power_readings/power_draw")
+                                 or _t(g, "gpu_power_readings/average_power_draw")
+                                 or _t(g, "power_readings/power_draw")),
+            "power_limit_w": _num(_t(g, "gpu_power_readings/current_power_limit")
+                                  or _t(g, "power_readings/enforced_power_limit")
+                                  or _t(g, "power_readings/power_limit")),
+            "power_default_w": _num(_t(g, "gpu_power_readings/default_power_limit")
+                                    or _t(g, "power_readings/default_power_limit")),
+            "mig_current": _t(g, "mig_mode/current_mig"),
+            "mig_pending": _t(g, "mig_mode/pending_mig"),
+            "app_clock_mhz": _int(_t(g, "applications_clocks/graphics_clock")),
+            "app_clock_default_mhz": _int(_t(g, "default_applications_clocks/graphics_clock")),
         })
     return header, gpus
 
