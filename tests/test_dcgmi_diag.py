@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from conftest import REPO
 from nodecert_node.checks.dcgm import judge_dcgm
 from nodecert_node.contract import Verdict
-from nodecert_node.parse import ParseError, bench
+from nodecert_node.parse import ParseError, dcgmi
 
 REAL = REPO / "tests" / "fixtures" / "real" / "dcgmi"
 
@@ -35,15 +35,15 @@ def real(name: str) -> str:
      ["software", "memory", "pcie"], Verdict.FAIL),
 ])
 def test_real_tables(name: str, tests: list[str], verdict: Verdict) -> None:
-    parsed = bench.parse_dcgmi_diag(real(name))
+    parsed = dcgmi.parse_dcgmi_diag(real(name))
     assert list(parsed["tests"]) == tests  # no test made of a Warning row or a wrap
     assert judge_dcgm(parsed, 2).verdict is verdict
 
 
 def test_dcgm4_test_level_fail_wins_over_per_gpu_pass() -> None:
-    parsed = bench.parse_dcgmi_diag(real(
+    parsed = dcgmi.parse_dcgmi_diag(real(
         "b200-8gpu-dcgm-4.4.1-diag-r2-pcie-fail-child-output-unparsable.txt"))
-    assert parsed["gpus"]["pcie"] == {i: "Pass" for i in range(8)}
+    assert parsed["gpus"]["pcie"] == dict.fromkeys(range(8), "Pass")
     (msg,) = parsed["details"]["pcie"]
     # the wrapped cell is one message again, its mid-word breaks undone
     assert "Syntax error: value, object or array expected" in msg
@@ -55,13 +55,13 @@ def test_dcgm4_test_level_fail_wins_over_per_gpu_pass() -> None:
 
 def test_truncated_table_keeps_its_failure_and_a_cut_pass_is_an_error() -> None:
     text = real("l40s-4gpu-dcgm-4.2.3-diag-pcie-fail-internal-error-TRUNCATED.txt")
-    parsed = bench.parse_dcgmi_diag(text)
+    parsed = dcgmi.parse_dcgmi_diag(text)
     assert not parsed["complete"] and len(parsed["details"]["pcie"]) == 4
     passing = real("a10g-1gpu-dcgm-4.4.2-diag-r2-pass-new-layout.txt")
     cut = passing[:passing.rindex("+---")]
-    r = judge_dcgm(bench.parse_dcgmi_diag(cut), 2)
+    r = judge_dcgm(dcgmi.parse_dcgmi_diag(cut), 2)
     assert r.verdict is Verdict.ERROR and "cut short" in r.summary
-    assert judge_dcgm(bench.parse_dcgmi_diag(passing), 2).verdict is Verdict.PASS
+    assert judge_dcgm(dcgmi.parse_dcgmi_diag(passing), 2).verdict is Verdict.PASS
 
 
 def test_old_layout_warning_rows_are_messages_of_the_test_above() -> None:
@@ -75,7 +75,7 @@ def test_old_layout_warning_rows_are_messages_of_the_test_above() -> None:
         "|                           | GM and system logs for errors.                 |",
         "| Info                      | GPU 3 allocated 95% of memory                  |",
         "+---------------------------+------------------------------------------------+"])
-    parsed = bench.parse_dcgmi_diag(table)
+    parsed = dcgmi.parse_dcgmi_diag(table)
     assert list(parsed["tests"]) == ["GPU Memory"]
     assert parsed["details"]["GPU Memory"] == [
         "Warning: GPU 3 Error using CUDA API cudaMalloc Check DCGM and system logs for "
@@ -85,7 +85,7 @@ def test_old_layout_warning_rows_are_messages_of_the_test_above() -> None:
 
 def test_message_row_before_any_test_is_refused() -> None:
     with pytest.raises(ParseError, match="'Warning' row before any test"):
-        bench.parse_dcgmi_diag("| Warning                   | stray |\n")
+        dcgmi.parse_dcgmi_diag("| Warning                   | stray |\n")
 
 
 # --- -j JSON ----------------------------------------------------------------------------
@@ -111,13 +111,13 @@ DCGM3_JSON = {"DCGM GPU Diagnostic": {"test_categories": [
 
 
 def test_json_dcgm4_and_dcgm3() -> None:
-    p4 = bench.parse_dcgmi_diag(json.dumps(DCGM4_JSON, indent=2))
+    p4 = dcgmi.parse_dcgmi_diag(json.dumps(DCGM4_JSON, indent=2))
     assert p4["format"] == "json" and p4["tests"] == {"software": "Pass", "pcie": "Fail"}
     assert p4["gpus"]["pcie"] == {0: "Pass", 1: "Fail"}
     r = judge_dcgm(p4, 2)
     assert r.verdict is Verdict.FAIL and "GPU 1 failed" in r.summary
     assert "PCIe replay rate" in r.summary
-    p3 = bench.parse_dcgmi_diag(json.dumps(DCGM3_JSON))
+    p3 = dcgmi.parse_dcgmi_diag(json.dumps(DCGM3_JSON))
     assert p3["tests"] == {"GPU Memory": "Pass"} and p3["meta"]["DCGM Version"] == "3.3.3"
     assert judge_dcgm(p3, 2).verdict is Verdict.PASS
 
@@ -127,7 +127,7 @@ def test_json_dcgm4_and_dcgm3() -> None:
                                  '[{"name": "pcie", "results": []}]}]}}'])
 def test_json_cut_or_foreign_is_refused(bad: str) -> None:
     with pytest.raises(ParseError):
-        bench.parse_dcgmi_diag(bad)
+        dcgmi.parse_dcgmi_diag(bad)
 
 
 # --- property-based: wrap the messages at other widths, add rows, cut ------------------
@@ -137,7 +137,7 @@ FAIL_TABLE = real("b200-8gpu-dcgm-4.4.1-diag-r2-pcie-fail-child-output-unparsabl
 
 def _rewrap(text: str, width: int) -> str:
     """The same table with every message re-wrapped at `width` (as another DCGM would)."""
-    msg = bench.parse_dcgmi_diag(text)["details"]["pcie"][0].split(": ", 1)[1]
+    msg = dcgmi.parse_dcgmi_diag(text)["details"]["pcie"][0].split(": ", 1)[1]
     chunks = [msg[i:i + width] for i in range(0, len(msg), width)]
     rows = [f"| {'Warning' if k == 0 else '':<25} | {c:<{width}}   |"
             for k, c in enumerate(chunks)]
@@ -150,10 +150,10 @@ def _rewrap(text: str, width: int) -> str:
 @settings(max_examples=40, deadline=None)
 @given(width=st.integers(min_value=12, max_value=60))
 def test_property_rewrapped_messages_read_the_same(width: int) -> None:
-    parsed = bench.parse_dcgmi_diag(_rewrap(FAIL_TABLE, width))
+    parsed = dcgmi.parse_dcgmi_diag(_rewrap(FAIL_TABLE, width))
     assert list(parsed["tests"]) == ["software", "memory", "pcie"]
     (msg,) = parsed["details"]["pcie"]
-    assert re.sub(r"\s+", "", msg) == re.sub(r"\s+", "", bench.parse_dcgmi_diag(
+    assert re.sub(r"\s+", "", msg) == re.sub(r"\s+", "", dcgmi.parse_dcgmi_diag(
         FAIL_TABLE)["details"]["pcie"][0])
     assert judge_dcgm(parsed, 2).verdict is Verdict.FAIL
 
@@ -163,7 +163,7 @@ def test_property_rewrapped_messages_read_the_same(width: int) -> None:
 def test_property_cut_table_never_passes(cut: int) -> None:
     text = "\n".join(FAIL_TABLE.splitlines()[:cut])
     try:
-        parsed = bench.parse_dcgmi_diag(text)
+        parsed = dcgmi.parse_dcgmi_diag(text)
     except ParseError:
         return
     assert set(parsed["tests"]) <= {"software", "memory", "pcie"}

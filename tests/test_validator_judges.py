@@ -408,8 +408,8 @@ def test_bandwidth_judge_on_real_matrices() -> None:
 
 def test_dcgm_judge() -> None:
     from nodecert_node.checks.dcgm import judge_dcgm
-    from nodecert_node.parse import bench
-    real = bench.parse_dcgmi_diag(real_bench("dcgmi/a100-sxm4-80gb-p4de-8gpu-diag-r2-pass.txt"))
+    from nodecert_node.parse import dcgmi
+    real = dcgmi.parse_dcgmi_diag(real_bench("dcgmi/a100-sxm4-80gb-p4de-8gpu-diag-r2-pass.txt"))
     assert judge_dcgm(real, 2).verdict is Verdict.PASS
     bad = dict(real, tests={**real["tests"], "GPU Memory": "Fail - GPU: 3"})
     r = judge_dcgm(bad, 2)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO
-from nodecert_node.parse import ParseError, bench, fio, kernel, pci, smi, system, topo
+from nodecert_node.parse import ParseError, bench, dcgmi, fio, kernel, pci, smi, system, topo
 
 REAL = REPO / "tests" / "fixtures" / "real"
 
@@ -302,7 +302,7 @@ def test_every_fixture_the_validators_read_is_covered() -> None:
                "nvlink": topo.parse_nvlink_status, "dmesg": kernel.parse_xids,
                "dmidecode": system.parse_dmidecode, "lscpu": system.parse_lscpu,
                "fio": fio.parse_fio, "nccl-tests": bench.parse_nccl,
-               "nvbandwidth": bench.parse_nvbandwidth, "dcgmi": bench.parse_dcgmi_diag,
+               "nvbandwidth": bench.parse_nvbandwidth, "dcgmi": dcgmi.parse_dcgmi_diag,
                "gpu-burn": bench.parse_gpu_burn}
     refused: set[str] = set()
     for d, parse in parsers.items():
@@ -364,7 +364,7 @@ def test_nvbandwidth(name: str, test: str, version: str, cell: float,
 
 
 def test_dcgmi_diag() -> None:
-    r = bench.parse_dcgmi_diag(text("dcgmi/a100-sxm4-80gb-p4de-8gpu-diag-r2-pass.txt"))
+    r = dcgmi.parse_dcgmi_diag(text("dcgmi/a100-sxm4-80gb-p4de-8gpu-diag-r2-pass.txt"))
     assert r["meta"]["DCGM Version"] == "3.3.3"
     assert r["tests"]["PCIe"] == "Pass - All" and r["tests"]["Inforom"] == "Pass"
     assert len(r["tests"]) == 11

@@ -10,6 +10,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from nodecert.textsafe import clean
+
 
 def _suite(statement: dict[str, Any]) -> ET.Element:
     p = statement["predicate"]
@@ -43,6 +45,13 @@ def _suite(statement: dict[str, Any]) -> ET.Element:
 
 
 def _xml(root: ET.Element) -> bytes:
+    # node text is untrusted: XML 1.0 cannot hold most control characters, and a CI page
+    # must not show escape sequences; clean every text and attribute value
+    for el in root.iter():
+        if el.text:
+            el.text = clean(el.text)
+        for k, v in el.attrib.items():
+            el.set(k, clean(v))
     ET.indent(root)
     body: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=False)
     return b'<?xml version="1.0" encoding="UTF-8"?>\n' + body

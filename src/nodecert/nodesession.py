@@ -28,6 +28,7 @@ import paramiko
 from nodecert import conformance
 from nodecert.nodessh import connect, describe_error
 from nodecert.runs import HostRun
+from nodecert.textsafe import clean
 from nodecert_node.contract import Evidence, Result, error_result
 
 Progress = Callable[[str], None]
@@ -84,14 +85,88 @@ def node_bundle() -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()
 
 
+MAX_LINE = 16 * 1024 * 1024  # one event from a node; beyond this the host is ERROR
+EVENT_KINDS = ("hello", "start", "result", "done")
+
+
+class BadEvent(ValueError):
+    """A line from a node that is not a valid event; `text` is the offending line."""
+
+    def __init__(self, message: str, text: str) -> None:
+        super().__init__(message)
+        self.text = text
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a node may send")
+
+
+def _check_strings(obj: Any) -> None:
+    """Lone surrogates ("\\ud800") decode from JSON but are not text: refuse them."""
+    if isinstance(obj, str):
+        obj.encode("utf-8")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _check_strings(k)
+            _check_strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            _check_strings(v)
+
+
+def decode_event(raw: bytes, checks: list[str]) -> dict[str, Any]:
+    """One line from a node -> a validated event. Pure; raises BadEvent naming the fault.
+
+    A JSON object of a known kind; a result must be a valid result of a planned check
+    with a known verdict; NaN, Infinity and lone surrogates are refused.
+    """
+    shown = raw[:2000].decode("utf-8", "replace")
+    try:
+        text = raw.decode("utf-8")
+        ev = json.loads(text, parse_constant=_reject_constant)
+        _check_strings(ev)
+    except (UnicodeError, ValueError) as exc:
+        raise BadEvent(f"not a JSON event: {exc}", shown) from exc
+    if not isinstance(ev, dict):
+        raise BadEvent(f"not a JSON object but {type(ev).__name__}", shown)
+    kind = ev.get("event")
+    if kind not in EVENT_KINDS:
+        raise BadEvent(f"unknown event kind {kind!r} (known: {', '.join(EVENT_KINDS)})", shown)
+    if kind == "start" and ev.get("check") not in checks:
+        raise BadEvent(f"start of a check that was not planned: {ev.get('check')!r}", shown)
+    if kind == "result":
+        try:
+            res = Result.from_dict(ev["result"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadEvent(f"not a valid result: {type(exc).__name__}: {exc}", shown) from exc
+        if res.check not in checks:
+            raise BadEvent(f"result of a check that was not planned: {res.check!r}", shown)
+        ev = dict(ev, result=res)
+    event: dict[str, Any] = ev
+    return event
+
+
 class LineReader:
-    def __init__(self, chan: paramiko.Channel) -> None:
+    def __init__(self, chan: paramiko.Channel, limit: int = MAX_LINE) -> None:
         self.chan = chan
-        self.buf = b""
+        self.buf = bytearray()
+        self.scanned = 0  # bytes of buf already searched for a newline
+        self.limit = limit
 
     def line(self, deadline: float, stop: threading.Event) -> bytes | None:
-        """The next line, or None at EOF; TimeoutError past deadline; stops on `stop`."""
-        while b"\n" not in self.buf:
+        """The next line, or None at EOF; TimeoutError past deadline; stops on `stop`;
+        BadEvent when a line grows past the limit. Each byte is scanned once."""
+        while True:
+            nl = self.buf.find(b"\n", self.scanned)
+            if nl >= 0:
+                line = bytes(self.buf[:nl])
+                del self.buf[:nl + 1]
+                self.scanned = 0
+                return line
+            self.scanned = len(self.buf)
+            if len(self.buf) > self.limit:
+                raise BadEvent(f"a line longer than {self.limit // (1024 * 1024)} MiB",
+                               bytes(self.buf[:2000]).decode("utf-8", "replace"))
             if stop.is_set():
                 raise InterruptedError
             left = deadline - time.monotonic()
@@ -105,8 +180,6 @@ class LineReader:
             if not chunk:
                 return None
             self.buf += chunk
-        line, _, self.buf = self.buf.partition(b"\n")
-        return line
 
 
 class NodeSessions:
@@ -120,7 +193,7 @@ class NodeSessions:
 
     def emit(self, hr: HostRun, text: str) -> None:
         with self.lock:
-            self.say(f"{hr.host:<14} {text}")
+            self.say(clean(f"{hr.host:<14} {text}"))
 
     def run_host(self, hr: HostRun) -> None:
         hr.started = time.time()
@@ -137,6 +210,10 @@ class NodeSessions:
             return
         try:
             self._session(hr, client)
+        except Exception as exc:
+            hr.status = "lost"
+            hr.error = f"internal error while handling this host: {type(exc).__name__}: {exc}"
+            self._close(hr)
         finally:
             client.close()
             hr.finished = time.time()
@@ -187,7 +264,7 @@ class NodeSessions:
                 raw = reader.line(min(deadline, host_end), self.stop)
                 if raw is None:
                     break
-                deadline = self._on_event(hr, json.loads(raw)) or deadline
+                deadline = self._on_event(hr, decode_event(raw, hr.checks)) or deadline
         except TimeoutError:
             hr.status = "lost"
             what = hr.current or "between checks"
@@ -200,8 +277,10 @@ class NodeSessions:
             hr.status = "lost"
             hr.error = (f"connection lost during {hr.current or 'the run'}: "
                         f"{type(exc).__name__}: {exc}")
-        except ValueError as exc:
-            hr.status, hr.error = "lost", f"node sent something that is not an event: {exc}"
+        except BadEvent as exc:
+            hr.status = "lost"
+            hr.error = f"the node sent a bad event during {hr.current or 'the run'}: {exc}"
+            hr.bad_output = exc.text
         finally:
             chan.close()  # the node runner sees EOF and kills what is still running
         self._close(hr)
@@ -222,7 +301,7 @@ class NodeSessions:
             self.emit(hr, f"[{len(hr.results) + 1}/{total}] {hr.current} ...")
             return time.monotonic() + limit + 30  # the node enforces limit; +30 for transit
         elif kind == "result":
-            res = Result.from_dict(ev["result"])
+            res = ev["result"]
             if res.check == "stack.conformance":
                 res = conformance.judge_result(res, hr.host, hr.stack)
             hr.results.append(res)
@@ -249,10 +328,15 @@ class NodeSessions:
                       f"{time.time() - hr.started:.0f}s")
             return
         code = "NC-NOT-RUN-INTERRUPTED" if hr.status == "interrupted" else "NC-HOST-LOST"
-        if hr.current and hr.status == "lost":
+        done = {r.check for r in hr.results}
+        blamed = hr.current or (next((c for c in hr.checks if c not in done), None)
+                                if hr.bad_output else None)
+        if blamed and hr.status == "lost":
+            shown = f"{hr.error}\n--- what the node sent ---\n{hr.bad_output}" \
+                if hr.bad_output else hr.error
             hr.results.append(error_result(
-                hr.current, hr.error, fault_code="NC-HOST-LOST",
-                evidence=(Evidence.of("control side", "nodecert validate", None, hr.error),),
+                blamed, hr.error, fault_code="NC-HOST-LOST",
+                evidence=(Evidence.of("control side", "nodecert validate", None, shown),),
                 remediation="Check the node's console/BMC: a node that drops off the network "
                             "or hangs during validation is not ready.")
                 .with_(simulated=hr.simulated))

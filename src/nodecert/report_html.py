@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from nodecert import __version__, svgplot
+from nodecert.textsafe import clean
 from nodecert_node.contract import all_figures
 
 SIMULATED_TEXT = ("these results were measured on nodecert's simulated GPUs, not on real "
@@ -25,14 +26,16 @@ SIMULATED_TEXT = ("these results were measured on nodecert's simulated GPUs, not
 def _short(value: Any) -> str:
     if value is None:
         return ""
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    text = clean(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
     return text if len(text) <= 160 else text[:157] + "..."
 
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
+                             trim_blocks=True, lstrip_blocks=True,
+                             # node text is untrusted: no control characters reach a page
+                             finalize=lambda v: clean(v) if isinstance(v, str) else v)
     env.filters["short"] = _short
     return env
 

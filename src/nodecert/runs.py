@@ -109,6 +109,7 @@ class HostRun:
     finished: float = 0.0
     simulated: bool = False
     node: dict[str, Any] = field(default_factory=dict)
+    bad_output: str = ""  # what a node sent that was not a valid event (evidence)
 
     @property
     def checks(self) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from nodecert.cli.common import DEFAULT_KEY_DIR, emit_json, handle_errors, json_option
+from nodecert.cli.common import DEFAULT_KEY_DIR, echo, emit_json, handle_errors, json_option
 from nodecert.errors import ExitCode
 
 _KEYS_INIT_HELP = """Create a signing key pair: NAME.key (private, mode 0600) and NAME.pub.
@@ -42,9 +42,9 @@ def keys_init(key_type: str, out_dir: Path) -> None:
     from nodecert.signing import init_key
 
     kp = init_key(out_dir.expanduser(), key_type)
-    click.echo(f"private key: {kp.private} (0600; keep it secret)")
-    click.echo(f"public key:  {kp.public} (give this to whoever verifies)")
-    click.echo(f"key id:      {kp.keyid}")
+    echo(f"private key: {kp.private} (0600; keep it secret)")
+    echo(f"public key:  {kp.public} (give this to whoever verifies)")
+    echo(f"key id:      {kp.keyid}")
 
 
 def print_certified(run: Any) -> None:
@@ -52,8 +52,8 @@ def print_certified(run: Any) -> None:
         sim = " (SIMULATED)" if n.simulated else ""
         why = f": {n.reasons[0]}" + (f" (+{len(n.reasons) - 1} more)" if len(n.reasons) > 1
                                      else "") if n.reasons else ""
-        click.echo(f"{n.host:<14} {n.verdict}{sim}{why}")
-    click.echo(f"certificates: {run.out_dir} (fleet page {run.index}, JUnit {run.junit})")
+        echo(f"{n.host:<14} {n.verdict}{sim}{why}")
+    echo(f"certificates: {run.out_dir} (fleet page {run.index}, JUnit {run.junit})")
 
 
 def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
@@ -63,7 +63,7 @@ def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
 
     key, created = signing_key(key_path)
     if created is not None:
-        click.echo(f"created signing key {created.private} (0600) and {created.public}",
+        echo(f"created signing key {created.private} (0600) and {created.public}",
                    err=True)
     run = certify(run_dir, key, out_dir=out_dir, valid_days=valid_days or DEFAULT_VALID_DAYS)
     print_certified(run)
@@ -153,7 +153,7 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
     for name, ok, detail in v.steps:
         mark = click.style("ok  ", fg="green") if ok else click.style("FAIL", fg="red",
                                                                           bold=True)
-        click.echo(f"{mark} {name:<14} {detail}")
-    click.echo("VALID: the certificate holds and the node is READY" if v.ok else
+        echo(f"{mark} {name:<14} {detail}")
+    echo("VALID: the certificate holds and the node is READY" if v.ok else
                "NOT VALID: see the failed step(s) above")
     sys.exit(int(v.exit_code))

@@ -16,7 +16,13 @@ from typing import Any, TypeVar
 import click
 
 from nodecert.errors import ExitCode, NodecertError
+from nodecert.textsafe import clean
 from nodecert.verdict import Verdict
+
+
+def echo(message: str = "", err: bool = False) -> None:
+    """click.echo for anything that may hold node text: escapes and controls removed."""
+    click.echo(clean(message), err=err)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,7 +41,7 @@ class CommandError(click.ClickException):
         self.error = error
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
+        echo(f"error: {self.format_message()}", err=True)
 
 
 class BadInput(CommandError):
@@ -66,7 +72,7 @@ def handle_errors(fn: F) -> F:
 
 
 def emit_json(data: object) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    echo(json.dumps(data, indent=2, sort_keys=False))
 
 
 def verdict_text(v: Verdict) -> str:
@@ -88,7 +94,7 @@ def split_hosts(limit: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def progress_to_stderr(line: str) -> None:
-    click.echo(line, err=True)
+    echo(line, err=True)
 
 
 # Options several commands take, declared once.
@@ -113,10 +119,10 @@ threshold_option = click.option("--threshold", "threshold_items", multiple=True,
 
 
 def print_validation(run: Any) -> None:
-    click.echo(f"{'host':<14} {'verdict':<8} {'status':<12} detail")
+    echo(f"{'host':<14} {'verdict':<8} {'status':<12} detail")
     for name, h in sorted(run.hosts.items()):
         bad = [r for r in h.results if r.verdict.value >= Verdict.FAIL.value]
         detail = h.error or "; ".join(f"{r.check}: {r.summary}" for r in bad[:3]) or h.counts()
         sim = " SIMULATED" if h.simulated else ""
-        click.echo(f"{name:<14} {h.verdict.name:<8} {h.status:<12} {detail}{sim}")
-    click.echo(f"run: {run.run_dir}")
+        echo(f"{name:<14} {h.verdict.name:<8} {h.status:<12} {detail}{sim}")
+    echo(f"run: {run.run_dir}")

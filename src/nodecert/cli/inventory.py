@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from nodecert.cli.common import emit_json, handle_errors, json_option
+from nodecert.cli.common import echo, emit_json, handle_errors, json_option
 from nodecert.errors import ExitCode
 from nodecert.inventory import check_inventory
 
@@ -36,10 +36,10 @@ def inventory_check(path: Path, as_json: bool) -> None:
         emit_json(report.as_dict())
     else:
         for p in report.problems:
-            click.echo(f"error: {p.render()}", err=True)
+            echo(f"error: {p.render()}", err=True)
         for h in report.hosts.values():
-            click.echo(f"{h.name:<16} {h.address}:{h.port}  {h.gpu_count}x {h.gpu_model}, "
+            echo(f"{h.name:<16} {h.address}:{h.port}  {h.gpu_count}x {h.gpu_model}, "
                        f"{h.cpu_cores} cores, {h.ram_gb} GB RAM, {h.nvme_count} NVMe"
                        + (f", stack {h.stack}" if h.stack else ""))
-        click.echo(f"{len(report.hosts)} host(s) valid, {len(report.problems)} problem(s)")
+        echo(f"{len(report.hosts)} host(s) valid, {len(report.problems)} problem(s)")
     sys.exit(int(ExitCode.OK if report.ok else ExitCode.BAD_INPUT))

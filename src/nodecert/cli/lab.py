@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from nodecert.cli.common import emit_json, handle_errors, json_option
+from nodecert.cli.common import echo, emit_json, handle_errors, json_option
 from nodecert.errors import ExitCode
 
 
@@ -34,7 +34,7 @@ def lab() -> None:
 
 def _lab() -> Any:
     from nodecert.lab.hosts import Lab  # imported lazily: only lab commands need it
-    return Lab(log=lambda m: click.echo(m, err=True))
+    return Lab(log=lambda m: echo(m, err=True))
 
 
 @lab.command("up")
@@ -55,15 +55,15 @@ def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
         emit_json(result)
         return
     for h in result["hosts"]:
-        click.echo(f"{h['name']:<5} {h['ip']:<14} {h['profile']:<12} SIMULATED GPUs  up")
+        echo(f"{h['name']:<5} {h['ip']:<14} {h['profile']:<12} SIMULATED GPUs  up")
     t = result["timings"]
-    click.echo(f"ready in {t['hosts_ready_s']:.1f} s (base {t['base_s']:.1f} s, "
+    echo(f"ready in {t['hosts_ready_s']:.1f} s (base {t['base_s']:.1f} s, "
                f"mirror {t['mirror_s']:.1f} s)")
-    click.echo(f"inventory:   {result['inventory']}")
-    click.echo(f"ssh config:  {result['ssh_config']}  (known_hosts checked strictly: "
+    echo(f"inventory:   {result['inventory']}")
+    echo(f"ssh config:  {result['ssh_config']}  (known_hosts checked strictly: "
                f"{result['known_hosts']})")
-    click.echo(f"try:         ssh -F {result['ssh_config']} h1 lspci -nn")
-    click.echo(f"             nodecert inventory check -i {result['inventory']}")
+    echo(f"try:         ssh -F {result['ssh_config']} h1 lspci -nn")
+    echo(f"             nodecert inventory check -i {result['inventory']}")
 
 
 @lab.command("status")
@@ -76,14 +76,14 @@ def lab_status(as_json: bool) -> None:
         emit_json(st)
         return
     if not st["hosts"]:
-        click.echo("the lab is down")
+        echo("the lab is down")
     for h in st["hosts"]:
         state = "ssh-ready" if h["ssh"] else ("running" if h["running"] else "STOPPED")
-        click.echo(f"{h['name']:<5} {h['ip']:<14} {h['profile']:<12} {state}")
+        echo(f"{h['name']:<5} {h['ip']:<14} {h['profile']:<12} {state}")
     for f in st["faults"]:
-        click.echo(f"fault: {f['host']}: {f['kind']} {f['params']}")
+        echo(f"fault: {f['host']}: {f['kind']} {f['params']}")
     if st["stale_netns"]:
-        click.echo(f"stale namespaces from an earlier run: {', '.join(st['stale_netns'])} "
+        echo(f"stale namespaces from an earlier run: {', '.join(st['stale_netns'])} "
                    "(`nodecert lab down` removes them)")
     sys.exit(int(ExitCode.OK if st["up"] or not st["hosts"] else ExitCode.FAILED))
 
@@ -94,7 +94,7 @@ def lab_status(as_json: bool) -> None:
 def lab_reset(host: str) -> None:
     """Make HOST pristine again: fresh filesystem, same identity and host key."""
     seconds = _lab().reset(host)
-    click.echo(f"{host} reset in {seconds:.1f} s")
+    echo(f"{host} reset in {seconds:.1f} s")
 
 
 @lab.command("faults")
@@ -104,7 +104,7 @@ def lab_reset(host: str) -> None:
 def lab_faults(faults_file: Path | None) -> None:
     """Replace the injected faults on running hosts (none given: clear all faults)."""
     faults = _lab().apply_faults(faults_file)
-    click.echo(f"{len(faults)} fault(s) active")
+    echo(f"{len(faults)} fault(s) active")
 
 
 @lab.command("down")
@@ -114,5 +114,5 @@ def lab_faults(faults_file: Path | None) -> None:
 def lab_down(drop_guard: bool) -> None:
     """Stop every lab host and remove everything the lab created."""
     r = _lab().down(drop_guard=drop_guard)
-    click.echo(f"lab down: {r['hosts']} host(s) stopped, {r['stale_netns']} stale namespace(s) "
+    echo(f"lab down: {r['hosts']} host(s) stopped, {r['stale_netns']} stale namespace(s) "
                f"and {r['stale_mounts']} stale mount(s) removed")

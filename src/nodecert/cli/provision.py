@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 
 from nodecert.cli.certs import print_certified
-from nodecert.cli.common import emit_json, handle_errors, json_option, print_validation, split_hosts
+from nodecert.cli.common import (
+    echo,
+    emit_json,
+    handle_errors,
+    json_option,
+    print_validation,
+    split_hosts,
+)
 from nodecert.cli.stack import print_gate
 
 _PROVISION_HELP = """Provision hosts with a pinned stack, then verify each one.
@@ -70,18 +77,18 @@ def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_
     res = run_chain(path, stack_name, limit=split_hosts(limit), check=check_mode, tags=tags,
                     forks=forks, mirror=mirror, runs_dir=runs_dir, validate=not no_validate,
                     certify=not no_certify, suite=suite, key_path=key_path,
-                    progress=lambda line: click.echo(line, err=True))
+                    progress=lambda line: echo(line, err=True))
     report = res.provision
     if as_json:
         emit_json(report.as_dict())
         sys.exit(report.exit_code)
     if report.gate_failed:
         for hosts, gate in report.gates:
-            click.echo(f"preflight for {', '.join(hosts)}:")
+            echo(f"preflight for {', '.join(hosts)}:")
             print_gate(gate)
-        click.echo("preflight FAILED: no host was touched.", err=True)
+        echo("preflight FAILED: no host was touched.", err=True)
         sys.exit(report.exit_code)
-    click.echo(f"{'host':<14} {'result':<12} {'ok':>4} {'chg':>4} {'fail':>4}  detail")
+    echo(f"{'host':<14} {'result':<12} {'ok':>4} {'chg':>4} {'fail':>4}  detail")
     for h in report.hosts.values():
         result = h.status
         detail = h.first_error or ""
@@ -91,12 +98,12 @@ def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_
                 f"{h.conformance.checked} checks passed")
         if check_mode and h.status == "provisioned":
             result = "checked"
-        click.echo(f"{h.host:<14} {result:<12} {h.ok:>4} {h.changed:>4} {h.failed:>4}  {detail}")
-    click.echo(f"run: {report.run_dir}")
+        echo(f"{h.host:<14} {result:<12} {h.ok:>4} {h.changed:>4} {h.failed:>4}  {detail}")
+    echo(f"run: {report.run_dir}")
     if res.validation is not None:
         print_validation(res.validation)
     if res.created_key is not None:
-        click.echo(f"created signing key {res.created_key.private} (0600) and "
+        echo(f"created signing key {res.created_key.private} (0600) and "
                    f"{res.created_key.public}", err=True)
     if res.certification is not None:
         print_certified(res.certification)

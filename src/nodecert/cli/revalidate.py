@@ -9,6 +9,7 @@ import click
 
 from nodecert.cli.common import (
     DEFAULT_KEY_DIR,
+    echo,
     emit_json,
     handle_errors,
     json_option,
@@ -73,15 +74,15 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
     rv = revalidate(path, key=key, trusted=trusted, baseline=baseline, suite=suite,
                     runs_dir=runs_dir, limit=limit, stack=stack_name, checks=checks,
                     cli_thresholds=parse_cli_thresholds(threshold_items),
-                    progress=lambda line: click.echo(line, err=True))
-    click.echo(f"baseline: {rv.baseline or '(none found)'}")
+                    progress=lambda line: echo(line, err=True))
+    echo(f"baseline: {rv.baseline or '(none found)'}")
     for host, results in sorted(rv.drift.items()):
         for r in results:
-            click.echo(f"{host:<14} {verdict_text(r.verdict)} {r.check:<34} {r.summary}")
+            echo(f"{host:<14} {verdict_text(r.verdict)} {r.check:<34} {r.summary}")
     assert rv.cert is not None
     for n in rv.cert.nodes:
-        click.echo(f"{n.host:<14} {n.verdict}{' (SIMULATED)' if n.simulated else ''}")
-    click.echo(f"run: {rv.run.run_dir}\ncertificates: {rv.cert.out_dir}")
+        echo(f"{n.host:<14} {n.verdict}{' (SIMULATED)' if n.simulated else ''}")
+    echo(f"run: {rv.run.run_dir}\ncertificates: {rv.cert.out_dir}")
     sys.exit(int(ExitCode.FAILED if rv.regressed or not rv.cert.all_ready else ExitCode.OK))
 
 
@@ -113,9 +114,9 @@ def history_cmd(host: str, runs_dir: Path, as_json: bool) -> None:
     if as_json:
         emit_json(rows)
         return
-    click.echo(f"{'when':<20} {'run':<24} {'suite':<9} {'verdict':<8} figures / failing")
+    echo(f"{'when':<20} {'run':<24} {'suite':<9} {'verdict':<8} figures / failing")
     for r in rows:
         figs = " ".join(f"{k}={v}" for k, v in r["figures"].items())
         bad = "; ".join(r["failing"][:3])
-        click.echo(f"{r['when']:<20} {r['run_id']:<24} {r['suite']:<9} {r['verdict']:<8} "
+        echo(f"{r['when']:<20} {r['run_id']:<24} {r['suite']:<9} {r['verdict']:<8} "
                    f"{figs}{'  ' + bad if bad else ''}")

@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
-from nodecert.cli.common import emit_json, handle_errors, json_option, parse_date, verdict_text
+from nodecert.cli.common import (
+    echo,
+    emit_json,
+    handle_errors,
+    json_option,
+    parse_date,
+    verdict_text,
+)
 from nodecert.compat import default_matrix
 from nodecert.errors import ExitCode, NodecertError
 from nodecert.gate import GateReport, evaluate
@@ -45,9 +52,9 @@ def stack_list(as_json: bool) -> None:
         emit_json([_stack_summary(s) for s in stacks])
         return
     for s in stacks:
-        click.echo(f"{s.name:<16} {s.status:<12} driver {s.driver} ({s.kernel_modules}), "
+        echo(f"{s.name:<16} {s.status:<12} driver {s.driver} ({s.kernel_modules}), "
                    f"CUDA {s.cuda}, OS: {', '.join(s.os)}")
-        click.echo(f"{'':<16} {s.title}")
+        echo(f"{'':<16} {s.title}")
 
 
 @stack.command("show")
@@ -84,23 +91,23 @@ def stack_show(name: str, os_name: str | None, as_json: bool) -> None:
         }
         emit_json(data)
         return
-    click.echo(f"{s.name}: {s.title}  [{s.status}]")
-    click.echo(f"  driver          {s.driver} (branch R{s.driver_branch}, "
+    echo(f"{s.name}: {s.title}  [{s.status}]")
+    echo(f"  driver          {s.driver} (branch R{s.driver_branch}, "
                f"{s.kernel_modules} kernel modules)")
     for comp, ver in s.components().items():
         if comp != "driver":
-            click.echo(f"  {comp:<15} {ver}")
+            echo(f"  {comp:<15} {ver}")
     fw = s.framework
-    click.echo(f"  framework       python {fw.python}"
+    echo(f"  framework       python {fw.python}"
                + (f", torch {fw.pytorch}" if fw.pytorch else "")
                + (f", tensorflow {fw.tensorflow}" if fw.tensorflow else "")
                + f" from {fw.index_url}")
-    click.echo(f"  repository key  {s.repository.key_fingerprint}")
+    echo(f"  repository key  {s.repository.key_fingerprint}")
     for o in oses:
-        click.echo(f"\n  {o} (NVIDIA repo: {s.os[o].os_repo})")
+        echo(f"\n  {o} (NVIDIA repo: {s.os[o].os_repo})")
         for p in s.os[o].packages:
             mark = "" if p.confirmed else "  (unconfirmed)"
-            click.echo(f"    {p.component:<15} {p.pin:<58} {p.origin:<6} "
+            echo(f"    {p.component:<15} {p.pin:<58} {p.origin:<6} "
                        f"[{', '.join(p.sources)}]{mark}")
 
 
@@ -108,19 +115,19 @@ def print_gate(report: GateReport) -> None:
     m = default_matrix()
     scope = ", ".join(x for x in (report.gpu and f"GPU {report.gpu}",
                                   report.os and f"OS {report.os}") if x) or "no GPU/OS given"
-    click.echo(f"stack {report.stack} ({scope}), as of {report.date}")
+    echo(f"stack {report.stack} ({scope}), as of {report.date}")
     for r in report.results:
         cite = f"  [{', '.join(r.sources)}]" if r.sources else ""
-        click.echo(f"  {verdict_text(r.verdict)} {r.rule:<34} {r.message}{cite}")
+        echo(f"  {verdict_text(r.verdict)} {r.rule:<34} {r.message}{cite}")
     for rule, why in report.not_evaluated:
-        click.echo(f"  {'-':<5} {rule:<34} not evaluated: {why}")
+        echo(f"  {'-':<5} {rule:<34} not evaluated: {why}")
     used = sorted({s for r in report.results for s in r.sources})
     if used:
-        click.echo("  sources:")
+        echo("  sources:")
         for key in used:
             src = m.sources[key]
-            click.echo(f"    {key:<7} {src.title}" + (f" <{src.url}>" if src.url else ""))
-    click.echo(f"verdict: {verdict_text(report.verdict)}")
+            echo(f"    {key:<7} {src.title}" + (f" <{src.url}>" if src.url else ""))
+    echo(f"verdict: {verdict_text(report.verdict)}")
 
 
 @stack.command("check")
@@ -163,5 +170,5 @@ def stack_gpus(as_json: bool) -> None:
                      "open_modules": g.open_modules} for g in m.gpus.values()])
         return
     for g in m.gpus.values():
-        click.echo(f"{g.key:<16} {g.name:<44} 10de:{'/'.join(g.pci_device_ids):<10} "
+        echo(f"{g.key:<16} {g.name:<44} 10de:{'/'.join(g.pci_device_ids):<10} "
                    f"{g.architecture}{', NVSwitch' if g.nvswitch else ''}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from nodecert.cli.common import emit_json, handle_errors, print_validation
+from nodecert.cli.common import echo, emit_json, handle_errors, print_validation
 from nodecert.errors import ExitCode
 from nodecert.verdict import Verdict
 
@@ -66,7 +66,7 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
     run = validate(path, suite=suite, limit=limit, stack=stack_name, forks=forks,
                    runs_dir=runs_dir, cli_thresholds=parse_cli_thresholds(threshold_items),
                    scratch=scratch_dir, checks=checks, host_timeout_s=host_timeout,
-                   progress=lambda line: click.echo(line, err=True))
+                   progress=lambda line: echo(line, err=True))
     code = ExitCode.OK if run.verdict <= Verdict.WARN and not run.interrupted \
         else ExitCode.FAILED
     if as_json:

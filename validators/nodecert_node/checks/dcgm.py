@@ -6,7 +6,7 @@ from typing import Any
 
 from nodecert_node.context import Ctx, judge_findings
 from nodecert_node.contract import Result, Verdict
-from nodecert_node.parse import ParseError, bench
+from nodecert_node.parse import ParseError, dcgmi
 from nodecert_node.registry import check
 from nodecert_node.tools import run
 
@@ -64,14 +64,14 @@ def dcgm_diag(ctx: Ctx) -> Result:
     out = run(["dcgmi", "diag", "-r", str(level), "-j"], name="dcgmi diag", timeout=timeout,
               ok_codes=range(0, 256))
     try:
-        parsed = bench.parse_dcgmi_diag(out.text)
+        parsed = dcgmi.parse_dcgmi_diag(out.text)
     except ParseError:
         if out.text.lstrip().startswith("{"):
             raise  # JSON that does not read: not a reason to run the diagnostic twice
         # a DCGM without -j prints its usage: ask for the table
         out = run(["dcgmi", "diag", "-r", str(level)], name="dcgmi diag", timeout=timeout,
                   ok_codes=range(0, 256))
-        parsed = bench.parse_dcgmi_diag(out.text)
+        parsed = dcgmi.parse_dcgmi_diag(out.text)
     res = judge_dcgm(parsed, level)
     if res.verdict is Verdict.PASS and out.returncode not in (0, None):
         res = res.with_(verdict=Verdict.ERROR, summary=f"dcgmi exited with status "

@@ -126,7 +126,7 @@ def _bus_key(addr: str) -> str:
     parts = addr.lower().split(".")[0].split(":")
     if len(parts) == 2:
         parts.insert(0, "0")
-    return ":".join([parts[0][-4:].rjust(4, "0")] + parts[1:3])
+    return ":".join([parts[0][-4:].rjust(4, "0"), *parts[1:3]])
 
 
 def _gpu_for(pci_addr: str, gpus: list[dict[str, Any]]) -> str:

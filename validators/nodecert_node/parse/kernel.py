@@ -161,7 +161,7 @@ def _pci(text: str) -> str | None:
     parts = addr.split(":")
     if len(parts) == 2:
         parts.insert(0, "0000")
-    return ":".join([parts[0][-4:].rjust(4, "0")] + parts[1:])
+    return ":".join([parts[0][-4:].rjust(4, "0"), *parts[1:]])
 
 
 def parse_kernel_log(text: str, boot_time: float | None = None,

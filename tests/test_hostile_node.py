@@ -1,0 +1,186 @@
+"""A broken or hostile node cannot sink the run: every event is validated, lines are
+capped, NaN/Infinity/lone surrogates are refused, the other hosts finish, and no node
+text reaches a terminal, HTML or XML with its control characters."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO
+from nodecert import nodesession, thresholds
+from nodecert.inventory import load_inventory
+from nodecert.junit import node_xml
+from nodecert.nodesession import MAX_LINE, BadEvent, LineReader, NodeSessions, decode_event
+from nodecert.nodessh import Endpoint
+from nodecert.plan import build_plan
+from nodecert.runs import HostRun
+from nodecert.textsafe import clean
+from nodecert_node.contract import Result, Verdict
+
+CHECKS = ["health.gpu", "health.xid"]
+
+
+def result_line(check: str, verdict: str = "PASS", **extra: Any) -> bytes:
+    d = Result(check, Verdict[verdict], "ok").as_dict()
+    d.update(extra)
+    return json.dumps({"event": "result", "result": d}).encode()
+
+
+# --- one line -> one event ----------------------------------------------------------------
+
+def test_valid_events_decode() -> None:
+    assert decode_event(b'{"event": "hello", "python": "3.12"}', CHECKS)["event"] == "hello"
+    ev = decode_event(result_line("health.gpu"), CHECKS)
+    assert isinstance(ev["result"], Result) and ev["result"].verdict is Verdict.PASS
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    (b'{"event": "result", "result": {"value": NaN}}', "NaN is not a number"),
+    (b'{"event": "hello", "x": Infinity}', "Infinity is not a number"),
+    (b'{"event": "hello", "host": "\\ud800"}', "surrogate"),
+    (b'\xff\xfe{"event": "hello"}', "not a JSON event"),
+    (b'["event", "hello"]', "not a JSON object but list"),
+    (b'{"event": "shell", "cmd": "rm -rf /"}', "unknown event kind 'shell'"),
+    (b'{"event": "start", "check": "evil.check"}', "not planned: 'evil.check'"),
+    (result_line("health.gpu", summary=None) .replace(b'"summary": null', b'"x": 1'),
+     "not a valid result"),
+    (result_line("health.gpu").replace(b'"PASS"', b'"READY"'), "not a valid result"),
+    (result_line("hardware.inventory"), "not planned: 'hardware.inventory'"),
+])
+def test_bad_events_are_refused_naming_the_fault(raw: bytes, why: str) -> None:
+    with pytest.raises(BadEvent, match=why) as exc:
+        decode_event(raw, CHECKS)
+    assert exc.value.text  # the offending text is kept as evidence
+
+
+# --- the line reader ------------------------------------------------------------------------
+
+class Chan:
+    """A paramiko channel stand-in that hands out prepared chunks."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = list(chunks)
+        self.sent = b""
+
+    def settimeout(self, t: float) -> None:
+        pass
+
+    def recv(self, n: int) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+    def exec_command(self, cmd: str) -> None:
+        pass
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+    def close(self) -> None:
+        pass
+
+
+def test_reader_splits_lines_across_chunks() -> None:
+    r = LineReader(Chan([b'{"a"', b': 1}\n{"b": 2}\n{"c"', b": 3}\n"]))  # type: ignore[arg-type]
+    stop = threading.Event()
+    got = [r.line(1e18, stop) for _ in range(4)]
+    assert got == [b'{"a": 1}', b'{"b": 2}', b'{"c": 3}', None]
+
+
+def test_reader_caps_a_line_and_scans_each_byte_once() -> None:
+    chunk = b"x" * 65536
+    n = MAX_LINE // len(chunk) + 2
+    r = LineReader(Chan([chunk] * n))  # type: ignore[arg-type]
+    with pytest.raises(BadEvent, match="longer than 16 MiB"):
+        r.line(1e18, threading.Event())
+    assert r.scanned == len(r.buf) <= MAX_LINE + len(chunk)
+
+
+# --- a whole run: one hostile host, one good host ------------------------------------------
+
+class Client:
+    def __init__(self, lines: list[bytes]) -> None:
+        self.lines = lines
+
+    def get_transport(self) -> Any:
+        outer = self
+
+        class T:
+            def open_session(self) -> Chan:
+                return Chan([b"\n".join(outer.lines) + b"\n"])
+        return T()
+
+    def close(self) -> None:
+        pass
+
+
+def _runs(tmp_path: Path) -> dict[str, HostRun]:
+    specs = load_inventory(REPO / "inventory" / "sample" / "lab.ini")
+    out = {}
+    for spec in list(specs.values())[:2]:
+        plan = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
+                          scratch=None, checks=tuple(CHECKS))
+        out[spec.name] = HostRun(spec.name, spec, Endpoint.from_hostvars(spec.name, {}), plan,
+                                 None, tmp_path / spec.name)
+    return out
+
+
+@pytest.mark.parametrize("bad", [
+    b'{"event": "result", "result": {"schema": "nodecert.result/v1", "check": "health.xid", '
+    b'"verdict": "PASS", "summary": "ok", "value": NaN}}',
+    b"\x1b[2K\r" + b"READY " * 10,
+    b'{"event": "result", "result": 42}',
+])
+def test_hostile_host_errors_the_other_finishes(tmp_path: Path, bad: bytes,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = _runs(tmp_path)
+    good, evil = list(runs)
+    hello = b'{"event": "hello", "python": "3.12", "version": "x", "host": "n"}'
+    scripts = {
+        good: [hello, b'{"event": "start", "check": "health.gpu"}', result_line("health.gpu"),
+               b'{"event": "start", "check": "health.xid"}', result_line("health.xid"),
+               b'{"event": "done"}'],
+        evil: [hello, b'{"event": "start", "check": "health.gpu"}', result_line("health.gpu"),
+               b'{"event": "start", "check": "health.xid"}', bad, b'{"event": "done"}'],
+    }
+    monkeypatch.setattr(nodesession, "connect", lambda ep: Client(scripts[ep.host]))
+    monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c: "/opt/x")
+    said: list[str] = []
+    ns = NodeSessions(runs, said.append, threading.Event(), (b"", "0" * 64))
+    for hr in runs.values():
+        ns.run_host(hr)
+    assert runs[good].verdict is Verdict.PASS and runs[good].status == "done"
+    h = runs[evil]
+    assert h.verdict is Verdict.ERROR and "bad event during health.xid" in h.error
+    err = next(r for r in h.results if r.check == "health.xid")
+    assert err.verdict is Verdict.ERROR and "what the node sent" in err.evidence[0].output
+    assert bad[:20].decode("utf-8", "replace") in err.evidence[0].output
+    assert all("\x1b" not in line and "\r" not in line for line in said)
+    assert (tmp_path / evil / "host.json").exists() or any((tmp_path / evil).iterdir())
+
+
+# --- control characters never reach a terminal, HTML or XML --------------------------------
+
+def test_clean_strips_escapes_and_controls() -> None:
+    evil = "NOT READY\r\x1b[2K\x1b[1A\x1b[32mREADY\x1b[0m\x9b2J\x07\x00 ok\ttab\nnext"
+    assert clean(evil) == "NOT READYREADY2J ok\ttab\nnext"
+
+
+def test_junit_and_html_hold_no_control_characters(tmp_path: Path) -> None:
+    summary = "NOT READY\r\x1b[32mREADY\x00\x1f"
+    st = {"subject": [{"digest": {"sha256": "0" * 64}}],
+          "predicate": {"host": "h\x1b[2Kx", "simulated": False, "verdict": "FAIL",
+                        "run_id": "r", "suite": "quick", "validity": {"issued": 0},
+                        "results": [{"check": "health.gpu", "verdict": "FAIL",
+                                     "summary": summary, "findings": [summary],
+                                     "remediation": "", "duration_s": 1}]}}
+    xml = node_xml(st).decode()
+    assert "\x1b" not in xml and "\x00" not in xml and "\r" not in xml
+    assert "NOT READYREADY" in xml
+    from nodecert import report_html
+    page = report_html._env().from_string("<p>{{ s }}</p><p>{{ s | short }}</p>").render(
+        s=summary)
+    assert page == "<p>NOT READYREADY</p><p>NOT READYREADY</p>"
