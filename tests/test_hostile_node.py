@@ -184,3 +184,24 @@ def test_junit_and_html_hold_no_control_characters(tmp_path: Path) -> None:
     page = report_html._env().from_string("<p>{{ s }}</p><p>{{ s | short }}</p>").render(
         s=summary)
     assert page == "<p>NOT READYREADY</p><p>NOT READYREADY</p>"
+
+
+def test_validate_json_is_written_when_a_host_handler_crashes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodecert import validation
+
+    def run_host(self: NodeSessions, hr: HostRun) -> None:
+        if hr.host == sorted(self.runs)[0]:
+            raise RuntimeError("boom")
+        hr.status = "done"
+        hr.results = [Result(c, Verdict.PASS, "ok") for c in hr.checks]
+        hr.save()
+
+    monkeypatch.setattr(NodeSessions, "run_host", run_host)
+    run = validation.validate(REPO / "inventory" / "sample" / "lab.ini", checks=tuple(CHECKS),
+                              runs_dir=tmp_path, progress=lambda line: None)
+    summary = json.loads((run.run_dir / "validate.json").read_text())
+    verdicts = {h: d["verdict"] for h, d in summary["hosts"].items()}
+    first, *others = sorted(verdicts)
+    assert verdicts[first] == "ERROR" and all(verdicts[o] == "PASS" for o in others)
+    assert "RuntimeError('boom')" in run.hosts[first].error

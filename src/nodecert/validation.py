@@ -10,14 +10,12 @@ run. An unreachable host is an ERROR for that host; the others go on.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -101,13 +99,17 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
     done = threading.Event()
     threading.Thread(target=runner.heartbeat, args=(done,), daemon=True).start()
     pool = ThreadPoolExecutor(max_workers=max(1, forks), thread_name_prefix="validate")
-    futures = [pool.submit(runner.run_host, hr) for hr in runs.values()]
+    futures = {pool.submit(runner.run_host, hr): hr for hr in runs.values()}
     try:
-        for f in futures:
+        for f, hr in futures.items():
             while not f.done():
-                with contextlib.suppress(FutureTimeout):
-                    f.result(timeout=1.0)
-            f.result()
+                wait([f], timeout=1.0)  # wakes for Ctrl-C; never raises the host's error
+            if f.exception() is not None:  # one host's fault never sinks the others
+                exc = f.exception()
+                hr.status = "lost"
+                hr.error = f"internal error while handling this host: {exc!r}"
+                hr.finish_missing(hr.error, "NC-HOST-LOST")
+                hr.save()
     except KeyboardInterrupt:
         stop.set()
         say("interrupted: stopping the checks still running, keeping finished results ...")
