@@ -208,26 +208,29 @@ def test_not_ready_node_gets_a_signed_report_saying_why(tmp_path: Path, key: Pat
 def test_ready_report_verifies_and_fails_when_expired_or_for_other_hardware(
         tmp_path: Path, key: Path) -> None:
     run = make_run(tmp_path, {"n1": {"results": passing(recorded_results()),
-                                     "started": 1764459981.5, "finished": 1764460129.0}})
+                                     "started": 1795995981.4, "finished": 1795996129.9}})
     cr = certify(run, load_private_key(key), valid_days=30,
-                 now=dt.datetime(2026, 11, 30, tzinfo=dt.UTC))
+                 now=dt.datetime(2026, 12, 2, tzinfo=dt.UTC))  # signed 2 days later
     assert cr.all_ready
     pub = [key.with_suffix(".pub")]
     path = cr.nodes[0].envelope
-    ok = verify_report(path, pub, now=dt.datetime(2026, 12, 1, tzinfo=dt.UTC))
+    ok = verify_report(path, pub, now=dt.datetime(2026, 12, 3, tzinfo=dt.UTC))
     assert ok.ok and ok.exit_code == 0
+    # validity runs from the end of the validation, not from the (later) signature
     late = verify_report(path, pub, now=dt.datetime(2026, 12, 30, 0, 0, 1, tzinfo=dt.UTC))
     assert not late.ok
     assert [d for n, ok_, d in late.steps if n == "validity"] == [
-        "issued 2026-11-30T00:00:00+00:00, valid until 2026-12-30T00:00:00+00:00: EXPIRED"]
+        "validated 2026-11-29T23:48:49+00:00, signed 2026-12-02T00:00:00+00:00, valid until "
+        "2026-12-29T23:48:49+00:00: EXPIRED"]
     p = ok.statement["predicate"]  # type: ignore[index]
-    assert p["validated"] == {"started": "2025-11-29T23:46:21+00:00",
-                              "finished": "2025-11-29T23:48:49+00:00"}
+    assert p["validated"] == {"started": "2026-11-29T23:46:21+00:00",
+                              "finished": "2026-11-29T23:48:49+00:00"}
+    assert p["validity"]["max_result_age_days"] == 7.0
     live = copy.deepcopy(p["identity"])
-    assert verify_report(path, pub, now=dt.datetime(2026, 12, 1, tzinfo=dt.UTC),
+    assert verify_report(path, pub, now=dt.datetime(2026, 12, 3, tzinfo=dt.UTC),
                          live_identity=live).ok
     live["gpus"][0]["serial"] = "1653724059999"  # a swapped GPU
-    swapped = verify_report(path, pub, now=dt.datetime(2026, 12, 1, tzinfo=dt.UTC),
+    swapped = verify_report(path, pub, now=dt.datetime(2026, 12, 3, tzinfo=dt.UTC),
                             live_identity=live)
     assert not swapped.ok
     hw = next(d for n, _, d in swapped.steps if n == "hardware")
@@ -359,3 +362,42 @@ def test_html_report_renders_in_headless_chromium(tmp_path: Path, key: Path) -> 
     fleet = headless(cr.index.as_uri(), "--dump-dom")  # type: ignore[union-attr]
     assert 'data-host="h200-device" data-verdict="NOT READY"' in fleet.stdout
     assert "0 of 1 nodes READY" in fleet.stdout
+
+
+def test_stale_results_are_refused_per_host_and_the_others_certified(
+        tmp_path: Path, key: Path) -> None:
+    run = make_run(tmp_path, {
+        "old": {"results": passing(recorded_results()), "started": 1764459981.5,
+                "finished": 1764460129.0},                       # 2025-11-29: a year old
+        "new": {"results": passing(recorded_results()), "started": 1795995981.4,
+                "finished": 1795996129.9}})                      # 2026-11-29
+    now = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
+    cr = certify(run, load_private_key(key), now=now)
+    assert [n.host for n in cr.nodes] == ["new"] and not cr.all_ready
+    assert "old: the results are 365.0 days old" in cr.failed["old"]
+    assert "--max-result-age-days" in cr.failed["old"]
+    reports = sorted(p.name for p in (run / "reports").iterdir())
+    assert not any(name.startswith("old.") for name in reports)  # nothing half-written
+    assert "new.intoto.dsse.json" in reports and "index.html" in reports
+    wide = certify(run, load_private_key(key), now=now, max_age_days=400,
+                   out_dir=tmp_path / "r2")
+    assert sorted(n.host for n in wide.nodes) == ["new", "old"] and not wide.failed
+
+
+def test_a_host_whose_report_cannot_be_built_leaves_no_files(
+        tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodecert import certify as certify_mod
+    run = make_run(tmp_path, {h: {"results": passing(recorded_results()),
+                                  "started": 1795995981.4, "finished": 1795996129.9}
+                              for h in ("a", "b")})
+    real = certify_mod.report_html.node_page
+
+    def page(st: dict[str, Any], **kw: Any) -> str:
+        if st["predicate"]["host"] == "a":
+            raise RuntimeError("template exploded")
+        return real(st, **kw)
+    monkeypatch.setattr(certify_mod.report_html, "node_page", page)
+    cr = certify(run, load_private_key(key), now=dt.datetime(2026, 11, 30, tzinfo=dt.UTC))
+    assert cr.failed == {"a": "RuntimeError: template exploded"}
+    names = {p.name for p in (run / "reports").iterdir()}
+    assert not any(n.startswith("a.") for n in names) and "b.html" in names

@@ -32,6 +32,9 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PREDICATE_TYPE = "https://nodecert.dev/attestation/node-readiness/v1"
 READY, NOT_READY = "READY", "NOT READY"
 DEFAULT_VALID_DAYS = 90
+# Evidence older than this is not certified: hardware and software drift (nodecert policy:
+# a week covers a weekend of shipping between validation and signing).
+DEFAULT_MAX_AGE_DAYS = 7.0
 # Raw tool text stays in results.json (with its sha256 in the evidence digests):
 # the certificate carries parsed facts, not verbatim logs.
 _RAW_FACTS = ("conformance_output",)
@@ -94,10 +97,29 @@ def readiness(host: dict[str, Any]) -> tuple[str, list[str]]:
     return (READY if not reasons else NOT_READY), reasons
 
 
+def validation_end(host: dict[str, Any]) -> dt.datetime:
+    """When the host's validation ended: a certificate's validity starts there."""
+    t = host.get("finished") or 0
+    if not isinstance(t, (int, float)) or t <= 0:
+        raise RunError(f"{host.get('host')}: the run records no end time for this host "
+                       "(an unfinished run): re-validate it")
+    return dt.datetime.fromtimestamp(float(t), dt.UTC).replace(microsecond=0)
+
+
 def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
-              valid_days: int, inputs: dict[str, str] | None = None) -> dict[str, Any]:
+              valid_days: int, inputs: dict[str, str] | None = None,
+              max_age_days: float = DEFAULT_MAX_AGE_DAYS) -> dict[str, Any]:
     """inputs: name -> sha256 of each file the run recorded as its inputs (plan, suite,
-    stack manifest): the certificate names exactly what the run was judged with."""
+    stack manifest): the certificate names exactly what the run was judged with.
+
+    Raises RunError when the results are older than max_age_days at `issued`."""
+    ended = validation_end(host)
+    age = (issued - ended).total_seconds() / 86400
+    if age > max_age_days:
+        raise RunError(f"{host['host']}: the results are {age:.1f} days old (validation "
+                       f"ended {ended.isoformat()}), more than the {max_age_days:g} days a "
+                       "certificate may rest on: re-validate the host, or raise "
+                       "--max-result-age-days (recorded in the certificate)")
     verdict, reasons = readiness(host)
     ident = host.get("identity") or {}
     software = next((r.get("facts", {}).get("software") for r in host.get("results", [])
@@ -108,9 +130,13 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
         "host": host["host"], "run_id": host.get("run_id"), "suite": host.get("suite"),
         "validated": {"started": _iso(host.get("started")),
                       "finished": _iso(host.get("finished"))},
+        # valid from the evidence, not from the signature: signing old results late
+        # must not extend how long they count
         "validity": {"issued": issued.isoformat(timespec="seconds"),
-                     "not_after": (issued + dt.timedelta(days=valid_days)).isoformat(
-                         timespec="seconds")},
+                     "not_before": ended.isoformat(timespec="seconds"),
+                     "not_after": (ended + dt.timedelta(days=valid_days)).isoformat(
+                         timespec="seconds"),
+                     "max_result_age_days": max_age_days},
         "order": host.get("spec"), "identity": canonical_identity(ident),
         "stack": _stack_pins(stack) if stack else None, "software": software,
         "results": [_result_entry(r) for r in host.get("results", [])],
@@ -155,12 +181,14 @@ class CertifyRun:
     out_dir: Path
     keyid: str
     nodes: list[Certified] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # host -> why it was not certified
     index: Path | None = None
     junit: Path | None = None
 
     @property
     def all_ready(self) -> bool:
-        return bool(self.nodes) and all(n.verdict == READY for n in self.nodes)
+        return bool(self.nodes) and not self.failed and all(n.verdict == READY
+                                                            for n in self.nodes)
 
 
 def load_run(run_dir: Path) -> list[dict[str, Any]]:
@@ -192,34 +220,49 @@ def load_run(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
-            valid_days: int = DEFAULT_VALID_DAYS, now: dt.datetime | None = None
-            ) -> CertifyRun:
+            valid_days: int = DEFAULT_VALID_DAYS, now: dt.datetime | None = None,
+            max_age_days: float = DEFAULT_MAX_AGE_DAYS) -> CertifyRun:
     """Sign a certificate per node and render its HTML and JUnit; the fleet index too.
 
-    Every file is written whole or not at all (temp + rename)."""
+    Each host is built (statement, signature, HTML, JUnit, all in memory) inside its own
+    error boundary: a host that fails is named in `failed` and gets no files; the others
+    are written, each file whole or not at all (temp + rename)."""
     if valid_days < 1:
         raise RunError(f"--valid-days must be at least 1 (got {valid_days})")
+    if max_age_days <= 0:
+        raise RunError(f"--max-result-age-days must be above 0 (got {max_age_days:g})")
     hosts = load_run(run_dir)
     out = out_dir or run_dir / "reports"
-    out.mkdir(parents=True, exist_ok=True)
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     run = CertifyRun(run_dir, out, keyid(key.public_key()))
     statements = []
     rd = RunDir(run_dir)
+    ready: list[tuple[list[Path], list[bytes]]] = []
     for h in hosts:
-        stack, inputs = _run_inputs(rd, h)
-        st = statement(h, stack, issued=issued, valid_days=valid_days, inputs=inputs)
-        env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
         name = h["host"]
-        paths = (out / f"{name}.intoto.dsse.json", out / f"{name}.html",
-                 out / f"{name}.junit.xml")
-        write_atomic(str(paths[0]), json.dumps(env, indent=1).encode() + b"\n")
-        write_atomic(str(paths[1]), report_html.node_page(st, envelope_name=paths[0].name,
-                                                      keyid=run.keyid).encode())
-        write_atomic(str(paths[2]), junit.node_xml(st))
+        paths = [out / f"{name}.intoto.dsse.json", out / f"{name}.html",
+                 out / f"{name}.junit.xml"]
+        try:
+            stack, inputs = _run_inputs(rd, h)
+            st = statement(h, stack, issued=issued, valid_days=valid_days, inputs=inputs,
+                           max_age_days=max_age_days)
+            env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
+            blobs = [json.dumps(env, indent=1).encode() + b"\n",
+                     report_html.node_page(st, envelope_name=paths[0].name,
+                                           keyid=run.keyid).encode(),
+                     junit.node_xml(st)]
+        except Exception as exc:  # one bad host must not block the others
+            run.failed[name] = str(exc) if isinstance(exc, RunError) else \
+                f"{type(exc).__name__}: {exc}"
+            continue
+        ready.append((paths, blobs))
         p = st["predicate"]
         run.nodes.append(Certified(name, p["verdict"], p["simulated"], p["reasons"], *paths))
         statements.append(st)
+    out.mkdir(parents=True, exist_ok=True)
+    for paths, blobs in ready:  # only now: nothing is written for a host that failed
+        for path, blob in zip(paths, blobs, strict=True):
+            write_atomic(str(path), blob)
     run.index = out / "index.html"
     write_atomic(str(run.index), report_html.fleet_page(statements, keyid=run.keyid).encode())
     run.junit = out / "junit.xml"
@@ -227,6 +270,7 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
     return run
 
 
-__all__ = ["DEFAULT_VALID_DAYS", "NOT_READY", "PAYLOAD_TYPE", "PREDICATE_TYPE", "READY",
+__all__ = ["DEFAULT_MAX_AGE_DAYS", "DEFAULT_VALID_DAYS", "NOT_READY", "PAYLOAD_TYPE",
+           "PREDICATE_TYPE", "READY",
            "STATEMENT_TYPE", "Certified", "CertifyRun", "RunError", "certify",
-           "identity_digest", "load_run", "readiness", "statement"]
+           "identity_digest", "load_run", "readiness", "statement", "validation_end"]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 
 from nodecert import __version__, svgplot
 from nodecert.textsafe import clean
@@ -35,7 +36,9 @@ def _env() -> jinja2.Environment:
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True,
                              # node text is untrusted: no control characters reach a page
-                             finalize=lambda v: clean(v) if isinstance(v, str) else v)
+                             # (Markup is the page's own, e.g. the SVG plots: kept whole)
+                             finalize=lambda v: v if isinstance(v, markupsafe.Markup)
+                             else clean(v) if isinstance(v, str) else v)
     env.filters["short"] = _short
     return env
 

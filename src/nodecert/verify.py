@@ -113,8 +113,11 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     try:
         issued = _parse_time(p["validity"]["issued"])
         not_after = _parse_time(p["validity"]["not_after"])
+        since = p["validity"].get("not_before")
         v.step("validity", issued <= now + dt.timedelta(minutes=5) and now <= not_after,
-               f"issued {issued.isoformat()}, valid until {not_after.isoformat()}"
+               (f"validated {_parse_time(since).isoformat()}, signed {issued.isoformat()}"
+                if since else f"issued {issued.isoformat()}")
+               + f", valid until {not_after.isoformat()}"
                + (": EXPIRED" if now > not_after else ": not yet valid" if issued > now
                   + dt.timedelta(minutes=5) else ""))
     except (KeyError, TypeError, ValueError) as exc:

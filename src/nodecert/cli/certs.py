@@ -53,19 +53,22 @@ def print_certified(run: Any) -> None:
         why = f": {n.reasons[0]}" + (f" (+{len(n.reasons) - 1} more)" if len(n.reasons) > 1
                                      else "") if n.reasons else ""
         echo(f"{n.host:<14} {n.verdict}{sim}{why}")
+    for host, why in run.failed.items():
+        echo(f"{host:<14} NOT CERTIFIED: {why}", err=True)
     echo(f"certificates: {run.out_dir} (fleet page {run.index}, JUnit {run.junit})")
 
 
 def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
-             out_dir: Path | None) -> Any:
-    from nodecert.certify import DEFAULT_VALID_DAYS, certify
+             out_dir: Path | None, max_age_days: float | None = None) -> Any:
+    from nodecert.certify import DEFAULT_MAX_AGE_DAYS, DEFAULT_VALID_DAYS, certify
     from nodecert.chain import signing_key
 
     key, created = signing_key(key_path)
     if created is not None:
         echo(f"created signing key {created.private} (0600) and {created.public}",
                    err=True)
-    run = certify(run_dir, key, out_dir=out_dir, valid_days=valid_days or DEFAULT_VALID_DAYS)
+    run = certify(run_dir, key, out_dir=out_dir, valid_days=valid_days or DEFAULT_VALID_DAYS,
+                  max_age_days=max_age_days or DEFAULT_MAX_AGE_DAYS)
     print_certified(run)
     return run
 
@@ -81,7 +84,8 @@ the fleet. READY only if every planned check reported and none FAILed or
 ERRORed; a node that is not ready still gets a signed report that says why.
 
 \b
-Exit codes: 0 every node READY, 1 a node NOT READY, 2 bad input (run dir, key).
+Exit codes: 0 every node READY, 1 a node NOT READY or not certified (results older
+than --max-result-age-days, a host whose report could not be built), 2 bad input.
 
 \b
 Examples:
@@ -95,13 +99,17 @@ Examples:
 @click.option("--key", "key_path", type=click.Path(path_type=Path),
               help="Signing key (default: ~/.config/nodecert/keys/nodecert.key, created if "
                    "missing).")
-@click.option("--valid-days", type=click.IntRange(min=1), default=90, show_default=True)
+@click.option("--valid-days", type=click.IntRange(min=1), default=90, show_default=True,
+              help="Days the certificate is valid, counted from the end of the validation.")
+@click.option("--max-result-age-days", "max_age_days", type=click.FloatRange(min=0.01),
+              default=7.0, show_default=True,
+              help="Refuse results older than this (recorded in the certificate).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Report directory (default: RUN_DIR/reports).")
 @handle_errors
-def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int,
+def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_days: float,
                 out_dir: Path | None) -> None:
-    run = _certify(run_dir, key_path, valid_days, out_dir)
+    run = _certify(run_dir, key_path, valid_days, out_dir, max_age_days)
     sys.exit(int(ExitCode.OK if run.all_ready else ExitCode.FAILED))
 
 
