@@ -401,3 +401,32 @@ def test_a_host_whose_report_cannot_be_built_leaves_no_files(
     assert cr.failed == {"a": "RuntimeError: template exploded"}
     names = {p.name for p in (run / "reports").iterdir()}
     assert not any(n.startswith("a.") for n in names) and "b.html" in names
+
+
+def test_verify_expectations_and_subject_first(tmp_path: Path, key: Path) -> None:
+    from click.testing import CliRunner
+
+    from nodecert.cli import main
+    run = make_run(tmp_path, {"n1": {"results": passing(recorded_results()),
+                                     "started": 1795995981.4, "finished": 1795996129.9}})
+    cr = certify(run, load_private_key(key), now=dt.datetime(2026, 11, 30, tzinfo=dt.UTC))
+    env = cr.nodes[0].envelope
+    st = verify_report(env, [key.with_suffix(".pub")]).statement
+    assert st is not None
+    ident = st["predicate"]["identity"]
+    digest = st["subject"][0]["digest"]["sha256"]
+    gpu_serial = ident["gpus"][0]["serial"]
+    base = ["verify", str(env), "--pubkey", str(key.with_suffix(".pub"))]
+    cli = CliRunner()
+    good = cli.invoke(main, [*base, "--expect-host", "n1", "--expect-serial", gpu_serial,
+                             "--expect-identity", f"sha256:{digest}"])
+    first = good.output.splitlines()[0]
+    assert first.startswith(f"subject: node:n1 sha256:{digest}")
+    assert "expected" in good.output and good.exit_code in (0, 1)
+    assert "FAIL expected" not in good.output
+    for flag, value, words in (("--expect-host", "n2", "for host 'n1', not 'n2'"),
+                               ("--expect-serial", "XYZ", "serial 'XYZ' is not in"),
+                               ("--expect-identity", "sha256:" + "0" * 64,
+                                "not 'sha256:000")):
+        bad = cli.invoke(main, [*base, flag, value])
+        assert bad.exit_code == 1 and words in bad.output, bad.output

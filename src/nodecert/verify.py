@@ -73,9 +73,45 @@ def statement_problems(st: Any) -> list[str]:
     return problems
 
 
+def subject_line(st: dict[str, Any] | None) -> str:
+    """'node:<host> sha256:<digest> (system serial ...)', or why there is none."""
+    if not st:
+        return "(unreadable: the signature or statement did not check out)"
+    subj = st["subject"][0]
+    serial = str((st["predicate"].get("identity") or {}).get("system_serial") or "")
+    return (f"{subj.get('name')} sha256:{subj['digest']['sha256']}"
+            + (f" (serial {serial})" if serial else ""))
+
+
+def expectation_problems(st: dict[str, Any], *, host: str | None = None,
+                         serial: str | None = None, identity: str | None = None) -> list[str]:
+    """What the certificate says against what the verifier expects it to be about: the
+    node name, a serial (system, baseboard, chassis or any GPU's) or the identity digest.
+    Pure; an empty list when every expectation given holds."""
+    p = st["predicate"]
+    problems = []
+    if host is not None and p.get("host") != host:
+        problems.append(f"the certificate is for host {p.get('host')!r}, not {host!r}")
+    if serial is not None:
+        ident = p.get("identity") or {}
+        serials = {str(ident[k]) for k in ("system_serial", "baseboard_serial")
+                   if ident.get(k)} | {str(g["serial"]) for g in ident.get("gpus") or []
+                                       if g.get("serial")}
+        if serial not in serials:
+            problems.append(f"serial {serial!r} is not in the certified identity "
+                            f"(serials: {', '.join(sorted(serials)) or 'none'})")
+    if identity is not None:
+        digest = st["subject"][0]["digest"]["sha256"]
+        want = identity.removeprefix("sha256:").lower()
+        if not want or digest != want:
+            problems.append(f"identity digest is sha256:{digest}, not {identity!r}")
+    return problems
+
+
 def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = None,
                   allow_simulated: bool = False,
-                  live_identity: dict[str, Any] | None = None) -> Verification:
+                  live_identity: dict[str, Any] | None = None,
+                  expect: dict[str, str | None] | None = None) -> Verification:
     if not pubkeys:
         raise ReportError("no trusted public key given", hint="pass --pubkey nodecert.pub "
                           "(the public key of the signer you trust)")
@@ -123,6 +159,11 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     except (KeyError, TypeError, ValueError) as exc:
         v.step("validity", False, f"unreadable validity window: {exc}")
     digest = subj[0]["digest"]["sha256"]
+    wanted = {k: val for k, val in (expect or {}).items() if val is not None}
+    if wanted:
+        issues = expectation_problems(st, **wanted)
+        v.step("expected", not issues, "; ".join(issues) or "host/serial/identity as "
+               "expected: " + ", ".join(f"{k} {val}" for k, val in wanted.items()))
     v.step("subject", identity_digest(p["identity"]) == digest,
            f"{subj[0].get('name')} sha256:{digest[:16]}... "
            + ("matches the certified identity" if identity_digest(p["identity"]) == digest

@@ -10,6 +10,7 @@ import click
 
 from nodecert.cli.common import DEFAULT_KEY_DIR, echo, emit_json, handle_errors, json_option
 from nodecert.errors import ExitCode
+from nodecert.textsafe import clean
 
 _KEYS_INIT_HELP = """Create a signing key pair: NAME.key (private, mode 0600) and NAME.pub.
 
@@ -117,7 +118,8 @@ _VERIFY_HELP = """Verify a node certificate offline, and optionally against the 
 
 Checks, in order: the DSSE signature against the trusted public key(s) given
 with --pubkey (nothing else is trusted), the payload type and in-toto Statement
-schema, the validity window, the subject digest against the certified hardware
+schema, the validity window, --expect-host/--expect-serial/--expect-identity against what
+the certificate names, the subject digest against the certified hardware
 identity, with --host the host's hardware now (read over SSH: a swapped GPU or
 board fails), and the verdict. A SIMULATED certificate is refused unless
 --allow-simulated. Every step is printed.
@@ -130,6 +132,8 @@ or NOT READY, 2 bad input (unreadable report or key).
 Examples:
   nodecert verify gpu-h200-01.intoto.dsse.json --pubkey nodecert.pub
   nodecert verify h1.intoto.dsse.json --pubkey nodecert.pub --host h1 -i lab.ini --allow-simulated
+  nodecert verify h1.intoto.dsse.json --pubkey nodecert.pub --expect-host gpu-h200-01 \\
+      --expect-serial 1653724059030
 """
 
 
@@ -142,26 +146,37 @@ Examples:
               help="Inventory to reach --host with.")
 @click.option("--allow-simulated", is_flag=True,
               help="Accept a certificate of simulated hardware (lab, tests).")
+@click.option("--expect-host", help="Fail unless the certificate is for this node name.")
+@click.option("--expect-serial",
+              help="Fail unless this serial (system, baseboard, chassis or a GPU's) is in "
+                   "the certified identity.")
+@click.option("--expect-identity", metavar="DIGEST",
+              help="Fail unless the identity digest (the subject's sha256) is this one.")
 @json_option
 @handle_errors
 def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
-               inventory: Path | None, allow_simulated: bool, as_json: bool) -> None:
-    from nodecert.verify import ReportError, live_identity, verify_report
+               inventory: Path | None, allow_simulated: bool, expect_host: str | None,
+               expect_serial: str | None, expect_identity: str | None,
+               as_json: bool) -> None:
+    from nodecert.verify import ReportError, live_identity, subject_line, verify_report
 
     if host and inventory is None:
         raise ReportError("--host needs --inventory to reach the host",
                           hint=f"add -i INVENTORY (the inventory {host} is in)")
     live = live_identity(host, inventory) if host and inventory else None
     v = verify_report(report, list(pubkeys), allow_simulated=allow_simulated,
-                      live_identity=live)
+                      live_identity=live, expect={"host": expect_host, "serial": expect_serial,
+                                                  "identity": expect_identity})
+    subject = subject_line(v.statement)
     if as_json:
-        emit_json({"report": str(report), "valid": v.ok,
+        emit_json({"report": str(report), "valid": v.ok, "subject": subject,
                     "steps": [{"step": n, "ok": ok, "detail": d} for n, ok, d in v.steps]})
         sys.exit(int(v.exit_code))
+    echo(f"subject: {subject}")  # first: whom this certificate is about
     for name, ok, detail in v.steps:
         mark = click.style("ok  ", fg="green") if ok else click.style("FAIL", fg="red",
                                                                           bold=True)
-        echo(f"{mark} {name:<14} {detail}")
+        click.echo(f"{mark} {name:<14} {clean(detail)}")  # the mark keeps its colour
     echo("VALID: the certificate holds and the node is READY" if v.ok else
                "NOT VALID: see the failed step(s) above")
     sys.exit(int(v.exit_code))

@@ -16,6 +16,7 @@ from nodecert.cli.common import (
     verdict_text,
 )
 from nodecert.errors import ExitCode
+from nodecert.textsafe import clean
 
 _REVALIDATE_HELP = """Validate again and compare each node with its certified baseline.
 
@@ -78,7 +79,8 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
     echo(f"baseline: {rv.baseline or '(none found)'}")
     for host, results in sorted(rv.drift.items()):
         for r in results:
-            echo(f"{host:<14} {verdict_text(r.verdict)} {r.check:<34} {r.summary}")
+            click.echo(f"{clean(host):<14} {verdict_text(r.verdict)} {r.check:<34} "
+                       f"{clean(r.summary)}")
     assert rv.cert is not None
     for n in rv.cert.nodes:
         echo(f"{n.host:<14} {n.verdict}{' (SIMULATED)' if n.simulated else ''}")

@@ -118,7 +118,7 @@ def print_gate(report: GateReport) -> None:
     echo(f"stack {report.stack} ({scope}), as of {report.date}")
     for r in report.results:
         cite = f"  [{', '.join(r.sources)}]" if r.sources else ""
-        echo(f"  {verdict_text(r.verdict)} {r.rule:<34} {r.message}{cite}")
+        click.echo(f"  {verdict_text(r.verdict)} {r.rule:<34} {r.message}{cite}")
     for rule, why in report.not_evaluated:
         echo(f"  {'-':<5} {rule:<34} not evaluated: {why}")
     used = sorted({s for r in report.results for s in r.sources})
@@ -127,7 +127,7 @@ def print_gate(report: GateReport) -> None:
         for key in used:
             src = m.sources[key]
             echo(f"    {key:<7} {src.title}" + (f" <{src.url}>" if src.url else ""))
-    echo(f"verdict: {verdict_text(report.verdict)}")
+    click.echo(f"verdict: {verdict_text(report.verdict)}")
 
 
 @stack.command("check")
