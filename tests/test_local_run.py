@@ -174,6 +174,21 @@ def test_metrics_text_escapes_and_units() -> None:
     assert [s.value for s in fam["nodecert_gemm_tflops"].samples] == [660.5, 661.0]
 
 
+def test_metrics_timestamps_are_exact_integers_and_units_are_base() -> None:
+    finished = 1764500123.0
+    text = metrics_text({"suite": "standard", "verdict": "PASS", "started": 1764499000.25,
+                         "finished": finished, "results": [
+                             {"check": "fabric.nccl_allreduce", "verdict": "PASS",
+                              "value": {"busbw_gbs": 476.96}}]})
+    assert f"nodecert_last_run_timestamp_seconds {int(finished)}\n" in text  # not 1.7645e+09
+    fam = {f.name: f for f in text_string_to_metric_families(text)}
+    assert fam["nodecert_last_run_timestamp_seconds"].samples[0].value == finished
+    assert fam["nodecert_last_run_duration_seconds"].samples[0].value == 1122.75
+    bw = fam.get("nodecert_allreduce_busbw_bytes_per_second")
+    assert bw is not None and bw.samples[0].value == pytest.approx(476.96e9)
+    assert not any("gbytes" in name or "mbytes" in name for name in fam)
+
+
 def test_keep_history_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from nodecert_node import local
     monkeypatch.setattr(local, "STATE", str(tmp_path))

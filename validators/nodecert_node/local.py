@@ -55,8 +55,17 @@ def _esc(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _value(v: float) -> str:
+    """A sample value exactly: integers as integers (a Unix time in `%g` loses up to hours),
+    other floats in full precision."""
+    f = float(v)
+    if f.is_integer() and abs(f) < 2 ** 53:
+        return str(int(f))
+    return repr(f)
+
+
 def metrics_text(record: dict[str, Any]) -> str:
-    """Prometheus text exposition format (version 0.0.4)."""
+    """Prometheus text exposition format (version 0.0.4), base units (seconds, bytes)."""
     lines: list[str] = []
 
     def family(name: str, kind: str, help_: str, samples: list[tuple[dict[str, str], float]]
@@ -67,7 +76,8 @@ def metrics_text(record: dict[str, Any]) -> str:
         lines.append(f"# TYPE {name} {kind}")
         for labels, value in samples:
             lab = ",".join(f'{k}="{_esc(str(v))}"' for k, v in sorted(labels.items()))
-            lines.append(f"{name}{{{lab}}} {value:g}" if lab else f"{name} {value:g}")
+            lines.append(f"{name}{{{lab}}} {_value(value)}" if lab
+                         else f"{name} {_value(value)}")
     results = record.get("results", [])
     family("nodecert_last_run_timestamp_seconds", "gauge",
            "When the last scheduled validation ended (Unix time).", [({}, record["finished"])])
@@ -91,13 +101,13 @@ def metrics_text(record: dict[str, Any]) -> str:
     family("nodecert_gemm_tflops", "gauge", "Sustained GEMM TFLOPS per GPU (load.burnin).",
            per("gemm_tflops"))
     bw = figs.get("allreduce_busbw")
-    family("nodecert_allreduce_busbw_gbytes_per_second", "gauge",
+    family("nodecert_allreduce_busbw_bytes_per_second", "gauge",
            "NCCL all-reduce bus bandwidth at the largest size.",
-           [({}, bw.value)] if bw else [])
+           [({}, bw.value * 1e9)] if bw else [])
     family("nodecert_soak_peak_temperature_celsius", "gauge", "Peak GPU temperature in the soak.",
            per("soak_peak_temp"))
-    family("nodecert_storage_seq_read_mbytes_per_second", "gauge", "fio sequential read.",
-           [(dict(f.labels), f.value) for n, f in sorted(figs.items())
+    family("nodecert_storage_seq_read_bytes_per_second", "gauge", "fio sequential read.",
+           [(dict(f.labels), f.value * 1e6) for n, f in sorted(figs.items())
             if n.startswith("storage ") and n.endswith(" seq_read_mbps")])
     return "\n".join(lines) + "\n"
 
