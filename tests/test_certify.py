@@ -182,7 +182,8 @@ def test_not_ready_node_gets_a_signed_report_saying_why(tmp_path: Path, key: Pat
     assert st["_type"] == "https://in-toto.io/Statement/v1"
     assert st["subject"][0]["name"] == "node:h200-device"
     assert st["subject"][0]["digest"]["sha256"] == identity_digest(p["identity"])
-    assert p["identity"]["gpus"] == [{"serial": "1653724059030",
+    assert p["identity"]["gpus"] == [{"index": 0, "bus_id": "0000:00:06.0",
+                                      "serial": "1653724059030",
                                       "uuid": "GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8"}]
     assert p["stack"]["name"] == "r580-cuda13.0" and p["stack"]["driver"] == "580.173.02"
     assert len(p["stack"]["manifest_sha256"]) == 64
@@ -234,7 +235,8 @@ def test_ready_report_verifies_and_fails_when_expired_or_for_other_hardware(
                             live_identity=live)
     assert not swapped.ok
     hw = next(d for n, _, d in swapped.steps if n == "hardware")
-    assert "GPU replaced: " in hw and "1653724059030" in hw and "1653724059999" in hw
+    assert "GPU replaced in slot 0, bus 0000:00:06.0: serial 1653724059030" in hw
+    assert "-> serial 1653724059999" in hw
 
 
 def test_tampered_report_files_fail_verification(tmp_path: Path, key: Path) -> None:
@@ -430,3 +432,31 @@ def test_verify_expectations_and_subject_first(tmp_path: Path, key: Path) -> Non
                                 "not 'sha256:000")):
         bad = cli.invoke(main, [*base, flag, value])
         assert bad.exit_code == 1 and words in bad.output, bad.output
+
+
+def test_identity_rows_in_slot_order_and_a_swap_named_by_slot_and_bus() -> None:
+    from nodecert.identity import certificate_identity, identity_changes, identity_digest
+    gpus = [{"bus_id": f"00000000:{b}:00.0", "serial": f"S{k}", "uuid": f"GPU-{9 - k}"}
+            for k, b in enumerate(["19", "3B", "4C", "5D"])]
+    ident = {"system_serial": "X1", "gpus": gpus}
+    shown = certificate_identity(ident)
+    assert [(g["index"], g["bus_id"]) for g in shown["gpus"]] == [
+        (0, "00000000:19:00.0"), (1, "00000000:3B:00.0"), (2, "00000000:4C:00.0"),
+        (3, "00000000:5D:00.0")]
+    # the rows are shown in slot order; the digest (the subject) does not change with them
+    assert identity_digest(shown) == identity_digest(ident)
+    # bus ids renumbered, same GPUs: no change
+    moved = {"system_serial": "X1", "gpus": [dict(g, bus_id=f"0000:{k + 1}a:00.0")
+                                              for k, g in enumerate(gpus)]}
+    assert identity_changes(shown, moved) == []
+    live = {"system_serial": "X1", "gpus": [dict(g) for g in gpus]}
+    live["gpus"][2] = {"bus_id": "0000:4c:00.0", "serial": "NEW", "uuid": "GPU-new"}
+    live["gpus"][3] = {"bus_id": "0000:5d:00.0", "serial": "NEW2", "uuid": "GPU-new2"}
+    assert identity_changes(shown, live) == [
+        "GPU replaced in slot 2, bus 00000000:4C:00.0: serial S2 (GPU-7) -> serial NEW "
+        "(GPU-new)",
+        "GPU replaced in slot 3, bus 00000000:5D:00.0: serial S3 (GPU-6) -> serial NEW2 "
+        "(GPU-new2)"]
+    del live["gpus"][3]
+    assert identity_changes(shown, live)[-1] == \
+        "GPU no longer present in slot 3, bus 00000000:5D:00.0: serial S3 (GPU-6)"

@@ -21,7 +21,7 @@ from typing import Any
 
 from nodecert import __version__, junit, report_html
 from nodecert.errors import NodecertError
-from nodecert.identity import canonical_identity, identity_digest
+from nodecert.identity import certificate_identity, identity_digest
 from nodecert.runs import RunDir
 from nodecert.signing import PrivateKey, canonical_json, keyid, sign_envelope
 from nodecert.stacks import Stack, find_stack, load_stack
@@ -137,7 +137,7 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
                      "not_after": (ended + dt.timedelta(days=valid_days)).isoformat(
                          timespec="seconds"),
                      "max_result_age_days": max_age_days},
-        "order": host.get("spec"), "identity": canonical_identity(ident),
+        "order": host.get("spec"), "identity": certificate_identity(ident),
         "stack": _stack_pins(stack) if stack else None, "software": software,
         "results": [_result_entry(r) for r in host.get("results", [])],
         "inputs": dict(sorted((inputs or {}).items())),

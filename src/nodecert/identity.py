@@ -36,6 +36,63 @@ def identity_digest(identity: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(canonical_identity(identity))).hexdigest()
 
 
+def certificate_identity(identity: dict[str, Any]) -> dict[str, Any]:
+    """What a certificate shows: the canonical identity, with the GPUs as rows in slot
+    order (index as the driver enumerates them, PCI bus) so a reader finds GPU 3 in row
+    3. The slot and bus are shown, not hashed: the digest is of canonical_identity."""
+    out = canonical_identity(identity)
+    out["gpus"] = [{"index": i, "bus_id": str(g.get("bus_id") or ""),
+                    "serial": str(g.get("serial") or ""), "uuid": str(g.get("uuid") or "")}
+                   for i, g in enumerate(identity.get("gpus") or [])]
+    return out
+
+
+def _gpu_key(g: dict[str, Any]) -> tuple[str, str]:
+    return str(g.get("serial") or ""), str(g.get("uuid") or "")
+
+
+def _bus_key(bus: Any) -> str:
+    """'00000000:3B:00.0' and '0000:3b:00.0' name the same slot."""
+    parts = str(bus or "").lower().split(":")
+    if len(parts) == 3:
+        parts[0] = parts[0][-4:]
+    return ":".join(parts)
+
+
+def _slot(g: dict[str, Any], index: int | None) -> str:
+    where = [f"slot {index}"] if index is not None else []
+    if g.get("bus_id"):
+        where.append(f"bus {g['bus_id']}")
+    return f" in {', '.join(where)}" if where else ""
+
+
+def _gpu_changes(certified: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[str]:
+    """GPUs that differ, named by slot and bus: matched by serial/UUID first (a renumbered
+    bus is no change), then what is left by bus (the same slot, another GPU)."""
+    live_keys = {_gpu_key(g) for g in live}
+    cert_keys = {_gpu_key(g) for g in certified}
+    gone = [(i, g) for i, g in enumerate(certified) if _gpu_key(g) not in live_keys]
+    came = [(i, g) for i, g in enumerate(live) if _gpu_key(g) not in cert_keys]
+    out = []
+
+    def label(g: dict[str, Any]) -> str:
+        return f"serial {g.get('serial') or '(none)'} ({g.get('uuid') or 'no UUID'})"
+    for i, g in list(gone):
+        idx = g.get("index", i)
+        twin = next(((j, h) for j, h in came if g.get("bus_id") and
+                     _bus_key(h.get("bus_id")) == _bus_key(g.get("bus_id"))), None)
+        if twin is None and len(gone) == len(came) == 1:
+            twin = came[0]
+        if twin is not None:
+            out.append(f"GPU replaced{_slot(g, idx)}: {label(g)} -> {label(twin[1])}")
+            came.remove(twin)
+            gone.remove((i, g))
+    out += [f"GPU no longer present{_slot(g, g.get('index', i))}: {label(g)}"
+            for i, g in gone]
+    out += [f"GPU not in the certificate{_slot(g, i)}: {label(g)}" for i, g in came]
+    return out
+
+
 def identity_changes(certified: dict[str, Any], live: dict[str, Any]) -> list[str]:
     """What differs between the certified identity and the live one, in words."""
     a, b = canonical_identity(certified), canonical_identity(live)
@@ -43,7 +100,8 @@ def identity_changes(certified: dict[str, Any], live: dict[str, Any]) -> list[st
     for k in ("system_serial", "system_uuid", "baseboard_serial"):
         if a[k] != b[k]:
             out.append(f"{k.replace('_', ' ')} {a[k] or '(none)'} -> {b[k] or '(none)'}")
-    for k, label in (("gpus", "GPU"), ("nvme", "NVMe"), ("nic_macs", "NIC")):
+    out += _gpu_changes(list(certified.get("gpus") or []), list(live.get("gpus") or []))
+    for k, label in (("nvme", "NVMe"), ("nic_macs", "NIC")):
         old = [json.dumps(x, sort_keys=True) for x in a[k]]
         new = [json.dumps(x, sort_keys=True) for x in b[k]]
         gone = [x for x in old if x not in new]
@@ -58,4 +116,5 @@ def identity_changes(certified: dict[str, Any], live: dict[str, Any]) -> list[st
     return out
 
 
-__all__ = ["canonical_identity", "identity_changes", "identity_digest"]
+__all__ = ["canonical_identity", "certificate_identity", "identity_changes",
+           "identity_digest"]
