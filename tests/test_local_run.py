@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import REPO
 from nodecert_node.local import keep_history, metrics_text, slurm_action
 from simnode import VALIDATORS, SimNode
 
@@ -106,6 +107,39 @@ def test_busy_gpus_skip_unless_forced(tmp_path: Path) -> None:
     assert fam["nodecert_last_run_skipped"].samples[0].value == 1.0
     r = local_run(node, state, prom, "--force")
     assert r.stdout.startswith("nodecert: PASS")
+
+
+def test_crashed_run_is_error_in_history_and_metrics_and_exits_3(tmp_path: Path) -> None:
+    node, state, prom = setup(tmp_path)
+    (state / "plans" / "quick.json").write_text('{"schema": "nodecert.plan/v1", "run_id"')
+    (state / "revalidate-pending").write_text("queued by a package change\n")
+    r = local_run(node, state, prom)
+    assert r.returncode == 3, r.stdout + r.stderr  # not 1 (a FAIL): systemd marks it failed
+    assert r.stdout.startswith("nodecert: ERROR (the scheduled run crashed: ")
+    rec = json.loads(next((state / "history").glob("*.json")).read_text())
+    assert rec["verdict"] == "ERROR" and rec["crashed"] is True
+    fam = {f.name: f for f in text_string_to_metric_families((prom / "nodecert.prom").read_text())}
+    assert fam["nodecert_node_verdict"].samples[0].value == 3.0
+    assert fam["nodecert_last_run_crashed"].samples[0].value == 1.0
+    assert (state / "revalidate-pending").exists()  # the queued run stays queued
+
+
+def test_unit_fails_only_on_a_crash() -> None:
+    unit = (REPO / "roles/validators/templates/nodecert-revalidate.service.j2").read_text()
+    assert "SuccessExitStatus=1\n" in unit  # FAIL: a finding; 3 (a crash): the unit fails
+
+
+def test_after_update_run_gathers_conformance_without_counting_it(tmp_path: Path) -> None:
+    node, state, prom = setup(tmp_path)
+    plan = node.plan(["health.gpu", "stack.conformance"])
+    plan["conformance"] = {"stack": "r580-cuda13.0", "script": "echo nvidia-open 580"}
+    (state / "plans" / "quick.json").write_text(json.dumps(plan))
+    r = local_run(node, state, prom)
+    assert r.returncode == 0 and r.stdout.startswith("nodecert: PASS"), r.stdout + r.stderr
+    rec = json.loads(next((state / "history").glob("*.json")).read_text())
+    conf = next(x for x in rec["results"] if x["check"] == "stack.conformance")
+    assert conf["fault_code"] == "NC-NOT-JUDGED"
+    assert conf["facts"]["conformance_output"].strip() == "nvidia-open 580"
 
 
 def test_no_plan_is_an_error_that_says_what_to_do(tmp_path: Path) -> None:

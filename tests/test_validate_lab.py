@@ -328,7 +328,8 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     stack = next(x for x in rv["results"] if x["check"] == "drift.stack")
     assert "nvidia-open is no longer held (apt may upgrade it silently)" in stack["findings"]
     assert stack["value"]["old"]["nvidia-open"] == "580.173.02-1"
-    assert "drift.identity" in r.output and "hardware changed: GPU replaced: " in r.output
+    assert "drift.identity" in r.output and "hardware changed: GPU replaced in slot 1, bus " \
+        in r.output
     assert "7777" in r.output  # the swapped board's serial
     # Unchanged node: every comparison passes, the new run is certified READY.
     r = CliRunner().invoke(main, [

@@ -4,8 +4,12 @@
 
 * runs the suite with the plan the control side last sent for it (the runner
   keeps it in /var/lib/nodecert/plans/<suite>.json, so thresholds and the order
-  spec are the certified ones); stack.conformance is left to the control side
-  (`nodecert revalidate`), which holds the stack manifest;
+  spec are the certified ones); stack.conformance gathers its facts here and is
+  judged when the control side collects the run (`nodecert revalidate --collect`),
+  which holds the stack manifest -- until then it does not count in the local verdict;
+* a run that crashes is recorded as ERROR (history and metrics) and exits 3, which the
+  service does not accept as success, so systemd marks the unit failed (a node FAIL
+  exits 1, a finding, not a broken unit);
 * skips (and says so) while user processes hold the GPUs, unless --force;
 * keeps a bounded history in /var/lib/nodecert/history (newest --keep runs);
 * writes Prometheus textfile-collector metrics for node_exporter;
@@ -35,6 +39,9 @@ STATE = state.STATE
 TEXTFILE = os.environ.get("NODECERT_TEXTFILE_DIR", "/var/lib/prometheus/node-exporter")
 PENDING = "revalidate-pending"
 VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
+EXIT_FINDING = 1  # the node FAILed or a check ERRORed: the unit still succeeds
+EXIT_CRASH = 3  # the run itself broke: the unit fails
+NOT_JUDGED = "NC-NOT-JUDGED"  # gathered here, judged by the control side
 DRAIN_PREFIX = "nodecert:"
 
 
@@ -83,6 +90,9 @@ def metrics_text(record: dict[str, Any]) -> str:
            "When the last scheduled validation ended (Unix time).", [({}, record["finished"])])
     family("nodecert_last_run_duration_seconds", "gauge", "How long it ran.",
            [({}, record["finished"] - record["started"])])
+    family("nodecert_last_run_crashed", "gauge",
+           "1 when the last run itself broke (its verdict is ERROR; see the history).",
+           [({}, 1.0 if record.get("crashed") else 0.0)])
     family("nodecert_last_run_skipped", "gauge",
            "1 when the last run was skipped (GPUs busy with user work).",
            [({}, 1.0 if record.get("skipped") else 0.0)])
@@ -201,38 +211,50 @@ def local_run(args: argparse.Namespace) -> int:
         record: dict[str, Any] = {"schema": "nodecert.local-run/v1", "suite": args.suite,
                                   "reason": reason, "host": socket.gethostname(),
                                   "started": started, "results": []}
-        busy = [] if args.force else gpu_users()
-        plan_path = state.plan_path(args.suite)
-        if busy:
-            record.update(skipped=f"GPUs busy with user work: {'; '.join(busy[:5])}",
-                          verdict="PASS")
-        elif not os.path.exists(plan_path):
-            record.update(verdict="ERROR", error=f"no plan for suite {args.suite!r}: run "
-                          "`nodecert validate --suite` from the control side once first")
-        else:
-            with open(plan_path) as f:
-                plan = Plan.from_dict(json.load(f))
-            plan = plan.with_(checks=[c for c in plan.checks if c != "stack.conformance"])
-            buf = io.StringIO()
-            run_suite(plan, buf, None)
-            events = [json.loads(x) for x in buf.getvalue().splitlines() if x.strip()]
-            record["results"] = [e["result"] for e in events if e["event"] == "result"]
-            worst = max((VERDICTS.index(r["verdict"]) for r in record["results"]), default=3)
-            record["verdict"] = VERDICTS[worst]
-            record["simulated"] = any(r.get("simulated") for r in record["results"])
+        try:
+            _run_into(record, args)
+        except Exception as exc:  # the run broke: say so wherever the verdict is read
+            record.update(verdict="ERROR", crashed=True,
+                          error=f"the scheduled run crashed: {type(exc).__name__}: {exc}")
         record["finished"] = time.time()
         if args.slurm_drain and not record.get("skipped"):
             record["slurm"] = slurm(record, args.slurm_node or socket.gethostname().split(".")[0],
                                     args.slurm_resume)
         path = keep_history(record, args.keep)
         prom = write_metrics(record, args.textfile_dir)
-        if not record.get("skipped"):
-            with contextlib.suppress(OSError):
+        if not record.get("skipped") and not record.get("crashed"):
+            with contextlib.suppress(OSError):  # a crashed run leaves the queued run queued
                 os.unlink(os.path.join(STATE, PENDING))
-        print(f"nodecert: {record.get('skipped') or record['verdict']}; history {path}"
+        print(f"nodecert: {record.get('skipped') or record['verdict']}"
+              + (f" ({record['error']})" if record.get("error") else "") + f"; history {path}"
               + (f"; metrics {prom}" if prom else "")
               + (f"; slurm: {record['slurm']}" if record.get("slurm") else ""))
-        return 0 if record["verdict"] in ("PASS", "WARN") else 1
+        if record.get("crashed"):
+            return EXIT_CRASH
+        return 0 if record["verdict"] in ("PASS", "WARN") else EXIT_FINDING
+
+
+def _run_into(record: dict[str, Any], args: argparse.Namespace) -> None:
+    busy = [] if args.force else gpu_users()
+    plan_path = state.plan_path(args.suite)
+    if busy:
+        record.update(skipped=f"GPUs busy with user work: {'; '.join(busy[:5])}",
+                      verdict="PASS")
+        return
+    if not os.path.exists(plan_path):
+        record.update(verdict="ERROR", error=f"no plan for suite {args.suite!r}: run "
+                      "`nodecert validate --suite` from the control side once first")
+        return
+    with open(plan_path) as f:
+        plan = Plan.from_dict(json.load(f))
+    buf = io.StringIO()
+    run_suite(plan, buf, None)
+    events = [json.loads(x) for x in buf.getvalue().splitlines() if x.strip()]
+    record["results"] = [e["result"] for e in events if e["event"] == "result"]
+    judged = [r for r in record["results"] if r.get("fault_code") != NOT_JUDGED]
+    worst = max((VERDICTS.index(r["verdict"]) for r in judged), default=3)
+    record["verdict"] = VERDICTS[worst]
+    record["simulated"] = any(r.get("simulated") for r in record["results"])
 
 
 def main(argv: list[str]) -> int:
