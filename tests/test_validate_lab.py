@@ -309,6 +309,18 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
                 "nvidia-open=570.211.01-1 >/dev/null", timeout=300)
     wait_on(plab, h, f"[ $({count}) -gt {before} ]")
     wait_on(plab, h, "! test -e /var/lib/nodecert/revalidate-pending")
+    # The control side collects that run: conformance judged, drift against the certificate.
+    r = CliRunner().invoke(main, [
+        "revalidate", "-i", str(inv(plab)), "--stack", STACK, "--limit", h,
+        "--baseline", str(reports), "--key", str(kp.private),
+        "--runs-dir", str(tmp_path / "collected"), "--collect", "after-update"])
+    assert r.exit_code == 1, r.output
+    assert "drift.stack" in r.output and "nvidia-open 580.173.02-1 -> 570.211.01-1" in r.output
+    col = json.loads(next((tmp_path / "collected").glob(f"*/{h}/results.json")).read_text())
+    assert col["node"]["reason"] == "after-update"
+    conf = next(x for x in col["results"] if x["check"] == "stack.conformance")
+    assert conf["verdict"] == "FAIL"
+    assert "nvidia-open is 570.211.01-1, pinned 580.173.02-1" in conf["findings"]
     # Drift: a changed driver version, an unheld package and a swapped GPU; exit 1.
     plab.ssh(h, "apt-mark unhold nvidia-open && apt-get install -y -q --allow-downgrades "
                 "nvidia-open=570.211.01-1 >/dev/null", timeout=300)

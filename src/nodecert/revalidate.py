@@ -17,6 +17,7 @@ from typing import Any
 
 from nodecert import drift
 from nodecert.certify import PAYLOAD_TYPE, CertifyRun, certify
+from nodecert.collect import collect
 from nodecert.errors import NodecertError
 from nodecert.runs import RunDir, write_json
 from nodecert.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
@@ -94,12 +95,19 @@ def revalidate(inventory: Path, *, key: PrivateKey, trusted: list[PublicKey],
                stack: str | None = None, cli_thresholds: dict[str, Any] | None = None,
                checks: tuple[str, ...] = (),
                option_overrides: dict[str, dict[str, Any]] | None = None,
-               progress: Callable[[str], None] | None = None) -> Revalidation:
+               progress: Callable[[str], None] | None = None,
+               collect_reason: str | None = None) -> Revalidation:
+    """collect_reason: instead of validating, collect each node's newest scheduled run
+    of that reason (after-update, timer, any) and judge, compare and certify it."""
     base_dir = baseline or latest_baseline(runs_dir)
     base = load_baseline(base_dir, trusted) if base_dir else {}
-    run = validate(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
-                   cli_thresholds=cli_thresholds, checks=checks,
-                   option_overrides=option_overrides, progress=progress)
+    if collect_reason:
+        run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
+                      checks=checks, reason=collect_reason, progress=progress)
+    else:
+        run = validate(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
+                       cli_thresholds=cli_thresholds, checks=checks,
+                       option_overrides=option_overrides, progress=progress)
     out = Revalidation(run, base_dir)
     for name, hr in sorted(run.hosts.items()):
         new = drift.record_of(hr.as_dict())

@@ -64,15 +64,14 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
     return runs
 
 
-def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (),
-             stack: str | None = None, forks: int = 16, runs_dir: Path = Path("runs"),
-             progress: Progress | None = None, cli_thresholds: dict[str, Any] | None = None,
-             scratch: str | None = None, checks: tuple[str, ...] = (),
-             host_timeout_s: float | None = None,
-             option_overrides: dict[str, dict[str, Any]] | None = None,
-             stop: threading.Event | None = None) -> ValidationRun:
-    """Validate every (limited) host. Raises NodecertError only on bad input."""
-    say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+def open_new_run(inventory: Path, *, suite: str, limit: tuple[str, ...] = (),
+                 stack: str | None = None, runs_dir: Path = Path("runs"),
+                 cli_thresholds: dict[str, Any] | None = None, scratch: str | None = None,
+                 checks: tuple[str, ...] = (), host_timeout_s: float | None = None,
+                 option_overrides: dict[str, dict[str, Any]] | None = None
+                 ) -> ValidationRun:
+    """A new run directory with every host's plan and the run's inputs recorded, nothing
+    contacted yet. Raises NodecertError on bad input, before anything is written."""
     the_suite = thresholds.suite(suite)
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
     run_dir = (runs_dir / run_id).resolve()
@@ -88,9 +87,25 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
                "storage": the_suite.storage, "fabric": the_suite.fabric,
                "load": the_suite.load},
         specs={n: hr.spec.as_dict() for n, hr in runs.items()}, stack_files=sorted(stacks))
-    result = ValidationRun(run_dir, suite, runs)
     for hr in runs.values():
         hr.save()
+    return ValidationRun(run_dir, suite, runs)
+
+
+def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (),
+             stack: str | None = None, forks: int = 16, runs_dir: Path = Path("runs"),
+             progress: Progress | None = None, cli_thresholds: dict[str, Any] | None = None,
+             scratch: str | None = None, checks: tuple[str, ...] = (),
+             host_timeout_s: float | None = None,
+             option_overrides: dict[str, dict[str, Any]] | None = None,
+             stop: threading.Event | None = None) -> ValidationRun:
+    """Validate every (limited) host. Raises NodecertError only on bad input."""
+    say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    result = open_new_run(inventory, suite=suite, limit=limit, stack=stack,
+                          runs_dir=runs_dir, cli_thresholds=cli_thresholds or {},
+                          scratch=scratch, checks=checks, host_timeout_s=host_timeout_s,
+                          option_overrides=option_overrides)
+    run_dir, runs, the_suite = result.run_dir, result.hosts, thresholds.suite(suite)
     stop = stop or threading.Event()
     runner = NodeSessions(runs, say, stop, node_bundle())
     n_checks = len(checks or the_suite.checks)
@@ -128,4 +143,4 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
     return result
 
 
-__all__ = ["HostRun", "ValidationRun", "validate"]
+__all__ = ["HostRun", "ValidationRun", "open_new_run", "validate"]

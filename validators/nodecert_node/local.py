@@ -102,7 +102,8 @@ def metrics_text(record: dict[str, Any]) -> str:
            if not record.get("skipped") else [])
     family("nodecert_check_verdict", "gauge",
            "Verdict per check of the last run: 0 PASS, 1 WARN, 2 FAIL, 3 ERROR.",
-           [({"check": r["check"]}, VERDICTS.index(r["verdict"])) for r in results])
+           [({"check": r["check"]}, VERDICTS.index(r["verdict"])) for r in results
+            if r.get("fault_code") != NOT_JUDGED])  # judged when the control side collects
     figs = all_figures(results)  # the same headline figures drift and the report use
 
     def per(prefix: str) -> list[tuple[dict[str, str], float]]:

@@ -29,6 +29,11 @@ drift.perf.<metric> per figure both runs measured (down more than 10%, or the
 soak peak more than 5 C up, fails: drift.* thresholds), drift.health (new
 hardware Xids or ECC errors). The new run is certified.
 
+With --collect, nothing runs on the nodes: each node's newest scheduled run (the
+timer's, or the one a package update queued: --collect after-update) is fetched
+from /var/lib/nodecert/history, its stack.conformance judged against the stack,
+compared with the baseline and certified like any other run.
+
 \b
 Exit codes: 0 no regression and every node READY, 1 a regression, drift or NOT
 READY node, 2 bad input (inventory, baseline that does not verify, key).
@@ -38,6 +43,7 @@ Examples:
   nodecert revalidate -i lab.ini
   nodecert revalidate -i lab.ini --baseline runs/20261129-101500-a1b2c3/reports --suite standard
   nodecert revalidate -i lab.ini --key /etc/nodecert/keys/nodecert.key --pubkey old-signer.pub
+  nodecert revalidate -i lab.ini --collect after-update
 """
 
 
@@ -59,11 +65,16 @@ Examples:
               help="Also trust this signer for the baseline (repeatable).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
               show_default=True)
+@click.option("--collect", "collect_reason", is_flag=False, flag_value="any",
+              type=click.Choice(["any", "after-update", "timer"]),
+              help="Collect the nodes' own newest scheduled run instead of validating "
+                   "(bare --collect: whichever ran last).")
 @handle_errors
 def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[str, ...],
                    checks: tuple[str, ...], stack_name: str | None,
                    threshold_items: tuple[str, ...], key_path: Path | None,
-                   pubkeys: tuple[Path, ...], runs_dir: Path) -> None:
+                   pubkeys: tuple[Path, ...], runs_dir: Path,
+                   collect_reason: str | None) -> None:
     from nodecert.revalidate import revalidate
     from nodecert.signing import load_private_key, load_public_key
     from nodecert.thresholds import parse_cli_thresholds
@@ -75,7 +86,7 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
     rv = revalidate(path, key=key, trusted=trusted, baseline=baseline, suite=suite,
                     runs_dir=runs_dir, limit=limit, stack=stack_name, checks=checks,
                     cli_thresholds=parse_cli_thresholds(threshold_items),
-                    progress=lambda line: echo(line, err=True))
+                    progress=lambda line: echo(line, err=True), collect_reason=collect_reason)
     echo(f"baseline: {rv.baseline or '(none found)'}")
     for host, results in sorted(rv.drift.items()):
         for r in results:

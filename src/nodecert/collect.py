@@ -1,0 +1,124 @@
+"""Collect the runs nodes made on their own (the timer, after a package update) into a
+validation run directory, so they are judged, compared and certified like any other.
+
+A node's scheduled run gathers stack.conformance but cannot judge it (the stack
+manifest lives on the control side); collecting judges it here, and the run then goes
+through drift and `certify` like a run `nodecert validate` made. The node's record is
+untrusted input: a JSON object of the known schema, valid Results of planned checks, no
+NaN/Infinity, at most 16 MiB; anything else makes that host ERROR with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from nodecert import conformance
+from nodecert.nodesession import MAX_LINE, BadEvent, decode_event
+from nodecert.nodessh import connect, describe_error
+from nodecert.runs import HostRun, RunDir, ValidationRun, write_json
+from nodecert.validation import open_new_run
+
+HISTORY = "/var/lib/nodecert/history"
+RECORD_SCHEMA = "nodecert.local-run/v1"
+FETCH_TIMEOUT_S = 60.0
+
+
+def fetch_command(reason: str) -> str:
+    """Print the newest history file's path, then the file (nothing when there is none)."""
+    pattern = f"{HISTORY}/*.json" if reason == "any" else f"{HISTORY}/*-{reason}-*.json"
+    return (f"f=$(ls -1 {pattern} 2>/dev/null | sort | tail -n 1); "
+            f'[ -n "$f" ] && echo "$f" && head -c {MAX_LINE + 1} "$f"')
+
+
+def read_record(raw: bytes, checks: list[str]) -> tuple[str, dict[str, Any]]:
+    """(history path, record with Result objects). Pure; raises BadEvent naming the fault."""
+    path, _, body = raw.partition(b"\n")
+    if not path.strip():
+        raise BadEvent("the node has no scheduled run in its history yet", "")
+    if len(body) > MAX_LINE:
+        raise BadEvent("the history record is larger than 16 MiB", body[:2000].decode(
+            "utf-8", "replace"))
+    shown = body[:2000].decode("utf-8", "replace")
+    try:
+        rec = json.loads(body.decode("utf-8"), parse_constant=_no_constants)
+    except (UnicodeError, ValueError) as exc:
+        raise BadEvent(f"the history record is not JSON: {exc}", shown) from exc
+    if not isinstance(rec, dict) or rec.get("schema") != RECORD_SCHEMA:
+        raise BadEvent(f"not a {RECORD_SCHEMA} record", shown)
+    results = []
+    for r in rec.get("results") or []:
+        ev = decode_event(json.dumps({"event": "result", "result": r}).encode(), checks)
+        results.append(ev["result"])
+    for key in ("started", "finished"):
+        if not isinstance(rec.get(key), (int, float)):
+            raise BadEvent(f"the record has no {key} time", shown)
+    return path.decode("utf-8", "replace").strip(), dict(rec, results=results)
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a node may send")
+
+
+def collect_host(hr: HostRun, reason: str) -> None:
+    """Fill hr from the node's newest scheduled run (or say why it cannot)."""
+    try:
+        client = connect(hr.endpoint)
+    except (paramiko.SSHException, OSError) as exc:
+        hr.status, hr.error = "unreachable", describe_error(exc, hr.endpoint)
+        hr.finish_missing(f"host unreachable: {hr.error}", "NC-HOST-UNREACHABLE")
+        return
+    try:
+        _, out, _ = client.exec_command(fetch_command(reason), timeout=FETCH_TIMEOUT_S)
+        raw = out.read(MAX_LINE + 4096)
+        path, rec = read_record(raw, hr.checks)
+    except (paramiko.SSHException, OSError, TimeoutError) as exc:
+        hr.status, hr.error = "lost", f"reading the node's history failed: {exc}"
+        hr.finish_missing(hr.error, "NC-HOST-LOST")
+        return
+    except BadEvent as exc:
+        hr.status, hr.error = "lost", f"the node's scheduled run cannot be used: {exc}"
+        hr.finish_missing(hr.error, "NC-NOT-COLLECTED")
+        return
+    finally:
+        client.close()
+    hr.started, hr.finished = float(rec["started"]), float(rec["finished"])
+    hr.simulated = bool(rec.get("simulated"))
+    hr.node = {"collected_from": path, "reason": rec.get("reason"), "host": rec.get("host")}
+    hr.results = [conformance.judge_result(r, hr.host, hr.stack)
+                  if r.check == "stack.conformance" else r for r in rec["results"]]
+    if rec.get("skipped") or rec.get("crashed") or rec.get("error"):
+        hr.status = "lost"
+        hr.error = f"the node's run of {path} did not complete: " + str(
+            rec.get("skipped") or rec.get("error") or "crashed")
+        hr.finish_missing(hr.error, "NC-NOT-RUN")
+        return
+    hr.status = "done"
+    hr.finish_missing("the node's scheduled run did not report this check", "NC-NOT-REPORTED")
+
+
+def collect(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (),
+            stack: str | None = None, runs_dir: Path = Path("runs"),
+            checks: tuple[str, ...] = (), reason: str = "any",
+            progress: Callable[[str], None] | None = None) -> ValidationRun:
+    """A run directory holding each host's newest scheduled run (`reason`: after-update,
+    timer or any), judged on the control side; nothing is run on the nodes."""
+    run = open_new_run(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
+                       checks=checks)
+    say = progress or (lambda line: None)
+    for name, hr in sorted(run.hosts.items()):
+        collect_host(hr, reason)
+        hr.save()
+        say(f"{name:<14} {hr.verdict.name:<6} "
+            + (hr.error or f"collected {hr.node.get('collected_from')} "
+                            f"({hr.node.get('reason')})"))
+    write_json(RunDir(run.run_dir).summary, run.summary())
+    return run
+
+
+__all__ = ["HISTORY", "collect", "collect_host", "fetch_command", "read_record"]
+

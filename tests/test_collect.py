@@ -1,0 +1,113 @@
+"""Collecting the nodes' own scheduled runs (`nodecert revalidate --collect`): the record
+is untrusted input, judged on the control side, and a run that did not complete never
+certifies."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO
+from nodecert import collect as collect_mod
+from nodecert import thresholds
+from nodecert.collect import collect_host, fetch_command, read_record
+from nodecert.inventory import load_inventory
+from nodecert.nodesession import BadEvent
+from nodecert.nodessh import Endpoint
+from nodecert.plan import build_plan
+from nodecert.runs import HostRun
+from nodecert_node.contract import Result, Verdict
+
+CHECKS = ["health.gpu", "health.xid"]
+
+
+def record(**over: Any) -> dict[str, Any]:
+    rec = {"schema": "nodecert.local-run/v1", "suite": "quick", "reason": "after-update",
+           "host": "h1", "started": 1795995981.0, "finished": 1795996100.0, "simulated": True,
+           "verdict": "PASS", "results": [Result(c, Verdict.PASS, "ok").as_dict()
+                                          for c in CHECKS]}
+    rec.update(over)
+    return rec
+
+
+def raw(rec: dict[str, Any] | str, path: str = "/var/lib/nodecert/history/x.json") -> bytes:
+    body = rec if isinstance(rec, str) else json.dumps(rec)
+    return f"{path}\n{body}".encode()
+
+
+def test_fetch_command_picks_the_newest_of_a_reason() -> None:
+    assert "*-after-update-*.json" in fetch_command("after-update")
+    assert "history/*.json" in fetch_command("any") and "tail -n 1" in fetch_command("any")
+
+
+def test_read_record_good() -> None:
+    path, rec = read_record(raw(record()), CHECKS)
+    assert path.endswith("x.json") and [r.verdict for r in rec["results"]] == [Verdict.PASS] * 2
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("", "no scheduled run"),
+    ('{"schema": "other"}', "not a nodecert.local-run/v1 record"),
+    ('{"schema": "nodecert.local-run/v1", "started": NaN}', "NaN is not a number"),
+    (json.dumps(record(results=[{"check": "evil"}])), "not a valid result"),
+    (json.dumps(record(finished=None)), "no finished time"),
+])
+def test_read_record_refuses_what_it_cannot_trust(body: str, why: str) -> None:
+    data = b"" if body == "" else raw(body)
+    with pytest.raises(BadEvent, match=why):
+        read_record(data, CHECKS)
+
+
+class Client:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def exec_command(self, cmd: str, timeout: float) -> tuple[Any, Any, Any]:
+        return None, io.BytesIO(self.data), io.BytesIO(b"")
+
+    def close(self) -> None:
+        pass
+
+
+def host(tmp_path: Path) -> HostRun:
+    spec = next(iter(load_inventory(REPO / "inventory" / "sample" / "lab.ini").values()))
+    plan = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
+                      scratch=None, checks=tuple(CHECKS))
+    return HostRun(spec.name, spec, Endpoint.from_hostvars(spec.name, {}), plan, None,
+                   tmp_path)
+
+
+def test_collected_run_keeps_the_node_times_and_verdicts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(collect_mod, "connect", lambda ep: Client(raw(record())))
+    hr = host(tmp_path)
+    collect_host(hr, "after-update")
+    assert hr.status == "done" and hr.verdict is Verdict.PASS
+    assert (hr.started, hr.finished) == (1795995981.0, 1795996100.0)
+    assert hr.node["reason"] == "after-update" and hr.simulated
+
+
+@pytest.mark.parametrize("over", [{"crashed": True, "verdict": "ERROR", "error": "boom"},
+                                  {"skipped": "GPUs busy", "results": []},
+                                  {"results": [Result("health.gpu", Verdict.PASS,
+                                                      "ok").as_dict()]}])
+def test_incomplete_node_runs_are_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        over: dict[str, Any]) -> None:
+    monkeypatch.setattr(collect_mod, "connect", lambda ep: Client(raw(record(**over))))
+    hr = host(tmp_path)
+    collect_host(hr, "any")
+    assert hr.verdict is Verdict.ERROR
+    assert {r.check for r in hr.results} == set(CHECKS)  # every planned check accounted
+
+
+def test_unreachable_host_is_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(ep: Endpoint) -> Any:
+        raise OSError(111, "Connection refused")
+    monkeypatch.setattr(collect_mod, "connect", refuse)
+    hr = host(tmp_path)
+    collect_host(hr, "any")
+    assert hr.status == "unreachable" and hr.verdict is Verdict.ERROR
