@@ -182,3 +182,35 @@ def test_history_lists_runs_oldest_first(tmp_path: Path) -> None:
     assert out.exit_code == 0 and "2025-11-30 23:46:40" in out.output
     out = CliRunner().invoke(main, ["history", "n9", "--runs-dir", str(runs)])
     assert out.exit_code == 2 and "no run under" in out.output
+
+
+def test_newer_certificate_supersedes_older_in_history_and_fleet_page(tmp_path: Path) -> None:
+    from nodecert.report_html import current_certificates, fleet_page
+    runs = tmp_path / "runs"
+    for i in range(3):
+        d = runs / f"r{i}" / "n1"
+        d.mkdir(parents=True)
+        d.joinpath("results.json").write_text(json.dumps({
+            "schema": "nodecert.validation/v1", "host": "n1", "run_id": f"r{i}",
+            "suite": "quick", "verdict": "PASS", "started": 1764460000 + i * 86400,
+            "finished": 1764460100 + i * 86400, "results": baseline_results()}))
+        if i < 2:  # r0 and r1 certified, r2 not (yet)
+            (runs / f"r{i}" / "reports").mkdir()
+            (runs / f"r{i}" / "reports" / "n1.intoto.dsse.json").write_text("{}")
+    rows = history(runs, "n1")
+    assert [r["certificate_status"] for r in rows] == ["superseded", "current", ""]
+    out = CliRunner().invoke(main, ["history", "n1", "--runs-dir", str(runs)])
+    assert out.output.count("superseded") == 1 and out.output.count("current") == 1
+
+    def st(host: str, ended: str, verdict: str) -> dict[str, Any]:
+        return {"predicate": {"host": host, "verdict": verdict, "simulated": False,
+                              "reasons": [], "results": [], "run_id": ended,
+                              "validity": {"not_before": ended, "issued": ended}}}
+    old, new = st("n1", "2026-11-01T00:00:00+00:00", "NOT READY"), \
+        st("n1", "2026-11-20T00:00:00+00:00", "READY")
+    current, superseded = current_certificates([new, old, st("n2", "2026-11-02", "READY")])
+    assert [c["predicate"]["run_id"] for c in current] == ["2026-11-20T00:00:00+00:00",
+                                                           "2026-11-02"]
+    assert superseded == {"n1": 1}
+    page = fleet_page([old, new], keyid="k")
+    assert "1 of 1 nodes READY" in page and "supersedes 1 older" in page

@@ -110,13 +110,39 @@ def key_figures(p: dict[str, Any]) -> dict[str, str]:
             "peak": f"{peak.value:g} C" if peak else "-"}
 
 
+def _evidence_time(st: dict[str, Any]) -> tuple[str, str]:
+    """When a certificate's evidence ended (then when it was signed): newer supersedes."""
+    p = st["predicate"]
+    validity = p.get("validity") or {}
+    return (str(validity.get("not_before") or (p.get("validated") or {}).get("finished")
+                or ""), str(validity.get("issued") or ""))
+
+
+def current_certificates(statements: list[dict[str, Any]]
+                         ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """One certificate per node, the one on the newest evidence; how many each superseded."""
+    newest: dict[str, dict[str, Any]] = {}
+    superseded: dict[str, int] = {}
+    for st in statements:
+        host = str(st["predicate"]["host"])
+        if host in newest:
+            superseded[host] = superseded.get(host, 0) + 1
+            if _evidence_time(st) <= _evidence_time(newest[host]):
+                continue
+        newest[host] = st
+    return [newest[h] for h in sorted(newest)], superseded
+
+
 def fleet_page(statements: list[dict[str, Any]], *, keyid: str) -> str:
+    """The fleet at a glance; a node certified more than once shows its newest certificate
+    (the older ones are superseded, and the page says how many)."""
+    statements, superseded = current_certificates(statements)
     rows = []
     for st in statements:
         p = st["predicate"]
         counts = Counter(r["verdict"] for r in p["results"])
         rows.append({"host": p["host"], "verdict": p["verdict"], "simulated": p["simulated"],
-                     "reasons": p["reasons"],
+                     "reasons": p["reasons"], "superseded": superseded.get(p["host"], 0),
                      "counts": " ".join(f"{n} {v}" for v, n in sorted(counts.items())),
                      **key_figures(p)})
     simulated = any(r["simulated"] for r in rows)
@@ -127,4 +153,4 @@ def fleet_page(statements: list[dict[str, Any]], *, keyid: str) -> str:
         tool_version=__version__)
 
 
-__all__ = ["fleet_page", "key_figures", "node_page", "plots"]
+__all__ = ["current_certificates", "fleet_page", "key_figures", "node_page", "plots"]

@@ -127,9 +127,10 @@ def history_cmd(host: str, runs_dir: Path, as_json: bool) -> None:
     if as_json:
         emit_json(rows)
         return
-    echo(f"{'when':<20} {'run':<24} {'suite':<9} {'verdict':<8} figures / failing")
+    echo(f"{'when':<20} {'run':<24} {'suite':<9} {'verdict':<8} {'certificate':<11} "
+         "figures / failing")
     for r in rows:
         figs = " ".join(f"{k}={v}" for k, v in r["figures"].items())
         bad = "; ".join(r["failing"][:3])
         echo(f"{r['when']:<20} {r['run_id']:<24} {r['suite']:<9} {r['verdict']:<8} "
-                   f"{figs}{'  ' + bad if bad else ''}")
+             f"{r['certificate_status'] or '-':<11} {figs}{'  ' + bad if bad else ''}")
