@@ -3,13 +3,17 @@ clocks below their default, persistence mode (health.gpu)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import REPO
 from nodecert import thresholds
 from nodecert_node.checks.health import judge_gpu_health
 from nodecert_node.contract import Limits, Verdict
-from nodecert_node.parse import smi
+from nodecert_node.parse import ParseError, smi
 
 REAL = REPO / "tests" / "fixtures" / "real" / "nvidia-smi"
 
@@ -78,3 +82,40 @@ def test_clocks_below_default_and_persistence_off_warn_naming_the_gpu() -> None:
     # R590 prints "Requested functionality has been deprecated" for applications clocks:
     # nothing to judge, no finding
     assert gpus[0]["app_clock_mhz"] is None
+
+
+# --- property-based: reorder the GPU blocks, re-indent, truncate ------------------------
+
+EIGHT = real("h100-sxm-8gpu-565.57.01-q.txt")
+
+
+def _blocks(text: str) -> tuple[str, list[str]]:
+    parts = re.split(r"(?m)^(?=GPU [0-9A-F]{8}:)", text)
+    return parts[0], parts[1:]
+
+
+@settings(max_examples=30, deadline=None)
+@given(order=st.permutations(range(8)), tabs=st.booleans())
+def test_property_reordered_and_retabbed_blocks_read_the_same(order: list[int],
+                                                              tabs: bool) -> None:
+    head, blocks = _blocks(EIGHT)
+    text = head + "".join(blocks[i] for i in order)
+    if tabs:  # some captures turn each 4-space indent into a TAB
+        text = re.sub(r"(?m)^((?:    )+)", lambda m: "\t" * (len(m.group(1)) // 4), text)
+    _, want = smi.parse_q(EIGHT)
+    _, got = smi.parse_q(text)
+    assert sorted(got, key=lambda g: g["bus_id"]) == sorted(want, key=lambda g: g["bus_id"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(cut=st.integers(min_value=1, max_value=len(EIGHT.splitlines()) - 1))
+def test_property_truncated_q_is_refused_or_whole(cut: int) -> None:
+    """Cut anywhere: refused, or every GPU read exactly as from the whole output (a cut
+    after the last Processes section loses nothing a judge reads)."""
+    text = "\n".join(EIGHT.splitlines()[:cut])
+    try:
+        _, got = smi.parse_q(text)
+    except ParseError:
+        return
+    _, want = smi.parse_q(EIGHT)
+    assert got == want

@@ -222,6 +222,12 @@ def parse_q(text: str) -> tuple[dict[str, str], list[Gpu]]:
     for (bus, d) in blocks:
         if not d:
             raise ParseError(f"GPU {bus} block is empty: the output is truncated or corrupt")
+        # A full -q block (it names the product) always reaches its Processes section;
+        # one that stops before it was cut, and its missing counters would read as zero.
+        if "Product Name" in d and not any(k == "Processes" or k.startswith("Processes/")
+                                           for k in d):
+            raise ParseError(f"GPU {bus} block ends before its Processes section: the "
+                             "output is truncated; capture `nvidia-smi -q` whole")
     return header, gpus
 
 
