@@ -9,10 +9,13 @@ integrator's order spec per host: the ``nodecert_*`` variables documented in
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import difflib
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,10 +116,33 @@ class InventoryReport:
         }
 
 
+def ansible_local_temp() -> str:
+    """Ansible's local temp directory for this process: private (mkdtemp: 0700, an
+    unpredictable name), removed at exit. A fixed name in a shared temp directory could
+    be claimed first by another local user, who would then plant the module cache that
+    Ansible loads as root."""
+    current = os.environ.get("ANSIBLE_LOCAL_TEMP")
+    if current and current == _LOCAL_TEMP.get("path"):
+        return current
+    path = tempfile.mkdtemp(prefix="nodecert-ansible-")
+    atexit.register(shutil.rmtree, path, True)
+    _LOCAL_TEMP["path"] = path
+    os.environ["ANSIBLE_LOCAL_TEMP"] = path
+    return path
+
+
+_LOCAL_TEMP: dict[str, str] = {}
+
+
+ANSIBLE_CONFIG = Path(__file__).resolve().parents[2] / "playbooks" / "ansible.cfg"
+
+
 def _ansible_quiet() -> None:
-    # No ansible.cfg from the user's cwd may change how we read their inventory,
-    # and ansible must not try to write a tmp dir into $HOME as a side effect.
-    os.environ.setdefault("ANSIBLE_LOCAL_TEMP", "/tmp/nodecert-ansible-local")
+    # Ansible must not write a tmp dir into $HOME (or a shared, predictable place) as a
+    # side effect of reading an inventory, and no ansible.cfg from the working directory
+    # or $HOME may change how it is read: nodecert names its own configuration.
+    ansible_local_temp()
+    os.environ["ANSIBLE_CONFIG"] = str(ANSIBLE_CONFIG)
     os.environ.setdefault("ANSIBLE_DEPRECATION_WARNINGS", "False")
 
 

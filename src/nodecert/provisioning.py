@@ -23,7 +23,7 @@ from typing import Any
 
 from nodecert.conformance import Conformance, check_host
 from nodecert.gate import GateReport
-from nodecert.inventory import hostvars
+from nodecert.inventory import ANSIBLE_CONFIG, ansible_local_temp, hostvars
 from nodecert.paths import stacks_dir
 from nodecert.preflight import preflight
 from nodecert.stacks import Stack, find_stack
@@ -180,6 +180,8 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
         forks=forks,
         cmdline=" ".join(cmdline) if cmdline else None,
         envvars={"ANSIBLE_PIPELINING": str(pipelining), "ANSIBLE_HOST_KEY_CHECKING": "True",
+                 "ANSIBLE_CONFIG": str(ANSIBLE_CONFIG),
+                 "ANSIBLE_LOCAL_TEMP": ansible_local_temp(),
                  "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
                  "ANSIBLE_RETRY_FILES_ENABLED": "False",
                  "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
