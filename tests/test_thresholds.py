@@ -91,7 +91,7 @@ def test_plan_for_a_sample_host() -> None:
     plan = build_plan(spec, thresholds.suite("quick"), find_stack("r580-cuda13.0"), "rid",
                       cli_thresholds={}, scratch=None).as_dict()
     assert plan["checks"][0] == "hardware.inventory" and plan["run_id"] == "rid"
-    assert plan["options"]["storage"]["targets"] == ["/var/tmp/nodecert/scratch"]
+    assert plan["options"]["storage"]["targets"] == ["/var/lib/nodecert/scratch"]
     assert plan["options"]["storage"]["allow_raw_devices"] == []
     assert "dpkg-query" in plan["conformance"]["script"]
     assert plan["spec"]["gpu_count"] == spec.gpu_count

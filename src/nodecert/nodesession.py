@@ -48,20 +48,42 @@ def node_code_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
-def install_script(sha16: str, bundle: str) -> str:
+def install_script(sha16: str, bundle: str, base: str = NODE_BASE) -> str:
     """The shell script that installs the node code on a node: the bundle (a path, or -
-    for standard input) extracted into NODE_BASE/<sha16> once, then `current` pointed at
-    it. `validate` runs it over SSH; the validators role runs the very same script."""
+    for standard input) extracted into BASE/<sha16>, then `current` pointed at it. `validate`
+    runs it over SSH before every run; the validators role runs the very same script.
+
+    Code that runs as root is trusted only when it is provably ours: an install is kept
+    only if BASE and every file under the install are owned by the installing user, none
+    is writable by group or others, none is a symlink, and every file still matches the
+    sha256 list written at extraction (.complete); otherwise it is extracted anew."""
     if not all(c in "0123456789abcdef" for c in sha16) or len(sha16) != 16:
         raise ValueError(f"not a bundle id: {sha16!r}")
-    target = f"{NODE_BASE}/{sha16}"
-    return (f"set -e; umask 022; mkdir -p {NODE_BASE}; "
-            f"if [ ! -f {target}/.complete ]; then rm -rf {target}.tmp; mkdir {target}.tmp; "
-            f"tar -xzf {shlex.quote(bundle)} -C {target}.tmp; touch {target}.tmp/.complete; "
-            f"rm -rf {target}; mv {target}.tmp {target}; echo installed; fi; "
-            f"if [ \"$(readlink {NODE_BASE}/current)\" != {sha16} ]; then "
-            f"ln -sfn {sha16} {NODE_BASE}/.current.tmp; "
-            f"mv -T {NODE_BASE}/.current.tmp {NODE_BASE}/current; echo relinked; fi")
+    b = shlex.quote(base)
+    parent = shlex.quote(base.rsplit("/", 1)[0] or "/")
+    t = shlex.quote(f"{base}/{sha16}")
+    return (f"set -e; umask 022; me=$(id -u); mkdir -p {b}; "
+            # BASE and its parent: ours (or root's), directories, not writable by others
+            # (else refuse: someone else would control the code root runs)
+            f"for d in {parent} {b}; do if [ -L \"$d\" ] || ! [ -d \"$d\" ] || "
+            f"{{ [ \"$(stat -c %u \"$d\")\" != \"$me\" ] && "
+            f"[ \"$(stat -c %u \"$d\")\" != 0 ]; }} || "
+            f"[ -n \"$(find \"$d\" -maxdepth 0 -perm /022)\" ]; then "
+            f"echo \"refusing $d: not a directory owned by root or uid $me without "
+            f"group/other write\" >&2; exit 3; fi; done; "
+            f"ok=0; if [ -f {t}/.complete ] && [ -z \"$(find {t} \\( ! -user \"$me\" "
+            f"-o -perm /022 -o -type l \\) -print -quit)\" ] && "
+            f"(cd {t} && sha256sum --quiet --strict -c .complete >/dev/null 2>&1); then ok=1; "
+            f"fi; "
+            f"if [ $ok = 0 ]; then rm -rf {t}.tmp; mkdir {t}.tmp; "
+            f"tar --no-same-owner --no-same-permissions -xzf {shlex.quote(bundle)} "
+            f"-C {t}.tmp; "
+            f"(cd {t}.tmp && find . -type f ! -name .complete -print0 | sort -z | "
+            f"xargs -0 sha256sum > .complete); "
+            f"rm -rf {t}; mv {t}.tmp {t}; echo installed; fi; "
+            f"if [ \"$(readlink {b}/current)\" != {sha16} ]; then "
+            f"ln -sfn {sha16} {b}/.current.tmp; "
+            f"mv -T {b}/.current.tmp {b}/current; echo relinked; fi")
 
 
 def node_bundle() -> tuple[bytes, str]:

@@ -14,7 +14,7 @@ from nodecert.inventory import HostSpec
 from nodecert.stacks import Stack
 from nodecert_node.contract import Plan
 
-DEFAULT_SCRATCH = "/var/tmp/nodecert/scratch"
+DEFAULT_SCRATCH = "/var/lib/nodecert/scratch"
 
 
 def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run_id: str, *,

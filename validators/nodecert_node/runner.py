@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,6 +56,7 @@ def run_one(name: str, plan: Plan, timeout: float,
     except subprocess.TimeoutExpired:
         _killpg(proc)
         out, err = proc.communicate()
+        _remove_leftovers(plan, proc.pid)
         return error_result(
             name, f"{name} did not finish within {timeout:g} s and was stopped",
             evidence=(Evidence.of("partial output", f"nodecert_node check {name}", None,
@@ -73,6 +75,14 @@ def run_one(name: str, plan: Plan, timeout: float,
             evidence=(Evidence.of("stderr", f"nodecert_node check {name}", proc.returncode,
                                   (out + err).decode("utf-8", "replace")),),
             fault_code="NC-CHECK-CRASH", duration_s=time.monotonic() - start)
+
+
+def _remove_leftovers(plan: Plan, pid: int) -> None:
+    """A check killed outright cannot clean up: remove the scratch files it made (its
+    work directory in each storage target carries its pid)."""
+    for target in (plan.options.get("storage") or {}).get("targets") or []:
+        if isinstance(target, str) and not target.startswith("/dev/"):
+            shutil.rmtree(os.path.join(target, f"nodecert-fio-{pid}"), ignore_errors=True)
 
 
 def _killpg(proc: subprocess.Popen[bytes]) -> None:

@@ -20,11 +20,24 @@ def plan_path(suite: str) -> str:
     return os.path.join(STATE, "plans", f"{suite}.json")
 
 
+def for_schedule(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan as the timer may use it: never a raw device, never the permission to
+    overwrite one (an operator allows that for one attended run, not for every night)."""
+    out: dict[str, Any] = json.loads(json.dumps(plan))
+    storage = (out.get("options") or {}).get("storage")
+    if isinstance(storage, dict):
+        storage["allow_raw_devices"] = []
+        storage["targets"] = [t for t in storage.get("targets") or []
+                              if isinstance(t, str) and not t.startswith("/dev/")]
+    return out
+
+
 def save_plan(plan: dict[str, Any]) -> None:
     """Keep the control side's plan for scheduled runs (only where the schedule is
-    installed: the state directory exists)."""
+    installed: the state directory exists), without raw-device targets or permission."""
     if not os.path.isdir(STATE) or not plan.get("suite"):
         return
+    plan = for_schedule(plan)
     with contextlib.suppress(OSError):
         os.makedirs(os.path.join(STATE, "plans"), exist_ok=True)
         write_atomic(plan_path(str(plan["suite"])), json.dumps(plan).encode(), mode=0o600)

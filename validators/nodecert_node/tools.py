@@ -18,10 +18,22 @@ from nodecert_node.contract import Evidence
 _ACTIVE: set[int] = set()
 
 
+# Scratch paths a running check created: removed when the check is stopped (SIGTERM),
+# so a timeout or Ctrl-C never leaves gigabytes of test files behind.
+_CLEANUP: list[str] = []
+
+
+def remove_on_stop(path: str) -> None:
+    _CLEANUP.append(path)
+
+
 def kill_all() -> None:
     for pgid in list(_ACTIVE):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
+    for path in reversed(_CLEANUP):
+        shutil.rmtree(path, ignore_errors=True)
+    _CLEANUP.clear()
 
 
 class ToolError(Exception):

@@ -47,7 +47,7 @@ Examples:
 @click.option("--threshold", "threshold_items", multiple=True, metavar="KEY=VALUE",
               help="Override a threshold for every host (recorded as the command line's).")
 @click.option("--scratch-dir", help="Directory the storage test may write to on every host "
-              "(default: the host's nodecert_storage_targets, else /var/tmp/nodecert/scratch).")
+              "(default: the host's nodecert_storage_targets, else /var/lib/nodecert/scratch).")
 @click.option("--forks", default=16, show_default=True, help="Hosts validated in parallel.")
 @click.option("--host-timeout", type=click.FloatRange(min=1), metavar="SECONDS",
               help="Limit for a whole host (default: every check at its suite limit + 120 s).")

@@ -19,7 +19,7 @@ from nodecert_node.context import Ctx, judge_findings
 from nodecert_node.contract import Evidence, Limits, Result, Threshold, Verdict
 from nodecert_node.parse import fio
 from nodecert_node.registry import check
-from nodecert_node.tools import ToolError, run
+from nodecert_node.tools import ToolError, remove_on_stop, run
 
 MiB = 1024 * 1024
 
@@ -203,18 +203,44 @@ def judge_storage(measured: dict[str, dict[str, float]], limits: Limits,
                                       "the datasheet." if fails else "")
 
 
+WORK_PREFIX = "nodecert-fio-"  # + the check process's pid: the runner cleans up by it
+
+
+def scratch_problem(target: str) -> str | None:
+    """Why the scratch directory cannot be trusted with root's writes, or None.
+
+    Not a symlink (it could point anywhere), owned by root or by us, and not writable by
+    others unless sticky (someone else could swap what we create there)."""
+    if os.path.islink(target):
+        return f"{target} is a symlink: name the real directory"
+    st = os.stat(target)
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{target} is not a directory"
+    if st.st_uid not in (0, os.geteuid()):
+        return f"{target} belongs to uid {st.st_uid}, not to root"
+    if st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX:
+        return f"{target} is writable by everyone"
+    return None
+
+
 def _measure_dir(target: str, opts: dict[str, Any], timeout: float,
                  ev: list[Evidence]) -> dict[str, float]:
     need = (int(opts.get("size_mb", 1024)) + int(opts.get("checkpoint_mb", 1024))) * MiB
-    os.makedirs(target, exist_ok=True)
+    if not os.path.islink(target):
+        os.makedirs(target, mode=0o700, exist_ok=True)
+    problem = scratch_problem(target)
+    if problem:
+        raise ToolError(f"refusing to write test files: {problem}", kind="failed")
     vfs = os.statvfs(target)
     free = vfs.f_bavail * vfs.f_frsize
     if free < need * 1.1 + 256 * MiB:
         raise ToolError(f"{target} has {free // MiB} MiB free, the storage test needs "
                         f"{int(need * 1.1) // MiB + 256} MiB: free space or lower "
                         "storage size_mb/checkpoint_mb", kind="failed")
-    work = os.path.join(target, f"nodecert-fio-{os.getpid()}")
+    # a fresh directory only we can write: fio's files in it cannot be planted links
+    work = os.path.join(target, f"{WORK_PREFIX}{os.getpid()}")
     os.mkdir(work, 0o700)
+    remove_on_stop(work)
     try:
         m = _run_jobs(work, opts, timeout, ev, raw=False)
         ck = ["fio", "--name=checkpoint", "--output-format=json", "--rw=write", "--bs=1M",
@@ -254,7 +280,7 @@ def _run_jobs(target: str, opts: dict[str, Any], timeout: float, ev: list[Eviden
        description="sequential, random and checkpoint I/O on the allowed scratch targets")
 def storage_fio(ctx: Ctx) -> Result:
     opts = dict(ctx.options.get("storage") or {})
-    targets = list(opts.get("targets") or ["/var/tmp/nodecert/scratch"])
+    targets = list(opts.get("targets") or ["/var/lib/nodecert/scratch"])
     allowed = list(opts.get("allow_raw_devices") or [])
     timeout = float(opts.get("runtime_s", 10)) + 120
     ev: list[Evidence] = []

@@ -1,0 +1,155 @@
+"""Security defences (docs/security.md): each test fails without its defence."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+
+# --- no fixed names in shared temp directories ------------------------------------------
+
+SHARED_TMP = re.compile(r"""["'](/tmp|/var/tmp|/dev/shm)/[A-Za-z0-9_.-]+""")
+# Fixed names under /var/tmp that are proven ours before use (owner root, no group/other
+# write, not a symlink: nodecert.paths.private_dir), or that only appear in help text.
+ALLOWED = {"/var/tmp/nodecert-lab"}
+
+
+def test_no_fixed_path_in_a_shared_temp_directory() -> None:
+    found = []
+    for base in ("src", "validators", "roles", "playbooks"):
+        for path in (REPO / base).rglob("*"):
+            if not path.is_file() or path.suffix not in (".py", ".j2", ".yml", ".yaml",
+                                                         ".sh", ".cfg", ""):
+                continue
+            for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                for m in SHARED_TMP.finditer(line):
+                    name = m.group(0)[1:]
+                    if not any(name == a or name.startswith(a + "/") for a in ALLOWED):
+                        found.append(f"{path.relative_to(REPO)}:{n}: {name}")
+    assert found == []
+
+
+def test_ansible_local_temp_is_private_and_unpredictable() -> None:
+    ini = str(REPO / "inventory/sample/lab.ini")
+    code = ("import os, pathlib; from nodecert.inventory import load_inventory; "
+            f"load_inventory(pathlib.Path({ini!r})); "
+            "print(os.environ['ANSIBLE_LOCAL_TEMP']); print(os.environ['ANSIBLE_CONFIG'])")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, timeout=120, check=True).stdout.split("\n")
+            for _ in range(2)]
+    assert outs[0][0] != outs[1][0]  # a new name per process
+    assert "nodecert-ansible-local" not in outs[0][0]
+    assert outs[0][1] == str(REPO / "playbooks" / "ansible.cfg")
+
+
+def test_private_temp_dir_mode(tmp_path: Path) -> None:
+    from nodecert.inventory import ansible_local_temp
+    path = Path(ansible_local_temp())
+    st = path.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+
+
+def test_ansible_cfg_in_the_working_directory_is_not_honoured(tmp_path: Path) -> None:
+    """A cwd ansible.cfg that disables the INI plugin would make the inventory unreadable
+    if Ansible honoured it."""
+    (tmp_path / "ansible.cfg").write_text("[inventory]\nenable_plugins = yaml\n"
+                                          "[defaults]\nhost_key_checking = False\n")
+    ini = str(REPO / "inventory/sample/lab.ini")
+    code = ("from nodecert.inventory import load_inventory; import pathlib; "
+            f"print(len(load_inventory(pathlib.Path({ini!r}))))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.strip()) >= 1
+
+
+# --- node code: kept only while provably ours ---------------------------------------------
+
+def _install(tmp: Path, base: Path) -> subprocess.CompletedProcess[str]:
+    from nodecert.nodesession import install_script, node_bundle
+    data, sha = node_bundle()
+    bundle = tmp / "bundle.tgz"
+    bundle.write_bytes(data)
+    return subprocess.run(["/bin/sh", "-c", install_script(sha[:16], str(bundle), str(base))],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_node_code_is_reinstalled_when_tampered_or_loosened(tmp_path: Path) -> None:
+    base = tmp_path / "opt" / "node"
+    first = _install(tmp_path, base)
+    assert first.returncode == 0 and "installed" in first.stdout, first.stderr
+    assert _install(tmp_path, base).stdout.strip() == ""  # intact: kept as is
+    code = next(base.glob("*/nodecert_node/runner.py"))
+    original = code.read_text()
+    code.write_text(original + "\nimport os; os.system('id')\n")  # tampered content
+    assert "installed" in _install(tmp_path, base).stdout
+    assert code.read_text() == original
+    code.chmod(0o666)  # writable by anyone: not trusted any more
+    assert "installed" in _install(tmp_path, base).stdout
+    assert stat.S_IMODE(code.stat().st_mode) == 0o644
+
+
+def test_node_code_refused_under_a_directory_others_can_write(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    out = _install(tmp_path, shared / "node")
+    assert out.returncode == 3 and "refusing" in out.stderr
+    assert not (shared / "node" / "current").exists()
+
+
+# --- storage: scratch only where it is ours; leftovers removed; no raw devices at night ----
+
+def test_scratch_directory_must_be_ours_and_not_a_link(tmp_path: Path) -> None:
+    from nodecert_node.checks.storage import scratch_problem
+    good = tmp_path / "scratch"
+    good.mkdir(mode=0o700)
+    assert scratch_problem(str(good)) is None
+    link = tmp_path / "link"
+    link.symlink_to("/etc")
+    assert "is a symlink" in (scratch_problem(str(link)) or "")
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    assert "writable by everyone" in (scratch_problem(str(open_dir)) or "")
+    open_dir.chmod(0o1777)  # sticky, like /tmp: others cannot swap what we create
+    assert scratch_problem(str(open_dir)) is None
+
+
+def test_a_stopped_storage_check_removes_its_files(tmp_path: Path) -> None:
+    from nodecert_node import tools
+    work = tmp_path / "nodecert-fio-123"
+    work.mkdir()
+    (work / "nodecert-fio.dat").write_bytes(b"x" * 4096)
+    tools.remove_on_stop(str(work))
+    tools.kill_all()  # what the SIGTERM handler of a check does
+    assert not work.exists()
+
+
+def test_runner_removes_a_killed_checks_scratch(tmp_path: Path) -> None:
+    from nodecert_node import runner
+    from nodecert_node.contract import Plan
+    from simnode import SimNode
+    plan = Plan.from_dict(SimNode(tmp_path).plan(["storage.fio"], scratch=str(tmp_path)))
+    left = tmp_path / "nodecert-fio-4242"
+    left.mkdir()
+    (left / "nodecert-fio.dat").write_bytes(b"x")
+    runner._remove_leftovers(plan, 4242)
+    assert not left.exists()
+
+
+def test_scheduled_plan_never_keeps_raw_devices() -> None:
+    from nodecert_node.state import for_schedule
+    plan = {"suite": "quick", "options": {"storage": {
+        "targets": ["/dev/nvme1n1", "/var/lib/nodecert/scratch"],
+        "allow_raw_devices": ["/dev/nvme1n1"]}}}
+    kept = for_schedule(plan)["options"]["storage"]
+    assert kept == {"targets": ["/var/lib/nodecert/scratch"], "allow_raw_devices": []}
+    assert plan["options"]["storage"]["allow_raw_devices"] == ["/dev/nvme1n1"]  # untouched
