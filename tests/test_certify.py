@@ -12,6 +12,7 @@ import copy
 import datetime as dt
 import hashlib
 import json
+import time
 import os
 import re
 import subprocess
@@ -72,9 +73,9 @@ def make_run(root: Path, hosts: dict[str, dict[str, Any]]) -> Path:
         data = {"schema": "nodecert.validation/v1", "host": name, "run_id": "test-run",
                 "suite": "quick", "status": "done", "error": None,
                 "verdict": ["PASS", "WARN", "FAIL", "ERROR"][worst], "simulated": False,
-                # Unix seconds, as validate writes them (23:46:21.4 and 23:48:49.9 UTC):
-                # the certificate must state them in UTC, to the second.
-                "started": 1795995981.4, "finished": 1795996129.9,
+                # Unix seconds, as validate writes them; an hour ago unless a test names
+                # them (certificates rest on fresh results, whenever the tests run).
+                "started": time.time() - 3600, "finished": time.time() - 3600 + 148.5,
                 "node": {}, "spec": {"gpu_model": "H200-SXM", "gpu_count": 1},
                 "stack": "r580-cuda13.0", "thresholds": {}, "options": {},
                 "identity": ident, "results": results, **over}
@@ -167,8 +168,10 @@ def test_every_byte_of_payload_and_signature_is_covered(key: Path, tmp_path: Pat
 # --- certify + verify on the recorded H200 run ---------------------------------------------
 
 def test_not_ready_node_gets_a_signed_report_saying_why(tmp_path: Path, key: Path) -> None:
-    run = make_run(tmp_path, {"h200-device": {}})
-    cr = certify(run, load_private_key(key))
+    # 23:46:21.4 and 23:48:49.9 UTC: the certificate states them in UTC, to the second
+    run = make_run(tmp_path, {"h200-device": {"started": 1795995981.4,
+                                              "finished": 1795996129.9}})
+    cr = certify(run, load_private_key(key), now=dt.datetime(2026, 11, 30, tzinfo=dt.UTC))
     node = cr.nodes[0]
     assert node.verdict == NOT_READY and not cr.all_ready
     assert node.reasons == [
