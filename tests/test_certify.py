@@ -12,10 +12,10 @@ import copy
 import datetime as dt
 import hashlib
 import json
-import time
 import os
 import re
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
