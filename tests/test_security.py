@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 
 # --- no fixed names in shared temp directories ------------------------------------------
@@ -153,3 +155,49 @@ def test_scheduled_plan_never_keeps_raw_devices() -> None:
     kept = for_schedule(plan)["options"]["storage"]
     assert kept == {"targets": ["/var/lib/nodecert/scratch"], "allow_raw_devices": []}
     assert plan["options"]["storage"]["allow_raw_devices"] == ["/dev/nvme1n1"]  # untouched
+
+
+# --- node text in the certificate's page: no live markup --------------------------------
+
+HOSTILE = 'bf16" onload="document.body.setAttribute(\'data-pwned\',\'1\')" x="'
+
+
+def hostile_page(tmp_path: Path) -> Path:
+    import datetime as dt
+
+    from nodecert.certify import certify
+    from nodecert.signing import init_key, load_private_key
+    from test_certify import make_run, passing, recorded_results
+    results = passing(recorded_results())
+    burn = next(r for r in results if r["check"] == "load.burnin")
+    burn["value"]["dtype"] = HOSTILE
+    burn["summary"] = 'GPU0 <img src=x onerror="document.title=\'pwned\'"> \x1b[32mREADY'
+    run = make_run(tmp_path, {"n1": {"results": results}})
+    key = load_private_key(init_key(tmp_path / "k").private)
+    cr = certify(run, key, now=dt.datetime.now(dt.UTC))
+    return cr.nodes[0].html
+
+
+def test_svg_labels_escape_quotes_and_enumerations_are_checked(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    from nodecert import svgplot
+    svg = svgplot.bar_chart(f"Sustained {HOSTILE} GEMM", [(HOSTILE, 1.0)], ylabel='"y"')
+    root = ET.fromstring(svg)  # well-formed: no attribute was broken out of
+    assert all(not k.startswith("on") for el in root.iter() for k in el.attrib)
+    html = hostile_page(tmp_path).read_text()
+    assert 'onload="document' not in html and "<img src=x" not in html
+    assert "\x1b" not in html and "unknown dtype" in html
+
+
+@pytest.mark.lab  # root: the browser runs in its own network namespace (unshare --net)
+def test_hostile_node_text_runs_no_script_in_a_browser(tmp_path: Path) -> None:
+    from test_certify import headless, require_root
+    require_root()
+    page = hostile_page(tmp_path)
+    dom = headless(page.as_uri(), "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    # the text may be shown (escaped); the script must not have run
+    assert not re.search(r"<body[^>]*data-pwned", dom.stdout)
+    assert "<title>pwned" not in dom.stdout
+    assert 'data-plot="burnin-tflops"' in dom.stdout  # the plot itself still renders

@@ -31,6 +31,9 @@ def _short(value: Any) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
+DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
+
+
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
@@ -74,10 +77,13 @@ def plots(p: dict[str, Any]) -> list[str]:
     burn = _result(p, "load.burnin")
     value = (burn or {}).get("value") or {}
     if value.get("tflops_per_gpu"):
-        key = f"burnin.tflops_min_{value.get('dtype', 'bf16')}"
+        # an enumeration from the node: only known values reach the page
+        raw = value.get("dtype", "bf16")
+        dtype = raw if raw in DTYPES else "unknown dtype"
+        key = f"burnin.tflops_min_{dtype}"
         floor = (burn or {}).get("thresholds", {}).get(key, {}).get("value")
         out.append(svgplot.bar_chart(
-            f"Sustained {value.get('dtype', '')} GEMM TFLOPS per GPU",
+            f"Sustained {dtype} GEMM TFLOPS per GPU",
             [(f"GPU{g}", float(v)) for g, v in sorted(value["tflops_per_gpu"].items(),
                                                        key=lambda x: int(x[0]))],
             ylabel="TFLOPS", floor=float(floor) if floor is not None else None,

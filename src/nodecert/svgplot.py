@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from xml.sax.saxutils import escape
+from xml.sax.saxutils import escape as _escape_text
+
+from nodecert.textsafe import clean
+
+_QUOTES = {'"': "&quot;", "'": "&#x27;"}
+
+
+def escape(text: str) -> str:
+    """Safe in element text and in an attribute value of either quote: &, <, >, both
+    quotes, and no control characters (node text reaches these labels)."""
+    return _escape_text(clean(str(text)), _QUOTES)
 
 W, H = 640, 260
 L, R, T, B = 60, 120, 30, 40  # margins: room for the y ticks and the legend
