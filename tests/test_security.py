@@ -201,3 +201,41 @@ def test_hostile_node_text_runs_no_script_in_a_browser(tmp_path: Path) -> None:
     assert not re.search(r"<body[^>]*data-pwned", dom.stdout)
     assert "<title>pwned" not in dom.stdout
     assert 'data-plot="burnin-tflops"' in dom.stdout  # the plot itself still renders
+
+
+# --- host names become paths, links and labels: only safe ones --------------------------
+
+SPEC = ("nodecert_gpu_model=H200-SXM nodecert_gpu_count=8 nodecert_cpu_cores=112 "
+        "nodecert_ram_gb=2048 nodecert_nvme_count=8")
+
+
+@pytest.mark.parametrize(("host", "extra", "why"), [
+    ("../../x", "", "host name '../../x' is not a safe name"),
+    ("node..up", "", "is not a safe name"),
+    ("gpu-01", "ansible_python_interpreter='python3; touch /tmp/pwned'",
+     "is not a path or command name"),
+])
+def test_unsafe_host_names_and_interpreters_are_refused(tmp_path: Path, host: str, extra: str,
+                                                        why: str) -> None:
+    from nodecert.inventory import check_inventory
+    ini = tmp_path / "inv.ini"
+    ini.write_text(f"[g]\n{host} ansible_host=192.0.2.10 {SPEC} {extra}\n")
+    report = check_inventory(ini)
+    assert any(why in p.what for p in report.problems), [p.what for p in report.problems]
+    assert not report.ok  # load_inventory refuses the whole inventory
+
+
+def test_javascript_host_name_in_yaml_is_refused(tmp_path: Path) -> None:
+    from nodecert.inventory import check_inventory
+    inv = tmp_path / "inv.yml"
+    inv.write_text("all:\n  hosts:\n    'javascript:alert(1)':\n      ansible_host: 192.0.2.10\n"
+                   + "".join(f"      {kv.split('=')[0]}: {kv.split('=')[1]}\n"
+                             for kv in SPEC.split()))
+    report = check_inventory(inv)
+    assert any("is not a safe name" in p.what for p in report.problems)
+    assert not report.hosts
+
+
+def test_interpreter_is_quoted_for_the_remote_shell() -> None:
+    src = (REPO / "src" / "nodecert" / "nodesession.py").read_text()
+    assert "shlex.quote(hr.endpoint.python)" in src

@@ -254,11 +254,28 @@ def _coerce(var: str, kind: str, raw: Any, *, matrix: Matrix, known_stacks: set[
     return None
 
 
+# A host name becomes a directory, a file name, a link on the fleet page and a label in
+# a certificate: letters, digits, dot, dash and underscore, starting with a letter or a
+# digit (an Ansible host name or an address), at most 253 characters.
+HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+# What may name the node's Python (it reaches a remote shell): a path or a command name.
+PYTHON_NAME = re.compile(r"^[A-Za-z0-9_./+-]{1,200}$")
+
+
 def _validate_host(name: str, hv: dict[str, Any], where: str, matrix: Matrix, *,
                    known_stacks: set[str], problems: list[Problem]) -> dict[str, Any]:
     """Check one host's nodecert_* variables; append problems, return the valid values."""
     def bad(what: str, hint: str | None = None) -> None:
         problems.append(Problem(name, where, what, hint))
+
+    if not HOST_NAME.match(name) or ".." in name:
+        bad(f"host name {name!r} is not a safe name (it names files, links and "
+            "certificates)", "use letters, digits, '.', '-' and '_' (and ansible_host for "
+            "the address)")
+    interp = str(hv.get("ansible_python_interpreter") or "python3")
+    if "{{" not in interp and not PYTHON_NAME.match(interp):
+        bad(f"ansible_python_interpreter {interp!r} is not a path or command name",
+            "name the interpreter, e.g. /usr/bin/python3")
 
     for var in sorted(k for k in hv if str(k).startswith("nodecert_")):
         if var not in SPEC_VARS:
@@ -330,7 +347,8 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
                 f"same address {address}:{port} as host {other}: one machine listed twice",
                 "give each host its own ansible_host, or remove the duplicate"))
         endpoints[(address, port)] = host.name
-        if all(v in values for v, spec in SPEC_VARS.items() if spec[0]):
+        safe = HOST_NAME.match(host.name) and ".." not in host.name
+        if safe and all(v in values for v, spec in SPEC_VARS.items() if spec[0]):
             report.hosts[host.name] = HostSpec(
                 name=host.name, address=address, port=port,
                 groups=tuple(sorted(g.name for g in host.get_groups() if g.name != "all")),

@@ -276,7 +276,8 @@ class NodeSessions:
             self.emit(hr, f"ERROR: {hr.error}")
             return
         chan = client.get_transport().open_session()  # type: ignore[union-attr]
-        chan.exec_command(f"cd {remote} && exec {hr.endpoint.python} -m nodecert_node run")
+        chan.exec_command(f"cd {shlex.quote(remote)} && exec {shlex.quote(hr.endpoint.python)} "
+                          "-m nodecert_node run")
         chan.sendall((json.dumps(hr.plan.as_dict()) + "\n").encode())
         reader = LineReader(chan)
         deadline = time.monotonic() + 60
