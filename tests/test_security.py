@@ -239,3 +239,56 @@ def test_javascript_host_name_in_yaml_is_refused(tmp_path: Path) -> None:
 def test_interpreter_is_quoted_for_the_remote_shell() -> None:
     src = (REPO / "src" / "nodecert" / "nodesession.py").read_text()
     assert "shlex.quote(hr.endpoint.python)" in src
+
+
+# --- untrusted envelopes: a clean exit 2, never a traceback ------------------------------
+
+@pytest.mark.parametrize(("content", "why"), [
+    (b'{"payload": "' + b"\\ud800" + b'"}', "surrogate"),
+    (b"[" * 5000 + b"]" * 5000, "nested"),
+    (b'{"payloadType": NaN}', "NaN is not allowed"),
+    (b"\xff\xfe{}", "not JSON"),
+])
+def test_hostile_envelopes_exit_2(tmp_path: Path, content: bytes, why: str) -> None:
+    from click.testing import CliRunner
+
+    from nodecert.cli import main
+    from nodecert.signing import init_key
+    kp = init_key(tmp_path / "k")
+    env = tmp_path / "env.json"
+    env.write_bytes(content)
+    r = CliRunner().invoke(main, ["verify", str(env), "--pubkey", str(kp.public)])
+    assert r.exit_code == 2 and why in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_oversized_envelope_is_refused_without_reading_it_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodecert import verify
+    from nodecert.signing import init_key
+    monkeypatch.setattr(verify, "MAX_ENVELOPE", 1024)
+    env = tmp_path / "big.json"
+    env.write_bytes(b'{"x": "' + b"a" * 4096 + b'"}')
+    with pytest.raises(verify.ReportError, match="larger than"):
+        verify.verify_report(env, [init_key(tmp_path / "k").public])
+
+
+def test_url_safe_base64_envelope_verifies(tmp_path: Path) -> None:
+    import base64
+    import json
+
+    from nodecert.signing import (
+        init_key,
+        load_private_key,
+        load_public_key,
+        sign_envelope,
+        verify_envelope,
+    )
+    kp = init_key(tmp_path / "k")
+    payload = b'{"x": "\xff\xfe?>>"}'  # bytes whose standard base64 holds + and /
+    env = sign_envelope(payload, "application/vnd.in-toto+json", load_private_key(kp.private))
+    url = dict(env, payload=base64.urlsafe_b64encode(payload).decode().rstrip("="),
+               signatures=[dict(env["signatures"][0], sig=base64.urlsafe_b64encode(
+                   base64.b64decode(env["signatures"][0]["sig"])).decode())])
+    assert json.dumps(url) != json.dumps(env)
+    assert verify_envelope(url, [load_public_key(kp.public)])[1] == payload

@@ -22,6 +22,7 @@ from nodecert.errors import NodecertError
 from nodecert.runs import RunDir, write_json
 from nodecert.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
 from nodecert.validation import ValidationRun, validate
+from nodecert.verify import ReportError, read_envelope
 from nodecert_node.contract import Result, Verdict
 
 
@@ -47,9 +48,9 @@ def load_baseline(path: Path, trusted: list[PublicKey]) -> dict[str, drift.Recor
     envs = _envelopes(path)
     for env_path in envs:
         try:
-            env = json.loads(env_path.read_text())
+            env = read_envelope(env_path)
             ptype, payload, _ = verify_envelope(env, trusted)
-        except (OSError, ValueError) as exc:
+        except (ReportError, ValueError) as exc:
             raise BaselineError(f"baseline certificate {env_path} is unreadable: {exc}") from exc
         except SignatureError as exc:
             raise BaselineError(f"baseline certificate {env_path} does not verify: {exc}",

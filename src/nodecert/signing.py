@@ -145,6 +145,16 @@ def sign_envelope(payload: bytes, payload_type: str, key: PrivateKey) -> dict[st
                             "sig": base64.b64encode(sig).decode()}]}
 
 
+def b64decode_any(text: str) -> bytes:
+    """Base64 as DSSE allows it: standard or URL-safe alphabet, padded or not; anything
+    else raises ValueError."""
+    t = text.strip()
+    if "-" in t or "_" in t:
+        t = t.replace("-", "+").replace("_", "/")
+    t += "=" * (-len(t) % 4)
+    return base64.b64decode(t, validate=True)
+
+
 def verify_envelope(envelope: Any, trusted: list[PublicKey]) -> tuple[str, bytes, str]:
     """(payloadType, payload, keyid) when a signature verifies with a trusted key."""
     if not isinstance(envelope, dict):
@@ -157,7 +167,7 @@ def verify_envelope(envelope: Any, trusted: list[PublicKey]) -> tuple[str, bytes
         raise SignatureError("not a DSSE envelope: payloadType must be a string and "
                              "signatures a non-empty list")
     try:
-        payload = base64.b64decode(str(envelope["payload"]), validate=True)
+        payload = b64decode_any(str(envelope["payload"]))
     except ValueError as exc:
         raise SignatureError(f"payload is not valid base64: {exc}") from exc
     by_id = {keyid(k): k for k in trusted}
@@ -167,7 +177,7 @@ def verify_envelope(envelope: Any, trusted: list[PublicKey]) -> tuple[str, bytes
             continue
         kid = str(s.get("keyid", ""))
         try:
-            raw = base64.b64decode(str(s.get("sig", "")), validate=True)
+            raw = b64decode_any(str(s.get("sig", "")))
         except ValueError:
             seen.append(f"{kid[:16] or '?'}: signature is not valid base64")
             continue
@@ -189,6 +199,18 @@ def canonical_json(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-__all__ = ["KEY_TYPES", "KeyPair", "SignatureError", "SigningKeyError", "canonical_json",
-           "init_key", "keyid", "load_private_key", "load_public_key", "pae", "sign_envelope",
-           "verify_envelope"]
+__all__ = [
+    "KEY_TYPES",
+    "KeyPair",
+    "SignatureError",
+    "SigningKeyError",
+    "b64decode_any",
+    "canonical_json",
+    "init_key",
+    "keyid",
+    "load_private_key",
+    "load_public_key",
+    "pae",
+    "sign_envelope",
+    "verify_envelope",
+]

@@ -108,6 +108,57 @@ def expectation_problems(st: dict[str, Any], *, host: str | None = None,
     return problems
 
 
+MAX_ENVELOPE = 64 * 1024 * 1024  # a certificate is a few MB; anything far larger is refused
+MAX_DEPTH = 64  # nesting deeper than any statement nodecert writes
+
+
+def _why(exc: BaseException) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _check_tree(obj: Any, depth: int = 0) -> None:
+    """Refuse deep nesting and lone surrogates (which no signed text may hold)."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"nested more than {MAX_DEPTH} levels")
+    if isinstance(obj, str):
+        obj.encode("utf-8")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _check_tree(k, depth + 1)
+            _check_tree(v, depth + 1)
+    elif isinstance(obj, list):
+        for v in obj:
+            _check_tree(v, depth + 1)
+
+
+def _strict_json(text: str) -> Any:
+    obj = json.loads(text, parse_constant=_no_constant)
+    _check_tree(obj)
+    return obj
+
+
+def read_envelope(path: Path) -> Any:
+    """The envelope JSON, or ReportError (exit 2) for anything unreadable or hostile:
+    too large, not UTF-8, not JSON, NaN, deep nesting, lone surrogates."""
+    hint = "pass the <node>.intoto.dsse.json file `nodecert certify` wrote"
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_ENVELOPE + 1)
+    except OSError as exc:
+        raise ReportError(f"cannot read {path}: {exc.strerror}") from exc
+    if len(raw) > MAX_ENVELOPE:
+        raise ReportError(f"{path} is larger than {MAX_ENVELOPE // (1024 * 1024)} MiB: not a "
+                          "certificate", hint=hint)
+    try:
+        return _strict_json(raw.decode("utf-8"))
+    except (ValueError, UnicodeError, RecursionError) as exc:
+        raise ReportError(f"{path} is not JSON ({_why(exc)})", hint=hint) from exc
+
+
 def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = None,
                   allow_simulated: bool = False,
                   live_identity: dict[str, Any] | None = None,
@@ -116,14 +167,7 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
         raise ReportError("no trusted public key given", hint="pass --pubkey nodecert.pub "
                           "(the public key of the signer you trust)")
     trusted = [load_public_key(p) for p in pubkeys]
-    try:
-        envelope = json.loads(path.read_text())
-    except OSError as exc:
-        raise ReportError(f"cannot read {path}: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise ReportError(f"{path} is not JSON ({exc})",
-                          hint="pass the <node>.intoto.dsse.json file `nodecert certify` "
-                               "wrote") from exc
+    envelope = read_envelope(path)
     v = Verification()
     try:
         ptype, payload, kid = verify_envelope(envelope, trusted)
@@ -135,9 +179,9 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
                   f"{ptype}" + ("" if ptype == PAYLOAD_TYPE else f", expected {PAYLOAD_TYPE}")):
         return v
     try:
-        st = json.loads(payload)
-    except ValueError as exc:
-        v.step("statement", False, f"signed payload is not JSON: {exc}")
+        st = _strict_json(payload.decode("utf-8"))
+    except (ValueError, UnicodeError, RecursionError) as exc:
+        v.step("statement", False, f"signed payload is not usable JSON: {_why(exc)}")
         return v
     problems = statement_problems(st)
     if not v.step("statement", not problems, "; ".join(problems) or
@@ -202,5 +246,12 @@ def live_identity(host: str, inventory: Path, *, stack: str | None = None
         return dict(ident)
 
 
-__all__ = ["ReportError", "Verification", "identity_changes", "live_identity",
-           "verify_report"]
+__all__ = [
+    "MAX_ENVELOPE",
+    "ReportError",
+    "Verification",
+    "identity_changes",
+    "live_identity",
+    "read_envelope",
+    "verify_report",
+]
