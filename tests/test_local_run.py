@@ -159,6 +159,15 @@ def test_no_plan_is_an_error_that_says_what_to_do(tmp_path: Path) -> None:
     ("PASS", "IDLE+DRAIN", "nodecert: health.gpu FAIL", False, None),  # resume not asked
     ("PASS", "IDLE+DRAIN", "maintenance: PSU swap", True, None),     # never theirs
     ("WARN", "IDLE", "", True, None),
+    ("FAIL", "DOWN", "", False, None),                               # an admin's DOWN
+    ("FAIL", "DOWN*", "", False, None),
+    ("FAIL", "IDLE+MAINT", "", False, None),                         # maintenance
+    ("FAIL", "FAIL", "", False, None),
+    ("FAIL", "IDLE", "bad DIMM, ticket 4711", False, None),          # a reason already set
+    ("FAIL", "MIXED", "", False, "drain"),
+    ("PASS", "DOWN+DRAIN", "nodecert: health.gpu FAIL", True, None),  # not back by itself
+    ("PASS", "IDLE+DRAIN+MAINT", "nodecert: health.gpu FAIL", True, None),
+    ("PASS", "IDLE", "", True, None),                                # nothing to resume
 ])
 def test_slurm_policy(verdict: str, state: str, reason: str, resume: bool,
                       want: str | None) -> None:

@@ -162,15 +162,33 @@ def slurm_node_state(node: str, timeout: float = 30) -> tuple[str, str]:
     return state, reason
 
 
+# Base states in which a node takes jobs; anything else (DOWN, FAIL, MAINT, RESERVED,
+# FUTURE, POWERED_DOWN, REBOOT, ...) is someone else's business and never touched.
+_SCHEDULABLE = {"IDLE", "ALLOCATED", "ALLOC", "MIXED", "MIX", "COMPLETING", "COMP"}
+_DRAIN_FLAGS = {"DRAIN", "DRAINING", "DRAINED", "DRNG", "DRAIN*"}
+
+
+def _state_parts(state: str) -> tuple[str, set[str]]:
+    """'IDLE+DRAIN' -> ('IDLE', {'DRAIN'}); a trailing '*' (not responding) is a flag."""
+    parts = [p for p in state.upper().replace("*", "+NOT_RESPONDING").split("+") if p]
+    return (parts[0] if parts else ""), set(parts[1:])
+
+
 def slurm_action(verdict: str, state: str, reason: str, resume: bool) -> str | None:
-    """'drain' / 'resume' / None. Pure: the policy, tested on its own."""
-    drained = "DRAIN" in state.upper()
+    """'drain' / 'resume' / None. Pure: the policy, tested on its own.
+
+    Drain only a node in a plain schedulable state with no reason set; resume only a
+    node nodecert itself drained (its reason) that has no other flag. DOWN, FAIL, MAINT,
+    a node not responding and anyone else's drain are never touched."""
+    base, flags = _state_parts(state)
     ours = reason.startswith(DRAIN_PREFIX)
+    drained = bool(flags & _DRAIN_FLAGS) or base in _DRAIN_FLAGS
+    other_flags = flags - _DRAIN_FLAGS
     if verdict in ("FAIL", "ERROR"):
-        if drained and not ours:
-            return None  # an operator drained it for another reason: hands off
-        return None if drained and ours else "drain"
-    if resume and drained and ours:
+        if base in _SCHEDULABLE and not flags and not reason.strip():
+            return "drain"
+        return None
+    if resume and drained and ours and base in _SCHEDULABLE and not other_flags:
         return "resume"
     return None
 
