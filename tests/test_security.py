@@ -292,3 +292,41 @@ def test_url_safe_base64_envelope_verifies(tmp_path: Path) -> None:
                    base64.b64decode(env["signatures"][0]["sig"])).decode())])
     assert json.dumps(url) != json.dumps(env)
     assert verify_envelope(url, [load_public_key(kp.public)])[1] == payload
+
+
+# --- secrets never land in a run, a log or a certificate ---------------------------------
+
+CANARY = "CANARY-9f2c1e77-not-a-real-password"
+
+
+@pytest.mark.parametrize("var", ["ansible_become_password", "ansible_password",
+                                 "ansible_ssh_pass", "mirror_token"])
+def test_inline_secret_is_refused_and_never_shown(tmp_path: Path, var: str) -> None:
+    from click.testing import CliRunner
+
+    from nodecert.cli import main
+    ini = tmp_path / "inv.ini"
+    ini.write_text(f"[g]\ngpu-01 ansible_host=192.0.2.10 {SPEC} {var}={CANARY}\n")
+    runs = tmp_path / "runs"
+    for args in (["inventory", "check", "-i", str(ini)],
+                 ["validate", "-i", str(ini), "--runs-dir", str(runs)],
+                 ["provision", "--inventory", str(ini), "--stack", "r580-cuda13.0",
+                  "--runs-dir", str(runs)]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert f"{var} is set in plain text" in r.output and CANARY not in r.output
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p != ini]
+    assert not any(CANARY in p.read_text(errors="replace") for p in written)
+
+
+def test_mirror_credentials_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from nodecert.cli import main
+    runs = tmp_path / "runs"
+    r = CliRunner().invoke(main, [
+        "provision", "--inventory", str(REPO / "inventory/sample/lab.ini"), "--stack",
+        "r580-cuda13.0", "--mirror", f"https://user:{CANARY}@mirror.example/", "--runs-dir",
+        str(runs)])
+    assert r.exit_code == 2 and "carries credentials" in r.output
+    assert not runs.exists()

@@ -258,6 +258,10 @@ def _coerce(var: str, kind: str, raw: Any, *, matrix: Matrix, known_stacks: set[
 # a certificate: letters, digits, dot, dash and underscore, starting with a letter or a
 # digit (an Ansible host name or an address), at most 253 characters.
 HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+# Variables that hold secrets (Ansible's connection/become passwords and anything named
+# like a password, secret or token).
+SECRET_VAR = re.compile(r"(pass(word|wd)?|secret|token|api_?key)$|_pass_|password",
+                        re.IGNORECASE)
 # What may name the node's Python (it reaches a remote shell): a path or a command name.
 PYTHON_NAME = re.compile(r"^[A-Za-z0-9_./+-]{1,200}$")
 
@@ -268,6 +272,14 @@ def _validate_host(name: str, hv: dict[str, Any], where: str, matrix: Matrix, *,
     def bad(what: str, hint: str | None = None) -> None:
         problems.append(Problem(name, where, what, hint))
 
+    for var in sorted(str(k) for k in hv if SECRET_VAR.search(str(k))):
+        value = hv[var]
+        # Vault-encrypted values stay encrypted wherever nodecert copies the inventory
+        if value not in (None, "") and type(value).__name__ != "AnsibleVaultEncryptedUnicode":
+            bad(f"{var} is set in plain text (the value is not shown): a run records its "
+                "inventory, so a secret written here would end up in the run directory",
+                "encrypt it with ansible-vault, or pass it at run time (a password file "
+                "named in ansible.cfg, --ask-become-pass); use SSH keys for login")
     if not HOST_NAME.match(name) or ".." in name:
         bad(f"host name {name!r} is not a safe name (it names files, links and "
             "certificates)", "use letters, digits, '.', '-' and '_' (and ansible_host for "

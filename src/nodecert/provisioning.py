@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.conformance import Conformance, check_host
+from nodecert.errors import InventoryError
 from nodecert.gate import GateReport
 from nodecert.inventory import ANSIBLE_CONFIG, ansible_local_temp, hostvars
 from nodecert.paths import stacks_dir
 from nodecert.preflight import preflight
 from nodecert.stacks import Stack, find_stack
 from nodecert.verdict import Verdict
+from nodecert_node.contract import write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK_TIMEOUT_S = 6 * 3600
@@ -76,9 +78,7 @@ class ProvisionReport:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(str(path), (json.dumps(data, indent=2) + "\n").encode(), mode=0o600)
 
 
 def _first_error(res: dict[str, Any]) -> str:
@@ -126,6 +126,15 @@ class _Tracker:
                       f"{what}: {text}")
 
 
+def _refuse_mirror_credentials(mirror: str | None) -> None:
+    if mirror and "@" in mirror.split("://", 1)[-1].split("/", 1)[0]:
+        raise InventoryError(
+            "--mirror carries credentials in its URL: they would be written to the run "
+            "directory and to every node's apt sources",
+            hint="give the mirror URL without user:password and put the credentials in "
+                 "/etc/apt/auth.conf.d on the nodes (or a netrc for pip)")
+
+
 def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ...] = (),
               check: bool = False, tags: tuple[str, ...] = (), forks: int = 10,
               mirror: str | None = None, runs_dir: Path = Path("runs"),
@@ -133,6 +142,7 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
               pipelining: bool = True) -> ProvisionReport:
     """Gate every host, run site.yml, verify conformance. Raises only on bad input."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    _refuse_mirror_credentials(mirror)
     pre = preflight(inventory, stack, limit=limit)
     # --stack applies to every host; without it each host gets its nodecert_stack.
     host_stack = {name: stack or spec.stack or "" for name, spec in pre.hosts.items()}
@@ -149,6 +159,7 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     run_dir = (runs_dir / run_id).resolve()
     inputs = run_dir / "inputs"
     inputs.mkdir(parents=True)
+    os.chmod(inputs, 0o700)
     (run_dir / "ansible").mkdir()
     report.run_dir = run_dir
     shutil.copy2(inventory, inputs / inventory.name)
