@@ -330,3 +330,29 @@ def test_mirror_credentials_are_refused_before_anything_is_written(tmp_path: Pat
         str(runs)])
     assert r.exit_code == 2 and "carries credentials" in r.output
     assert not runs.exists()
+
+
+# --- host keys are checked whatever an inventory says -----------------------------------
+
+@pytest.mark.parametrize("extra", [
+    "ansible_ssh_common_args='-o StrictHostKeyChecking=no'",
+    "ansible_ssh_extra_args='-o UserKnownHostsFile=/dev/null'",
+    "ansible_ssh_args='-o StrictHostKeyChecking=accept-new'",
+    "ansible_host_key_checking=false",
+])
+def test_inventory_that_turns_host_key_checking_off_is_refused(tmp_path: Path,
+                                                               extra: str) -> None:
+    from nodecert.inventory import check_inventory
+    ini = tmp_path / "inv.ini"
+    ini.write_text(f"[g]\ngpu-01 ansible_host=192.0.2.10 {SPEC} {extra}\n")
+    report = check_inventory(ini)
+    assert not report.ok
+    assert any("host key checking off" in p.what or "is false" in p.what
+               for p in report.problems), [p.what for p in report.problems]
+
+
+def test_provisioning_puts_strict_host_key_checking_first() -> None:
+    from nodecert.provisioning import SSH_ARGS
+    assert SSH_ARGS.startswith("-o StrictHostKeyChecking=yes")
+    src = (REPO / "src/nodecert/provisioning.py").read_text()
+    assert '"ANSIBLE_SSH_ARGS": SSH_ARGS' in src

@@ -262,6 +262,9 @@ HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 # like a password, secret or token).
 SECRET_VAR = re.compile(r"(pass(word|wd)?|secret|token|api_?key)$|_pass_|password",
                         re.IGNORECASE)
+# SSH options that would accept any host key.
+WEAK_SSH = re.compile(r"StrictHostKeyChecking[= ]+(no|off|accept-new)\b"
+                      r"|UserKnownHostsFile[= ]+/dev/null", re.IGNORECASE)
 # What may name the node's Python (it reaches a remote shell): a path or a command name.
 PYTHON_NAME = re.compile(r"^[A-Za-z0-9_./+-]{1,200}$")
 
@@ -280,6 +283,15 @@ def _validate_host(name: str, hv: dict[str, Any], where: str, matrix: Matrix, *,
                 "inventory, so a secret written here would end up in the run directory",
                 "encrypt it with ansible-vault, or pass it at run time (a password file "
                 "named in ansible.cfg, --ask-become-pass); use SSH keys for login")
+    for var in ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        weak = WEAK_SSH.search(str(hv.get(var) or ""))
+        if weak:
+            bad(f"{var} turns host key checking off ({weak.group(0)})",
+                "nodecert checks host keys always: add the hosts' keys to a known_hosts file "
+                "(UserKnownHostsFile=...) and keep StrictHostKeyChecking=yes")
+    for var in ("ansible_host_key_checking", "ansible_ssh_host_key_checking"):
+        if str(hv.get(var, "true")).strip().lower() in _FALSE:
+            bad(f"{var} is false", "nodecert checks host keys always: remove it")
     if not HOST_NAME.match(name) or ".." in name:
         bad(f"host name {name!r} is not a safe name (it names files, links and "
             "certificates)", "use letters, digits, '.', '-' and '_' (and ansible_host for "

@@ -126,6 +126,9 @@ class _Tracker:
                       f"{what}: {text}")
 
 
+SSH_ARGS = "-o StrictHostKeyChecking=yes -C -o ControlMaster=auto -o ControlPersist=60s"
+
+
 def _refuse_mirror_credentials(mirror: str | None) -> None:
     if mirror and "@" in mirror.split("://", 1)[-1].split("/", 1)[0]:
         raise InventoryError(
@@ -191,6 +194,9 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
         forks=forks,
         cmdline=" ".join(cmdline) if cmdline else None,
         envvars={"ANSIBLE_PIPELINING": str(pipelining), "ANSIBLE_HOST_KEY_CHECKING": "True",
+                 # OpenSSH keeps the first value of an option: strict host key checking
+                 # comes before anything an inventory adds
+                 "ANSIBLE_SSH_ARGS": SSH_ARGS,
                  "ANSIBLE_CONFIG": str(ANSIBLE_CONFIG),
                  "ANSIBLE_LOCAL_TEMP": ansible_local_temp(),
                  "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
