@@ -356,3 +356,36 @@ def test_provisioning_puts_strict_host_key_checking_first() -> None:
     assert SSH_ARGS.startswith("-o StrictHostKeyChecking=yes")
     src = (REPO / "src/nodecert/provisioning.py").read_text()
     assert '"ANSIBLE_SSH_ARGS": SSH_ARGS' in src
+
+
+# --- the repository key file holds exactly the pinned key --------------------------------
+
+FPR = "EB693B3035CD5710E231E123A4B469963BF863CC"
+ONE_KEY = (f"pub:-:4096:1:A4B469963BF863CC:1650000000:::-:::scESC::::::23::0:\n"
+           f"fpr:::::::::{FPR}:\nuid:-::::1650000000::X::cudatools <cudatools@nvidia.com>::::::::::0:\n"
+           "sub:-:4096:1:1111111111111111:1650000000::::::e::::::23:\n"
+           "fpr:::::::::1111111111111111111111111111111111111111:\n")
+ROGUE = ("pub:-:4096:1:2222222222222222:1700000000:::-:::scESC::::::23::0:\n"
+         "fpr:::::::::2222222222222222222222222222222222222222:\n")
+
+
+@pytest.mark.parametrize(("stdout", "fails"), [
+    (ONE_KEY, False),
+    (ONE_KEY + ROGUE, True),          # the pinned key plus another: apt would trust both
+    (ROGUE + ONE_KEY, True),
+    (ROGUE, True),
+    (ONE_KEY.replace(f"fpr:::::::::{FPR}:\n", "") + f"fpr:::::::::{FPR}:\n", True),  # subkey
+])
+def test_repository_key_check(stdout: str, fails: bool) -> None:
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+    tasks = yaml.safe_load((REPO / "roles/nvidia_repo/tasks/repository.yml").read_text())
+    task = next(t for t in tasks if "nvidia_repo_key_show" == t.get("register"))
+    templar = Templar(loader=DataLoader(), variables={
+        "nvidia_repo_key_show": {"rc": 0, "stdout": stdout,
+                                 "stdout_lines": stdout.splitlines()},
+        "nvidia_repo_effective_fingerprint": FPR})
+    got = templar.template(trust_as_template(
+        "{{ (" + " ".join(task["failed_when"].split()) + ") | bool }}"))
+    assert got is fails
