@@ -362,7 +362,8 @@ def test_provisioning_puts_strict_host_key_checking_first() -> None:
 
 FPR = "EB693B3035CD5710E231E123A4B469963BF863CC"
 ONE_KEY = (f"pub:-:4096:1:A4B469963BF863CC:1650000000:::-:::scESC::::::23::0:\n"
-           f"fpr:::::::::{FPR}:\nuid:-::::1650000000::X::cudatools <cudatools@nvidia.com>::::::::::0:\n"
+           f"fpr:::::::::{FPR}:\n"
+           "uid:-::::1650000000::X::cudatools <cudatools@nvidia.com>::::::::::0:\n"
            "sub:-:4096:1:1111111111111111:1650000000::::::e::::::23:\n"
            "fpr:::::::::1111111111111111111111111111111111111111:\n")
 ROGUE = ("pub:-:4096:1:2222222222222222:1700000000:::-:::scESC::::::23::0:\n"
