@@ -390,3 +390,18 @@ def test_repository_key_check(stdout: str, fails: bool) -> None:
     got = templar.template(trust_as_template(
         "{{ (" + " ".join(task["failed_when"].split()) + ") | bool }}"))
     assert got is fails
+
+
+# --- the node's scheduled unit runs sandboxed ---------------------------------------------
+
+def test_revalidate_unit_is_sandboxed_without_hiding_the_gpus() -> None:
+    unit = (REPO / "roles/validators/templates/nodecert-revalidate.service.j2").read_text()
+    directives = dict(line.split("=", 1) for line in unit.splitlines()
+                      if "=" in line and not line.startswith("#"))
+    for key, value in (("NoNewPrivileges", "yes"), ("PrivateTmp", "yes"),
+                       ("ProtectSystem", "full"), ("RestrictSUIDSGID", "yes"),
+                       ("UMask", "0077")):
+        assert directives.get(key) == value, key
+    # what would break the checks: no device policy (GPUs), no hidden kernel log
+    for key in ("PrivateDevices", "DevicePolicy", "ProtectKernelLogs", "ProtectClock"):
+        assert key not in directives, key
