@@ -210,6 +210,13 @@ def test_raw_devices_need_permission_and_proof_of_emptiness(tmp_path: Path) -> N
         with open(dev, "r+b") as f:
             f.seek(5000)
             f.write(b"\0" * 8)
+        # ... unless someone else holds it exclusively (as a mount would): refused
+        other = os.open(dev, os.O_RDONLY | os.O_EXCL)
+        try:
+            busy = storage([dev])
+        finally:
+            os.close(other)
+        assert busy.verdict is Verdict.ERROR and "is in use" in busy.summary
         node_plan = node.plan(["storage.fio"], scratch=dev, cli_thresholds=LOW_FLOORS,
                               validation={"allow_raw_devices": [dev]})
         node_plan["options"]["storage"]["size_mb"] = 32

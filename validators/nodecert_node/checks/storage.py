@@ -9,6 +9,7 @@ blkid finds nothing, and its first and last MiB are all zero bytes).
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -288,18 +289,32 @@ def storage_fio(ctx: Ctx) -> Result:
     devices = {t: block_device_of(t) for t in targets}
     for target in targets:
         if target.startswith("/dev/"):
-            facts = probe_device(target, ctx.timeout)
-            problems = raw_device_problems(target, allowed, facts)
-            if problems:
-                return Result("storage.fio", Verdict.ERROR,
-                              f"refused to write to {target}: {problems[0]}",
-                              findings=tuple(problems), evidence=tuple(ev),
-                              fault_code="NC-STORAGE-REFUSED",
-                              remediation="Name a scratch directory instead, or list an empty "
-                                          "device in allow_raw_devices (wipe it yourself first "
-                                          "if its data is truly disposable).")
-            measured[target] = _run_jobs(target, dict(opts, raw_write_ok=True), timeout, ev,
-                                         raw=True)
+            # Held exclusively (O_EXCL) from the emptiness probe to the end of the last
+            # write: nothing can mount it or claim it in between.
+            hold, busy = -1, ""
+            if target in allowed:
+                try:
+                    hold = os.open(target, os.O_RDONLY | os.O_EXCL)
+                except OSError as exc:
+                    busy = f"{target} is in use (mounted, or held by another program)" \
+                        if exc.errno == errno.EBUSY else f"{target}: {exc.strerror}"
+            try:
+                problems = [busy] if busy else raw_device_problems(
+                    target, allowed, probe_device(target, ctx.timeout))
+                if problems:
+                    return Result("storage.fio", Verdict.ERROR,
+                                  f"refused to write to {target}: {problems[0]}",
+                                  findings=tuple(problems), evidence=tuple(ev),
+                                  fault_code="NC-STORAGE-REFUSED",
+                                  remediation="Name a scratch directory instead, or list an "
+                                              "empty device in allow_raw_devices (wipe it "
+                                              "yourself first if its data is truly "
+                                              "disposable).")
+                measured[target] = _run_jobs(target, dict(opts, raw_write_ok=True), timeout,
+                                             ev, raw=True)
+            finally:
+                if hold >= 0:
+                    os.close(hold)
         else:
             measured[target] = _measure_dir(target, opts, timeout, ev)
     return judge_storage(measured, ctx.limits, ctx.spec, devices).with_(evidence=tuple(ev))
