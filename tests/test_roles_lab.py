@@ -124,6 +124,9 @@ def verify_framework(host: Any) -> None:
         str(STACK.framework.pytorch)
     freeze = host.file(f"/opt/nodecert/envs/{STACK.name}/pip-freeze.txt")
     assert freeze.is_file and f"torch=={STACK.framework.pytorch}" in freeze.content_string
+    # installed with --require-hashes from the lab's digests (group_vars/lab.yml)
+    req = host.file(f"/opt/nodecert/envs/{STACK.name}.requirements.txt").content_string
+    assert f"torch=={STACK.framework.pytorch} --hash=sha256:" in req
 
 
 def verify_validators(host: Any) -> None:
@@ -166,6 +169,25 @@ def test_role_idempotent_and_verified(role: str, converged: tuple[Lab, Path],
     assert outcome.status == "provisioned" and outcome.failed == 0, outcome.as_dict()
     assert outcome.changed == 0, f"{role} is not idempotent: {outcome.as_dict()}"
     VERIFY[role](host)
+
+
+def test_framework_refuses_a_wheel_whose_hash_is_not_pinned(
+        converged: tuple[Lab, Path]) -> None:
+    """A wheel that is not the pinned one (a tampered mirror) is refused by pip."""
+    lab, runs = converged
+    env_dir = "/opt/nodecert/envs/hash-check"
+    report = provision(lab.cfg.state / "inventory.ini", STACK.name, limit=(HOST,),
+                       tags=(site_tags()["framework"],), runs_dir=runs,
+                       progress=lambda line: None, extravars={
+                           "framework_env_dir": env_dir,
+                           "framework_wheel_hashes": {STACK.name: {
+                               f"torch=={STACK.framework.pytorch}": ["0" * 64]}}})
+    outcome = report.hosts[HOST]
+    try:
+        assert outcome.status == "failed", outcome.as_dict()
+        assert "hash" in (outcome.first_error or "").lower(), outcome.as_dict()
+    finally:
+        lab.ssh(HOST, f"rm -rf {env_dir} {env_dir}.requirements.txt", check=False)
 
 
 def test_preflight_installs_nothing_on_a_bare_host(lab: Lab, tmp_path: Path,

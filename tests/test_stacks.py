@@ -226,3 +226,26 @@ def test_broken_matrix_is_reported(tmp_path: Path) -> None:
     (compat / "matrix.yml").write_text(text)
     with pytest.raises(ManifestError, match="source 'S99' is not in"):
         load_matrix(compat)
+
+
+def test_framework_wheel_hashes_in_a_manifest(tmp_path: Path) -> None:
+    src = (REPO / "stacks" / "r580-cuda13.0.yml").read_text()
+    good = src.replace('  pytorch: "2.9.1+cu130"\n', '  pytorch: "2.9.1+cu130"\n  hashes:\n'
+                       '    torch==2.9.1+cu130: ["sha256:' + "a" * 64 + '"]\n'
+                       '    nvidia-nccl-cu13==2.27.7: ["' + "b" * 64 + '"]\n')
+    good_path = tmp_path / "good" / "r580-cuda13.0.yml"
+    good_path.parent.mkdir()
+    good_path.write_text(good)
+    st = load_stack(good_path)
+    assert st.framework.hashes == {"torch==2.9.1+cu130": ("a" * 64,),
+                                   "nvidia-nccl-cu13==2.27.7": ("b" * 64,)}
+    for bad, why in (("    torch: [\"" + "a" * 64 + "\"]\n", "is not name==version"),
+                     ("    torch==2.9.1+cu130: [\"abc\"]\n", "sha256 digests")):
+        text = src.replace('  pytorch: "2.9.1+cu130"\n',
+                           '  pytorch: "2.9.1+cu130"\n  hashes:\n' + bad)
+        bad_path = tmp_path / "bad" / "r580-cuda13.0.yml"
+        bad_path.parent.mkdir(exist_ok=True)
+        bad_path.write_text(text)
+        with pytest.raises(ManifestError, match=why):
+            load_stack(bad_path)
+    assert load_stack(REPO / "stacks" / "r580-cuda13.0.yml").framework.hashes == {}

@@ -9,7 +9,7 @@ version is a manifest error, not something to discover on a node.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodecert import yamldoc
@@ -63,6 +63,9 @@ class Framework:
     pytorch: TorchVersion | None
     tensorflow: str | None
     source: str
+    # "name==version" -> allowed sha256 digests, for every wheel of the environment (the
+    # framework and each wheel it pulls in): with them, pip installs with --require-hashes
+    hashes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,24 @@ def _load_os_pins(os_name: str, node: yamldoc.Node, stack_components: dict[str, 
     return OsPins(os_name, o["os_repo"].text(), tuple(pkgs))
 
 
+_WHEEL_PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _wheel_hashes(node: yamldoc.Node) -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for pin, digests in node.items():
+        if not _WHEEL_PIN.match(pin):
+            raise digests.error(f"{pin!r} is not name==version",
+                                hint="one entry per wheel, e.g. torch==2.9.1+cu130")
+        values = [d.removeprefix("sha256:") for d in digests.text_list()]
+        if not values or not all(_SHA256.match(v) for v in values):
+            raise digests.error("expected a list of sha256 digests (64 lowercase hex "
+                                "digits, optionally prefixed sha256:)")
+        out[pin] = tuple(values)
+    return out
+
+
 def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
     matrix = matrix or default_matrix()
     root = yamldoc.load(path)
@@ -209,11 +230,13 @@ def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
     compat = (c["cuda_compat"].parsed(lambda s: DottedVersion.parse(s, min_parts=2))
               if "cuda_compat" in c else None)
 
-    fw = f["framework"].mapping({"python", "index_url", "pytorch", "tensorflow", "source"})
+    fw = f["framework"].mapping({"python", "index_url", "pytorch", "tensorflow", "source"},
+                                {"hashes"})
     framework = Framework(
         python=fw["python"].text(), index_url=fw["index_url"].text(),
         pytorch=fw["pytorch"].opt_parsed(TorchVersion.parse),
-        tensorflow=fw["tensorflow"].opt_text(), source=_sources(fw["source"], matrix)[0])
+        tensorflow=fw["tensorflow"].opt_text(), source=_sources(fw["source"], matrix)[0],
+        hashes=_wheel_hashes(fw["hashes"]) if "hashes" in fw else {})
     if framework.pytorch is None and framework.tensorflow is None:
         raise f["framework"].error("pin at least one of pytorch or tensorflow")
 

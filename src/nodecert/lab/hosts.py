@@ -32,12 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from nodecert.errors import NodecertError
 from nodecert.lab import blkio, net
 from nodecert.lab.config import MAX_HOSTS, LabConfig
 from nodecert.lab.hardware import Fault, hardware_description, load_faults, profile, spec_vars
 from nodecert.lab.mirror import build_mirror
 from nodecert.lab.rootfs import build_base
+from nodecert.lab.wheelhouse import stack_hashes
 from nodecert.shell import CommandError, run
 
 Log = Callable[[str], None]
@@ -409,6 +412,16 @@ class Lab:
                 "# validation judges it against these floors (recorded as the inventory's).",
                 f"nodecert_thresholds={json.dumps(LAB_STORAGE_FLOORS)}", ""]
         (st / "inventory.ini").write_text("\n".join(inv))
+        # Every framework wheel pinned by its sha256 (pip --require-hashes): the lab's
+        # wheels are built reproducibly, so their digests are known.
+        mirror = Path(json.loads((st / "lab.json").read_text())["mirror"]) \
+            if (st / "lab.json").is_file() else None
+        gv = st / "group_vars"
+        gv.mkdir(exist_ok=True)
+        hashes = stack_hashes(mirror) if mirror else {}
+        (gv / "lab.yml").write_text(
+            "# Written by `nodecert lab up`: the lab's framework wheels, pinned by sha256.\n"
+            + yaml.safe_dump({"framework_wheel_hashes": hashes}, sort_keys=True))
         (st / "hosts.json").write_text(json.dumps([h.as_dict() for h in hosts], indent=2))
 
     # --- faults -------------------------------------------------------------------------
@@ -530,6 +543,7 @@ class Lab:
         if drop_guard:
             net.drop_guard(self.cfg)
         shutil.rmtree(self.cfg.state / "hosts", ignore_errors=True)
+        shutil.rmtree(self.cfg.state / "group_vars", ignore_errors=True)
         for f in ("lab.json", "inventory.ini", "ssh_config", "known_hosts", "hosts.json"):
             (self.cfg.state / f).unlink(missing_ok=True)
         return {"hosts": len(hosts), "stale_netns": len(stale),

@@ -167,3 +167,22 @@ def build_wheelhouse(mirror: Path) -> list[Path]:
         "<!DOCTYPE html>\n<html><body>\n" + "".join(
             f'<a href="{p}/">{p}</a><br>\n' for p in sorted(by_project)) + "</body></html>\n")
     return sorted(built.values())
+
+
+def stack_hashes(mirror: Path) -> dict[str, dict[str, list[str]]]:
+    """Per stack, the sha256 of each wheel its environment installs from the lab's mirror
+    ({"r580-cuda13.0": {"torch==2.9.1+cu130": ["<hex>"]}}): the lab provisions with
+    --require-hashes, as a site with a locked framework does."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for stack in list_stacks():
+        fw = stack.framework
+        pins = ([("torch", str(fw.pytorch))] if fw.pytorch is not None else []) + (
+            [("tensorflow", fw.tensorflow)] if fw.tensorflow is not None else [])
+        entry = {}
+        for dist, version in pins:
+            whl = mirror / "wheels" / f"{dist}-{version}-py3-none-any.whl"
+            if whl.is_file():
+                entry[f"{dist}=={version}"] = [hashlib.sha256(whl.read_bytes()).hexdigest()]
+        if entry and len(entry) == len(pins):
+            out[stack.name] = entry
+    return out
