@@ -16,8 +16,8 @@ from conftest import REPO
 # --- no fixed names in shared temp directories ------------------------------------------
 
 SHARED_TMP = re.compile(r"""["'](/tmp|/var/tmp|/dev/shm)/[A-Za-z0-9_.-]+""")
-# Fixed names under /var/tmp that are proven ours before use (owner root, no group/other
-# write, not a symlink: nodecert.paths.private_dir), or that only appear in help text.
+# Fixed names under /var/tmp that are proven ours before use (owner us, no group/other
+# write, not a symlink: LabConfig.claim_root): the lab's root, shared by runs for its cache.
 ALLOWED = {"/var/tmp/nodecert-lab"}
 
 
@@ -405,3 +405,19 @@ def test_revalidate_unit_is_sandboxed_without_hiding_the_gpus() -> None:
     # what would break the checks: no device policy (GPUs), no hidden kernel log
     for key in ("PrivateDevices", "DevicePolicy", "ProtectKernelLogs", "ProtectClock"):
         assert key not in directives, key
+
+
+def test_lab_root_at_a_fixed_name_is_used_only_when_ours(tmp_path: Path) -> None:
+    from nodecert.errors import NodecertError
+    from nodecert.lab.config import LabConfig
+    fresh = LabConfig(root=tmp_path / "lab")
+    assert fresh.claim_root().is_dir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "lab")
+    with pytest.raises(NodecertError, match="not a directory"):
+        LabConfig(root=link).claim_root()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(NodecertError, match="others may write"):
+        LabConfig(root=shared).claim_root()

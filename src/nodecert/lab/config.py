@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from nodecert.errors import NodecertError
 
 BRIDGE_ALIAS = "nodecert-lab"
 DEFAULT_ROOT = Path(os.environ.get("NODECERT_LAB_DIR", "/var/tmp/nodecert-lab"))
@@ -33,6 +36,26 @@ class LabConfig:
     # Several labs can share one base and mirror (tests run their own lab next to a
     # user's) as long as each has its own state directory, bridge, prefix and subnet.
     state_name: str = "state"
+
+    def claim_root(self) -> Path:
+        """The lab's directory, proven ours before anything is read from or built in it.
+
+        It sits at a fixed name in a shared temporary directory (so that labs share one
+        base image across runs): if someone else created it first, or made it writable
+        for others, or put a link there, the lab refuses to use it."""
+        root = self.root
+        if not os.path.lexists(root):
+            root.mkdir(mode=0o755, parents=True)
+        st = os.lstat(root)
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise NodecertError(f"{root} is not a directory (a link?): the lab will not "
+                                "use it", hint="remove it, or set NODECERT_LAB_DIR")
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise NodecertError(f"{root} belongs to uid {st.st_uid} or others may write "
+                                "to it: the lab will not build root's hosts there",
+                                hint="remove it (it is not the lab's), or set "
+                                     "NODECERT_LAB_DIR to a directory of your own")
+        return root
 
     @property
     def base(self) -> Path:

@@ -185,6 +185,7 @@ class Lab:
     def up(self, nodes: int = 2, profiles: tuple[str, ...] = ("h200-sxm-8",),
            faults_file: Path | None = None) -> dict[str, Any]:
         preflight_tools()
+        self.cfg.claim_root()
         if not 1 <= nodes <= MAX_HOSTS:
             raise NodecertError(f"--nodes must be 1..{MAX_HOSTS}, got {nodes}")
         for p in profiles:
