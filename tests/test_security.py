@@ -421,3 +421,22 @@ def test_lab_root_at_a_fixed_name_is_used_only_when_ours(tmp_path: Path) -> None
     shared.chmod(0o777)
     with pytest.raises(NodecertError, match="others may write"):
         LabConfig(root=shared).claim_root()
+
+
+@pytest.mark.lab
+def test_provisioning_a_host_with_an_unknown_key_fails(lab: object, tmp_path: Path) -> None:
+    """An inventory whose known_hosts lacks the host (and asks nothing weaker): Ansible
+    refuses the connection; nothing is provisioned."""
+    from nodecert.provisioning import provision
+    st = lab.cfg.state  # type: ignore[attr-defined]
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    inv = tmp_path / "inventory.ini"
+    inv.write_text((st / "inventory.ini").read_text().replace(
+        f"UserKnownHostsFile={st / 'known_hosts'}", f"UserKnownHostsFile={empty}"))
+    (tmp_path / "group_vars").mkdir()
+    report = provision(inv, "r580-cuda13.0", limit=("h2",), tags=("preflight",),
+                       runs_dir=tmp_path / "runs", progress=lambda line: None)
+    outcome = report.hosts["h2"]
+    assert outcome.status == "unreachable", outcome.as_dict()
+    assert "Host key verification failed" in (outcome.first_error or ""), outcome.as_dict()
