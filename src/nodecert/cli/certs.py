@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
-from nodecert.cli.common import DEFAULT_KEY_DIR, echo, emit_json, handle_errors, json_option
+from nodecert.cli.common import (
+    DEFAULT_KEY_DIR,
+    echo,
+    emit_json,
+    handle_errors,
+    json_option,
+    style,
+)
 from nodecert.errors import ExitCode
 from nodecert.textsafe import clean
 
@@ -174,7 +181,7 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
         sys.exit(int(v.exit_code))
     echo(f"subject: {subject}")  # first: whom this certificate is about
     for name, ok, detail in v.steps:
-        mark = click.style("ok  ", fg="green") if ok else click.style("FAIL", fg="red",
+        mark = style("ok  ", fg="green") if ok else style("FAIL", fg="red",
                                                                           bold=True)
         click.echo(f"{mark} {name:<14} {clean(detail)}")  # the mark keeps its colour
     echo("VALID: the certificate holds and the node is READY" if v.ok else

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -75,8 +76,13 @@ def emit_json(data: object) -> None:
     echo(json.dumps(data, indent=2, sort_keys=False))
 
 
+def style(text: str, **kw: Any) -> str:
+    """click.style, unless NO_COLOR is set (https://no-color.org: any non-empty value)."""
+    return text if os.environ.get("NO_COLOR") else click.style(text, **kw)
+
+
 def verdict_text(v: Verdict) -> str:
-    return click.style(f"{v!s:<5}", fg=_COLOURS[v], bold=v is not Verdict.PASS)
+    return style(f"{v!s:<5}", fg=_COLOURS[v], bold=v is not Verdict.PASS)
 
 
 def parse_date(ctx: click.Context, param: click.Parameter, value: str | None) -> dt.date | None:

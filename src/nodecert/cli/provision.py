@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from nodecert import __version__
 from nodecert.cli.certs import print_certified
 from nodecert.cli.common import (
     echo,
@@ -47,7 +48,9 @@ Examples:
 """
 
 
-@click.command("provision", help=_PROVISION_HELP)
+@click.command("provision", help=_PROVISION_HELP,
+               context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="provision")
 @click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
               help="INI or YAML Ansible inventory.")
 @click.option("--stack", "stack_name", help="Stack to install (default: nodecert_stack).")

@@ -1,0 +1,66 @@
+"""What a new user hits first: the commands as the README and the pages print them."""
+
+from __future__ import annotations
+
+import html
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import REPO
+from nodecert.cli import main
+from nodecert.verdict import Verdict
+
+
+def test_provision_help_and_version() -> None:
+    exe = Path(sys.executable).parent / "provision"
+    for flag, words in (("-h", "Usage: provision"), ("--version", "provision, version")):
+        r = subprocess.run([str(exe), flag], capture_output=True, text=True, timeout=60,
+                           check=False)
+        assert r.returncode == 0 and words in r.stdout, r.stdout + r.stderr
+
+
+def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodecert.cli.common import verdict_text
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert "\x1b[" in verdict_text(Verdict.FAIL)
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert verdict_text(Verdict.FAIL) == "FAIL "
+
+
+def test_the_page_prints_a_verify_command_that_works(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from nodecert.certify import certify
+    from nodecert.signing import init_key, load_private_key
+    from test_certify import make_run, passing, recorded_results
+    kp = init_key(tmp_path / "keys")
+    for simulated in (False, True):
+        run = make_run(tmp_path / str(simulated), {"n1": {
+            "results": passing(recorded_results()), "simulated": simulated}})
+        cr = certify(run, load_private_key(kp.private), now=dt.datetime.now(dt.UTC))
+        page = cr.nodes[0].html.read_text()
+        cmd = html.unescape(re.search(r'<code id="verify-command">(.*?)</code>', page)
+                            .group(1))  # type: ignore[union-attr]
+        argv = shlex.split(cmd)
+        assert argv[:2] == ["nodecert", "verify"]
+        argv[2] = str(cr.nodes[0].envelope)  # run where the page sits
+        argv[argv.index("--pubkey") + 1] = str(kp.public)
+        r = CliRunner().invoke(main, argv[1:])
+        assert r.exit_code == 0, (simulated, r.output)
+
+
+def test_readme_commands_name_the_venv() -> None:
+    """Nothing else puts .venv/bin on PATH: every README block that runs nodecert or
+    provision by name either says .venv/bin/ or activates the venv first."""
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    bare = [ln for b in blocks if not b.lstrip().startswith(". .venv/bin/activate")
+            for ln in b.splitlines() if re.match(r"^(nodecert|provision)\s", ln.strip())]
+    assert bare == []
+    assert any(b.lstrip().startswith(". .venv/bin/activate") for b in blocks)
