@@ -64,3 +64,10 @@ def test_readme_commands_name_the_venv() -> None:
             for ln in b.splitlines() if re.match(r"^(nodecert|provision)\s", ln.strip())]
     assert bare == []
     assert any(b.lstrip().startswith(". .venv/bin/activate") for b in blocks)
+
+
+def test_lab_up_reports_the_total_time() -> None:
+    from nodecert.cli.lab import lab_timing_line
+    line = lab_timing_line({"base_s": 20.0, "mirror_s": 3.2, "hosts_ready_s": 0.8,
+                            "total_s": 24.1})
+    assert line.startswith("ready in 24.1 s (") and "hosts 0.8 s" in line

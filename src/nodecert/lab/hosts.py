@@ -201,6 +201,7 @@ class Lab:
         self.clean_stale()
         check_inotify(nodes)
         timings: dict[str, float] = {}
+        started = time.monotonic()
         timings["base_s"] = build_base(self.cfg, log=self.log)
         tm = time.monotonic()
         mirror = build_mirror(self.cfg, log=self.log)
@@ -239,6 +240,7 @@ class Lab:
             self.down()
             raise
         timings["hosts_ready_s"] = time.monotonic() - t0
+        timings["total_s"] = time.monotonic() - started
         data["timings"] = timings
         self._write_state(data)
         return {"hosts": [h.as_dict() for h in hosts], "timings": timings,
