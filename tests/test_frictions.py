@@ -71,3 +71,17 @@ def test_lab_up_reports_the_total_time() -> None:
     line = lab_timing_line({"base_s": 20.0, "mirror_s": 3.2, "hosts_ready_s": 0.8,
                             "total_s": 24.1})
     assert line.startswith("ready in 24.1 s (") and "hosts 0.8 s" in line
+
+
+def test_certify_prints_json(tmp_path: Path) -> None:
+    import json
+
+    from nodecert.signing import init_key
+    from test_certify import make_run, passing, recorded_results
+    kp = init_key(tmp_path / "keys")
+    run = make_run(tmp_path, {"n1": {"results": passing(recorded_results())}})
+    r = CliRunner().invoke(main, ["certify", str(run), "--key", str(kp.private), "--json"])
+    data = json.loads(r.output)
+    assert r.exit_code == 0 and data["all_ready"] is True
+    assert data["nodes"][0]["host"] == "n1" and data["nodes"][0]["verdict"] == "READY"
+    assert data["not_certified"] == {}

@@ -66,8 +66,18 @@ def print_certified(run: Any) -> None:
     echo(f"certificates: {run.out_dir} (fleet page {run.index}, JUnit {run.junit})")
 
 
+def certified_json(run: Any) -> dict[str, Any]:
+    return {"out_dir": str(run.out_dir), "keyid": run.keyid, "all_ready": run.all_ready,
+            "index": str(run.index), "junit": str(run.junit),
+            "nodes": [{"host": n.host, "verdict": n.verdict, "simulated": n.simulated,
+                       "reasons": list(n.reasons), "certificate": str(n.envelope),
+                       "html": str(n.html)} for n in run.nodes],
+            "not_certified": dict(run.failed)}
+
+
 def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
-             out_dir: Path | None, max_age_days: float | None = None) -> Any:
+             out_dir: Path | None, max_age_days: float | None = None,
+             quiet: bool = False) -> Any:
     from nodecert.certify import DEFAULT_MAX_AGE_DAYS, DEFAULT_VALID_DAYS, certify
     from nodecert.chain import signing_key
 
@@ -77,7 +87,8 @@ def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
                    err=True)
     run = certify(run_dir, key, out_dir=out_dir, valid_days=valid_days or DEFAULT_VALID_DAYS,
                   max_age_days=max_age_days or DEFAULT_MAX_AGE_DAYS)
-    print_certified(run)
+    if not quiet:
+        print_certified(run)
     return run
 
 
@@ -114,10 +125,13 @@ Examples:
               help="Refuse results older than this (recorded in the certificate).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Report directory (default: RUN_DIR/reports).")
+@json_option
 @handle_errors
 def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_days: float,
-                out_dir: Path | None) -> None:
-    run = _certify(run_dir, key_path, valid_days, out_dir, max_age_days)
+                out_dir: Path | None, as_json: bool) -> None:
+    run = _certify(run_dir, key_path, valid_days, out_dir, max_age_days, quiet=as_json)
+    if as_json:
+        emit_json(certified_json(run))
     sys.exit(int(ExitCode.OK if run.all_ready else ExitCode.FAILED))
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from nodecert.cli.certs import certified_json
 from nodecert.cli.common import (
     DEFAULT_KEY_DIR,
     echo,
@@ -69,12 +70,13 @@ Examples:
               type=click.Choice(["any", "after-update", "timer"]),
               help="Collect the nodes' own newest scheduled run instead of validating "
                    "(bare --collect: whichever ran last).")
+@json_option
 @handle_errors
 def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[str, ...],
                    checks: tuple[str, ...], stack_name: str | None,
                    threshold_items: tuple[str, ...], key_path: Path | None,
                    pubkeys: tuple[Path, ...], runs_dir: Path,
-                   collect_reason: str | None) -> None:
+                   collect_reason: str | None, as_json: bool) -> None:
     from nodecert.revalidate import revalidate
     from nodecert.signing import load_private_key, load_public_key
     from nodecert.thresholds import parse_cli_thresholds
@@ -87,6 +89,14 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
                     runs_dir=runs_dir, limit=limit, stack=stack_name, checks=checks,
                     cli_thresholds=parse_cli_thresholds(threshold_items),
                     progress=lambda line: echo(line, err=True), collect_reason=collect_reason)
+    assert rv.cert is not None
+    code = ExitCode.FAILED if rv.regressed or not rv.cert.all_ready else ExitCode.OK
+    if as_json:
+        emit_json({"baseline": str(rv.baseline) if rv.baseline else None,
+                   "run": str(rv.run.run_dir), "regressed": rv.regressed,
+                   "drift": {h: [r.as_dict() for r in rs] for h, rs in sorted(rv.drift.items())},
+                   "certificates": certified_json(rv.cert)})
+        sys.exit(int(code))
     echo(f"baseline: {rv.baseline or '(none found)'}")
     for host, results in sorted(rv.drift.items()):
         for r in results:
@@ -96,7 +106,7 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
     for n in rv.cert.nodes:
         echo(f"{n.host:<14} {n.verdict}{' (SIMULATED)' if n.simulated else ''}")
     echo(f"run: {rv.run.run_dir}\ncertificates: {rv.cert.out_dir}")
-    sys.exit(int(ExitCode.FAILED if rv.regressed or not rv.cert.all_ready else ExitCode.OK))
+    sys.exit(int(code))
 
 
 _HISTORY_HELP = """A node's validation history: every run under --runs-dir, oldest first.
