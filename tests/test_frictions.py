@@ -85,3 +85,17 @@ def test_certify_prints_json(tmp_path: Path) -> None:
     assert r.exit_code == 0 and data["all_ready"] is True
     assert data["nodes"][0]["host"] == "n1" and data["nodes"][0]["verdict"] == "READY"
     assert data["not_certified"] == {}
+
+
+def test_picking_checks_is_only_everywhere_and_check_is_never_a_picker() -> None:
+    import click
+
+    from nodecert.cli.provision import provision
+    from nodecert.cli.revalidate import revalidate_cmd
+    from nodecert.cli.validate import validate_cmd
+
+    def opts(cmd: click.Command) -> dict[str, str]:
+        return {o: p.name or "" for p in cmd.params for o in getattr(p, "opts", [])}
+    for cmd in (validate_cmd, revalidate_cmd):
+        assert opts(cmd).get("--only") == "checks" and "--check" not in opts(cmd)
+    assert opts(provision)["--check"] == "check_mode"  # a dry run, as in Ansible

@@ -116,7 +116,8 @@ runs_dir_option = click.option("--runs-dir", type=click.Path(path_type=Path),
                                help="Where run directories are kept.")
 suite_option = click.option("--suite", default="quick", show_default=True,
                             help="quick | standard | full (validators/suites.yml).")
-checks_option = click.option("--check", "checks", multiple=True,
+# Picking checks is --only everywhere: --check means a dry run (provision, Ansible).
+checks_option = click.option("--only", "checks", multiple=True, metavar="CHECK",
                              help="Only these checks of the suite (repeatable).")
 threshold_option = click.option("--threshold", "threshold_items", multiple=True,
                                 metavar="KEY=VALUE",

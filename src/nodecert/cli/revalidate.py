@@ -10,6 +10,7 @@ import click
 from nodecert.cli.certs import certified_json
 from nodecert.cli.common import (
     DEFAULT_KEY_DIR,
+    checks_option,
     echo,
     emit_json,
     handle_errors,
@@ -55,8 +56,7 @@ Examples:
                    "--runs-dir).")
 @click.option("--suite", default="quick", show_default=True)
 @click.option("--limit", multiple=True, help="Only these hosts (repeatable or comma-separated).")
-@click.option("--check", "checks", multiple=True,
-              help="Only these checks of the suite (repeatable).")
+@checks_option
 @click.option("--stack", "stack_name", help="Stack to check conformance against.")
 @click.option("--threshold", "threshold_items", multiple=True, metavar="KEY=VALUE",
               help="Override a threshold (drift.perf_drop_max=0.05, ...).")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from nodecert.cli.common import echo, emit_json, handle_errors, print_validation
+from nodecert.cli.common import checks_option, echo, emit_json, handle_errors, print_validation
 from nodecert.errors import ExitCode
 from nodecert.verdict import Verdict
 
@@ -29,7 +29,7 @@ Exit codes: 0 every host PASS or WARN, 1 any FAIL or ERROR (or interrupted),
 Examples:
   nodecert validate -i /var/tmp/nodecert-lab/state/inventory.ini --suite quick
   nodecert validate -i lab.ini --suite standard --limit gpu-h200-01,gpu-h200-02
-  nodecert validate -i lab.ini --check health.gpu --check health.xid
+  nodecert validate -i lab.ini --only health.gpu --only health.xid
   nodecert validate -i lab.ini --threshold storage.seq_read_mbps_min=3000 --scratch-dir /data/tmp
 """
 
@@ -40,8 +40,7 @@ Examples:
 @click.option("--suite", default="quick", show_default=True,
               help="quick | standard | full (validators/suites.yml).")
 @click.option("--limit", multiple=True, help="Only these hosts (repeatable or comma-separated).")
-@click.option("--check", "checks", multiple=True,
-              help="Only these checks of the suite (repeatable).")
+@checks_option
 @click.option("--stack", "stack_name",
               help="Stack to check conformance against (default: the host's nodecert_stack).")
 @click.option("--threshold", "threshold_items", multiple=True, metavar="KEY=VALUE",
