@@ -99,3 +99,31 @@ def test_picking_checks_is_only_everywhere_and_check_is_never_a_picker() -> None
     for cmd in (validate_cmd, revalidate_cmd):
         assert opts(cmd).get("--only") == "checks" and "--check" not in opts(cmd)
     assert opts(provision)["--check"] == "check_mode"  # a dry run, as in Ansible
+
+
+def test_suite_settings_from_the_command_line_reach_the_plan() -> None:
+    from nodecert import thresholds
+    from nodecert.inventory import load_inventory
+    from nodecert.plan import build_plan
+    over = thresholds.parse_suite_settings(("load.burnin_s=300", "load.dtype=fp8",
+                                            "storage.size_mb=2048"))
+    assert over == {"load": {"burnin_s": 300, "dtype": "fp8"}, "storage": {"size_mb": 2048}}
+    spec = next(iter(load_inventory(REPO / "inventory/sample/lab.ini").values()))
+    plan = build_plan(spec, thresholds.suite("standard"), None, "r", cli_thresholds={},
+                      scratch=None, option_overrides=over)
+    assert plan.options["load"]["burnin_s"] == 300 and plan.options["load"]["soak_s"] == 600
+    assert plan.options["storage"]["size_mb"] == 2048
+
+
+@pytest.mark.parametrize(("item", "why"), [
+    ("load.burn_s=300", "unknown suite setting 'load.burn_s'"),
+    ("load.burnin_s=-5", "positive whole number"),
+    ("load.dtype=int4", "must be one of bf16"),
+    ("burnin_s", "unknown suite setting"),
+])
+def test_bad_suite_settings_are_refused_before_anything_runs(item: str, why: str,
+                                                             tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["validate", "-i", str(REPO / "inventory/sample/lab.ini"),
+                                  "--set", item, "--runs-dir", str(tmp_path / "runs")])
+    assert r.exit_code == 2 and why in r.output, r.output
+    assert not (tmp_path / "runs").exists()

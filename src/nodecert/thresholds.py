@@ -193,5 +193,43 @@ def parse_cli_thresholds(items: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["Profile", "Suite", "known_keys", "load_profile", "parse_cli_thresholds", "resolve",
-           "suite", "suites"]
+# What `--set SECTION.KEY=VALUE` may change, and how the value is read (as in suites.yml).
+SUITE_SETTINGS: dict[str, dict[str, Any]] = {
+    "storage": {"size_mb": int, "runtime_s": int, "checkpoint_mb": int, "iodepth": int,
+                "numjobs": int, "ioengine": str},
+    "fabric": {"nccl_max_size": str, "nccl_iters": int, "timeout_s": int, "dcgm_level": int,
+               "dcgm_timeout_s": int},
+    "load": {"burnin_s": int, "soak_s": int, "engine": LOAD_ENGINES, "dtype": GEMM_DTYPES,
+             "gemm_size": int, "smoke_steps": int, "report_s": int},
+}
+
+
+def parse_suite_settings(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """--set load.burnin_s=300 --set storage.size_mb=1024 -> {"load": {...}, ...}.
+
+    Every key and value is checked here, before anything runs; the plan each host gets
+    (recorded in the run's inputs, signed into its certificate) carries them."""
+    out: dict[str, dict[str, Any]] = {}
+    known = ", ".join(f"{sec}.{k}" for sec, keys in SUITE_SETTINGS.items() for k in keys)
+    for item in items:
+        key, sep, raw = item.partition("=")
+        section, _, name = key.strip().partition(".")
+        kind = SUITE_SETTINGS.get(section, {}).get(name)
+        if not sep or kind is None:
+            raise ManifestError(f"--set {item!r}: unknown suite setting {key.strip()!r}",
+                                hint=f"settings: {known}")
+        value: Any = raw.strip()
+        if kind is int:
+            if not value.isdigit() or int(value) < 1:
+                raise ManifestError(f"--set {item!r}: {key.strip()} takes a positive "
+                                    "whole number")
+            value = int(value)
+        elif isinstance(kind, tuple) and value not in kind:
+            raise ManifestError(f"--set {item!r}: {key.strip()} must be one of "
+                                f"{', '.join(kind)}")
+        out.setdefault(section, {})[name] = value
+    return out
+
+
+__all__ = ["SUITE_SETTINGS", "Profile", "Suite", "known_keys", "load_profile",
+           "parse_cli_thresholds", "parse_suite_settings", "resolve", "suite", "suites"]

@@ -30,6 +30,7 @@ Examples:
   nodecert validate -i /var/tmp/nodecert-lab/state/inventory.ini --suite quick
   nodecert validate -i lab.ini --suite standard --limit gpu-h200-01,gpu-h200-02
   nodecert validate -i lab.ini --only health.gpu --only health.xid
+  nodecert validate -i lab.ini --suite standard --set load.burnin_s=300 --set load.soak_s=1800
   nodecert validate -i lab.ini --threshold storage.seq_read_mbps_min=3000 --scratch-dir /data/tmp
 """
 
@@ -45,6 +46,10 @@ Examples:
               help="Stack to check conformance against (default: the host's nodecert_stack).")
 @click.option("--threshold", "threshold_items", multiple=True, metavar="KEY=VALUE",
               help="Override a threshold for every host (recorded as the command line's).")
+@click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Change a suite setting for this run: load.burnin_s=300, "
+                   "load.soak_s=1800, fabric.nccl_iters=50, storage.size_mb=2048, ... "
+                   "(recorded in the run's plans and certificates).")
 @click.option("--scratch-dir", help="Directory the storage test may write to on every host "
               "(default: the host's nodecert_storage_targets, else /var/lib/nodecert/scratch).")
 @click.option("--forks", default=16, show_default=True, help="Hosts validated in parallel.")
@@ -56,15 +61,16 @@ Examples:
 @handle_errors
 def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],
                  stack_name: str | None, threshold_items: tuple[str, ...],
-                 scratch_dir: str | None, forks: int, host_timeout: float | None,
-                 runs_dir: Path, as_json: bool) -> None:
-    from nodecert.thresholds import parse_cli_thresholds
+                 settings: tuple[str, ...], scratch_dir: str | None, forks: int,
+                 host_timeout: float | None, runs_dir: Path, as_json: bool) -> None:
+    from nodecert.thresholds import parse_cli_thresholds, parse_suite_settings
     from nodecert.validation import validate
 
     limit = tuple(h for item in limit for h in item.split(",") if h)
     run = validate(path, suite=suite, limit=limit, stack=stack_name, forks=forks,
                    runs_dir=runs_dir, cli_thresholds=parse_cli_thresholds(threshold_items),
                    scratch=scratch_dir, checks=checks, host_timeout_s=host_timeout,
+                   option_overrides=parse_suite_settings(settings),
                    progress=lambda line: echo(line, err=True))
     code = ExitCode.OK if run.verdict <= Verdict.WARN and not run.interrupted \
         else ExitCode.FAILED
