@@ -127,3 +127,24 @@ def test_bad_suite_settings_are_refused_before_anything_runs(item: str, why: str
                                   "--set", item, "--runs-dir", str(tmp_path / "runs")])
     assert r.exit_code == 2 and why in r.output, r.output
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_gate_model_without_a_profile_is_validated_with_a_warning() -> None:
+    from nodecert import thresholds
+    from nodecert.inventory import HostSpec
+    from nodecert.plan import build_plan
+    from nodecert_node.checks.hardware import judge_inventory
+    from nodecert_node.contract import Limits
+    spec = HostSpec(name="b300-01", address="192.0.2.1", port=22, groups=(),
+                    gpu_model="B300", gpu_count=8, cpu_cores=112, ram_gb=2048, nvme_count=0)
+    plan = build_plan(spec, thresholds.suite("quick"), None, "r", cli_thresholds={},
+                      scratch=None)
+    assert plan.spec["threshold_profile"] is None
+    gpus = [{"bus_id": f"0000:{i:02x}:00.0", "name": "NVIDIA B300 SXM6 AC",
+             "memory_total_mib": 282000, "serial": str(i), "uuid": f"GPU-{i}"}
+            for i in range(8)]
+    r = judge_inventory({"gpus": gpus, "cpu": {"cores": 112, "model": "x"},
+                         "meminfo_total_gb": 2048, "nvme": []}, dict(plan.spec),
+                        Limits(plan.thresholds))
+    assert r.verdict is Verdict.WARN
+    assert "no threshold profile for B300" in r.summary

@@ -28,6 +28,8 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
                                                           or [DEFAULT_SCRATCH])
     storage["allow_raw_devices"] = list(v.get("allow_raw_devices") or [])
     plan_spec: dict[str, Any] = {"gpu_model": spec.gpu_model, "gpu_count": spec.gpu_count,
+                 "threshold_profile": spec.gpu_model if thresholds.has_profile(spec.gpu_model)
+                 else None,
                  "cpu_cores": spec.cpu_cores, "ram_gb": spec.ram_gb,
                  "nvme_count": spec.nvme_count, "nvme_min_gb": spec.nvme_min_gb,
                  **{k: v[k] for k in ("cpu_model", "mig_enabled", "nvme_rated_seq_read_mbps",

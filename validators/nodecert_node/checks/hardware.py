@@ -111,6 +111,11 @@ def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Resul
     fails: list[str] = []
     warns: list[str] = []
     gpus = facts["gpus"]
+    if "threshold_profile" in spec and not spec["threshold_profile"]:
+        warns.append(f"no threshold profile for {spec.get('gpu_model')}: the GPUs' name, "
+                     "memory, PCIe, NVLink and performance are not judged against the "
+                     "model's published figures, only the common thresholds apply (add "
+                     f"validators/profiles/{spec.get('gpu_model')}.yml with sourced values)")
     _judge_gpus(facts, spec, limits, fails, warns)
     cpu = facts.get("cpu")
     cores = cpu["cores"] if cpu else None
