@@ -148,3 +148,29 @@ def test_a_gate_model_without_a_profile_is_validated_with_a_warning() -> None:
                         Limits(plan.thresholds))
     assert r.verdict is Verdict.WARN
     assert "no threshold profile for B300" in r.summary
+
+
+@pytest.mark.parametrize(("model", "fixture", "count"), [
+    ("B200", "b200-8gpu-580.105.08-q-x-v13.xml", 8),
+    ("L4", "l4-1gpu-550.90.07-q.txt", 1),
+    ("H100-NVL", "h100-nvl-2gpu-550.54.14-q.txt", 2),
+])
+def test_new_profiles_pass_the_real_gpus_they_were_written_from(model: str, fixture: str,
+                                                                count: int) -> None:
+    from nodecert import thresholds
+    from nodecert_node.checks.hardware import judge_inventory
+    from nodecert_node.contract import Limits
+    from nodecert_node.parse import smi
+    text = (REPO / "tests/fixtures/real/nvidia-smi" / fixture).read_text()
+    _, gpus = smi.parse_q_xml(text) if fixture.endswith(".xml") else smi.parse_q(text)
+    assert len(gpus) == count
+    limits = Limits(thresholds.resolve(model))
+    facts = {"gpus": gpus, "cpu": {"cores": 64 * count, "model": "x"},
+             "meminfo_total_gb": 256 * count, "nvme": [],
+             "dmi": {"system_serial": "S1", "system_uuid": "u", "baseboard_serial": "B1"}}
+    spec = {"gpu_model": model, "gpu_count": count, "threshold_profile": model}
+    r = judge_inventory(facts, spec, limits)
+    assert r.verdict is Verdict.PASS, r.findings
+    # and a GPU of another model is caught by the name list
+    other = [dict(g, name="NVIDIA H200") for g in gpus]
+    assert judge_inventory(dict(facts, gpus=other), spec, limits).verdict is Verdict.FAIL
