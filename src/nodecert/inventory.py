@@ -25,6 +25,7 @@ import yaml
 
 from nodecert.compat import Matrix, default_matrix
 from nodecert.errors import InventoryError, ManifestError, UnknownNameError
+from nodecert.paths import product_dir
 from nodecert.stacks import SUPPORTED_OS, stack_paths
 from nodecert.yamldoc import UniqueKeyLoader
 
@@ -134,7 +135,9 @@ def ansible_local_temp() -> str:
 _LOCAL_TEMP: dict[str, str] = {}
 
 
-ANSIBLE_CONFIG = Path(__file__).resolve().parents[2] / "playbooks" / "ansible.cfg"
+def ansible_config() -> Path:
+    return product_dir("playbooks") / "ansible.cfg"
+
 
 
 def _ansible_quiet() -> None:
@@ -142,7 +145,7 @@ def _ansible_quiet() -> None:
     # side effect of reading an inventory, and no ansible.cfg from the working directory
     # or $HOME may change how it is read: nodecert names its own configuration.
     ansible_local_temp()
-    os.environ["ANSIBLE_CONFIG"] = str(ANSIBLE_CONFIG)
+    os.environ["ANSIBLE_CONFIG"] = str(ansible_config())
     os.environ.setdefault("ANSIBLE_DEPRECATION_WARNINGS", "False")
 
 

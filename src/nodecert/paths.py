@@ -23,6 +23,13 @@ def data_root() -> Path:
     return _PACKAGE_DIR / "_data"
 
 
+def product_dir(name: str) -> Path:
+    """The product's own roles/ or playbooks/: the clone's, else the wheel's copy. Never
+    NODECERT_HOME: an integrator's data directory holds stacks, not nodecert's code."""
+    repo = _PACKAGE_DIR.parent.parent / name
+    return repo if repo.is_dir() else _PACKAGE_DIR / "_data" / name
+
+
 def stacks_dir() -> Path:
     return data_root() / "stacks"
 

@@ -24,14 +24,13 @@ from typing import Any
 from nodecert.conformance import Conformance, check_host
 from nodecert.errors import InventoryError
 from nodecert.gate import GateReport
-from nodecert.inventory import ANSIBLE_CONFIG, ansible_local_temp, hostvars
-from nodecert.paths import stacks_dir
+from nodecert.inventory import ansible_config, ansible_local_temp, hostvars
+from nodecert.paths import product_dir, stacks_dir
 from nodecert.preflight import preflight
 from nodecert.stacks import Stack, find_stack
 from nodecert.verdict import Verdict
 from nodecert_node.contract import write_atomic
 
-REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK_TIMEOUT_S = 6 * 3600
 Progress = Callable[[str], None]
 
@@ -186,7 +185,7 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     cmdline = ["--check"] if check else []
     runner = ansible_runner.run(
         private_data_dir=str(run_dir / "ansible"),
-        playbook=str(REPO / "playbooks" / "site.yml"),
+        playbook=str(product_dir("playbooks") / "site.yml"),
         inventory=str(inventory.resolve()),
         extravars=xvars,
         limit=",".join(hosts),
@@ -197,9 +196,9 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
                  # OpenSSH keeps the first value of an option: strict host key checking
                  # comes before anything an inventory adds
                  "ANSIBLE_SSH_ARGS": SSH_ARGS,
-                 "ANSIBLE_CONFIG": str(ANSIBLE_CONFIG),
+                 "ANSIBLE_CONFIG": str(ansible_config()),
                  "ANSIBLE_LOCAL_TEMP": ansible_local_temp(),
-                 "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
+                 "ANSIBLE_ROLES_PATH": str(product_dir("roles")), "ANSIBLE_NOCOLOR": "1",
                  "ANSIBLE_RETRY_FILES_ENABLED": "False",
                  "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
         event_handler=tracker,

@@ -1,0 +1,64 @@
+"""An installed nodecert does not depend on running from a clone: the wheel carries the
+roles, playbooks, stacks, profiles and suites, and the commands find them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, require
+
+SHIPPED = ("pyproject.toml", "README.md", "src", "validators", "stacks", "inventory", "roles",
+           "playbooks")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("src")
+    for name in SHIPPED:  # built from a copy: nothing is written into the checkout
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(
+            REPO / name, src / name, **({"ignore": shutil.ignore_patterns(
+                "__pycache__", "*.pyc")} if (REPO / name).is_dir() else {}))
+    out = tmp_path_factory.mktemp("dist")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q",
+                        "-w", str(out)], capture_output=True, text=True, timeout=600,
+                       check=False)
+    require(r.returncode == 0, f"pip could not build the wheel (hatchling): {r.stderr[-500:]}")
+    (whl,) = out.glob("nodecert-*.whl")
+    return whl
+
+
+def test_wheel_carries_the_ansible_side_and_the_data(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for needed in ("nodecert/_data/playbooks/site.yml", "nodecert/_data/playbooks/ansible.cfg",
+                   "nodecert/_data/roles/framework/tasks/main.yml",
+                   "nodecert/_data/stacks/r580-cuda13.0.yml",
+                   "nodecert/_data/validators/profiles/H200-SXM.yml",
+                   "nodecert/_data/validators/suites.yml",
+                   "nodecert/templates/node.html.j2", "nodecert_node/contract.py",
+                   "nodecert_node/data/xid-catalog.json"):
+        assert needed in names, needed
+
+
+def test_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                    str(site), str(wheel)], check=True, timeout=300, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("NODECERT_HOME", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(site)  # ahead of the checkout's editable install
+    code = ("import nodecert.paths as p, nodecert.inventory as i; "
+            "print(p.product_dir('roles')); print(p.product_dir('playbooks')); "
+            "print(p.stacks_dir()); print(i.ansible_config())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    assert all(Path(x).exists() and str(site) in x for x in out), out
+    listed = subprocess.run([sys.executable, "-m", "nodecert", "stack", "list"], env=env,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert listed.returncode == 0 and "r580-cuda13.0" in listed.stdout, listed.stderr
