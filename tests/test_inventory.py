@@ -129,9 +129,35 @@ all:
 
 def test_missing_file(tmp_path: Path) -> None:
     found = problems(tmp_path / "nope.ini")
-    assert found == [f"{tmp_path / 'nope.ini'}: inventory file does not exist\n"
-                     "  how to fix: pass the path of an INI or YAML inventory, e.g. "
-                     "inventory/sample/lab.ini"]
+    assert found == [f"{tmp_path / 'nope.ini'}: inventory does not exist\n"
+                     "  how to fix: pass an INI or YAML inventory file or an inventory "
+                     "directory, e.g. inventory/sample/lab.ini"]
+
+
+def test_inventory_directory_with_group_vars_and_host_vars(tmp_path: Path) -> None:
+    """An inventory directory as sites keep them: several sources, group_vars, host_vars,
+    a constructed plugin's configuration, and files Ansible ignores."""
+    from nodecert.inventory import load_inventory
+    inv = tmp_path / "inventory"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    (inv / "host_vars").mkdir()
+    (inv / "10-hgx.ini").write_text("[hgx]\ngpu-01 ansible_host=192.0.2.11\n"
+                                    "gpu-02 ansible_host=192.0.2.12\n")
+    (inv / "20-l40s.yml").write_text("all:\n  children:\n    l40s:\n      hosts:\n"
+                                     "        inf-01: {ansible_host: 192.0.2.13}\n")
+    (inv / "30-constructed.yml").write_text("plugin: ansible.builtin.constructed\n"
+                                            "groups:\n  gpu_nodes: true\n")
+    (inv / "README.md").write_text("not an inventory\n")
+    (inv / "group_vars" / "all" / "spec.yml").write_text(
+        "nodecert_cpu_cores: 112\nnodecert_ram_gb: 2048\nnodecert_nvme_count: 8\n")
+    (inv / "group_vars" / "hgx.yml").write_text(
+        "nodecert_gpu_model: H200-SXM\nnodecert_gpu_count: 8\n")
+    (inv / "host_vars" / "inf-01.yml").write_text(
+        "nodecert_gpu_model: L40S\nnodecert_gpu_count: 4\nnodecert_cpu_cores: 64\n")
+    hosts = load_inventory(inv)
+    assert sorted(hosts) == ["gpu-01", "gpu-02", "inf-01"]
+    assert hosts["gpu-01"].gpu_model == "H200-SXM" and hosts["inf-01"].gpu_count == 4
+    assert hosts["inf-01"].cpu_cores == 64 and hosts["gpu-02"].ram_gb == 2048
 
 
 def test_unparsable_inventory(tmp_path: Path) -> None:

@@ -322,29 +322,53 @@ def _validate_host(name: str, hv: dict[str, Any], where: str, matrix: Matrix, *,
     return values
 
 
+# Files Ansible skips in an inventory directory (its inventory_ignore_extensions).
+_IGNORED_SUFFIXES = (".orig", ".ini~", ".cfg", ".retry", ".pyc", ".pyo", ".md", ".txt", ".rst")
+
+
+def inventory_sources(path: Path) -> list[Path]:
+    """The inventory files: the file itself, or each file of an inventory directory
+    (group_vars/ and host_vars/ are variables, not sources)."""
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
+                  and not p.name.endswith(_IGNORED_SUFFIXES))
+
+
+def _source_problems(path: Path) -> list[Problem]:
+    """Per-file checks ansible-core's plugins do not make (duplicate keys and hosts)."""
+    if os.access(path, os.X_OK) and not path.suffix:
+        return []  # an inventory script: Ansible runs it
+    if path.suffix in (".yml", ".yaml"):
+        text = path.read_text(encoding="utf-8")
+        try:
+            data = yaml.load(text, Loader=UniqueKeyLoader)
+        except ManifestError as exc:
+            return [Problem(None, f"{path}:{(exc.where or '').rsplit(':', 1)[-1]}",
+                            exc.what, exc.hint)]
+        if isinstance(data, dict) and "plugin" in data:
+            return []  # an inventory plugin's configuration (constructed, ...)
+    error = _parse_errors(path)
+    if error:
+        return [Problem(None, str(path), f"not a valid inventory: {error}")]
+    return [] if path.suffix in (".yml", ".yaml") else _ini_duplicate_hosts(path)
+
+
 def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport:
     """Parse with ansible-core and validate every host's spec; never raises on bad content."""
     matrix = matrix or default_matrix()
     report = InventoryReport(path)
-    if not path.is_file():
-        report.problems.append(Problem(None, str(path), "inventory file does not exist",
-                                       "pass the path of an INI or YAML inventory, e.g. "
-                                       "inventory/sample/lab.ini"))
+    if not path.is_file() and not path.is_dir():
+        report.problems.append(Problem(None, str(path), "inventory does not exist",
+                                       "pass an INI or YAML inventory file or an inventory "
+                                       "directory, e.g. inventory/sample/lab.ini"))
         return report
     _ansible_quiet()
-    error = _parse_errors(path)
-    if error:
-        report.problems.append(Problem(None, str(path), f"not a valid inventory: {error}"))
-        return report
-    if path.suffix in (".yml", ".yaml"):
-        try:
-            yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)
-        except ManifestError as exc:
-            report.problems.append(Problem(None, f"{path}:{(exc.where or '').rsplit(':', 1)[-1]}",
-                                           exc.what, exc.hint))
+    for source in inventory_sources(path):
+        problems = _source_problems(source)
+        if problems:
+            report.problems.extend(problems)
             return report
-    else:
-        report.problems.extend(_ini_duplicate_hosts(path))
 
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader

@@ -164,7 +164,10 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     os.chmod(inputs, 0o700)
     (run_dir / "ansible").mkdir()
     report.run_dir = run_dir
-    shutil.copy2(inventory, inputs / inventory.name)
+    if inventory.is_dir():  # an inventory directory: its sources, group_vars, host_vars
+        shutil.copytree(inventory, inputs / inventory.name, symlinks=False)
+    else:
+        shutil.copy2(inventory, inputs / inventory.name)
     for manifest in manifests.values():
         shutil.copy2(manifest.path, inputs / manifest.path.name)
     # Ansible reads the same manifests as this process (NODECERT_HOME decides).
