@@ -128,6 +128,24 @@ class _Tracker:
 SSH_ARGS = "-o StrictHostKeyChecking=yes -C -o ControlMaster=auto -o ControlPersist=60s"
 
 
+def _new_run_dir(runs_dir: Path, inventory: Path, manifests: dict[str, Stack]) -> Path:
+    """runs/<id>/ with inputs/ (0700: the inventory as given, file or directory, and the
+    stack manifests) and ansible/."""
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+    run_dir = (runs_dir / run_id).resolve()
+    inputs = run_dir / "inputs"
+    inputs.mkdir(parents=True)
+    os.chmod(inputs, 0o700)
+    (run_dir / "ansible").mkdir()
+    if inventory.is_dir():  # an inventory directory: its sources, group_vars, host_vars
+        shutil.copytree(inventory, inputs / inventory.name, symlinks=False)
+    else:
+        shutil.copy2(inventory, inputs / inventory.name)
+    for manifest in manifests.values():
+        shutil.copy2(manifest.path, inputs / manifest.path.name)
+    return run_dir
+
+
 def _refuse_mirror_credentials(mirror: str | None) -> None:
     if mirror and "@" in mirror.split("://", 1)[-1].split("/", 1)[0]:
         raise InventoryError(
@@ -157,19 +175,8 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
                                              first_error="stack fails the compatibility gate")
         return report
     manifests: dict[str, Stack] = {n: find_stack(n) for n in set(host_stack.values())}
-    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-    run_dir = (runs_dir / run_id).resolve()
-    inputs = run_dir / "inputs"
-    inputs.mkdir(parents=True)
-    os.chmod(inputs, 0o700)
-    (run_dir / "ansible").mkdir()
+    run_dir = _new_run_dir(runs_dir, inventory, manifests)
     report.run_dir = run_dir
-    if inventory.is_dir():  # an inventory directory: its sources, group_vars, host_vars
-        shutil.copytree(inventory, inputs / inventory.name, symlinks=False)
-    else:
-        shutil.copy2(inventory, inputs / inventory.name)
-    for manifest in manifests.values():
-        shutil.copy2(manifest.path, inputs / manifest.path.name)
     # Ansible reads the same manifests as this process (NODECERT_HOME decides).
     xvars: dict[str, Any] = {"nodecert_common_stacks_dir": str(stacks_dir().resolve()),
                              **({"stack": stack} if stack else {}), **(extravars or {})}
@@ -178,7 +185,7 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
         xvars["nvidia_repo_url"] = f"{base}/nvidia"
         xvars["framework_index_url"] = (f"{base}/simple" if "://" in base
                                         else f"file://{base}/simple")
-    _write_json(inputs / "extravars.json", xvars)
+    _write_json(run_dir / "inputs" / "extravars.json", xvars)
     hosts = sorted(pre.hosts)
     tracker = _Tracker(hosts, say)
     say(f"provisioning {len(hosts)} host(s) with {stack_label}"
