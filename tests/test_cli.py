@@ -170,7 +170,7 @@ def test_provision_console_script_is_the_same_command() -> None:
 @pytest.mark.parametrize(("args", "words"), [
     (("--suite", "huge"), "unknown suite 'huge'"),
     (("--only", "load.burnin"), "check(s) load.burnin are not in suite quick"),
-    (("--limit", "gpu-h200-99"), "--limit names unknown host(s): gpu-h200-99"),
+    (("--limit", "gpu-h200-99"), "--limit 'gpu-h200-99' matches no host"),
     (("--threshold", "storage.seq_read_mbps=1"), "unknown threshold 'storage.seq_read_mbps'"),
     (("--threshold", "pcie.gen"), "expected KEY=VALUE"),
 ])

@@ -182,3 +182,26 @@ def test_non_boolean_rejected(tmp_path: Path) -> None:
     path = write(tmp_path, f"[gpu]\nn1 {SPEC}\n[gpu:vars]\nnodecert_simulated=maybe\n")
     assert any("nodecert_simulated must be true or false, got 'maybe'" in p
                for p in problems(path))
+
+
+@pytest.mark.parametrize(("patterns", "want"), [
+    (("hgx_h200",), ["gpu-h200-01", "gpu-h200-02"]),                  # a group
+    (("gpu-*",), ["gpu-h200-01", "gpu-h200-02"]),                     # a glob
+    (("all", "!gpu-h200-02"), ["gpu-h200-01", "inf-l40s-01"]),        # leave one out
+    (("all:!l40s",), ["gpu-h200-01", "gpu-h200-02"]),                 # Ansible's colon form
+    (("gpu-*", "&hgx_h200", "!gpu-h200-01"), ["gpu-h200-02"]),        # intersect
+    (("inf-l40s-01",), ["inf-l40s-01"]),                              # a host
+])
+def test_limit_takes_ansible_patterns(patterns: tuple[str, ...], want: list[str]) -> None:
+    from nodecert.inventory import select_hosts
+    sample = REPO / "inventory" / "sample" / "lab.ini"
+    known = sorted(load_inventory(sample))
+    assert select_hosts(sample, patterns, known) == want
+
+
+def test_limit_pattern_matching_nothing_is_an_error() -> None:
+    from nodecert.errors import InventoryError
+    from nodecert.inventory import select_hosts
+    sample = REPO / "inventory" / "sample" / "lab.ini"
+    with pytest.raises(InventoryError, match="--limit 'gpu-h200-99' matches no host"):
+        select_hosts(sample, ("gpu-h200-99",), sorted(load_inventory(sample)))

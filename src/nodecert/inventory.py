@@ -414,6 +414,28 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
     return report
 
 
+def select_hosts(inventory: Path, patterns: tuple[str, ...], known: list[str]) -> list[str]:
+    """--limit as Ansible reads it: host names, groups, globs (gpu-*), `!host` to leave
+    out, `&group` to intersect; commas or repeats. Each positive pattern must match a
+    host of the inventory (a typo is an error, never an empty run)."""
+    if not patterns:
+        return sorted(known)
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    _ansible_quiet()
+    inv = InventoryManager(loader=DataLoader(), sources=[str(inventory.resolve())])
+    for p in patterns:
+        bare = p.lstrip("!&")
+        if bare and not inv.get_hosts(bare):
+            raise InventoryError(f"--limit {p!r} matches no host or group of the inventory",
+                                 where=str(inventory),
+                                 hint=f"hosts are: {', '.join(sorted(known))}")
+    inv.subset(",".join(patterns))
+    chosen = {h.name for h in inv.get_hosts()}
+    return sorted(n for n in known if n in chosen)
+
+
 def hostvars(inventory: Path, hosts: list[str]) -> dict[str, dict[str, Any]]:
     """Each host's variables as Ansible resolves them (one inventory parse)."""
     from ansible.inventory.manager import InventoryManager

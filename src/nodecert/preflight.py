@@ -14,7 +14,7 @@ from pathlib import Path
 from nodecert.compat import Matrix, default_matrix
 from nodecert.errors import InventoryError
 from nodecert.gate import GateReport, evaluate
-from nodecert.inventory import HostSpec, load_inventory
+from nodecert.inventory import HostSpec, load_inventory, select_hosts
 from nodecert.stacks import find_stack
 from nodecert.verdict import Verdict, worst
 
@@ -41,12 +41,8 @@ def preflight(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     matrix = matrix or default_matrix()
     hosts = load_inventory(inventory, matrix)
     if limit:
-        unknown = [h for h in limit if h not in hosts]
-        if unknown:
-            raise InventoryError(f"--limit names host(s) not in the inventory: "
-                                 f"{', '.join(unknown)}", where=str(inventory),
-                                 hint=f"hosts are: {', '.join(sorted(hosts))}")
-        hosts = {n: h for n, h in hosts.items() if n in limit}
+        chosen = select_hosts(inventory, limit, list(hosts))
+        hosts = {n: h for n, h in hosts.items() if n in chosen}
     groups: dict[tuple[str, str, str | None], list[str]] = {}
     for name, spec in sorted(hosts.items()):
         stack_name = stack or spec.stack

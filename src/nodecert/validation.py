@@ -21,7 +21,7 @@ from typing import Any
 
 from nodecert import thresholds
 from nodecert.errors import InventoryError
-from nodecert.inventory import hostvars, load_inventory
+from nodecert.inventory import hostvars, load_inventory, select_hosts
 from nodecert.nodesession import NodeSessions, node_bundle
 from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
@@ -43,11 +43,7 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
                              hint=f"suite {suite.name} runs: {', '.join(suite.checks)}")
     specs = load_inventory(inventory)
     if limit:
-        missing = [h for h in limit if h not in specs]
-        if missing:
-            raise InventoryError(f"--limit names unknown host(s): {', '.join(missing)}",
-                                 hint=f"hosts in {inventory}: {', '.join(sorted(specs))}")
-        specs = {h: specs[h] for h in limit}
+        specs = {h: specs[h] for h in select_hosts(inventory, limit, list(specs))}
     if not specs:
         raise InventoryError(f"no hosts in {inventory}", hint="add hosts with their spec vars")
     hv = hostvars(inventory, sorted(specs))
