@@ -174,3 +174,20 @@ def test_new_profiles_pass_the_real_gpus_they_were_written_from(model: str, fixt
     # and a GPU of another model is caught by the name list
     other = [dict(g, name="NVIDIA H200") for g in gpus]
     assert judge_inventory(dict(facts, gpus=other), spec, limits).verdict is Verdict.FAIL
+
+
+def test_init_scaffolds_a_site_project_that_checks(tmp_path: Path) -> None:
+    import stat
+
+    from nodecert.inventory import check_inventory
+    target = tmp_path / "acme"
+    r = CliRunner().invoke(main, ["init", str(target)])
+    assert r.exit_code == 0, r.output
+    assert (target / "inventory" / "hosts.ini").is_file()
+    assert (target / "inventory" / "group_vars" / "all" / "nodecert.yml").is_file()
+    assert stat.S_IMODE((target / "keys").stat().st_mode) == 0o700
+    assert "provision -i inventory" in (target / "README.txt").read_text()
+    report = check_inventory(target / "inventory")
+    assert report.ok and len(report.hosts) == 3, [p.what for p in report.problems]
+    again = CliRunner().invoke(main, ["init", str(target)])
+    assert again.exit_code == 2 and "not empty" in again.output

@@ -6,10 +6,13 @@ Exit codes (all commands): 0 success (PASS/WARN), 1 a rule or check FAILed,
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from nodecert import __version__
 from nodecert.cli.certs import certify_cmd, keys, verify_cmd
+from nodecert.cli.common import echo, handle_errors
 from nodecert.cli.inventory import inventory
 from nodecert.cli.lab import lab
 from nodecert.cli.provision import provision
@@ -26,6 +29,24 @@ def main() -> None:
     \b
     Exit codes: 0 PASS/WARN, 1 FAIL, 2 bad input.
     """
+
+
+@main.command("init")
+@click.argument("directory", type=click.Path(path_type=Path))
+@handle_errors
+def init_cmd(directory: Path) -> None:
+    """Create a site project in DIRECTORY: an inventory directory with the order spec
+    commented, keys/ (0700), runs/ and a README with the commands.
+
+    \b
+    Example:
+      nodecert init ~/sites/acme-h200 && cd ~/sites/acme-h200
+    """
+    from nodecert.scaffold import init_project
+
+    init_project(directory)
+    echo(f"created {directory}: edit inventory/hosts.ini and "
+         "inventory/group_vars/all/nodecert.yml, then read README.txt")
 
 
 for _command in (stack, inventory, lab, provision, validate_cmd, keys, certify_cmd, verify_cmd,
