@@ -51,7 +51,7 @@ def test_ansible_local_temp_is_private_and_unpredictable() -> None:
 
 
 def test_private_temp_dir_mode(tmp_path: Path) -> None:
-    from nodecert.inventory import ansible_local_temp
+    from nodecert.ansible_env import ansible_local_temp
     path = Path(ansible_local_temp())
     st = path.stat()
     assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()

@@ -52,7 +52,7 @@ def test_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: Path
                     str(site), str(wheel)], check=True, timeout=300, capture_output=True)
     env = {k: v for k, v in os.environ.items() if k not in ("NODECERT_HOME", "PYTHONPATH")}
     env["PYTHONPATH"] = str(site)  # ahead of the checkout's editable install
-    code = ("import nodecert.paths as p, nodecert.inventory as i; "
+    code = ("import nodecert.paths as p, nodecert.ansible_env as i; "
             "print(p.product_dir('roles')); print(p.product_dir('playbooks')); "
             "print(p.stacks_dir()); print(i.ansible_config())")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,

@@ -9,13 +9,10 @@ integrator's order spec per host: the ``nodecert_*`` variables documented in
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import difflib
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +20,9 @@ from typing import Any
 
 import yaml
 
+from nodecert.ansible_env import ansible_quiet
 from nodecert.compat import Matrix, default_matrix
 from nodecert.errors import InventoryError, ManifestError, UnknownNameError
-from nodecert.paths import product_dir
 from nodecert.stacks import SUPPORTED_OS, stack_paths
 from nodecert.yamldoc import UniqueKeyLoader
 
@@ -115,38 +112,6 @@ class InventoryReport:
             "hosts": {n: h.as_dict() for n, h in self.hosts.items()},
             "problems": [p.__dict__ for p in self.problems],
         }
-
-
-def ansible_local_temp() -> str:
-    """Ansible's local temp directory for this process: private (mkdtemp: 0700, an
-    unpredictable name), removed at exit. A fixed name in a shared temp directory could
-    be claimed first by another local user, who would then plant the module cache that
-    Ansible loads as root."""
-    current = os.environ.get("ANSIBLE_LOCAL_TEMP")
-    if current and current == _LOCAL_TEMP.get("path"):
-        return current
-    path = tempfile.mkdtemp(prefix="nodecert-ansible-")
-    atexit.register(shutil.rmtree, path, True)
-    _LOCAL_TEMP["path"] = path
-    os.environ["ANSIBLE_LOCAL_TEMP"] = path
-    return path
-
-
-_LOCAL_TEMP: dict[str, str] = {}
-
-
-def ansible_config() -> Path:
-    return product_dir("playbooks") / "ansible.cfg"
-
-
-
-def _ansible_quiet() -> None:
-    # Ansible must not write a tmp dir into $HOME (or a shared, predictable place) as a
-    # side effect of reading an inventory, and no ansible.cfg from the working directory
-    # or $HOME may change how it is read: nodecert names its own configuration.
-    ansible_local_temp()
-    os.environ["ANSIBLE_CONFIG"] = str(ansible_config())
-    os.environ.setdefault("ANSIBLE_DEPRECATION_WARNINGS", "False")
 
 
 _INI_SECTION = re.compile(r"^\s*\[([^\]]+)\]\s*$")
@@ -363,7 +328,7 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
                                        "pass an INI or YAML inventory file or an inventory "
                                        "directory, e.g. inventory/sample/lab.ini"))
         return report
-    _ansible_quiet()
+    ansible_quiet()
     for source in inventory_sources(path):
         problems = _source_problems(source)
         if problems:
@@ -412,28 +377,6 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
                 validation={v.removeprefix("nodecert_"): values[v] for v in VALIDATION_VARS
                             if v in values})
     return report
-
-
-def select_hosts(inventory: Path, patterns: tuple[str, ...], known: list[str]) -> list[str]:
-    """--limit as Ansible reads it: host names, groups, globs (gpu-*), `!host` to leave
-    out, `&group` to intersect; commas or repeats. Each positive pattern must match a
-    host of the inventory (a typo is an error, never an empty run)."""
-    if not patterns:
-        return sorted(known)
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
-
-    _ansible_quiet()
-    inv = InventoryManager(loader=DataLoader(), sources=[str(inventory.resolve())])
-    for p in patterns:
-        bare = p.lstrip("!&")
-        if bare and not inv.get_hosts(bare):
-            raise InventoryError(f"--limit {p!r} matches no host or group of the inventory",
-                                 where=str(inventory),
-                                 hint=f"hosts are: {', '.join(sorted(known))}")
-    inv.subset(",".join(patterns))
-    chosen = {h.name for h in inv.get_hosts()}
-    return sorted(n for n in known if n in chosen)
 
 
 def hostvars(inventory: Path, hosts: list[str]) -> dict[str, dict[str, Any]]:

@@ -11,10 +11,11 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodecert.ansible_env import select_hosts
 from nodecert.compat import Matrix, default_matrix
 from nodecert.errors import InventoryError
 from nodecert.gate import GateReport, evaluate
-from nodecert.inventory import HostSpec, load_inventory, select_hosts
+from nodecert.inventory import HostSpec, load_inventory
 from nodecert.stacks import find_stack
 from nodecert.verdict import Verdict, worst
 

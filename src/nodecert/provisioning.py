@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodecert.ansible_env import ansible_config, ansible_local_temp
 from nodecert.conformance import Conformance, check_host
 from nodecert.errors import InventoryError
 from nodecert.gate import GateReport
-from nodecert.inventory import ansible_config, ansible_local_temp, hostvars
+from nodecert.inventory import hostvars
 from nodecert.paths import product_dir, stacks_dir
 from nodecert.preflight import preflight
 from nodecert.stacks import Stack, find_stack

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from nodecert import thresholds
+from nodecert.ansible_env import select_hosts
 from nodecert.errors import InventoryError
-from nodecert.inventory import hostvars, load_inventory, select_hosts
+from nodecert.inventory import hostvars, load_inventory
 from nodecert.nodesession import NodeSessions, node_bundle
 from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
