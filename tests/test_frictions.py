@@ -191,3 +191,28 @@ def test_init_scaffolds_a_site_project_that_checks(tmp_path: Path) -> None:
     assert report.ok and len(report.hosts) == 3, [p.what for p in report.problems]
     again = CliRunner().invoke(main, ["init", str(target)])
     assert again.exit_code == 2 and "not empty" in again.output
+
+
+def test_a_sites_own_suite_file(tmp_path: Path) -> None:
+    import json
+
+    from nodecert.validation import open_new_run
+    f = tmp_path / "suites.yml"
+    f.write_text("schema: nodecert.suites/v1\nsuites:\n  acme-quick:\n"
+                 "    description: health only, before racking\n"
+                 "    check_timeout_s: 60\n    checks: [health.gpu, health.xid]\n"
+                 "    storage: {size_mb: 64}\n")
+    run = open_new_run(REPO / "inventory/sample/lab.ini", suite="acme-quick",
+                       runs_dir=tmp_path / "runs", suite_file=f)
+    recorded = json.loads((run.run_dir / "inputs" / "suite.json").read_text())
+    assert recorded["name"] == "acme-quick" and recorded["checks"] == ["health.gpu",
+                                                                      "health.xid"]
+    assert recorded["file"] == str(f)
+    assert all(hr.plan.checks == ["health.gpu", "health.xid"] for hr in run.hosts.values())
+    bad = tmp_path / "bad.yml"
+    bad.write_text("schema: nodecert.suites/v1\nsuites:\n  x:\n    description: d\n"
+                   "    check_timeout_s: 60\n    storage: {}\n")
+    r = CliRunner().invoke(main, ["validate", "-i", str(REPO / "inventory/sample/lab.ini"),
+                                  "--suite-file", str(bad), "--suite", "x",
+                                  "--runs-dir", str(tmp_path / "r2")])
+    assert r.exit_code == 2 and "has no checks" in r.output, r.output

@@ -133,9 +133,13 @@ class Suite:
 
 
 @cache
-def suites() -> dict[str, Suite]:
-    path = validators_dir() / "suites.yml"
+def suites(path: Path | None = None) -> dict[str, Suite]:
+    """The suites of validators/suites.yml, or of a site's own file (--suite-file, the
+    same schema)."""
+    path = path or validators_dir() / "suites.yml"
     root = yamldoc.load(path).mapping({"schema", "suites"})
+    if root["schema"].text() != "nodecert.suites/v1":
+        raise root["schema"].error("expected schema nodecert.suites/v1")
     out = {}
     for name, node in root["suites"].items():
         f = node.mapping({"description", "check_timeout_s", "storage"},
@@ -181,10 +185,11 @@ def _load_options(node: yamldoc.Node) -> dict[str, Any]:
     return out
 
 
-def suite(name: str) -> Suite:
-    s = suites()
+def suite(name: str, path: Path | None = None) -> Suite:
+    s = suites(path.resolve() if path else None)
     if name not in s:
-        raise UnknownNameError(f"unknown suite {name!r}", hint=f"use one of: {', '.join(s)}")
+        raise UnknownNameError(f"unknown suite {name!r}" + (f" in {path}" if path else ""),
+                               hint=f"use one of: {', '.join(s)}")
     return s[name]
 
 

@@ -65,11 +65,11 @@ def open_new_run(inventory: Path, *, suite: str, limit: tuple[str, ...] = (),
                  stack: str | None = None, runs_dir: Path = Path("runs"),
                  cli_thresholds: dict[str, Any] | None = None, scratch: str | None = None,
                  checks: tuple[str, ...] = (), host_timeout_s: float | None = None,
-                 option_overrides: dict[str, dict[str, Any]] | None = None
-                 ) -> ValidationRun:
+                 option_overrides: dict[str, dict[str, Any]] | None = None,
+                 suite_file: Path | None = None) -> ValidationRun:
     """A new run directory with every host's plan and the run's inputs recorded, nothing
     contacted yet. Raises NodecertError on bad input, before anything is written."""
-    the_suite = thresholds.suite(suite)
+    the_suite = thresholds.suite(suite, suite_file)
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
     run_dir = (runs_dir / run_id).resolve()
     runs = _prepare(inventory, the_suite, limit, stack, run_dir,
@@ -79,7 +79,8 @@ def open_new_run(inventory: Path, *, suite: str, limit: tuple[str, ...] = (),
     stacks = {hr.stack.path for hr in runs.values() if hr.stack is not None}
     RunDir(run_dir).record_inputs(
         {n: hr.plan for n, hr in runs.items()},
-        suite={"name": the_suite.name, "description": the_suite.description,
+        suite={"name": the_suite.name, "file": str(suite_file) if suite_file else None,
+               "description": the_suite.description,
                "checks": list(the_suite.checks), "check_timeout_s": the_suite.check_timeout_s,
                "storage": the_suite.storage, "fabric": the_suite.fabric,
                "load": the_suite.load},
@@ -95,14 +96,16 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
              scratch: str | None = None, checks: tuple[str, ...] = (),
              host_timeout_s: float | None = None,
              option_overrides: dict[str, dict[str, Any]] | None = None,
-             stop: threading.Event | None = None) -> ValidationRun:
+             stop: threading.Event | None = None,
+             suite_file: Path | None = None) -> ValidationRun:
     """Validate every (limited) host. Raises NodecertError only on bad input."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     result = open_new_run(inventory, suite=suite, limit=limit, stack=stack,
                           runs_dir=runs_dir, cli_thresholds=cli_thresholds or {},
                           scratch=scratch, checks=checks, host_timeout_s=host_timeout_s,
-                          option_overrides=option_overrides)
-    run_dir, runs, the_suite = result.run_dir, result.hosts, thresholds.suite(suite)
+                          option_overrides=option_overrides, suite_file=suite_file)
+    run_dir, runs = result.run_dir, result.hosts
+    the_suite = thresholds.suite(suite, suite_file)
     stop = stop or threading.Event()
     runner = NodeSessions(runs, say, stop, node_bundle())
     n_checks = len(checks or the_suite.checks)

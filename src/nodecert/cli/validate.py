@@ -46,6 +46,9 @@ Examples:
               help="Stack to check conformance against (default: the host's nodecert_stack).")
 @click.option("--threshold", "threshold_items", multiple=True, metavar="KEY=VALUE",
               help="Override a threshold for every host (recorded as the command line's).")
+@click.option("--suite-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="A site's own suites file (the schema of validators/suites.yml); "
+                   "--suite names one of its suites. Recorded in the run's inputs.")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Change a suite setting for this run: load.burnin_s=300, "
                    "load.soak_s=1800, fabric.nccl_iters=50, storage.size_mb=2048, ... "
@@ -61,7 +64,8 @@ Examples:
 @handle_errors
 def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],
                  stack_name: str | None, threshold_items: tuple[str, ...],
-                 settings: tuple[str, ...], scratch_dir: str | None, forks: int,
+                 suite_file: Path | None, settings: tuple[str, ...],
+                 scratch_dir: str | None, forks: int,
                  host_timeout: float | None, runs_dir: Path, as_json: bool) -> None:
     from nodecert.thresholds import parse_cli_thresholds, parse_suite_settings
     from nodecert.validation import validate
@@ -70,7 +74,7 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
     run = validate(path, suite=suite, limit=limit, stack=stack_name, forks=forks,
                    runs_dir=runs_dir, cli_thresholds=parse_cli_thresholds(threshold_items),
                    scratch=scratch_dir, checks=checks, host_timeout_s=host_timeout,
-                   option_overrides=parse_suite_settings(settings),
+                   option_overrides=parse_suite_settings(settings), suite_file=suite_file,
                    progress=lambda line: echo(line, err=True))
     code = ExitCode.OK if run.verdict <= Verdict.WARN and not run.interrupted \
         else ExitCode.FAILED
