@@ -16,7 +16,7 @@ from nodecert import collect as collect_mod
 from nodecert import thresholds
 from nodecert.collect import collect_host, fetch_command, read_record
 from nodecert.inventory import load_inventory
-from nodecert.nodesession import BadEvent
+from nodecert.nodeevents import BadEvent
 from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
 from nodecert.runs import HostRun

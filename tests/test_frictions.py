@@ -216,3 +216,74 @@ def test_a_sites_own_suite_file(tmp_path: Path) -> None:
                                   "--suite-file", str(bad), "--suite", "x",
                                   "--runs-dir", str(tmp_path / "r2")])
     assert r.exit_code == 2 and "has no checks" in r.output, r.output
+
+
+class _Chan:
+    def __init__(self, data: bytes, rc: int = 0) -> None:
+        self.data, self.rc = data, rc
+
+    def settimeout(self, t: float) -> None:
+        pass
+
+    def exec_command(self, cmd: str) -> None:
+        self.cmd = cmd
+
+    def sendall(self, data: bytes) -> None:
+        pass
+
+    def shutdown_write(self) -> None:
+        pass
+
+    def recv(self, n: int) -> bytes:
+        out, self.data = self.data, b""
+        return out
+
+    def recv_exit_status(self) -> int:
+        return self.rc
+
+    def close(self) -> None:
+        pass
+
+
+class _Client:
+    def __init__(self, data: bytes, rc: int = 0) -> None:
+        self.data, self.rc = data, rc
+
+    def get_transport(self) -> object:
+        outer = self
+
+        class T:
+            def open_session(self) -> _Chan:
+                return _Chan(outer.data, outer.rc)
+        return T()
+
+
+@pytest.mark.parametrize(("recorded", "rc", "adopted"), [
+    (b'{"stack": "r580-cuda13.0", "os": "ubuntu-24.04", "pins": []}', 0, "r580-cuda13.0"),
+    (b'{"stack": "no-such-stack"}', 0, None),
+    (b"", 1, None),                                   # never provisioned
+    (b"\x1b[2Knot json", 0, None),
+])
+def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes, rc: int,
+                                                 adopted: str | None) -> None:
+    import json
+    import threading
+
+    from nodecert.nodesession import NodeSessions
+    from nodecert.validation import open_new_run
+    inv = tmp_path / "inv.ini"
+    inv.write_text("[g]\ngpu-01 ansible_host=192.0.2.10 nodecert_gpu_model=H200-SXM "
+                   "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
+                   "nodecert_nvme_count=8\n")
+    run = open_new_run(inv, suite="quick", runs_dir=tmp_path / "runs")
+    hr = run.hosts["gpu-01"]
+    assert hr.stack is None and not hr.plan.conformance
+    ns = NodeSessions(run.hosts, lambda line: None, threading.Event(), (b"", "0" * 64))
+    ns._adopt_recorded_stack(hr, _Client(recorded, rc))  # type: ignore[arg-type]
+    assert (hr.stack.name if hr.stack else None) == adopted
+    plan = json.loads((run.run_dir / "inputs" / "plan-gpu-01.json").read_text())
+    if adopted:
+        assert plan["conformance"]["stack"] == adopted and hr.plan.conformance["script"]
+        assert (run.run_dir / "inputs" / "stack" / f"{adopted}.yml").is_file()
+    else:
+        assert not plan["conformance"]

@@ -15,7 +15,8 @@ from conftest import REPO
 from nodecert import nodesession, thresholds
 from nodecert.inventory import load_inventory
 from nodecert.junit import node_xml
-from nodecert.nodesession import MAX_LINE, BadEvent, LineReader, NodeSessions, decode_event
+from nodecert.nodeevents import MAX_LINE, BadEvent, LineReader, decode_event
+from nodecert.nodesession import NodeSessions
 from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
 from nodecert.runs import HostRun

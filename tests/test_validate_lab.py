@@ -121,6 +121,19 @@ def test_hardware_faults_fail_exactly_the_right_check(plab: Lab, tmp_path: Path)
         plab.apply_faults(None)
 
 
+def test_a_provisioned_node_is_judged_against_the_stack_it_recorded(
+        plab: Lab, tmp_path: Path) -> None:
+    """No --stack and no nodecert_stack in the lab inventory: validate judges each host
+    against the stack its provisioning recorded (/etc/nodecert/provisioned.json)."""
+    lines: list[str] = []
+    r = validate(inv(plab), runs_dir=tmp_path, limit=("h1",), checks=("stack.conformance",),
+                 progress=lines.append)
+    res = r.hosts["h1"].results[0]
+    assert res.verdict.name == "PASS", res.summary
+    assert any("stack r580-cuda13.0: recorded by provisioning on the node" in ln
+               for ln in lines), lines
+
+
 def test_wrong_driver_and_slow_nvme_fail_their_checks(plab: Lab, tmp_path: Path) -> None:
     faults(plab, tmp_path, "faults:\n  - {host: h2, kind: nvme_slow, read_mbps: 8, "
            "write_mbps: 8}\n")

@@ -18,7 +18,7 @@ from typing import Any
 import paramiko
 
 from nodecert import conformance
-from nodecert.nodesession import MAX_LINE, BadEvent, decode_event
+from nodecert.nodeevents import MAX_LINE, BadEvent, decode_event
 from nodecert.nodessh import connect, describe_error
 from nodecert.runs import HostRun, RunDir, ValidationRun, write_json
 from nodecert.validation import open_new_run

@@ -26,16 +26,22 @@ from typing import Any
 import paramiko
 
 from nodecert import conformance
+from nodecert.errors import NodecertError
+from nodecert.nodeevents import BadEvent, LineReader, decode_event
 from nodecert.nodessh import connect, describe_error
-from nodecert.runs import HostRun
+from nodecert.plan import framework_plan
+from nodecert.runs import HostRun, RunDir
+from nodecert.stacks import find_stack
 from nodecert.textsafe import clean
-from nodecert_node.contract import Evidence, Result, error_result
+from nodecert_node.contract import Evidence, error_result
 
 Progress = Callable[[str], None]
 # Where the node code lives on a node, whoever installs it (validate over SSH, or the
 # validators role): NODE_BASE/<sha16 of the bundle>/nodecert_node, complete when
 # .complete exists, and NODE_BASE/current pointing at the version last installed.
 NODE_BASE = "/opt/nodecert/node"
+# What provisioning leaves on a node (roles/nodecert_common, record.yml).
+RECORDED_STACK = "/etc/nodecert/provisioned.json"
 HEARTBEAT_S = 15.0
 
 
@@ -105,103 +111,6 @@ def node_bundle() -> tuple[bytes, str]:
                 tar.addfile(info, f)
     data = buf.getvalue()
     return data, hashlib.sha256(data).hexdigest()
-
-
-MAX_LINE = 16 * 1024 * 1024  # one event from a node; beyond this the host is ERROR
-EVENT_KINDS = ("hello", "start", "result", "done")
-
-
-class BadEvent(ValueError):
-    """A line from a node that is not a valid event; `text` is the offending line."""
-
-    def __init__(self, message: str, text: str) -> None:
-        super().__init__(message)
-        self.text = text
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number a node may send")
-
-
-def _check_strings(obj: Any) -> None:
-    """Lone surrogates ("\\ud800") decode from JSON but are not text: refuse them."""
-    if isinstance(obj, str):
-        obj.encode("utf-8")
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _check_strings(k)
-            _check_strings(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            _check_strings(v)
-
-
-def decode_event(raw: bytes, checks: list[str]) -> dict[str, Any]:
-    """One line from a node -> a validated event. Pure; raises BadEvent naming the fault.
-
-    A JSON object of a known kind; a result must be a valid result of a planned check
-    with a known verdict; NaN, Infinity and lone surrogates are refused.
-    """
-    shown = raw[:2000].decode("utf-8", "replace")
-    try:
-        text = raw.decode("utf-8")
-        ev = json.loads(text, parse_constant=_reject_constant)
-        _check_strings(ev)
-    except (UnicodeError, ValueError) as exc:
-        raise BadEvent(f"not a JSON event: {exc}", shown) from exc
-    if not isinstance(ev, dict):
-        raise BadEvent(f"not a JSON object but {type(ev).__name__}", shown)
-    kind = ev.get("event")
-    if kind not in EVENT_KINDS:
-        raise BadEvent(f"unknown event kind {kind!r} (known: {', '.join(EVENT_KINDS)})", shown)
-    if kind == "start" and ev.get("check") not in checks:
-        raise BadEvent(f"start of a check that was not planned: {ev.get('check')!r}", shown)
-    if kind == "result":
-        try:
-            res = Result.from_dict(ev["result"])
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BadEvent(f"not a valid result: {type(exc).__name__}: {exc}", shown) from exc
-        if res.check not in checks:
-            raise BadEvent(f"result of a check that was not planned: {res.check!r}", shown)
-        ev = dict(ev, result=res)
-    event: dict[str, Any] = ev
-    return event
-
-
-class LineReader:
-    def __init__(self, chan: paramiko.Channel, limit: int = MAX_LINE) -> None:
-        self.chan = chan
-        self.buf = bytearray()
-        self.scanned = 0  # bytes of buf already searched for a newline
-        self.limit = limit
-
-    def line(self, deadline: float, stop: threading.Event) -> bytes | None:
-        """The next line, or None at EOF; TimeoutError past deadline; stops on `stop`;
-        BadEvent when a line grows past the limit. Each byte is scanned once."""
-        while True:
-            nl = self.buf.find(b"\n", self.scanned)
-            if nl >= 0:
-                line = bytes(self.buf[:nl])
-                del self.buf[:nl + 1]
-                self.scanned = 0
-                return line
-            self.scanned = len(self.buf)
-            if len(self.buf) > self.limit:
-                raise BadEvent(f"a line longer than {self.limit // (1024 * 1024)} MiB",
-                               bytes(self.buf[:2000]).decode("utf-8", "replace"))
-            if stop.is_set():
-                raise InterruptedError
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            self.chan.settimeout(min(left, 1.0))
-            try:
-                chunk = self.chan.recv(65536)
-            except TimeoutError:
-                continue
-            if not chunk:
-                return None
-            self.buf += chunk
 
 
 class NodeSessions:
@@ -275,6 +184,8 @@ class NodeSessions:
             hr.finish_missing(hr.error, "NC-HOST-LOST")
             self.emit(hr, f"ERROR: {hr.error}")
             return
+        if hr.stack is None:
+            self._adopt_recorded_stack(hr, client)
         chan = client.get_transport().open_session()  # type: ignore[union-attr]
         chan.exec_command(f"cd {shlex.quote(remote)} && exec {shlex.quote(hr.endpoint.python)} "
                           "-m nodecert_node run")
@@ -307,6 +218,25 @@ class NodeSessions:
         finally:
             chan.close()  # the node runner sees EOF and kills what is still running
         self._close(hr)
+
+    def _adopt_recorded_stack(self, hr: HostRun, client: paramiko.SSHClient) -> None:
+        """A host without a stack in the inventory or on the command line is judged
+        against the stack its provisioning recorded (/etc/nodecert/provisioned.json),
+        when that stack is known here; otherwise stack.conformance says none is chosen."""
+        try:
+            rc, out = self._exec(client, f"head -c 65536 {RECORDED_STACK}", None, 15)
+            name = str(json.loads(out).get("stack") or "") if rc == 0 else ""
+            if not name:
+                return
+            stack = find_stack(name)
+        except (ValueError, OSError, paramiko.SSHException, NodecertError, AttributeError):
+            return
+        hr.stack = stack
+        hr.plan = hr.plan.with_(conformance={"stack": stack.name,
+                                             "script": conformance.script_for(stack)},
+                                framework=framework_plan(stack))
+        RunDir(hr.out_dir.parent).record_host_plan(hr.host, hr.plan, stack.path)
+        self.emit(hr, f"stack {stack.name}: recorded by provisioning on the node")
 
     def _on_event(self, hr: HostRun, ev: dict[str, Any]) -> float | None:
         """Apply one node event; returns the new read deadline when it changes."""

@@ -83,6 +83,15 @@ class RunDir:
         for f in stack_files:
             write_atomic(str(self.inputs / "stack" / f.name), f.read_bytes(), mode=0o600)
 
+    def record_host_plan(self, host: str, plan: Plan, stack_file: Path | None) -> None:
+        """A host's plan completed on contact (the stack its provisioning recorded):
+        the run's inputs say what the host was really judged with."""
+        write_json(self.inputs / f"plan-{host}.json", plan.as_dict(), private=True)
+        if stack_file is not None:
+            (self.inputs / "stack").mkdir(exist_ok=True)
+            write_atomic(str(self.inputs / "stack" / stack_file.name), stack_file.read_bytes(),
+                         mode=0o600)
+
     def plan(self, host: str) -> Plan | None:
         """The plan the run sent to `host`, as recorded at its start (None for runs made
         before inputs were recorded)."""
