@@ -287,3 +287,15 @@ def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes
         assert (run.run_dir / "inputs" / "stack" / f"{adopted}.yml").is_file()
     else:
         assert not plan["conformance"]
+
+
+def test_hgx_b200_lab_profile_validates_and_its_faults_fail(tmp_path: Path) -> None:
+    from simnode import SimNode
+    node = SimNode(tmp_path / "ok", profile="b200-hgx-8")
+    for check in ("hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu"):
+        r = node.check(check)
+        assert r.verdict is Verdict.PASS, (check, r.summary)
+    down = SimNode(tmp_path / "down", profile="b200-hgx-8",
+                   faults=[{"kind": "nvlink_down", "gpu": 3, "links": [7]}])
+    r = down.check("hardware.topology")
+    assert r.verdict is Verdict.FAIL and "GPU3: NVLink 7 inactive (17 of 18 up)" in r.summary

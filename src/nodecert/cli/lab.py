@@ -41,7 +41,7 @@ def _lab() -> Any:
 @click.option("--nodes", default=2, show_default=True, help="Number of hosts (h1..hN).")
 @click.option("--profile", "profiles", multiple=True, default=("h200-sxm-8",), show_default=True,
               help="Hardware profile; repeat to alternate profiles across hosts "
-                   "(h200-sxm-8, h100-sxm-8, a100-sxm-8, l40s-pcie-4).")
+                   "(h200-sxm-8, h100-sxm-8, a100-sxm-8, l40s-pcie-4, b200-hgx-8).")
 @click.option("--faults", "faults_file", type=click.Path(path_type=Path, exists=True,
                                                           dir_okay=False),
               help="YAML fault file to inject (see README, 'Lab faults').")
