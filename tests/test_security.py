@@ -424,10 +424,14 @@ def test_lab_root_at_a_fixed_name_is_used_only_when_ours(tmp_path: Path) -> None
 
 
 @pytest.mark.lab
-def test_provisioning_a_host_with_an_unknown_key_fails(lab: object, tmp_path: Path) -> None:
+def test_provisioning_a_host_with_an_unknown_key_fails(lab: object, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """An inventory whose known_hosts lacks the host (and asks nothing weaker): Ansible
     refuses the connection; nothing is provisioned."""
     from nodecert.provisioning import provision
+    # a connection of its own: an earlier test's SSH master (ControlPersist) to the same
+    # host was opened with the right known_hosts and would be reused without a new check
+    monkeypatch.setenv("ANSIBLE_SSH_CONTROL_PATH_DIR", str(tmp_path / "cp"))
     st = lab.cfg.state  # type: ignore[attr-defined]
     empty = tmp_path / "known_hosts"
     empty.write_text("")
