@@ -424,14 +424,11 @@ def test_lab_root_at_a_fixed_name_is_used_only_when_ours(tmp_path: Path) -> None
 
 
 @pytest.mark.lab
-def test_provisioning_a_host_with_an_unknown_key_fails(lab: object, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_provisioning_a_host_with_an_unknown_key_fails(lab: object, tmp_path: Path) -> None:
     """An inventory whose known_hosts lacks the host (and asks nothing weaker): Ansible
-    refuses the connection; nothing is provisioned."""
+    refuses the connection; nothing is provisioned -- even right after another run
+    reached the host (each run's SSH masters are its own: no ControlPersist reuse)."""
     from nodecert.provisioning import provision
-    # a connection of its own: an earlier test's SSH master (ControlPersist) to the same
-    # host was opened with the right known_hosts and would be reused without a new check
-    monkeypatch.setenv("ANSIBLE_SSH_CONTROL_PATH_DIR", str(tmp_path / "cp"))
     st = lab.cfg.state  # type: ignore[attr-defined]
     empty = tmp_path / "known_hosts"
     empty.write_text("")
@@ -439,6 +436,10 @@ def test_provisioning_a_host_with_an_unknown_key_fails(lab: object, tmp_path: Pa
     inv.write_text((st / "inventory.ini").read_text().replace(
         f"UserKnownHostsFile={st / 'known_hosts'}", f"UserKnownHostsFile={empty}"))
     (tmp_path / "group_vars").mkdir()
+    first = provision(st / "inventory.ini", "r580-cuda13.0", limit=("h2",),
+                      tags=("preflight",), runs_dir=tmp_path / "runs0",
+                      progress=lambda line: None)
+    assert first.hosts["h2"].status == "provisioned", first.hosts["h2"].as_dict()
     report = provision(inv, "r580-cuda13.0", limit=("h2",), tags=("preflight",),
                        runs_dir=tmp_path / "runs", progress=lambda line: None)
     outcome = report.hosts["h2"]

@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -156,6 +157,34 @@ def _refuse_mirror_credentials(mirror: str | None) -> None:
                  "/etc/apt/auth.conf.d on the nodes (or a netrc for pip)")
 
 
+def _run_playbook(ansible_runner: Any, run_dir: Path, inventory: Path, *,
+                  xvars: dict[str, Any], hosts: list[str], tags: tuple[str, ...], forks: int,
+                  cmdline: list[str], pipelining: bool, tracker: Any, control_dir: str) -> Any:
+    return ansible_runner.run(
+        private_data_dir=str(run_dir / "ansible"),
+        playbook=str(product_dir("playbooks") / "site.yml"),
+        inventory=str(inventory.resolve()),
+        extravars=xvars,
+        limit=",".join(hosts),
+        tags=",".join(tags) if tags else None,
+        forks=forks,
+        cmdline=" ".join(cmdline) if cmdline else None,
+        envvars={"ANSIBLE_PIPELINING": str(pipelining), "ANSIBLE_HOST_KEY_CHECKING": "True",
+                 # OpenSSH keeps the first value of an option: strict host key checking
+                 # comes before anything an inventory adds
+                 "ANSIBLE_SSH_ARGS": SSH_ARGS,
+                 "ANSIBLE_SSH_CONTROL_PATH_DIR": control_dir,
+                 "ANSIBLE_CONFIG": str(ansible_config()),
+                 "ANSIBLE_LOCAL_TEMP": ansible_local_temp(),
+                 "ANSIBLE_ROLES_PATH": str(product_dir("roles")), "ANSIBLE_NOCOLOR": "1",
+                 "ANSIBLE_RETRY_FILES_ENABLED": "False",
+                 "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
+        event_handler=tracker,
+        quiet=True,
+        timeout=PLAYBOOK_TIMEOUT_S,
+    )
+
+
 def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ...] = (),
               check: bool = False, tags: tuple[str, ...] = (), forks: int = 10,
               mirror: str | None = None, runs_dir: Path = Path("runs"),
@@ -194,28 +223,17 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     import ansible_runner  # lazily: heavy, and only provisioning needs it
 
     cmdline = ["--check"] if check else []
-    runner = ansible_runner.run(
-        private_data_dir=str(run_dir / "ansible"),
-        playbook=str(product_dir("playbooks") / "site.yml"),
-        inventory=str(inventory.resolve()),
-        extravars=xvars,
-        limit=",".join(hosts),
-        tags=",".join(tags) if tags else None,
-        forks=forks,
-        cmdline=" ".join(cmdline) if cmdline else None,
-        envvars={"ANSIBLE_PIPELINING": str(pipelining), "ANSIBLE_HOST_KEY_CHECKING": "True",
-                 # OpenSSH keeps the first value of an option: strict host key checking
-                 # comes before anything an inventory adds
-                 "ANSIBLE_SSH_ARGS": SSH_ARGS,
-                 "ANSIBLE_CONFIG": str(ansible_config()),
-                 "ANSIBLE_LOCAL_TEMP": ansible_local_temp(),
-                 "ANSIBLE_ROLES_PATH": str(product_dir("roles")), "ANSIBLE_NOCOLOR": "1",
-                 "ANSIBLE_RETRY_FILES_ENABLED": "False",
-                 "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
-        event_handler=tracker,
-        quiet=True,
-        timeout=PLAYBOOK_TIMEOUT_S,
-    )
+    # This run's SSH connections are its own (a short private directory: socket paths
+    # are limited): a master another run opened is never reused past this run's
+    # known_hosts.
+    control_dir = tempfile.mkdtemp(prefix="nodecert-cp-")
+    try:
+        runner = _run_playbook(ansible_runner, run_dir, inventory, xvars=xvars, hosts=hosts,
+                               tags=tags, forks=forks, cmdline=cmdline,
+                               pipelining=pipelining, tracker=tracker,
+                               control_dir=control_dir)
+    finally:
+        shutil.rmtree(control_dir, ignore_errors=True)
     stats = runner.stats or {}
     playbook_error = _playbook_error(run_dir / "ansible") if runner.rc != 0 else None
     for name, h in tracker.hosts.items():
