@@ -121,6 +121,32 @@ def test_hardware_faults_fail_exactly_the_right_check(plab: Lab, tmp_path: Path)
         plab.apply_faults(None)
 
 
+def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) -> None:
+    """nodecert installed from its wheel, outside the repository, provisions, validates
+    and certifies a lab host with the roles, stacks and node code the wheel carries."""
+    import subprocess
+    import sys
+
+    from nodecert.signing import init_key
+    from test_wheel import build_wheel, install_wheel
+    env = install_wheel(build_wheel(tmp_path / "build"), tmp_path / "site")
+    key = init_key(tmp_path / "keys").private
+    r = subprocess.run(
+        [sys.executable, "-c", "import sys; from nodecert.cli import provision_main; "
+         "sys.argv[0] = 'provision'; provision_main()", "--inventory", str(inv(plab)),
+         "--stack", STACK, "--limit", "h2", "--runs-dir", str(tmp_path / "runs"),
+         "--key", str(key)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200, check=False)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    (cert,) = (tmp_path / "runs").glob("*/reports/h2.intoto.dsse.json")
+    v = CliRunner().invoke(main, ["verify", str(cert), "--pubkey", str(key.with_suffix(
+        ".pub")), "--allow-simulated", "--expect-host", "h2"])
+    assert v.exit_code == 0, v.output
+    # the playbook and roles Ansible ran are the wheel's, not the checkout's
+    commands = list((tmp_path / "runs").glob("*/ansible/artifacts/*/command"))
+    assert commands and all(str(tmp_path / "site") in c.read_text() for c in commands)
+
+
 def test_a_provisioned_node_is_judged_against_the_stack_it_recorded(
         plab: Lab, tmp_path: Path) -> None:
     """No --stack and no nodecert_stack in the lab inventory: validate judges each host

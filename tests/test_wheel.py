@@ -18,20 +18,37 @@ SHIPPED = ("pyproject.toml", "README.md", "src", "validators", "stacks", "invent
            "playbooks")
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = tmp_path_factory.mktemp("src")
-    for name in SHIPPED:  # built from a copy: nothing is written into the checkout
+def build_wheel(work: Path) -> Path:
+    """The wheel, built from a copy of the shipped tree (nothing written into the
+    checkout)."""
+    src = work / "src"
+    src.mkdir(parents=True)
+    for name in SHIPPED:
         (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(
             REPO / name, src / name, **({"ignore": shutil.ignore_patterns(
                 "__pycache__", "*.pyc")} if (REPO / name).is_dir() else {}))
-    out = tmp_path_factory.mktemp("dist")
+    out = work / "dist"
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q",
                         "-w", str(out)], capture_output=True, text=True, timeout=600,
                        check=False)
     require(r.returncode == 0, f"pip could not build the wheel (hatchling): {r.stderr[-500:]}")
     (whl,) = out.glob("nodecert-*.whl")
     return whl
+
+
+def install_wheel(whl: Path, site: Path) -> dict[str, str]:
+    """Install outside the repository; the environment that runs it from there (its
+    dependencies come from the test environment, the package itself only from `site`)."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                    str(site), str(whl)], check=True, timeout=300, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("NODECERT_HOME", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(site)  # ahead of the checkout's editable install
+    return env
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def test_wheel_carries_the_ansible_side_and_the_data(wheel: Path) -> None:
@@ -48,10 +65,7 @@ def test_wheel_carries_the_ansible_side_and_the_data(wheel: Path) -> None:
 
 def test_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
-                    str(site), str(wheel)], check=True, timeout=300, capture_output=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("NODECERT_HOME", "PYTHONPATH")}
-    env["PYTHONPATH"] = str(site)  # ahead of the checkout's editable install
+    env = install_wheel(wheel, site)
     code = ("import nodecert.paths as p, nodecert.ansible_env as i; "
             "print(p.product_dir('roles')); print(p.product_dir('playbooks')); "
             "print(p.stacks_dir()); print(i.ansible_config())")
