@@ -452,3 +452,28 @@ def test_lab_refuses_more_hosts_than_inotify_allows(tmp_path: Path,
                                             "the machine allows 40") as e:
         lab_hosts.check_inotify(4)
     assert "sysctl -w fs.inotify.max_user_instances=512" in str(e.value.hint)
+
+
+def test_lab_up_grows_and_shrinks_a_running_lab() -> None:
+    """`lab up --nodes N` on a running lab: new hosts boot and join the inventory, the
+    others keep running; fewer nodes stop the last hosts and remove their namespaces."""
+    require_root()
+    from nodecert.lab import net
+    small = Lab(lab_config("gs", 3), log=lambda m: None)
+    try:
+        small.up(nodes=1, profiles=("l40s-pcie-4",))
+        pid1 = small.host("h1").pid
+        grown = small.up(nodes=2, profiles=("h200-sxm-8",))
+        assert grown["resized"] == {"from": 1, "to": 2}
+        assert [(h["name"], h["profile"]) for h in grown["hosts"]] == [
+            ("h1", "l40s-pcie-4"), ("h2", "h200-sxm-8")]
+        assert small.host("h1").pid == pid1  # h1 was not restarted
+        assert "h2 ansible_host=" in (small.cfg.state / "inventory.ini").read_text()
+        assert small.ssh("h2", "hostname").stdout.strip() == "h2"
+        shrunk = small.up(nodes=1)
+        assert [h["name"] for h in shrunk["hosts"]] == ["h1"]
+        assert small.cfg.netns(2) not in net.owned_netns(small.cfg)
+        assert "h2 " not in (small.cfg.state / "inventory.ini").read_text()
+        assert small.ssh("h1", "hostname").stdout.strip() == "h1"
+    finally:
+        small.down()

@@ -49,7 +49,8 @@ def _lab() -> Any:
 @handle_errors
 def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
            as_json: bool) -> None:
-    """Build (once) the base image and mirror, then boot NODES hosts."""
+    """Build (once) the base image and mirror, then boot NODES hosts; on a running lab,
+    grow or shrink it to NODES hosts (new hosts take --profile, the others run on)."""
     result = _lab().up(nodes=nodes, profiles=profiles, faults_file=faults_file)
     if as_json:
         emit_json(result)

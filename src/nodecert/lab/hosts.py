@@ -196,8 +196,11 @@ class Lab:
                                if faults_file else [])
         state = self._read_state()
         if state and any(self._alive(h.get("pid")) for h in state.get("hosts", [])):
-            raise NodecertError("the lab is already up",
-                                hint="run `nodecert lab status`, or `nodecert lab down` first")
+            if faults_file:
+                raise NodecertError("the lab is up: its faults change with `nodecert lab "
+                                    "faults`, not with `lab up`",
+                                    hint="run `nodecert lab faults FILE`")
+            return self._resize(state, nodes, profiles)
         self.clean_stale()
         check_inotify(nodes)
         timings: dict[str, float] = {}
@@ -247,6 +250,43 @@ class Lab:
                 "inventory": str(self.cfg.state / "inventory.ini"),
                 "ssh_config": str(self.cfg.state / "ssh_config"),
                 "known_hosts": str(self.cfg.state / "known_hosts")}
+
+    def _resize(self, state: dict[str, Any], nodes: int,
+                profiles: tuple[str, ...]) -> dict[str, Any]:
+        """Grow or shrink a running lab to `nodes` hosts: new hosts boot with the given
+        profiles (alternating), the last hosts stop when shrinking; the others run on."""
+        t0 = time.monotonic()
+        current = sorted(self.hosts(), key=lambda h: h.n)
+        faults = [Fault(**f) for f in state.get("faults", [])]
+        new: list[LabHost] = []
+        for h in current[nodes:]:
+            self._stop_host(h)
+            shutil.rmtree(self.cfg.host_dir(h.n), ignore_errors=True)
+        kept = current[:nodes]
+        if nodes > len(current):
+            check_inotify(nodes)
+            for n in range(len(current) + 1, nodes + 1):
+                name, prof = f"h{n}", profiles[(n - 1 - len(current)) % len(profiles)]
+                self._prepare(n, name, prof, faults, seed=state["seed"], total=nodes)
+                net.netns_add(self.cfg, n)
+                pid = self._start(n, name, Path(state["mirror"]))
+                new.append(LabHost(name, n, str(self.cfg.host_ip(n)), prof,
+                                   self.cfg.netns(n), pid))
+                state["hosts"] = [h.as_dict() for h in kept + new]
+                self._write_state(state)
+        state["hosts"] = [h.as_dict() for h in kept + new]
+        self._write_state(state)
+        self._write_access_files(kept + new)
+        if new:
+            self._apply_storage_faults(new, faults)
+            self._wait_ready(new)
+        took = time.monotonic() - t0
+        timings = {"base_s": 0.0, "mirror_s": 0.0, "hosts_ready_s": took, "total_s": took}
+        return {"hosts": [h.as_dict() for h in kept + new], "timings": timings,
+                "inventory": str(self.cfg.state / "inventory.ini"),
+                "ssh_config": str(self.cfg.state / "ssh_config"),
+                "known_hosts": str(self.cfg.state / "known_hosts"),
+                "resized": {"from": len(current), "to": nodes}}
 
     def _prepare(self, n: int, name: str, profile_name: str, faults: list[Fault], *,
                  seed: str, total: int) -> None:
