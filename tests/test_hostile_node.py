@@ -148,7 +148,7 @@ def test_hostile_host_errors_the_other_finishes(tmp_path: Path, bad: bytes,
                b'{"event": "start", "check": "health.xid"}', bad, b'{"event": "done"}'],
     }
     monkeypatch.setattr(nodesession, "connect", lambda ep: Client(scripts[ep.host]))
-    monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c: "/opt/x")
+    monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c, hr: "/opt/x")
     said: list[str] = []
     ns = NodeSessions(runs, said.append, threading.Event(), (b"", "0" * 64))
     for hr in runs.values():

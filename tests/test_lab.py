@@ -477,3 +477,51 @@ def test_lab_up_grows_and_shrinks_a_running_lab() -> None:
         assert small.ssh("h1", "hostname").stdout.strip() == "h1"
     finally:
         small.down()
+
+
+def test_validate_as_a_non_root_user_through_a_jump_host(tmp_path: Path) -> None:
+    """A site's SSH: the node refuses root logins; nodecert logs in as `ops` (passwordless
+    sudo, ansible_become) through another host as the bastion (ProxyJump), both host
+    keys checked, and runs its checks as root through sudo."""
+    require_root()
+    from nodecert.validation import validate
+    site = Lab(lab_config("sj", 4), log=lambda m: None)
+    try:
+        site.up(nodes=2, profiles=("l40s-pcie-4",))
+        site.ssh("h2", "useradd -m -s /bin/sh ops && install -d -m 700 -o ops -g ops "
+                       "/home/ops/.ssh && install -m 600 -o ops -g ops /root/.ssh/authorized_keys "
+                       "/home/ops/.ssh/authorized_keys && echo 'ops ALL=(ALL) NOPASSWD: ALL' "
+                       "> /etc/sudoers.d/ops && chmod 440 /etc/sudoers.d/ops && "
+                       "echo 'PermitRootLogin no' > /etc/ssh/sshd_config.d/00-no-root.conf && "
+                       "(systemctl restart ssh || systemctl restart sshd)")
+        st = site.cfg.state
+        h1_ip, h2_ip = str(site.cfg.host_ip(1)), str(site.cfg.host_ip(2))
+        # root cannot log in to h2 any more
+        client = paramiko.SSHClient()
+        client.load_host_keys(str(st / "known_hosts"))
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        with pytest.raises(paramiko.AuthenticationException):
+            client.connect(h2_ip, username="root", key_filename=str(st / "id_ed25519"),
+                           timeout=10, look_for_keys=False, allow_agent=False)
+        client.close()
+        common = (f"-o UserKnownHostsFile={st / 'known_hosts'} -o StrictHostKeyChecking=yes "
+                  f"-o IdentitiesOnly=yes -o ProxyJump=root@{h1_ip}")
+        inv = tmp_path / "inventory.ini"
+        inv.write_text("\n".join(
+            ln + (f" ansible_user=ops ansible_become=true ansible_ssh_common_args='{common}'"
+                  if ln.startswith("h2 ") else "")
+            for ln in (st / "inventory.ini").read_text().splitlines()) + "\n")
+        run = validate(inv, limit=("h2",), checks=("health.xid",), runs_dir=tmp_path / "runs",
+                       progress=lambda line: None)
+        hr = run.hosts["h2"]
+        assert hr.status == "done", hr.error
+        assert [r.verdict.name for r in hr.results] == ["PASS"], hr.results[0].summary
+        # the bastion's host key is checked too: an unknown bastion key is refused
+        (tmp_path / "kh").write_text(f"{h2_ip} " + (st / "known_hosts").read_text().split(
+            f"{h2_ip} ", 1)[1].splitlines()[0] + "\n")
+        inv.write_text(inv.read_text().replace(str(st / "known_hosts"), str(tmp_path / "kh")))
+        bad = validate(inv, limit=("h2",), checks=("health.xid",), runs_dir=tmp_path / "r2",
+                       progress=lambda line: None)
+        assert bad.hosts["h2"].status == "unreachable"
+    finally:
+        site.down()

@@ -168,17 +168,19 @@ class NodeSessions:
         chan.close()
         return rc, out.decode(errors="replace")
 
-    def _install_code(self, client: paramiko.SSHClient) -> str:
+    def _install_code(self, client: paramiko.SSHClient, hr: HostRun) -> str:
         """Ship the node code once per version (content-addressed directory), the same
-        way the validators role installs it (install_script)."""
-        rc, out = self._exec(client, install_script(self.sha[:16], "-"), self.bundle, 60)
+        way the validators role installs it (install_script); as root (sudo for a
+        non-root user with become)."""
+        rc, out = self._exec(client, hr.endpoint.as_root(install_script(self.sha[:16], "-")),
+                             self.bundle, 60)
         if rc != 0:
             raise OSError(f"could not install the node code in {NODE_BASE}: {out[-300:]}")
         return f"{NODE_BASE}/{self.sha[:16]}"
 
     def _session(self, hr: HostRun, client: paramiko.SSHClient) -> None:
         try:
-            remote = self._install_code(client)
+            remote = self._install_code(client, hr)
         except (paramiko.SSHException, OSError, TimeoutError) as exc:
             hr.status, hr.error = "lost", f"setting up the node code failed: {exc}"
             hr.finish_missing(hr.error, "NC-HOST-LOST")
@@ -187,8 +189,9 @@ class NodeSessions:
         if hr.stack is None:
             self._adopt_recorded_stack(hr, client)
         chan = client.get_transport().open_session()  # type: ignore[union-attr]
-        chan.exec_command(f"cd {shlex.quote(remote)} && exec {shlex.quote(hr.endpoint.python)} "
-                          "-m nodecert_node run")
+        chan.exec_command(hr.endpoint.as_root(
+            f"cd {shlex.quote(remote)} && exec {shlex.quote(hr.endpoint.python)} "
+            "-m nodecert_node run"))
         chan.sendall((json.dumps(hr.plan.as_dict()) + "\n").encode())
         reader = LineReader(chan)
         deadline = time.monotonic() + 60

@@ -1,9 +1,12 @@
 """SSH sessions to nodes with paramiko, host keys checked strictly.
 
 Connection settings come from the inventory exactly as Ansible resolves them
-(ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file, and
-UserKnownHostsFile in ansible_ssh_common_args). An unknown or changed host key
-is refused; nodecert never adds keys on its own.
+(ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file,
+UserKnownHostsFile and ProxyJump in ansible_ssh_common_args/ansible_ssh_extra_args,
+ansible_become). An unknown or changed host key -- the node's or the jump host's -- is
+refused; nodecert never adds keys on its own. A non-root user with `become` runs the
+node's commands through `sudo -n` (passwordless sudo; a sudo password is not supported
+here: give the user NOPASSWD for the nodecert commands).
 """
 
 from __future__ import annotations
@@ -25,25 +28,58 @@ class Endpoint:
     key_file: str | None
     known_hosts: tuple[str, ...]
     python: str
+    become: bool = False
+    proxy_jump: str | None = None  # [user@]host[:port] of a bastion
 
     @classmethod
     def from_hostvars(cls, host: str, hv: dict[str, Any]) -> Endpoint:
         known: list[str] = []
-        args = shlex.split(str(hv.get("ansible_ssh_common_args", "") or ""))
+        jump: str | None = None
+        args = shlex.split(str(hv.get("ansible_ssh_common_args", "") or "")) + shlex.split(
+            str(hv.get("ansible_ssh_extra_args", "") or ""))
         for k, a in enumerate(args):
+            if a == "-J" and k + 1 < len(args):
+                jump = jump or args[k + 1]
+                continue
             opt = a[2:] if a.startswith("-o") and len(a) > 2 else (
                 args[k + 1] if a == "-o" and k + 1 < len(args) else "")
             key, _, value = opt.partition("=")
             if key.lower() == "userknownhostsfile":
                 known += value.split()
+            elif key.lower() == "proxyjump" and value.lower() != "none":
+                jump = jump or value.split(",")[0]
         interp = str(hv.get("ansible_python_interpreter") or "python3")
         if "{{" in interp or interp.startswith("auto"):
             interp = "python3"
+        user = str(hv.get("ansible_user", "root"))
+        become = str(hv.get("ansible_become", "false")).strip().lower() in (
+            "true", "yes", "1", "on") and user != "root"
         return cls(host, str(hv.get("ansible_host", host)), int(hv.get("ansible_port", 22)),
-                   str(hv.get("ansible_user", "root")),
+                   user,
                    str(hv["ansible_ssh_private_key_file"])
                    if hv.get("ansible_ssh_private_key_file") else None,
-                   tuple(known), interp)
+                   tuple(known), interp, become, jump)
+
+    def as_root(self, command: str) -> str:
+        """command as it must run on the node: through passwordless sudo for a non-root
+        user with become, else as is."""
+        return f"sudo -n -- sh -c {shlex.quote(command)}" if self.become else command
+
+
+def _jump_channel(ep: Endpoint, timeout: float) -> tuple[paramiko.SSHClient, Any]:
+    """A channel to the node through the bastion (its host key checked like the node's)."""
+    spec = ep.proxy_jump or ""
+    user, _, hostport = spec.rpartition("@")
+    host, _, port = hostport.partition(":")
+    bastion = Endpoint(host, host, int(port or 22), user or ep.user, ep.key_file,
+                       ep.known_hosts, ep.python)
+    jump = connect(bastion, timeout)
+    transport = jump.get_transport()
+    if transport is None:
+        raise paramiko.SSHException(f"no transport to the jump host {spec}")
+    chan = transport.open_channel("direct-tcpip", (ep.address, ep.port), ("127.0.0.1", 0),
+                                  timeout=timeout)
+    return jump, chan
 
 
 def connect(ep: Endpoint, timeout: float = 15.0) -> paramiko.SSHClient:
@@ -56,9 +92,14 @@ def connect(ep: Endpoint, timeout: float = 15.0) -> paramiko.SSHClient:
         if p.is_file():
             client.load_host_keys(str(p))
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    sock = None
+    if ep.proxy_jump:
+        jump, sock = _jump_channel(ep, timeout)
+        client._nodecert_jump = jump  # type: ignore[attr-defined]  # kept alive with it
     client.connect(ep.address, port=ep.port, username=ep.user, key_filename=ep.key_file,
                    timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
-                   allow_agent=ep.key_file is None, look_for_keys=ep.key_file is None)
+                   allow_agent=ep.key_file is None, look_for_keys=ep.key_file is None,
+                   sock=sock)
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(5)  # a vanished host shows up as a dead channel, not a hang
