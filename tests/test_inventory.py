@@ -205,3 +205,19 @@ def test_limit_pattern_matching_nothing_is_an_error() -> None:
     sample = REPO / "inventory" / "sample" / "lab.ini"
     with pytest.raises(InventoryError, match="--limit 'gpu-h200-99' matches no host"):
         select_hosts(sample, ("gpu-h200-99",), sorted(load_inventory(sample)))
+
+
+def test_inventory_script_source(tmp_path: Path) -> None:
+    """A dynamic inventory script (Ansible's script plugin: --list prints JSON)."""
+    import json
+    script = tmp_path / "cmdb"
+    spec = {"nodecert_gpu_model": "H200-SXM", "nodecert_gpu_count": 8,
+            "nodecert_cpu_cores": 112, "nodecert_ram_gb": 2048, "nodecert_nvme_count": 8}
+    data = {"hgx": {"hosts": ["gpu-31", "gpu-32"]},
+            "_meta": {"hostvars": {h: dict(spec, ansible_host=f"192.0.2.{n}")
+                                   for n, h in ((31, "gpu-31"), (32, "gpu-32"))}}}
+    script.write_text("#!/bin/sh\n[ \"$1\" = --list ] && cat <<'EOF'\n" + json.dumps(data)
+                      + "\nEOF\n[ \"$1\" = --host ] && echo '{}'\nexit 0\n")
+    script.chmod(0o755)
+    hosts = load_inventory(script)
+    assert sorted(hosts) == ["gpu-31", "gpu-32"] and hosts["gpu-32"].address == "192.0.2.32"
