@@ -49,12 +49,14 @@ SIMHW_PACKAGE = SIMHW.parent / "nodecert_simhw"  # the emulators, one module per
 # Storage floors for lab hosts (their disk is this machine's, shared by all hosts);
 # an nvme_slow fault (8 MB/s) falls well below them. Sequential and checkpoint
 # figures of that disk swing by up to 50% between identical runs
-# (benchmarks/validate.py), so re-validation compares lab storage with a 60%
-# tolerance. Both are recorded in every result as the inventory's.
+# (benchmarks/validate.py) and were seen 65% apart in one CI run (seq read 1122 ->
+# 392 MB/s, same host, minutes apart), so re-validation compares lab storage with an
+# 85% tolerance: on a shared disk a drop is noise, the floors catch a broken drive.
+# Both are recorded in every result as the inventory's.
 LAB_STORAGE_FLOORS = {"storage.seq_read_mbps_min": 25,
                       "storage.local_nvme_seq_read_mbps_min": 25, "storage.seq_write_mbps_min": 25,
                       "storage.rand_read_iops_min": 500, "storage.checkpoint_mbps_min": 10,
-                      "drift.storage_drop_max": 0.6}
+                      "drift.storage_drop_max": 0.85}
 REQUIRED_TOOLS = {"systemd-nspawn": "systemd-container", "mmdebstrap": "mmdebstrap",
                   "ip": "iproute2", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
                   "dpkg-deb": "dpkg", "apt-ftparchive": "apt-utils"}
