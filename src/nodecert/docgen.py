@@ -53,6 +53,8 @@ def thresholds_table() -> str:
                 else t["value"]
             rows.append([prof.name, f"`{key}`", f"{t['op']} {value} {t['unit']}".strip(),
                          t["source"]])
+        for key, why in sorted(prof.unpublished.items()):
+            rows.append([prof.name, f"`{key}`", "not judged (WARN)", why])
     return _table(["profile", "key", "limit", "source"], rows)
 
 

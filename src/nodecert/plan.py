@@ -36,14 +36,16 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
                                       "nvme_rated_seq_write_mbps", "nvme_rated_rand_read_iops")
                     if k in v}}
     chosen = [c for c in suite.checks if not checks or c in checks]  # suite order
+    limits = thresholds.resolve(spec.gpu_model, inventory=v.get("thresholds"),
+                                cli=cli_thresholds, host=spec.name)
+    plan_spec["threshold_gaps"] = thresholds.gaps(spec.gpu_model, limits)
     return Plan(
         run_id=run_id, host=spec.name, suite=suite.name, checks=chosen,
         check_timeout_s=suite.check_timeout_s, tool_timeout_s=60,
         # The whole host: every check at its limit, plus connection and set-up.
         host_timeout_s=host_timeout_s or suite.check_timeout_s * len(chosen) + 120,
         simulated=spec.simulated, spec=plan_spec,
-        thresholds=thresholds.resolve(spec.gpu_model, inventory=v.get("thresholds"),
-                                      cli=cli_thresholds, host=spec.name),
+        thresholds=limits,
         options={"storage": storage, "fabric": {**suite.fabric, **over.get("fabric", {})},
                  "load": {**suite.load, **over.get("load", {})}},
         conformance={"stack": stack.name, "script": conformance.script_for(stack)}

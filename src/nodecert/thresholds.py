@@ -8,7 +8,7 @@ limit it was judged against and why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,9 @@ class Profile:
     name: str
     path: Path
     thresholds: dict[str, dict[str, Any]]
+    # Keys no published or recorded figure supports for this model, with the profile's
+    # statement of why; the check that would judge the key WARNs with that statement.
+    unpublished: dict[str, str] = field(default_factory=dict)
 
 
 def _render_source(key: str, node: yamldoc.Node) -> str:
@@ -52,7 +55,8 @@ def _render_source(key: str, node: yamldoc.Node) -> str:
 
 
 def _read_profile(path: Path, name: str) -> Profile:
-    root = yamldoc.load(path).mapping({"schema", "thresholds"}, {"sources", "gpu_model"})
+    root = yamldoc.load(path).mapping({"schema", "thresholds"},
+                                      {"sources", "gpu_model", "unpublished"})
     if root["schema"].text() != "nodecert.validator-profile/v1":
         raise root["schema"].error("expected schema nodecert.validator-profile/v1")
     sources = ({k: _render_source(k, n) for k, n in root["sources"].items()}
@@ -70,7 +74,17 @@ def _read_profile(path: Path, name: str) -> Profile:
                     "unit": f["unit"].text() if "unit" in f else "",
                     "origin": f"profile {name} ({path.parent.name}/{path.name})",
                     "source": f"{sources[cited]}{' ' + detail if detail else ''}"}
-    return Profile(name, path, out)
+    gaps: dict[str, str] = {}
+    for key, node in (root["unpublished"].items() if "unpublished" in root else []):
+        if key in out:
+            raise node.error(f"{key} is both a threshold and unpublished",
+                             hint="a key is either judged (thresholds:) or stated open "
+                                  "(unpublished:), not both")
+        statement = node.text()
+        if len(statement) < 20:
+            raise node.error(f"unpublished {key} needs a statement of why no figure exists")
+        gaps[key] = statement
+    return Profile(name, path, out, gaps)
 
 
 @cache
@@ -98,6 +112,13 @@ def known_keys() -> set[str]:
         if p.stem != "common":
             keys |= set(load_profile(p.stem).thresholds)
     return keys
+
+
+def gaps(gpu_model: str, resolved: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The model profile's unpublished keys that nothing else (inventory, CLI) has set."""
+    if not has_profile(gpu_model):
+        return {}
+    return {k: v for k, v in load_profile(gpu_model).unpublished.items() if k not in resolved}
 
 
 def resolve(gpu_model: str, *, inventory: dict[str, Any] | None = None,

@@ -168,8 +168,12 @@ class Threshold:
 class Limits:
     """The thresholds the control side resolved for one host (profile, spec, options)."""
 
-    def __init__(self, raw: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, raw: dict[str, dict[str, Any]],
+                 gaps: dict[str, str] | None = None) -> None:
         self._t = {k: Threshold.from_dict(v) for k, v in raw.items()}
+        # Keys the model's profile deliberately leaves open, each with the profile's
+        # statement of why (no published or recorded figure): judged as WARN, not PASS.
+        self._gaps = {k: str(v) for k, v in (gaps or {}).items() if k not in self._t}
 
     def has(self, key: str) -> bool:
         return key in self._t
@@ -189,6 +193,10 @@ class Limits:
 
     def pick(self, *keys: str) -> dict[str, Threshold]:
         return {k: self._t[k] for k in keys if k in self._t}
+
+    def gap_notes(self, *keys: str) -> list[str]:
+        """One WARN finding per key the profile states it cannot set a floor for."""
+        return [f"{k} not judged: {self._gaps[k]}" for k in keys if k in self._gaps]
 
 
 # --- results -------------------------------------------------------------------------------
@@ -291,7 +299,7 @@ class Plan:
         return replace(self, **changes)
 
     def limits(self) -> Limits:
-        return Limits(self.thresholds)
+        return Limits(self.thresholds, self.spec.get("threshold_gaps") or {})
 
     def timeout_for(self, check: str) -> float:
         return float(self.check_timeouts_s.get(check, self.check_timeout_s))

@@ -116,6 +116,7 @@ def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Resul
                      "memory, PCIe, NVLink and performance are not judged against the "
                      "model's published figures, only the common thresholds apply (add "
                      f"validators/profiles/{spec.get('gpu_model')}.yml with sourced values)")
+    warns.extend(limits.gap_notes("gpu.names", "gpu.memory_mib_min"))
     _judge_gpus(facts, spec, limits, fails, warns)
     cpu = facts.get("cpu")
     cores = cpu["cores"] if cpu else None
@@ -178,7 +179,7 @@ def judge_pcie(gpus: list[dict[str, Any]], devices: list[dict[str, Any]],
                limits: Limits) -> Result:
     name = "hardware.pcie"
     fails: list[str] = []
-    warns: list[str] = []
+    warns: list[str] = limits.gap_notes("pcie.gen", "pcie.width")
     notes: list[str] = []
     want_gen = limits.value("pcie.gen")
     want_width = limits.value("pcie.width")
@@ -254,6 +255,12 @@ def judge_topology(facts: Facts, limits: Limits) -> Result:
     fails: list[str] = []
     warns: list[str] = []
     want_links = int(limits.value("nvlink.links_per_gpu", 0) or 0)
+    gap = limits.gap_notes("nvlink.links_per_gpu")
+    if want_links == 0 and gap:
+        # The model may or may not carry NVLink (optional bridges, multi-superchip
+        # systems only): say so rather than pass an NVLink nobody looked at.
+        return Result(name, Verdict.WARN, gap[0], value={"nvlink": "not judged"},
+                      findings=tuple(gap))
     if want_links == 0:
         return Result(name, Verdict.PASS, "PCIe-only GPU model: no NVLink expected",
                       value={"nvlink": "not expected"}, thresholds=limits.pick(
