@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -486,9 +487,11 @@ def test_validate_as_a_non_root_user_through_a_jump_host(tmp_path: Path) -> None
     require_root()
     from nodecert.validation import validate
     site = Lab(lab_config("sj", 4), log=lambda m: None)
+    password = "s3cret-" + secrets.token_hex(6)
     try:
         site.up(nodes=2, profiles=("l40s-pcie-4",))
-        site.ssh("h2", "useradd -m -s /bin/sh ops && install -d -m 700 -o ops -g ops "
+        site.ssh("h2", f"useradd -m -s /bin/sh ops && echo 'ops:{password}' | chpasswd && "
+                       "install -d -m 700 -o ops -g ops "
                        "/home/ops/.ssh && install -m 600 -o ops -g ops /root/.ssh/authorized_keys "
                        "/home/ops/.ssh/authorized_keys && echo 'ops ALL=(ALL) NOPASSWD: ALL' "
                        "> /etc/sudoers.d/ops && chmod 440 /etc/sudoers.d/ops && "
@@ -523,5 +526,67 @@ def test_validate_as_a_non_root_user_through_a_jump_host(tmp_path: Path) -> None
         bad = validate(inv, limit=("h2",), checks=("health.xid",), runs_dir=tmp_path / "r2",
                        progress=lambda line: None)
         assert bad.hosts["h2"].status == "unreachable"
+        inv.write_text(inv.read_text().replace(str(tmp_path / "kh"), str(st / "known_hosts")))
+        _sudo_with_a_password(inv, tmp_path, password)
     finally:
         site.down()
+
+
+def _sudo_with_a_password(inv: Path, tmp_path: Path, password: str) -> None:
+    """The same user once sudo asks for its password: validate answers sudo's prompt
+    from a password file or a vaulted ansible_become_password; a wrong password is a
+    clear ERROR; the password is in no file of the run."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    from nodecert.become import BecomeSource
+    from nodecert.inventory import hostvars
+    from nodecert.nodessh import Endpoint, connect
+    from nodecert.validation import validate
+    # root cannot log in: ops changes its own sudo rule while it is still passwordless
+    client = connect(Endpoint.from_hostvars("h2", hostvars(inv, ["h2"])["h2"]))
+    try:
+        _, out, _ = client.exec_command("sudo -n sh -c \"echo 'ops ALL=(ALL) ALL' > "
+                                        "/etc/sudoers.d/ops\" && sudo -k && echo done",
+                                        timeout=30)
+        assert out.read().strip() == b"done"
+    finally:
+        client.close()
+
+    def run(source: BecomeSource, where: str) -> Any:
+        return validate(inv, limit=("h2",), checks=("health.xid",), runs_dir=tmp_path / where,
+                        progress=lambda line: None, become=source)
+
+    nopw = run(BecomeSource(), "r-nopw").hosts["h2"]
+    assert nopw.status == "lost" and "--become-password-file" in str(nopw.error), nopw.error
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-it\n")
+    wrong.chmod(0o600)
+    bad = run(BecomeSource(wrong), "r-wrong").hosts["h2"]
+    assert bad.status == "lost"
+    assert "sudo refused the become password for ops on h2" in str(bad.error), bad.error
+    pwfile = tmp_path / "become-pw"
+    pwfile.write_text(password + "\n")
+    pwfile.chmod(0o600)
+    good = run(BecomeSource(pwfile), "r-file").hosts["h2"]
+    assert good.status == "done", good.error
+    assert [r.verdict.name for r in good.results] == ["PASS"]
+    # the same password from the inventory, vault-encrypted
+    vault_pw = tmp_path / "vault-pw"
+    vault_pw.write_text("v4ult-" + secrets.token_hex(4) + "\n")
+    vault_pw.chmod(0o600)
+    blob = VaultLib([("default", VaultSecret(vault_pw.read_text().strip().encode()))]
+                    ).encrypt(password).decode()
+    # (a directory of its own: Ansible caches which host_vars directories exist)
+    vdir = tmp_path / "vaulted"
+    (vdir / "host_vars").mkdir(parents=True)
+    (vdir / "host_vars" / "h2.yml").write_text(
+        "ansible_become_password: !vault |\n" + "".join(f"  {ln}\n" for ln in blob.splitlines()))
+    shutil.copy(inv, vdir / "inventory.ini")
+    vaulted = validate(vdir / "inventory.ini", limit=("h2",), checks=("health.xid",),
+                       runs_dir=tmp_path / "r-vault", progress=lambda line: None,
+                       become=BecomeSource(None, vault_pw)).hosts["h2"]
+    assert vaulted.status == "done", vaulted.error
+    for runs in ("r-nopw", "r-wrong", "r-file", "r-vault"):
+        for f in (tmp_path / runs).rglob("*"):
+            if f.is_file():
+                assert password.encode() not in f.read_bytes(), f

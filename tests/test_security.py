@@ -238,7 +238,7 @@ def test_javascript_host_name_in_yaml_is_refused(tmp_path: Path) -> None:
 
 def test_interpreter_is_quoted_for_the_remote_shell() -> None:
     src = (REPO / "src" / "nodecert" / "nodesession.py").read_text()
-    assert "shlex.quote(hr.endpoint.python)" in src and "as_root(" in src
+    assert "shlex.quote(hr.endpoint.python)" in src and "start(client, hr.endpoint" in src
 
 
 # --- untrusted envelopes: a clean exit 2, never a traceback ------------------------------

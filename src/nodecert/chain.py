@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodecert.become import BecomeSource
 from nodecert.errors import ExitCode
 from nodecert.verdict import Verdict
 
@@ -54,7 +55,8 @@ def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = ()
               mirror: str | None = None, runs_dir: Path = Path("runs"),
               validate: bool = True, certify: bool = True, suite: str = "quick",
               key_path: Path | None = None,
-              progress: Callable[[str], None] | None = None) -> ChainResult:
+              progress: Callable[[str], None] | None = None,
+              become: BecomeSource | None = None) -> ChainResult:
     """Provision (gate first: nothing is touched when it fails), then validate and
     certify every host unless told to stop earlier. Raises NodecertError on bad input."""
     from nodecert.certify import certify as sign_run
@@ -63,13 +65,13 @@ def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = ()
 
     say = progress or (lambda line: None)
     report = provision(inventory, stack, limit=limit, check=check, tags=tags, forks=forks,
-                       mirror=mirror, runs_dir=runs_dir, progress=say)
+                       mirror=mirror, runs_dir=runs_dir, progress=say, become=become)
     result = ChainResult(report)
     if report.gate_failed or check or not validate:
         return result
     say(f"validating (suite {suite}) ...")
     result.validation = run_validation(inventory, suite=suite, limit=limit, stack=stack,
-                                       runs_dir=runs_dir, progress=say)
+                                       runs_dir=runs_dir, progress=say, become=become)
     if certify:
         key, result.created_key = signing_key(key_path)
         result.certification = sign_run(result.validation.run_dir, key)

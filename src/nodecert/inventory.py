@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from nodecert.ansible_env import ansible_quiet
+from nodecert.become import is_vaulted
 from nodecert.compat import Matrix, default_matrix
 from nodecert.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.stacks import SUPPORTED_OS, stack_paths
@@ -246,7 +247,8 @@ def _validate_host(name: str, hv: dict[str, Any], where: str, matrix: Matrix, *,
     for var in sorted(str(k) for k in hv if SECRET_VAR.search(str(k))):
         value = hv[var]
         # Vault-encrypted values stay encrypted wherever nodecert copies the inventory
-        if value not in (None, "") and type(value).__name__ != "AnsibleVaultEncryptedUnicode":
+        # (a vaulted value is never compared or printed: that would try to decrypt it)
+        if not is_vaulted(value) and value not in (None, ""):
             bad(f"{var} is set in plain text (the value is not shown): a run records its "
                 "inventory, so a secret written here would end up in the run directory",
                 "encrypt it with ansible-vault, or pass it at run time (a password file "

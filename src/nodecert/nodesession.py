@@ -28,7 +28,7 @@ import paramiko
 from nodecert import conformance
 from nodecert.errors import NodecertError
 from nodecert.nodeevents import BadEvent, LineReader, decode_event
-from nodecert.nodessh import connect, describe_error
+from nodecert.nodessh import BecomeError, Endpoint, connect, describe_error, start
 from nodecert.plan import framework_plan
 from nodecert.runs import HostRun, RunDir
 from nodecert.stacks import find_stack
@@ -150,11 +150,10 @@ class NodeSessions:
             hr.finished = time.time()
             hr.save()
 
-    def _exec(self, client: paramiko.SSHClient, cmd: str, data: bytes | None,
-              timeout: float) -> tuple[int, str]:
-        chan = client.get_transport().open_session()  # type: ignore[union-attr]
+    def _exec(self, client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
+              timeout: float, *, root: bool = True) -> tuple[int, str]:
+        chan = start(client, ep, cmd, root=root, timeout=timeout)
         chan.settimeout(timeout)
-        chan.exec_command(cmd)
         if data is not None:
             chan.sendall(data)
         chan.shutdown_write()
@@ -165,22 +164,34 @@ class NodeSessions:
                 break
             out += chunk
         rc = chan.recv_exit_status()
+        err = b""
+        while rc != 0 and chan.recv_stderr_ready() and len(err) < 65536:
+            err += chan.recv_stderr(65536)  # why it failed (sudo's message, a shell error)
         chan.close()
-        return rc, out.decode(errors="replace")
+        return rc, (out + err).decode(errors="replace")
 
     def _install_code(self, client: paramiko.SSHClient, hr: HostRun) -> str:
         """Ship the node code once per version (content-addressed directory), the same
         way the validators role installs it (install_script); as root (sudo for a
         non-root user with become)."""
-        rc, out = self._exec(client, hr.endpoint.as_root(install_script(self.sha[:16], "-")),
+        rc, out = self._exec(client, hr.endpoint, install_script(self.sha[:16], "-"),
                              self.bundle, 60)
         if rc != 0:
-            raise OSError(f"could not install the node code in {NODE_BASE}: {out[-300:]}")
+            hint = (" (sudo wants a password: give --become-password-file, or a vaulted "
+                    "ansible_become_password with --vault-password-file)"
+                    if "password is required" in out else "")
+            raise OSError(f"could not install the node code in {NODE_BASE}: "
+                          f"{clean(out[-300:])}{hint}")
         return f"{NODE_BASE}/{self.sha[:16]}"
 
     def _session(self, hr: HostRun, client: paramiko.SSHClient) -> None:
         try:
             remote = self._install_code(client, hr)
+        except BecomeError as exc:
+            hr.status, hr.error = "lost", str(exc)
+            hr.finish_missing(hr.error, "NC-HOST-LOST")
+            self.emit(hr, f"ERROR: {hr.error}")
+            return
         except (paramiko.SSHException, OSError, TimeoutError) as exc:
             hr.status, hr.error = "lost", f"setting up the node code failed: {exc}"
             hr.finish_missing(hr.error, "NC-HOST-LOST")
@@ -188,10 +199,9 @@ class NodeSessions:
             return
         if hr.stack is None:
             self._adopt_recorded_stack(hr, client)
-        chan = client.get_transport().open_session()  # type: ignore[union-attr]
-        chan.exec_command(hr.endpoint.as_root(
-            f"cd {shlex.quote(remote)} && exec {shlex.quote(hr.endpoint.python)} "
-            "-m nodecert_node run"))
+        chan = start(client, hr.endpoint,
+                     f"cd {shlex.quote(remote)} && exec {shlex.quote(hr.endpoint.python)} "
+                     "-m nodecert_node run")
         chan.sendall((json.dumps(hr.plan.as_dict()) + "\n").encode())
         reader = LineReader(chan)
         deadline = time.monotonic() + 60
@@ -227,7 +237,8 @@ class NodeSessions:
         against the stack its provisioning recorded (/etc/nodecert/provisioned.json),
         when that stack is known here; otherwise stack.conformance says none is chosen."""
         try:
-            rc, out = self._exec(client, f"head -c 65536 {RECORDED_STACK}", None, 15)
+            rc, out = self._exec(client, hr.endpoint, f"head -c 65536 {RECORDED_STACK}", None,
+                                 15, root=False)
             name = str(json.loads(out).get("stack") or "") if rc == 0 else ""
             if not name:
                 return

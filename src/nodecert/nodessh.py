@@ -5,18 +5,29 @@ Connection settings come from the inventory exactly as Ansible resolves them
 UserKnownHostsFile and ProxyJump in ansible_ssh_common_args/ansible_ssh_extra_args,
 ansible_become). An unknown or changed host key -- the node's or the jump host's -- is
 refused; nodecert never adds keys on its own. A non-root user with `become` runs the
-node's commands through `sudo -n` (passwordless sudo; a sudo password is not supported
-here: give the user NOPASSWD for the nodecert commands).
+node's commands through sudo: `sudo -n` without a become password; with one, sudo is
+started with a prompt of this session's own and the password is written to its
+standard input only when that prompt appears (Ansible's way), never on a command line.
 """
 
 from __future__ import annotations
 
+import secrets
+import select
 import shlex
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import paramiko
+
+from nodecert.become import Secret
+from nodecert.textsafe import clean
+
+
+class BecomeError(paramiko.SSHException):
+    """sudo did not let the user become root (wrong or missing password, no sudo)."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,7 @@ class Endpoint:
     python: str
     become: bool = False
     proxy_jump: str | None = None  # [user@]host[:port] of a bastion
+    become_password: Secret | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_hostvars(cls, host: str, hv: dict[str, Any]) -> Endpoint:
@@ -62,8 +74,63 @@ class Endpoint:
 
     def as_root(self, command: str) -> str:
         """command as it must run on the node: through passwordless sudo for a non-root
-        user with become, else as is."""
+        user with become, else as is (`start` handles sudo with a password)."""
         return f"sudo -n -- sh -c {shlex.quote(command)}" if self.become else command
+
+
+def start(client: paramiko.SSHClient, ep: Endpoint, command: str, *, root: bool = True,
+          timeout: float = 30.0) -> paramiko.Channel:
+    """A channel running `command` on the node (as root when `root`), its standard input
+    free for the caller. BecomeError when sudo refuses."""
+    chan = client.get_transport().open_session()  # type: ignore[union-attr]
+    if not (root and ep.become and ep.become_password is not None):
+        chan.exec_command(ep.as_root(command) if root else command)
+        return chan
+    key = secrets.token_hex(8)
+    prompt, ok = f"[nodecert sudo {key}] password:", f"NODECERT-BECOME-{key}"
+    chan.exec_command(f"sudo -S -p {shlex.quote(prompt)} -- sh -c "
+                      f"{shlex.quote(f'echo {ok}; {command}')}")
+    try:
+        _become(chan, ep, prompt.encode(), ok.encode(), timeout)
+    except BaseException:
+        chan.close()
+        raise
+    return chan
+
+
+def _become(chan: paramiko.Channel, ep: Endpoint, prompt: bytes, ok: bytes,
+            timeout: float) -> None:
+    """Answer sudo's prompt once; return when the command has started (its first line
+    is this session's key), BecomeError on a second prompt, an exit or the time limit."""
+    assert ep.become_password is not None
+    end = time.monotonic() + timeout
+    err, out, sent = b"", b"", False
+    while True:
+        if chan.recv_stderr_ready():
+            err += chan.recv_stderr(4096)
+            if err.count(prompt) > (1 if sent else 0):
+                if sent:
+                    raise BecomeError(f"sudo refused the become password for {ep.user} on "
+                                      f"{ep.host}: check the become password file or vault")
+                chan.sendall(ep.become_password.reveal().encode() + b"\n")
+                sent = True
+            continue
+        if chan.recv_ready():
+            byte = chan.recv(1)  # one at a time: what follows the key is the caller's
+            out += byte
+            if byte == b"\n" and out.endswith(ok + b"\n"):
+                return
+            if byte and len(out) < 4096:
+                continue
+        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            tail = clean(err.replace(prompt, b"").decode("utf-8", "replace"))[-300:].strip()
+            raise BecomeError(f"sudo failed for {ep.user} on {ep.host}: "
+                              f"{tail or 'no sudo rights'}")
+        left = end - time.monotonic()
+        if left <= 0:
+            raise BecomeError(f"sudo on {ep.host} gave no prompt and no start within "
+                              f"{timeout:g} s")
+        select.select([chan], [], [], min(left, 0.5))
 
 
 def _jump_channel(ep: Endpoint, timeout: float) -> tuple[paramiko.SSHClient, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import shutil
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.ansible_env import ansible_config, ansible_local_temp
+from nodecert.become import BecomeSource
 from nodecert.conformance import Conformance, check_host
 from nodecert.errors import InventoryError
 from nodecert.gate import GateReport
@@ -168,7 +170,7 @@ def _run_playbook(ansible_runner: Any, run_dir: Path, inventory: Path, *,
         limit=",".join(hosts),
         tags=",".join(tags) if tags else None,
         forks=forks,
-        cmdline=" ".join(cmdline) if cmdline else None,
+        cmdline=shlex.join(cmdline) if cmdline else None,
         envvars={"ANSIBLE_PIPELINING": str(pipelining), "ANSIBLE_HOST_KEY_CHECKING": "True",
                  # OpenSSH keeps the first value of an option: strict host key checking
                  # comes before anything an inventory adds
@@ -189,7 +191,7 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
               check: bool = False, tags: tuple[str, ...] = (), forks: int = 10,
               mirror: str | None = None, runs_dir: Path = Path("runs"),
               progress: Progress | None = None, extravars: dict[str, Any] | None = None,
-              pipelining: bool = True) -> ProvisionReport:
+              pipelining: bool = True, become: BecomeSource | None = None) -> ProvisionReport:
     """Gate every host, run site.yml, verify conformance. Raises only on bad input."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     _refuse_mirror_credentials(mirror)
@@ -222,7 +224,9 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
         f"{' (check mode: nothing changes)' if check else ''}; run {run_dir}")
     import ansible_runner  # lazily: heavy, and only provisioning needs it
 
-    cmdline = ["--check"] if check else []
+    # The become and vault password files go to ansible-playbook by path: their content
+    # never enters the run directory or a log.
+    cmdline = (["--check"] if check else []) + (become or BecomeSource.from_env()).ansible_args()
     # This run's SSH connections are its own (a short private directory: socket paths
     # are limited): a master another run opened is never reused past this run's
     # known_hosts.

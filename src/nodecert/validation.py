@@ -10,6 +10,7 @@ run. An unreachable host is an ERROR for that host; the others go on.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import sys
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 
 from nodecert import thresholds
 from nodecert.ansible_env import select_hosts
+from nodecert.become import BecomeSource
 from nodecert.errors import InventoryError
 from nodecert.inventory import hostvars, load_inventory
 from nodecert.nodesession import NodeSessions, node_bundle
@@ -36,7 +38,8 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
              stack: str | None, run_dir: Path, *, cli_thresholds: dict[str, Any],
              scratch: str | None, checks: tuple[str, ...],
              host_timeout_s: float | None,
-             option_overrides: dict[str, dict[str, Any]] | None) -> dict[str, HostRun]:
+             option_overrides: dict[str, dict[str, Any]] | None,
+             become: BecomeSource | None = None) -> dict[str, HostRun]:
     """Plans for every host; raises NodecertError on any bad input, before any SSH."""
     unknown = [c for c in checks if c not in suite.checks]
     if unknown:
@@ -48,6 +51,10 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
     if not specs:
         raise InventoryError(f"no hosts in {inventory}", hint="add hosts with their spec vars")
     hv = hostvars(inventory, sorted(specs))
+    endpoints = {n: Endpoint.from_hostvars(n, hv[n]) for n in specs}
+    # A become password is read only for the hosts that become (a non-root user).
+    need = {n: hv[n] for n, ep in endpoints.items() if ep.become}
+    passwords = (become or BecomeSource.from_env()).passwords(need) if need else {}
     stacks: dict[str, Stack] = {}
     runs: dict[str, HostRun] = {}
     for name, spec in sorted(specs.items()):
@@ -56,7 +63,8 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
         plan = build_plan(spec, suite, st, run_dir.name, cli_thresholds=cli_thresholds,
                           scratch=scratch, checks=checks, host_timeout_s=host_timeout_s,
                           option_overrides=option_overrides)
-        runs[name] = HostRun(name, spec, Endpoint.from_hostvars(name, hv[name]), plan, st,
+        ep = dataclasses.replace(endpoints[name], become_password=passwords.get(name))
+        runs[name] = HostRun(name, spec, ep, plan, st,
                              run_dir / name, simulated=spec.simulated)
     return runs
 
@@ -66,7 +74,8 @@ def open_new_run(inventory: Path, *, suite: str, limit: tuple[str, ...] = (),
                  cli_thresholds: dict[str, Any] | None = None, scratch: str | None = None,
                  checks: tuple[str, ...] = (), host_timeout_s: float | None = None,
                  option_overrides: dict[str, dict[str, Any]] | None = None,
-                 suite_file: Path | None = None) -> ValidationRun:
+                 suite_file: Path | None = None,
+                 become: BecomeSource | None = None) -> ValidationRun:
     """A new run directory with every host's plan and the run's inputs recorded, nothing
     contacted yet. Raises NodecertError on bad input, before anything is written."""
     the_suite = thresholds.suite(suite, suite_file)
@@ -74,7 +83,8 @@ def open_new_run(inventory: Path, *, suite: str, limit: tuple[str, ...] = (),
     run_dir = (runs_dir / run_id).resolve()
     runs = _prepare(inventory, the_suite, limit, stack, run_dir,
                     cli_thresholds=cli_thresholds or {}, scratch=scratch, checks=checks,
-                    host_timeout_s=host_timeout_s, option_overrides=option_overrides)
+                    host_timeout_s=host_timeout_s, option_overrides=option_overrides,
+                    become=become)
     run_dir.mkdir(parents=True)
     stacks = {hr.stack.path for hr in runs.values() if hr.stack is not None}
     RunDir(run_dir).record_inputs(
@@ -97,13 +107,15 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
              host_timeout_s: float | None = None,
              option_overrides: dict[str, dict[str, Any]] | None = None,
              stop: threading.Event | None = None,
-             suite_file: Path | None = None) -> ValidationRun:
+             suite_file: Path | None = None,
+             become: BecomeSource | None = None) -> ValidationRun:
     """Validate every (limited) host. Raises NodecertError only on bad input."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     result = open_new_run(inventory, suite=suite, limit=limit, stack=stack,
                           runs_dir=runs_dir, cli_thresholds=cli_thresholds or {},
                           scratch=scratch, checks=checks, host_timeout_s=host_timeout_s,
-                          option_overrides=option_overrides, suite_file=suite_file)
+                          option_overrides=option_overrides, suite_file=suite_file,
+                          become=become)
     run_dir, runs = result.run_dir, result.hosts
     the_suite = thresholds.suite(suite, suite_file)
     stop = stop or threading.Event()

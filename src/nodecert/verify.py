@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodecert.become import BecomeSource
 from nodecert.certify import PAYLOAD_TYPE, PREDICATE_TYPE, READY, STATEMENT_TYPE
 from nodecert.errors import ExitCode, NodecertError
 from nodecert.identity import identity_changes, identity_digest
@@ -227,13 +228,14 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     return v
 
 
-def live_identity(host: str, inventory: Path, *, stack: str | None = None
-                  ) -> dict[str, Any]:
+def live_identity(host: str, inventory: Path, *, stack: str | None = None,
+                  become: BecomeSource | None = None) -> dict[str, Any]:
     """The host's hardware identity now: hardware.inventory run over SSH (host keys
     checked as for validate)."""
     with tempfile.TemporaryDirectory(prefix="nodecert-verify-") as d:
         run = validate(inventory, limit=(host,), stack=stack, runs_dir=Path(d),
-                       checks=("hardware.inventory",), progress=lambda line: None)
+                       checks=("hardware.inventory",), progress=lambda line: None,
+                       become=become)
         hr = run.hosts.get(host)
         res = next((r for r in (hr.results if hr else []) if r.check == "hardware.inventory"),
                    None)

@@ -10,6 +10,8 @@ import click
 
 from nodecert.cli.common import (
     DEFAULT_KEY_DIR,
+    become_options,
+    become_source,
     echo,
     emit_json,
     handle_errors,
@@ -174,17 +176,19 @@ Examples:
 @click.option("--expect-identity", metavar="DIGEST",
               help="Fail unless the identity digest (the subject's sha256) is this one.")
 @json_option
+@become_options
 @handle_errors
 def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                inventory: Path | None, allow_simulated: bool, expect_host: str | None,
                expect_serial: str | None, expect_identity: str | None,
-               as_json: bool) -> None:
+               as_json: bool, become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.verify import ReportError, live_identity, subject_line, verify_report
 
     if host and inventory is None:
         raise ReportError("--host needs --inventory to reach the host",
                           hint=f"add -i INVENTORY (the inventory {host} is in)")
-    live = live_identity(host, inventory) if host and inventory else None
+    live = live_identity(host, inventory, become=become_source(become_file, vault_file)) \
+        if host and inventory else None
     v = verify_report(report, list(pubkeys), allow_simulated=allow_simulated,
                       live_identity=live, expect={"host": expect_host, "serial": expect_serial,
                                                   "identity": expect_identity})

@@ -119,6 +119,28 @@ suite_option = click.option("--suite", default="quick", show_default=True,
 # Picking checks is --only everywhere: --check means a dry run (provision, Ansible).
 checks_option = click.option("--only", "checks", multiple=True, metavar="CHECK",
                              help="Only these checks of the suite (repeatable).")
+
+
+def become_options(f: Any) -> Any:
+    """--become-password-file and --vault-password-file, as ansible-playbook takes them."""
+    f = click.option("--vault-password-file", "vault_file",
+                     type=click.Path(path_type=Path, dir_okay=False),
+                     help="Opens vault-encrypted inventory values such as a vaulted "
+                          "ansible_become_password (default: $ANSIBLE_VAULT_PASSWORD_FILE)."
+                     )(f)
+    return click.option("--become-password-file", "become_file",
+                        type=click.Path(path_type=Path, dir_okay=False),
+                        help="sudo password for hosts reached as a non-root ansible_user "
+                             "with ansible_become: a file holding only the password (mode "
+                             "600; an executable is run). Never logged or stored (default: "
+                             "$ANSIBLE_BECOME_PASSWORD_FILE).")(f)
+
+
+def become_source(become_file: Path | None, vault_file: Path | None) -> Any:
+    from nodecert.become import BecomeSource
+    return BecomeSource.from_env(become_file, vault_file)
+
+
 threshold_option = click.option("--threshold", "threshold_items", multiple=True,
                                 metavar="KEY=VALUE",
                                 help="Override a threshold for every host (recorded as the "

@@ -10,6 +10,8 @@ import click
 from nodecert import __version__
 from nodecert.cli.certs import print_certified
 from nodecert.cli.common import (
+    become_options,
+    become_source,
     echo,
     emit_json,
     handle_errors,
@@ -70,17 +72,19 @@ Examples:
 @click.option("--key", "key_path", type=click.Path(path_type=Path),
               help="Signing key (default: ~/.config/nodecert/keys/nodecert.key).")
 @json_option
+@become_options
 @handle_errors
 def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_mode: bool,
               tags: tuple[str, ...], forks: int, mirror: str | None, runs_dir: Path,
               no_validate: bool, no_certify: bool, suite: str, key_path: Path | None,
-              as_json: bool) -> None:
+              as_json: bool, become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.chain import run_chain
 
     res = run_chain(path, stack_name, limit=split_hosts(limit), check=check_mode, tags=tags,
                     forks=forks, mirror=mirror, runs_dir=runs_dir, validate=not no_validate,
                     certify=not no_certify, suite=suite, key_path=key_path,
-                    progress=lambda line: echo(line, err=True))
+                    progress=lambda line: echo(line, err=True),
+                    become=become_source(become_file, vault_file))
     report = res.provision
     if as_json:
         emit_json(report.as_dict())

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from nodecert.cli.common import checks_option, echo, emit_json, handle_errors, print_validation
+from nodecert.cli.common import (
+    become_options,
+    become_source,
+    checks_option,
+    echo,
+    emit_json,
+    handle_errors,
+    print_validation,
+)
 from nodecert.errors import ExitCode
 from nodecert.verdict import Verdict
 
@@ -61,12 +69,14 @@ Examples:
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
               show_default=True, help="Where run directories are created.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@become_options
 @handle_errors
 def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],
                  stack_name: str | None, threshold_items: tuple[str, ...],
                  suite_file: Path | None, settings: tuple[str, ...],
                  scratch_dir: str | None, forks: int,
-                 host_timeout: float | None, runs_dir: Path, as_json: bool) -> None:
+                 host_timeout: float | None, runs_dir: Path, as_json: bool,
+                 become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.thresholds import parse_cli_thresholds, parse_suite_settings
     from nodecert.validation import validate
 
@@ -75,7 +85,8 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
                    runs_dir=runs_dir, cli_thresholds=parse_cli_thresholds(threshold_items),
                    scratch=scratch_dir, checks=checks, host_timeout_s=host_timeout,
                    option_overrides=parse_suite_settings(settings), suite_file=suite_file,
-                   progress=lambda line: echo(line, err=True))
+                   progress=lambda line: echo(line, err=True),
+                   become=become_source(become_file, vault_file))
     code = ExitCode.OK if run.verdict <= Verdict.WARN and not run.interrupted \
         else ExitCode.FAILED
     if as_json:
