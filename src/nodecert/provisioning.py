@@ -159,6 +159,31 @@ def _refuse_mirror_credentials(mirror: str | None) -> None:
                  "/etc/apt/auth.conf.d on the nodes (or a netrc for pip)")
 
 
+def mirror_vars(mirror: str, manifests: dict[str, Stack]) -> dict[str, Any]:
+    """Role variables for a mirror laid out as `nodecert mirror build` writes it: its
+    repository, its index, the repository key it carries and, when the mirror has a
+    manifest, every wheel's sha256 (pip then installs with --require-hashes)."""
+    from nodecert.mirror import mirror_manifest
+
+    base = mirror.rstrip("/")
+    out: dict[str, Any] = {
+        "nvidia_repo_url": f"{base}/nvidia",
+        "framework_index_url": f"{base}/simple" if "://" in base else f"file://{base}/simple"}
+    keys = {Path(m.repository.key_url).name for m in manifests.values()}
+    if len(keys) == 1:
+        out["nvidia_repo_key_url"] = f"{base}/nvidia/{keys.pop()}"
+    built = mirror_manifest(base)
+    if built is not None:
+        if set(manifests) != {built.get("stack")}:
+            raise InventoryError(f"the mirror at {mirror} holds stack {built.get('stack')}; "
+                                 f"this run provisions {', '.join(sorted(manifests))}",
+                                 hint="build a mirror per stack (nodecert mirror build "
+                                      "--stack ...) and give the matching one")
+        out["framework_wheel_hashes"] = {
+            built["stack"]: {str(k): [str(x) for x in v] for k, v in built["wheels"].items()}}
+    return out
+
+
 def _run_playbook(ansible_runner: Any, run_dir: Path, inventory: Path, *,
                   xvars: dict[str, Any], hosts: list[str], tags: tuple[str, ...], forks: int,
                   cmdline: list[str], pipelining: bool, tracker: Any, control_dir: str) -> Any:
@@ -213,10 +238,7 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     xvars: dict[str, Any] = {"nodecert_common_stacks_dir": str(stacks_dir().resolve()),
                              **({"stack": stack} if stack else {}), **(extravars or {})}
     if mirror:
-        base = mirror.rstrip("/")
-        xvars["nvidia_repo_url"] = f"{base}/nvidia"
-        xvars["framework_index_url"] = (f"{base}/simple" if "://" in base
-                                        else f"file://{base}/simple")
+        xvars.update(mirror_vars(mirror, manifests))
     _write_json(run_dir / "inputs" / "extravars.json", xvars)
     hosts = sorted(pre.hosts)
     tracker = _Tracker(hosts, say)

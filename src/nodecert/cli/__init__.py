@@ -15,6 +15,7 @@ from nodecert.cli.certs import certify_cmd, keys, verify_cmd
 from nodecert.cli.common import echo, handle_errors
 from nodecert.cli.inventory import inventory
 from nodecert.cli.lab import lab
+from nodecert.cli.mirror import mirror
 from nodecert.cli.provision import provision
 from nodecert.cli.revalidate import history_cmd, revalidate_cmd
 from nodecert.cli.stack import stack
@@ -50,7 +51,7 @@ def init_cmd(directory: Path) -> None:
 
 
 for _command in (stack, inventory, lab, provision, validate_cmd, keys, certify_cmd, verify_cmd,
-                 revalidate_cmd, history_cmd):
+                 revalidate_cmd, history_cmd, mirror):
     main.add_command(_command)
 
 

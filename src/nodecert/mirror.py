@@ -1,0 +1,427 @@
+"""`nodecert mirror build` and `mirror verify`: the air-gapped mirror `provision
+--mirror` installs from.
+
+A build takes one stack on one OS and fetches exactly what provisioning installs from
+outside the OS archive: the stack's pinned NVIDIA packages at their pinned versions
+plus every dependency the same repository satisfies (resolved from the upstream's own
+Packages index), and the framework's wheels with their dependencies. The upstream's
+index files are kept verbatim, so a node still checks NVIDIA's signature on them;
+every file is checked against the index that names it (sha256, size) as it arrives.
+The layout is the one `--mirror` expects:
+
+    DIR/nvidia/         flat apt repository (Release, Release.gpg, Packages, the debs)
+    DIR/wheels/         the framework's wheels
+    DIR/simple/         PEP 503 index of the wheels, each link with its sha256
+    DIR/nodecert-mirror.json  what was fetched from where, with every file's sha256
+
+A build is written to a temporary directory beside DIR and renamed into place when
+complete; a failed build leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from nodecert import aptrepo
+from nodecert.errors import ManifestError, NodecertError
+from nodecert.stacks import Stack, find_stack
+
+SCHEMA = "nodecert.mirror/v1"
+MANIFEST = "nodecert-mirror.json"
+FETCH_TIMEOUT_S = 60
+PIP_TIMEOUT_S = 3600
+MAX_INDEX_BYTES = 256 * 1024 * 1024
+# Where the framework's wheels are built for: the node's CPython on x86_64 Linux.
+WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+                   "linux_x86_64")
+
+
+class MirrorError(NodecertError):
+    """A mirror could not be built or does not verify."""
+
+
+# --- fetching ------------------------------------------------------------------------------
+
+def _join(base: str, rel: str) -> str:
+    rel_path = PurePosixPath(rel)
+    if rel_path.is_absolute() or ".." in rel_path.parts:
+        raise MirrorError(f"the upstream names a file outside its repository: {rel!r}")
+    if "://" in base or base.startswith("file:"):
+        return base.rstrip("/") + "/" + str(rel_path)
+    return str(Path(base) / rel_path)
+
+
+def _open(url: str) -> Any:
+    if url.startswith(("http://", "https://")):
+        return urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S)
+    path = urllib.parse.urlparse(url).path if url.startswith("file:") else url
+    return Path(path).open("rb")
+
+
+def fetch_bytes(url: str, limit: int = MAX_INDEX_BYTES) -> bytes | None:
+    """The file's content, None where it does not exist; MirrorError past the limit."""
+    try:
+        with _open(url) as f:
+            data: bytes = f.read(limit + 1)
+    except FileNotFoundError:
+        return None
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise MirrorError(f"{url}: HTTP {exc.code}") from None
+    except (OSError, urllib.error.URLError) as exc:
+        raise MirrorError(f"cannot fetch {url}: {exc}",
+                          hint="check the upstream URL and that it is reachable") from None
+    if len(data) > limit:
+        raise MirrorError(f"{url} is larger than {limit} bytes")
+    return data
+
+
+def fetch_file(url: str, dest: Path, sha256: str, size: int | None) -> None:
+    """Copy url to dest, refusing a file whose sha256 or size differs from the index's."""
+    h = hashlib.sha256()
+    n = 0
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + 3600
+    try:
+        with _open(url) as src, dest.open("wb") as out:
+            while chunk := src.read(1 << 20):
+                h.update(chunk)
+                n += len(chunk)
+                out.write(chunk)
+                if time.monotonic() > deadline:
+                    raise MirrorError(f"{url}: download took longer than an hour")
+    except (OSError, urllib.error.URLError) as exc:
+        raise MirrorError(f"cannot fetch {url}: {exc}") from None
+    if h.hexdigest() != sha256 or (size is not None and n != size):
+        dest.unlink()
+        raise MirrorError(f"{url}: sha256 {h.hexdigest()[:16]}... size {n} does not match "
+                          f"the upstream's index ({sha256[:16]}..., {size})",
+                          hint="the upstream or the path to it was tampered with or is "
+                               "mid-update; try again later")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# --- the apt part ----------------------------------------------------------------------------
+
+@dataclass
+class AptResult:
+    packages: list[dict[str, Any]] = field(default_factory=list)
+    external: list[str] = field(default_factory=list)
+    signature: str = ""
+
+
+def _verify_signature(repo: Path, key: Path | None, fingerprint: str,
+                      allow_unsigned: bool) -> str:
+    release, sig = repo / "Release", repo / "Release.gpg"
+    if key is None:
+        if allow_unsigned:
+            return "not checked (--allow-unsigned-upstream: a repository you control)"
+        raise MirrorError("the upstream's signature cannot be checked without its key",
+                          hint="give --key FILE (NVIDIA's repository key, checked against "
+                               f"the stack's fingerprint {fingerprint}), or "
+                               "--allow-unsigned-upstream for a local repository you control")
+    with tempfile.TemporaryDirectory(prefix="nodecert-gpg-") as home:
+        env = {**os.environ, "GNUPGHOME": home}
+        show = subprocess.run(["gpg", "--batch", "--show-keys", "--with-colons", str(key)],
+                              capture_output=True, text=True, timeout=60, env=env,
+                              check=False)
+        pubs = [ln for ln in show.stdout.splitlines() if ln.startswith("pub:")]
+        fprs = [ln.split(":")[9] for ln in show.stdout.splitlines() if ln.startswith("fpr:")]
+        if show.returncode != 0 or len(pubs) != 1 or not fprs or fprs[0] != fingerprint:
+            raise MirrorError(f"{key} is not exactly the stack's repository key "
+                              f"{fingerprint}", hint="use the key file the stack names")
+        ring = Path(home) / "ring.gpg"
+        subprocess.run(["gpg", "--batch", "--yes", "--dearmor", "-o", str(ring), str(key)],
+                       capture_output=True, timeout=60, env=env, check=True)
+        if not sig.is_file():
+            raise MirrorError("the upstream has no Release.gpg to check",
+                              hint="mirror the repository from its origin")
+        ok = subprocess.run(["gpgv", "--keyring", str(ring), str(sig), str(release)],
+                            capture_output=True, text=True, timeout=60, env=env, check=False)
+        if ok.returncode != 0:
+            raise MirrorError("the upstream's Release signature does not verify with "
+                              f"{fingerprint}: {ok.stderr.strip()[-200:]}")
+    shutil.copy2(key, repo / Path(key).name)
+    return f"Release.gpg verified with {fingerprint}"
+
+
+def _index(upstream: str, repo: Path) -> list[aptrepo.Stanza]:
+    """Fetch Release (+ signatures) and Packages verbatim; Packages checked against the
+    Release's SHA256 list where there is one."""
+    release = fetch_bytes(_join(upstream, "Release"))
+    if release is None:
+        raise MirrorError(f"{upstream} has no Release file: not a flat apt repository",
+                          hint="give the directory that holds Packages and Release")
+    (repo / "Release").write_bytes(release)
+    for extra in ("Release.gpg", "InRelease"):
+        data = fetch_bytes(_join(upstream, extra))
+        if data is not None:
+            (repo / extra).write_bytes(data)
+    sums = aptrepo.release_sha256(release.decode("utf-8", "replace"), f"{upstream}/Release")
+    for name in ("Packages.gz", "Packages"):
+        data = fetch_bytes(_join(upstream, name))
+        if data is None:
+            continue
+        want = sums.get(name)
+        if want and (hashlib.sha256(data).hexdigest(), len(data)) != want:
+            raise MirrorError(f"{upstream}/{name} does not match the Release file's SHA256",
+                              hint="the upstream is mid-update or was tampered with")
+        (repo / name).write_bytes(data)
+        text = gzip.decompress(data) if name.endswith(".gz") else data
+        return aptrepo.parse_stanzas(text.decode("utf-8", "replace"), f"{upstream}/{name}")
+    raise MirrorError(f"{upstream} has no Packages index")
+
+
+def build_apt(stack: Stack, os_name: str, upstream: str, repo: Path, *, key: Path | None,
+              allow_unsigned: bool, extra: tuple[str, ...] = ()) -> AptResult:
+    repo.mkdir(parents=True)
+    stanzas = _index(upstream, repo)
+    out = AptResult(signature=_verify_signature(repo, key, stack.repository.key_fingerprint,
+                                                allow_unsigned))
+    pins = stack.os[os_name].packages
+    wanted: list[tuple[str, str | None]] = [(p.name, str(p.version)) for p in pins]
+    for item in extra:  # site tools from the same repository: NAME or NAME=VERSION
+        name, _, version = item.partition("=")
+        wanted.append((name, version or None))
+    res = aptrepo.resolve(stanzas, wanted, upstream)
+    distro = {p.name for p in pins if p.origin == "distro"}
+    lost = [f"{n}={v}" for n, v in res.missing_pins if n not in distro]
+    if lost:
+        raise MirrorError(f"the upstream lacks pinned package(s): {', '.join(lost)}",
+                          hint=f"check the stack's strings with `apt-cache madison` against "
+                               f"{upstream}")
+    out.external = res.external + [f"{n} (= {v})" for n, v in res.missing_pins]
+    pinned = {(p.name, str(p.version)) for p in pins}
+    extra_names = {n for n, _ in wanted[len(pins):]}
+    for s in res.selected:
+        rel = s.get("Filename", "")
+        sha = s.get("SHA256", "")
+        if not rel or len(sha) != 64:
+            raise MirrorError(f"{upstream}: package {s.get('Package')} has no Filename or "
+                              "SHA256 in the index")
+        size = int(s["Size"]) if s.get("Size", "").isdigit() else None
+        dest = repo / PurePosixPath(rel)
+        fetch_file(_join(upstream, rel), dest, sha, size)
+        out.packages.append({"name": s["Package"], "version": s.get("Version", ""),
+                             "file": str(PurePosixPath("nvidia") / PurePosixPath(rel)),
+                             "sha256": sha,
+                             "role": "pinned" if (s["Package"], s.get("Version")) in pinned
+                             else "extra" if s["Package"] in extra_names else "dependency"})
+    return out
+
+
+# --- the wheels ------------------------------------------------------------------------------
+
+def framework_pins(stack: Stack) -> list[str]:
+    fw = stack.framework
+    return ([f"torch=={fw.pytorch}"] if fw.pytorch is not None else []) + (
+        [f"tensorflow=={fw.tensorflow}"] if fw.tensorflow else [])
+
+
+def _wheel_name(path: Path) -> tuple[str, str]:
+    dist, version = path.name.split("-")[:2]
+    return dist.replace("_", "-").lower(), version
+
+
+def build_wheels(stack: Stack, index_url: str, out: Path) -> dict[str, list[str]]:
+    """pip download of the framework pins and their dependencies, for the node's Python;
+    {"name==version": [sha256]} of every wheel."""
+    pins = framework_pins(stack)
+    wheels = out / "wheels"
+    wheels.mkdir(parents=True)
+    if not pins:
+        return {}
+    py = stack.framework.python or "3"
+    abi = "cp" + py.replace(".", "")
+    argv = [sys.executable, "-m", "pip", "download", "--dest", str(wheels), "--index-url",
+            index_url, "--only-binary=:all:", "--no-cache-dir", "--disable-pip-version-check",
+            "--timeout", str(FETCH_TIMEOUT_S), "--python-version", py,
+            "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
+            *[a for p in WHEEL_PLATFORMS for a in ("--platform", p)], *pins]
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
+                              env=env, check=False)
+    except subprocess.TimeoutExpired:
+        raise MirrorError(f"pip download from {index_url} took longer than "
+                          f"{PIP_TIMEOUT_S} s") from None
+    if proc.returncode != 0:
+        raise MirrorError(f"pip could not download {' '.join(pins)} from {index_url}: "
+                          f"{(proc.stdout + proc.stderr).strip()[-600:]}")
+    hashes: dict[str, list[str]] = {}
+    for whl in sorted(wheels.glob("*.whl")):
+        dist, version = _wheel_name(whl)
+        hashes.setdefault(f"{dist}=={version}", []).append(sha256_file(whl))
+    expected = stack.framework.hashes or {}
+    for pin, digests in expected.items():
+        got = hashes.get(pin.lower())
+        if got is not None and not set(got) & {d.removeprefix("sha256:") for d in digests}:
+            raise MirrorError(f"{pin}: the downloaded wheel's sha256 is not one the stack "
+                              "pins", hint="the index serves a different build than the "
+                                           "stack was locked against")
+    _simple_index(out)
+    return hashes
+
+
+def _simple_index(out: Path) -> None:
+    by_project: dict[str, list[Path]] = {}
+    for whl in sorted((out / "wheels").glob("*.whl")):
+        by_project.setdefault(_wheel_name(whl)[0], []).append(whl)
+    simple = out / "simple"
+    simple.mkdir()
+    for project, files in by_project.items():
+        (simple / project).mkdir()
+        links = "".join(f'<a href="../../wheels/{urllib.parse.quote(f.name)}#sha256='
+                        f'{sha256_file(f)}">{f.name}</a><br>\n' for f in files)
+        (simple / project / "index.html").write_text(
+            f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
+    (simple / "index.html").write_text("<!DOCTYPE html>\n<html><body>\n" + "".join(
+        f'<a href="{p}/">{p}</a><br>\n' for p in sorted(by_project)) + "</body></html>\n")
+
+
+# --- build and verify -----------------------------------------------------------------------
+
+def _all_files(root: Path) -> dict[str, dict[str, Any]]:
+    return {str(p.relative_to(root)): {"sha256": sha256_file(p), "size": p.stat().st_size}
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != MANIFEST}
+
+
+def build(stack_name: str, os_name: str, out: Path, *, apt_upstream: str | None = None,
+          index_url: str | None = None, key: Path | None = None,
+          allow_unsigned: bool = False, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Build the mirror into `out` (which must not exist or be empty); its manifest."""
+    stack = find_stack(stack_name)
+    if os_name not in stack.os:
+        raise ManifestError(f"stack {stack.name} has no packages for {os_name}",
+                            hint=f"it covers: {', '.join(sorted(stack.os))}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise MirrorError(f"{out} exists and is not an empty directory",
+                          hint="give a new directory (a mirror is never built over files)")
+    upstream = apt_upstream or stack.repository.url.replace(
+        "{os_repo}", stack.os[os_name].os_repo)
+    index = index_url or stack.framework.index_url
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        apt = build_apt(stack, os_name, upstream, tmp / "nvidia", key=key,
+                        allow_unsigned=allow_unsigned, extra=extra)
+        wheels = build_wheels(stack, index, tmp)
+        manifest = {
+            "schema": SCHEMA, "stack": stack.name, "os": os_name,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "upstreams": {"apt": upstream, "index": index}, "signature": apt.signature,
+            "extra_packages": list(extra),
+            "packages": apt.packages,
+            "from_os_archive": apt.external,
+            "wheels": wheels,
+            "files": _all_files(tmp),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    path = root / MANIFEST
+    try:
+        raw = path.read_bytes()
+        if len(raw) > MAX_INDEX_BYTES:
+            raise ValueError("too large")
+        data = json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise MirrorError(f"{path}: not a readable mirror manifest ({exc})",
+                          hint="build the mirror with `nodecert mirror build`") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(
+            data.get("files"), dict):
+        raise MirrorError(f"{path}: not a {SCHEMA} manifest")
+    return data
+
+
+def verify(root: Path) -> list[str]:
+    """Every problem with the mirror at root: a file missing, changed or unlisted; an
+    index that no longer matches its Release; a deb that no longer matches its index."""
+    manifest = read_manifest(root)
+    problems: list[str] = []
+    for rel, want in sorted(manifest["files"].items()):
+        p = root / PurePosixPath(rel)
+        if ".." in PurePosixPath(rel).parts or not p.is_file():
+            problems.append(f"{rel}: missing")
+            continue
+        got = sha256_file(p)
+        if got != want.get("sha256") or p.stat().st_size != want.get("size"):
+            problems.append(f"{rel}: changed (sha256 {got[:16]}..., listed "
+                            f"{str(want.get('sha256'))[:16]}...)")
+    listed = set(manifest["files"])
+    problems += [f"{rel}: not listed in {MANIFEST}" for rel in _all_files_names(root)
+                 if rel not in listed]
+    repo = root / "nvidia"
+    release = repo / "Release"
+    try:
+        sums = aptrepo.release_sha256(release.read_text(errors="replace"), str(release)) \
+            if release.is_file() else {}
+    except ManifestError as exc:
+        problems.append(f"nvidia/Release: unreadable ({exc.what})")
+        sums = {}
+    if sums:
+        for name, (sha, size) in sums.items():
+            p = repo / name
+            if name.startswith("Packages") and p.is_file() and (
+                    sha256_file(p), p.stat().st_size) != (sha, size):
+                problems.append(f"nvidia/{name}: does not match nvidia/Release")
+    for pkg in manifest.get("packages", []):
+        p = root / PurePosixPath(str(pkg.get("file", "")))
+        if p.is_file() and sha256_file(p) != pkg.get("sha256"):
+            problems.append(f"{pkg.get('file')}: does not match the upstream index's sha256")
+    return problems
+
+
+def _all_files_names(root: Path) -> list[str]:
+    return [str(p.relative_to(root)) for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != MANIFEST]
+
+
+def mirror_manifest(mirror: str) -> dict[str, Any] | None:
+    """The manifest of the mirror at a URL or path (for `provision --mirror`), None where
+    there is none (a mirror not built by nodecert, or a path only the nodes see)."""
+    data = fetch_bytes(_join(mirror, MANIFEST))
+    if data is None:
+        return None
+    try:
+        manifest = json.loads(data)
+    except ValueError:
+        raise MirrorError(f"{mirror}/{MANIFEST} is not JSON") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA or not isinstance(
+            manifest.get("wheels"), dict):
+        raise MirrorError(f"{mirror}/{MANIFEST} is not a {SCHEMA} manifest")
+    return manifest
+
+
+__all__ = ["MANIFEST", "SCHEMA", "MirrorError", "build", "fetch_bytes", "framework_pins",
+           "mirror_manifest", "read_manifest", "verify"]
