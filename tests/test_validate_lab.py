@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,22 +123,67 @@ def test_hardware_faults_fail_exactly_the_right_check(plab: Lab, tmp_path: Path)
 
 
 def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) -> None:
-    """nodecert installed from its wheel, outside the repository, provisions, validates
-    and certifies a lab host with the roles, stacks and node code the wheel carries."""
-    import subprocess
-    import sys
+    """nodecert installed from its wheel, outside the repository, builds an air-gapped
+    mirror (the lab's repository and index playing upstream), then provisions, validates
+    and certifies a lab host from that mirror alone -- the lab's own repository hidden
+    on the host -- with an inventory directory whose group_vars choose the stack."""
+    import base64
+    import io
+    import tarfile
 
     from nodecert.signing import init_key
     from test_wheel import build_wheel, install_wheel
     env = install_wheel(build_wheel(tmp_path / "build"), tmp_path / "site")
     key = init_key(tmp_path / "keys").private
-    r = subprocess.run(
-        [sys.executable, "-c", "import sys; from nodecert.cli import provision_main; "
-         "sys.argv[0] = 'provision'; provision_main()", "--inventory", str(inv(plab)),
-         "--stack", STACK, "--limit", "h2", "--runs-dir", str(tmp_path / "runs"),
-         "--key", str(key)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200, check=False)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    st = plab.cfg.state
+    upstream = Path(json.loads((st / "lab.json").read_text())["mirror"])
+
+    def wheel_cli(entry: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", f"import sys; from nodecert.cli import {entry}; "
+             f"sys.argv[0] = 'nodecert'; {entry}()", *args],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200, check=False)
+
+    site_mirror = tmp_path / "site-mirror"
+    r = wheel_cli("main", "mirror", "build", "--stack", STACK, "--os", "debian-12",
+                  "--out", str(site_mirror), "--apt-upstream", str(upstream / "nvidia"),
+                  "--index-url", f"file://{upstream / 'simple'}", "--allow-unsigned-upstream",
+                  "--extra-package", "nccl-tests", "--extra-package", "nvbandwidth",
+                  "--extra-package", "gpu-burn")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert wheel_cli("main", "mirror", "verify", str(site_mirror)).returncode == 0
+    # an inventory directory: the hosts file plus group_vars that pick the stack
+    inv_dir = tmp_path / "inventory"
+    (inv_dir / "group_vars").mkdir(parents=True)
+    shutil.copy(inv(plab), inv_dir / "hosts.ini")
+    (inv_dir / "group_vars" / "lab.yml").write_text(f"nodecert_stack: {STACK}\n")
+    # the mirror reaches h2 at the same path (as an NFS mount would); the lab's own
+    # NVIDIA repository and index are hidden there
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(site_mirror, arcname=site_mirror.name)
+    ssh = ["ssh", "-F", str(st / "ssh_config"), "h2"]
+    subprocess.run([*ssh, f"mkdir -p {tmp_path} && base64 -d | tar -xz -C {tmp_path} && "
+                    "for d in nvidia simple wheels; do mount -t tmpfs -o size=1m,ro "
+                    "nodecert-hidden /srv/nodecert-mirror/$d; done"],
+                   input=base64.b64encode(buf.getvalue()).decode(), text=True, check=True,
+                   timeout=120, capture_output=True)
+    try:
+        assert plab.ssh("h2", "ls /srv/nodecert-mirror/nvidia | wc -l").stdout.strip() == "0"
+        r = wheel_cli("provision_main", "--inventory", str(inv_dir), "--limit", "h2",
+                      "--mirror", str(site_mirror), "--runs-dir", str(tmp_path / "runs"),
+                      "--key", str(key))
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        source = plab.ssh("h2", "cat /etc/apt/sources.list.d/nodecert-nvidia.list").stdout
+        assert f"file:{site_mirror}/nvidia" in source, source
+        # pip installed with --require-hashes from the mirror's digests
+        reqs = plab.ssh("h2", f"cat /opt/nodecert/envs/{STACK}.requirements.txt").stdout
+        assert "torch==2.9.1+cu130 --hash=sha256:" in reqs, reqs
+    finally:
+        plab.ssh("h2", "for d in nvidia simple wheels; do umount /srv/nodecert-mirror/$d; "
+                 "done; echo 'deb [trusted=yes] file:/srv/nodecert-mirror/nvidia ./' > "
+                 "/etc/apt/sources.list.d/nodecert-nvidia.list && apt-get update -qq",
+                 timeout=300, check=False)
     (cert,) = (tmp_path / "runs").glob("*/reports/h2.intoto.dsse.json")
     v = CliRunner().invoke(main, ["verify", str(cert), "--pubkey", str(key.with_suffix(
         ".pub")), "--allow-simulated", "--expect-host", "h2"])

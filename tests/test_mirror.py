@@ -1,0 +1,241 @@
+"""`nodecert mirror`: Debian version order and dependency resolution (pure), then builds
+from a local upstream laid out like NVIDIA's flat repository and a local package index,
+verification, the signature check and what `provision --mirror` takes from a mirror."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nodecert import aptrepo, mirror
+from nodecert.cli import main
+from nodecert.errors import InventoryError, ManifestError
+from nodecert.lab.wheelhouse import build_wheelhouse
+from nodecert.stacks import find_stack
+
+pytestmark = pytest.mark.unit
+STACK, OS = "r580-cuda13.0", "debian-12"
+
+# --- Debian version order against dpkg itself ---------------------------------------------
+
+_part = st.text(alphabet="0123456789abz.+~", min_size=1, max_size=6).filter(
+    lambda s: s[0].isdigit())
+
+
+@given(st.tuples(st.integers(0, 2), _part, st.sampled_from(["", "1", "1ubuntu2", "0~b1"])),
+       st.tuples(st.integers(0, 2), _part, st.sampled_from(["", "1", "1ubuntu2", "0~b1"])))
+def test_version_order_is_dpkgs(a: tuple[int, str, str], b: tuple[int, str, str]) -> None:
+    def text(v: tuple[int, str, str]) -> str:
+        return (f"{v[0]}:" if v[0] else "") + v[1] + (f"-{v[2]}" if v[2] else "")
+    va, vb = text(a), text(b)
+    ours = aptrepo.compare_versions(va, vb)
+    lt = subprocess.run(["dpkg", "--compare-versions", va, "lt", vb], check=False).returncode
+    eq = subprocess.run(["dpkg", "--compare-versions", va, "eq", vb], check=False).returncode
+    assert (ours < 0) == (lt == 0) and (ours == 0) == (eq == 0), (va, vb, ours)
+
+
+def test_relations_are_read_or_refused() -> None:
+    got = aptrepo.parse_depends("libc6 (>= 2.17), a:any | b (<< 2~) [amd64], c", "t")
+    assert [[str(d) for d in g] for g in got] == [["libc6 (>= 2.17)"], ["a", "b (<< 2~)"],
+                                                  ["c"]]
+    with pytest.raises(ManifestError, match="cannot read the relation"):
+        aptrepo.parse_depends("libc6 (>= 2.17", "t")
+    with pytest.raises(ManifestError, match="not a 'Field: value' line"):
+        aptrepo.parse_stanzas("Package: a\nthis is not a field\n", "Packages")
+
+
+# --- a local upstream ---------------------------------------------------------------------
+
+DEPS = {  # extra structure on top of the stack's pins
+    "cuda-libraries-13-0": "cuda-cudart-13-0 (>= 13.0.0), cuda-nvrtc-13-0 | cuda-nvrtc-alt",
+    "libcudnn9-cuda-13": "libc6 (>= 2.17)",
+}
+EXTRA = [("cuda-cudart-13-0", "13.0.0-1"), ("cuda-cudart-13-0", "13.0.48-1"),
+         ("cuda-nvrtc-alt", "1.0-1"), ("nvidia-open", "590.44.01-1"),
+         ("nccl-tests", "2.17.8-1"), ("unrelated", "1.0-1")]
+
+
+def make_upstream(root: Path, *, drop: str = "") -> Path:
+    """A flat repository with the stack's debian-12 pins (and a newer driver, and
+    dependencies), Packages and a Release listing its SHA256."""
+    repo = root / "upstream"
+    repo.mkdir(parents=True)
+    pins = [(p.name, str(p.version)) for p in find_stack(STACK).os[OS].packages]
+    stanzas = []
+    for name, version in pins + EXTRA:
+        if name == drop:
+            continue
+        deb = f"{name}_{version.split(':')[-1]}_amd64.deb"
+        data = f"{name} {version}\n".encode() * 10
+        (repo / deb).write_bytes(data)
+        dep = f"Depends: {DEPS[name]}\n" if name in DEPS else ""
+        stanzas.append(f"Package: {name}\nVersion: {version}\nArchitecture: amd64\n{dep}"
+                       f"Filename: ./{deb}\nSize: {len(data)}\n"
+                       f"SHA256: {hashlib.sha256(data).hexdigest()}\nDescription: test\n"
+                       " second line\n")
+    packages = "\n".join(stanzas).encode()
+    (repo / "Packages").write_bytes(packages)
+    (repo / "Release").write_text(
+        "Origin: test\nSHA256:\n"
+        f" {hashlib.sha256(packages).hexdigest()} {len(packages)} Packages\n")
+    return repo
+
+
+@pytest.fixture
+def upstreams(tmp_path: Path) -> tuple[Path, str]:
+    build_wheelhouse(tmp_path / "pypi")
+    return make_upstream(tmp_path), f"file://{tmp_path / 'pypi' / 'simple'}"
+
+
+def _build(up: tuple[Path, str], out: Path, **kw: object) -> dict[str, object]:
+    return mirror.build(STACK, OS, out, apt_upstream=str(up[0]), index_url=up[1],
+                        allow_unsigned=True, **kw)  # type: ignore[arg-type]
+
+
+def test_a_mirror_holds_the_pins_and_what_they_need(upstreams: tuple[Path, str],
+                                                    tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    m = _build(upstreams, out, extra=("nccl-tests",))
+    got = {(p["name"], p["version"], p["role"]) for p in m["packages"]}  # type: ignore[attr-defined]
+    assert ("nvidia-open", "580.173.02-1", "pinned") in got  # the pin, not the newer one
+    assert ("cuda-cudart-13-0", "13.0.48-1", "dependency") in got  # highest that fits
+    assert ("cuda-nvrtc-alt", "1.0-1", "dependency") in got  # the alternative present
+    assert ("nccl-tests", "2.17.8-1", "extra") in got
+    assert not any(n in ("unrelated",) for n, _, _ in got)
+    assert len(got) == 11  # 8 pins, 2 dependencies, 1 extra
+    assert m["from_os_archive"] == ["libc6 (>= 2.17)"]
+    assert m["wheels"] == {"torch==2.9.1+cu130": [mirror.sha256_file(
+        next((out / "wheels").glob("torch-*.whl")))]}
+    # the upstream's index files are kept verbatim; the index links carry sha256
+    assert (out / "nvidia/Packages").read_bytes() == (upstreams[0] / "Packages").read_bytes()
+    assert "#sha256=" in (out / "simple/torch/index.html").read_text()
+    assert mirror.verify(out) == []
+    r = CliRunner().invoke(main, ["mirror", "verify", str(out)])
+    assert r.exit_code == 0 and "all match the manifest" in r.output
+
+
+def test_verify_names_every_change(upstreams: tuple[Path, str], tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    _build(upstreams, out)
+    deb = next((out / "nvidia").glob("libnccl2_*.deb"))
+    deb.write_bytes(b"tampered")
+    (out / "wheels" / "planted.whl").write_bytes(b"x")
+    (out / "nvidia" / "Packages").write_bytes(b"Package: x\n")
+    problems = mirror.verify(out)
+    assert f"nvidia/{deb.name}: changed" in " ".join(problems)
+    assert "wheels/planted.whl: not listed in nodecert-mirror.json" in problems
+    assert "nvidia/Packages: does not match nvidia/Release" in problems
+    assert f"nvidia/{deb.name}: does not match the upstream index's sha256" in problems
+    r = CliRunner().invoke(main, ["mirror", "verify", str(out), "--json"])
+    assert r.exit_code == 1 and '"ok": false' in r.output
+
+
+def test_a_file_that_does_not_match_its_index_stops_the_build(
+        upstreams: tuple[Path, str], tmp_path: Path) -> None:
+    up = upstreams[0]
+    next(up.glob("libnccl2_*.deb")).write_bytes(b"swapped on the way")
+    with pytest.raises(mirror.MirrorError, match=r"libnccl2_.*does not match the upstream"):
+        _build(upstreams, tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".m.")] == []
+
+
+def test_an_index_that_does_not_match_its_release_stops_the_build(
+        upstreams: tuple[Path, str], tmp_path: Path) -> None:
+    with (upstreams[0] / "Packages").open("a") as f:
+        f.write("\n")
+    with pytest.raises(mirror.MirrorError, match="does not match the Release file's SHA256"):
+        _build(upstreams, tmp_path / "m")
+
+
+def test_a_missing_pin_is_named(tmp_path: Path) -> None:
+    build_wheelhouse(tmp_path / "pypi")
+    up = make_upstream(tmp_path, drop="libnccl2")
+    with pytest.raises(mirror.MirrorError, match=r"lacks pinned package\(s\): "
+                                                 r"libnccl2=2\.27\.7-1\+cuda13\.0"):
+        mirror.build(STACK, OS, tmp_path / "m", apt_upstream=str(up),
+                     index_url=f"file://{tmp_path / 'pypi' / 'simple'}", allow_unsigned=True)
+
+
+def test_bad_requests_are_refused(upstreams: tuple[Path, str], tmp_path: Path) -> None:
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("mine")
+    r = CliRunner().invoke(main, ["mirror", "build", "--stack", STACK, "--os", OS, "--out",
+                                  str(busy), "--apt-upstream", str(upstreams[0]),
+                                  "--allow-unsigned-upstream"])
+    assert r.exit_code == 2 and "is not an empty directory" in r.output
+    assert (busy / "keep.txt").read_text() == "mine"
+    with pytest.raises(ManifestError, match="has no packages for centos-9"):
+        mirror.build(STACK, "centos-9", tmp_path / "x")
+    # an upstream whose signature cannot be checked is refused unless allowed
+    with pytest.raises(mirror.MirrorError, match="cannot be checked without its key"):
+        mirror.build(STACK, OS, tmp_path / "y", apt_upstream=str(upstreams[0]),
+                     index_url=upstreams[1])
+
+
+def _gpg(home: Path, *args: str) -> str:
+    return subprocess.run(["gpg", "--batch", "--homedir", str(home), *args],
+                          capture_output=True, text=True, check=True, timeout=120).stdout
+
+
+def test_the_upstream_signature_is_checked_with_the_pinned_key(
+        upstreams: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    _gpg(home, "--passphrase", "", "--quick-gen-key", "repo@example.invalid", "ed25519",
+         "sign", "never")
+    fpr = next(ln.split(":")[9] for ln in _gpg(home, "--with-colons", "--list-keys")
+               .splitlines() if ln.startswith("fpr:"))
+    key = tmp_path / "repo.pub"
+    key.write_text(_gpg(home, "--armor", "--export", fpr))
+    up = upstreams[0]
+    _gpg(home, "--armor", "--detach-sign", "-o", str(up / "Release.gpg"), str(up / "Release"))
+    real = find_stack(STACK)
+    pinned = dataclasses.replace(real, repository=dataclasses.replace(
+        real.repository, key_fingerprint=fpr))
+    monkeypatch.setattr(mirror, "find_stack", lambda name: pinned)
+    m = mirror.build(STACK, OS, tmp_path / "m", apt_upstream=str(up), index_url=upstreams[1],
+                     key=key)
+    assert m["signature"] == f"Release.gpg verified with {fpr}"
+    assert (tmp_path / "m" / "nvidia" / "repo.pub").is_file()  # nodes fetch it from here
+    # a Release changed after signing is refused
+    with (up / "Release").open("a") as f:
+        f.write("Label: changed\n")
+    with pytest.raises(mirror.MirrorError, match="does not verify"):
+        mirror.build(STACK, OS, tmp_path / "m2", apt_upstream=str(up),
+                     index_url=upstreams[1], key=key)
+    # the stack's real fingerprint does not match this key: refused before anything
+    monkeypatch.setattr(mirror, "find_stack", lambda name: real)
+    with pytest.raises(mirror.MirrorError, match="is not exactly the stack's repository key"):
+        mirror.build(STACK, OS, tmp_path / "m3", apt_upstream=str(up),
+                     index_url=upstreams[1], key=key)
+
+
+def test_provision_takes_the_mirrors_repository_key_and_digests(
+        upstreams: tuple[Path, str], tmp_path: Path) -> None:
+    from nodecert.provisioning import mirror_vars
+    out = tmp_path / "m"
+    m = _build(upstreams, out)
+    got = mirror_vars(str(out), {STACK: find_stack(STACK)})
+    assert got["nvidia_repo_url"] == f"{out}/nvidia"
+    assert got["framework_index_url"] == f"file://{out}/simple"
+    assert got["nvidia_repo_key_url"] == f"{out}/nvidia/3bf863cc.pub"
+    assert got["framework_wheel_hashes"] == {STACK: m["wheels"]}
+    with pytest.raises(InventoryError, match=f"holds stack {STACK}; this run provisions "
+                                             "r570-cuda12.8"):
+        mirror_vars(str(out), {"r570-cuda12.8": find_stack("r570-cuda12.8")})
+    # a mirror without a manifest (not built by nodecert): repository and index only
+    plain = tmp_path / "plain"
+    shutil.copytree(out, plain)
+    os.unlink(plain / mirror.MANIFEST)
+    assert "framework_wheel_hashes" not in mirror_vars(str(plain), {STACK: find_stack(STACK)})
