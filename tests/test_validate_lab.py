@@ -126,7 +126,9 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
     """nodecert installed from its wheel, outside the repository, builds an air-gapped
     mirror (the lab's repository and index playing upstream), then provisions, validates
     and certifies a lab host from that mirror alone -- the lab's own repository hidden
-    on the host -- with an inventory directory whose group_vars choose the stack."""
+    on the host -- with an inventory directory whose group_vars choose the stack, as a
+    non-root user whose sudo wants a password (vaulted in host_vars), through another lab
+    host as the jump host."""
     import base64
     import io
     import tarfile
@@ -152,11 +154,31 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
                   "--extra-package", "gpu-burn")
     assert r.returncode == 0, r.stdout + r.stderr
     assert wheel_cli("main", "mirror", "verify", str(site_mirror)).returncode == 0
-    # an inventory directory: the hosts file plus group_vars that pick the stack
+    # an inventory directory: the hosts file, group_vars that pick the stack, host_vars
+    # that reach h2 as `ops` through h1 with a vaulted sudo password
     inv_dir = tmp_path / "inventory"
     (inv_dir / "group_vars").mkdir(parents=True)
+    (inv_dir / "host_vars").mkdir()
     shutil.copy(inv(plab), inv_dir / "hosts.ini")
     (inv_dir / "group_vars" / "lab.yml").write_text(f"nodecert_stack: {STACK}\n")
+    password = "pw-" + os.urandom(6).hex()
+    vault_pw = tmp_path / "vault-pw"
+    vault_pw.write_text("v-" + os.urandom(6).hex() + "\n")
+    vault_pw.chmod(0o600)
+    from ansible.parsing.vault import VaultLib, VaultSecret
+    blob = VaultLib([("default", VaultSecret(vault_pw.read_text().strip().encode()))]
+                    ).encrypt(password).decode()
+    h1_ip = str(plab.cfg.host_ip(1))
+    (inv_dir / "host_vars" / "h2.yml").write_text(
+        "ansible_user: ops\nansible_become: true\n"
+        f"ansible_ssh_common_args: '-F {st / 'ssh_config'} -o UserKnownHostsFile="
+        f"{st / 'known_hosts'} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes "
+        f"-o ProxyJump=root@{h1_ip}'\n"
+        "ansible_become_password: !vault |\n" + "".join(f"  {ln}\n" for ln in blob.splitlines()))
+    plab.ssh("h2", f"id ops >/dev/null 2>&1 || useradd -m -s /bin/sh ops; echo 'ops:{password}' "
+             "| chpasswd && install -d -m 700 -o ops -g ops /home/ops/.ssh && install -m 600 "
+             "-o ops -g ops /root/.ssh/authorized_keys /home/ops/.ssh/authorized_keys && "
+             "echo 'ops ALL=(ALL) ALL' > /etc/sudoers.d/ops && chmod 440 /etc/sudoers.d/ops")
     # the mirror reaches h2 at the same path (as an NFS mount would); the lab's own
     # NVIDIA repository and index are hidden there
     buf = io.BytesIO()
@@ -172,15 +194,23 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
         assert plab.ssh("h2", "ls /srv/nodecert-mirror/nvidia | wc -l").stdout.strip() == "0"
         r = wheel_cli("provision_main", "--inventory", str(inv_dir), "--limit", "h2",
                       "--mirror", str(site_mirror), "--runs-dir", str(tmp_path / "runs"),
-                      "--key", str(key))
+                      "--key", str(key), "--vault-password-file", str(vault_pw))
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        # Ansible and validate logged in as ops (through h1), never as root
+        logins = plab.ssh("h2", "journalctl -u ssh -u sshd --no-pager -q | grep -c "
+                          "'Accepted publickey for ops' || true").stdout.strip()
+        assert int(logins or 0) > 0
+        for f in (tmp_path / "runs").rglob("*"):
+            if f.is_file():
+                assert password.encode() not in f.read_bytes(), f
         source = plab.ssh("h2", "cat /etc/apt/sources.list.d/nodecert-nvidia.list").stdout
         assert f"file:{site_mirror}/nvidia" in source, source
         # pip installed with --require-hashes from the mirror's digests
         reqs = plab.ssh("h2", f"cat /opt/nodecert/envs/{STACK}.requirements.txt").stdout
         assert "torch==2.9.1+cu130 --hash=sha256:" in reqs, reqs
     finally:
-        plab.ssh("h2", "for d in nvidia simple wheels; do umount /srv/nodecert-mirror/$d; "
+        plab.ssh("h2", "rm -f /etc/sudoers.d/ops; "
+                 "for d in nvidia simple wheels; do umount /srv/nodecert-mirror/$d; "
                  "done; echo 'deb [trusted=yes] file:/srv/nodecert-mirror/nvidia ./' > "
                  "/etc/apt/sources.list.d/nodecert-nvidia.list && apt-get update -qq",
                  timeout=300, check=False)

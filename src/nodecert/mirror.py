@@ -37,90 +37,24 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from nodecert import aptrepo
-from nodecert.errors import ManifestError, NodecertError
+from nodecert.errors import ManifestError
+from nodecert.mirrorfetch import (
+    FETCH_TIMEOUT_S,
+    MAX_INDEX_BYTES,
+    MirrorError,
+    fetch_bytes,
+    fetch_file,
+    join_url,
+    sha256_file,
+)
 from nodecert.stacks import Stack, find_stack
 
 SCHEMA = "nodecert.mirror/v1"
 MANIFEST = "nodecert-mirror.json"
-FETCH_TIMEOUT_S = 60
 PIP_TIMEOUT_S = 3600
-MAX_INDEX_BYTES = 256 * 1024 * 1024
 # Where the framework's wheels are built for: the node's CPython on x86_64 Linux.
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
                    "linux_x86_64")
-
-
-class MirrorError(NodecertError):
-    """A mirror could not be built or does not verify."""
-
-
-# --- fetching ------------------------------------------------------------------------------
-
-def _join(base: str, rel: str) -> str:
-    rel_path = PurePosixPath(rel)
-    if rel_path.is_absolute() or ".." in rel_path.parts:
-        raise MirrorError(f"the upstream names a file outside its repository: {rel!r}")
-    if "://" in base or base.startswith("file:"):
-        return base.rstrip("/") + "/" + str(rel_path)
-    return str(Path(base) / rel_path)
-
-
-def _open(url: str) -> Any:
-    if url.startswith(("http://", "https://")):
-        return urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S)
-    path = urllib.parse.urlparse(url).path if url.startswith("file:") else url
-    return Path(path).open("rb")
-
-
-def fetch_bytes(url: str, limit: int = MAX_INDEX_BYTES) -> bytes | None:
-    """The file's content, None where it does not exist; MirrorError past the limit."""
-    try:
-        with _open(url) as f:
-            data: bytes = f.read(limit + 1)
-    except FileNotFoundError:
-        return None
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise MirrorError(f"{url}: HTTP {exc.code}") from None
-    except (OSError, urllib.error.URLError) as exc:
-        raise MirrorError(f"cannot fetch {url}: {exc}",
-                          hint="check the upstream URL and that it is reachable") from None
-    if len(data) > limit:
-        raise MirrorError(f"{url} is larger than {limit} bytes")
-    return data
-
-
-def fetch_file(url: str, dest: Path, sha256: str, size: int | None) -> None:
-    """Copy url to dest, refusing a file whose sha256 or size differs from the index's."""
-    h = hashlib.sha256()
-    n = 0
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + 3600
-    try:
-        with _open(url) as src, dest.open("wb") as out:
-            while chunk := src.read(1 << 20):
-                h.update(chunk)
-                n += len(chunk)
-                out.write(chunk)
-                if time.monotonic() > deadline:
-                    raise MirrorError(f"{url}: download took longer than an hour")
-    except (OSError, urllib.error.URLError) as exc:
-        raise MirrorError(f"cannot fetch {url}: {exc}") from None
-    if h.hexdigest() != sha256 or (size is not None and n != size):
-        dest.unlink()
-        raise MirrorError(f"{url}: sha256 {h.hexdigest()[:16]}... size {n} does not match "
-                          f"the upstream's index ({sha256[:16]}..., {size})",
-                          hint="the upstream or the path to it was tampered with or is "
-                               "mid-update; try again later")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # --- the apt part ----------------------------------------------------------------------------
@@ -170,18 +104,18 @@ def _verify_signature(repo: Path, key: Path | None, fingerprint: str,
 def _index(upstream: str, repo: Path) -> list[aptrepo.Stanza]:
     """Fetch Release (+ signatures) and Packages verbatim; Packages checked against the
     Release's SHA256 list where there is one."""
-    release = fetch_bytes(_join(upstream, "Release"))
+    release = fetch_bytes(join_url(upstream, "Release"))
     if release is None:
         raise MirrorError(f"{upstream} has no Release file: not a flat apt repository",
                           hint="give the directory that holds Packages and Release")
     (repo / "Release").write_bytes(release)
     for extra in ("Release.gpg", "InRelease"):
-        data = fetch_bytes(_join(upstream, extra))
+        data = fetch_bytes(join_url(upstream, extra))
         if data is not None:
             (repo / extra).write_bytes(data)
     sums = aptrepo.release_sha256(release.decode("utf-8", "replace"), f"{upstream}/Release")
     for name in ("Packages.gz", "Packages"):
-        data = fetch_bytes(_join(upstream, name))
+        data = fetch_bytes(join_url(upstream, name))
         if data is None:
             continue
         want = sums.get(name)
@@ -223,7 +157,7 @@ def build_apt(stack: Stack, os_name: str, upstream: str, repo: Path, *, key: Pat
                               "SHA256 in the index")
         size = int(s["Size"]) if s.get("Size", "").isdigit() else None
         dest = repo / PurePosixPath(rel)
-        fetch_file(_join(upstream, rel), dest, sha, size)
+        fetch_file(join_url(upstream, rel), dest, sha, size)
         out.packages.append({"name": s["Package"], "version": s.get("Version", ""),
                              "file": str(PurePosixPath("nvidia") / PurePosixPath(rel)),
                              "sha256": sha,
@@ -410,7 +344,7 @@ def _all_files_names(root: Path) -> list[str]:
 def mirror_manifest(mirror: str) -> dict[str, Any] | None:
     """The manifest of the mirror at a URL or path (for `provision --mirror`), None where
     there is none (a mirror not built by nodecert, or a path only the nodes see)."""
-    data = fetch_bytes(_join(mirror, MANIFEST))
+    data = fetch_bytes(join_url(mirror, MANIFEST))
     if data is None:
         return None
     try:

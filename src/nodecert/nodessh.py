@@ -42,16 +42,23 @@ class Endpoint:
     become: bool = False
     proxy_jump: str | None = None  # [user@]host[:port] of a bastion
     become_password: Secret | None = field(default=None, repr=False, compare=False)
+    host_key_alias: str | None = None  # the name known_hosts lists the key under
+    ssh_config: str | None = None  # the ssh_config file the settings came from
 
     @classmethod
     def from_hostvars(cls, host: str, hv: dict[str, Any]) -> Endpoint:
         known: list[str] = []
         jump: str | None = None
+        alias: str | None = None
+        config_file: str | None = None
         args = shlex.split(str(hv.get("ansible_ssh_common_args", "") or "")) + shlex.split(
             str(hv.get("ansible_ssh_extra_args", "") or ""))
         for k, a in enumerate(args):
-            if a == "-J" and k + 1 < len(args):
-                jump = jump or args[k + 1]
+            if a in ("-J", "-F") and k + 1 < len(args):
+                if a == "-J":
+                    jump = jump or args[k + 1]
+                else:
+                    config_file = config_file or args[k + 1]
                 continue
             opt = a[2:] if a.startswith("-o") and len(a) > 2 else (
                 args[k + 1] if a == "-o" and k + 1 < len(args) else "")
@@ -60,22 +67,62 @@ class Endpoint:
                 known += value.split()
             elif key.lower() == "proxyjump" and value.lower() != "none":
                 jump = jump or value.split(",")[0]
+            elif key.lower() == "hostkeyalias":
+                alias = alias or value
+        # What ssh itself would add from its configuration file (-F, else ~/.ssh/config):
+        # the command line and the inventory win, as they do for ssh.
+        target = str(hv.get("ansible_host", host))
+        cfg = lookup_config(config_file, target)
         interp = str(hv.get("ansible_python_interpreter") or "python3")
         if "{{" in interp or interp.startswith("auto"):
             interp = "python3"
-        user = str(hv.get("ansible_user", "root"))
+        user = str(hv.get("ansible_user") or cfg.get("user") or "root")
         become = str(hv.get("ansible_become", "false")).strip().lower() in (
             "true", "yes", "1", "on") and user != "root"
-        return cls(host, str(hv.get("ansible_host", host)), int(hv.get("ansible_port", 22)),
-                   user,
-                   str(hv["ansible_ssh_private_key_file"])
-                   if hv.get("ansible_ssh_private_key_file") else None,
-                   tuple(known), interp, become, jump)
+        key_file = hv.get("ansible_ssh_private_key_file") or next(
+            iter(cfg.get("identityfile") or []), None)
+        cfg_jump = str(cfg.get("proxyjump") or "").split(",", maxsplit=1)[0]
+        jump = jump or (cfg_jump if cfg_jump.lower() not in ("", "none") else None)
+        return cls(host, str(cfg.get("hostname") or target),
+                   int(hv.get("ansible_port") or cfg.get("port") or 22), user,
+                   str(Path(str(key_file)).expanduser()) if key_file else None,
+                   tuple(known + str(cfg.get("userknownhostsfile") or "").split()), interp,
+                   become, jump,
+                   host_key_alias=alias or cfg.get("hostkeyalias"),
+                   ssh_config=config_file)
 
     def as_root(self, command: str) -> str:
         """command as it must run on the node: through passwordless sudo for a non-root
         user with become, else as is (`start` handles sudo with a password)."""
         return f"sudo -n -- sh -c {shlex.quote(command)}" if self.become else command
+
+
+def lookup_config(config_file: str | None, name: str) -> dict[str, Any]:
+    """ssh_config settings for `name` (paramiko reads the file the way ssh does);
+    empty where there is no file."""
+    path = Path(config_file or "~/.ssh/config").expanduser()
+    if not path.is_file():
+        return {}
+    found = dict(paramiko.SSHConfig.from_path(str(path)).lookup(name))
+    if found.get("hostname") == name:
+        found.pop("hostname")
+    return found
+
+
+def bastion(ep: Endpoint) -> Endpoint:
+    """The jump host as an Endpoint: [user@]host[:port] from ProxyJump, completed from
+    the same ssh_config (its HostName, User, Port, IdentityFile, known hosts)."""
+    spec = ep.proxy_jump or ""
+    user, _, hostport = spec.rpartition("@")
+    host, _, port = hostport.partition(":")
+    cfg = lookup_config(ep.ssh_config, host)
+    key = next(iter(cfg.get("identityfile") or []), None) or ep.key_file
+    return Endpoint(host, str(cfg.get("hostname") or host),
+                    int(port or cfg.get("port") or 22), user or str(cfg.get("user") or ep.user),
+                    str(Path(key).expanduser()) if key else None,
+                    tuple(str(cfg.get("userknownhostsfile") or "").split()) + ep.known_hosts,
+                    ep.python, host_key_alias=cfg.get("hostkeyalias"),
+                    ssh_config=ep.ssh_config)
 
 
 def start(client: paramiko.SSHClient, ep: Endpoint, command: str, *, root: bool = True,
@@ -135,15 +182,10 @@ def _become(chan: paramiko.Channel, ep: Endpoint, prompt: bytes, ok: bytes,
 
 def _jump_channel(ep: Endpoint, timeout: float) -> tuple[paramiko.SSHClient, Any]:
     """A channel to the node through the bastion (its host key checked like the node's)."""
-    spec = ep.proxy_jump or ""
-    user, _, hostport = spec.rpartition("@")
-    host, _, port = hostport.partition(":")
-    bastion = Endpoint(host, host, int(port or 22), user or ep.user, ep.key_file,
-                       ep.known_hosts, ep.python)
-    jump = connect(bastion, timeout)
+    jump = connect(bastion(ep), timeout)
     transport = jump.get_transport()
     if transport is None:
-        raise paramiko.SSHException(f"no transport to the jump host {spec}")
+        raise paramiko.SSHException(f"no transport to the jump host {ep.proxy_jump}")
     chan = transport.open_channel("direct-tcpip", (ep.address, ep.port), ("127.0.0.1", 0),
                                   timeout=timeout)
     return jump, chan
@@ -158,6 +200,13 @@ def connect(ep: Endpoint, timeout: float = 15.0) -> paramiko.SSHClient:
         p = Path(path).expanduser()
         if p.is_file():
             client.load_host_keys(str(p))
+    if ep.host_key_alias:
+        # HostKeyAlias: known_hosts lists the key under the alias; check the address
+        # against exactly those keys.
+        keys = client.get_host_keys()
+        name = ep.address if ep.port == 22 else f"[{ep.address}]:{ep.port}"
+        for kind, key in (keys.lookup(ep.host_key_alias) or {}).items():
+            keys.add(name, kind, key)
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     sock = None
     if ep.proxy_jump:

@@ -426,7 +426,7 @@ class Lab:
         (st / "known_hosts").write_text("\n".join(known) + "\n")
         cfg_lines = []
         for h in hosts:
-            cfg_lines += [f"Host {h.name}", f"  HostName {h.ip}", "  User root",
+            cfg_lines += [f"Host {h.name} {h.ip}", f"  HostName {h.ip}", "  User root",
                           f"  IdentityFile {key}", "  IdentitiesOnly yes",
                           f"  UserKnownHostsFile {st / 'known_hosts'}",
                           f"  HostKeyAlias {h.name}", "  StrictHostKeyChecking yes",
