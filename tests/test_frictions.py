@@ -299,13 +299,19 @@ def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes
         assert not plan["conformance"]
 
 
-def test_hgx_b200_lab_profile_validates_and_its_faults_fail(tmp_path: Path) -> None:
+@pytest.mark.parametrize("profile", ["b200-hgx-8", "gb200-nvl-4"])
+def test_blackwell_lab_profiles_validate_and_their_faults_fail(tmp_path: Path,
+                                                               profile: str) -> None:
     from simnode import SimNode
-    node = SimNode(tmp_path / "ok", profile="b200-hgx-8")
-    for check in ("hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu"):
+    node = SimNode(tmp_path / "ok", profile=profile)
+    for check in ("hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu",
+                  "health.xid"):
         r = node.check(check)
         assert r.verdict is Verdict.PASS, (check, r.summary)
-    down = SimNode(tmp_path / "down", profile="b200-hgx-8",
+    if profile == "gb200-nvl-4":  # the Grace host reports itself as aarch64
+        inv = node.check("hardware.inventory")
+        assert (inv.value["cpu_arch"], inv.value["cpu_cores"]) == ("aarch64", 144)
+    down = SimNode(tmp_path / "down", profile=profile,
                    faults=[{"kind": "nvlink_down", "gpu": 3, "links": [7]}])
     r = down.check("hardware.topology")
     assert r.verdict is Verdict.FAIL and "GPU3: NVLink 7 inactive (17 of 18 up)" in r.summary

@@ -152,6 +152,7 @@ def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Resul
                      "NICs and drives only")
     value = {"gpus": len(gpus), "gpu_model": gpus[0]["name"] if gpus else None,
              "cpu_cores": cores, "cpu_model": cpu["model"] if cpu else None,
+             "cpu_arch": cpu.get("arch") or None if cpu else None,
              "ram_gb": ram, "ram_source": ram_src, "nvme": len(nvme)}
     return judge_findings(
         name, fails, warns,

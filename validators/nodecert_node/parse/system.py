@@ -86,7 +86,8 @@ def parse_lscpu(text: str) -> dict[str, Any]:
 
     sockets = num("Socket(s)") or 1
     cores_per_socket = num("Core(s) per socket")
-    return {"model": kv.get("Model name", ""), "sockets": sockets,
+    return {"model": kv.get("Model name", ""), "arch": kv.get("Architecture", ""),
+            "sockets": sockets,
             "cores_per_socket": cores_per_socket, "cores": sockets * cores_per_socket,
             "threads": num("CPU(s)"), "numa_nodes": num("NUMA node(s)")}
 

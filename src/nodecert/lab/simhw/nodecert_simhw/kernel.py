@@ -28,7 +28,8 @@ def cmd_dmesg(argv):
     if installed().get("driver"):
         drv = driver_version(installed())
         lines.append((4.2, "nvidia: module license 'NVIDIA' taints kernel."))
-        lines.append((4.9, f"NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  {drv}  "
+        arch = hw["profile"]["host"].get("arch", "x86_64")
+        lines.append((4.9, f"NVRM: loading NVIDIA UNIX Open Kernel Module for {arch}  {drv}  "
                       "Release Build  (dvs-builder@U16-I3-B03-4-1)  Thu Jan  1 00:00:00 UTC 1970"))
     for f in Faults(hw).xids():
         i = int(f.get("gpu", 0))

@@ -45,14 +45,24 @@ def cmd_dmidecode(argv):
 def cmd_lscpu(argv):
     host = load_hw()["profile"]["host"]
     sockets, cores = int(host["sockets"]), int(host["cores_per_socket"])
-    threads = sockets * cores * 2
-    rows = [("Architecture", "x86_64"), ("CPU op-mode(s)", "32-bit, 64-bit"),
-            ("Byte Order", "Little Endian"), ("CPU(s)", str(threads)),
-            ("On-line CPU(s) list", f"0-{threads - 1}"),
-            ("Vendor ID", "AuthenticAMD" if "AMD" in host["cpu_model"] else "GenuineIntel"),
-            ("Model name", host["cpu_model"]), ("Thread(s) per core", "2"),
-            ("Core(s) per socket", str(cores)), ("Socket(s)", str(sockets)),
-            ("NUMA node(s)", str(sockets))]
+    if host.get("arch") == "aarch64":  # Grace: one thread per core, lscpu's ARM layout
+        threads = sockets * cores
+        rows = [("Architecture", "aarch64"), ("CPU op-mode(s)", "64-bit"),
+                ("Byte Order", "Little Endian"), ("CPU(s)", str(threads)),
+                ("On-line CPU(s) list", f"0-{threads - 1}"), ("Vendor ID", "ARM"),
+                ("Model name", host["cpu_model"]), ("Model", "0"),
+                ("Thread(s) per core", "1"), ("Core(s) per socket", str(cores)),
+                ("Socket(s)", str(sockets)), ("NUMA node(s)", str(sockets))]
+    else:
+        threads = sockets * cores * 2
+        rows = [("Architecture", "x86_64"), ("CPU op-mode(s)", "32-bit, 64-bit"),
+                ("Byte Order", "Little Endian"), ("CPU(s)", str(threads)),
+                ("On-line CPU(s) list", f"0-{threads - 1}"),
+                ("Vendor ID", "AuthenticAMD" if "AMD" in host["cpu_model"]
+                 else "GenuineIntel"),
+                ("Model name", host["cpu_model"]), ("Thread(s) per core", "2"),
+                ("Core(s) per socket", str(cores)), ("Socket(s)", str(sockets)),
+                ("NUMA node(s)", str(sockets))]
     for k, v in rows:
         print(f"{k + ':':<34}{v}")
     return 0
