@@ -239,3 +239,24 @@ def test_provision_takes_the_mirrors_repository_key_and_digests(
     shutil.copytree(out, plain)
     os.unlink(plain / mirror.MANIFEST)
     assert "framework_wheel_hashes" not in mirror_vars(str(plain), {STACK: find_stack(STACK)})
+
+
+def test_stack_lock_pins_every_wheel_by_sha256(upstreams: tuple[Path, str],
+                                               tmp_path: Path) -> None:
+    from nodecert.stacks import load_stack
+    out = tmp_path / "site" / "stacks" / f"{STACK}.yml"
+    out.parent.mkdir(parents=True)
+    r = CliRunner().invoke(main, ["stack", "lock", STACK, "--out", str(out), "--index-url",
+                                  upstreams[1], "--json"])
+    assert r.exit_code == 0, r.output
+    locked = load_stack(out)
+    whl = next((tmp_path / "pypi" / "wheels").glob("torch-2.9.1+cu130-*.whl"))
+    assert locked.framework.hashes == {"torch==2.9.1+cu130": (mirror.sha256_file(whl),)}
+    # everything else is the shipped stack, comments included
+    shipped = find_stack(STACK)
+    assert locked.os == shipped.os and locked.repository == shipped.repository
+    assert "# R580 LTSB" in out.read_text()
+    again = CliRunner().invoke(main, ["stack", "lock", STACK, "--out", str(out)])
+    assert again.exit_code == 2 and "exists" in again.output
+    odd = CliRunner().invoke(main, ["stack", "lock", STACK, "--out", str(tmp_path / "x.yml")])
+    assert odd.exit_code == 2 and f"name it {STACK}.yml" in odd.output

@@ -47,7 +47,7 @@ from nodecert.mirrorfetch import (
     join_url,
     sha256_file,
 )
-from nodecert.stacks import Stack, find_stack
+from nodecert.stacks import Stack, find_stack, load_stack
 
 SCHEMA = "nodecert.mirror/v1"
 MANIFEST = "nodecert-mirror.json"
@@ -219,6 +219,46 @@ def build_wheels(stack: Stack, index_url: str, out: Path) -> dict[str, list[str]
     return hashes
 
 
+def lock_stack(stack_name: str, out: Path, index_url: str | None = None) -> dict[str, Any]:
+    """Write `out`: the stack's manifest with `framework.hashes` set to the sha256 of
+    every wheel its environment installs (the framework's and each dependency's), as
+    downloaded now from the index; pip then installs it with --require-hashes."""
+    stack = find_stack(stack_name)
+    if out.exists():
+        raise MirrorError(f"{out} exists", hint="give a new file (a lock never overwrites)")
+    if out.name != f"{stack.name}.yml":
+        raise MirrorError(f"{out}: a stack file is named after its stack",
+                          hint=f"name it {stack.name}.yml (in $NODECERT_HOME/stacks)")
+    with tempfile.TemporaryDirectory(prefix="nodecert-lock-") as d:
+        hashes = build_wheels(stack, index_url or stack.framework.index_url, Path(d))
+    if not hashes:
+        raise MirrorError(f"stack {stack.name} installs no framework wheels: nothing to lock")
+    text = stack.path.read_text()
+    lines = text.splitlines()
+    start = next((k for k, ln in enumerate(lines) if ln.rstrip() == "framework:"), None)
+    if start is None:
+        raise ManifestError(f"{stack.path}: no top-level framework: block to lock")
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][:1] in " #"):
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    body = [ln for ln in lines[start + 1:end] if not ln.startswith(
+        ("  hashes:", "    ", "  # sha256 of every wheel"))]
+    block = ["  # sha256 of every wheel, as `nodecert stack lock` downloaded them from "
+             f"{index_url or stack.framework.index_url}", "  hashes:"] + [
+        f"    \"{pin}\": [{', '.join(digests)}]" for pin, digests in sorted(hashes.items())]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    new = "\n".join(lines[:start + 1] + body + block + lines[end:]) + "\n"
+    with tempfile.TemporaryDirectory(prefix="nodecert-lock-", dir=out.parent) as d:
+        tmp = Path(d) / f"{stack.name}.yml"
+        tmp.write_text(new)
+        locked = load_stack(tmp)  # the lock must read back as a valid stack
+        tmp.rename(out)
+    return {"stack": locked.name, "file": str(out),
+            "hashes": {k: list(v) for k, v in locked.framework.hashes.items()}}
+
+
 def _simple_index(out: Path) -> None:
     by_project: dict[str, list[Path]] = {}
     for whl in sorted((out / "wheels").glob("*.whl")):
@@ -358,4 +398,5 @@ def mirror_manifest(mirror: str) -> dict[str, Any] | None:
 
 
 __all__ = ["MANIFEST", "SCHEMA", "MirrorError", "build", "fetch_bytes", "framework_pins",
+           "lock_stack",
            "mirror_manifest", "read_manifest", "verify"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -156,6 +157,32 @@ def stack_check(name: str, gpu: str | None, os_name: str | None, on_date: dt.dat
     else:
         print_gate(report)
     sys.exit(int(ExitCode.FAILED if report.verdict >= Verdict.FAIL else ExitCode.OK))
+
+
+@stack.command("lock")
+@click.argument("name")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="New stack file (e.g. $NODECERT_HOME/stacks/NAME.yml).")
+@click.option("--index-url", metavar="URL",
+              help="Package index to lock against (default: the stack's).")
+@json_option
+@handle_errors
+def lock_cmd(name: str, out: Path, index_url: str | None, as_json: bool) -> None:
+    """Pin the stack's framework wheels by sha256: download every wheel its environment
+    installs (the framework's and each dependency's) and write the stack with
+    framework.hashes, so pip installs it with --require-hashes.
+
+    \b
+    Example:
+      nodecert stack lock r580-cuda13.0 --out ~/site/nodecert/stacks/r580-cuda13.0.yml
+    """
+    from nodecert.mirror import lock_stack
+
+    got = lock_stack(name, out, index_url)
+    if as_json:
+        emit_json(got)
+        return
+    echo(f"{got['file']}: {got['stack']} with {len(got['hashes'])} wheel(s) pinned by sha256")
 
 
 @stack.command("gpus")
