@@ -159,9 +159,11 @@ def test_declaring_a_check_in_the_wrong_module_is_refused() -> None:
 def test_suites_come_from_the_declarations_in_order() -> None:
     s = thresholds.suites()
     assert s["quick"].checks == ("hardware.inventory", "hardware.pcie", "hardware.topology",
-                                 "health.gpu", "health.xid", "stack.conformance", "storage.fio")
+                                 "net.ib", "net.roce", "health.gpu", "health.xid",
+                                 "stack.conformance", "storage.fio")
     assert s["standard"].checks == s["full"].checks == (
-        "hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu",
+        "hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net.roce",
+        "health.gpu",
         "health.xid", "power.limit", "stack.conformance", "stack.framework_smoke",
         "storage.fio", "fabric.nccl_allreduce", "fabric.bandwidth", "dcgm.diag", "load.burnin",
         "load.thermal_soak")

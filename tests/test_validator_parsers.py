@@ -258,7 +258,7 @@ def test_dmidecode_placeholders_and_memory() -> None:
 
 def test_lscpu() -> None:
     cpu = system.parse_lscpu(text("lscpu/della-pli-h100-node-xeon8468-2s-rhel8-style.txt"))
-    assert cpu == {"model": "Intel(R) Xeon(R) Platinum 8468", "sockets": 2,
+    assert cpu == {"model": "Intel(R) Xeon(R) Platinum 8468", "arch": "x86_64", "sockets": 2,
                    "cores_per_socket": 48, "cores": 96, "threads": 96, "numa_nodes": 2}
     with pytest.raises(ParseError):
         system.parse_lscpu("nothing here")

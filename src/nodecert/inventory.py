@@ -24,6 +24,7 @@ from nodecert.ansible_env import ansible_quiet
 from nodecert.become import is_vaulted
 from nodecert.compat import Matrix, default_matrix
 from nodecert.errors import InventoryError, ManifestError, UnknownNameError
+from nodecert.fabricspec import parse_fabric
 from nodecert.stacks import SUPPORTED_OS, stack_paths
 from nodecert.yamldoc import UniqueKeyLoader
 
@@ -52,11 +53,14 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
                                    "overwrite when proven empty"),
     "nodecert_thresholds": (False, "map", "threshold overrides {key: value}, e.g. "
                             "{storage.seq_read_mbps_min: 3000}"),
+    "nodecert_fabric": (False, "fabric", "the RDMA fabric each node must have: {link_layer: "
+                        "InfiniBand|Ethernet, ports, rate_gbps, width, firmware, devices}"),
 }
 VALIDATION_VARS = ("nodecert_cpu_model", "nodecert_mig_enabled",
                    "nodecert_nvme_rated_seq_read_mbps",
                    "nodecert_nvme_rated_seq_write_mbps", "nodecert_nvme_rated_rand_read_iops",
-                   "nodecert_storage_targets", "nodecert_allow_raw_devices", "nodecert_thresholds")
+                   "nodecert_storage_targets", "nodecert_allow_raw_devices", "nodecert_thresholds",
+                   "nodecert_fabric")
 # How Ansible reads booleans written as text (INI [group:vars] values are strings).
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
@@ -206,6 +210,15 @@ def _coerce(var: str, kind: str, raw: Any, *, matrix: Matrix, known_stacks: set[
             return {str(k): v for k, v in raw.items()}
         bad(f"{var} must be a mapping of threshold keys to values, got {raw!r}",
             "e.g. nodecert_thresholds: {storage.seq_read_mbps_min: 3000} in YAML")
+    elif kind == "fabric":
+        if isinstance(raw, str):  # INI values arrive as text
+            with contextlib.suppress(yaml.YAMLError):
+                raw = yaml.safe_load(raw)
+        spec, why = parse_fabric(raw)
+        if spec is not None:
+            return spec
+        bad(f"{var} {why}", "e.g. nodecert_fabric: {link_layer: InfiniBand, ports: 8, "
+            "rate_gbps: 400} in group_vars (docs/inventory.md)")
     elif kind == "gpu":
         try:
             return matrix.gpu(str(raw)).key

@@ -1,0 +1,176 @@
+"""The RDMA fabric of one node: ibstat, ibstatus, ibv_devinfo and perfquery parsed from
+real outputs (and their indentation and truncation variants), and net.ib / net.roce
+judged against the order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nodecert.fabricspec import parse_fabric
+from nodecert_node.checks.net import judge_ports
+from nodecert_node.contract import Limits, Verdict
+from nodecert_node.parse import ParseError, ib
+
+pytestmark = pytest.mark.unit
+REAL = Path(__file__).parent / "fixtures" / "real"
+IB = REAL / "ibstat"
+NDR = "h100-node-8x-cx7-ndr-bf3-bond-all-active-ibstat-space-indent.txt"
+ROCE = "h100-roce-8x-cx7-400g-4x-cx6dx-100g-all-active-ibstat.txt"
+ROCE_DOWN = "h100-roce-8x-cx7-400g-2-ports-down-disabled-rate40-ibstat.txt"
+HDR_2X = "a100-brev-8x-cx6-hdr-rate-100-width-2x-ibstat-tabs.txt"
+LIMITS = Limits({"net.error_counter_growth_max": {"value": 0, "op": "<=", "unit": "errors"}})
+
+
+def _ports(name: str) -> list[dict[str, Any]]:
+    return ib.parse_ibstat((IB / name).read_text())
+
+
+def test_real_ibstat_outputs() -> None:
+    ndr = _ports(NDR)
+    ibp = [p for p in ndr if p["link_layer"] == "InfiniBand"]
+    assert len(ndr) == 9 and len(ibp) == 8
+    assert {(p["state"], p["phys_state"], p["rate_gbps"], p["firmware"]) for p in ibp} == {
+        ("Active", "LinkUp", 400.0, "28.41.1000")}
+    assert ndr[0]["ca"] == "mlx5_0" and ndr[0]["ca_type"] == "MT4129" and ndr[0]["lid"] == 128
+    down = [p for p in _ports(ROCE_DOWN) if p["state"] != "Active"]
+    assert [(p["state"], p["phys_state"], p["rate_gbps"]) for p in down] == [
+        ("Down", "Disabled", 40.0)] * 2
+    assert {p["rate_gbps"] for p in _ports(HDR_2X)} == {100.0}  # HDR trained at 2X
+
+
+def test_real_ibstatus_and_ibv_devinfo() -> None:
+    st_ports = ib.parse_ibstatus((IB / "a100-azure-8x-hdr-ibstatus.txt").read_text())
+    hdr = [p for p in st_ports if p["link_layer"] == "InfiniBand"]
+    assert len(hdr) == 8 and {(p["rate_gbps"], p["width"], p["speed"]) for p in hdr} == {
+        (200.0, "4X", "HDR")}
+    dev = ib.parse_ibv_devinfo((IB / "h200-azure-ndv5-ibv_devinfo-cx7-ndr.txt").read_text())
+    ibd = [p for p in dev if p["link_layer"] == "InfiniBand"]
+    assert len(ibd) == 8 and {(p["state"], p["firmware"]) for p in ibd} == {
+        ("Active", "28.40.1702")}
+
+
+def test_real_perfquery_outputs() -> None:
+    (basic,) = ib.parse_perfquery((REAL / "perfquery" /
+                                   "a100-brev-cx6-perfquery-C-mlx5_0-port1-basic-counters-relay-"
+                                   "errors.txt").read_text())
+    assert basic["kind"] == "Port" and basic["counters"]["PortRcvSwitchRelayErrors"] == 6
+    two = ib.parse_perfquery((REAL / "perfquery" / "edr-switch-lid1719-2-ports-perfquery-l-x-"
+                              "extended.txt").read_text())
+    assert [(b["lid"], b["port"]) for b in two] == [(1719, 1), (1719, 2)]
+    assert two[0]["counters"]["PortXmitData"] == 36298026860928  # 64-bit counters
+    with pytest.raises(ParseError, match="before any"):
+        ib.parse_perfquery("SymbolErrorCounter:......0\n")
+
+
+@given(st.sampled_from(["\t", "  ", "    ", " \t", "        "]), st.sampled_from(["\t\t", "    ",
+                                                                                   "\t    "]))
+def test_indentation_never_changes_what_is_read(one: str, two: str) -> None:
+    text = (IB / NDR).read_text()
+    lines = []
+    for line in text.splitlines():
+        body = line.strip()
+        depth = len(line) - len(line.lstrip())
+        lines.append(body if depth == 0 else (one if depth <= 8 else two) + body)
+    assert ib.parse_ibstat("\n".join(lines)) == _ports(NDR)
+
+
+@given(st.integers(min_value=1, max_value=len((IB / NDR).read_text()) - 1))
+def test_a_cut_output_is_refused_or_read_right(cut: int) -> None:
+    full = _ports(NDR)
+    try:
+        got = ib.parse_ibstat((IB / NDR).read_text()[:cut])
+    except ParseError:
+        return
+    # what is returned is a prefix of the full reading, each port whole
+    for p in got:
+        q = next(x for x in full if (x["ca"], x["port"]) == (p["ca"], p["port"]))
+        assert {k: q[k] for k in ("state", "phys_state", "link_layer")} == {
+            k: p[k] for k in ("state", "phys_state", "link_layer")}
+        assert p["rate_gbps"] == q["rate_gbps"] and p["firmware"] == q["firmware"]
+
+
+def test_a_value_in_the_wrong_form_is_refused() -> None:
+    text = (IB / NDR).read_text().replace("Rate: 400", "Rate: fast", 1)
+    with pytest.raises(ParseError, match="cannot read the link rate 'fast'"):
+        ib.parse_ibstat(text)
+    with pytest.raises(ParseError, match="not ibstat output"):
+        ib.parse_ibstat("Port 1:\n  State: Active\n")
+
+
+# --- the judge ------------------------------------------------------------------------------
+
+SPEC = {"link_layer": "InfiniBand", "ports": 8, "rate_gbps": 400.0}
+
+
+def _judge(ports: list[dict[str, Any]], spec: dict[str, Any] | None = SPEC,
+           layer: str = "InfiniBand", **kw: Any) -> Any:
+    return judge_ports("net.ib", layer, spec, ports, before=kw.get("before", {}),
+                       after=kw.get("after", {}), window_s=3, limits=LIMITS)
+
+
+def test_a_healthy_ndr_node_passes_and_each_fault_is_named() -> None:
+    ports = _ports(NDR)
+    assert _judge(ports).verdict is Verdict.PASS
+    down = [dict(p, state="Down", phys_state="Polling") if p["ca"] == "mlx5_6" else p
+            for p in ports]
+    r = _judge(down)
+    assert r.verdict is Verdict.FAIL
+    assert "mlx5_6 port 1: Down/Polling, expected Active/LinkUp" in r.findings
+    slow = [dict(p, rate_gbps=200.0) if p["ca"] == "mlx5_5" else p for p in ports]
+    assert "mlx5_5 port 1: 200 Gb/s, the order says 400" in _judge(slow).findings
+    fw = _judge(ports, dict(SPEC, firmware="28.43.1014"))
+    assert fw.verdict is Verdict.FAIL and "firmware 28.41.1000, the site's golden version " \
+        "is 28.43.1014" in fw.summary
+    missing = _judge([p for p in ports if p["ca"] != "mlx5_7"])
+    assert "7 InfiniBand ports, the order has 8" in missing.findings
+
+
+def test_growing_error_counters_fail_and_old_ones_are_only_noted() -> None:
+    ports = [p for p in _ports(NDR) if p["link_layer"] == "InfiniBand"]
+    zero = {f"{p['ca']}/1": dict.fromkeys(ib.ERROR_COUNTERS, 0) for p in ports}
+    old = {k: dict(v, SymbolErrorCounter=12) for k, v in zero.items()}
+    r = _judge(ports, before=old, after=old)
+    assert r.verdict is Verdict.PASS
+    assert any("SymbolErrorCounter 12 since the counters were last cleared" in f
+               for f in r.findings)
+    grown = dict(old, **{"mlx5_4/1": dict(old["mlx5_4/1"], SymbolErrorCounter=40)})
+    r = _judge(ports, before=old, after=grown)
+    assert r.verdict is Verdict.FAIL
+    assert "mlx5_4 port 1 SymbolErrorCounter over 3 s: needs <= 0 errors, measured 28" in \
+        r.summary
+
+
+def test_the_order_decides_which_ports_are_judged() -> None:
+    roce = _ports(ROCE)
+    spec = {"link_layer": "Ethernet", "ports": 8, "rate_gbps": 400.0}
+    # the four 100 GbE front-end ports are not compute ports: name the compute HCAs
+    assert _judge(roce, spec, "Ethernet").verdict is Verdict.FAIL
+    compute = sorted({p["ca"] for p in roce if p["rate_gbps"] == 400.0})
+    assert _judge(roce, dict(spec, devices=compute), "Ethernet").verdict is Verdict.PASS
+    gone = _judge([p for p in roce if p["ca"] != compute[0]], dict(spec, devices=compute),
+                  "Ethernet")
+    assert f"HCA {compute[0]} of the order not found" in gone.findings
+    # InfiniBand ordered: the RoCE check does not judge; no order: WARN, never a pass
+    assert _judge(roce, SPEC, "Ethernet").verdict is Verdict.PASS
+    assert _judge(_ports(NDR), None).verdict is Verdict.WARN
+    assert _judge([], None).verdict is Verdict.PASS
+
+
+def test_fabric_specs_are_read_or_refused() -> None:
+    ok, why = parse_fabric({"link_layer": "InfiniBand", "ports": 8, "rate_gbps": 400,
+                            "width": "4x", "devices": ["mlx5_0"]})
+    assert why is None and ok == {"link_layer": "InfiniBand", "ports": 8, "rate_gbps": 400.0,
+                                  "width": "4X", "devices": ["mlx5_0"]}
+    for raw, msg in (({"link_layer": "IB", "ports": 8, "rate_gbps": 400}, "is not one of"),
+                     ({"link_layer": "InfiniBand", "ports": 8}, "lacks rate_gbps"),
+                     ({"link_layer": "InfiniBand", "ports": 8, "rate_gbps": 400, "rate": 1},
+                      "unknown key(s) rate"),
+                     ({"link_layer": "InfiniBand", "ports": 2.5, "rate_gbps": 400},
+                      "positive integer"), ("8x NDR", "must be a mapping")):
+        spec, why = parse_fabric(raw)
+        assert spec is None and why is not None and msg in why, (raw, why)

@@ -1,0 +1,163 @@
+"""net.ib and net.roce: every RDMA port of the order's fabric against the order.
+
+Gathered with infiniband-diags: `ibstat` (state, physical state, rate, link layer,
+firmware), `ibstatus` (width and speed, where installed), and for InfiniBand
+`perfquery -x` per port twice, a sampling window apart, so error counters are judged by
+what they gain while the node runs, not by history since they were last cleared. The
+order (`nodecert_fabric`) names the link layer, the number of compute ports, their rate
+and optionally width, golden firmware and the compute HCAs by name. The HCAs' own PCIe
+links are judged by hardware.pcie.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict
+
+from nodecert_node.context import Ctx, judge_findings, within
+from nodecert_node.contract import Evidence, Limits, Result, Verdict
+from nodecert_node.parse import ParseError, ib
+from nodecert_node.registry import check
+from nodecert_node.tools import ToolError, run
+
+Counters = Dict[str, Dict[str, int]]  # "mlx5_0/1" -> counter -> value
+
+
+def _key(p: dict[str, Any]) -> str:
+    return f"{p['ca']}/{p['port']}"
+
+
+def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
+                ports: list[dict[str, Any]], *, before: Counters, after: Counters,
+                window_s: float, limits: Limits) -> Result:
+    """Pure: the judged ports of one link layer (InfiniBand or Ethernet)."""
+    mine = [p for p in ports if p.get("link_layer") == layer]
+    if spec is None:
+        if not mine:
+            return Result(name, Verdict.PASS, f"no {layer} RDMA port, and the order names "
+                          "no fabric", value={"ports": []})
+        return Result(name, Verdict.WARN, f"{len(mine)} {layer} RDMA ports found; the order "
+                      "names no fabric (nodecert_fabric): not judged",
+                      value={"ports": mine},
+                      remediation="Describe the fabric in the inventory (nodecert_fabric) "
+                                  "to have it judged.")
+    if spec["link_layer"] != layer:
+        return Result(name, Verdict.PASS, f"the order's fabric is {spec['link_layer']}: no "
+                      f"{layer} port is judged", value={"ports": []})
+    fails: list[str] = []
+    notes: list[str] = []
+    devices = spec.get("devices")
+    if devices:
+        mine = [p for p in mine if p["ca"] in devices]
+        absent = [d for d in devices if d not in {p["ca"] for p in mine}]
+        if absent:
+            fails.append(f"HCA {', '.join(absent)} of the order not found")
+    if len(mine) < spec["ports"]:
+        fails.append(f"{len(mine)} {layer} ports, the order has {spec['ports']}")
+    for p in mine:
+        where = f"{p['ca']} port {p['port']}"
+        if p.get("state") != "Active" or p.get("phys_state") not in (None, "LinkUp"):
+            fails.append(f"{where}: {p.get('state')}/{p.get('phys_state')}, expected "
+                         "Active/LinkUp")
+            continue
+        rate = p.get("rate_gbps")
+        if rate is not None and rate < spec["rate_gbps"]:
+            fails.append(f"{where}: {rate:g} Gb/s, the order says {spec['rate_gbps']:g}")
+        if spec.get("width") and p.get("width") and p["width"] != spec["width"]:
+            fails.append(f"{where}: link width {p['width']}, the order says {spec['width']}")
+        if spec.get("firmware") and p.get("firmware") and p["firmware"] != spec["firmware"]:
+            fails.append(f"{where}: firmware {p['firmware']}, the site's golden version is "
+                         f"{spec['firmware']}")
+    growth: dict[str, dict[str, int]] = {}
+    for p in mine:
+        k = _key(p)
+        b, a = before.get(k), after.get(k)
+        if b is None or a is None:
+            continue
+        grew = {c: a[c] - b[c] for c in ib.ERROR_COUNTERS if c in a and c in b}
+        growth[k] = grew
+        for c, g in sorted(grew.items()):
+            within(limits, "net.error_counter_growth_max", g,
+                   f"{p['ca']} port {p['port']} {c} over {window_s:g} s", fails)
+        old = {c: a[c] for c in ib.ERROR_COUNTERS if a.get(c) and not grew.get(c)}
+        if old:
+            notes.append(f"{p['ca']} port {p['port']}: "
+                         + ", ".join(f"{c} {v}" for c, v in sorted(old.items()))
+                         + " since the counters were last cleared (not growing)")
+    summary = (f"{len(mine)} {layer} ports Active at {spec['rate_gbps']:g} Gb/s"
+               + (f" {spec['width']}" if spec.get("width") else "")
+               + (", error counters steady" if growth else ""))
+    res = judge_findings(
+        name, fails, [], summary,
+        value={"ports": mine, "counter_growth": growth, "window_s": window_s},
+        thresholds=limits.pick("net.error_counter_growth_max"),
+        fault_code="NC-FABRIC-PORT" if fails else "",
+        remediation="Check the named port's cable and transceiver and the switch port; "
+                    "reseat or replace, flash the golden firmware (mlxfwmanager), then "
+                    "re-run." if fails else "")
+    return res.with_(findings=res.findings + tuple(notes))
+
+
+def _counters(ports: list[dict[str, Any]], ctx: Ctx, ev: list[Evidence]) -> Counters:
+    out: Counters = {}
+    for p in ports:
+        try:
+            r = run(["perfquery", "-x", "-C", p["ca"], "-P", str(p["port"])],
+                    timeout=ctx.timeout, name=f"perfquery {p['ca']}")
+        except ToolError as exc:
+            if exc.evidence:
+                ev.append(exc.evidence)
+            continue
+        ev.append(r.evidence)
+        blocks = ib.parse_perfquery(r.text)
+        out[_key(p)] = blocks[0]["counters"]
+    return out
+
+
+def _gather_and_judge(ctx: Ctx, name: str, layer: str) -> Result:
+    spec = ctx.spec.get("fabric")
+    ev: list[Evidence] = []
+    try:
+        out = run(["ibstat"], timeout=ctx.timeout)
+    except ToolError as exc:
+        if spec is None and exc.kind == "missing":
+            return Result(name, Verdict.PASS, "no RDMA tools (infiniband-diags) and the order "
+                          "names no fabric")
+        raise
+    ev.append(out.evidence)
+    ports = ib.parse_ibstat(out.text)
+    try:  # width and speed: ibstatus, where installed
+        st = run(["ibstatus"], timeout=ctx.timeout)
+        ev.append(st.evidence)
+        extra = {_key(p): p for p in ib.parse_ibstatus(st.text)}
+        for p in ports:
+            got = extra.get(_key(p), {})
+            p["width"], p["speed"] = got.get("width"), got.get("speed")
+    except (ToolError, ParseError):
+        pass
+    window = float((ctx.options.get("fabric") or {}).get("counter_window_s", 3))
+    judged = [p for p in ports if p.get("link_layer") == layer and p.get("state") == "Active"]
+    before: Counters = {}
+    after: Counters = {}
+    if spec is not None and layer == "InfiniBand" and spec["link_layer"] == layer and judged:
+        before = _counters(judged, ctx, ev)
+        time.sleep(window)  # the sampling window the counters are judged over
+        after = _counters(judged, ctx, ev)
+    return judge_ports(name, layer, spec, ports, before=before, after=after, window_s=window,
+                       limits=ctx.limits).with_(evidence=tuple(ev))
+
+
+@check("net.ib", order=14, suites=("quick", "standard", "full"),
+       tools=("ibstat", "ibstatus", "perfquery"),
+       description="InfiniBand ports: count, state, rate, width and firmware against the "
+                   "order; error counters that grow")
+def net_ib(ctx: Ctx) -> Result:
+    return _gather_and_judge(ctx, "net.ib", "InfiniBand")
+
+
+@check("net.roce", order=15, suites=("quick", "standard", "full"),
+       tools=("ibstat", "ibstatus"),
+       description="RoCE (Ethernet RDMA) ports: count, state, rate and firmware against the "
+                   "order")
+def net_roce(ctx: Ctx) -> Result:
+    return _gather_and_judge(ctx, "net.roce", "Ethernet")
