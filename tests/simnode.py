@@ -23,7 +23,7 @@ from nodecert_node.contract import Result
 SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
 VALIDATORS = REPO / "validators"
 TOOLS = ("nvidia-smi", "lspci", "dmesg", "dmidecode", "lscpu", "lsblk", "all_reduce_perf",
-         "nvbandwidth", "dcgmi", "gpu_burn")
+         "nvbandwidth", "dcgmi", "gpu_burn", "ibstat", "ibstatus", "perfquery")
 # The r580 stack's simulated packages a provisioned node carries (also used by test_simhw).
 STACK_580 = {"driver": ("nvidia-driver-580-server-open", "580.173.02-0ubuntu0.24.04.1"),
               "fabric_manager": ("nvidia-fabricmanager-580", "580.173.02-0ubuntu0.24.04.1"),
@@ -91,20 +91,33 @@ class SimNode:
 
     def plan(self, checks: list[str], **options: Any) -> dict[str, Any]:
         from nodecert import thresholds
+        from nodecert.fabricspec import parse_fabric
         from nodecert.inventory import HostSpec
         from nodecert.plan import build_plan
         sv = spec_vars(self.profile)
+        validation = options.pop("validation", {})
+        if "nodecert_fabric" in sv:  # the order's fabric, as the lab inventory states it
+            validation.setdefault("fabric", parse_fabric(sv["nodecert_fabric"])[0])
         spec = HostSpec(name="h1", address="127.0.0.1", port=22, groups=(),
                         gpu_model=sv["nodecert_gpu_model"], gpu_count=sv["nodecert_gpu_count"],
                         cpu_cores=sv["nodecert_cpu_cores"], ram_gb=sv["nodecert_ram_gb"],
                         nvme_count=sv["nodecert_nvme_count"],
                         nvme_min_gb=sv["nodecert_nvme_min_gb"], simulated=True,
-                        validation=options.pop("validation", {}))
+                        validation=validation)
         plan = build_plan(spec, thresholds.suite(options.pop("suite", "quick")), None, "test",
                           cli_thresholds=options.pop("cli_thresholds", {}),
                           scratch=options.pop("scratch", None), checks=tuple(checks)).as_dict()
+        # A short counter window: the simulated counters grow at their own rate.
+        plan["options"]["fabric"] = {**plan["options"].get("fabric", {}),
+                                     "counter_window_s": 0.5}
         plan["options"].update(options)  # a dict, as the node receives it: tests edit it
         return plan
+
+    def tool(self, name: str, *args: str) -> str:
+        """A simulated tool's output, as a check on the node would read it."""
+        p = subprocess.run([str(self.bin / name), *args], capture_output=True, text=True,
+                           env=self.env(), timeout=60, check=True)
+        return p.stdout
 
     def check(self, name: str, plan: dict[str, Any] | None = None, **options: Any) -> Result:
         plan = plan or self.plan([name], **options)

@@ -174,3 +174,36 @@ def test_fabric_specs_are_read_or_refused() -> None:
                       "positive integer"), ("8x NDR", "must be a mapping")):
         spec, why = parse_fabric(raw)
         assert spec is None and why is not None and msg in why, (raw, why)
+
+
+# --- the simulated HCAs of the lab ------------------------------------------------------------
+
+@pytest.mark.parametrize(("fault", "words"), [
+    ({"kind": "port_down", "hca": 2}, "mlx5_2 port 1: Down/Polling, expected Active/LinkUp"),
+    ({"kind": "width_degraded", "hca": 5}, "mlx5_5 port 1: 200 Gb/s, the order says 400"),
+    ({"kind": "speed_degraded", "hca": 1}, "mlx5_1 port 1: 200 Gb/s, the order says 400"),
+    ({"kind": "hca_missing", "hca": 7}, "7 InfiniBand ports, the order has 8"),
+    ({"kind": "hca_firmware", "hca": 6},
+     "mlx5_6 port 1: firmware 28.39.1002, the site's golden version is 28.41.1000"),
+    ({"kind": "symbol_errors", "hca": 3, "per_s": 50},
+     "mlx5_3 port 1 SymbolErrorCounter over 0.5 s: needs <= 0 errors"),
+])
+def test_lab_hca_faults_fail_net_ib(tmp_path: Path, fault: dict[str, Any], words: str) -> None:
+    from simnode import SimNode
+    from test_validator_sim import failing
+    got = failing(SimNode(tmp_path, "h200-sxm-8", faults=[fault]))
+    assert list(got) == ["net.ib"], got
+    assert words in got["net.ib"], got["net.ib"]
+
+
+def test_lab_hcas_read_like_real_ones(tmp_path: Path) -> None:
+    from simnode import SimNode
+    node = SimNode(tmp_path, "h200-sxm-8", faults=[{"kind": "width_degraded", "hca": 0}])
+    ports = ib.parse_ibstat(node.tool("ibstat"))
+    assert len(ports) == 8 and ports[0]["rate_gbps"] == 200.0
+    status = ib.parse_ibstatus(node.tool("ibstatus"))
+    assert (status[0]["width"], status[1]["width"], status[1]["speed"]) == ("2X", "4X", "NDR")
+    (block,) = ib.parse_perfquery(node.tool("perfquery", "-x", "-C", "mlx5_4", "-P", "1"))
+    assert block["counters"]["SymbolErrorCounter"] == 0
+    roce = SimNode(tmp_path / "roce", "l40s-pcie-4")
+    assert {p["link_layer"] for p in ib.parse_ibstat(roce.tool("ibstat"))} == {"Ethernet"}

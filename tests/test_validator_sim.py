@@ -19,8 +19,8 @@ from conftest import require_root, require_tool
 from nodecert_node.contract import Verdict
 from simnode import VALIDATORS, SimNode
 
-HW_CHECKS = ["hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu",
-             "health.xid"]
+HW_CHECKS = ["hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net.roce",
+             "health.gpu", "health.xid"]
 LOW_FLOORS = {"storage.seq_read_mbps_min": 1, "storage.seq_write_mbps_min": 1,
               "storage.rand_read_iops_min": 1, "storage.checkpoint_mbps_min": 1}
 

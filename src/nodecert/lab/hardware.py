@@ -44,7 +44,7 @@ def load_profiles() -> dict[str, dict[str, Any]]:
     matrix = default_matrix()
     for name, node in root["profiles"].items():
         f = node.mapping({"gpu_model", "gpu_count", "pci_buses", "gpu", "nvswitch", "fabric",
-                          "host"})
+                          "host"}, {"hcas"})
         matrix.gpu(f["gpu_model"].text())  # the model must be one the gate knows
         if len(f["pci_buses"].text_list()) != f["gpu_count"].integer():
             raise f["pci_buses"].error("needs one PCI bus per GPU")
@@ -89,6 +89,11 @@ def load_faults(path: Path, host_names: list[str], profiles: dict[str, str]) -> 
             for g in gpus:
                 if not 0 <= g < count:
                     raise node.error(f"GPU {g} does not exist on {h} ({count} GPUs, 0-{count - 1})")
+            if "hca" in params:
+                hcas = int((profile(profiles[h]).get("hcas") or {}).get("count", 0))
+                if not 0 <= f["hca"].integer() < hcas:
+                    raise f["hca"].error(f"HCA {params['hca']} does not exist on {h} ({hcas} "
+                                         "HCAs, mlx5_0 on)")
         if kind == "nvlink_down" and not gpus:
             raise node.error("nvlink_down needs gpu or gpus")
         for g in gpus or [None]:  # type: ignore[list-item]
@@ -147,6 +152,10 @@ def spec_vars(profile_name: str) -> dict[str, Any]:
         "nodecert_ram_gb": host["ram_gb"],
         "nodecert_nvme_count": host["nvme_count"],
         "nodecert_nvme_min_gb": host["nvme_size_gb"],
+        **({"nodecert_fabric": {
+            "link_layer": prof["hcas"]["link_layer"], "ports": prof["hcas"]["count"],
+            "rate_gbps": prof["hcas"]["rate_gbps"], "width": prof["hcas"]["width"],
+            "firmware": prof["hcas"]["firmware"]}} if prof.get("hcas") else {}),
     }
 
 

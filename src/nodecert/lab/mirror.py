@@ -35,6 +35,9 @@ SIM_TOOL_PACKAGES = {
     "nccl-tests": ("2.17.8-1+nodecertlab", ("all_reduce_perf",)),
     "nvbandwidth": ("0.10.0-1+nodecertlab", ("nvbandwidth",)),
     "gpu-burn": ("1.1-1+nodecertlab", ("gpu_burn",)),
+    # The RDMA diagnostics (a real node has Debian's infiniband-diags): the simulated
+    # HCAs of the host's profile.
+    "infiniband-diags": ("44.0-2+nodecertlab", ("ibstat", "ibstatus", "perfquery")),
 }
 # component -> tools its package provides (the rest carry only their marker).
 COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",)}

@@ -64,6 +64,18 @@ FAULT_KINDS: dict[str, FaultKind] = {
               "gpu_burn FAULTY)", "load.burnin", ("Targeted Stress", "Diagnostic")),
     "gpu_swapped": _k({"gpu"}, set(), "another physical GPU in that slot: new serial and UUID",
                       "drift.identity"),
+    "hca_missing": _k({"hca"}, set(), "the HCA is gone (ibstat, ibstatus, perfquery)",
+                      "net.ib"),
+    "port_down": _k({"hca"}, set(), "the HCA's port is Down/Polling (a pulled cable)",
+                    "net.ib"),
+    "width_degraded": _k({"hca"}, {"width"}, "the port trains at the given width (default "
+                         "2X): half the rate", "net.ib"),
+    "speed_degraded": _k({"hca"}, {"speed"}, "the port trains at a lower speed (default HDR "
+                         "on NDR): half the rate", "net.ib"),
+    "symbol_errors": _k({"hca"}, {"per_s"}, "the port's SymbolErrorCounter grows by per_s a "
+                        "second (default 20): a marginal cable or transceiver", "net.ib"),
+    "hca_firmware": _k({"hca"}, {"version"}, "the HCA runs other firmware (default "
+                       "28.39.1002)", "net.ib"),
     "nvme_slow": _k(set(), {"read_mbps", "write_mbps", "iops"}, "the host's block I/O is "
                     "really throttled (cgroup blkio; MB/s, IOPS, 0 = unlimited): real fio "
                     "measures a slow disk", "storage.fio"),
@@ -145,6 +157,12 @@ class Faults:
 
     def nccl_wrong(self) -> bool:
         return bool(self._of("nccl_wrong"))
+
+    # --- RDMA fabric (HCA n = mlx5_n)
+    def hca(self, kind: str, hca: int) -> dict[str, Any] | None:
+        """The first injected fault of this kind on HCA n, or None."""
+        hit = [f for f in self._of(kind) if int(f.get("hca", -1)) == hca]
+        return hit[0] if hit else None
 
     # --- DCGM
     def dcgm_failing_gpus(self, test: str) -> set[int]:

@@ -19,6 +19,8 @@ TOOLS = {
     "nvbandwidth": ("nvbandwidth", "cmd_nvbandwidth"), "dcgmi": ("dcgmi", "cmd_dcgmi"),
     "gpu_burn": ("gpuburn", "cmd_gpu_burn"), "dmesg": ("kernel", "cmd_dmesg"),
     "torch-worker": ("workers", "cmd_torch_worker"),
+    "ibstat": ("ib", "cmd_ibstat"), "ibstatus": ("ib", "cmd_ibstatus"),
+    "perfquery": ("ib", "cmd_perfquery"),
 }
 
 
