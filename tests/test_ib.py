@@ -207,3 +207,29 @@ def test_lab_hcas_read_like_real_ones(tmp_path: Path) -> None:
     assert block["counters"]["SymbolErrorCounter"] == 0
     roce = SimNode(tmp_path / "roce", "l40s-pcie-4")
     assert {p["link_layer"] for p in ib.parse_ibstat(roce.tool("ibstat"))} == {"Ethernet"}
+
+
+def test_real_mlxlink_outputs() -> None:
+    ber = ib.parse_mlxlink((REAL / "mlxlink" / "a100-brev-8x-cx6-hdr-mlxlink-show-counters-"
+                            "grep-ber-fec.txt").read_text())
+    assert len(ber) == 8 and ber[0]["device"] == "mlx5_0"
+    assert ber[0]["effective_ber"] == 1.5e-254 and ber[0]["raw_ber"] == 1e-8
+    assert ber[0]["symbol_errors"] == 0 and ber[2]["raw_ber"] == 3e-8
+    info = ib.parse_mlxlink((REAL / "mlxlink" / "a100-brev-8x-cx6-hdr-width-2x-mlxlink-loop-"
+                             "show-ber-monitor-unsupported.txt").read_text())
+    assert {(d["state"], d["speed"], d["width"], d["firmware"]) for d in info} == {
+        ("Active", "IB-HDR", "2x", "20.36.1010")}
+    assert info[0]["recommendation"] == "No issue was observed"
+    assert info[0]["errors"] == ['"--show_ber_monitor" option is not supported for HCA']
+    with pytest.raises(ParseError, match="is not a BER"):
+        ib.parse_mlxlink("===== mlx5_0 =====\nRaw Physical BER : high\n")
+
+
+def test_mlxlinks_own_diagnosis_is_a_warning() -> None:
+    ports = _ports(NDR)
+    ports[0] = dict(ports[0], mlxlink={"recommendation": "Bad signal integrity: check the "
+                                                         "cable and its connectors"})
+    r = _judge(ports)
+    assert r.verdict is Verdict.WARN
+    assert r.summary == ("mlx5_0 port 1: mlxlink recommends: Bad signal integrity: check the "
+                         "cable and its connectors")

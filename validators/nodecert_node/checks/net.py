@@ -45,6 +45,7 @@ def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
         return Result(name, Verdict.PASS, f"the order's fabric is {spec['link_layer']}: no "
                       f"{layer} port is judged", value={"ports": []})
     fails: list[str] = []
+    warns: list[str] = []
     notes: list[str] = []
     devices = spec.get("devices")
     if devices:
@@ -68,6 +69,9 @@ def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
         if spec.get("firmware") and p.get("firmware") and p["firmware"] != spec["firmware"]:
             fails.append(f"{where}: firmware {p['firmware']}, the site's golden version is "
                          f"{spec['firmware']}")
+        advice = (p.get("mlxlink") or {}).get("recommendation")
+        if advice and advice != "No issue was observed":  # mlxlink's own link diagnosis
+            warns.append(f"{where}: mlxlink recommends: {advice}")
     growth: dict[str, dict[str, int]] = {}
     for p in mine:
         k = _key(p)
@@ -88,7 +92,7 @@ def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
                + (f" {spec['width']}" if spec.get("width") else "")
                + (", error counters steady" if growth else ""))
     res = judge_findings(
-        name, fails, [], summary,
+        name, fails, warns, summary,
         value={"ports": mine, "counter_growth": growth, "window_s": window_s},
         thresholds=limits.pick("net.error_counter_growth_max"),
         fault_code="NC-FABRIC-PORT" if fails else "",
@@ -135,6 +139,22 @@ def _gather_and_judge(ctx: Ctx, name: str, layer: str) -> Result:
             p["width"], p["speed"] = got.get("width"), got.get("speed")
     except (ToolError, ParseError):
         pass
+    for p in ports:  # mlxlink's link diagnosis, where MFT is installed
+        if p.get("link_layer") != layer or p.get("state") != "Active":
+            continue
+        try:
+            ml = run(["mlxlink", "-d", p["ca"]], timeout=ctx.timeout, name=f"mlxlink {p['ca']}")
+        except ToolError as exc:
+            if exc.kind == "missing":
+                break
+            if exc.evidence:
+                ev.append(exc.evidence)
+            continue
+        ev.append(ml.evidence)
+        try:
+            p["mlxlink"] = ib.parse_mlxlink(ml.text)[0]
+        except ParseError:
+            continue
     window = float((ctx.options.get("fabric") or {}).get("counter_window_s", 3))
     judged = [p for p in ports if p.get("link_layer") == layer and p.get("state") == "Active"]
     before: Counters = {}
@@ -148,7 +168,7 @@ def _gather_and_judge(ctx: Ctx, name: str, layer: str) -> Result:
 
 
 @check("net.ib", order=14, suites=("quick", "standard", "full"),
-       tools=("ibstat", "ibstatus", "perfquery"),
+       tools=("ibstat", "ibstatus", "perfquery", "mlxlink"),
        description="InfiniBand ports: count, state, rate, width and firmware against the "
                    "order; error counters that grow")
 def net_ib(ctx: Ctx) -> Result:

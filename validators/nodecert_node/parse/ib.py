@@ -240,5 +240,62 @@ ERROR_COUNTERS = ("SymbolErrorCounter", "LinkErrorRecoveryCounter", "LinkDownedC
                   "LocalLinkIntegrityErrors", "ExcessiveBufferOverrunErrors")
 
 
+
+
+_BLOCK = re.compile(r"^=+\s*(\S+)(?:\s+(.*?))?\s*=+$")
+
+
+def _ber(text: str) -> float | None:
+    """'15E-255' -> 1.5e-254 (mlxlink writes the mantissa without a point)."""
+    t = text.strip()
+    if not re.fullmatch(r"\d+(?:\.\d+)?[Ee][-+]?\d+", t):
+        return None
+    return float(t)
+
+
+def parse_mlxlink(text: str) -> list[dict[str, Any]]:
+    """`mlxlink -d DEV [--show_counters]`, one block per device ('===== mlx5_0 ... ====='):
+    state, phys_state, speed, width, fec, firmware, recommendation, symbol_errors,
+    effective_errors, effective_ber, raw_ber, link_error_recovery and the tool's own
+    error lines (-E-)."""
+    out: list[dict[str, Any]] = []
+    cur: dict[str, Any] | None = None
+    fields = {"State": "state", "Physical state": "phys_state", "Speed": "speed",
+              "Width": "width", "FEC": "fec", "Firmware Version": "firmware",
+              "Recommendation": "recommendation"}
+    numbers = {"Symbol Errors": "symbol_errors", "Effective Physical Errors": "effective_errors",
+               "Link Error Recovery Counter": "link_error_recovery"}
+    bers = {"Effective Physical BER": "effective_ber", "Raw Physical BER": "raw_ber",
+            "Symbol BER": "symbol_ber"}
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = _BLOCK.match(line)
+        if m:
+            cur = {"device": m.group(1), "errors": []}
+            out.append(cur)
+            continue
+        if cur is None or not line:
+            continue
+        if line.startswith("-E-"):
+            cur["errors"].append(line[3:].strip())
+            continue
+        key, sep, value = line.partition(" : ") if " : " in line else line.partition(":")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            continue  # section titles ("Operational Info") and rules
+        if key in fields:
+            cur[fields[key]] = value
+        elif key in numbers:
+            cur[numbers[key]] = _int(value, f"{cur['device']} {key}")
+        elif key in bers:
+            ber = _ber(value)
+            if ber is None:
+                raise ParseError(f"{cur['device']} {key}: {value!r} is not a BER")
+            cur[bers[key]] = ber
+    if not out:
+        raise ParseError("no '=== device ===' block: not mlxlink output")
+    return out
+
+
 __all__ = ["ERROR_COUNTERS", "parse_ibstat", "parse_ibstatus", "parse_ibv_devinfo",
-           "parse_perfquery", "parse_rate"]
+           "parse_mlxlink", "parse_perfquery", "parse_rate"]
