@@ -28,7 +28,8 @@ from nodecert.validation import ValidationRun, validate
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
 
 STACK = "r580-cuda13.0"
-HW = ("hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu", "health.xid")
+HW = ("hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net.roce",
+      "health.gpu", "health.xid")
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +69,10 @@ def test_healthy_lab_passes_every_check_with_live_progress(plab: Lab, tmp_path: 
                                   "--runs-dir", str(tmp_path)])
     assert r.exit_code == 0, r.output + r.stderr
     for h in ("h1", "h2", "h3"):
-        assert f"{h:<14} [1/7] hardware.inventory ..." in r.stderr
-        assert f"{h:<14} [7/7] storage.fio PASS (SIMULATED)" in r.stderr
-        assert f"{h:<14} finished: PASS (7 PASS)" in r.stderr
+        assert f"{h:<14} [1/9] hardware.inventory ..." in r.stderr
+        assert f"{h:<14} [4/9] net.ib PASS (SIMULATED)" in r.stderr
+        assert f"{h:<14} [9/9] storage.fio PASS (SIMULATED)" in r.stderr
+        assert f"{h:<14} finished: PASS (9 PASS)" in r.stderr
     assert "PASS     done" in r.stdout and "SIMULATED" in r.stdout
     (run_dir,) = tmp_path.iterdir()
     data = json.loads((run_dir / "h2" / "results.json").read_text())
@@ -107,6 +109,10 @@ def test_hardware_faults_fail_exactly_the_right_check(plab: Lab, tmp_path: Path)
          {"h1": ("hardware.topology", "GPU5: NVLink 2 inactive (17 of 18 up)"),
           "h2": ("health.gpu", "row remapping pending"),
           "h3": ("health.gpu", "1 uncorrectable ECC errors since the driver loaded")}),
+        ("  - {host: h1, kind: port_down, hca: 2}\n"
+         "  - {host: h3, kind: symbol_errors, hca: 6, per_s: 40}\n",
+         {"h1": ("net.ib", "mlx5_2 port 1: Down/Polling, expected Active/LinkUp"),
+          "h3": ("net.ib", "mlx5_6 port 1 SymbolErrorCounter over 3 s")}),
     ]
     try:
         for text, expect in rounds:
