@@ -110,7 +110,8 @@ SPEC = {"link_layer": "InfiniBand", "ports": 8, "rate_gbps": 400.0}
 def _judge(ports: list[dict[str, Any]], spec: dict[str, Any] | None = SPEC,
            layer: str = "InfiniBand", **kw: Any) -> Any:
     return judge_ports("net.ib", layer, spec, ports, before=kw.get("before", {}),
-                       after=kw.get("after", {}), window_s=3, limits=LIMITS)
+                       after=kw.get("after", {}), window_s=3, limits=LIMITS,
+                       affinity=kw.get("affinity"))
 
 
 def test_a_healthy_ndr_node_passes_and_each_fault_is_named() -> None:
@@ -233,3 +234,33 @@ def test_mlxlinks_own_diagnosis_is_a_warning() -> None:
     assert r.verdict is Verdict.WARN
     assert r.summary == ("mlx5_0 port 1: mlxlink recommends: Bad signal integrity: check the "
                          "cable and its connectors")
+
+
+def test_an_ordered_fabric_without_ibstat_is_an_error(tmp_path: Path) -> None:
+    from simnode import SimNode
+    node = SimNode(tmp_path, "h200-sxm-8")
+    (node.bin / "ibstat").unlink()
+    r = node.check("net.ib")
+    assert r.verdict is Verdict.ERROR and "ibstat is not installed" in r.summary
+    assert "infiniband-diags" in r.remediation
+
+
+def test_gpu_nic_affinity_on_real_topologies() -> None:
+    from nodecert_node.checks.net import affinity_problems
+    from nodecert_node.parse import topo
+
+    def read(name: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+        text = (REAL / "topo" / name).read_text()
+        return topo.parse_topo_matrix(text), topo.nic_legend(text)
+
+    b200 = read("b200-gke-a4-8gpu-8nic-topo-m-tabs-expanded.txt")
+    assert affinity_problems(*b200, "PIX", None) == []  # one NIC pair per PCIe switch
+    # leave out the NICs of GPU0/GPU1's switch: their nearest is then NODE
+    far = affinity_problems(*b200, "PIX", [f"mlx5_{i}" for i in range(2, 8)])
+    assert far == [f"GPU{g}: nearest fabric NIC mlx5_2 is NODE, the order wants PIX or "
+                   "nearer (traffic crosses the CPU)" for g in (0, 1)]
+    assert affinity_problems(*b200, "NODE", [f"mlx5_{i}" for i in range(2, 8)]) == []
+    assert "lists none of the order's NICs (mlx5_99)" in affinity_problems(
+        *b200, "PIX", ["mlx5_99"])[0]
+    r = _judge(_ports(NDR), dict(SPEC, gpu_nic_affinity="PIX"), affinity=far)
+    assert r.verdict is Verdict.FAIL and "GPU0: nearest fabric NIC mlx5_2 is NODE" in r.summary

@@ -534,7 +534,7 @@ def test_ctrl_c_keeps_finished_results_and_marks_the_rest(plab: Lab, tmp_path: P
     assert proc.stderr is not None
     try:
         for line in proc.stderr:  # block until the first result has arrived
-            if "[1/7] hardware.inventory PASS" in line:
+            if "[1/9] hardware.inventory PASS" in line:
                 break
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)

@@ -9,6 +9,8 @@ must be. Read once on the control side and sent to the node in the plan's spec.
       firmware: 28.41.1000       # optional: the site's golden HCA firmware
       devices: [mlx5_0, ...]     # optional: the compute HCAs (others, e.g. a front-end
                                  # bond or a DPU, are not judged)
+      gpu_nic_affinity: PIX      # optional: every GPU has a compute NIC at least this
+                                 # close in `nvidia-smi topo -m` (PIX, PXB, PHB, NODE)
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-KEYS = {"link_layer", "ports", "rate_gbps", "width", "firmware", "devices"}
+KEYS = {"link_layer", "ports", "rate_gbps", "width", "firmware", "devices", "gpu_nic_affinity"}
+AFFINITIES = ("PIX", "PXB", "PHB", "NODE")
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 
 
@@ -49,6 +52,12 @@ def parse_fabric(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         out["width"] = width
     if "firmware" in raw:
         out["firmware"] = str(raw["firmware"])
+    if "gpu_nic_affinity" in raw:
+        near = str(raw["gpu_nic_affinity"]).upper()
+        if near not in AFFINITIES:
+            return None, (f"gpu_nic_affinity {raw['gpu_nic_affinity']!r} is not one of "
+                          f"{', '.join(AFFINITIES)}")
+        out["gpu_nic_affinity"] = near
     if "devices" in raw:
         devices = raw["devices"]
         if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
@@ -57,4 +66,4 @@ def parse_fabric(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     return out, None
 
 
-__all__ = ["KEYS", "LINK_LAYERS", "parse_fabric"]
+__all__ = ["AFFINITIES", "KEYS", "LINK_LAYERS", "parse_fabric"]

@@ -54,7 +54,8 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
     "nodecert_thresholds": (False, "map", "threshold overrides {key: value}, e.g. "
                             "{storage.seq_read_mbps_min: 3000}"),
     "nodecert_fabric": (False, "fabric", "the RDMA fabric each node must have: {link_layer: "
-                        "InfiniBand|Ethernet, ports, rate_gbps, width, firmware, devices}"),
+                        "InfiniBand|Ethernet, ports, rate_gbps, width, firmware, devices, "
+                        "gpu_nic_affinity}"),
 }
 VALIDATION_VARS = ("nodecert_cpu_model", "nodecert_mig_enabled",
                    "nodecert_nvme_rated_seq_read_mbps",

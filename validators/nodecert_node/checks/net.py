@@ -16,7 +16,7 @@ from typing import Any, Dict
 
 from nodecert_node.context import Ctx, judge_findings, within
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
-from nodecert_node.parse import ParseError, ib
+from nodecert_node.parse import ParseError, ib, topo
 from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
 
@@ -27,9 +27,34 @@ def _key(p: dict[str, Any]) -> str:
     return f"{p['ca']}/{p['port']}"
 
 
+# nvidia-smi topo -m's connection kinds between a GPU and a NIC, nearest first.
+NEAR = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def affinity_problems(matrix: dict[str, dict[str, str]], legend: dict[str, str], want: str,
+                      devices: list[str] | None) -> list[str]:
+    """Pure: each GPU whose nearest compute NIC is farther than `want` (PIX ... NODE)."""
+    nics = {col: dev for col, dev in legend.items() if not devices or dev in devices}
+    if not nics:
+        return [f"`nvidia-smi topo -m` lists none of the order's NICs "
+                f"({', '.join(devices or []) or 'any'}): GPU-NIC affinity cannot be judged"]
+    out = []
+    for gpu in sorted((g for g in matrix if g.startswith("GPU")), key=lambda g: int(g[3:])):
+        cells = [(NEAR.index(c), c, nics[col]) for col, c in matrix[gpu].items()
+                 if col in nics and c in NEAR]
+        if not cells:
+            out.append(f"{gpu}: no NIC of the order in its `topo -m` row")
+            continue
+        rank, cell, dev = min(cells)
+        if rank > NEAR.index(want):
+            out.append(f"{gpu}: nearest fabric NIC {dev} is {cell}, the order wants {want} or "
+                       "nearer (traffic crosses the CPU)")
+    return out
+
+
 def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
                 ports: list[dict[str, Any]], *, before: Counters, after: Counters,
-                window_s: float, limits: Limits) -> Result:
+                window_s: float, limits: Limits, affinity: list[str] | None = None) -> Result:
     """Pure: the judged ports of one link layer (InfiniBand or Ethernet)."""
     mine = [p for p in ports if p.get("link_layer") == layer]
     if spec is None:
@@ -72,6 +97,7 @@ def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
         advice = (p.get("mlxlink") or {}).get("recommendation")
         if advice and advice != "No issue was observed":  # mlxlink's own link diagnosis
             warns.append(f"{where}: mlxlink recommends: {advice}")
+    fails += affinity or []
     growth: dict[str, dict[str, int]] = {}
     for p in mine:
         k = _key(p)
@@ -127,6 +153,12 @@ def _gather_and_judge(ctx: Ctx, name: str, layer: str) -> Result:
         if spec is None and exc.kind == "missing":
             return Result(name, Verdict.PASS, "no RDMA tools (infiniband-diags) and the order "
                           "names no fabric")
+        if exc.kind == "missing":
+            return Result(name, Verdict.ERROR, "ibstat is not installed: the ordered fabric "
+                          "cannot be read", evidence=(exc.evidence,) if exc.evidence else (),
+                          fault_code="NC-TOOL-MISSING",
+                          remediation="Install infiniband-diags (the validators role does: "
+                                      "validators_packages), then re-run.")
         raise
     ev.append(out.evidence)
     ports = ib.parse_ibstat(out.text)
@@ -163,8 +195,14 @@ def _gather_and_judge(ctx: Ctx, name: str, layer: str) -> Result:
         before = _counters(judged, ctx, ev)
         time.sleep(window)  # the sampling window the counters are judged over
         after = _counters(judged, ctx, ev)
+    affinity = None
+    if spec is not None and spec["link_layer"] == layer and spec.get("gpu_nic_affinity"):
+        tp = run(["nvidia-smi", "topo", "-m"], timeout=ctx.timeout, name="nvidia-smi topo")
+        ev.append(tp.evidence)
+        affinity = affinity_problems(topo.parse_topo_matrix(tp.text), topo.nic_legend(tp.text),
+                                     spec["gpu_nic_affinity"], spec.get("devices"))
     return judge_ports(name, layer, spec, ports, before=before, after=after, window_s=window,
-                       limits=ctx.limits).with_(evidence=tuple(ev))
+                       limits=ctx.limits, affinity=affinity).with_(evidence=tuple(ev))
 
 
 @check("net.ib", order=14, suites=("quick", "standard", "full"),
