@@ -264,3 +264,13 @@ def test_gpu_nic_affinity_on_real_topologies() -> None:
         *b200, "PIX", ["mlx5_99"])[0]
     r = _judge(_ports(NDR), dict(SPEC, gpu_nic_affinity="PIX"), affinity=far)
     assert r.verdict is Verdict.FAIL and "GPU0: nearest fabric NIC mlx5_2 is NODE" in r.summary
+
+
+def test_a_missing_hca_leaves_its_gpu_without_a_near_nic(tmp_path: Path) -> None:
+    from simnode import SimNode
+    r = SimNode(tmp_path, "h200-sxm-8", faults=[{"kind": "hca_missing", "hca": 3}]).check(
+        "net.ib")
+    assert r.verdict is Verdict.FAIL
+    assert r.findings[:2] == ("7 InfiniBand ports, the order has 8",
+                              "GPU3: nearest fabric NIC mlx5_0 is NODE, the order wants PIX or "
+                              "nearer (traffic crosses the CPU)")

@@ -141,6 +141,13 @@ def hardware_description(*, lab_seed: str, host: str, profile_name: str, mac: st
     }
 
 
+def _affinity(prof: dict[str, Any]) -> dict[str, str]:
+    """The GPU-NIC nearness the platform is built for (as the simulator wires it)."""
+    gpus, nics = int(prof["gpu_count"]), int(prof["hcas"]["count"])
+    near = "PIX" if nics == gpus else "PXB" if nics * 2 == gpus else None
+    return {"gpu_nic_affinity": near} if near else {}
+
+
 def spec_vars(profile_name: str) -> dict[str, Any]:
     """The order-spec inventory variables that describe a profile's hardware."""
     prof = profile(profile_name)
@@ -155,7 +162,8 @@ def spec_vars(profile_name: str) -> dict[str, Any]:
         **({"nodecert_fabric": {
             "link_layer": prof["hcas"]["link_layer"], "ports": prof["hcas"]["count"],
             "rate_gbps": prof["hcas"]["rate_gbps"], "width": prof["hcas"]["width"],
-            "firmware": prof["hcas"]["firmware"]}} if prof.get("hcas") else {}),
+            "firmware": prof["hcas"]["firmware"],
+            **_affinity(prof)}} if prof.get("hcas") else {}),
     }
 
 

@@ -17,7 +17,7 @@ _RATE = {("NDR", "4X"): 400, ("NDR", "2X"): 200, ("NDR", "1X"): 100, ("HDR", "4X
          ("EDR", "1X"): 25}
 
 
-def _ports(hw):
+def hca_ports(hw):
     """Per HCA: name, guid, firmware, state, phys, width, speed, rate, lid."""
     h = hw["profile"].get("hcas") or {}
     faults = Faults(hw)
@@ -49,7 +49,7 @@ def _ports(hw):
 
 def cmd_ibstat(argv):
     hw = load_hw()
-    for p in _ports(hw):
+    for p in hca_ports(hw):
         if argv and argv[0] not in (p["ca"],):
             continue
         eth = p["layer"] == "Ethernet"
@@ -68,7 +68,7 @@ def cmd_ibstat(argv):
 def cmd_ibstatus(argv):
     hw = load_hw()
     blocks = []
-    for p in _ports(hw):
+    for p in hca_ports(hw):
         state = "4: ACTIVE" if p["state"] == "Active" else "1: DOWN"
         phys = "5: LinkUp" if p["phys"] == "LinkUp" else "2: Polling"
         blocks.append(f"Infiniband device '{p['ca']}' port 1 status:\n"
@@ -94,7 +94,7 @@ def cmd_perfquery(argv):
     symbol_errors fault)."""
     hw = load_hw()
     ca = argv[argv.index("-C") + 1] if "-C" in argv else "mlx5_0"
-    port = next((p for p in _ports(hw) if p["ca"] == ca), None)
+    port = next((p for p in hca_ports(hw) if p["ca"] == ca), None)
     if port is None:
         print(f"ibwarn: [1] mad_rpc_open_port: can't open UMAD port ({ca}:1)")
         return 255
