@@ -208,6 +208,11 @@ def test_the_upstream_signature_is_checked_with_the_pinned_key(
                      key=key)
     assert m["signature"] == f"Release.gpg verified with {fpr}"
     assert (tmp_path / "m" / "nvidia" / "repo.pub").is_file()  # nodes fetch it from here
+    binary = tmp_path / "repo.gpg"  # the same key exported without armour
+    subprocess.run(["gpg", "--batch", "--homedir", str(home), "--export", "-o", str(binary),
+                    fpr], check=True, timeout=60, capture_output=True)
+    assert mirror.build(STACK, OS, tmp_path / "mb", apt_upstream=str(up),
+                        index_url=upstreams[1], key=binary)["signature"].endswith(fpr)
     # a Release changed after signing is refused
     with (up / "Release").open("a") as f:
         f.write("Label: changed\n")
