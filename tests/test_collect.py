@@ -63,11 +63,26 @@ def test_read_record_refuses_what_it_cannot_trust(body: str, why: str) -> None:
 
 
 class Client:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    """An SSH client whose one session answers the fetch command with `data`."""
 
-    def exec_command(self, cmd: str, timeout: float) -> tuple[Any, Any, Any]:
-        return None, io.BytesIO(self.data), io.BytesIO(b"")
+    def __init__(self, data: bytes) -> None:
+        self.data = io.BytesIO(data)
+        self.commands: list[str] = []
+
+    def get_transport(self) -> Client:
+        return self
+
+    def open_session(self) -> Client:
+        return self
+
+    def exec_command(self, cmd: str) -> None:
+        self.commands.append(cmd)
+
+    def settimeout(self, timeout: float) -> None:
+        pass
+
+    def recv(self, n: int) -> bytes:
+        return self.data.read(n)
 
     def close(self) -> None:
         pass
@@ -111,3 +126,15 @@ def test_unreachable_host_is_error(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     hr = host(tmp_path)
     collect_host(hr, "any")
     assert hr.status == "unreachable" and hr.verdict is Verdict.ERROR
+
+
+def test_a_non_root_user_reads_the_history_through_sudo(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+    client = Client(raw(record()))
+    monkeypatch.setattr(collect_mod, "connect", lambda ep: client)
+    hr = host(tmp_path)
+    hr.endpoint = dataclasses.replace(hr.endpoint, user="ops", become=True)
+    collect_host(hr, "any")
+    assert hr.status == "done"
+    assert client.commands[0].startswith("sudo -n -- sh -c ")  # the history is root's

@@ -18,8 +18,9 @@ from typing import Any
 import paramiko
 
 from nodecert import conformance
+from nodecert.become import BecomeSource
 from nodecert.nodeevents import MAX_LINE, BadEvent, decode_event
-from nodecert.nodessh import connect, describe_error
+from nodecert.nodessh import connect, describe_error, start
 from nodecert.runs import HostRun, RunDir, ValidationRun, write_json
 from nodecert.validation import open_new_run
 
@@ -73,8 +74,15 @@ def collect_host(hr: HostRun, reason: str) -> None:
         hr.finish_missing(f"host unreachable: {hr.error}", "NC-HOST-UNREACHABLE")
         return
     try:
-        _, out, _ = client.exec_command(fetch_command(reason), timeout=FETCH_TIMEOUT_S)
-        raw = out.read(MAX_LINE + 4096)
+        # as root (through sudo for a non-root user): the history is root's
+        chan = start(client, hr.endpoint, fetch_command(reason), timeout=FETCH_TIMEOUT_S)
+        chan.settimeout(FETCH_TIMEOUT_S)
+        raw = b""
+        while len(raw) < MAX_LINE + 4096:
+            chunk = chan.recv(65536)
+            if not chunk:
+                break
+            raw += chunk
         path, rec = read_record(raw, hr.checks)
     except (paramiko.SSHException, OSError, TimeoutError) as exc:
         hr.status, hr.error = "lost", f"reading the node's history failed: {exc}"
@@ -104,11 +112,12 @@ def collect_host(hr: HostRun, reason: str) -> None:
 def collect(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (),
             stack: str | None = None, runs_dir: Path = Path("runs"),
             checks: tuple[str, ...] = (), reason: str = "any",
-            progress: Callable[[str], None] | None = None) -> ValidationRun:
+            progress: Callable[[str], None] | None = None,
+            become: BecomeSource | None = None) -> ValidationRun:
     """A run directory holding each host's newest scheduled run (`reason`: after-update,
     timer or any), judged on the control side; nothing is run on the nodes."""
     run = open_new_run(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
-                       checks=checks)
+                       checks=checks, become=become)
     say = progress or (lambda line: None)
     for name, hr in sorted(run.hosts.items()):
         collect_host(hr, reason)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert import drift
+from nodecert.become import BecomeSource
 from nodecert.certify import PAYLOAD_TYPE, CertifyRun, certify
 from nodecert.collect import collect
 from nodecert.errors import NodecertError
@@ -97,18 +98,19 @@ def revalidate(inventory: Path, *, key: PrivateKey, trusted: list[PublicKey],
                checks: tuple[str, ...] = (),
                option_overrides: dict[str, dict[str, Any]] | None = None,
                progress: Callable[[str], None] | None = None,
-               collect_reason: str | None = None) -> Revalidation:
+               collect_reason: str | None = None,
+               become: BecomeSource | None = None) -> Revalidation:
     """collect_reason: instead of validating, collect each node's newest scheduled run
     of that reason (after-update, timer, any) and judge, compare and certify it."""
     base_dir = baseline or latest_baseline(runs_dir)
     base = load_baseline(base_dir, trusted) if base_dir else {}
     if collect_reason:
         run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
-                      checks=checks, reason=collect_reason, progress=progress)
+                      checks=checks, reason=collect_reason, progress=progress, become=become)
     else:
         run = validate(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
                        cli_thresholds=cli_thresholds, checks=checks,
-                       option_overrides=option_overrides, progress=progress)
+                       option_overrides=option_overrides, progress=progress, become=become)
     out = Revalidation(run, base_dir)
     for name, hr in sorted(run.hosts.items()):
         new = drift.record_of(hr.as_dict())

@@ -10,6 +10,8 @@ import click
 from nodecert.cli.certs import certified_json
 from nodecert.cli.common import (
     DEFAULT_KEY_DIR,
+    become_options,
+    become_source,
     checks_option,
     echo,
     emit_json,
@@ -71,12 +73,14 @@ Examples:
               help="Collect the nodes' own newest scheduled run instead of validating "
                    "(bare --collect: whichever ran last).")
 @json_option
+@become_options
 @handle_errors
 def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[str, ...],
                    checks: tuple[str, ...], stack_name: str | None,
                    threshold_items: tuple[str, ...], key_path: Path | None,
                    pubkeys: tuple[Path, ...], runs_dir: Path,
-                   collect_reason: str | None, as_json: bool) -> None:
+                   collect_reason: str | None, as_json: bool, become_file: Path | None,
+                   vault_file: Path | None) -> None:
     from nodecert.revalidate import revalidate
     from nodecert.signing import load_private_key, load_public_key
     from nodecert.thresholds import parse_cli_thresholds
@@ -88,7 +92,8 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
     rv = revalidate(path, key=key, trusted=trusted, baseline=baseline, suite=suite,
                     runs_dir=runs_dir, limit=limit, stack=stack_name, checks=checks,
                     cli_thresholds=parse_cli_thresholds(threshold_items),
-                    progress=lambda line: echo(line, err=True), collect_reason=collect_reason)
+                    progress=lambda line: echo(line, err=True), collect_reason=collect_reason,
+                    become=become_source(become_file, vault_file))
     assert rv.cert is not None
     code = ExitCode.FAILED if rv.regressed or not rv.cert.all_ready else ExitCode.OK
     if as_json:
