@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodecert.errors import ManifestError
+from nodecert.errors import ManifestError, VersionError
+from nodecert.versions import DebianVersion
 
 Stanza = dict[str, str]
 
@@ -50,57 +51,19 @@ def release_sha256(text: str, where: str) -> dict[str, tuple[str, int]]:
     return out
 
 
-# --- Debian version order (deb-version(7)) -------------------------------------------------
+# --- Debian version order: the project's own dpkg-exact comparison ------------------------
 
-def _order(a: str, i: int) -> int:
-    """dpkg's character order: '~' before the end, the end before letters, letters
-    before everything else; digits are compared as numbers elsewhere."""
-    if i >= len(a) or a[i].isdigit():
-        return 0
-    c = a[i]
-    if c == "~":
-        return -1
-    return ord(c) if c.isalpha() else ord(c) + 256
-
-
-def _cmp_part(a: str, b: str) -> int:
-    i = j = 0
-    while i < len(a) or j < len(b):
-        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
-            ac, bc = _order(a, i), _order(b, j)
-            if ac != bc:
-                return ac - bc
-            i, j = i + 1, j + 1
-        while i < len(a) and a[i] == "0":
-            i += 1
-        while j < len(b) and b[j] == "0":
-            j += 1
-        first = 0
-        while i < len(a) and a[i].isdigit() and j < len(b) and b[j].isdigit():
-            first = first or ord(a[i]) - ord(b[j])
-            i, j = i + 1, j + 1
-        if i < len(a) and a[i].isdigit():
-            return 1
-        if j < len(b) and b[j].isdigit():
-            return -1
-        if first:
-            return first
-    return 0
-
-
-def _split(v: str) -> tuple[int, str, str]:
-    epoch, _, rest = v.partition(":") if ":" in v else ("0", "", v)
-    upstream, _, rev = rest.rpartition("-") if "-" in rest else (rest, "", "")
-    return int(epoch) if epoch.isdigit() else 0, upstream, rev
+def _version(text: str) -> DebianVersion:
+    try:
+        return DebianVersion.parse(text)
+    except VersionError as exc:
+        raise ManifestError(f"the repository lists a version dpkg would refuse: {exc.what}") \
+            from None
 
 
 def compare_versions(a: str, b: str) -> int:
     """<0, 0, >0 as dpkg --compare-versions orders a and b."""
-    ea, ua, ra = _split(a)
-    eb, ub, rb = _split(b)
-    if ea != eb:
-        return ea - eb
-    return _cmp_part(ua, ub) or _cmp_part(ra, rb)
+    return _version(a).compare(_version(b))
 
 
 _OPS = {">=": lambda c: c >= 0, "<=": lambda c: c <= 0, ">>": lambda c: c > 0,
@@ -108,16 +71,6 @@ _OPS = {">=": lambda c: c >= 0, "<=": lambda c: c <= 0, ">>": lambda c: c > 0,
         "<": lambda c: c <= 0}
 _DEP = re.compile(r"^([a-z0-9][a-z0-9+.-]*)(?::[a-z0-9-]+)?\s*(?:\(\s*(>=|<=|>>|<<|=|>|<)"
                   r"\s*([^)\s]+)\s*\))?\s*(?:\[[^]]*\])?\s*(?:<[^>]*>)?$")
-
-
-class _VersionKey:
-    """Sort key in Debian version order."""
-
-    def __init__(self, v: str) -> None:
-        self.v = v
-
-    def __lt__(self, other: _VersionKey) -> bool:
-        return compare_versions(self.v, other.v) < 0
 
 
 @dataclass(frozen=True)
@@ -175,7 +128,7 @@ def resolve(stanzas: list[Stanza], pins: list[tuple[str, str | None]],
     queue: list[Stanza] = []
     for name, version in pins:
         hit = [s for s in by_name.get(name, []) if version is None or s.get("Version") == version]
-        hit.sort(key=lambda x: _VersionKey(x.get("Version", "")), reverse=True)
+        hit.sort(key=lambda x: _version(x.get("Version", "")), reverse=True)
         if not hit:
             res.missing_pins.append((name, version or "any"))
             continue
