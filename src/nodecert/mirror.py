@@ -29,9 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -215,7 +212,7 @@ def build_wheels(stack: Stack, index_url: str, out: Path) -> dict[str, list[str]
             raise MirrorError(f"{pin}: the downloaded wheel's sha256 is not one the stack "
                               "pins", hint="the index serves a different build than the "
                                            "stack was locked against")
-    _simple_index(out)
+    write_simple_index(out)
     return hashes
 
 
@@ -259,7 +256,9 @@ def lock_stack(stack_name: str, out: Path, index_url: str | None = None) -> dict
             "hashes": {k: list(v) for k, v in locked.framework.hashes.items()}}
 
 
-def _simple_index(out: Path) -> None:
+def write_simple_index(out: Path) -> None:
+    """out/simple: a PEP 503 index of out/wheels, each link carrying its sha256 (pip
+    checks it)."""
     by_project: dict[str, list[Path]] = {}
     for whl in sorted((out / "wheels").glob("*.whl")):
         by_project.setdefault(_wheel_name(whl)[0], []).append(whl)
@@ -267,7 +266,7 @@ def _simple_index(out: Path) -> None:
     simple.mkdir()
     for project, files in by_project.items():
         (simple / project).mkdir()
-        links = "".join(f'<a href="../../wheels/{urllib.parse.quote(f.name)}#sha256='
+        links = "".join(f'<a href="../../wheels/{f.name}#sha256='
                         f'{sha256_file(f)}">{f.name}</a><br>\n' for f in files)
         (simple / project / "index.html").write_text(
             f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
@@ -399,4 +398,4 @@ def mirror_manifest(mirror: str) -> dict[str, Any] | None:
 
 __all__ = ["MANIFEST", "SCHEMA", "MirrorError", "build", "fetch_bytes", "framework_pins",
            "lock_stack",
-           "mirror_manifest", "read_manifest", "verify"]
+           "mirror_manifest", "read_manifest", "verify", "write_simple_index"]

@@ -17,6 +17,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
+from nodecert.mirror import write_simple_index
 from nodecert.stacks import list_stacks
 
 # What each PyTorch build bundles (the nvidia-cudnn/nccl wheels its lock file pins:
@@ -151,21 +152,7 @@ def build_wheelhouse(mirror: Path) -> list[Path]:
             cuda, cudnn = TF_BUILDS[fw.tensorflow]
             built[f"tensorflow {fw.tensorflow}"] = build_wheel(
                 wheels, "tensorflow", fw.tensorflow, _tf_files(fw.tensorflow, cuda, cudnn))
-    # PEP 503 simple index with sha256 fragments (pip verifies them).
-    simple = mirror / "simple"
-    by_project: dict[str, list[Path]] = {}
-    for whl in built.values():
-        by_project.setdefault(whl.name.split("-", 1)[0], []).append(whl)
-    for project, files in by_project.items():
-        d = simple / project
-        d.mkdir(parents=True, exist_ok=True)
-        links = "".join(
-            f'<a href="../../wheels/{f.name}#sha256={hashlib.sha256(f.read_bytes()).hexdigest()}"'
-            f">{f.name}</a><br>\n" for f in sorted(files))
-        (d / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
-    (simple / "index.html").write_text(
-        "<!DOCTYPE html>\n<html><body>\n" + "".join(
-            f'<a href="{p}/">{p}</a><br>\n' for p in sorted(by_project)) + "</body></html>\n")
+    write_simple_index(mirror)  # the same index `nodecert mirror build` writes
     return sorted(built.values())
 
 
