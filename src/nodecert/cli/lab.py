@@ -45,13 +45,23 @@ def _lab() -> Any:
 @click.option("--faults", "faults_file", type=click.Path(path_type=Path, exists=True,
                                                           dir_okay=False),
               help="YAML fault file to inject (see README, 'Lab faults').")
+@click.option("--cluster", "as_cluster", is_flag=True,
+              help="Run the hosts as a cluster: real Slurm (munge, slurmctld on h1, slurmd on "
+                   "every host) and host-to-host SSH for mpirun.")
 @json_option
 @handle_errors
 def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
-           as_json: bool) -> None:
+           as_cluster: bool, as_json: bool) -> None:
     """Build (once) the base image and mirror, then boot NODES hosts; on a running lab,
-    grow or shrink it to NODES hosts (new hosts take --profile, the others run on)."""
-    result = _lab().up(nodes=nodes, profiles=profiles, faults_file=faults_file)
+    grow or shrink it to NODES hosts (new hosts take --profile, the others run on).
+
+    \b
+    Example (a 16-host Slurm cluster):
+      nodecert lab up --nodes 16 --cluster
+      ssh -F /var/tmp/nodecert-lab/state/ssh_config h1 sinfo
+    """
+    result = _lab().up(nodes=nodes, profiles=profiles, faults_file=faults_file,
+                       as_cluster=as_cluster)
     if as_json:
         emit_json(result)
         return

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from nodecert.errors import NodecertError
-from nodecert.lab import blkio, net
+from nodecert.lab import blkio, cluster, net
 from nodecert.lab.config import MAX_HOSTS, LabConfig
 from nodecert.lab.hardware import Fault, hardware_description, load_faults, profile, spec_vars
 from nodecert.lab.mirror import build_mirror
@@ -185,7 +185,7 @@ class Lab:
     # --- up ---------------------------------------------------------------------------
 
     def up(self, nodes: int = 2, profiles: tuple[str, ...] = ("h200-sxm-8",),
-           faults_file: Path | None = None) -> dict[str, Any]:
+           faults_file: Path | None = None, *, as_cluster: bool = False) -> dict[str, Any]:
         preflight_tools()
         self.cfg.claim_root()
         if not 1 <= nodes <= MAX_HOSTS:
@@ -202,6 +202,7 @@ class Lab:
                 raise NodecertError("the lab is up: its faults change with `nodecert lab "
                                     "faults`, not with `lab up`",
                                     hint="run `nodecert lab faults FILE`")
+            self._same_shape(state, nodes, as_cluster)
             return self._resize(state, nodes, profiles)
         self.clean_stale()
         check_inotify(nodes)
@@ -224,26 +225,9 @@ class Lab:
         data: dict[str, Any] = {
             "version": 1, "subnet": str(self.cfg.subnet), "bridge": self.cfg.bridge,
             "seed": seed.read_text().strip(), "faults": [f.__dict__ for f in faults],
-            "mirror": str(mirror), "hosts": [],
+            "mirror": str(mirror), "hosts": [], "cluster": as_cluster,
         }
-        hosts = []
-        try:
-            for n, name in enumerate(names, 1):
-                self._prepare(n, name, host_profiles[name], faults, seed=data["seed"],
-                              total=nodes)
-                net.netns_add(self.cfg, n)
-                pid = self._start(n, name, mirror)
-                hosts.append(LabHost(name, n, str(self.cfg.host_ip(n)), host_profiles[name],
-                                     self.cfg.netns(n), pid))
-                data["hosts"] = [h.as_dict() for h in hosts]
-                self._write_state(data)
-            self._write_access_files(hosts)
-            self._apply_storage_faults(hosts, faults)
-            self._wait_ready(hosts)
-        except BaseException:
-            self.log("lab up failed: tearing down what was started")
-            self.down()
-            raise
+        hosts = self._boot(data, host_profiles, faults, mirror)
         timings["hosts_ready_s"] = time.monotonic() - t0
         timings["total_s"] = time.monotonic() - started
         data["timings"] = timings
@@ -252,6 +236,40 @@ class Lab:
                 "inventory": str(self.cfg.state / "inventory.ini"),
                 "ssh_config": str(self.cfg.state / "ssh_config"),
                 "known_hosts": str(self.cfg.state / "known_hosts")}
+
+    def _boot(self, data: dict[str, Any], host_profiles: dict[str, str], faults: list[Fault],
+              mirror: Path) -> list[LabHost]:
+        """Prepare, start and wait for every host; on any failure, tear all down."""
+        hosts: list[LabHost] = []
+        as_cluster = bool(data["cluster"])
+        try:
+            for n, (name, prof) in enumerate(host_profiles.items(), 1):
+                self._prepare(n, name, prof, faults, seed=data["seed"],
+                              total=len(host_profiles), as_cluster=as_cluster)
+                net.netns_add(self.cfg, n)
+                pid = self._start(n, name, mirror)
+                hosts.append(LabHost(name, n, str(self.cfg.host_ip(n)), prof,
+                                     self.cfg.netns(n), pid))
+                data["hosts"] = [h.as_dict() for h in hosts]
+                self._write_state(data)
+            self._write_access_files(hosts)
+            if as_cluster:
+                cluster.write_known_hosts(self.cfg, [(h.name, h.ip, h.n) for h in hosts])
+            self._apply_storage_faults(hosts, faults)
+            self._wait_ready(hosts)
+        except BaseException:
+            self.log("lab up failed: tearing down what was started")
+            self.down()
+            raise
+        return hosts
+
+    @staticmethod
+    def _same_shape(state: dict[str, Any], nodes: int, as_cluster: bool) -> None:
+        if as_cluster != bool(state.get("cluster")) or (
+                as_cluster and nodes != len(state.get("hosts", []))):
+            raise NodecertError("the lab is up with another shape: a cluster lab's Slurm "
+                                "knows its hosts from the start, a plain lab has no Slurm",
+                                hint="run `nodecert lab down`, then `lab up` again")
 
     def _resize(self, state: dict[str, Any], nodes: int,
                 profiles: tuple[str, ...]) -> dict[str, Any]:
@@ -291,7 +309,7 @@ class Lab:
                 "resized": {"from": len(current), "to": nodes}}
 
     def _prepare(self, n: int, name: str, profile_name: str, faults: list[Fault], *,
-                 seed: str, total: int) -> None:
+                 seed: str, total: int, as_cluster: bool = False) -> None:
         d = self.cfg.host_dir(n)
         root = d / "root"
         for sub in ("upper", "work", "root", "keys"):
@@ -321,6 +339,8 @@ class Lab:
         auth.write_text((self.cfg.state / "id_ed25519.pub").read_text())
         auth.chmod(0o600)
         self._install_hardware(n, name, profile_name, faults, seed)
+        if as_cluster:
+            cluster.prepare_host(self.cfg, root, total)
 
     def _install_hardware(self, n: int, name: str, profile_name: str, faults: list[Fault],
                           seed: str) -> None:
@@ -457,7 +477,11 @@ class Lab:
                 "validators_schedule_randomized_delay_s=0",
                 "# Lab storage is an overlay on this machine's disk, not the profile's NVMe:",
                 "# validation judges it against these floors (recorded as the inventory's).",
-                f"nodecert_thresholds={json.dumps(LAB_STORAGE_FLOORS)}", ""]
+                f"nodecert_thresholds={json.dumps(LAB_STORAGE_FLOORS)}"]
+        if (self._read_state() or {}).get("cluster"):
+            inv.append("# The lab's Slurm cluster: the cluster command's engine and head host.")
+            inv += [f"{k}='{json.dumps(v)}'" for k, v in cluster.inventory_vars().items()]
+        inv.append("")
         (st / "inventory.ini").write_text("\n".join(inv))
         # Every framework wheel pinned by its sha256 (pip --require-hashes): the lab's
         # wheels are built reproducibly, so their digests are known.
@@ -514,7 +538,9 @@ class Lab:
             shutil.rmtree(d / sub, ignore_errors=True)
         net.netns_add(self.cfg, h.n)
         self._prepare(h.n, h.name, h.profile, faults, seed=state["seed"],
-                      total=len(state["hosts"]))
+                      total=len(state["hosts"]), as_cluster=bool(state.get("cluster")))
+        if state.get("cluster"):
+            cluster.write_known_hosts(self.cfg, [(x.name, x.ip, x.n) for x in self.hosts()])
         pid = self._start(h.n, h.name, Path(state["mirror"]))
         new = LabHost(h.name, h.n, h.ip, h.profile, h.netns, pid)
         self._apply_storage_faults([new], faults)
@@ -591,7 +617,8 @@ class Lab:
             net.drop_guard(self.cfg)
         shutil.rmtree(self.cfg.state / "hosts", ignore_errors=True)
         shutil.rmtree(self.cfg.state / "group_vars", ignore_errors=True)
-        for f in ("lab.json", "inventory.ini", "ssh_config", "known_hosts", "hosts.json"):
+        for f in ("lab.json", "inventory.ini", "ssh_config", "known_hosts", "hosts.json",
+                  "munge.key", "cluster_ed25519", "cluster_ed25519.pub"):
             (self.cfg.state / f).unlink(missing_ok=True)
         return {"hosts": len(hosts), "stale_netns": len(stale),
                 "stale_mounts": len(leftover_mounts)}

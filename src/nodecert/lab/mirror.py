@@ -38,10 +38,12 @@ SIM_TOOL_PACKAGES = {
     # The RDMA diagnostics (a real node has Debian's infiniband-diags): the simulated
     # HCAs of the host's profile.
     "infiniband-diags": ("44.0-2+nodecertlab", ("ibstat", "ibstatus", "perfquery")),
+    # perftest's RDMA bandwidth test between two hosts' simulated HCAs.
+    "perftest": ("4.5+0.17-1+nodecertlab", ("ib_write_bw",)),
 }
 # component -> tools its package provides (the rest carry only their marker).
 COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",)}
-SIM_RECIPE = "sim-packages-v7-pause"
+SIM_RECIPE = "sim-packages-v8-multinode"
 
 _PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (SIMULATED, nodecert lab)

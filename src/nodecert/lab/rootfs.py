@@ -10,7 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nodecert.errors import NodecertError
-from nodecert.lab.config import BASE_PACKAGES, BASE_RECIPE, LabConfig
+from nodecert.lab.config import (
+    BASE_PACKAGES,
+    BASE_RECIPE,
+    CLUSTER_PACKAGES,
+    CLUSTER_UNITS,
+    LabConfig,
+)
 from nodecert.shell import run
 
 STAMP = ".nodecert-lab-base"
@@ -55,9 +61,10 @@ def build_base(cfg: LabConfig, *, log: Callable[[str], None] = print) -> float:
     cfg.root.mkdir(parents=True, exist_ok=True)
     mirror = debian_mirror()
     log(f"building the lab base rootfs ({cfg.suite} minbase) from {mirror} ...")
+    packages = ",".join(BASE_PACKAGES + CLUSTER_PACKAGES)
     run(["mmdebstrap", "--variant=minbase", "--mode=root",
          "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
-         f"--include={','.join(BASE_PACKAGES)}", cfg.suite, str(tmp), mirror], timeout=900)
+         f"--include={packages}", cfg.suite, str(tmp), mirror], timeout=900)
     _finalize(tmp)
     (tmp / STAMP).write_text(f"{BASE_RECIPE} {cfg.suite} from {mirror}\n")
     tmp.rename(cfg.base)
@@ -92,6 +99,10 @@ def _finalize(b: Path) -> None:
         link = b / "etc/systemd/system" / unit
         link.unlink(missing_ok=True)
         link.symlink_to("/dev/null")
+    # Slurm and munge start only on a lab that asks for a cluster (with its own key).
+    for unit in CLUSTER_UNITS:
+        (b / "etc/systemd/system/multi-user.target.wants" / unit).unlink(missing_ok=True)
+    (b / "etc/munge/munge.key").unlink(missing_ok=True)
     for t in ("apt-daily", "apt-daily-upgrade", "dpkg-db-backup", "e2scrub_all", "fstrim"):
         (b / f"etc/systemd/system/timers.target.wants/{t}.timer").unlink(missing_ok=True)
     # dpkg in the hosts must never wait on interactive prompts.

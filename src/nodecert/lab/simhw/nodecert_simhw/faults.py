@@ -76,6 +76,14 @@ FAULT_KINDS: dict[str, FaultKind] = {
                         "second (default 20): a marginal cable or transceiver", "net.ib"),
     "hca_firmware": _k({"hca"}, {"version"}, "the HCA runs other firmware (default "
                        "28.39.1002)", "net.ib"),
+    "rail_slow": _k({"hca"}, {"factor"}, "the HCA's rail moves data at factor (default 0.5) of "
+                    "its rate while the port looks healthy (a congested or mis-cabled rail): "
+                    "ib_write_bw on that rail and every multi-node collective slow down",
+                    "cluster.pairs"),
+    "node_fabric_slow": _k(set(), {"factor"}, "every rail of the node moves data at factor "
+                           "(default 0.5) of its rate (a misconfigured node: wrong NUMA or "
+                           "PCIe placement, no GPUDirect): ports look healthy",
+                           "cluster.pairs"),
     "nvme_slow": _k(set(), {"read_mbps", "write_mbps", "iops"}, "the host's block I/O is "
                     "really throttled (cgroup blkio; MB/s, IOPS, 0 = unlimited): real fio "
                     "measures a slow disk", "storage.fio"),
@@ -163,6 +171,16 @@ class Faults:
         """The first injected fault of this kind on HCA n, or None."""
         hit = [f for f in self._of(kind) if int(f.get("hca", -1)) == hca]
         return hit[0] if hit else None
+
+    def rail_factor(self, hca: int) -> float:
+        """The share of its rate the HCA's rail delivers (rail_slow x node_fabric_slow)."""
+        factor = 1.0
+        for f in self._of("rail_slow"):
+            if int(f.get("hca", -1)) == hca:
+                factor *= float(f.get("factor", 0.5))
+        for f in self._of("node_fabric_slow"):
+            factor *= float(f.get("factor", 0.5))
+        return factor
 
     # --- DCGM
     def dcgm_failing_gpus(self, test: str) -> set[int]:

@@ -20,7 +20,7 @@ TOOLS = {
     "gpu_burn": ("gpuburn", "cmd_gpu_burn"), "dmesg": ("kernel", "cmd_dmesg"),
     "torch-worker": ("workers", "cmd_torch_worker"),
     "ibstat": ("ib", "cmd_ibstat"), "ibstatus": ("ib", "cmd_ibstatus"),
-    "perfquery": ("ib", "cmd_perfquery"),
+    "perfquery": ("ib", "cmd_perfquery"), "ib_write_bw": ("perftest", "cmd_ib_write_bw"),
 }
 
 

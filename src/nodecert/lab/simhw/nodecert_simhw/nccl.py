@@ -10,6 +10,7 @@ import re
 import signal
 import sys
 
+from nodecert_simhw import multinode
 from nodecert_simhw.faults import Faults
 from nodecert_simhw.state import (
     bus_id,
@@ -67,10 +68,48 @@ def cmd_all_reduce_perf(argv):
             k += 2
             continue
         k += 1
-    lo, hi, factor = _size(opts["-b"]), _size(opts["-e"]), int(opts["-f"])
     ngpus = int(opts["-g"])
     vis = visible_gpus(hw)
     host = os.uname().nodename
+    rank, size = multinode.world()
+    if ngpus > len(vis):
+        if rank == 0:
+            _banner(nccl, ngpus, opts)
+        print(f"{host}: Test CUDA failure common.cu:1304 'invalid device ordinal'")
+        print(f" .. {host} pid {os.getpid()}: Test failure common.cu:1189")
+        return 2
+    gpus = vis[:ngpus]
+    faults = Faults(hw)
+    mine = {"rank": rank, "host": host, "pid": os.getpid(),
+            "buses": [bus_id(hw, i, width=4)[:-2].lower() for i in gpus],
+            "product": hw["profile"]["gpu"]["product_name"],
+            "peak": busbw_peak(hw, gpus), "rails": multinode.rail_gbps(hw),
+            "hang": faults.nccl_hangs(), "wrong": faults.nccl_wrong()}
+    boot = None
+    if size > 1:
+        comm_id = os.environ.get("NCCL_COMM_ID", "")
+        try:
+            boot = multinode.Bootstrap(comm_id, rank, size)
+        except ValueError:
+            print(f"{host}: SIMULATED all_reduce_perf: a run of {size} processes needs "
+                  "NCCL_COMM_ID=<host>:<port> in the lab (its ranks meet there, as NCCL's "
+                  f"bootstrap does); got {comm_id!r}")
+            return 1
+        try:
+            ranks = boot.gather(mine)
+        except (OSError, TimeoutError) as exc:
+            print(f"{host}: NCCL WARN {exc}")
+            return 1
+        if ranks is None:  # not rank 0: nccl-tests prints on rank 0 only
+            return boot.finish()
+    else:
+        ranks = [mine]
+    rc = _report(ranks, nccl, ngpus, opts)
+    return boot.finish(rc) if boot else rc
+
+
+def _banner(nccl, ngpus, opts):
+    lo, hi, factor = _size(opts["-b"]), _size(opts["-e"]), int(opts["-f"])
     a, b, c = (int(x) for x in nccl.split("+")[0].split("."))
     code = a * 10000 + b * 100 + c  # NCCL_VERSION_CODE
     print(f"# nccl-tests version 2.17.8 nccl-headers={code} nccl-library={code}")
@@ -80,19 +119,31 @@ def cmd_all_reduce_perf(argv):
           f"{opts['-c']} graph: 0")
     print("#")
     print("# Using devices")
-    if ngpus > len(vis):
-        print(f"{host}: Test CUDA failure common.cu:1304 'invalid device ordinal'")
-        print(f" .. {host} pid {os.getpid()}: Test failure common.cu:1189")
-        return 2
-    gpus = vis[:ngpus]
-    name = hw["profile"]["gpu"]["product_name"]
-    for r, i in enumerate(gpus):
-        print(f"#  Rank {r:2d} Group  0 Pid {os.getpid():6d} on {host:>10} device {r:2d} "
-              f"[{bus_id(hw, i, width=4)[:-2].lower()}] {name}")
+
+
+def combined_peak(ranks):
+    """Large-message bus bandwidth of a run over these hosts: the slowest host's GPUs, or
+    across hosts the slowest channel on every rail (multinode's fabric model)."""
+    peak = min(r["peak"] for r in ranks)
+    if len(ranks) > 1:
+        rails = min(len(r["rails"]) for r in ranks)
+        peak = min(peak, rails * min(multinode.channel_gbs(r["rails"]) for r in ranks))
+    return peak
+
+
+def _report(ranks, nccl, ngpus, opts):
+    _banner(nccl, ngpus, opts)
+    lo, hi, factor = _size(opts["-b"]), _size(opts["-e"]), int(opts["-f"])
+    n = 0
+    for r in ranks:
+        for d, bus in enumerate(r["buses"]):
+            print(f"#  Rank {n:2d} Group  0 Pid {r['pid']:6d} on {r['host']:>10} device {d:2d} "
+                  f"[{bus}] {r['product']}")
+            n += 1
     print(f"NCCL version {nccl}")
     print("#")
     sys.stdout.flush()
-    if Faults(hw).nccl_hangs():
+    if any(r["hang"] for r in ranks):
         # A hung collective: no output, no exit, until the caller's timeout kills it.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         while True:
@@ -103,18 +154,19 @@ def cmd_all_reduce_perf(argv):
           "#wrong     time   algbw   busbw #wrong")
     print("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)  "
           "          (us)  (GB/s)  (GB/s)       ")
-    peak = busbw_peak(hw, gpus)
-    ratio = 2 * (ngpus - 1) / ngpus if ngpus > 1 else 1.0
-    wrong = 1 if Faults(hw).nccl_wrong() else 0
+    peak = combined_peak(ranks)
+    ratio = 2 * (n - 1) / n if n > 1 else 1.0
+    wrong = 1 if any(r["wrong"] for r in ranks) else 0
+    base_us = 12.0 if len(ranks) == 1 else 25.0  # a hop over the fabric costs latency
     size, total, rows = lo, 0.0, 0
     while size <= hi:
         count = max(size // 4, 0)
         cells = []
         for place in (0, 1):
             bw = peak * size / (size + (32 << 20)) * (1 + jitter(size, place, spread=0.004))
-            t_us = 12.0 + (size / (bw / ratio * 1e9) * 1e6 if bw > 0 else 0.0)
+            t_us = base_us + (size / (bw / ratio * 1e9) * 1e6 if bw > 0 else 0.0)
             algbw = size / (t_us * 1e-6) / 1e9
-            busbw = algbw * ratio if ngpus > 1 else 0.0
+            busbw = algbw * ratio if n > 1 else 0.0
             tstr = f"{t_us:.1f}" if t_us < 10000 else f"{t_us:.0f}"
             cells.append(f"{tstr:>8} {algbw:7.2f} {busbw:7.2f} {wrong if size == hi else 0:6d}")
             if place == 0:
@@ -129,4 +181,5 @@ def cmd_all_reduce_perf(argv):
     print(f"# Avg bus bandwidth    : {total / max(rows, 1):.4g}")
     print("#")
     print()
+    sys.stdout.flush()
     return 1 if oob else 0

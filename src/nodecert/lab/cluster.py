@@ -1,0 +1,127 @@
+"""The lab as a cluster: real Slurm (munge, slurmctld on the head host, slurmd on every
+host) and host-to-host SSH for OpenMPI's mpirun, all from the Debian packages in the
+lab's base. Written into each host's root before it boots; the services start with it.
+
+The munge key and the hosts' SSH key are made per lab (never shared with another lab,
+never in the base); every host knows every other host's host key, so mpirun's SSH
+checks them strictly like everything else in the lab.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from nodecert.lab.config import CLUSTER_UNITS, LabConfig
+from nodecert.shell import run
+
+PARTITION = "gpu"
+HEAD = "h1"
+SLURM_CONF = """# Written by `nodecert lab up --cluster`: the lab's Slurm cluster.
+ClusterName=nodecert-lab
+SlurmctldHost={head}
+AuthType=auth/munge
+CredType=cred/munge
+SlurmUser=slurm
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmdSpoolDir=/var/lib/slurm/slurmd
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+# Lab hosts share one kernel and have no cgroup of their own to hand out.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+MpiDefault=none
+ReturnToService=2
+SlurmctldTimeout=30
+SlurmdTimeout=60
+InactiveLimit=0
+KillWait=5
+MinJobAge=30
+# The hosts' GPUs are simulated: no gres, each host one CPU to Slurm (an exclusive job
+# owns the node).
+NodeName=h[1-{last}] CPUs=1 RealMemory=1 State=UNKNOWN
+PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def _ids(root: Path, user: str) -> tuple[int, int]:
+    """The uid and gid of a user in the host's own /etc/passwd (not this machine's)."""
+    for line in (root / "etc/passwd").read_text().splitlines():
+        f = line.split(":")
+        if f[0] == user:
+            return int(f[2]), int(f[3])
+    raise KeyError(user)
+
+
+def lab_secrets(cfg: LabConfig) -> tuple[Path, Path]:
+    """The lab's munge key and its hosts' SSH key, made once per lab state."""
+    key = cfg.state / "munge.key"
+    if not key.exists():
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(1024))
+    ssh = cfg.state / "cluster_ed25519"
+    if not ssh.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "nodecert-lab-cluster",
+             "-f", str(ssh)], timeout=30)
+    return key, ssh
+
+
+def prepare_host(cfg: LabConfig, root: Path, total: int) -> None:
+    """Give one host (its root, before boot) Slurm, munge and the cluster SSH key."""
+    munge_key, ssh_key = lab_secrets(cfg)
+    uid, gid = _ids(root, "munge")
+    dest = root / "etc/munge/munge.key"
+    dest.write_bytes(munge_key.read_bytes())
+    os.chown(dest, uid, gid)
+    dest.chmod(0o400)
+    (root / "etc/slurm/slurm.conf").write_text(
+        SLURM_CONF.format(head=HEAD, last=total, partition=PARTITION))
+    wants = root / "etc/systemd/system/multi-user.target.wants"
+    for unit in CLUSTER_UNITS:
+        if unit == "slurmctld.service" and (root / "etc/hostname").read_text().strip() != HEAD:
+            continue
+        link = wants / unit
+        link.unlink(missing_ok=True)
+        link.symlink_to(f"/lib/systemd/system/{unit}")
+    ssh = root / "root/.ssh"
+    priv = ssh / "id_ed25519"
+    priv.write_bytes(ssh_key.read_bytes())
+    priv.chmod(0o600)
+    (ssh / "id_ed25519.pub").write_text(ssh_key.with_suffix(".pub").read_text())
+    auth = ssh / "authorized_keys"
+    auth.write_text(auth.read_text() + ssh_key.with_suffix(".pub").read_text())
+    (ssh / "config").write_text("Host h*\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
+                                "  ConnectTimeout 5\n  LogLevel ERROR\n")
+
+
+def known_hosts(cfg: LabConfig, hosts: list[tuple[str, str, int]]) -> str:
+    """Every host's key under its name and address: (name, ip, n) each."""
+    lines = []
+    for name, ip, n in hosts:
+        pub = (cfg.host_dir(n) / "keys/ssh_host_ed25519_key.pub").read_text().split()
+        lines.append(f"{name},{ip} {pub[0]} {pub[1]}")
+    return "\n".join(lines) + "\n"
+
+
+def write_known_hosts(cfg: LabConfig, hosts: list[tuple[str, str, int]]) -> None:
+    text = known_hosts(cfg, hosts)
+    for _, _, n in hosts:
+        (cfg.host_dir(n) / "root/etc/ssh/ssh_known_hosts").write_text(text)
+
+
+def inventory_vars() -> dict[str, object]:
+    """What the lab's inventory says of its cluster (the cluster command's settings)."""
+    return {"nodecert_cluster": {"engine": "slurm", "launch_host": HEAD,
+                                 "partition": PARTITION}}
+
+
+__all__ = ["HEAD", "PARTITION", "inventory_vars", "known_hosts", "lab_secrets",
+           "prepare_host", "write_known_hosts"]
