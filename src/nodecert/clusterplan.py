@@ -99,6 +99,8 @@ def bisect(nodes: Sequence[str], run: Callable[[list[tuple[str, ...]]], list[boo
             for part in parts:
                 if len(part) > 1:
                     jobs.append((part, part))
+                elif part[0] == known_good:
+                    continue  # the reference itself: known good, nothing to run
                 elif known_good is not None:
                     jobs.append(((part[0], known_good), part))
                 else:

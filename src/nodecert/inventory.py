@@ -22,6 +22,7 @@ import yaml
 
 from nodecert.ansible_env import ansible_quiet
 from nodecert.become import is_vaulted
+from nodecert.clusterconfig import parse_cluster
 from nodecert.compat import Matrix, default_matrix
 from nodecert.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.fabricspec import parse_fabric
@@ -56,6 +57,11 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
     "nodecert_fabric": (False, "fabric", "the RDMA fabric each node must have: {link_layer: "
                         "InfiniBand|Ethernet, ports, rate_gbps, width, firmware, devices, "
                         "gpu_nic_affinity}"),
+    # Cluster validation (nodecert cluster validate).
+    "nodecert_cluster": (False, "cluster", "how the site runs multi-node jobs: {engine: "
+                         "slurm|mpirun, launch_host, partition, account, reservation, ...}"),
+    "nodecert_engine_name": (False, "str", "the node's name in Slurm / the mpirun hostfile "
+                             "(default: its inventory name)"),
 }
 VALIDATION_VARS = ("nodecert_cpu_model", "nodecert_mig_enabled",
                    "nodecert_nvme_rated_seq_read_mbps",
@@ -220,6 +226,15 @@ def _coerce(var: str, kind: str, raw: Any, *, matrix: Matrix, known_stacks: set[
             return spec
         bad(f"{var} {why}", "e.g. nodecert_fabric: {link_layer: InfiniBand, ports: 8, "
             "rate_gbps: 400} in group_vars (docs/inventory.md)")
+    elif kind == "cluster":
+        if isinstance(raw, str):  # INI values arrive as text
+            with contextlib.suppress(yaml.YAMLError):
+                raw = yaml.safe_load(raw)
+        cfg, why = parse_cluster(raw)
+        if cfg is not None:
+            return cfg.as_dict()
+        bad(f"{var} {why}", "e.g. nodecert_cluster: {engine: slurm, launch_host: login01, "
+            "partition: gpu} in group_vars (docs/cluster.md)")
     elif kind == "gpu":
         try:
             return matrix.gpu(str(raw)).key

@@ -105,6 +105,36 @@ def node_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -> s
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
 
 
+def _shade(cell: dict[str, Any] | None, floor: float) -> str:
+    if not cell:
+        return "#f5f5f5"
+    if cell.get("error") or cell.get("busbw") is None:
+        return "#d6c8f0"
+    ratio = max(0.0, min(1.0, float(cell["busbw"]) / floor)) if floor > 0 else 1.0
+    # red below the expectation, green at or above it; the shade says how far below
+    return "#c3e6cb" if cell.get("ok") else f"hsl(0, 70%, {90 - 40 * (1 - ratio):.0f}%)"
+
+
+def cluster_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -> str:
+    """The cluster certificate as a page: stages, pairing heat-map, per-rail table."""
+    p = statement["predicate"]
+    busbw_floor = float(p["expectation"]["busbw"]["value"])
+    rail_floor = float(p["expectation"]["rail"]["value"])
+    return _env().get_template("cluster.html.j2").render(
+        p=p, nodes=sorted(p["nodes"], key=_node_order), subjects=statement["subject"],
+        simulated=p["simulated"], simulated_text=SIMULATED_TEXT,
+        shade=lambda c: _shade(c, busbw_floor),
+        rail_shade=lambda v: _shade(None if v is None else {"busbw": v, "ok": v >= rail_floor},
+                                    rail_floor),
+        envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
+
+
+def _node_order(name: str) -> tuple[str, int]:
+    """h2 before h10: the text, then the trailing number."""
+    stem = name.rstrip("0123456789")
+    return stem, int(name[len(stem):] or 0)
+
+
 def key_figures(p: dict[str, Any]) -> dict[str, str]:
     """The fleet page's columns, from the same headline figures drift and metrics use."""
     figs = all_figures(p["results"])

@@ -19,6 +19,7 @@ from typing import Any
 
 from nodecert.become import BecomeSource
 from nodecert.certify import PAYLOAD_TYPE, PREDICATE_TYPE, READY, STATEMENT_TYPE
+from nodecert.clustercert import CLUSTER_PREDICATE_TYPE, cluster_problems, subject_problems
 from nodecert.errors import ExitCode, NodecertError
 from nodecert.identity import identity_changes, identity_digest
 from nodecert.signing import SignatureError, load_public_key, verify_envelope
@@ -184,6 +185,8 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     except (ValueError, UnicodeError, RecursionError) as exc:
         v.step("statement", False, f"signed payload is not usable JSON: {_why(exc)}")
         return v
+    if isinstance(st, dict) and st.get("predicateType") == CLUSTER_PREDICATE_TYPE:
+        return _verify_cluster(v, st, now or dt.datetime.now(dt.UTC), allow_simulated)
     problems = statement_problems(st)
     if not v.step("statement", not problems, "; ".join(problems) or
                   f"in-toto Statement v1, {PREDICATE_TYPE}"):
@@ -224,6 +227,37 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     if p["simulated"]:
         v.step("hardware kind", allow_simulated, "SIMULATED: measured on nodecert's simulated "
                "GPUs, not a certificate for real hardware" + (
+                   " (accepted: --allow-simulated)" if allow_simulated else ""))
+    return v
+
+
+def _verify_cluster(v: Verification, st: dict[str, Any], now: dt.datetime,
+                    allow_simulated: bool) -> Verification:
+    """A cluster certificate: its statement, validity, every subject against its node's
+    identity, the verdict, SIMULATED."""
+    problems = ([] if st.get("_type") == STATEMENT_TYPE else
+                [f"_type {st.get('_type')!r}, expected {STATEMENT_TYPE}"]) + cluster_problems(st)
+    if not v.step("statement", not problems, "; ".join(problems) or
+                  f"in-toto Statement v1, {CLUSTER_PREDICATE_TYPE}"):
+        return v
+    v.statement = st
+    p = st["predicate"]
+    try:
+        issued = _parse_time(p["validity"]["issued"])
+        not_after = _parse_time(p["validity"]["not_after"])
+        v.step("validity", issued <= now + dt.timedelta(minutes=5) and now <= not_after,
+               f"issued {issued.isoformat()}, valid until {not_after.isoformat()}"
+               + (": EXPIRED" if now > not_after else ""))
+    except (KeyError, TypeError, ValueError) as exc:
+        v.step("validity", False, f"unreadable validity window: {exc}")
+    bad = subject_problems(st)
+    v.step("subject", not bad, "; ".join(bad) or f"{len(st['subject'])} nodes, each digest "
+           "matches its certified identity")
+    v.step("verdict", p["verdict"] == READY, f"cluster {p['verdict']}" + (
+        "" if p["verdict"] == READY else ": " + "; ".join(str(r) for r in p["reasons"][:5])))
+    if p["simulated"]:
+        v.step("hardware kind", allow_simulated, "SIMULATED: measured on nodecert's simulated "
+               "GPUs and HCAs, not a certificate for real hardware" + (
                    " (accepted: --allow-simulated)" if allow_simulated else ""))
     return v
 

@@ -12,6 +12,7 @@ import click
 
 from nodecert import __version__
 from nodecert.cli.certs import certify_cmd, keys, verify_cmd
+from nodecert.cli.cluster import cluster
 from nodecert.cli.common import echo, handle_errors
 from nodecert.cli.inventory import inventory
 from nodecert.cli.lab import lab
@@ -51,7 +52,7 @@ def init_cmd(directory: Path) -> None:
 
 
 for _command in (stack, inventory, lab, provision, validate_cmd, keys, certify_cmd, verify_cmd,
-                 revalidate_cmd, history_cmd, mirror):
+                 revalidate_cmd, history_cmd, mirror, cluster):
     main.add_command(_command)
 
 

@@ -1,0 +1,142 @@
+"""nodecert cluster: multi-node acceptance (fabric, pairings, all-reduce, bisection) and
+the cluster certificate."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nodecert.cli.common import (
+    become_options,
+    become_source,
+    echo,
+    emit_json,
+    handle_errors,
+    inventory_option,
+    json_option,
+    limit_option,
+    runs_dir_option,
+    split_hosts,
+)
+from nodecert.errors import ExitCode
+
+
+@click.group("cluster")
+def cluster() -> None:
+    """Prove the nodes together: the fabric between them and multi-node NCCL."""
+
+
+_VALIDATE_HELP = """Validate the cluster: every node's fabric, every node paired with at
+least two partners (two-node all_reduce_perf and ib_write_bw on each rail), the
+all-reduce over all nodes against the fabric's sourced expectation, and on its
+failure a bisection that names the culprit node(s).
+
+Jobs run on the site's engine from the launch host: Slurm (srun, exclusive, the
+partition/account/reservation given) or OpenMPI's mpirun over SSH with a hostfile.
+Every job is named and time-bounded; a hang is ERROR with its logs, and nothing a
+job started is left running. Settings come from the inventory's nodecert_cluster
+mapping (docs/cluster.md); the options below win. With --key, the run is signed
+as a cluster certificate (reports/cluster.intoto.dsse.json and cluster.html).
+
+\b
+Exit codes: 0 cluster PASS/WARN, 1 FAIL or ERROR (culprits named), 2 bad input
+(inventory without a fabric spec, engine unusable, nodes absent from Slurm).
+
+\b
+Examples:
+  nodecert cluster validate -i /var/tmp/nodecert-lab/state/inventory.ini --key keys/nodecert.key
+  nodecert cluster validate -i site.ini --engine slurm --partition gpu --reservation accept
+  nodecert cluster validate -i site.ini --engine mpirun --launch-host login01 --json
+"""
+
+
+@cluster.command("validate", help=_VALIDATE_HELP)
+@inventory_option
+@limit_option
+@click.option("--engine", type=click.Choice(["slurm", "mpirun"]),
+              help="Where jobs run (default: the inventory's, else mpirun).")
+@click.option("--launch-host", help="Inventory host srun/mpirun run on (default: the "
+              "inventory's, else the first node).")
+@click.option("--partition", help="Slurm partition.")
+@click.option("--account", help="Slurm account.")
+@click.option("--reservation", help="Slurm reservation.")
+@click.option("--job-timeout", "job_timeout_s", type=click.FloatRange(min=10),
+              metavar="SECONDS", help="Limit of each job (default 300).")
+@click.option("--max-bytes", help="all_reduce_perf's largest size (default 8G).")
+@click.option("--key", "key_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Sign the run as a cluster certificate with this private key.")
+@runs_dir_option
+@json_option
+@become_options
+@handle_errors
+def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
+                         launch_host: str | None, partition: str | None,
+                         account: str | None, reservation: str | None,
+                         job_timeout_s: float | None, max_bytes: str | None,
+                         key_path: Path | None, runs_dir: Path, as_json: bool,
+                         become_file: Path | None, vault_file: Path | None) -> None:
+    from nodecert.clustercert import certify_cluster
+    from nodecert.clusterconfig import parse_cluster
+    from nodecert.clustervalidate import cluster_validate
+    from nodecert.errors import InventoryError
+    from nodecert.signing import load_private_key
+
+    given = {k: v for k, v in (("engine", engine), ("launch_host", launch_host),
+                               ("partition", partition), ("account", account),
+                               ("reservation", reservation), ("job_timeout_s", job_timeout_s),
+                               ("max_bytes", max_bytes)) if v is not None}
+    if given and parse_cluster(given)[0] is None:
+        raise InventoryError(f"command line: {parse_cluster(given)[1]}")
+    key = load_private_key(key_path) if key_path else None  # a bad key fails before jobs
+    run_dir, data = cluster_validate(path, limit=split_hosts(limit), overrides=given,
+                                     runs_dir=runs_dir, become=become_source(become_file,
+                                                                             vault_file),
+                                     progress=lambda line: echo(line, err=True))
+    cert: dict[str, Any] = {}
+    if key is not None:
+        env, html, verdict = certify_cluster(run_dir, key)
+        cert = {"certificate": str(env), "html": str(html), "verdict": verdict}
+    code = ExitCode.OK if data["verdict"] in ("PASS", "WARN") else ExitCode.FAILED
+    if as_json:
+        emit_json({"run_dir": str(run_dir), "verdict": data["verdict"],
+                   "culprits": data["culprits"], "results": data["results"], **cert})
+        sys.exit(int(code))
+    for r in data["results"]:
+        echo(f"{r['check']:<18} {r['verdict']:<6} {r['summary']}")
+        for f in r["findings"]:
+            echo(f"    {f}")
+    echo(f"cluster: {data['verdict']}" + (f"  named: {', '.join(data['culprits'])}"
+                                          if data["culprits"] else "")
+         + ("  (SIMULATED)" if data["simulated"] else ""))
+    echo(f"run: {run_dir}")
+    if cert:
+        echo(f"certificate: {cert['certificate']} ({cert['verdict']}), page: {cert['html']}")
+    sys.exit(int(code))
+
+
+@cluster.command("certify")
+@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--key", "key_path", required=True,
+              type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Private signing key (nodecert keys init).")
+@click.option("--valid-days", default=30, show_default=True, type=click.IntRange(min=1))
+@handle_errors
+def cluster_certify_cmd(run_dir: Path, key_path: Path, valid_days: int) -> None:
+    """Sign a cluster run as a cluster certificate (and render its page).
+
+    \b
+    Example:
+      nodecert cluster certify runs/cluster-20261130-210000-ab12cd --key keys/nodecert.key
+    """
+    from nodecert.clustercert import certify_cluster
+    from nodecert.signing import load_private_key
+
+    env, html, verdict = certify_cluster(run_dir, load_private_key(key_path),
+                                         valid_days=valid_days)
+    echo(f"certificate: {env} ({verdict}), page: {html}")
+
+
+__all__ = ["cluster"]

@@ -1,0 +1,152 @@
+"""The cluster certificate: an in-toto Statement whose subjects are the nodes' hardware
+identities and whose predicate holds the fabric results, the pairing matrix, the rails
+and the collective figures; signed in a DSSE envelope like a node certificate, verified
+offline the same way (`nodecert verify`), rendered as HTML with the pairing heat-map.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from nodecert import __version__, report_html
+from nodecert.certify import NOT_READY, PAYLOAD_TYPE, READY, STATEMENT_TYPE, RunError
+from nodecert.identity import certificate_identity, identity_digest
+from nodecert.signing import PrivateKey, canonical_json, keyid, sign_envelope
+from nodecert_node.contract import write_atomic
+
+CLUSTER_PREDICATE_TYPE = "https://nodecert.dev/attestation/cluster-readiness/v1"
+DEFAULT_VALID_DAYS = 30
+
+
+def matrix(data: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """node -> partner -> {busbw, ok}: the pairing heat-map's cells."""
+    out: dict[str, dict[str, dict[str, Any]]] = {n: {} for n in data["nodes"]}
+    for p in data["pairs"]:
+        a, b = p["nodes"]
+        cell = {"busbw": p["busbw"], "ok": p["ok"], "error": p["error"]}
+        out[a][b] = out[b][a] = cell
+    return out
+
+
+def rail_table(data: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """node -> rail -> the best ib_write_bw (Gb/s) it reached in any pairing."""
+    out: dict[str, dict[str, float | None]] = {n: {} for n in data["nodes"]}
+    for p in data["pairs"]:
+        for node in p["nodes"]:
+            for dev, v in (p.get("rails") or {}).items():
+                have = out[node].get(dev)
+                out[node][dev] = v if have is None else (have if v is None else max(have, v))
+    return out
+
+
+def statement(data: dict[str, Any], *, issued: dt.datetime,
+              valid_days: int = DEFAULT_VALID_DAYS) -> dict[str, Any]:
+    missing = [n for n in data["nodes"] if not (data["fabric"].get(n) or {}).get("identity")]
+    if missing:
+        raise RunError(f"no hardware identity for {', '.join(missing)} in the run: a "
+                       "cluster certificate names every node by its identity",
+                       hint="re-run `nodecert cluster validate` once the nodes answer")
+    idents = {n: data["fabric"][n]["identity"] for n in data["nodes"]}
+    verdict = READY if data["verdict"] in ("PASS", "WARN") else NOT_READY
+    reasons = [f"{r['check']}: {r['verdict']} {r['summary']}" for r in data["results"]
+               if r["verdict"] not in ("PASS", "WARN")]
+    predicate = {
+        "schema": "nodecert.cluster-readiness/v1", "verdict": verdict, "reasons": reasons,
+        "simulated": bool(data["simulated"]), "run_id": data["run_id"],
+        "engine": data["engine"], "launch_host": data["launch_host"],
+        "validity": {"issued": issued.isoformat(timespec="seconds"),
+                     "not_after": (issued + dt.timedelta(days=valid_days)).isoformat(
+                         timespec="seconds")},
+        "nodes": {n: {"identity": certificate_identity(idents[n]),
+                      "fabric": {k: data["fabric"][n][k]
+                                 for k in ("check", "verdict", "summary", "findings")}}
+                  for n in data["nodes"]},
+        "expectation": data["expectation"], "pairs": data["pairs"],
+        "matrix": matrix(data), "rails": rail_table(data), "isolation": data["isolation"],
+        "allreduce": data["allreduce"], "bisection": data["bisection"],
+        "culprits": data["culprits"],
+        "results": [{k: r[k] for k in ("check", "verdict", "summary", "findings", "value",
+                                       "unit", "thresholds")} for r in data["results"]],
+        "tool": {"name": "nodecert", "version": __version__},
+    }
+    return {"_type": STATEMENT_TYPE,
+            "subject": [{"name": f"node:{n}", "digest": {"sha256": identity_digest(idents[n])}}
+                        for n in data["nodes"]],
+            "predicateType": CLUSTER_PREDICATE_TYPE, "predicate": predicate}
+
+
+def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
+                    now: dt.datetime | None = None,
+                    valid_days: int = DEFAULT_VALID_DAYS) -> tuple[Path, Path, str]:
+    """(envelope, HTML, verdict) for a cluster run; both files whole or not at all."""
+    try:
+        data = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise RunError(f"{run_dir} is not a cluster run ({exc})",
+                       hint="pass the directory `nodecert cluster validate` printed") from exc
+    if "pairs" not in data:
+        raise RunError(f"{run_dir}: the cluster run stopped before its jobs ("
+                       f"{'; '.join(data.get('problems', [])) or 'no results'}): nothing to "
+                       "certify", hint="fix what it says and run `cluster validate` again")
+    issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
+    st = statement(data, issued=issued, valid_days=valid_days)
+    env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
+    out = out_dir or run_dir / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    env_path, html_path = out / "cluster.intoto.dsse.json", out / "cluster.html"
+    blob = json.dumps(env, indent=1).encode() + b"\n"
+    page = report_html.cluster_page(st, envelope_name=env_path.name,
+                                    keyid=keyid(key.public_key())).encode()
+    write_atomic(str(env_path), blob)
+    write_atomic(str(html_path), page)
+    return env_path, html_path, st["predicate"]["verdict"]
+
+
+def cluster_problems(st: dict[str, Any]) -> list[str]:
+    """What keeps a signed payload from being a nodecert cluster Statement."""
+    p = st.get("predicate")
+    need = ("schema", "verdict", "reasons", "simulated", "validity", "nodes", "pairs",
+            "results", "tool")
+    if not isinstance(p, dict) or any(k not in p for k in need):
+        return [f"predicate lacks {', '.join(k for k in need if k not in (p or {}))}"]
+    subj = st.get("subject")
+    if not (isinstance(subj, list) and subj and all(
+            isinstance(s, dict) and isinstance(s.get("digest"), dict)
+            and str(s.get("name", "")).startswith("node:") for s in subj)):
+        return ["subjects must be nodes with sha256 digests"]
+    return []
+
+
+def subject_problems(st: dict[str, Any]) -> list[str]:
+    """Each subject's digest against the identity the predicate carries for it."""
+    nodes = st["predicate"]["nodes"]
+    problems = []
+    for s in st["subject"]:
+        name = str(s["name"])[5:]
+        ident = (nodes.get(name) or {}).get("identity")
+        if ident is None:
+            problems.append(f"{name}: no identity in the predicate")
+        elif identity_digest(ident) != s["digest"].get("sha256"):
+            problems.append(f"{name}: digest does NOT match its identity in the predicate")
+    if sorted(str(s["name"])[5:] for s in st["subject"]) != sorted(nodes):
+        problems.append("the subjects and the predicate's nodes differ")
+    return problems
+
+
+def reference(envelope: Path) -> dict[str, Any]:
+    """What a node certificate records of the cluster certificate it was proven in."""
+    raw = envelope.read_bytes()
+    payload = json.loads(raw)["payload"]
+    st = json.loads(base64.b64decode(payload))
+    return {"certificate": envelope.name, "sha256": hashlib.sha256(raw).hexdigest(),
+            "run_id": st["predicate"]["run_id"], "verdict": st["predicate"]["verdict"],
+            "nodes": sorted(st["predicate"]["nodes"])}
+
+
+__all__ = ["CLUSTER_PREDICATE_TYPE", "certify_cluster", "cluster_problems", "matrix",
+           "rail_table", "reference", "statement", "subject_problems"]

@@ -1,0 +1,95 @@
+"""How a site runs multi-node jobs: the inventory's `nodecert_cluster` mapping.
+
+    nodecert_cluster:
+      engine: slurm            # or mpirun (OpenMPI over SSH with a hostfile)
+      launch_host: login01     # inventory host the jobs are started from (srun/mpirun run there)
+      partition: gpu           # Slurm only: partition, account, reservation
+      account: acme
+      reservation: acceptance
+      bootstrap_port: 29500    # NCCL_COMM_ID port base on the first node of each job
+      job_timeout_s: 300       # every job's limit: a hang past it is ERROR with its logs
+      max_bytes: 8G            # all_reduce_perf -e
+      gpudirect: true          # ib_write_bw --use_cuda on the rail's GPU (1 NIC per GPU)
+      partners: 2              # different partners each node is paired with
+
+Each key can be given on the command line too (which wins).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+ENGINES = ("slurm", "mpirun")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    engine: str = "mpirun"
+    launch_host: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    reservation: str | None = None
+    bootstrap_port: int = 29500
+    job_timeout_s: float = 300.0
+    max_bytes: str = "8G"
+    gpudirect: bool = True
+    partners: int = 2
+
+    def with_(self, **changes: Any) -> ClusterConfig:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+KEYS = {f.name for f in fields(ClusterConfig)}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$")
+
+
+def parse_cluster(raw: Any) -> tuple[ClusterConfig | None, str | None]:
+    """(config, None) or (None, what is wrong)."""
+    if raw is None:
+        return ClusterConfig(), None
+    if not isinstance(raw, dict):
+        return None, f"must be a mapping ({', '.join(sorted(KEYS))}), got {raw!r}"
+    unknown = sorted(set(map(str, raw)) - KEYS)
+    if unknown:
+        return None, f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(KEYS))})"
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "engine":
+            if value not in ENGINES:
+                return None, f"engine {value!r} is not one of {', '.join(ENGINES)}"
+            out[key] = value
+        elif key in ("launch_host", "partition", "account", "reservation"):
+            # Written into srun's and mpirun's command lines: names only, nothing a shell
+            # could read as more.
+            if not _NAME.match(str(value)):
+                return None, f"{key} {value!r} is not a plain name"
+            out[key] = str(value)
+        elif key in ("bootstrap_port", "partners"):
+            ok = isinstance(value, int) and not isinstance(value, bool) and (
+                1024 <= value <= 65000 if key == "bootstrap_port" else 1 <= value <= 8)
+            if not ok:
+                return None, (f"{key} must be an integer "
+                              f"{'1024..65000' if key == 'bootstrap_port' else '1..8'}, "
+                              f"got {value!r}")
+            out[key] = value
+        elif key == "job_timeout_s":
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                return None, f"job_timeout_s must be a positive number, got {value!r}"
+            out[key] = float(value)
+        elif key == "max_bytes":
+            if not re.fullmatch(r"\d+[KMG]?", str(value)):
+                return None, f"max_bytes {value!r} is not a size like 8G or 512M"
+            out[key] = str(value)
+        elif key == "gpudirect":
+            if not isinstance(value, bool):
+                return None, f"gpudirect must be true or false, got {value!r}"
+            out[key] = value
+    return ClusterConfig(**out), None
+
+
+__all__ = ["ENGINES", "KEYS", "ClusterConfig", "parse_cluster"]

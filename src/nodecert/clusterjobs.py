@@ -1,0 +1,309 @@
+"""Multi-node jobs on the site's engine: Slurm (srun) or OpenMPI (mpirun over SSH with a
+hostfile), started on the launch host over SSH, one task per node.
+
+Every job is named (`nodecert-<run>-<n>`) and carries NODECERT_JOB=<name> in its
+environment; it runs under `timeout`, and a job that ran past its limit, failed to end
+or was interrupted is cancelled (`scancel --name` for Slurm) and then every process
+still carrying its name is killed on each of its nodes, which is then checked: nothing a
+job started is left running. Only the nodes a job was given are touched: nodecert never
+drains, resumes or reconfigures a node.
+"""
+
+from __future__ import annotations
+
+import re
+import select
+import shlex
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import paramiko
+
+from nodecert.clusterconfig import ClusterConfig
+from nodecert.errors import NodecertError
+from nodecert.nodessh import Endpoint, connect, describe_error
+from nodecert.textsafe import clean
+
+OUTPUT_LIMIT = 2 * 1024 * 1024  # bytes of a job's output kept; the rest is dropped, said so
+KILL_GRACE_S = 10
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    nodes: tuple[str, ...]  # engine names, in rank order for mpirun
+    script: str  # bash, run once on every node
+    env: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 300.0
+
+
+@dataclass
+class JobResult:
+    job: Job
+    command: str
+    returncode: int | None
+    output: str
+    seconds: float
+    timed_out: bool = False
+    leftovers: dict[str, int] = field(default_factory=dict)  # node -> processes left
+    error: str = ""  # the launch itself failed (no SSH to the launch host, ...)
+
+    def by_rank(self) -> dict[int | None, str]:
+        return demux(self.output)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.error
+
+
+_SLURM_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
+_MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>: ?(.*)$")
+
+
+def demux(output: str) -> dict[int | None, str]:
+    """The output of each task (srun --label, mpirun --tag-output); lines of the launcher
+    itself under None."""
+    out: dict[int | None, list[str]] = {}
+    for line in output.splitlines():
+        m = _MPI_TAG.match(line) or _SLURM_LABEL.match(line)
+        key = int(m.group(1)) if m else None
+        out.setdefault(key, []).append(m.group(2) if m else line)
+    return {k: "\n".join(v) + "\n" for k, v in out.items()}
+
+
+def _env_prefix(job: Job) -> str:
+    env = {"NODECERT_JOB": job.name, **job.env}
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+
+
+def _timeout(job: Job) -> str:
+    return f"timeout -k {KILL_GRACE_S} {int(job.timeout_s)}"
+
+
+class Launcher:
+    """Runs jobs from the launch host; one SSH connection, a channel per job."""
+
+    engine = ""
+
+    def __init__(self, cfg: ClusterConfig, launch: Endpoint,
+                 nodes: dict[str, Endpoint] | None = None,
+                 connector: Callable[[Endpoint], paramiko.SSHClient] = connect) -> None:
+        self.cfg, self.launch, self.nodes = cfg, launch, nodes or {}
+        self._connector = connector
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.Lock()
+        self._running: dict[str, Job] = {}
+
+    # --- the connection --------------------------------------------------------------
+    def _channel(self) -> paramiko.Channel:
+        with self._lock:
+            if self._client is None:
+                try:
+                    self._client = self._connector(self.launch)
+                except (paramiko.SSHException, OSError) as exc:
+                    raise NodecertError(f"launch host {self.launch.host}: "
+                                        f"{describe_error(exc, self.launch)}",
+                                        hint="the cluster's jobs start there: fix SSH to it "
+                                             "or name another with --launch-host") from exc
+            transport = self._client.get_transport()
+            assert transport is not None
+            return transport.open_session()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def remote(self, command: str, timeout: float) -> tuple[int | None, str, bool]:
+        """(exit code, output, timed out) of a command on the launch host."""
+        chan = self._channel()
+        chan.set_combine_stderr(True)
+        chan.exec_command(command)
+        deadline = time.monotonic() + timeout
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None, _text(chunks), True
+                ready, _, _ = select.select([chan], [], [], min(left, 1.0))
+                if ready or chan.recv_ready():
+                    data = chan.recv(65536)
+                    if not data and chan.exit_status_ready():
+                        break
+                    if size < OUTPUT_LIMIT:
+                        chunks.append(data)
+                    size += len(data)
+                elif chan.exit_status_ready() and not chan.recv_ready():
+                    break
+            rc = chan.recv_exit_status()
+        finally:
+            chan.close()
+        text = _text(chunks)
+        if size > OUTPUT_LIMIT:
+            text += f"\n[nodecert: output past {OUTPUT_LIMIT} bytes dropped]\n"
+        return rc, text, False
+
+    # --- jobs ------------------------------------------------------------------------
+    def command(self, job: Job) -> str:
+        raise NotImplementedError
+
+    def cancel(self, job: Job) -> None:
+        """Ask the engine to end the job (a no-op where ending the launcher ends it)."""
+
+    def preflight(self, nodes: Sequence[str]) -> list[str]:
+        """Problems that stop the run before any job (empty: none)."""
+        return []
+
+    def run(self, job: Job) -> JobResult:
+        cmd = self.command(job)
+        t0 = time.monotonic()
+        self._running[job.name] = job
+        try:
+            rc, out, timed_out = self.remote(cmd, job.timeout_s + KILL_GRACE_S + 15)
+        except NodecertError as exc:
+            return JobResult(job, cmd, None, "", time.monotonic() - t0, error=exc.what)
+        except (paramiko.SSHException, OSError) as exc:
+            return JobResult(job, cmd, None, "", time.monotonic() - t0,
+                             error=f"launch host {self.launch.host}: {exc}")
+        finally:
+            self._running.pop(job.name, None)
+        res = JobResult(job, cmd, rc, out, time.monotonic() - t0,
+                        timed_out=timed_out or rc in (124, 137))
+        if not res.ok:
+            self.cancel(job)
+            res.leftovers = self.sweep(job)
+        return res
+
+    def interrupt(self) -> None:
+        """Cancel every job still running (Ctrl-C)."""
+        for job in list(self._running.values()):
+            self.cancel(job)
+            self.sweep(job)
+
+    def sweep(self, job: Job) -> dict[str, int]:
+        """Kill what the job left on each of its nodes (processes carrying its name in
+        their environment), then count what is still there (0 everywhere: clean)."""
+        tag = shlex.quote(f"NODECERT_JOB={job.name}")
+        script = (f"n=0; for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null "
+                  f"| grep -qx {tag} && {{ kill -9 ${{p#/proc/}} 2>/dev/null; }}; done; "
+                  f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null "
+                  f"| grep -qx {tag} && n=$((n+1)); done; echo left=$n")
+        left: dict[str, int] = {}
+        for node in job.nodes:
+            ep = self.nodes.get(node)
+            if ep is None:
+                continue
+            try:
+                client = self._connector(ep)
+            except (paramiko.SSHException, OSError):
+                left[node] = -1  # could not look: never reported as clean
+                continue
+            try:
+                _, stdout, _ = client.exec_command(ep.as_root(script), timeout=30)
+                m = re.search(r"left=(\d+)", stdout.read().decode(errors="replace"))
+                left[node] = int(m.group(1)) if m else -1
+            except (paramiko.SSHException, OSError):
+                left[node] = -1
+            finally:
+                client.close()
+        return left
+
+
+def _text(chunks: list[bytes]) -> str:
+    return clean(b"".join(chunks).decode("utf-8", errors="replace"))
+
+
+class SlurmLauncher(Launcher):
+    engine = "slurm"
+
+    def _site(self) -> list[str]:
+        c = self.cfg
+        return ([f"--partition={c.partition}"] if c.partition else []) + (
+            [f"--account={c.account}"] if c.account else []) + (
+            [f"--reservation={c.reservation}"] if c.reservation else [])
+
+    def command(self, job: Job) -> str:
+        minutes = max(1, int(job.timeout_s // 60) + 1)
+        argv = ["srun", f"--job-name={job.name}", f"--nodes={len(job.nodes)}",
+                f"--nodelist={','.join(job.nodes)}", f"--ntasks={len(job.nodes)}",
+                "--ntasks-per-node=1", "--exclusive", "--immediate=60", f"--time={minutes}",
+                "--kill-on-bad-exit=1", "--label", *self._site(),
+                "bash", "-c", job.script]
+        return f"{_env_prefix(job)} {_timeout(job)} {shlex.join(argv)}"
+
+    def cancel(self, job: Job) -> None:
+        with _suppress():
+            self.remote(f"scancel --name={shlex.quote(job.name)}", 30)
+
+    def preflight(self, nodes: Sequence[str]) -> list[str]:
+        """Problems that stop the run before any job: Slurm unreachable (munge, slurmctld),
+        nodes absent from the partition, nodes not usable."""
+        part = ["-p", self.cfg.partition] if self.cfg.partition else []
+        rc, out, timed_out = self.remote(shlex.join(["sinfo", "-h", "-N", *part, "-o",
+                                                     "%N %t"]), 60)
+        if timed_out or rc != 0:
+            return [f"sinfo on {self.launch.host} failed (rc {rc}): "
+                    f"{out.strip()[-400:] or 'no output'} -- is slurmctld up and munge "
+                    "running on the launch host?"]
+        state = {}
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) == 2:
+                state[f[0]] = f[1]
+        where = f"partition {self.cfg.partition}" if self.cfg.partition else "Slurm"
+        problems = []
+        absent = [n for n in nodes if n not in state]
+        if absent:
+            problems.append(f"not in {where}: {', '.join(absent)} (Slurm knows "
+                            f"{', '.join(sorted(state)) or 'no nodes'})")
+        unusable = [f"{n} ({state[n]})" for n in nodes if n in state
+                    and state[n].rstrip("*~#$@^-!%") not in ("idle", "mix", "alloc")]
+        if unusable:
+            problems.append(f"not usable in {where}: {', '.join(unusable)}")
+        return problems
+
+
+class MpirunLauncher(Launcher):
+    engine = "mpirun"
+
+    def command(self, job: Job) -> str:
+        hosts = "".join(f"{n} slots=1\\n" for n in job.nodes)
+        exports = " ".join(f"-x {k}" for k in ("NODECERT_JOB", *job.env))
+        root = " --allow-run-as-root" if self.launch.user == "root" else ""
+        # The hostfile lives in a private directory of the launch host, removed after.
+        return (f"d=$(mktemp -d) && trap 'rm -rf \"$d\"' EXIT && printf '{hosts}' > "
+                f"\"$d/hosts\" && {_env_prefix(job)} {_timeout(job)} mpirun{root} "
+                f"--hostfile \"$d/hosts\" -np {len(job.nodes)} --map-by ppr:1:node "
+                f"--tag-output {exports} bash -c {shlex.quote(job.script)}")
+
+    def preflight(self, nodes: Sequence[str]) -> list[str]:
+        rc, out, timed_out = self.remote("command -v mpirun && mpirun --version", 60)
+        if timed_out or rc != 0:
+            return [f"mpirun is not usable on {self.launch.host} (rc {rc}): "
+                    f"{out.strip()[-300:] or 'not found'} -- install OpenMPI there"]
+        return []
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        return exc[0] is not None and issubclass(exc[0], paramiko.SSHException | OSError
+                                                 | NodecertError)
+
+
+def launcher(cfg: ClusterConfig, launch: Endpoint, nodes: dict[str, Endpoint],
+             connector: Callable[[Endpoint], paramiko.SSHClient] = connect) -> Launcher:
+    kind = SlurmLauncher if cfg.engine == "slurm" else MpirunLauncher
+    return kind(cfg, launch, nodes, connector)
+
+
+__all__ = ["Job", "JobResult", "Launcher", "MpirunLauncher", "SlurmLauncher", "demux",
+           "launcher"]

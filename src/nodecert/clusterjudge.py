@@ -1,0 +1,135 @@
+"""What a multi-node job must deliver, the scripts its tasks run, and how its output is
+read: pure functions, no SSH (the engine runs what these describe).
+
+Expectations come from the order's fabric spec (NICs per node, their rate) times the
+sourced fractions in the common profile: all_reduce_perf's out-of-place bus bandwidth
+at the largest size >= cluster.busbw_per_nic_fraction_min x NICs x line rate in GB/s,
+and ib_write_bw's average on every rail >= cluster.rail_bw_fraction_min x the rate.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from nodecert_node.contract import Threshold
+from nodecert_node.parse import ParseError
+from nodecert_node.parse.bench import parse_nccl
+from nodecert_node.parse.perftest import parse_perftest
+
+RANK = 'r="${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:-0}}"'
+RAIL_MARK = "=== nodecert rail "
+
+
+@dataclass(frozen=True)
+class Expectation:
+    busbw: Threshold  # GB/s, all_reduce_perf out-of-place at the largest size
+    rail: Threshold  # Gb/s, ib_write_bw average on one rail
+    devices: tuple[str, ...]  # the rails (HCA names) paired
+    gpus: int
+    link_layer: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"busbw": self.busbw.as_dict(), "rail": self.rail.as_dict(),
+                "devices": list(self.devices), "gpus": self.gpus,
+                "link_layer": self.link_layer}
+
+
+def expectation(fabric: dict[str, Any], gpus: int,
+                limits: dict[str, dict[str, Any]]) -> Expectation:
+    """From the order's fabric spec and the resolved thresholds of the nodes' model."""
+    ports, rate = int(fabric["ports"]), float(fabric["rate_gbps"])
+    nic = limits["cluster.busbw_per_nic_fraction_min"]
+    rail = limits["cluster.rail_bw_fraction_min"]
+    devices = tuple(fabric.get("devices") or [f"mlx5_{n}" for n in range(ports)])
+    busbw = round(float(nic["value"]) * ports * rate / 8, 1)
+    return Expectation(
+        Threshold(busbw, ">=", "GB/s", f"fabric spec {ports} x {rate:g} Gb/s x "
+                  f"cluster.busbw_per_nic_fraction_min {nic['value']} "
+                  f"({nic.get('origin', 'common profile')})", str(nic.get("source", ""))),
+        Threshold(round(float(rail["value"]) * rate, 1), ">=", "Gb/s",
+                  f"fabric spec {rate:g} Gb/s x cluster.rail_bw_fraction_min {rail['value']}",
+                  str(rail.get("source", ""))),
+        devices, gpus, str(fabric["link_layer"]))
+
+
+def _prelude(first: str, port: int) -> str:
+    # NCCL's bootstrap meets at rank 0's node: under srun the step's first node (block
+    # distribution), under mpirun the hostfile's first line.
+    return (f"{RANK}; if [ -n \"${{SLURM_STEP_NODELIST:-}}\" ]; then "
+            f"first=$(scontrol show hostnames \"$SLURM_STEP_NODELIST\" | head -n1); "
+            f"else first={shlex.quote(first)}; fi; export NCCL_COMM_ID=\"$first:{port}\"")
+
+
+def allreduce_script(first: str, port: int, gpus: int, max_bytes: str) -> str:
+    return (f"{_prelude(first, port)}; exec all_reduce_perf -b 1M -e {max_bytes} -f 2 "
+            f"-g {gpus}")
+
+
+def pair_script(first: str, port: int, exp: Expectation, max_bytes: str,
+                gpudirect: bool) -> str:
+    """Two nodes: the all-reduce, then ib_write_bw on each rail (rank 0 serves, rank 1
+    measures and prints, marked per rail)."""
+    lines = [_prelude(first, port),
+             f"all_reduce_perf -b 1M -e {max_bytes} -f 2 -g {exp.gpus}"]
+    for k, dev in enumerate(exp.devices):
+        cuda = f" --use_cuda={k}" if gpudirect and len(exp.devices) == exp.gpus else ""
+        args = f"-d {shlex.quote(dev)} -p {port + 1 + k} -F --report_gbits -D 2{cuda}"
+        lines.append(
+            f'if [ "$r" = 0 ]; then ib_write_bw {args} >/dev/null 2>&1; else '
+            f"echo {shlex.quote(RAIL_MARK + dev)}; n=0; while :; do "
+            f"out=$(ib_write_bw {args} \"$first\" 2>&1); rc=$?; "
+            # perftest's client does not retry while the server starts: nodecert does
+            "case \"$out\" in *\"Couldn't connect\"*) n=$((n+1)); "
+            "[ $n -lt 50 ] && { sleep 0.2; continue; };; esac; break; done; "
+            "printf '%s\\n' \"$out\"; echo \"=== nodecert rc $rc\"; fi")
+    return "; ".join(lines)
+
+
+@dataclass
+class Reading:
+    busbw: float | None = None  # GB/s at the largest size, out of place
+    oob: int | None = None
+    rails: dict[str, float | None] | None = None  # device -> Gb/s average
+    problem: str = ""  # why a figure is missing
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def read_allreduce(rank0: str) -> Reading:
+    try:
+        p = parse_nccl(rank0)
+    except ParseError as exc:
+        return Reading(problem=f"all_reduce_perf output unreadable: {exc}")
+    if not p["rows"]:
+        why = "; ".join(p["failures"][:3]) or "no result rows (hung or killed?)"
+        return Reading(problem=f"all_reduce_perf gave no figures: {why}")
+    last = max(p["rows"], key=lambda r: r["size"])
+    return Reading(busbw=float(last["busbw"]), oob=p["oob"])
+
+
+def read_rails(rank1: str, devices: tuple[str, ...]) -> dict[str, float | None]:
+    """Each rail's ib_write_bw average (Gb/s) at its largest size; None where unreadable."""
+    parts: dict[str, str] = {}
+    cur = None
+    for line in rank1.splitlines():
+        if line.startswith(RAIL_MARK):
+            cur = line[len(RAIL_MARK):].strip()
+            parts[cur] = ""
+        elif cur is not None:
+            parts[cur] += line + "\n"
+    out: dict[str, float | None] = {}
+    for dev in devices:
+        try:
+            reports = parse_perftest(parts.get(dev, ""))
+            rows = reports[-1]["rows"]
+            out[dev] = float(max(rows, key=lambda r: r["bytes"])["avg_gbps"]) if rows else None
+        except ParseError:
+            out[dev] = None
+    return out
+
+
+__all__ = ["Expectation", "Reading", "allreduce_script", "expectation", "pair_script",
+           "read_allreduce", "read_rails"]

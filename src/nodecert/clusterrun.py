@@ -1,0 +1,309 @@
+"""`nodecert cluster validate`: the fabric of every node, every node paired with at least
+two partners (two-node all-reduce and ib_write_bw per rail), the all-reduce over all
+nodes, and on its failure a bisection that names the culprit(s).
+
+Stages and what each contributes to the cluster's verdict:
+  cluster.fabric     every node's own fabric check (net.ib / net.roce) run through
+                     validate: ports, rates, firmware, error counters growing;
+  cluster.pairs      pair rounds, isolation of the node (or the rail) whose pairings are
+                     all bad while its partners do well elsewhere;
+  cluster.allreduce  the collective over all nodes, bisected when it falls short.
+A job that could not run (launch failure, hang past its limit) is ERROR with its logs;
+a node is named only from evidence, never guessed.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodecert import clusterplan, thresholds
+from nodecert.clusterconfig import ClusterConfig
+from nodecert.clusterjobs import Job, JobResult, Launcher, launcher
+from nodecert.clusterjudge import (
+    Expectation,
+    Reading,
+    allreduce_script,
+    expectation,
+    pair_script,
+    read_allreduce,
+    read_rails,
+)
+from nodecert.errors import InventoryError
+from nodecert.inventory import HostSpec
+from nodecert.nodessh import Endpoint
+from nodecert.runs import write_json
+from nodecert_node.contract import Evidence, Result, Verdict, worst
+
+Progress = Callable[[str], None]
+SCHEMA = "nodecert.cluster-run/v1"
+
+
+@dataclass
+class PairOutcome:
+    nodes: tuple[str, str]
+    round: int
+    reading: Reading
+    job: str
+    ok: bool
+    rails_ok: dict[str, bool] = field(default_factory=dict)
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"nodes": list(self.nodes), "round": self.round, "job": self.job,
+                "ok": self.ok, "busbw": self.reading.busbw, "oob": self.reading.oob,
+                "rails": self.reading.rails or {}, "rails_ok": self.rails_ok,
+                "problem": self.reading.problem, "error": self.error}
+
+
+@dataclass
+class ClusterContext:
+    """Everything a cluster run needs, resolved from the inventory before any job."""
+
+    nodes: list[str]  # inventory names
+    engine_names: dict[str, str]  # inventory name -> the engine's name for it
+    specs: dict[str, HostSpec]
+    endpoints: dict[str, Endpoint]
+    launch: Endpoint
+    cfg: ClusterConfig
+    exp: Expectation
+    simulated: bool
+
+
+class ClusterRun:
+    def __init__(self, ctx: ClusterContext, run_dir: Path, say: Progress,
+                 launch: Launcher | None = None) -> None:
+        self.ctx, self.dir, self.say = ctx, run_dir, say
+        by_engine = {ctx.engine_names[n]: ctx.endpoints[n] for n in ctx.nodes}
+        self.launcher = launch or launcher(ctx.cfg, ctx.launch, by_engine)
+        self.stop = threading.Event()
+        self._seq = 0
+        self._lock = threading.Lock()
+        self.jobs: list[JobResult] = []
+
+    # --- jobs -------------------------------------------------------------------------
+    def _job(self, kind: str, nodes: tuple[str, ...], script_for: Callable[[str, int], str]
+             ) -> Job:
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        names = tuple(self.ctx.engine_names[n] for n in nodes)
+        # Each job's own ports: jobs of one round run at once on disjoint nodes, and a
+        # port is never reused right after a job that may have hung on it.
+        port = self.ctx.cfg.bootstrap_port + (seq % 200) * 20
+        return Job(f"nodecert-{self.dir.name[-6:]}-{kind}-{seq}", names,
+                   script_for(names[0], port), timeout_s=self.ctx.cfg.job_timeout_s)
+
+    def _run_jobs(self, jobs: list[Job]) -> list[JobResult]:
+        if not jobs:
+            return []
+        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="cluster") as pool:
+            results = list(pool.map(self.launcher.run, jobs))
+        logs = self.dir / "jobs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for r in results:
+            (logs / f"{r.job.name}.log").write_text(
+                f"$ {r.command}\n# rc={r.returncode} timed_out={r.timed_out} "
+                f"seconds={r.seconds:.1f} leftovers={r.leftovers} {r.error}\n{r.output}")
+        self.jobs += results
+        return results
+
+    # --- stages -----------------------------------------------------------------------
+    def pairs(self) -> list[PairOutcome]:
+        c = self.ctx
+        rounds = clusterplan.pair_rounds(c.nodes, partners=c.cfg.partners)
+        out: list[PairOutcome] = []
+        for k, pairs in enumerate(rounds, 1):
+            if self.stop.is_set():
+                break
+            self.say(f"pair round {k}/{len(rounds)}: {len(pairs)} pair(s) at once")
+            jobs = [self._job("pair", pair, lambda first, port: pair_script(
+                first, port, c.exp, c.cfg.max_bytes, c.cfg.gpudirect)) for pair in pairs]
+            for pair, res in zip(pairs, self._run_jobs(jobs), strict=True):
+                out.append(self._judge_pair(pair, k, res))
+        return out
+
+    def _judge_pair(self, pair: tuple[str, str], rnd: int, res: JobResult) -> PairOutcome:
+        ranks = res.by_rank()
+        reading = read_allreduce(ranks.get(0, ""))
+        reading.rails = read_rails(ranks.get(1, ""), self.ctx.exp.devices)
+        ar_ok = (reading.busbw is not None and bool(self.ctx.exp.busbw.check(reading.busbw))
+                 and not reading.oob)
+        rails_ok = {d: v is not None and bool(self.ctx.exp.rail.check(v))
+                    for d, v in reading.rails.items()}
+        error = res.error or ("hung past its limit" if res.timed_out else "")
+        return PairOutcome(pair, rnd, reading, res.job.name,
+                           ar_ok and all(rails_ok.values()) and not error, rails_ok, error)
+
+    def allreduce(self, nodes: list[str]) -> tuple[Reading, JobResult]:
+        c = self.ctx
+        job = self._job("all", tuple(nodes), lambda first, port: allreduce_script(
+            first, port, c.exp.gpus, c.cfg.max_bytes))
+        res = self._run_jobs([job])[0]
+        return read_allreduce(res.by_rank().get(0, "")), res
+
+    def _group_ok(self, res: JobResult) -> bool:
+        r = read_allreduce(res.by_rank().get(0, ""))
+        return (res.ok and r.busbw is not None and bool(self.ctx.exp.busbw.check(r.busbw))
+                and not r.oob)
+
+    def bisect(self, reference: str | None) -> clusterplan.Bisection:
+        c = self.ctx
+
+        def run(groups: list[tuple[str, ...]]) -> list[bool]:
+            self.say(f"bisection round: {len(groups)} group(s) of "
+                     f"{', '.join(str(len(g)) for g in groups)} node(s)")
+            jobs = [self._job("bisect", g, lambda first, port: allreduce_script(
+                first, port, c.exp.gpus, c.cfg.max_bytes)) for g in groups]
+            return [self._group_ok(r) for r in self._run_jobs(jobs)]
+        return clusterplan.bisect(c.nodes, run, reference=reference)
+
+    # --- the whole run --------------------------------------------------------------------
+    def run(self, fabric: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        c = self.ctx
+        t0 = time.monotonic()
+        pairs = self.pairs()
+        iso = clusterplan.isolate({p.nodes: p.ok for p in pairs if not p.error})
+        rail_culprits = self._rail_culprits(pairs)
+        self.say(f"all-reduce over all {len(c.nodes)} nodes")
+        reading, whole = self.allreduce(c.nodes)
+        whole_ok = self._group_ok(whole)
+        bis = None
+        if not whole_ok and not self.stop.is_set():
+            good = next((n for n in iso.healthy if n not in iso.culprits), None)
+            bis = self.bisect(good)
+        results = [self._fabric_result(fabric), self._pairs_result(pairs, iso, rail_culprits),
+                   self._allreduce_result(reading, whole, bis)]
+        culprits = sorted({*iso.culprits, *(bis.culprits if bis else []),
+                           *rail_culprits, *[n for n, f in fabric.items()
+                                             if f["verdict"] in ("FAIL", "ERROR")]})
+        verdict = worst(r.verdict for r in results)
+        return {
+            "schema": SCHEMA, "run_id": self.dir.name, "engine": c.cfg.engine,
+            "config": c.cfg.as_dict(), "nodes": c.nodes, "simulated": c.simulated,
+            "launch_host": c.launch.host, "expectation": c.exp.as_dict(),
+            "fabric": fabric, "pairs": [p.as_dict() for p in pairs],
+            "rounds": max((p.round for p in pairs), default=0),
+            "isolation": {"culprits": iso.culprits, "suspects": iso.suspects,
+                          "healthy": iso.healthy, "rails": rail_culprits},
+            "allreduce": {"nodes": c.nodes, "busbw": reading.busbw, "ok": whole_ok,
+                          "problem": reading.problem, "job": whole.job.name},
+            "bisection": ({"rounds": [[list(g) for g in r] for r in bis.rounds],
+                           "culprits": bis.culprits} if bis else None),
+            "results": [r.as_dict() for r in results], "verdict": verdict.name,
+            "culprits": culprits, "seconds": round(time.monotonic() - t0, 1),
+            "jobs": [{"name": j.job.name, "nodes": list(j.job.nodes),
+                      "returncode": j.returncode, "timed_out": j.timed_out,
+                      "seconds": round(j.seconds, 2), "leftovers": j.leftovers,
+                      "error": j.error} for j in self.jobs],
+        }
+
+    def _rail_culprits(self, pairs: list[PairOutcome]) -> dict[str, list[str]]:
+        """node -> rails whose pairings were all below the rail floor while each partner's
+        same rail did well with someone else."""
+        out: dict[str, list[str]] = {}
+        for dev in self.ctx.exp.devices:
+            iso = clusterplan.isolate({p.nodes: p.rails_ok.get(dev, False) for p in pairs
+                                       if not p.error and p.reading.rails})
+            for node in iso.culprits:
+                out.setdefault(node, []).append(dev)
+        return out
+
+    def _evidence(self, names: set[str]) -> tuple[Evidence, ...]:
+        return tuple(Evidence.of(j.job.name, j.command, j.returncode, j.output, j.seconds)
+                     for j in self.jobs if j.job.name in names)
+
+    def _fabric_result(self, fabric: dict[str, dict[str, Any]]) -> Result:
+        bad = {n: f for n, f in fabric.items() if f["verdict"] in ("FAIL", "ERROR")}
+        v = worst(Verdict[f["verdict"]] for f in fabric.values()) if fabric else Verdict.ERROR
+        findings = tuple(f"{n}: {f['verdict']} {f['summary']}" for n, f in sorted(bad.items()))
+        summary = (f"{len(fabric) - len(bad)}/{len(fabric)} nodes' fabric as ordered"
+                   if fabric else "no node's fabric check ran")
+        return Result("cluster.fabric", v, summary, findings=findings,
+                      simulated=self.ctx.simulated)
+
+    def _pairs_result(self, pairs: list[PairOutcome], iso: clusterplan.Isolation,
+                      rails: dict[str, list[str]]) -> Result:
+        errors = [p for p in pairs if p.error]
+        findings = [f"{n}: every pairing below expectation while its partners passed "
+                    "elsewhere" for n in iso.culprits]
+        findings += [f"{', '.join(iso.suspects)}: bad pairings the evidence cannot pin on "
+                     "one node (pair them with known-good nodes)"] if iso.suspects else []
+        findings += [f"{n}: rail(s) {', '.join(d)} below {self.ctx.exp.rail.describe()} in "
+                     "every pairing" for n, d in sorted(rails.items())]
+        findings += [f"{' + '.join(p.nodes)}: {p.error} ({p.job})" for p in errors]
+        bad = [p for p in pairs if not p.ok and not p.error]
+        v = (Verdict.FAIL if iso.culprits or iso.suspects or rails or bad else Verdict.PASS)
+        if errors:
+            v = max(v, Verdict.ERROR)
+        busbw = [p.reading.busbw for p in pairs if p.reading.busbw is not None]
+        summary = (f"{len(pairs) - len(bad) - len(errors)}/{len(pairs)} pairings meet "
+                   f"{self.ctx.exp.busbw.describe()} and every rail "
+                   f"{self.ctx.exp.rail.describe()}")
+        return Result("cluster.pairs", v, summary, value=min(busbw) if busbw else None,
+                      unit="GB/s", thresholds={"busbw": self.ctx.exp.busbw,
+                                               "rail": self.ctx.exp.rail},
+                      findings=tuple(findings),
+                      evidence=self._evidence({p.job for p in pairs if not p.ok}),
+                      fault_code="NC-CLUSTER-PAIR" if v != Verdict.PASS else "",
+                      simulated=self.ctx.simulated)
+
+    def _allreduce_result(self, reading: Reading, whole: JobResult,
+                          bis: clusterplan.Bisection | None) -> Result:
+        exp = self.ctx.exp.busbw
+        findings: list[str] = []
+        if whole.timed_out:
+            v, summary = Verdict.ERROR, (f"all-reduce over {len(self.ctx.nodes)} nodes hung "
+                                         f"past {self.ctx.cfg.job_timeout_s:g} s")
+        elif whole.error or reading.busbw is None:
+            v = Verdict.ERROR
+            summary = f"all-reduce over all nodes did not run: {whole.error or reading.problem}"
+        else:
+            out = exp.check(reading.busbw)
+            v = Verdict.PASS if out and not reading.oob else Verdict.FAIL
+            summary = f"all-reduce over {len(self.ctx.nodes)} nodes: busbw {out.message}"
+            if reading.oob:
+                findings.append(f"{reading.oob} out-of-bounds (wrong) values")
+        if bis is not None:
+            findings.append(f"bisection in {len(bis.rounds)} round(s) names: "
+                            f"{', '.join(bis.culprits) or 'nobody (every group passed)'}")
+            if v == Verdict.ERROR and bis.culprits:
+                v = Verdict.FAIL  # the hang is explained: the named node
+        left = {n: k for j in self.jobs for n, k in j.leftovers.items() if k}
+        if left:
+            findings.append(f"processes left after cancelled jobs: {left}")
+            v = max(v, Verdict.ERROR)
+        return Result("cluster.allreduce", v, summary, value=reading.busbw, unit="GB/s",
+                      thresholds={"busbw": exp}, findings=tuple(findings),
+                      evidence=self._evidence({whole.job.name}) if v != Verdict.PASS else (),
+                      simulated=self.ctx.simulated)
+
+
+def new_run_dir(runs_dir: Path) -> Path:
+    d = (runs_dir / ("cluster-" + time.strftime("%Y%m%d-%H%M%S") + "-"
+                     + secrets.token_hex(3))).resolve()
+    d.mkdir(parents=True)
+    return d
+
+
+def model_limits(specs: dict[str, HostSpec]) -> dict[str, dict[str, Any]]:
+    models = sorted({s.gpu_model for s in specs.values()})
+    if len(models) != 1:
+        raise InventoryError(f"the cluster mixes GPU models ({', '.join(models)})",
+                             hint="validate one model's nodes at a time (--limit)")
+    first = next(iter(specs.values()))
+    return thresholds.resolve(models[0], inventory=first.validation.get("thresholds"))
+
+
+def save(run_dir: Path, data: dict[str, Any]) -> None:
+    write_json(run_dir / "results.json", data)
+
+
+__all__ = ["SCHEMA", "ClusterContext", "ClusterRun", "PairOutcome",
+           "expectation", "model_limits", "new_run_dir", "save"]

@@ -1,0 +1,154 @@
+"""The library function behind `nodecert cluster validate`: read the inventory, refuse
+bad input before any job, check every node's own fabric (validate), then run the
+cluster stages (clusterrun) and save the run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from nodecert.ansible_env import select_hosts
+from nodecert.become import BecomeSource
+from nodecert.clusterconfig import ClusterConfig, parse_cluster
+from nodecert.clusterjobs import Launcher
+from nodecert.clusterjudge import expectation
+from nodecert.clusterrun import (
+    ClusterContext,
+    ClusterRun,
+    Progress,
+    model_limits,
+    new_run_dir,
+    save,
+)
+from nodecert.errors import InventoryError, NodecertError
+from nodecert.inventory import hostvars, load_inventory
+from nodecert.nodessh import Endpoint
+from nodecert.validation import validate
+
+_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+FABRIC_CHECK = {"InfiniBand": "net.ib", "Ethernet": "net.roce"}
+
+
+def context(inventory: Path, *, limit: tuple[str, ...] = (),
+            overrides: dict[str, Any] | None = None,
+            become: BecomeSource | None = None) -> ClusterContext:
+    """Everything the run needs; InventoryError on bad input, before any connection."""
+    specs = load_inventory(inventory)
+    if limit:
+        specs = {h: specs[h] for h in select_hosts(inventory, limit, list(specs))}
+    if len(specs) < 2:
+        raise InventoryError(f"a cluster needs at least 2 nodes, {inventory} gives "
+                             f"{len(specs)}", hint="list the cluster's nodes (or widen --limit)")
+    names = sorted(specs)
+    hv_all = hostvars(inventory, names)
+    raw = hv_all[names[0]].get("nodecert_cluster")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise InventoryError(f"{inventory}: nodecert_cluster is not a mapping: {exc}",
+                                 hint="write it in YAML group_vars, or as quoted JSON in "
+                                      "INI") from exc
+    cfg, why = parse_cluster(raw)
+    if cfg is None:
+        raise InventoryError(f"{inventory}: nodecert_cluster {why}",
+                             hint="see docs/cluster.md for its keys")
+    cfg = cfg.with_(**(overrides or {}))
+    missing = [n for n in names if not specs[n].validation.get("fabric")]
+    if missing:
+        raise InventoryError(
+            f"{inventory}: no fabric spec (nodecert_fabric) for {', '.join(missing)}: the "
+            "cluster's bandwidth cannot be judged without the ordered NICs and their rate",
+            hint="e.g. nodecert_fabric: {link_layer: InfiniBand, ports: 8, rate_gbps: 400} "
+                 "in group_vars (docs/inventory.md)")
+    fabrics = {json.dumps(specs[n].validation["fabric"], sort_keys=True) for n in names}
+    if len(fabrics) != 1:
+        raise InventoryError(f"{inventory}: the nodes' fabric specs differ",
+                             hint="validate one fabric's nodes at a time (--limit)")
+    engine_names = {n: str(hv_all[n].get("nodecert_engine_name") or n) for n in names}
+    bad = [v for v in engine_names.values() if not _PLAIN.match(v)]
+    if bad:
+        raise InventoryError(f"{inventory}: {', '.join(bad)} is not a plain host name",
+                             hint="set nodecert_engine_name to the name Slurm/mpirun use")
+    launch_name = cfg.launch_host or names[0]
+    all_hosts = load_inventory(inventory)
+    if launch_name not in all_hosts:
+        raise InventoryError(f"launch host {launch_name!r} is not in {inventory}",
+                             hint="add it (its SSH settings come from the inventory), or "
+                                  "name one of its hosts with --launch-host")
+    launch_hv = hostvars(inventory, [launch_name])[launch_name]
+    passwords = (become or BecomeSource.from_env()).passwords(
+        {n: hv_all[n] for n in names if Endpoint.from_hostvars(n, hv_all[n]).become})
+    endpoints = {n: dataclasses.replace(Endpoint.from_hostvars(n, hv_all[n]),
+                                        become_password=passwords.get(n)) for n in names}
+    first = specs[names[0]]
+    exp = expectation(first.validation["fabric"], first.gpu_count, model_limits(specs))
+    return ClusterContext(names, engine_names, specs, endpoints,
+                          Endpoint.from_hostvars(launch_name, launch_hv), cfg, exp,
+                          simulated=all(s.simulated for s in specs.values()))
+
+
+def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
+                say: Progress, become: BecomeSource | None) -> dict[str, dict[str, Any]]:
+    """Every node's own fabric check and identity, through validate."""
+    check = FABRIC_CHECK[ctx.exp.link_layer]
+    vr = validate(inventory, suite="quick", limit=tuple(ctx.nodes),
+                  checks=("hardware.inventory", check), runs_dir=run_dir / "nodes",
+                  progress=say, become=become)
+    out: dict[str, dict[str, Any]] = {}
+    for name, hr in vr.hosts.items():
+        r = next((x for x in hr.results if x.check == check), None)
+        ident = next((x.facts.get("identity") for x in hr.results
+                      if x.check == "hardware.inventory" and x.facts.get("identity")), None)
+        out[name] = {"check": check, "verdict": r.verdict.name if r else "ERROR",
+                     "summary": r.summary if r else (hr.error or "not run"),
+                     "findings": list(r.findings) if r else [], "identity": ident,
+                     "run": str(hr.out_dir / "results.json")}
+    return out
+
+
+def cluster_validate(inventory: Path, *, limit: tuple[str, ...] = (),
+                     overrides: dict[str, Any] | None = None, runs_dir: Path = Path("runs"),
+                     progress: Progress | None = None, become: BecomeSource | None = None,
+                     launch: Launcher | None = None,
+                     stop: threading.Event | None = None) -> tuple[Path, dict[str, Any]]:
+    """Validate the cluster; (run directory, results). NodecertError on bad input or an
+    engine that cannot run jobs at all (nothing half-done is left: the run directory
+    records what was found)."""
+    say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    ctx = context(inventory, limit=limit, overrides=overrides, become=become)
+    run_dir = new_run_dir(runs_dir)
+    runner = ClusterRun(ctx, run_dir, say, launch)
+    if stop is not None:
+        runner.stop = stop
+    try:
+        problems = runner.launcher.preflight([ctx.engine_names[n] for n in ctx.nodes])
+        if problems:
+            save(run_dir, {"schema": "nodecert.cluster-run/v1", "run_id": run_dir.name,
+                           "verdict": "ERROR", "problems": problems, "nodes": ctx.nodes})
+            raise NodecertError(f"{ctx.cfg.engine} on {ctx.launch.host} cannot run the "
+                                f"cluster's jobs: " + "; ".join(problems),
+                                hint="fix the engine or the node list, then run again "
+                                     f"(recorded in {run_dir})")
+        say(f"cluster of {len(ctx.nodes)} nodes via {ctx.cfg.engine} from {ctx.launch.host}; "
+            f"expecting all-reduce {ctx.exp.busbw.describe()}, rails {ctx.exp.rail.describe()}")
+        fabric = node_fabric(inventory, ctx, run_dir, say, become)
+        try:
+            data = runner.run(fabric)
+        except KeyboardInterrupt:
+            runner.stop.set()
+            runner.launcher.interrupt()
+            raise
+        save(run_dir, data)
+        return run_dir, data
+    finally:
+        runner.launcher.close()
+
+
+__all__ = ["ClusterConfig", "cluster_validate", "context", "node_fabric"]
