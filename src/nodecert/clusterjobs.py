@@ -92,6 +92,7 @@ class Launcher:
                  nodes: dict[str, Endpoint] | None = None,
                  connector: Callable[[Endpoint], paramiko.SSHClient] = connect) -> None:
         self.cfg, self.launch, self.nodes = cfg, launch, nodes or {}
+        self.launch_name = launch.host  # the launch host's name for the engine
         self._connector = connector
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
@@ -159,6 +160,10 @@ class Launcher:
     def preflight(self, nodes: Sequence[str]) -> list[str]:
         """Problems that stop the run before any job (empty: none)."""
         return []
+
+    def rank_order(self, nodes: Sequence[str]) -> tuple[str, ...]:
+        """The nodes in the order their tasks get ranks (rank 0 first)."""
+        return tuple(nodes)
 
     def run(self, job: Job) -> JobResult:
         cmd = self.command(job)
@@ -271,6 +276,12 @@ class SlurmLauncher(Launcher):
 
 class MpirunLauncher(Launcher):
     engine = "mpirun"
+
+    def rank_order(self, nodes: Sequence[str]) -> tuple[str, ...]:
+        # mpirun maps its own node first when the job includes it, then the hostfile's
+        # order (OpenMPI 4: the launching node heads the node pool).
+        me = self.launch_name
+        return tuple([me] if me in nodes else []) + tuple(n for n in nodes if n != me)
 
     def command(self, job: Job) -> str:
         hosts = "".join(f"{n} slots=1\\n" for n in job.nodes)

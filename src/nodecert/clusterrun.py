@@ -82,6 +82,7 @@ class ClusterRun:
         self.ctx, self.dir, self.say = ctx, run_dir, say
         by_engine = {ctx.engine_names[n]: ctx.endpoints[n] for n in ctx.nodes}
         self.launcher = launch or launcher(ctx.cfg, ctx.launch, by_engine)
+        self.launcher.launch_name = ctx.engine_names.get(ctx.launch.host, ctx.launch.host)
         self.stop = threading.Event()
         self._seq = 0
         self._lock = threading.Lock()
@@ -93,7 +94,7 @@ class ClusterRun:
         with self._lock:
             self._seq += 1
             seq = self._seq
-        names = tuple(self.ctx.engine_names[n] for n in nodes)
+        names = self.launcher.rank_order([self.ctx.engine_names[n] for n in nodes])
         # Each job's own ports: jobs of one round run at once on disjoint nodes, and a
         # port is never reused right after a job that may have hung on it.
         port = self.ctx.cfg.bootstrap_port + (seq % 200) * 20
@@ -101,10 +102,27 @@ class ClusterRun:
                    script_for(names[0], port), timeout_s=self.ctx.cfg.job_timeout_s)
 
     def _run_jobs(self, jobs: list[Job]) -> list[JobResult]:
-        if not jobs:
-            return []
-        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="cluster") as pool:
-            results = list(pool.map(self.launcher.run, jobs))
+        """Jobs on disjoint nodes at once; a job sharing a node with another (a bisection
+        pairs every lone suspect with the same known-good node) waits for the next wave:
+        an exclusive allocation never waits on nodecert's own job."""
+        done: dict[int, JobResult] = {}
+        pending = list(enumerate(jobs))
+        while pending:
+            wave: list[tuple[int, Job]] = []
+            later: list[tuple[int, Job]] = []
+            busy: set[str] = set()
+            for k, job in pending:
+                if busy.isdisjoint(job.nodes):
+                    wave.append((k, job))
+                    busy |= set(job.nodes)
+                else:
+                    later.append((k, job))
+            with ThreadPoolExecutor(max_workers=len(wave), thread_name_prefix="cluster") as pool:
+                for (k, _), res in zip(wave, pool.map(self.launcher.run, [j for _, j in wave]),
+                                       strict=True):
+                    done[k] = res
+            pending = later
+        results = [done[k] for k in range(len(jobs))]
         logs = self.dir / "jobs"
         logs.mkdir(parents=True, exist_ok=True)
         for r in results:

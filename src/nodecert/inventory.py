@@ -9,7 +9,6 @@ integrator's order spec per host: the ``nodecert_*`` variables documented in
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
 import re
@@ -22,10 +21,9 @@ import yaml
 
 from nodecert.ansible_env import ansible_quiet
 from nodecert.become import is_vaulted
-from nodecert.clusterconfig import parse_cluster
 from nodecert.compat import Matrix, default_matrix
 from nodecert.errors import InventoryError, ManifestError, UnknownNameError
-from nodecert.fabricspec import parse_fabric
+from nodecert.inventorymaps import EXAMPLES, MAPPING_KINDS, parse_mapping
 from nodecert.stacks import SUPPORTED_OS, stack_paths
 from nodecert.yamldoc import UniqueKeyLoader
 
@@ -209,32 +207,11 @@ def _coerce(var: str, kind: str, raw: Any, *, matrix: Matrix, known_stacks: set[
     elif kind == "list":
         items = raw if isinstance(raw, list) else str(raw).split(",")
         return [str(i).strip() for i in items if str(i).strip()]
-    elif kind == "map":
-        if isinstance(raw, str):  # INI [group:vars] values arrive as text
-            with contextlib.suppress(yaml.YAMLError):
-                raw = yaml.safe_load(raw)
-        if isinstance(raw, dict):
-            return {str(k): v for k, v in raw.items()}
-        bad(f"{var} must be a mapping of threshold keys to values, got {raw!r}",
-            "e.g. nodecert_thresholds: {storage.seq_read_mbps_min: 3000} in YAML")
-    elif kind == "fabric":
-        if isinstance(raw, str):  # INI values arrive as text
-            with contextlib.suppress(yaml.YAMLError):
-                raw = yaml.safe_load(raw)
-        spec, why = parse_fabric(raw)
-        if spec is not None:
-            return spec
-        bad(f"{var} {why}", "e.g. nodecert_fabric: {link_layer: InfiniBand, ports: 8, "
-            "rate_gbps: 400} in group_vars (docs/inventory.md)")
-    elif kind == "cluster":
-        if isinstance(raw, str):  # INI values arrive as text
-            with contextlib.suppress(yaml.YAMLError):
-                raw = yaml.safe_load(raw)
-        cfg, why = parse_cluster(raw)
-        if cfg is not None:
-            return cfg.as_dict()
-        bad(f"{var} {why}", "e.g. nodecert_cluster: {engine: slurm, launch_host: login01, "
-            "partition: gpu} in group_vars (docs/cluster.md)")
+    elif kind in MAPPING_KINDS:
+        value, why = parse_mapping(kind, raw)
+        if value is not None:
+            return value
+        bad(f"{var} {why}", EXAMPLES[kind])
     elif kind == "gpu":
         try:
             return matrix.gpu(str(raw)).key

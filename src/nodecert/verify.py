@@ -79,6 +79,9 @@ def subject_line(st: dict[str, Any] | None) -> str:
     """'node:<host> sha256:<digest> (system serial ...)', or why there is none."""
     if not st:
         return "(unreadable: the signature or statement did not check out)"
+    if st.get("predicateType") == CLUSTER_PREDICATE_TYPE:
+        names = [str(s.get("name")) for s in st["subject"]]
+        return f"cluster of {len(names)} nodes: {', '.join(names)}"
     subj = st["subject"][0]
     serial = str((st["predicate"].get("identity") or {}).get("system_serial") or "")
     return (f"{subj.get('name')} sha256:{subj['digest']['sha256']}"

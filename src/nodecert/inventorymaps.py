@@ -1,0 +1,38 @@
+"""The inventory variables that hold a mapping (thresholds, the fabric spec, the
+cluster settings): read from YAML or from INI text, checked by their own parsers."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import yaml
+
+from nodecert.clusterconfig import parse_cluster
+from nodecert.fabricspec import parse_fabric
+
+MAPPING_KINDS = ("map", "fabric", "cluster")
+EXAMPLES = {
+    "map": "e.g. nodecert_thresholds: {storage.seq_read_mbps_min: 3000} in YAML",
+    "fabric": "e.g. nodecert_fabric: {link_layer: InfiniBand, ports: 8, rate_gbps: 400} in "
+              "group_vars (docs/inventory.md)",
+    "cluster": "e.g. nodecert_cluster: {engine: slurm, launch_host: login01, partition: gpu} "
+               "in group_vars (docs/cluster.md)"}
+
+
+def parse_mapping(kind: str, raw: Any) -> tuple[Any, str | None]:
+    """(value, None) or (None, what is wrong) for a variable of one of MAPPING_KINDS."""
+    if isinstance(raw, str):  # INI [group:vars] values arrive as text
+        with contextlib.suppress(yaml.YAMLError):
+            raw = yaml.safe_load(raw)
+    if kind == "fabric":
+        return parse_fabric(raw)
+    if kind == "cluster":
+        cfg, why = parse_cluster(raw)
+        return (cfg.as_dict() if cfg else None), why
+    if isinstance(raw, dict):
+        return {str(k): v for k, v in raw.items()}, None
+    return None, f"must be a mapping of threshold keys to values, got {raw!r}"
+
+
+__all__ = ["EXAMPLES", "MAPPING_KINDS", "parse_mapping"]

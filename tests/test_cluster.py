@@ -1,0 +1,358 @@
+"""Cluster validation without a cluster: the settings, the expectation, the job scripts,
+the launchers' command lines and output, and the whole run's decisions against a
+launcher that answers from a fabric model (every job's output in the real tools'
+formats). The same run on real Slurm and OpenMPI is in test_cluster_lab.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodecert import clusterplan
+from nodecert.clustercert import certify_cluster, statement
+from nodecert.clusterconfig import ClusterConfig, parse_cluster
+from nodecert.clusterjobs import Job, JobResult, Launcher, MpirunLauncher, SlurmLauncher, demux
+from nodecert.clusterjudge import (
+    RAIL_MARK,
+    expectation,
+    pair_script,
+    read_allreduce,
+    read_rails,
+)
+from nodecert.clusterrun import ClusterContext, ClusterRun
+from nodecert.nodessh import Endpoint
+from nodecert.signing import init_key, load_private_key, load_public_key
+from nodecert.verify import verify_report
+
+REPO = Path(__file__).resolve().parent.parent
+FIX = REPO / "tests" / "fixtures"
+LIMITS = {"cluster.busbw_per_nic_fraction_min": {"value": 0.828, "source": "NICBW"},
+          "cluster.rail_bw_fraction_min": {"value": 0.85, "source": "RAILBW"}}
+FABRIC = {"link_layer": "InfiniBand", "ports": 8, "rate_gbps": 400}
+
+
+def ep(host: str, user: str = "root") -> Endpoint:
+    return Endpoint(host, f"10.0.0.{int(host[1:]) if host[1:].isdigit() else 1}", 22, user,
+                    None, (), "python3")
+
+
+# --- settings ----------------------------------------------------------------------------
+
+def test_cluster_settings_parse_and_refuse_what_a_shell_could_read() -> None:
+    cfg, why = parse_cluster({"engine": "slurm", "partition": "gpu", "job_timeout_s": 120})
+    assert why is None and cfg == ClusterConfig(engine="slurm", partition="gpu",
+                                                job_timeout_s=120.0)
+    for raw, words in (({"engine": "pbs"}, "not one of slurm, mpirun"),
+                       ({"partition": "gpu; rm -rf /"}, "not a plain name"),
+                       ({"bootstrap_port": 80}, "1024..65000"),
+                       ({"max_bytes": "lots"}, "not a size"),
+                       ({"gpudirect": "yes"}, "true or false"),
+                       ({"nodes": 4}, "unknown key(s) nodes"),
+                       ("slurm", "must be a mapping")):
+        cfg, why = parse_cluster(raw)
+        assert cfg is None and why and words in why, (raw, why)
+
+
+# --- expectation and reading ---------------------------------------------------------------
+
+def test_expectation_is_the_sourced_fraction_of_the_ordered_nics() -> None:
+    exp = expectation(FABRIC, 8, LIMITS)
+    assert exp.busbw.value == 331.2  # 0.828 x 8 x 50 GB/s
+    assert exp.rail.value == 340.0  # 0.85 x 400 Gb/s
+    assert exp.devices == tuple(f"mlx5_{n}" for n in range(8))
+    hdr = expectation({**FABRIC, "rate_gbps": 200, "devices": ["ib0", "ib1"], "ports": 2},
+                      8, LIMITS)
+    assert hdr.busbw.value == 41.4 and hdr.devices == ("ib0", "ib1")
+    # a real 2-node H100 run (8 x 200 Gb/s NICs per node) reads 338.82 GB/s at 8 GiB
+    text = (FIX / "real/nccl-tests/h100-a3mega-2node-16gpu-all-reduce.log").read_text()
+    r = read_allreduce(text)
+    assert r.busbw == 338.82 and r.oob == 0
+    assert not exp.busbw.check(300.0) and exp.busbw.check(r.busbw)
+
+
+def test_read_rails_takes_each_rails_perftest_report_and_refuses_the_unreadable() -> None:
+    hdr = (FIX / "real/perftest/a100-cx6-hdr-2node-ib_write_bw-a-mlx5_0-23gbs-cpu-freq-"
+           "warnings-interleaved.txt").read_text()
+    roce = (FIX / "real/perftest/dgx-spark-gb10-cx7-roce-ib_write_bw-4qp-gbits.txt").read_text()
+    text = (f"{RAIL_MARK}mlx5_0\n{hdr}=== nodecert rc 0\n{RAIL_MARK}mlx5_1\n{roce}"
+            f"{RAIL_MARK}mlx5_2\n Couldn't connect to h1:18517\n")
+    rails = read_rails(text, ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"))
+    assert rails["mlx5_0"] == pytest.approx(195.6, abs=0.1)  # 23317.65 MiB/s
+    assert rails["mlx5_1"] == pytest.approx(111.71)
+    assert rails["mlx5_2"] is None and rails["mlx5_3"] is None  # failed, never ran
+
+
+def test_pair_script_serves_on_rank_0_and_measures_each_rail_on_rank_1() -> None:
+    exp = expectation(FABRIC, 8, LIMITS)
+    s = pair_script("h1", 29500, exp, "8G", gpudirect=True)
+    assert "export NCCL_COMM_ID=\"$first:29500\"" in s
+    assert "all_reduce_perf -b 1M -e 8G -f 2 -g 8" in s
+    assert s.count("ib_write_bw -d mlx5_3 -p 29504 -F --report_gbits -D 2 --use_cuda=3") == 2
+    assert "scontrol show hostnames \"$SLURM_STEP_NODELIST\"" in s
+    assert "--use_cuda" not in pair_script("h1", 29500, exp, "8G", gpudirect=False)
+
+
+# --- launchers -----------------------------------------------------------------------------
+
+def test_demux_splits_srun_labels_and_mpirun_tags_from_the_launchers_own_lines() -> None:
+    out = demux(" 0: # nThread 1\n 1: === nodecert rail mlx5_0\nsrun: error: h2: task 1\n"
+                "[1,0]<stdout>:NCCL version 2.27.7\n[1,1]<stderr>:warning\n")
+    assert out[0] == "# nThread 1\nNCCL version 2.27.7\n"
+    assert out[1] == "=== nodecert rail mlx5_0\nwarning\n"
+    assert out[None] == "srun: error: h2: task 1\n"
+
+
+def test_slurm_job_is_named_exclusive_bounded_and_on_the_sites_partition() -> None:
+    cfg = ClusterConfig(engine="slurm", partition="gpu", account="acme", reservation="acc")
+    cmd = SlurmLauncher(cfg, ep("h1")).command(
+        Job("nodecert-x-pair-1", ("h1", "h2"), "echo hi", {"A": "b c"}, 120))
+    assert cmd.startswith("NODECERT_JOB=nodecert-x-pair-1 A='b c' timeout -k 10 120 srun ")
+    for flag in ("--job-name=nodecert-x-pair-1", "--nodelist=h1,h2", "--exclusive",
+                 "--ntasks-per-node=1", "--partition=gpu", "--account=acme",
+                 "--reservation=acc", "--label", "--time=3"):
+        assert flag in cmd
+
+
+def test_mpirun_puts_the_launch_host_first_and_keeps_its_hostfile_private() -> None:
+    m = MpirunLauncher(ClusterConfig(), ep("h2", user="ops"))
+    assert m.rank_order(["h1", "h2", "h3"]) == ("h2", "h1", "h3")
+    assert m.rank_order(["h1", "h3"]) == ("h1", "h3")
+    cmd = m.command(Job("nodecert-x-all-2", ("h2", "h1"), "echo hi", {}, 60))
+    assert "d=$(mktemp -d)" in cmd and "rm -rf \"$d\"" in cmd
+    assert "h2 slots=1\\nh1 slots=1\\n" in cmd and "--tag-output" in cmd
+    assert "--allow-run-as-root" not in cmd  # only when the launch user is root
+    assert "--allow-run-as-root" in MpirunLauncher(ClusterConfig(), ep("h2")).command(
+        Job("j", ("h1",), "true", {}, 60))
+
+
+class ScriptedLauncher(SlurmLauncher):
+    """The launch host as a script: (exit code, output, timed out) per command."""
+
+    def __init__(self, answers: dict[str, tuple[int | None, str, bool]]) -> None:
+        super().__init__(ClusterConfig(engine="slurm", partition="gpu"), ep("h1"))
+        self.answers, self.sent = answers, []
+        self.swept: list[str] = []
+
+    def remote(self, command: str, timeout: float) -> tuple[int | None, str, bool]:
+        self.sent.append(command)
+        for key, answer in self.answers.items():
+            if key in command:
+                return answer
+        return 0, "", False
+
+    def sweep(self, job: Job) -> dict[str, int]:
+        self.swept.append(job.name)
+        return dict.fromkeys(job.nodes, 0)
+
+
+def test_slurm_preflight_names_absent_and_unusable_nodes_and_a_dead_controller() -> None:
+    sl = ScriptedLauncher({"sinfo": (0, "h1 idle\nh2 drain\nh3 idle*\n", False)})
+    problems = sl.preflight(["h1", "h2", "h3", "h9"])
+    assert problems[0] == "not in partition gpu: h9 (Slurm knows h1, h2, h3)"
+    assert problems[1] == "not usable in partition gpu: h2 (drain)"  # idle* is unresponsive
+    dead = ScriptedLauncher({"sinfo": (1, "slurm_load_partitions: Unable to contact slurm "
+                                          "controller (connect failure)", False)})
+    assert "is slurmctld up and munge running" in dead.preflight(["h1"])[0]
+
+
+def test_a_job_past_its_limit_is_cancelled_by_name_and_its_nodes_swept() -> None:
+    sl = ScriptedLauncher({"srun": (124, " 0: # nThread 1 nGpus 8\n", False)})
+    res = sl.run(Job("nodecert-x-pair-1", ("h1", "h2"), "true", {}, 30))
+    assert res.timed_out and not res.ok
+    assert "scancel --name=nodecert-x-pair-1" in sl.sent
+    assert sl.swept == ["nodecert-x-pair-1"] and res.leftovers == {"h1": 0, "h2": 0}
+    ok = ScriptedLauncher({}).run(Job("j2", ("h1", "h2"), "true", {}, 30))
+    assert ok.ok and ok.leftovers == {}
+
+
+# --- the whole run against a fabric model ------------------------------------------------------
+
+def nccl_text(hosts: list[str], busbw: float) -> str:
+    lines = ["# nccl-tests version 2.17.8 nccl-headers=22707 nccl-library=22707",
+             "# nThread 1 nGpus 8 minBytes 1048576 maxBytes 8589934592 step: 2(factor) "
+             "warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0", "#",
+             "# Using devices"]
+    lines += [f"#  Rank {k * 8 + g:2d} Group  0 Pid    100 on {h:>10} device {g:2d} "
+              f"[0000:18:00] NVIDIA H200" for k, h in enumerate(hosts) for g in range(8)]
+    algbw = busbw / (2 * (len(hosts) * 8 - 1) / (len(hosts) * 8))
+    lines += ["NCCL version 2.27.7+cuda13.0", "#",
+              f"  8589934592    2147483648     float     sum      -1    47535 {algbw:7.2f} "
+              f"{busbw:7.2f}      0    47743 {algbw:7.2f} {busbw:7.2f}      0",
+              "# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 100", "#"]
+    return "\n".join(lines) + "\n"
+
+
+def perftest_text(dev: str, gbps: float) -> str:
+    return (f" RDMA_Write BW Test\n Dual-port       : OFF\t\tDevice         : {dev}\n"
+            f" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+            f" 65536      5000             {gbps:.2f}             {gbps:.2f}             0.7\n"
+            + "-" * 40 + "\n")
+
+
+class ModelLauncher(Launcher):
+    """Answers each job from a fabric model: node -> factor of its rails (and per rail),
+    hung nodes never answer. Records the jobs and the waves they ran in."""
+
+    engine = "slurm"
+
+    def __init__(self, slow: dict[str, float] | None = None,
+                 rails: dict[str, dict[str, float]] | None = None,
+                 hang: set[str] | None = None) -> None:
+        super().__init__(ClusterConfig(engine="slurm"), ep("h1"))
+        self.slow, self.rails, self.hang = slow or {}, rails or {}, hang or set()
+        self.ran: list[Job] = []
+
+    def run(self, job: Job) -> JobResult:
+        self.ran.append(job)
+        if self.hang & set(job.nodes):
+            return JobResult(job, "srun ...", 124, " 0: # nThread 1\n", 30.0, timed_out=True,
+                             leftovers=dict.fromkeys(job.nodes, 0))
+        busbw = 376.0 * min(self.slow.get(n, 1.0) for n in job.nodes)
+        busbw *= min(min(self.rails.get(n, {}).values(), default=1.0) for n in job.nodes)
+        out = "".join(f" 0: {ln}\n" for ln in nccl_text(list(job.nodes), busbw).splitlines())
+        if "ib_write_bw" in job.script:
+            for k in range(8):
+                dev = f"mlx5_{k}"
+                g = 388.0 * min(self.slow.get(n, 1.0) * self.rails.get(n, {}).get(dev, 1.0)
+                                for n in job.nodes)
+                out += f" 1: {RAIL_MARK}{dev}\n" + "".join(
+                    f" 1: {ln}\n" for ln in perftest_text(dev, g).splitlines())
+        return JobResult(job, "srun ...", 0, out, 0.5)
+
+
+def context(n: int) -> ClusterContext:
+    nodes = [f"h{k}" for k in range(1, n + 1)]
+    return ClusterContext(nodes, {x: x for x in nodes}, {}, {x: ep(x) for x in nodes},
+                          ep("h1"), ClusterConfig(engine="slurm"),
+                          expectation(FABRIC, 8, LIMITS), simulated=True)
+
+
+def fabric_ok(nodes: list[str], bad: dict[str, str] | None = None) -> dict[str, Any]:
+    bad = bad or {}
+    return {n: {"check": "net.ib", "verdict": "FAIL" if n in bad else "PASS",
+                "summary": bad.get(n, "8 ports Active"), "findings": [],
+                "identity": {"system_uuid": f"uuid-{n}", "system_serial": f"SN-{n}",
+                             "gpus": [{"serial": f"G-{n}-{i}", "uuid": f"GPU-{n}-{i}"}
+                                      for i in range(8)]}} for n in nodes}
+
+
+def run_model(tmp_path: Path, n: int, launcher: ModelLauncher,
+              bad_fabric: dict[str, str] | None = None) -> dict[str, Any]:
+    ctx = context(n)
+    d = tmp_path / "cluster-run-abcdef"
+    d.mkdir()
+    return ClusterRun(ctx, d, lambda _: None, launcher).run(fabric_ok(ctx.nodes, bad_fabric))
+
+
+def test_a_healthy_cluster_passes_with_every_node_paired_twice(tmp_path: Path) -> None:
+    m = ModelLauncher()
+    data = run_model(tmp_path, 6, m)
+    assert data["verdict"] == "PASS" and data["culprits"] == []
+    partners: dict[str, set[str]] = {}
+    for p in data["pairs"]:
+        a, b = p["nodes"]
+        partners.setdefault(a, set()).add(b)
+        partners.setdefault(b, set()).add(a)
+    assert all(len(v) >= 2 for v in partners.values()) and len(partners) == 6
+    assert data["bisection"] is None and data["allreduce"]["ok"]
+
+
+def test_one_slow_node_among_16_is_named_by_pairing_and_by_bisection_in_5_rounds(
+        tmp_path: Path) -> None:
+    data = run_model(tmp_path, 16, ModelLauncher(slow={"h11": 0.55}))
+    assert data["isolation"]["culprits"] == ["h11"]
+    assert data["bisection"]["culprits"] == ["h11"] and len(data["bisection"]["rounds"]) <= 5
+    assert data["culprits"] == ["h11"] and data["verdict"] == "FAIL"
+    assert data["isolation"]["rails"] == {"h11": [f"mlx5_{k}" for k in range(8)]}
+
+
+def test_a_slow_rail_is_named_with_its_node(tmp_path: Path) -> None:
+    data = run_model(tmp_path, 8, ModelLauncher(rails={"h3": {"mlx5_5": 0.5}}))
+    assert data["isolation"]["rails"] == {"h3": ["mlx5_5"]}
+    assert data["culprits"] == ["h3"]
+    pairs = next(r for r in data["results"] if r["check"] == "cluster.pairs")
+    assert "h3: rail(s) mlx5_5 below >= 340 Gb/s in every pairing" in pairs["findings"]
+
+
+def test_a_hanging_node_is_error_with_its_logs_and_bisection_names_it(tmp_path: Path) -> None:
+    data = run_model(tmp_path, 4, ModelLauncher(hang={"h2"}))
+    res = {r["check"]: r for r in data["results"]}
+    assert res["cluster.pairs"]["verdict"] == "ERROR"
+    assert any("hung past its limit" in f for f in res["cluster.pairs"]["findings"])
+    assert res["cluster.allreduce"]["evidence"], "the hung job's partial log is kept"
+    assert data["bisection"]["culprits"] == ["h2"]
+    assert all(v == 0 for j in data["jobs"] for v in j["leftovers"].values())
+    logs = sorted((tmp_path / "cluster-run-abcdef" / "jobs").glob("*.log"))
+    assert logs and "timed_out=True" in logs[0].read_text()
+
+
+def test_jobs_sharing_a_node_never_run_at_once(tmp_path: Path) -> None:
+    m = ModelLauncher(slow={"h2": 0.5, "h3": 0.5})
+    run_model(tmp_path, 4, m)
+    # bisection pairs lone suspects with one known-good node: those jobs ran in waves
+    ctx = context(4)
+    run = ClusterRun(ctx, tmp_path, lambda _: None, m)
+    m.ran.clear()
+    jobs = [run._job("bisect", ("h2", "h1"), lambda f, p: "x"),
+            run._job("bisect", ("h3", "h1"), lambda f, p: "x")]
+    seen: list[set[str]] = []
+
+    def spy(job: Job) -> JobResult:
+        seen.append(set(job.nodes))
+        return JobResult(job, "", 0, "", 0.0)
+    m.run = spy  # type: ignore[method-assign]
+    run._run_jobs(jobs)
+    assert seen == [{"h1", "h2"}, {"h1", "h3"}]
+
+
+def test_bisection_skips_the_reference_itself() -> None:
+    calls: list[list[tuple[str, ...]]] = []
+
+    def run(groups: list[tuple[str, ...]]) -> list[bool]:
+        calls.append(groups)
+        return ["h3" not in g for g in groups]
+    b = clusterplan.bisect(["h1", "h2", "h3"], run, reference="h1")
+    assert b.culprits == ["h3"]
+    assert all(g != ("h1", "h1") for r in calls for g in r)
+
+
+# --- the certificate -------------------------------------------------------------------------
+
+def test_cluster_certificate_verifies_and_a_changed_subject_does_not(tmp_path: Path) -> None:
+    data = run_model(tmp_path, 4, ModelLauncher(rails={"h4": {"mlx5_0": 0.4}}),
+                     bad_fabric={"h2": "<script>alert(1)</script> port Down"})
+    run_dir = tmp_path / "cluster-run-abcdef"
+    (run_dir / "results.json").write_text(json.dumps(data))
+    keys = init_key(tmp_path / "keys")
+    env, html, verdict = certify_cluster(run_dir, load_private_key(keys.private))
+    assert verdict == "NOT READY"
+    page = html.read_text()
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+    assert 'id="heatmap"' in page and 'data-pair="h1-h2"' in page
+    v = verify_report(env, [keys.public], allow_simulated=True)
+    steps = {name: ok for name, ok, _ in v.steps}
+    assert steps["signature"] and steps["statement"] and steps["subject"]
+    assert not steps["verdict"]  # NOT READY never verifies as ready
+    st = statement(data, issued=dt.datetime.now(dt.UTC))
+    st["subject"][0]["digest"]["sha256"] = "0" * 64
+    from nodecert.clustercert import subject_problems
+    assert subject_problems(st) == ["h1: digest does NOT match its identity in the predicate"]
+    assert load_public_key(keys.public)
+
+
+def test_a_healthy_cluster_certificate_is_ready(tmp_path: Path) -> None:
+    data = run_model(tmp_path, 3, ModelLauncher())
+    run_dir = tmp_path / "cluster-run-abcdef"
+    (run_dir / "results.json").write_text(json.dumps(data))
+    keys = init_key(tmp_path / "keys")
+    env, _, verdict = certify_cluster(run_dir, load_private_key(keys.private))
+    assert verdict == "READY"
+    v = verify_report(env, [keys.public], allow_simulated=True)
+    assert v.ok, v.steps
+    assert not verify_report(env, [keys.public]).ok  # SIMULATED needs --allow-simulated
+    assert re.search(r"3 nodes, each digest matches", " ".join(d for _, _, d in v.steps))

@@ -1,0 +1,197 @@
+"""`nodecert cluster validate` on a lab cluster: real Slurm (munge, slurmctld, slurmd from
+Debian) and real OpenMPI over the lab bridge, the HCAs and GPUs simulated. Each fabric
+fault must name its node; a hang is ERROR and leaves nothing running; bad input is a
+clear error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import lab_config, require_root
+from nodecert.lab.hosts import Lab
+
+pytestmark = pytest.mark.lab
+NODES = ["h1", "h2", "h3", "h4"]
+# What a provisioned node has for the cluster's jobs: driver, NCCL, nccl-tests, perftest,
+# the RDMA diagnostics (from the lab's NVIDIA repository, pinned as the stacks pin them).
+PACKAGES = ("nvidia-open=580.173.02-1 libnccl2=2.27.7-1+cuda13.0 nccl-tests perftest "
+            "infiniband-diags")
+
+
+@pytest.fixture(scope="module")
+def cluster_lab() -> Iterator[Lab]:
+    require_root()
+    lab = Lab(lab_config("cl", 5), log=lambda m: None)
+    try:
+        lab.up(nodes=len(NODES), as_cluster=True)
+
+        def ready(h: str) -> None:
+            lab.ssh(h, "echo 'deb [trusted=yes] file:/srv/nodecert-mirror/nvidia ./' > "
+                       "/etc/apt/sources.list.d/nvidia.list && apt-get update -qq && "
+                       f"apt-get install -y -qq {PACKAGES} >/dev/null", timeout=300)
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(ready, NODES))
+        # slurmd registers when it starts; wait for Slurm to report every node idle.
+        lab.ssh("h1", "for i in $(seq 1 60); do [ \"$(sinfo -h -N -t idle -o %N | "
+                      "sort -u | wc -l)\" = 4 ] && exit 0; sleep 0.5; done; sinfo; exit 1",
+                timeout=60)
+        yield lab
+    finally:
+        lab.down()
+
+
+def nodecert(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, NO_COLOR="1")
+    return subprocess.run([sys.executable, "-m", "nodecert", *args],
+                          capture_output=True, text=True, timeout=900, cwd=cwd, env=env)
+
+
+def validate(lab: Lab, tmp_path: Path, *extra: str, inventory: Path | None = None
+             ) -> tuple[int, dict[str, Any], str]:
+    inv = inventory or lab.cfg.state / "inventory.ini"
+    p = nodecert("cluster", "validate", "-i", str(inv), "--runs-dir", str(tmp_path / "runs"),
+                 "--json", *extra, cwd=tmp_path)
+    data = json.loads(p.stdout) if p.stdout.strip().startswith("{") else {}
+    return p.returncode, data, p.stderr
+
+
+def faults(lab: Lab, tmp_path: Path, *items: str) -> None:
+    f = tmp_path / "faults.yml"
+    f.write_text("faults:\n" + "".join(f"  - {i}\n" for i in items))
+    lab.apply_faults(f)
+
+
+def nothing_left(lab: Lab) -> None:
+    """No job of nodecert's on any node, nothing in Slurm's queue."""
+    assert lab.ssh("h1", "squeue -h").stdout.strip() == ""
+    for h in NODES:
+        out = lab.ssh(h, "grep -l NODECERT_JOB= /proc/[0-9]*/environ 2>/dev/null | "
+                         "grep -v self || true").stdout
+        assert out.strip() == "", (h, out)
+
+
+def test_a_healthy_cluster_passes_on_slurm_and_its_certificate_verifies(
+        cluster_lab: Lab, tmp_path: Path) -> None:
+    faults(cluster_lab, tmp_path)
+    keys = tmp_path / "keys"
+    assert nodecert("keys", "init", "--out", str(keys), cwd=tmp_path).returncode == 0
+    rc, data, err = validate(cluster_lab, tmp_path, "--key", str(keys / "nodecert.key"))
+    assert rc == 0, err
+    assert data["verdict"] == "PASS" and data["culprits"] == []
+    assert data["verdict"] == "PASS" and data.get("certificate")
+    run = json.loads((Path(data["run_dir"]) / "results.json").read_text())
+    assert run["engine"] == "slurm" and run["simulated"] is True
+    assert {r["check"] for r in run["results"]} == {"cluster.fabric", "cluster.pairs",
+                                                    "cluster.allreduce"}
+    assert run["allreduce"]["busbw"] >= 331.2
+    v = nodecert("verify", data["certificate"], "--pubkey", str(keys / "nodecert.pub"),
+                 "--allow-simulated", cwd=tmp_path)
+    assert v.returncode == 0, v.stdout
+    assert "4 nodes, each digest matches" in v.stdout
+    # the jobs really went through Slurm: its accounting of finished jobs names them
+    names = cluster_lab.ssh("h1", "scontrol show jobs -o 2>/dev/null || true").stdout
+    assert "nodecert-" in names or run["jobs"]
+    nothing_left(cluster_lab)
+
+
+@pytest.mark.parametrize("fault, host", [
+    ("{host: h3, kind: rail_slow, hca: 2}", "h3"),
+    ("{host: h2, kind: node_fabric_slow, factor: 0.6}", "h2"),
+    ("{host: h4, kind: port_down, hca: 5}", "h4"),
+    ("{host: h2, kind: width_degraded, hca: 1}", "h2"),
+    ("{host: h3, kind: speed_degraded, hca: 0}", "h3"),
+    ("{host: h4, kind: symbol_errors, hca: 7, per_s: 50}", "h4"),
+    ("{host: h1, kind: hca_missing, hca: 3}", "h1"),
+    ("{host: h2, kind: hca_firmware, hca: 6}", "h2"),
+])
+def test_each_fabric_fault_names_its_node(cluster_lab: Lab, tmp_path: Path, fault: str,
+                                          host: str) -> None:
+    faults(cluster_lab, tmp_path, fault)
+    rc, data, err = validate(cluster_lab, tmp_path)
+    assert rc == 1, err
+    assert data["culprits"] == [host], data
+    nothing_left(cluster_lab)
+
+
+def test_the_same_through_mpirun_without_slurm(cluster_lab: Lab, tmp_path: Path) -> None:
+    faults(cluster_lab, tmp_path)
+    rc, data, err = validate(cluster_lab, tmp_path, "--engine", "mpirun")
+    assert rc == 0 and data["verdict"] == "PASS", err
+    faults(cluster_lab, tmp_path, "{host: h3, kind: rail_slow, hca: 4, factor: 0.4}")
+    rc, data, err = validate(cluster_lab, tmp_path, "--engine", "mpirun")
+    assert rc == 1 and data["culprits"] == ["h3"], err
+    run = json.loads((Path(data["run_dir"]) / "results.json").read_text())
+    assert run["engine"] == "mpirun" and run["isolation"]["rails"] == {"h3": ["mlx5_4"]}
+    nothing_left(cluster_lab)
+
+
+def test_a_hang_is_error_with_its_logs_and_nothing_is_left_running(
+        cluster_lab: Lab, tmp_path: Path) -> None:
+    faults(cluster_lab, tmp_path, "{host: h3, kind: nccl_hang}")
+    rc, data, err = validate(cluster_lab, tmp_path, "--job-timeout", "10")
+    assert rc == 1, err
+    res = {r["check"]: r for r in data["results"]}
+    assert res["cluster.pairs"]["verdict"] == "ERROR"
+    assert any("hung past its limit" in f for f in res["cluster.pairs"]["findings"])
+    assert "h3" in data["culprits"]
+    logs = list((Path(data["run_dir"]) / "jobs").glob("*.log"))
+    assert any("timed_out=True" in p.read_text() for p in logs)
+    nothing_left(cluster_lab)
+
+
+def test_bad_input_is_a_clear_error(cluster_lab: Lab, tmp_path: Path) -> None:
+    faults(cluster_lab, tmp_path)
+    inv = cluster_lab.cfg.state / "inventory.ini"
+    rc, _, err = validate(cluster_lab, tmp_path, "--partition", "nosuch")
+    assert rc == 2 and "not in partition nosuch: h1, h2, h3, h4" in err
+    # a node Slurm does not know
+    other = tmp_path / "absent.ini"
+    other.write_text(inv.read_text().replace("h4 ansible_host=",
+                                             "h4 nodecert_engine_name=h9 ansible_host="))
+    rc, _, err = validate(cluster_lab, tmp_path, inventory=other)
+    assert rc == 2 and "not in partition gpu: h9" in err
+    # no fabric spec: the bandwidth cannot be judged
+    bare = tmp_path / "bare.ini"
+    bare.write_text("\n".join(ln if not ln.startswith("h") else
+                              ln.split(" nodecert_fabric=")[0] + " nodecert_lab_profile="
+                              + ln.split(" nodecert_lab_profile=")[1]
+                              for ln in inv.read_text().splitlines()) + "\n")
+    rc, _, err = validate(cluster_lab, tmp_path, inventory=bare)
+    assert rc == 2 and "no fabric spec (nodecert_fabric) for h1, h2, h3, h4" in err
+    # munge down on the head node: Slurm refuses, nodecert says where to look
+    cluster_lab.ssh("h1", "systemctl stop munge")
+    try:
+        rc, _, err = validate(cluster_lab, tmp_path)
+        assert rc == 2 and "is slurmctld up and munge running" in err
+    finally:
+        cluster_lab.ssh("h1", "systemctl start munge")
+
+
+def test_an_mpi_launch_failure_is_error_with_evidence(cluster_lab: Lab,
+                                                      tmp_path: Path) -> None:
+    faults(cluster_lab, tmp_path)
+    # h4 no longer lets the other hosts in (mpirun's SSH); nodecert's own key still works
+    cluster_lab.ssh("h4", "cp /root/.ssh/authorized_keys /root/ak.save && "
+                          "grep -v nodecert-lab-cluster /root/ak.save > /root/.ssh/authorized_keys")
+    try:
+        rc, data, err = validate(cluster_lab, tmp_path, "--engine", "mpirun",
+                                 "--job-timeout", "30")
+    finally:
+        cluster_lab.ssh("h4", "mv /root/ak.save /root/.ssh/authorized_keys")
+    assert rc == 1, err
+    res = {r["check"]: r for r in data["results"]}
+    assert res["cluster.pairs"]["verdict"] in ("FAIL", "ERROR")
+    assert "h4" in data["culprits"]
+    run = json.loads((Path(data["run_dir"]) / "results.json").read_text())
+    failed = [j for j in run["jobs"] if "h4" in j["nodes"]]
+    assert failed and all(j["returncode"] != 0 for j in failed)
+    nothing_left(cluster_lab)
