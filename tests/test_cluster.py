@@ -5,6 +5,7 @@ formats). The same run on real Slurm and OpenMPI is in test_cluster_lab.py."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import re
@@ -138,7 +139,8 @@ class ScriptedLauncher(SlurmLauncher):
         self.answers, self.sent = answers, []
         self.swept: list[str] = []
 
-    def remote(self, command: str, timeout: float) -> tuple[int | None, str, bool]:
+    def remote(self, command: str, timeout: float,
+               always: bool = False) -> tuple[int | None, str, bool]:
         self.sent.append(command)
         for key, answer in self.answers.items():
             if key in command:
@@ -356,3 +358,27 @@ def test_a_healthy_cluster_certificate_is_ready(tmp_path: Path) -> None:
     assert v.ok, v.steps
     assert not verify_report(env, [keys.public]).ok  # SIMULATED needs --allow-simulated
     assert re.search(r"3 nodes, each digest matches", " ".join(d for _, _, d in v.steps))
+
+
+def test_node_certificates_reference_the_cluster_certificate_of_the_same_signer(
+        tmp_path: Path) -> None:
+    from nodecert.certify import RunError, certify
+    from test_certify import make_run, passing, recorded_results
+    data = run_model(tmp_path, 3, ModelLauncher())
+    run_dir = tmp_path / "cluster-run-abcdef"
+    (run_dir / "results.json").write_text(json.dumps(data))
+    keys = init_key(tmp_path / "keys")
+    key = load_private_key(keys.private)
+    env, _, _ = certify_cluster(run_dir, key)
+    nodes = make_run(tmp_path / "v", {"h2": {"results": passing(recorded_results())},
+                                      "n9": {"results": passing(recorded_results())}})
+    cr = certify(nodes, key, cluster_cert=env)
+    preds = {c.host: json.loads(base64.b64decode(
+        json.loads(c.envelope.read_text())["payload"]))["predicate"] for c in cr.nodes}
+    ref = preds["h2"]["cluster"]
+    assert ref["certificate"] == "cluster.intoto.dsse.json" and ref["verdict"] == "READY"
+    assert ref["nodes"] == ["h1", "h2", "h3"] and len(ref["sha256"]) == 64
+    assert "cluster" not in preds["n9"]  # not a node of that cluster: no reference
+    other = init_key(tmp_path / "other")
+    with pytest.raises(RunError, match="not a cluster certificate signed with this key"):
+        certify(nodes, load_private_key(other.private), cluster_cert=env)

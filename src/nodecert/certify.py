@@ -23,13 +23,21 @@ from nodecert import __version__, junit, report_html
 from nodecert.errors import NodecertError
 from nodecert.identity import certificate_identity, identity_digest
 from nodecert.runs import RunDir
-from nodecert.signing import PrivateKey, canonical_json, keyid, sign_envelope
+from nodecert.signing import (
+    PrivateKey,
+    SignatureError,
+    canonical_json,
+    keyid,
+    sign_envelope,
+    verify_envelope,
+)
 from nodecert.stacks import Stack, find_stack, load_stack
 from nodecert_node.contract import write_atomic
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PREDICATE_TYPE = "https://nodecert.dev/attestation/node-readiness/v1"
+CLUSTER_PREDICATE_TYPE = "https://nodecert.dev/attestation/cluster-readiness/v1"
 READY, NOT_READY = "READY", "NOT READY"
 DEFAULT_VALID_DAYS = 90
 # Evidence older than this is not certified: hardware and software drift (nodecert policy:
@@ -106,9 +114,28 @@ def validation_end(host: dict[str, Any]) -> dt.datetime:
     return dt.datetime.fromtimestamp(float(t), dt.UTC).replace(microsecond=0)
 
 
+def cluster_reference(envelope: Path, key: PrivateKey) -> dict[str, Any]:
+    """What a node certificate records of the cluster certificate its node was proven in:
+    only one this signer signed (checked here) is referenced."""
+    try:
+        ptype, payload, _ = verify_envelope(json.loads(envelope.read_bytes()),
+                                            [key.public_key()])
+        st = json.loads(payload)
+        if ptype != PAYLOAD_TYPE or st.get("predicateType") != CLUSTER_PREDICATE_TYPE:
+            raise ValueError("not a cluster certificate")
+    except (OSError, ValueError, SignatureError) as exc:
+        raise RunError(f"{envelope}: not a cluster certificate signed with this key ({exc})",
+                       hint="pass the cluster.intoto.dsse.json that `nodecert cluster "
+                            "validate --key` wrote with the same key") from exc
+    p = st["predicate"]
+    return {"certificate": envelope.name, "sha256": _sha256_file(envelope),
+            "run_id": p["run_id"], "verdict": p["verdict"], "nodes": sorted(p["nodes"])}
+
+
 def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
               valid_days: int, inputs: dict[str, str] | None = None,
-              max_age_days: float = DEFAULT_MAX_AGE_DAYS) -> dict[str, Any]:
+              max_age_days: float = DEFAULT_MAX_AGE_DAYS,
+              cluster: dict[str, Any] | None = None) -> dict[str, Any]:
     """inputs: name -> sha256 of each file the run recorded as its inputs (plan, suite,
     stack manifest): the certificate names exactly what the run was judged with.
 
@@ -143,6 +170,8 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
         "inputs": dict(sorted((inputs or {}).items())),
         "tool": {"name": "nodecert", "version": __version__},
     }
+    if cluster is not None and host["host"] in cluster["nodes"]:
+        predicate["cluster"] = cluster  # the cluster certificate it was proven in
     return {"_type": STATEMENT_TYPE,
             "subject": [{"name": f"node:{host['host']}",
                          "digest": {"sha256": identity_digest(ident)}}],
@@ -221,7 +250,8 @@ def load_run(run_dir: Path) -> list[dict[str, Any]]:
 
 def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
             valid_days: int = DEFAULT_VALID_DAYS, now: dt.datetime | None = None,
-            max_age_days: float = DEFAULT_MAX_AGE_DAYS) -> CertifyRun:
+            max_age_days: float = DEFAULT_MAX_AGE_DAYS,
+            cluster_cert: Path | None = None) -> CertifyRun:
     """Sign a certificate per node and render its HTML and JUnit; the fleet index too.
 
     Each host is built (statement, signature, HTML, JUnit, all in memory) inside its own
@@ -232,6 +262,7 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
     if max_age_days <= 0:
         raise RunError(f"--max-result-age-days must be above 0 (got {max_age_days:g})")
     hosts = load_run(run_dir)
+    cluster = cluster_reference(cluster_cert, key) if cluster_cert else None
     out = out_dir or run_dir / "reports"
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     run = CertifyRun(run_dir, out, keyid(key.public_key()))
@@ -245,7 +276,7 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
         try:
             stack, inputs = _run_inputs(rd, h)
             st = statement(h, stack, issued=issued, valid_days=valid_days, inputs=inputs,
-                           max_age_days=max_age_days)
+                           max_age_days=max_age_days, cluster=cluster)
             env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
             blobs = [json.dumps(env, indent=1).encode() + b"\n",
                      report_html.node_page(st, envelope_name=paths[0].name,

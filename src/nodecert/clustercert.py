@@ -6,20 +6,24 @@ offline the same way (`nodecert verify`), rendered as HTML with the pairing heat
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from nodecert import __version__, report_html
-from nodecert.certify import NOT_READY, PAYLOAD_TYPE, READY, STATEMENT_TYPE, RunError
+from nodecert.certify import (
+    CLUSTER_PREDICATE_TYPE,
+    NOT_READY,
+    PAYLOAD_TYPE,
+    READY,
+    STATEMENT_TYPE,
+    RunError,
+)
 from nodecert.identity import certificate_identity, identity_digest
 from nodecert.signing import PrivateKey, canonical_json, keyid, sign_envelope
 from nodecert_node.contract import write_atomic
 
-CLUSTER_PREDICATE_TYPE = "https://nodecert.dev/attestation/cluster-readiness/v1"
 DEFAULT_VALID_DAYS = 30
 
 
@@ -138,15 +142,5 @@ def subject_problems(st: dict[str, Any]) -> list[str]:
     return problems
 
 
-def reference(envelope: Path) -> dict[str, Any]:
-    """What a node certificate records of the cluster certificate it was proven in."""
-    raw = envelope.read_bytes()
-    payload = json.loads(raw)["payload"]
-    st = json.loads(base64.b64decode(payload))
-    return {"certificate": envelope.name, "sha256": hashlib.sha256(raw).hexdigest(),
-            "run_id": st["predicate"]["run_id"], "verdict": st["predicate"]["verdict"],
-            "nodes": sorted(st["predicate"]["nodes"])}
-
-
 __all__ = ["CLUSTER_PREDICATE_TYPE", "certify_cluster", "cluster_problems", "matrix",
-           "rail_table", "reference", "statement", "subject_problems"]
+           "rail_table", "statement", "subject_problems"]

@@ -97,6 +97,7 @@ class Launcher:
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
         self._running: dict[str, Job] = {}
+        self.cancelled = threading.Event()  # set on interrupt: every wait ends
 
     # --- the connection --------------------------------------------------------------
     def _channel(self) -> paramiko.Channel:
@@ -119,8 +120,10 @@ class Launcher:
                 self._client.close()
                 self._client = None
 
-    def remote(self, command: str, timeout: float) -> tuple[int | None, str, bool]:
-        """(exit code, output, timed out) of a command on the launch host."""
+    def remote(self, command: str, timeout: float,
+               always: bool = False) -> tuple[int | None, str, bool]:
+        """(exit code, output, timed out) of a command on the launch host; `always`: run
+        even after an interrupt (the clean-up's own commands)."""
         chan = self._channel()
         chan.set_combine_stderr(True)
         chan.exec_command(command)
@@ -130,7 +133,7 @@ class Launcher:
         try:
             while True:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or (self.cancelled.is_set() and not always):
                     return None, _text(chunks), True
                 ready, _, _ = select.select([chan], [], [], min(left, 1.0))
                 if ready or chan.recv_ready():
@@ -186,7 +189,9 @@ class Launcher:
         return res
 
     def interrupt(self) -> None:
-        """Cancel every job still running (Ctrl-C)."""
+        """Cancel every job still running (Ctrl-C): the engine's cancel, then the sweep of
+        its nodes and of the launch host; the waits on them end at once."""
+        self.cancelled.set()
         for job in list(self._running.values()):
             self.cancel(job)
             self.sweep(job)
@@ -200,8 +205,10 @@ class Launcher:
                   f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null "
                   f"| grep -qx {tag} && n=$((n+1)); done; echo left=$n")
         left: dict[str, int] = {}
-        for node in job.nodes:
-            ep = self.nodes.get(node)
+        # The launch host too: srun or mpirun itself carries the job's name there.
+        targets = {**{n: self.nodes.get(n) for n in job.nodes},
+                   self.launch_name: self.nodes.get(self.launch_name, self.launch)}
+        for node, ep in targets.items():
             if ep is None:
                 continue
             try:
@@ -244,7 +251,7 @@ class SlurmLauncher(Launcher):
 
     def cancel(self, job: Job) -> None:
         with _suppress():
-            self.remote(f"scancel --name={shlex.quote(job.name)}", 30)
+            self.remote(f"scancel --name={shlex.quote(job.name)}", 30, always=True)
 
     def preflight(self, nodes: Sequence[str]) -> list[str]:
         """Problems that stop the run before any job: Slurm unreachable (munge, slurmctld),

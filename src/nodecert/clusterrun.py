@@ -18,7 +18,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,10 +117,19 @@ class ClusterRun:
                     busy |= set(job.nodes)
                 else:
                     later.append((k, job))
-            with ThreadPoolExecutor(max_workers=len(wave), thread_name_prefix="cluster") as pool:
-                for (k, _), res in zip(wave, pool.map(self.launcher.run, [j for _, j in wave]),
-                                       strict=True):
-                    done[k] = res
+            pool = ThreadPoolExecutor(max_workers=len(wave), thread_name_prefix="cluster")
+            futures = [(k, pool.submit(self.launcher.run, j)) for k, j in wave]
+            try:
+                for k, f in futures:
+                    while not f.done():
+                        wait([f], timeout=1.0)  # wakes for Ctrl-C
+                    done[k] = f.result()
+            except KeyboardInterrupt:
+                self.stop.set()
+                self.launcher.interrupt()  # cancels and sweeps; the waits end at once
+                raise
+            finally:
+                pool.shutdown(wait=True)
             pending = later
         results = [done[k] for k in range(len(jobs))]
         logs = self.dir / "jobs"

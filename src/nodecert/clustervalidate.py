@@ -140,10 +140,14 @@ def cluster_validate(inventory: Path, *, limit: tuple[str, ...] = (),
             f"expecting all-reduce {ctx.exp.busbw.describe()}, rails {ctx.exp.rail.describe()}")
         fabric = node_fabric(inventory, ctx, run_dir, say, become)
         try:
-            data = runner.run(fabric)
+            data = runner.run(fabric)  # Ctrl-C: the running jobs are cancelled and swept
         except KeyboardInterrupt:
-            runner.stop.set()
-            runner.launcher.interrupt()
+            save(run_dir, {"schema": "nodecert.cluster-run/v1", "run_id": run_dir.name,
+                           "verdict": "ERROR", "interrupted": True, "nodes": ctx.nodes,
+                           "problems": ["interrupted: the running jobs were cancelled"],
+                           "jobs": [{"name": j.job.name, "nodes": list(j.job.nodes),
+                                     "returncode": j.returncode, "leftovers": j.leftovers}
+                                    for j in runner.jobs]})
             raise
         save(run_dir, data)
         return run_dir, data

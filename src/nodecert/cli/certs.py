@@ -79,7 +79,7 @@ def certified_json(run: Any) -> dict[str, Any]:
 
 def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
              out_dir: Path | None, max_age_days: float | None = None,
-             quiet: bool = False) -> Any:
+             quiet: bool = False, cluster_cert: Path | None = None) -> Any:
     from nodecert.certify import DEFAULT_MAX_AGE_DAYS, DEFAULT_VALID_DAYS, certify
     from nodecert.chain import signing_key
 
@@ -88,7 +88,7 @@ def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
         echo(f"created signing key {created.private} (0600) and {created.public}",
                    err=True)
     run = certify(run_dir, key, out_dir=out_dir, valid_days=valid_days or DEFAULT_VALID_DAYS,
-                  max_age_days=max_age_days or DEFAULT_MAX_AGE_DAYS)
+                  max_age_days=max_age_days or DEFAULT_MAX_AGE_DAYS, cluster_cert=cluster_cert)
     if not quiet:
         print_certified(run)
     return run
@@ -127,11 +127,15 @@ Examples:
               help="Refuse results older than this (recorded in the certificate).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Report directory (default: RUN_DIR/reports).")
+@click.option("--cluster-cert", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="The cluster certificate (same key) the nodes were proven in together: "
+                   "each node's certificate references it.")
 @json_option
 @handle_errors
 def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_days: float,
-                out_dir: Path | None, as_json: bool) -> None:
-    run = _certify(run_dir, key_path, valid_days, out_dir, max_age_days, quiet=as_json)
+                out_dir: Path | None, cluster_cert: Path | None, as_json: bool) -> None:
+    run = _certify(run_dir, key_path, valid_days, out_dir, max_age_days, quiet=as_json,
+                   cluster_cert=cluster_cert)
     if as_json:
         emit_json(certified_json(run))
     sys.exit(int(ExitCode.OK if run.all_ready else ExitCode.FAILED))

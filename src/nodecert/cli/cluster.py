@@ -98,7 +98,7 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
     cert: dict[str, Any] = {}
     if key is not None:
         env, html, verdict = certify_cluster(run_dir, key)
-        cert = {"certificate": str(env), "html": str(html), "verdict": verdict}
+        cert = {"certificate": str(env), "html": str(html), "certificate_verdict": verdict}
     code = ExitCode.OK if data["verdict"] in ("PASS", "WARN") else ExitCode.FAILED
     if as_json:
         emit_json({"run_dir": str(run_dir), "verdict": data["verdict"],
@@ -113,7 +113,8 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
          + ("  (SIMULATED)" if data["simulated"] else ""))
     echo(f"run: {run_dir}")
     if cert:
-        echo(f"certificate: {cert['certificate']} ({cert['verdict']}), page: {cert['html']}")
+        echo(f"certificate: {cert['certificate']} ({cert['certificate_verdict']}), page: "
+             f"{cert['html']}")
     sys.exit(int(code))
 
 
