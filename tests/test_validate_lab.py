@@ -157,7 +157,8 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
                   "--out", str(site_mirror), "--apt-upstream", str(upstream / "nvidia"),
                   "--index-url", f"file://{upstream / 'simple'}", "--allow-unsigned-upstream",
                   "--extra-package", "nccl-tests", "--extra-package", "nvbandwidth",
-                  "--extra-package", "gpu-burn", "--extra-package", "infiniband-diags")
+                  "--extra-package", "gpu-burn", "--extra-package", "infiniband-diags",
+                  "--extra-package", "mlnx-tools")
     assert r.returncode == 0, r.stdout + r.stderr
     assert wheel_cli("main", "mirror", "verify", str(site_mirror)).returncode == 0
     # an inventory directory: the hosts file, group_vars that pick the stack, host_vars

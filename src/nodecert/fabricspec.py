@@ -11,6 +11,11 @@ must be. Read once on the control side and sent to the node in the plan's spec.
                                  # bond or a DPU, are not judged)
       gpu_nic_affinity: PIX      # optional: every GPU has a compute NIC at least this
                                  # close in `nvidia-smi topo -m` (PIX, PXB, PHB, NODE)
+      roce:                      # optional, Ethernet: the lossless settings the site runs
+        gid_type: v2             # every compute port has a routable RoCE v2 GID
+        pfc_priorities: [3]      # PFC enabled on exactly these priorities (mlnx_qos)
+        trust: dscp              # the ports' priority trust state
+        ecn_priorities: [3]      # ECN (notification and reaction point) on these
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-KEYS = {"link_layer", "ports", "rate_gbps", "width", "firmware", "devices", "gpu_nic_affinity"}
+KEYS = {"link_layer", "ports", "rate_gbps", "width", "firmware", "devices", "gpu_nic_affinity",
+        "roce"}
+ROCE_KEYS = {"gid_type", "pfc_priorities", "trust", "ecn_priorities"}
 AFFINITIES = ("PIX", "PXB", "PHB", "NODE")
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 
@@ -63,7 +70,41 @@ def parse_fabric(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
             return None, f"devices must be a list of HCA names, got {devices!r}"
         out["devices"] = list(devices)
+    if "roce" in raw:
+        roce, why = _parse_roce(raw["roce"])
+        if roce is None:
+            return None, f"roce: {why}"
+        out["roce"] = roce
     return out, None
 
 
-__all__ = ["AFFINITIES", "KEYS", "LINK_LAYERS", "parse_fabric"]
+def _parse_roce(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """The RoCE settings the site requires: {gid_type: v2, pfc_priorities: [3],
+    trust: dscp, ecn_priorities: [3]} (each optional)."""
+    if not isinstance(raw, dict):
+        return None, f"must be a mapping ({', '.join(sorted(ROCE_KEYS))}), got {raw!r}"
+    unknown = sorted(set(map(str, raw)) - ROCE_KEYS)
+    if unknown:
+        return None, (f"unknown key(s) {', '.join(unknown)} "
+                      f"(known: {', '.join(sorted(ROCE_KEYS))})")
+    out: dict[str, Any] = {}
+    if "gid_type" in raw:
+        gid = str(raw["gid_type"]).lower().replace("roce", "").strip()
+        if gid not in ("v1", "v2"):
+            return None, f"gid_type {raw['gid_type']!r} is not RoCE v1 or RoCE v2"
+        out["gid_type"] = gid
+    if "trust" in raw:
+        if str(raw["trust"]).lower() not in ("dscp", "pcp"):
+            return None, f"trust {raw['trust']!r} is not dscp or pcp"
+        out["trust"] = str(raw["trust"]).lower()
+    for key in ("pfc_priorities", "ecn_priorities"):
+        if key in raw:
+            v = raw[key]
+            if not isinstance(v, list) or not all(
+                    isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= 7 for p in v):
+                return None, f"{key} must be a list of priorities 0..7, got {v!r}"
+            out[key] = sorted(set(v))
+    return out, None
+
+
+__all__ = ["AFFINITIES", "KEYS", "LINK_LAYERS", "ROCE_KEYS", "parse_fabric"]

@@ -163,6 +163,9 @@ def spec_vars(profile_name: str) -> dict[str, Any]:
             "link_layer": prof["hcas"]["link_layer"], "ports": prof["hcas"]["count"],
             "rate_gbps": prof["hcas"]["rate_gbps"], "width": prof["hcas"]["width"],
             "firmware": prof["hcas"]["firmware"],
+            # A RoCE fabric is judged with the lossless settings the lab's ports run.
+            **({"roce": {"gid_type": "v2", "pfc_priorities": [3], "trust": "dscp"}}
+               if prof["hcas"]["link_layer"] == "Ethernet" else {}),
             **_affinity(prof)}} if prof.get("hcas") else {}),
     }
 

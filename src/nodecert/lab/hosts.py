@@ -469,7 +469,8 @@ class Lab:
                 "# The lab's mirror stands in for NVIDIA's repository and the framework index.",
                 "nvidia_repo_url=file:/srv/nodecert-mirror/nvidia", "nvidia_repo_trusted=true",
                 "framework_index_url=file:///srv/nodecert-mirror/simple",
-                "validators_gpu_tool_packages=['nccl-tests', 'nvbandwidth', 'gpu-burn']",
+                "validators_gpu_tool_packages=['nccl-tests', 'nvbandwidth', 'gpu-burn', "
+                "'mlnx-tools']",
                 "# Lab hosts share this machine: their own re-validation timer runs weekly at a",
                 "# quiet hour (without a random spread) instead of daily; fire it on demand",
                 "# with `systemctl start nodecert-revalidate.service`.",

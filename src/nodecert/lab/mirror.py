@@ -40,10 +40,12 @@ SIM_TOOL_PACKAGES = {
     "infiniband-diags": ("44.0-2+nodecertlab", ("ibstat", "ibstatus", "perfquery")),
     # perftest's RDMA bandwidth test between two hosts' simulated HCAs.
     "perftest": ("4.5+0.17-1+nodecertlab", ("ib_write_bw",)),
+    # NVIDIA's mlnx-tools: the RoCE GID table and port QoS.
+    "mlnx-tools": ("25.01-0.2501+nodecertlab", ("show_gids", "mlnx_qos")),
 }
 # component -> tools its package provides (the rest carry only their marker).
 COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",)}
-SIM_RECIPE = "sim-packages-v8-multinode"
+SIM_RECIPE = "sim-packages-v9-roce"
 
 _PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (SIMULATED, nodecert lab)

@@ -6,7 +6,9 @@ firmware), `ibstatus` (width and speed, where installed), and for InfiniBand
 what they gain while the node runs, not by history since they were last cleared. The
 order (`nodecert_fabric`) names the link layer, the number of compute ports, their rate
 and optionally width, golden firmware and the compute HCAs by name. The HCAs' own PCIe
-links are judged by hardware.pcie.
+links are judged by hardware.pcie. For RoCE, where the order names the site's settings
+(`roce`), `show_gids` (a routable RoCE v2 GID per port), `mlnx_qos -i IF` (trust state,
+PFC priorities) and the mlx5 ECN sysfs are judged too.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Dict
 
 from nodecert_node.context import Ctx, judge_findings, within
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
-from nodecert_node.parse import ParseError, ib, topo
+from nodecert_node.parse import ParseError, ib, roce, topo
 from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
 
@@ -52,9 +54,87 @@ def affinity_problems(matrix: dict[str, dict[str, str]], legend: dict[str, str],
     return out
 
 
+def roce_problems(want: dict[str, Any], devices: list[str], gids: list[dict[str, Any]] | None,
+                  qos: dict[str, dict[str, Any] | None],
+                  ecn: dict[str, dict[str, list[int]] | None]) -> list[str]:
+    """Pure: each compute port's RoCE settings against the site's (`roce` in the fabric
+    spec). gids: show_gids rows (None: unreadable); qos/ecn per device (None: unreadable)."""
+    out: list[str] = []
+    for dev in devices:
+        if want.get("gid_type") == "v2":
+            if gids is None:
+                out.append(f"{dev}: the GID table could not be read (show_gids)")
+            elif not roce.routable_v2(gids, dev):
+                kinds = sorted({r["version"] for r in gids if r["dev"] == dev})
+                out.append(f"{dev}: no RoCE v2 GID with an address (has: "
+                           f"{', '.join(kinds) or 'no GID'}): NCCL cannot route its traffic")
+        q = qos.get(dev)
+        if ("trust" in want or "pfc_priorities" in want) and q is None:
+            out.append(f"{dev}: its QoS could not be read (mlnx_qos)")
+            q = {}
+        if q and "trust" in want and q.get("trust") != want["trust"]:
+            out.append(f"{dev}: priority trust {q.get('trust')}, the site runs {want['trust']}")
+        if q and "pfc_priorities" in want:
+            if q.get("pfc") is None:
+                out.append(f"{dev}: mlnx_qos printed no PFC configuration")
+            elif q["pfc"] != want["pfc_priorities"]:
+                out.append(f"{dev}: PFC on priorities {q['pfc'] or 'none'}, the site runs "
+                           f"{want['pfc_priorities']} (lossless RoCE needs exactly those)")
+        if "ecn_priorities" in want:
+            e = ecn.get(dev)
+            if e is None:
+                out.append(f"{dev}: no ECN settings in sysfs (ecn/roce_np, roce_rp)")
+                continue
+            for role in ("roce_np", "roce_rp"):
+                missing = [p for p in want["ecn_priorities"] if p not in e.get(role, [])]
+                if missing:
+                    out.append(f"{dev}: ECN {role} off on priorities {missing}")
+    return out
+
+
+def _roce_settings(ctx: Ctx, spec: dict[str, Any], ports: list[dict[str, Any]],
+                   ev: list[Evidence]) -> list[str]:
+    """Gather show_gids, mlnx_qos per port and the ECN sysfs; judge them (roce_problems)."""
+    want = spec["roce"]
+    devices = sorted({p["ca"] for p in ports if p.get("link_layer") == "Ethernet"
+                      and (not spec.get("devices") or p["ca"] in spec["devices"])})
+    gids = None
+    try:
+        g = run(["show_gids"], timeout=ctx.timeout, name="show_gids")
+        ev.append(g.evidence)
+        gids = roce.parse_show_gids(g.text)
+    except ToolError as exc:
+        if exc.evidence:
+            ev.append(exc.evidence)
+        if exc.kind == "missing":
+            return ["show_gids is not installed: the RoCE settings cannot be read (install "
+                    "mlnx-tools, from NVIDIA's DOCA repository)"]
+    except ParseError as exc:
+        return [f"show_gids output unreadable: {exc}"]
+    ndev = {r["dev"]: r["ndev"] for r in gids or [] if r["ndev"]}
+    qos: dict[str, dict[str, Any] | None] = {}
+    ecn: dict[str, dict[str, list[int]] | None] = {}
+    for dev in devices:
+        qos[dev] = ecn[dev] = None
+        if dev not in ndev:
+            continue
+        ecn[dev] = roce.read_ecn(ndev[dev])
+        try:
+            q = run(["mlnx_qos", "-i", ndev[dev]], timeout=ctx.timeout, name=f"mlnx_qos {dev}")
+            ev.append(q.evidence)
+            qos[dev] = roce.parse_mlnx_qos(q.text)
+        except ToolError as exc:
+            if exc.evidence:
+                ev.append(exc.evidence)
+        except ParseError:
+            continue
+    return roce_problems(want, devices, gids, qos, ecn)
+
+
 def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
                 ports: list[dict[str, Any]], *, before: Counters, after: Counters,
-                window_s: float, limits: Limits, affinity: list[str] | None = None) -> Result:
+                window_s: float, limits: Limits, affinity: list[str] | None = None,
+                settings: list[str] | None = None) -> Result:
     """Pure: the judged ports of one link layer (InfiniBand or Ethernet)."""
     mine = [p for p in ports if p.get("link_layer") == layer]
     if spec is None:
@@ -97,7 +177,7 @@ def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
         advice = (p.get("mlxlink") or {}).get("recommendation")
         if advice and advice != "No issue was observed":  # mlxlink's own link diagnosis
             warns.append(f"{where}: mlxlink recommends: {advice}")
-    fails += affinity or []
+    fails += (affinity or []) + (settings or [])
     growth: dict[str, dict[str, int]] = {}
     for p in mine:
         k = _key(p)
@@ -201,8 +281,11 @@ def _gather_and_judge(ctx: Ctx, name: str, layer: str) -> Result:
         ev.append(tp.evidence)
         affinity = affinity_problems(topo.parse_topo_matrix(tp.text), topo.nic_legend(tp.text),
                                      spec["gpu_nic_affinity"], spec.get("devices"))
+    settings = (_roce_settings(ctx, spec, ports, ev) if spec is not None and layer == "Ethernet"
+                and spec["link_layer"] == layer and spec.get("roce") else None)
     return judge_ports(name, layer, spec, ports, before=before, after=after, window_s=window,
-                       limits=ctx.limits, affinity=affinity).with_(evidence=tuple(ev))
+                       limits=ctx.limits, affinity=affinity,
+                       settings=settings).with_(evidence=tuple(ev))
 
 
 @check("net.ib", order=14, suites=("quick", "standard", "full"),
@@ -214,8 +297,8 @@ def net_ib(ctx: Ctx) -> Result:
 
 
 @check("net.roce", order=15, suites=("quick", "standard", "full"),
-       tools=("ibstat", "ibstatus"),
+       tools=("ibstat", "ibstatus", "show_gids", "mlnx_qos"),
        description="RoCE (Ethernet RDMA) ports: count, state, rate and firmware against the "
-                   "order")
+                   "order; RoCE v2 GIDs, PFC, trust and ECN against the site's settings")
 def net_roce(ctx: Ctx) -> Result:
     return _gather_and_judge(ctx, "net.roce", "Ethernet")

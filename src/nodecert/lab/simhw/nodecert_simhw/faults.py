@@ -76,6 +76,12 @@ FAULT_KINDS: dict[str, FaultKind] = {
                         "second (default 20): a marginal cable or transceiver", "net.ib"),
     "hca_firmware": _k({"hca"}, {"version"}, "the HCA runs other firmware (default "
                        "28.39.1002)", "net.ib"),
+    "roce_gid_v1": _k({"hca"}, set(), "the RoCE port has RoCE v1 GIDs only (no routable v2 "
+                      "GID: traffic cannot cross a router)", "net.roce"),
+    "roce_pfc_off": _k({"hca"}, set(), "PFC disabled on every priority of the RoCE port "
+                       "(mlnx_qos): the fabric is not lossless", "net.roce"),
+    "roce_trust_pcp": _k({"hca"}, set(), "the RoCE port trusts PCP (VLAN priority) instead "
+                         "of the site's DSCP", "net.roce"),
     "rail_slow": _k({"hca"}, {"factor"}, "the HCA's rail moves data at factor (default 0.5) of "
                     "its rate while the port looks healthy (a congested or mis-cabled rail): "
                     "ib_write_bw on that rail and every multi-node collective slow down",

@@ -21,6 +21,7 @@ TOOLS = {
     "torch-worker": ("workers", "cmd_torch_worker"),
     "ibstat": ("ib", "cmd_ibstat"), "ibstatus": ("ib", "cmd_ibstatus"),
     "perfquery": ("ib", "cmd_perfquery"), "ib_write_bw": ("perftest", "cmd_ib_write_bw"),
+    "show_gids": ("roce", "cmd_show_gids"), "mlnx_qos": ("roce", "cmd_mlnx_qos"),
 }
 
 
