@@ -131,6 +131,8 @@ def verify_framework(host: Any) -> None:
 
 def verify_validators(host: Any) -> None:
     assert host.package("fio").is_installed
+    # the RDMA tools the fabric checks and the cluster command drive
+    assert host.package("infiniband-diags").is_installed and host.package("perftest").is_installed
     # The very bundle `nodecert validate` ships, installed where validate installs it.
     _, sha = node_bundle()
     assert host.file("/opt/nodecert/node/current").linked_to == f"/opt/nodecert/node/{sha[:16]}"
