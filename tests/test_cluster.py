@@ -382,3 +382,35 @@ def test_node_certificates_reference_the_cluster_certificate_of_the_same_signer(
     other = init_key(tmp_path / "other")
     with pytest.raises(RunError, match="not a cluster certificate signed with this key"):
         certify(nodes, load_private_key(other.private), cluster_cert=env)
+
+
+# --- error counters across the jobs ------------------------------------------------------
+
+def test_counter_dump_reads_each_hca_and_skips_the_unreadable() -> None:
+    from nodecert.clustercounters import MARK, growth, parse_dump
+    real = sorted((FIX / "real/perfquery").glob("*-x*"))[0].read_text()
+    text = f"{MARK}mlx5_0\n{real}{MARK}mlx5_1\nibwarn: [1] mad_rpc_open_port: can't open\n"
+    got = parse_dump(text)
+    assert list(got) == ["mlx5_0"] and "SymbolErrorCounter" in got["mlx5_0"]
+    before = {"h1": {"mlx5_0": {"SymbolErrorCounter": 3}}, "h2": None}
+    after = {"h1": {"mlx5_0": {"SymbolErrorCounter": 90}}, "h2": {"mlx5_0": {}}}
+    assert growth(before, after) == {"h1": {"mlx5_0": {"SymbolErrorCounter": 87}}}
+
+
+def test_errors_that_grow_during_the_jobs_fail_the_fabric_and_name_the_node(
+        tmp_path: Path) -> None:
+    reads = iter([{"h1": {"mlx5_0": {"SymbolErrorCounter": 5}},
+                   "h2": {"mlx5_0": {"SymbolErrorCounter": 0}}},
+                  {"h1": {"mlx5_0": {"SymbolErrorCounter": 5}},
+                   "h2": {"mlx5_0": {"SymbolErrorCounter": 412}}}])
+    ctx = context(3)
+    d = tmp_path / "cluster-run-abcdef"
+    d.mkdir()
+    data = ClusterRun(ctx, d, lambda _: None, ModelLauncher(),
+                      counters=lambda: next(reads)).run(fabric_ok(ctx.nodes))
+    fab = next(r for r in data["results"] if r["check"] == "cluster.fabric")
+    assert fab["verdict"] == "FAIL"
+    assert ("h2 mlx5_0: SymbolErrorCounter +412 during the cluster's jobs (needs <= 0 "
+            "errors, measured 412 errors)") in fab["findings"]
+    assert data["culprits"] == ["h2"] and data["counter_growth"] == {
+        "h2": {"mlx5_0": {"SymbolErrorCounter": 412}}}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert import clusterplan, thresholds
+from nodecert import clustercounters, clusterplan, thresholds
 from nodecert.clusterconfig import ClusterConfig
 from nodecert.clusterjobs import Job, JobResult, Launcher, launcher
 from nodecert.clusterjudge import (
@@ -39,7 +39,7 @@ from nodecert.errors import InventoryError
 from nodecert.inventory import HostSpec
 from nodecert.nodessh import Endpoint
 from nodecert.runs import write_json
-from nodecert_node.contract import Evidence, Result, Verdict, worst
+from nodecert_node.contract import Evidence, Result, Threshold, Verdict, worst
 
 Progress = Callable[[str], None]
 SCHEMA = "nodecert.cluster-run/v1"
@@ -74,11 +74,14 @@ class ClusterContext:
     cfg: ClusterConfig
     exp: Expectation
     simulated: bool
+    # error counters may gain this much while the jobs run (net.error_counter_growth_max)
+    counter_limit: Threshold = field(default_factory=lambda: Threshold(0, "<=", "errors"))
 
 
 class ClusterRun:
     def __init__(self, ctx: ClusterContext, run_dir: Path, say: Progress,
-                 launch: Launcher | None = None) -> None:
+                 launch: Launcher | None = None,
+                 counters: Callable[[], dict[str, Any]] | None = None) -> None:
         self.ctx, self.dir, self.say = ctx, run_dir, say
         by_engine = {ctx.engine_names[n]: ctx.endpoints[n] for n in ctx.nodes}
         self.launcher = launch or launcher(ctx.cfg, ctx.launch, by_engine)
@@ -87,6 +90,8 @@ class ClusterRun:
         self._seq = 0
         self._lock = threading.Lock()
         self.jobs: list[JobResult] = []
+        # Reads every node's error counters (clustercounters.read_all); None: not read.
+        self.counters = counters
 
     # --- jobs -------------------------------------------------------------------------
     def _job(self, kind: str, nodes: tuple[str, ...], script_for: Callable[[str, int], str]
@@ -195,6 +200,7 @@ class ClusterRun:
     def run(self, fabric: dict[str, dict[str, Any]]) -> dict[str, Any]:
         c = self.ctx
         t0 = time.monotonic()
+        before = self.counters() if self.counters else None
         pairs = self.pairs()
         iso = clusterplan.isolate({p.nodes: p.ok for p in pairs if not p.error})
         rail_culprits = self._rail_culprits(pairs)
@@ -205,9 +211,11 @@ class ClusterRun:
         if not whole_ok and not self.stop.is_set():
             good = next((n for n in iso.healthy if n not in iso.culprits), None)
             bis = self.bisect(good)
-        results = [self._fabric_result(fabric), self._pairs_result(pairs, iso, rail_culprits),
+        grew = (clustercounters.growth(before, self.counters())
+                if before is not None and self.counters else {})
+        results = [self._fabric_result(fabric, grew), self._pairs_result(pairs, iso, rail_culprits),
                    self._allreduce_result(reading, whole, bis)]
-        culprits = sorted({*iso.culprits, *(bis.culprits if bis else []),
+        culprits = sorted({*iso.culprits, *(bis.culprits if bis else []), *grew,
                            *rail_culprits, *[n for n, f in fabric.items()
                                              if f["verdict"] in ("FAIL", "ERROR")]})
         verdict = worst(r.verdict for r in results)
@@ -216,6 +224,7 @@ class ClusterRun:
             "config": c.cfg.as_dict(), "nodes": c.nodes, "simulated": c.simulated,
             "launch_host": c.launch.host, "expectation": c.exp.as_dict(),
             "fabric": fabric, "pairs": [p.as_dict() for p in pairs],
+            "counter_growth": grew,
             "rounds": max((p.round for p in pairs), default=0),
             "isolation": {"culprits": iso.culprits, "suspects": iso.suspects,
                           "healthy": iso.healthy, "rails": rail_culprits},
@@ -246,10 +255,18 @@ class ClusterRun:
         return tuple(Evidence.of(j.job.name, j.command, j.returncode, j.output, j.seconds)
                      for j in self.jobs if j.job.name in names)
 
-    def _fabric_result(self, fabric: dict[str, dict[str, Any]]) -> Result:
+    def _fabric_result(self, fabric: dict[str, dict[str, Any]],
+                       grew: dict[str, dict[str, dict[str, int]]]) -> Result:
         bad = {n: f for n, f in fabric.items() if f["verdict"] in ("FAIL", "ERROR")}
         v = worst(Verdict[f["verdict"]] for f in fabric.values()) if fabric else Verdict.ERROR
         findings = tuple(f"{n}: {f['verdict']} {f['summary']}" for n, f in sorted(bad.items()))
+        limit = self.ctx.counter_limit
+        over = [f"{n} {dev}: {k} +{g} during the cluster's jobs ({limit.check(g).message})"
+                for n, devs in sorted(grew.items()) for dev, cs in sorted(devs.items())
+                for k, g in sorted(cs.items()) if not limit.check(g)]
+        if over:
+            findings += tuple(over)
+            v = max(v, Verdict.FAIL)
         summary = (f"{len(fabric) - len(bad)}/{len(fabric)} nodes' fabric as ordered"
                    if fabric else "no node's fabric check ran")
         return Result("cluster.fabric", v, summary, findings=findings,

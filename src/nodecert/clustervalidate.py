@@ -16,6 +16,7 @@ from typing import Any
 from nodecert.ansible_env import select_hosts
 from nodecert.become import BecomeSource
 from nodecert.clusterconfig import ClusterConfig, parse_cluster
+from nodecert.clustercounters import read_all
 from nodecert.clusterjobs import Launcher
 from nodecert.clusterjudge import expectation
 from nodecert.clusterrun import (
@@ -30,6 +31,7 @@ from nodecert.errors import InventoryError, NodecertError
 from nodecert.inventory import hostvars, load_inventory
 from nodecert.nodessh import Endpoint
 from nodecert.validation import validate
+from nodecert_node.contract import Threshold
 
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 FABRIC_CHECK = {"InfiniBand": "net.ib", "Ethernet": "net.roce"}
@@ -88,10 +90,13 @@ def context(inventory: Path, *, limit: tuple[str, ...] = (),
     endpoints = {n: dataclasses.replace(Endpoint.from_hostvars(n, hv_all[n]),
                                         become_password=passwords.get(n)) for n in names}
     first = specs[names[0]]
-    exp = expectation(first.validation["fabric"], first.gpu_count, model_limits(specs))
+    limits = model_limits(specs)
+    exp = expectation(first.validation["fabric"], first.gpu_count, limits)
     return ClusterContext(names, engine_names, specs, endpoints,
                           Endpoint.from_hostvars(launch_name, launch_hv), cfg, exp,
-                          simulated=all(s.simulated for s in specs.values()))
+                          simulated=all(s.simulated for s in specs.values()),
+                          counter_limit=Threshold.from_dict(
+                              limits["net.error_counter_growth_max"]))
 
 
 def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
@@ -124,7 +129,10 @@ def cluster_validate(inventory: Path, *, limit: tuple[str, ...] = (),
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     ctx = context(inventory, limit=limit, overrides=overrides, become=become)
     run_dir = new_run_dir(runs_dir)
-    runner = ClusterRun(ctx, run_dir, say, launch)
+    # InfiniBand error counters before and after the jobs (perfquery on every node).
+    counters = ((lambda: read_all(ctx.endpoints, ctx.exp.devices))
+                if ctx.exp.link_layer == "InfiniBand" else None)
+    runner = ClusterRun(ctx, run_dir, say, launch, counters)
     if stop is not None:
         runner.stop = stop
     try:

@@ -54,7 +54,8 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
                             "{storage.seq_read_mbps_min: 3000}"),
     "nodecert_fabric": (False, "fabric", "the RDMA fabric each node must have: {link_layer: "
                         "InfiniBand|Ethernet, ports, rate_gbps, width, firmware, devices, "
-                        "gpu_nic_affinity}"),
+                        "gpu_nic_affinity, roce: {gid_type, pfc_priorities, trust, "
+                        "ecn_priorities}}"),
     # Cluster validation (nodecert cluster validate).
     "nodecert_cluster": (False, "cluster", "how the site runs multi-node jobs: {engine: "
                          "slurm|mpirun, launch_host, partition, account, reservation, ...}"),
