@@ -201,7 +201,11 @@ def test_lab_hcas_read_like_real_ones(tmp_path: Path) -> None:
     from simnode import SimNode
     node = SimNode(tmp_path, "h200-sxm-8", faults=[{"kind": "width_degraded", "hca": 0}])
     ports = ib.parse_ibstat(node.tool("ibstat"))
-    assert len(ports) == 8 and ports[0]["rate_gbps"] == 200.0
+    assert len(ports) == 10 and ports[0]["rate_gbps"] == 200.0
+    # 8 compute rails and 2 front-end Ethernet ports, which net.ib leaves alone
+    assert [p["link_layer"] for p in ports].count("Ethernet") == 2
+    ok = SimNode(tmp_path / "ok", "h200-sxm-8").check("net.ib")
+    assert ok.verdict is Verdict.PASS and ok.summary.startswith("8 InfiniBand ports"), ok.summary
     status = ib.parse_ibstatus(node.tool("ibstatus"))
     assert (status[0]["width"], status[1]["width"], status[1]["speed"]) == ("2X", "4X", "NDR")
     (block,) = ib.parse_perfquery(node.tool("perfquery", "-x", "-C", "mlx5_4", "-P", "1"))

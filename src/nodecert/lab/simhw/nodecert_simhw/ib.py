@@ -44,6 +44,15 @@ def hca_ports(hw):
                     "width": width, "speed": speed, "rate": 40 if down else rate,
                     "lid": 0 if down or h["link_layer"] != "InfiniBand" else 100 + n,
                     "layer": h["link_layer"], "n": n})
+    fe = h.get("frontend") or {}
+    for m in range(int(fe.get("count", 0))):  # front-end Ethernet ports after the rails
+        n = int(h["count"]) + m
+        guid = hashlib.sha256(f"{hw.get('host')}/{hw['identity']['system_uuid']}/hca{n}"
+                              .encode()).hexdigest()[:16]
+        out.append({"ca": f"mlx5_{n}", "guid": f"0x{guid}", "type": h["ca_type"],
+                    "firmware": h["firmware"], "state": "Active", "phys": "LinkUp",
+                    "width": "4X", "speed": "HDR", "rate": int(fe.get("rate_gbps", 200)),
+                    "lid": 0, "layer": "Ethernet", "n": n})
     return out
 
 
