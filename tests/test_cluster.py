@@ -414,3 +414,36 @@ def test_errors_that_grow_during_the_jobs_fail_the_fabric_and_name_the_node(
             "errors, measured 412 errors)") in fab["findings"]
     assert data["culprits"] == ["h2"] and data["counter_growth"] == {
         "h2": {"mlx5_0": {"SymbolErrorCounter": 412}}}
+
+
+def test_extra_collectives_are_reported_not_judged(tmp_path: Path) -> None:
+    from dataclasses import replace
+    ctx = context(4)
+    ctx = replace(ctx, cfg=ClusterConfig(engine="slurm", collectives=("all_gather",
+                                                                         "alltoall")))
+    d = tmp_path / "cluster-run-abcdef"
+    d.mkdir()
+    m = ModelLauncher()
+    data = ClusterRun(ctx, d, lambda _: None, m).run(fabric_ok(ctx.nodes))
+    assert [j.script.split("exec ")[-1].split()[0] for j in m.ran[-2:]] == [
+        "all_gather_perf", "alltoall_perf"]
+    col = next(r for r in data["results"] if r["check"] == "cluster.collectives")
+    assert col["verdict"] == "PASS" and data["verdict"] == "PASS"
+    assert col["findings"][0] == ("all_gather: 376.0 GB/s bus bandwidth at the largest size "
+                                  "(reported, not judged: no sourced floor)")
+    assert set(data["collectives"]) == {"all_gather", "alltoall"}
+    assert parse_cluster({"collectives": ["reduce_scatter"]})[0] is None
+
+
+def test_the_lab_collectives_print_nccl_tests_tables(tmp_path: Path) -> None:
+    from nodecert_node.parse.bench import parse_nccl
+    from simnode import SimNode
+    node = SimNode(tmp_path, "h200-sxm-8")
+    for tool in ("all_gather_perf", "alltoall_perf"):
+        node.bin.joinpath(tool).write_text(node.bin.joinpath("all_reduce_perf").read_text()
+                                           .replace("all_reduce_perf", tool))
+        node.bin.joinpath(tool).chmod(0o755)
+        text = node.tool(tool, "-b", "1M", "-e", "1G", "-f", "4", "-g", "8")
+        assert f"# Collective test starting: {tool}" in text
+        p = parse_nccl(text)
+        assert p["rows"][-1]["redop"] == "none" and p["rows"][-1]["busbw"] > 0

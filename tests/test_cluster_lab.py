@@ -130,8 +130,12 @@ def test_each_fabric_fault_names_its_node(cluster_lab: Lab, tmp_path: Path, faul
 
 def test_the_same_through_mpirun_without_slurm(cluster_lab: Lab, tmp_path: Path) -> None:
     faults(cluster_lab, tmp_path)
-    rc, data, err = validate(cluster_lab, tmp_path, "--engine", "mpirun")
+    rc, data, err = validate(cluster_lab, tmp_path, "--engine", "mpirun",
+                             "--collective", "all_gather", "--collective", "alltoall")
     assert rc == 0 and data["verdict"] == "PASS", err
+    col = next(r for r in data["results"] if r["check"] == "cluster.collectives")
+    assert [f.split(":")[0] for f in col["findings"]] == ["all_gather", "alltoall"]
+    assert all("reported, not judged" in f for f in col["findings"])
     faults(cluster_lab, tmp_path, "{host: h3, kind: rail_slow, hca: 4, factor: 0.4}")
     rc, data, err = validate(cluster_lab, tmp_path, "--engine", "mpirun")
     assert rc == 1 and data["culprits"] == ["h3"], err

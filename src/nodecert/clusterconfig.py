@@ -11,6 +11,7 @@
       max_bytes: 8G            # all_reduce_perf -e
       gpudirect: true          # ib_write_bw --use_cuda on the rail's GPU (1 NIC per GPU)
       partners: 2              # different partners each node is paired with
+      collectives: [all_gather, alltoall]   # also run over all nodes: reported, not judged
 
 Each key can be given on the command line too (which wins).
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 ENGINES = ("slurm", "mpirun")
+EXTRA_COLLECTIVES = ("all_gather", "alltoall")
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,13 @@ class ClusterConfig:
     max_bytes: str = "8G"
     gpudirect: bool = True
     partners: int = 2
+    collectives: tuple[str, ...] = ()
 
     def with_(self, **changes: Any) -> ClusterConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
 
 
 KEYS = {f.name for f in fields(ClusterConfig)}
@@ -85,6 +88,11 @@ def parse_cluster(raw: Any) -> tuple[ClusterConfig | None, str | None]:
             if not re.fullmatch(r"\d+[KMG]?", str(value)):
                 return None, f"max_bytes {value!r} is not a size like 8G or 512M"
             out[key] = str(value)
+        elif key == "collectives":
+            if not isinstance(value, list) or any(c not in EXTRA_COLLECTIVES for c in value):
+                return None, (f"collectives must be a list of {', '.join(EXTRA_COLLECTIVES)}, "
+                              f"got {value!r}")
+            out[key] = tuple(dict.fromkeys(value))
         elif key == "gpudirect":
             if not isinstance(value, bool):
                 return None, f"gpudirect must be true or false, got {value!r}"
@@ -92,4 +100,4 @@ def parse_cluster(raw: Any) -> tuple[ClusterConfig | None, str | None]:
     return ClusterConfig(**out), None
 
 
-__all__ = ["ENGINES", "KEYS", "ClusterConfig", "parse_cluster"]
+__all__ = ["ENGINES", "EXTRA_COLLECTIVES", "KEYS", "ClusterConfig", "parse_cluster"]

@@ -62,8 +62,10 @@ def _prelude(first: str, port: int) -> str:
             f"else first={shlex.quote(first)}; fi; export NCCL_COMM_ID=\"$first:{port}\"")
 
 
-def allreduce_script(first: str, port: int, gpus: int, max_bytes: str) -> str:
-    return (f"{_prelude(first, port)}; exec all_reduce_perf -b 1M -e {max_bytes} -f 2 "
+def allreduce_script(first: str, port: int, gpus: int, max_bytes: str,
+                     test: str = "all_reduce") -> str:
+    """One nccl-tests collective over the job's nodes (all_reduce, all_gather, alltoall)."""
+    return (f"{_prelude(first, port)}; exec {test}_perf -b 1M -e {max_bytes} -f 2 "
             f"-g {gpus}")
 
 

@@ -66,6 +66,9 @@ Examples:
 @click.option("--job-timeout", "job_timeout_s", type=click.FloatRange(min=10),
               metavar="SECONDS", help="Limit of each job (default 300).")
 @click.option("--max-bytes", help="all_reduce_perf's largest size (default 8G).")
+@click.option("--collective", "collectives", multiple=True,
+              type=click.Choice(["all_gather", "alltoall"]),
+              help="Also run this collective over all nodes (reported, not judged).")
 @click.option("--key", "key_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Sign the run as a cluster certificate with this private key.")
 @runs_dir_option
@@ -76,7 +79,8 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          launch_host: str | None, partition: str | None,
                          account: str | None, reservation: str | None,
                          job_timeout_s: float | None, max_bytes: str | None,
-                         key_path: Path | None, runs_dir: Path, as_json: bool,
+                         collectives: tuple[str, ...], key_path: Path | None,
+                         runs_dir: Path, as_json: bool,
                          become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.clustercert import certify_cluster
     from nodecert.clusterconfig import parse_cluster
@@ -87,9 +91,12 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
     given = {k: v for k, v in (("engine", engine), ("launch_host", launch_host),
                                ("partition", partition), ("account", account),
                                ("reservation", reservation), ("job_timeout_s", job_timeout_s),
-                               ("max_bytes", max_bytes)) if v is not None}
-    if given and parse_cluster(given)[0] is None:
-        raise InventoryError(f"command line: {parse_cluster(given)[1]}")
+                               ("max_bytes", max_bytes),
+                               ("collectives", list(collectives) or None)) if v is not None}
+    parsed, why = parse_cluster(given)
+    if parsed is None:
+        raise InventoryError(f"command line: {why}")
+    given = {k: getattr(parsed, k) for k in given}  # as the settings hold them
     key = load_private_key(key_path) if key_path else None  # a bad key fails before jobs
     run_dir, data = cluster_validate(path, limit=split_hosts(limit), overrides=given,
                                      runs_dir=runs_dir, become=become_source(become_file,

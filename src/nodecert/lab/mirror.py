@@ -32,7 +32,8 @@ from nodecert.stacks import Package, list_stacks
 REAL_DEBIAN_PACKAGES = ("fio", "python3-venv", "python3-packaging")
 SIM_TOOL_PACKAGES = {
     # name: (version, tools it provides). Versions say they are lab builds.
-    "nccl-tests": ("2.17.8-1+nodecertlab", ("all_reduce_perf",)),
+    "nccl-tests": ("2.17.8-1+nodecertlab", ("all_reduce_perf", "all_gather_perf",
+                                             "alltoall_perf")),
     "nvbandwidth": ("0.10.0-1+nodecertlab", ("nvbandwidth",)),
     "gpu-burn": ("1.1-1+nodecertlab", ("gpu_burn",)),
     # The RDMA diagnostics (a real node has Debian's infiniband-diags): the simulated
@@ -45,7 +46,7 @@ SIM_TOOL_PACKAGES = {
 }
 # component -> tools its package provides (the rest carry only their marker).
 COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",)}
-SIM_RECIPE = "sim-packages-v9-roce"
+SIM_RECIPE = "sim-packages-v10-collectives"
 
 _PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (SIMULATED, nodecert lab)

@@ -16,6 +16,8 @@ TOOLS = {
     "lspci": ("lspci", "cmd_lspci"), "dmidecode": ("system", "cmd_dmidecode"),
     "lscpu": ("system", "cmd_lscpu"), "lsblk": ("system", "cmd_lsblk"),
     "nvidia-smi": ("smi", "cmd_nvidia_smi"), "all_reduce_perf": ("nccl", "cmd_all_reduce_perf"),
+    "all_gather_perf": ("nccl", "cmd_all_gather_perf"),
+    "alltoall_perf": ("nccl", "cmd_alltoall_perf"),
     "nvbandwidth": ("nvbandwidth", "cmd_nvbandwidth"), "dcgmi": ("dcgmi", "cmd_dcgmi"),
     "gpu_burn": ("gpuburn", "cmd_gpu_burn"), "dmesg": ("kernel", "cmd_dmesg"),
     "torch-worker": ("workers", "cmd_torch_worker"),

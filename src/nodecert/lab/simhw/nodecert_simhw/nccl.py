@@ -1,4 +1,5 @@
-"""all_reduce_perf (nccl-tests): the bus-bandwidth table from the fabric model.
+"""all_reduce_perf, all_gather_perf, alltoall_perf (nccl-tests): the bus-bandwidth table
+from the fabric model.
 
 SIMULATED -- NOT REAL HARDWARE. Runs inside lab hosts (python3 3.8+, stdlib only).
 """
@@ -47,12 +48,26 @@ def busbw_peak(hw, gpus):
     return peak * Faults(hw).busbw_factor()
 
 
-def cmd_all_reduce_perf(argv):
+# test -> (redop, bus bandwidth factor of nccl-tests: 2(n-1)/n for all-reduce, (n-1)/n for
+# the others; share of the all-reduce peak the lab's fabric model gives the collective).
+COLLECTIVES = {"all_reduce_perf": ("sum", 2.0, 1.0), "all_gather_perf": ("none", 1.0, 0.78),
+               "alltoall_perf": ("none", 1.0, 0.55)}
+
+
+def cmd_all_gather_perf(argv):
+    return cmd_all_reduce_perf(argv, test="all_gather_perf")
+
+
+def cmd_alltoall_perf(argv):
+    return cmd_all_reduce_perf(argv, test="alltoall_perf")
+
+
+def cmd_all_reduce_perf(argv, test="all_reduce_perf"):
     hw = load_hw()
     inst = installed()
     nccl = _nccl_version(inst)
     if nccl is None:
-        sys.stderr.write("all_reduce_perf: error while loading shared libraries: libnccl.so.2: "
+        sys.stderr.write(f"{test}: error while loading shared libraries: libnccl.so.2: "
                          "cannot open shared object file: No such file or directory\n")
         return 127
     if driver_version(inst) is None:
@@ -74,7 +89,7 @@ def cmd_all_reduce_perf(argv):
     rank, size = multinode.world()
     if ngpus > len(vis):
         if rank == 0:
-            _banner(nccl, ngpus, opts)
+            _banner(nccl, ngpus, opts, test)
         print(f"{host}: Test CUDA failure common.cu:1304 'invalid device ordinal'")
         print(f" .. {host} pid {os.getpid()}: Test failure common.cu:1189")
         return 2
@@ -91,7 +106,7 @@ def cmd_all_reduce_perf(argv):
         try:
             boot = multinode.Bootstrap(comm_id, rank, size)
         except ValueError:
-            print(f"{host}: SIMULATED all_reduce_perf: a run of {size} processes needs "
+            print(f"{host}: SIMULATED {test}: a run of {size} processes needs "
                   "NCCL_COMM_ID=<host>:<port> in the lab (its ranks meet there, as NCCL's "
                   f"bootstrap does); got {comm_id!r}")
             return 1
@@ -104,16 +119,16 @@ def cmd_all_reduce_perf(argv):
             return boot.finish()
     else:
         ranks = [mine]
-    rc = _report(ranks, nccl, ngpus, opts)
+    rc = _report(ranks, nccl, ngpus, opts, test)
     return boot.finish(rc) if boot else rc
 
 
-def _banner(nccl, ngpus, opts):
+def _banner(nccl, ngpus, opts, test="all_reduce_perf"):
     lo, hi, factor = _size(opts["-b"]), _size(opts["-e"]), int(opts["-f"])
     a, b, c = (int(x) for x in nccl.split("+")[0].split("."))
     code = a * 10000 + b * 100 + c  # NCCL_VERSION_CODE
     print(f"# nccl-tests version 2.17.8 nccl-headers={code} nccl-library={code}")
-    print("# Collective test starting: all_reduce_perf")
+    print(f"# Collective test starting: {test}")
     print(f"# nThread 1 nGpus {ngpus} minBytes {lo} maxBytes {hi} step: {factor}(factor) "
           f"warmup iters: {opts['-w']} iters: {opts['-n']} agg iters: 1 validation: "
           f"{opts['-c']} graph: 0")
@@ -131,8 +146,9 @@ def combined_peak(ranks):
     return peak
 
 
-def _report(ranks, nccl, ngpus, opts):
-    _banner(nccl, ngpus, opts)
+def _report(ranks, nccl, ngpus, opts, test="all_reduce_perf"):
+    _banner(nccl, ngpus, opts, test)
+    redop, bus_factor, share = COLLECTIVES[test]
     lo, hi, factor = _size(opts["-b"]), _size(opts["-e"]), int(opts["-f"])
     n = 0
     for r in ranks:
@@ -154,13 +170,13 @@ def _report(ranks, nccl, ngpus, opts):
           "#wrong     time   algbw   busbw #wrong")
     print("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)  "
           "          (us)  (GB/s)  (GB/s)       ")
-    peak = combined_peak(ranks)
-    ratio = 2 * (n - 1) / n if n > 1 else 1.0
+    peak = combined_peak(ranks) * share
+    ratio = bus_factor * (n - 1) / n if n > 1 else 1.0
     wrong = 1 if any(r["wrong"] for r in ranks) else 0
     base_us = 12.0 if len(ranks) == 1 else 25.0  # a hop over the fabric costs latency
     size, total, rows = lo, 0.0, 0
     while size <= hi:
-        count = max(size // 4, 0)
+        count = max(size // 4 // (n if redop == "none" else 1), 0)  # per rank
         cells = []
         for place in (0, 1):
             bw = peak * size / (size + (32 << 20)) * (1 + jitter(size, place, spread=0.004))
@@ -171,7 +187,7 @@ def _report(ranks, nccl, ngpus, opts):
             cells.append(f"{tstr:>8} {algbw:7.2f} {busbw:7.2f} {wrong if size == hi else 0:6d}")
             if place == 0:
                 total += busbw
-        print(f"{size:12d} {count:13d}     float     sum      -1 " + " ".join(cells))
+        print(f"{size:12d} {count:13d}     float {redop:>7}      -1 " + " ".join(cells))
         rows += 1
         size *= factor
         if factor <= 1:
