@@ -197,18 +197,7 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     p, subj = st["predicate"], st["subject"]
     v.statement = st
     now = now or dt.datetime.now(dt.UTC)
-    try:
-        issued = _parse_time(p["validity"]["issued"])
-        not_after = _parse_time(p["validity"]["not_after"])
-        since = p["validity"].get("not_before")
-        v.step("validity", issued <= now + dt.timedelta(minutes=5) and now <= not_after,
-               (f"validated {_parse_time(since).isoformat()}, signed {issued.isoformat()}"
-                if since else f"issued {issued.isoformat()}")
-               + f", valid until {not_after.isoformat()}"
-               + (": EXPIRED" if now > not_after else ": not yet valid" if issued > now
-                  + dt.timedelta(minutes=5) else ""))
-    except (KeyError, TypeError, ValueError) as exc:
-        v.step("validity", False, f"unreadable validity window: {exc}")
+    _validity_step(v, p, now)
     digest = subj[0]["digest"]["sha256"]
     wanted = {k: val for k, val in (expect or {}).items() if val is not None}
     if wanted:
@@ -225,11 +214,33 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
         v.step("hardware", same, "the host's live hardware identity matches the certificate"
                if same else "the host's hardware differs from the certificate: "
                + ("; ".join(changes) or "identity digest differs"))
-    v.step("verdict", p["verdict"] == READY, f"{p['verdict']}" + (
+    return _verdict_steps(v, p, allow_simulated, "", "GPUs")
+
+
+def _validity_step(v: Verification, p: dict[str, Any], now: dt.datetime) -> None:
+    """Valid from the evidence (not_before, where the statement has one) to not_after."""
+    try:
+        issued = _parse_time(p["validity"]["issued"])
+        not_after = _parse_time(p["validity"]["not_after"])
+        since = p["validity"].get("not_before")
+        v.step("validity", issued <= now + dt.timedelta(minutes=5) and now <= not_after,
+               (f"validated {_parse_time(since).isoformat()}, signed {issued.isoformat()}"
+                if since else f"issued {issued.isoformat()}")
+               + f", valid until {not_after.isoformat()}"
+               + (": EXPIRED" if now > not_after else ": not yet valid" if issued > now
+                  + dt.timedelta(minutes=5) else ""))
+    except (KeyError, TypeError, ValueError) as exc:
+        v.step("validity", False, f"unreadable validity window: {exc}")
+
+
+def _verdict_steps(v: Verification, p: dict[str, Any], allow_simulated: bool, what: str,
+                   parts: str) -> Verification:
+    """The verdict, and SIMULATED refused unless allowed."""
+    v.step("verdict", p["verdict"] == READY, f"{what}{p['verdict']}" + (
         "" if p["verdict"] == READY else ": " + "; ".join(str(r) for r in p["reasons"][:5])))
     if p["simulated"]:
-        v.step("hardware kind", allow_simulated, "SIMULATED: measured on nodecert's simulated "
-               "GPUs, not a certificate for real hardware" + (
+        v.step("hardware kind", allow_simulated, f"SIMULATED: measured on nodecert's simulated "
+               f"{parts}, not a certificate for real hardware" + (
                    " (accepted: --allow-simulated)" if allow_simulated else ""))
     return v
 
@@ -245,24 +256,11 @@ def _verify_cluster(v: Verification, st: dict[str, Any], now: dt.datetime,
         return v
     v.statement = st
     p = st["predicate"]
-    try:
-        issued = _parse_time(p["validity"]["issued"])
-        not_after = _parse_time(p["validity"]["not_after"])
-        v.step("validity", issued <= now + dt.timedelta(minutes=5) and now <= not_after,
-               f"issued {issued.isoformat()}, valid until {not_after.isoformat()}"
-               + (": EXPIRED" if now > not_after else ""))
-    except (KeyError, TypeError, ValueError) as exc:
-        v.step("validity", False, f"unreadable validity window: {exc}")
+    _validity_step(v, p, now)
     bad = subject_problems(st)
     v.step("subject", not bad, "; ".join(bad) or f"{len(st['subject'])} nodes, each digest "
            "matches its certified identity")
-    v.step("verdict", p["verdict"] == READY, f"cluster {p['verdict']}" + (
-        "" if p["verdict"] == READY else ": " + "; ".join(str(r) for r in p["reasons"][:5])))
-    if p["simulated"]:
-        v.step("hardware kind", allow_simulated, "SIMULATED: measured on nodecert's simulated "
-               "GPUs and HCAs, not a certificate for real hardware" + (
-                   " (accepted: --allow-simulated)" if allow_simulated else ""))
-    return v
+    return _verdict_steps(v, p, allow_simulated, "cluster ", "GPUs and HCAs")
 
 
 def live_identity(host: str, inventory: Path, *, stack: str | None = None,

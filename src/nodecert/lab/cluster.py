@@ -15,6 +15,7 @@ from pathlib import Path
 
 from nodecert.lab.config import CLUSTER_UNITS, LabConfig
 from nodecert.shell import run
+from nodecert.stacks import find_stack
 
 PARTITION = "gpu"
 HEAD = "h1"
@@ -117,11 +118,34 @@ def write_known_hosts(cfg: LabConfig, hosts: list[tuple[str, str, int]]) -> None
         (cfg.host_dir(n) / "root/etc/ssh/ssh_known_hosts").write_text(text)
 
 
+# The stack whose driver and NCCL a cluster lab's hosts carry, as provisioning pins them.
+JOB_STACK, JOB_OS = "r580-cuda13.0", "debian-12"
+JOB_TOOLS = ("nccl-tests", "perftest", "infiniband-diags", "mlnx-tools")
+
+
+def job_tools_script() -> str:
+    """What a cluster's jobs need on every host (what provisioning leaves on a real one):
+    the pinned driver and NCCL from the lab's NVIDIA repository, nccl-tests, perftest and
+    the RDMA diagnostics."""
+    pins = [f"{p.name}={p.version}" for p in find_stack(JOB_STACK).os[JOB_OS].packages
+            if p.component in ("driver", "nccl") and not p.name.endswith("-dev")]
+    return ("echo 'deb [trusted=yes] file:/srv/nodecert-mirror/nvidia ./' > "
+            "/etc/apt/sources.list.d/nodecert-lab-nvidia.list && apt-get update -qq && "
+            f"apt-get install -y -qq {' '.join(pins + list(JOB_TOOLS))} >/dev/null")
+
+
+def slurm_idle_script(total: int) -> str:
+    """On the head host: until Slurm reports every host idle (slurmd registers as it
+    starts), at most a minute."""
+    return (f"for i in $(seq 1 120); do [ \"$(sinfo -h -N -t idle -o %N | sort -u | wc -l)\" "
+            f"= {total} ] && exit 0; sleep 0.5; done; sinfo; exit 1")
+
+
 def inventory_vars() -> dict[str, object]:
     """What the lab's inventory says of its cluster (the cluster command's settings)."""
     return {"nodecert_cluster": {"engine": "slurm", "launch_host": HEAD,
                                  "partition": PARTITION}}
 
 
-__all__ = ["HEAD", "PARTITION", "inventory_vars", "known_hosts", "lab_secrets",
-           "prepare_host", "write_known_hosts"]
+__all__ = ["HEAD", "PARTITION", "inventory_vars", "job_tools_script", "known_hosts",
+           "lab_secrets", "prepare_host", "slurm_idle_script", "write_known_hosts"]

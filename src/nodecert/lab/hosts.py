@@ -257,11 +257,21 @@ class Lab:
                 cluster.write_known_hosts(self.cfg, [(h.name, h.ip, h.n) for h in hosts])
             self._apply_storage_faults(hosts, faults)
             self._wait_ready(hosts)
+            if as_cluster:
+                self._cluster_ready(hosts)
         except BaseException:
             self.log("lab up failed: tearing down what was started")
             self.down()
             raise
         return hosts
+
+    def _cluster_ready(self, hosts: list[LabHost]) -> None:
+        """A cluster lab's hosts as a provisioned cluster's: the job tools installed on
+        each (in parallel), Slurm reporting every host idle."""
+        script = cluster.job_tools_script()
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda h: self.ssh(h.name, script, timeout=600), hosts))
+        self.ssh(cluster.HEAD, cluster.slurm_idle_script(len(hosts)), timeout=90)
 
     @staticmethod
     def _same_shape(state: dict[str, Any], nodes: int, as_cluster: bool) -> None:
