@@ -4,6 +4,9 @@ nodes under 5 minutes wall, both engines; one slow-rail node among 16 named afte
 pairing round, and found by bisection in at most 5 rounds.
 
 Run on demand (root):   .venv/bin/python benchmarks/cluster.py [--nodes 16] [--json OUT]
+                        [--every-fault]   # also each lab fabric fault, on both engines
+
+The healthy Slurm run is signed as a cluster certificate and verified offline.
 
 It boots its own lab (state-bc, 10.78.6.0/24) and removes it at the end.
 """
@@ -23,6 +26,10 @@ from typing import Any
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
 
+# The fabric faults on one HCA of one node (rail_slow and node_fabric_slow beside them).
+EVERY = ("port_down", "width_degraded", "speed_degraded", "symbol_errors", "hca_missing",
+         "hca_firmware")
+
 
 def run(lab: Lab, work: Path, *extra: str) -> dict[str, Any]:
     t0 = time.monotonic()
@@ -38,13 +45,16 @@ def run(lab: Lab, work: Path, *extra: str) -> dict[str, Any]:
             "named_by_pairing": data["isolation"]["culprits"],
             "bisection_rounds": len(data["bisection"]["rounds"]) if data["bisection"] else 0,
             "named_by_bisection": data["bisection"]["culprits"] if data["bisection"] else [],
-            "allreduce_busbw": data["allreduce"]["busbw"], "jobs": len(data["jobs"])}
+            "allreduce_busbw": data["allreduce"]["busbw"], "jobs": len(data["jobs"]),
+            **({"certificate": out["certificate"]} if "certificate" in out else {})}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--every-fault", action="store_true",
+                    help="also each lab fabric fault on the same node, both engines")
     args = ap.parse_args()
     cfg = LabConfig(subnet=ipaddress.IPv4Network("10.78.6.0/24"), bridge="ncbc0",
                     prefix="ncbc", state_name="state-bc")
@@ -55,15 +65,33 @@ def main() -> int:
         lab.up(nodes=args.nodes, as_cluster=True)
         out["lab_up_s"] = round(time.monotonic() - t0, 1)  # job tools installed, Slurm idle
         bad = f"h{max(2, args.nodes * 2 // 3)}"
-        faults = Path(tempfile.mkdtemp(prefix="nodecert-bench-")) / "faults.yml"
-        faults.write_text(f"faults:\n  - {{host: {bad}, kind: rail_slow, hca: 5}}\n")
         with tempfile.TemporaryDirectory(prefix="nodecert-bench-cluster-") as d:
             work = Path(d)
+            faults = work / "faults.yml"
+            keys = work / "keys"
+            subprocess.run([sys.executable, "-m", "nodecert", "keys", "init", "--out",
+                            str(keys)], check=True, capture_output=True, timeout=60)
+            cases = [("slow_rail", f"{{host: {bad}, kind: rail_slow, hca: 5}}")]
+            if args.every_fault:
+                cases += [(kind, f"{{host: {bad}, kind: {kind}, hca: 3}}") for kind in EVERY]
+                cases.append(("node_fabric_slow",
+                              f"{{host: {bad}, kind: node_fabric_slow, factor: 0.6}}"))
             for engine in ("slurm", "mpirun"):
                 lab.apply_faults(None)
-                out[f"{engine}_healthy"] = run(lab, work, "--engine", engine)
-                lab.apply_faults(faults)
-                out[f"{engine}_slow_rail_{bad}"] = run(lab, work, "--engine", engine)
+                extra = ["--key", str(keys / "nodecert.key")] if engine == "slurm" else []
+                res = run(lab, work, "--engine", engine, *extra)
+                if extra:
+                    v = subprocess.run([sys.executable, "-m", "nodecert", "verify",
+                                        res.pop("certificate"), "--pubkey",
+                                        str(keys / "nodecert.pub"), "--allow-simulated"],
+                                       capture_output=True, text=True, timeout=120,
+                                       check=False)
+                    res["certificate_verifies"] = v.returncode == 0
+                out[f"{engine}_healthy"] = res
+                for name, fault in cases:
+                    faults.write_text(f"faults:\n  - {fault}\n")
+                    lab.apply_faults(faults)
+                    out[f"{engine}_{name}_{bad}"] = run(lab, work, "--engine", engine)
     finally:
         lab.down()
     print(json.dumps(out, indent=1))
