@@ -95,6 +95,8 @@ def test_pair_script_serves_on_rank_0_and_measures_each_rail_on_rank_1() -> None
     assert "all_reduce_perf -b 1M -e 8G -f 2 -g 8" in s
     assert s.count("ib_write_bw -d mlx5_3 -p 29504 -F --report_gbits -D 2 --use_cuda=3") == 2
     assert "scontrol show hostnames \"$SLURM_STEP_NODELIST\"" in s
+    # a measuring node without the rail's HCA releases the server waiting on that rail
+    assert "exec 3<>/dev/tcp/\"$first\"/29504" in s
     assert "--use_cuda" not in pair_script("h1", 29500, exp, "8G", gpudirect=False)
 
 

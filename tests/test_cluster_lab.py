@@ -103,7 +103,8 @@ def test_a_healthy_cluster_passes_on_slurm_and_its_certificate_verifies(
     ("{host: h2, kind: width_degraded, hca: 1}", "h2"),
     ("{host: h3, kind: speed_degraded, hca: 0}", "h3"),
     ("{host: h4, kind: symbol_errors, hca: 7, per_s: 50}", "h4"),
-    ("{host: h1, kind: hca_missing, hca: 3}", "h1"),
+    ("{host: h1, kind: hca_missing, hca: 3}", "h1"),  # h1 serves every rail it is paired on
+    ("{host: h4, kind: hca_missing, hca: 3}", "h4"),  # h4 measures: it releases the server
     ("{host: h2, kind: hca_firmware, hca: 6}", "h2"),
 ])
 def test_each_fabric_fault_names_its_node(cluster_lab: Lab, tmp_path: Path, fault: str,
