@@ -12,6 +12,7 @@
       gpudirect: true          # ib_write_bw --use_cuda on the rail's GPU (1 NIC per GPU)
       partners: 2              # different partners each node is paired with
       collectives: [all_gather, alltoall]   # also run over all nodes: reported, not judged
+      scaling: true            # the reference training job per node and over all nodes
 
 Each key can be given on the command line too (which wins).
 """
@@ -39,6 +40,7 @@ class ClusterConfig:
     gpudirect: bool = True
     partners: int = 2
     collectives: tuple[str, ...] = ()
+    scaling: bool = True
 
     def with_(self, **changes: Any) -> ClusterConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -93,9 +95,9 @@ def parse_cluster(raw: Any) -> tuple[ClusterConfig | None, str | None]:
                 return None, (f"collectives must be a list of {', '.join(EXTRA_COLLECTIVES)}, "
                               f"got {value!r}")
             out[key] = tuple(dict.fromkeys(value))
-        elif key == "gpudirect":
+        elif key in ("gpudirect", "scaling"):
             if not isinstance(value, bool):
-                return None, f"gpudirect must be true or false, got {value!r}"
+                return None, f"{key} must be true or false, got {value!r}"
             out[key] = value
     return ClusterConfig(**out), None
 

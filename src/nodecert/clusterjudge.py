@@ -54,7 +54,7 @@ def expectation(fabric: dict[str, Any], gpus: int,
         devices, gpus, str(fabric["link_layer"]))
 
 
-def _prelude(first: str, port: int) -> str:
+def prelude(first: str, port: int) -> str:
     # NCCL's bootstrap meets at rank 0's node: under srun the step's first node (block
     # distribution), under mpirun the hostfile's first line.
     return (f"{RANK}; if [ -n \"${{SLURM_STEP_NODELIST:-}}\" ]; then "
@@ -65,7 +65,7 @@ def _prelude(first: str, port: int) -> str:
 def allreduce_script(first: str, port: int, gpus: int, max_bytes: str,
                      test: str = "all_reduce") -> str:
     """One nccl-tests collective over the job's nodes (all_reduce, all_gather, alltoall)."""
-    return (f"{_prelude(first, port)}; exec {test}_perf -b 1M -e {max_bytes} -f 2 "
+    return (f"{prelude(first, port)}; exec {test}_perf -b 1M -e {max_bytes} -f 2 "
             f"-g {gpus}")
 
 
@@ -73,7 +73,7 @@ def pair_script(first: str, port: int, exp: Expectation, max_bytes: str,
                 gpudirect: bool) -> str:
     """Two nodes: the all-reduce, then ib_write_bw on each rail (rank 0 serves, rank 1
     measures and prints, marked per rail)."""
-    lines = [_prelude(first, port),
+    lines = [prelude(first, port),
              f"all_reduce_perf -b 1M -e {max_bytes} -f 2 -g {exp.gpus}"]
     for k, dev in enumerate(exp.devices):
         cuda = f" --use_cuda={k}" if gpudirect and len(exp.devices) == exp.gpus else ""

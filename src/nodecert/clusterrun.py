@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert import clustercounters, clusterplan, thresholds
+from nodecert import clustercounters, clusterplan, clusterscaling, thresholds
 from nodecert.clusterconfig import ClusterConfig
 from nodecert.clusterjobs import Job, JobResult, Launcher, launcher
 from nodecert.clusterjudge import (
@@ -38,6 +38,7 @@ from nodecert.clusterjudge import (
 )
 from nodecert.errors import InventoryError
 from nodecert.inventory import HostSpec
+from nodecert.nodesession import NODE_BASE, node_bundle
 from nodecert.nodessh import Endpoint
 from nodecert.runs import write_json
 from nodecert_node.contract import Evidence, Result, Threshold, Verdict, worst
@@ -77,6 +78,10 @@ class ClusterContext:
     simulated: bool
     # error counters may gain this much while the jobs run (net.error_counter_growth_max)
     counter_limit: Threshold = field(default_factory=lambda: Threshold(0, "<=", "errors"))
+    # the nodes' resolved thresholds (the scaling stage's floors)
+    limits: dict[str, Threshold] = field(default_factory=dict)
+    # the scaling job's timed and warm-up steps (the suite's load.scaling_steps/_warmup)
+    scaling_steps: tuple[int, int] = (30, 10)
 
 
 class ClusterRun:
@@ -199,6 +204,33 @@ class ClusterRun:
     def _collective_script(self, first: str, port: int, *, test: str) -> str:
         return allreduce_script(first, port, self.ctx.exp.gpus, self.ctx.cfg.max_bytes, test)
 
+    def scaling(self, fabric: dict[str, dict[str, Any]]) -> tuple[Result, list[str]]:
+        """The reference training job over all nodes, judged with every node's own run."""
+        c = self.ctx
+        per_node = {n: clusterscaling.NodeScaling.of(fabric[n].get("scaling") or {})
+                    for n in c.nodes}
+        first = per_node[c.nodes[0]]
+        worker = f"{NODE_BASE}/{node_bundle()[1][:16]}/nodecert_node/workers/scaling.py"
+        rank0, error = "", ""
+        if all(s.tokens_s_n for s in per_node.values()) and first.python and first.model:
+            self.say(f"training job over all {len(c.nodes)} nodes")
+            job = self._job("scaling", tuple(c.nodes), lambda head, port: (
+                clusterscaling.job_script(head, port, worker, first, gpus=c.exp.gpus,
+                                          nodes=len(c.nodes), steps=c.scaling_steps)))
+            res = self._run_jobs([job])[0]
+            rank0 = res.by_rank().get(0, "")
+            error = res.error or ("hung past its limit" if res.timed_out else
+                                  "" if res.ok else f"exit code {res.returncode}")
+        else:
+            error = "not run: a node's own training run gave no figures"
+        result, named = clusterscaling.judge(per_node, rank0, error, gpus=c.exp.gpus,
+                                             limits=c.limits, link_layer=c.exp.link_layer,
+                                             simulated=c.simulated)
+        if result.verdict != Verdict.PASS:
+            result = result.with_(evidence=self._evidence(
+                {j.job.name for j in self.jobs if "-scaling-" in j.job.name}))
+        return result, named
+
     def _collectives_result(self, extra: dict[str, Reading]) -> Result:
         # No public floor exists for these across nodes (a real 2-node B200 all_gather
         # reads 260 GB/s where all-reduce reaches 340): reported, not judged; one that
@@ -244,13 +276,18 @@ class ClusterRun:
             good = next((n for n in iso.healthy if n not in iso.culprits), None)
             bis = self.bisect(good)
         extra = {} if self.stop.is_set() else self.collectives()
+        scaled = (self.scaling(fabric) if c.cfg.scaling and not self.stop.is_set()
+                  else None)
         grew = (clustercounters.growth(before, self.counters())
                 if before is not None and self.counters else {})
         results = [self._fabric_result(fabric, grew), self._pairs_result(pairs, iso, rail_culprits),
                    self._allreduce_result(reading, whole, bis)]
         if extra:
             results.append(self._collectives_result(extra))
+        if scaled:
+            results.append(scaled[0])
         culprits = sorted({*iso.culprits, *(bis.culprits if bis else []), *grew,
+                           *(scaled[1] if scaled else []),
                            *rail_culprits, *[n for n, f in fabric.items()
                                              if f["verdict"] in ("FAIL", "ERROR")]})
         verdict = worst(r.verdict for r in results)
@@ -261,6 +298,7 @@ class ClusterRun:
             "fabric": fabric, "pairs": [p.as_dict() for p in pairs],
             "counter_growth": grew,
             "collectives": {k: r.as_dict() for k, r in extra.items()},
+            "scaling": scaled[0].as_dict() if scaled else None,
             "rounds": max((p.round for p in pairs), default=0),
             "isolation": {"culprits": iso.culprits, "suspects": iso.suspects,
                           "healthy": iso.healthy, "rails": rail_culprits},

@@ -30,11 +30,13 @@ from nodecert.clusterrun import (
 from nodecert.errors import InventoryError, NodecertError
 from nodecert.inventory import hostvars, load_inventory
 from nodecert.nodessh import Endpoint
+from nodecert.thresholds import suite
 from nodecert.validation import validate
 from nodecert_node.contract import Threshold
 
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 FABRIC_CHECK = {"InfiniBand": "net.ib", "Ethernet": "net.roce"}
+SUITE = "standard"  # the node runs' settings and limits when they include load.scaling
 
 
 def context(inventory: Path, *, limit: tuple[str, ...] = (),
@@ -96,15 +98,25 @@ def context(inventory: Path, *, limit: tuple[str, ...] = (),
                           Endpoint.from_hostvars(launch_name, launch_hv), cfg, exp,
                           simulated=all(s.simulated for s in specs.values()),
                           counter_limit=Threshold.from_dict(
-                              limits["net.error_counter_growth_max"]))
+                              limits["net.error_counter_growth_max"]),
+                          limits={k: Threshold.from_dict(v) for k, v in limits.items()
+                                  if k.startswith("scaling.")},
+                          scaling_steps=_scaling_steps())
+
+
+def _scaling_steps() -> tuple[int, int]:
+    load = suite(SUITE).load
+    return int(load.get("scaling_steps", 30)), int(load.get("scaling_warmup", 10))
 
 
 def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
                 say: Progress, become: BecomeSource | None) -> dict[str, dict[str, Any]]:
-    """Every node's own fabric check and identity, through validate."""
+    """Every node's own fabric check and identity (and, with scaling, its own training
+    run: load.scaling), through validate."""
     check = FABRIC_CHECK[ctx.exp.link_layer]
-    vr = validate(inventory, suite="quick", limit=tuple(ctx.nodes),
-                  checks=("hardware.inventory", check), runs_dir=run_dir / "nodes",
+    checks = ("hardware.inventory", check, *(("load.scaling",) if ctx.cfg.scaling else ()))
+    vr = validate(inventory, suite=SUITE if ctx.cfg.scaling else "quick",
+                  limit=tuple(ctx.nodes), checks=checks, runs_dir=run_dir / "nodes",
                   progress=say, become=become)
     out: dict[str, dict[str, Any]] = {}
     for name, hr in vr.hosts.items():
@@ -115,6 +127,10 @@ def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
                      "summary": r.summary if r else (hr.error or "not run"),
                      "findings": list(r.findings) if r else [], "identity": ident,
                      "run": str(hr.out_dir / "results.json")}
+        sc = next((x for x in hr.results if x.check == "load.scaling"), None)
+        if ctx.cfg.scaling:
+            out[name]["scaling"] = sc.as_dict() if sc else {
+                "verdict": "ERROR", "summary": hr.error or "load.scaling did not run"}
     return out
 
 

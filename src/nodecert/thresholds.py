@@ -193,7 +193,8 @@ GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp32")
 
 def _load_options(node: yamldoc.Node) -> dict[str, Any]:
     m = node.mapping(set(), {"burnin_s", "soak_s", "engine", "dtype", "gemm_size",
-                             "smoke_steps", "report_s"})
+                             "smoke_steps", "report_s", "scaling_steps", "scaling_warmup",
+                             "scaling_timeout_s"})
     out: dict[str, Any] = {}
     for k, n in m.items():
         if k in ("engine", "dtype"):
@@ -233,7 +234,8 @@ SUITE_SETTINGS: dict[str, dict[str, Any]] = {
     "fabric": {"nccl_max_size": str, "nccl_iters": int, "timeout_s": int, "dcgm_level": int,
                "dcgm_timeout_s": int},
     "load": {"burnin_s": int, "soak_s": int, "engine": LOAD_ENGINES, "dtype": GEMM_DTYPES,
-             "gemm_size": int, "smoke_steps": int, "report_s": int},
+             "gemm_size": int, "smoke_steps": int, "report_s": int, "scaling_steps": int,
+             "scaling_warmup": int, "scaling_timeout_s": int},
 }
 
 

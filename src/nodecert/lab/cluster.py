@@ -14,6 +14,7 @@ import secrets
 from pathlib import Path
 
 from nodecert.lab.config import CLUSTER_UNITS, LabConfig
+from nodecert.plan import framework_plan
 from nodecert.shell import run
 from nodecert.stacks import find_stack
 
@@ -125,13 +126,19 @@ JOB_TOOLS = ("nccl-tests", "perftest", "infiniband-diags", "mlnx-tools")
 
 def job_tools_script() -> str:
     """What a cluster's jobs need on every host (what provisioning leaves on a real one):
-    the pinned driver and NCCL from the lab's NVIDIA repository, nccl-tests, perftest and
-    the RDMA diagnostics."""
-    pins = [f"{p.name}={p.version}" for p in find_stack(JOB_STACK).os[JOB_OS].packages
+    the pinned driver and NCCL from the lab's NVIDIA repository, nccl-tests, perftest,
+    the RDMA diagnostics, and the stack's framework environment (its PyTorch from the
+    lab's wheelhouse) where the training jobs run."""
+    stack = find_stack(JOB_STACK)
+    pins = [f"{p.name}={p.version}" for p in stack.os[JOB_OS].packages
             if p.component in ("driver", "nccl") and not p.name.endswith("-dev")]
+    env = framework_plan(stack)["python"].rsplit("/bin/", 1)[0]
     return ("echo 'deb [trusted=yes] file:/srv/nodecert-mirror/nvidia ./' > "
             "/etc/apt/sources.list.d/nodecert-lab-nvidia.list && apt-get update -qq && "
-            f"apt-get install -y -qq {' '.join(pins + list(JOB_TOOLS))} >/dev/null")
+            f"apt-get install -y -qq {' '.join(pins + list(JOB_TOOLS))} python3-venv "
+            f">/dev/null && python3 -m venv {env} && {env}/bin/pip install -q "
+            "--disable-pip-version-check --index-url file:///srv/nodecert-mirror/simple "
+            f"torch=={stack.framework.pytorch} >/dev/null")
 
 
 def slurm_idle_script(total: int) -> str:
@@ -144,7 +151,9 @@ def slurm_idle_script(total: int) -> str:
 def inventory_vars() -> dict[str, object]:
     """What the lab's inventory says of its cluster (the cluster command's settings)."""
     return {"nodecert_cluster": {"engine": "slurm", "launch_host": HEAD,
-                                 "partition": PARTITION}}
+                                 "partition": PARTITION},
+            # the stack whose driver, NCCL and framework the hosts carry (job_tools_script)
+            "nodecert_stack": JOB_STACK}
 
 
 __all__ = ["HEAD", "PARTITION", "inventory_vars", "job_tools_script", "known_hosts",

@@ -491,7 +491,8 @@ class Lab:
                 f"nodecert_thresholds={json.dumps(LAB_STORAGE_FLOORS)}"]
         if (self._read_state() or {}).get("cluster"):
             inv.append("# The lab's Slurm cluster: the cluster command's engine and head host.")
-            inv += [f"{k}='{json.dumps(v)}'" for k, v in cluster.inventory_vars().items()]
+            inv += [f"{k}='{json.dumps(v)}'" if isinstance(v, dict) else f"{k}={v}"
+                    for k, v in cluster.inventory_vars().items()]
         inv.append("")
         (st / "inventory.ini").write_text("\n".join(inv))
         # Every framework wheel pinned by its sha256 (pip --require-hashes): the lab's

@@ -1,4 +1,4 @@
-"""load.burnin and load.thermal_soak.
+"""load.burnin, load.thermal_soak and load.scaling.
 
 The load (options load.engine) is, by default, a GEMM in the stack's own PyTorch
 (checks/framework.py: bf16 unless load.dtype says fp16/tf32/fp8/fp32, compared
@@ -8,6 +8,8 @@ stacks without PyTorch or on request: it also compares each result with a
 reference, and its FP32 throughput is judged against the node's best GPU only.
 The soak samples every GPU about once a second with `nvidia-smi --query-gpu
 ... -lms` while the load runs and keeps the time series for the report.
+load.scaling trains a reference model on each GPU alone and on all of them
+(nodecert_node/scaling.py holds the sizing and the judge).
 """
 
 from __future__ import annotations
@@ -18,9 +20,16 @@ import time
 from collections import Counter
 from typing import Any
 
+from nodecert_node import scaling
 from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q, within
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
-from nodecert_node.framework import NoFramework, framework, gemm_summary, run_gemm
+from nodecert_node.framework import (
+    NoFramework,
+    framework,
+    framework_python,
+    gemm_summary,
+    run_gemm,
+)
 from nodecert_node.parse import bench, smi
 from nodecert_node.registry import check
 from nodecert_node.tools import run, which
@@ -301,3 +310,29 @@ def thermal_soak(ctx: Ctx) -> Result:
         return res.with_(verdict=Verdict.ERROR, summary=load_error, fault_code="NC-LOAD-ERROR",
                          findings=(load_error, *res.findings))
     return res
+
+
+# --- load.scaling -----------------------------------------------------------------------
+
+@check("load.scaling", order=72, suites=("standard", "full"),
+       description="training throughput on 1 GPU and all GPUs of the node: scaling efficiency")
+def scaling_run(ctx: Ctx) -> Result:
+    _, gpus, ev = nvidia_smi_q(ctx)
+    try:
+        py = framework_python(ctx)
+    except NoFramework as exc:
+        return no_framework("load.scaling", exc, ev)
+    load = dict(ctx.options.get("load") or {})
+    # Sized for the smallest GPU: the model must fit on every one of them.
+    mem = min(float(g.get("memory_total_mib") or 0) for g in gpus)
+    size = scaling.model_size(mem)
+    limit = float(load.get("scaling_timeout_s", 600))
+    single, e1 = scaling.phase(scaling.scaling_argv(py, "single", len(gpus), size, load),
+                               limit, "scaling: every GPU alone")
+    ddp, e2 = scaling.phase(scaling.scaling_argv(py, "ddp", len(gpus), size, load), limit,
+                            f"scaling: {len(gpus)} GPUs, DDP")
+    ev += [e for e in (e1, e2) if e is not None]
+    res = scaling.judge_scaling(single, ddp, len(gpus), scaling.topology(ctx.limits),
+                                ctx.limits)
+    # The cluster's scaling job runs the same model with the same environment.
+    return res.with_(evidence=tuple(ev), facts={**res.facts, "python": py})

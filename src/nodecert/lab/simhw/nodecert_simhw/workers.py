@@ -13,6 +13,7 @@ import time
 
 from nodecert_simhw.faults import Faults
 from nodecert_simhw.nccl import busbw_peak
+from nodecert_simhw.scaling import cmd_scaling
 from nodecert_simhw.state import (
     GpuState,
     add_load,
@@ -154,4 +155,6 @@ def cmd_torch_worker(argv):
         return torch_gemm(args, *argv[2:4])
     if kind in ("allreduce", "copy"):
         return torch_collective(kind, args)
+    if kind == "scaling":
+        return cmd_scaling(args, *argv[2:4])
     return framework_smoke(args, *argv[2:6])

@@ -1,0 +1,247 @@
+"""Scaling efficiency: the training worker on the CPU with the real PyTorch, the model's
+sizing, the node judge (load.scaling) and the cluster judge, and the check end to end on
+the simulator, whose SIMULATED figures must match the hardware model's expectation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import REPO
+from nodecert import thresholds
+from nodecert.clusterconfig import parse_cluster
+from nodecert.clusterscaling import NodeScaling, job_script, judge
+from nodecert_node.contract import Limits, Threshold, Verdict
+from nodecert_node.framework import events
+from nodecert_node.scaling import judge_scaling, model_size, topology
+from nodecert_node.workers.scaling import build, params
+from simnode import SimNode
+
+pytestmark = pytest.mark.unit
+WORKER = REPO / "validators" / "nodecert_node" / "workers" / "scaling.py"
+PROFILES = yaml.safe_load((REPO / "src" / "nodecert" / "lab" / "profiles.yml").read_text())
+
+
+def limits(model: str, **over: Any) -> Limits:
+    return Limits(thresholds.resolve(model, cli=over))
+
+
+def worker(*args: str) -> tuple[int, list[dict[str, Any]]]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, str(WORKER), "--cpu", "--steps", "2",
+                        "--warmup", "1", "--layers", "1", "--d-model", "64", "--heads", "4",
+                        "--seq", "32", *args], capture_output=True, text=True, timeout=180,
+                       check=False, env=env)
+    return p.returncode, events(p.stdout)
+
+
+# --- the worker, for real on the CPU -------------------------------------------------------
+
+def test_the_worker_trains_every_gpu_alone_and_all_together() -> None:
+    rc, evs = worker("single", "--gpus", "2")
+    assert rc == 0
+    assert evs[0]["event"] == "ready" and evs[0]["params"] == params(1, 64)
+    alone = sorted(e["gpu"] for e in evs if e["event"] == "gpu")
+    assert alone == [0, 1]
+    assert all(e["tokens_s"] > 0 and e["steps"] == 2 for e in evs if e["event"] == "gpu")
+    rc, evs = worker("ddp", "--gpus", "2")
+    assert rc == 0
+    result = [e for e in evs if e["event"] == "result"]
+    assert len(result) == 1 and result[0]["world"] == 2
+    assert result[0]["step_ms_min"] <= result[0]["step_ms_median"] <= result[0]["step_ms_max"]
+
+
+def test_the_worker_refuses_sizes_it_cannot_build() -> None:
+    rc, evs = worker("single", "--gpus", "1", "--heads", "5")
+    assert rc == 2 and evs[-1]["event"] == "error" and "divide" in evs[-1]["message"]
+
+
+def test_the_parameter_count_is_the_models() -> None:
+    import argparse
+    for layers, d in ((1, 64), (3, 128)):
+        model = build(argparse.Namespace(layers=layers, d_model=d, heads=4))
+        assert sum(p.numel() for p in model.parameters()) == params(layers, d)
+
+
+# --- sizing and the node judge ----------------------------------------------------------
+
+def test_the_model_is_sized_from_the_gpus_memory() -> None:
+    h200 = model_size(143771)
+    assert (h200["d_model"], h200["layers"], h200["seq"], h200["batch"]) == (4096, 9, 2048, 4)
+    # weights, gradients and AdamW state take about a fifth of the memory
+    assert 0.15 < params(h200["layers"], 4096) * 16 / (143771 * 2 ** 20) < 0.25
+    assert model_size(46068)["d_model"] == 2048
+    assert model_size(1)["layers"] == 2  # never below 2 layers
+
+
+def test_topology_follows_the_models_profile() -> None:
+    assert topology(limits("H200-SXM")) == "nvlink"
+    assert topology(limits("L40S")) == "pcie"
+    assert topology(limits("A100-PCIE-80GB")) == "pcie"  # NVLink bridges optional: PCIe
+
+
+def evs_of(alone: list[float], together: float | None) -> tuple[list[dict[str, Any]],
+                                                                 list[dict[str, Any]]]:
+    single = [{"event": "ready", "params": 10}] + [
+        {"event": "gpu", "gpu": g, "tokens_s": v} for g, v in enumerate(alone)]
+    ddp = [] if together is None else [{"event": "result", "tokens_s": together,
+                                        "step_ms_median": 100.0, "step_ms_min": 99.0,
+                                        "step_ms_max": 102.0}]
+    return single, ddp
+
+
+def test_node_judge_passes_a_node_that_scales() -> None:
+    r = judge_scaling(*evs_of([1000.0] * 8, 7800.0), 8, "nvlink", limits("H200-SXM"))
+    assert r.verdict is Verdict.PASS, r.findings
+    assert r.value["efficiency"] == 0.975 and r.value["tokens_s_1"] == 1000.0
+    assert r.facts["curve"] == [[1, 1.0], [8, 0.975]]
+    assert r.value["step_spread"] == 0.03
+    assert "scaling.node_efficiency_min_nvlink" in r.thresholds
+
+
+def test_node_judge_names_the_slow_gpu_and_the_poor_scaling() -> None:
+    r = judge_scaling(*evs_of([1000.0] * 7 + [700.0], 5600.0), 8, "nvlink",
+                      limits("H200-SXM"))
+    assert r.verdict is Verdict.FAIL and r.fault_code == "NC-SCALING"
+    assert r.findings[0].startswith("GPU7 alone 700 tokens/s as a fraction of the node's best")
+    assert "scaling efficiency over 8 GPUs" in r.findings[1]
+    assert "needs >= 0.9 ratio, measured 0.7 ratio" in r.findings[1]
+    # the same figure passes a PCIe-only node's floor
+    r = judge_scaling(*evs_of([1000.0] * 4, 2800.0), 4, "pcie", limits("L40S"))
+    assert r.verdict is Verdict.PASS, r.findings
+
+
+def test_node_judge_errors_when_a_figure_is_missing() -> None:
+    single, ddp = evs_of([1000.0] * 7, 7800.0)
+    r = judge_scaling(single, ddp, 8, "nvlink", limits("H200-SXM"))
+    assert r.verdict is Verdict.ERROR and "GPU7: no single-GPU figure" in r.summary
+    single, _ = evs_of([1000.0] * 8, None)
+    r = judge_scaling(single, [{"event": "error", "message": "NCCL error: unhandled"}], 8,
+                      "nvlink", limits("H200-SXM"))
+    assert r.verdict is Verdict.ERROR and "NCCL error" in r.summary
+    r = judge_scaling(single, [], 8, "nvlink", limits("H200-SXM"))
+    assert r.verdict is Verdict.ERROR and "no result" in r.summary
+
+
+# --- the check on the simulator -------------------------------------------------------------
+
+def model_efficiency(profile: str, gpus: int, busbw: float, slow: float = 1.0) -> float:
+    """The lab's model as documented (nodecert_simhw/scaling.py), computed here from the
+    profile's figures: compute alone / (compute of the slowest GPU + 30% of the gradient
+    all-reduce at its algorithm bandwidth)."""
+    g = PROFILES["profiles"][profile]["gpu"]
+    size = model_size(g["memory_mib"])
+    p = params(size["layers"], size["d_model"])
+    rate = g["bf16_tflops"] * 0.84 * 0.45 * 1e12
+    one = 6 * p * size["batch"] * size["seq"] / rate
+    comm = 4 * p / (busbw * gpus / (2 * (gpus - 1)) * 1e9)
+    return one / (one / slow + 0.3 * comm)
+
+
+def sim_scaling(tmp: Path, profile: str = "h200-sxm-8",
+                faults: list[dict[str, Any]] | None = None) -> Any:
+    node = SimNode(tmp, profile=profile, faults=faults)
+    plan = node.plan(["load.scaling"], suite="standard")
+    plan["framework"] = node.framework_env()
+    return node.check("load.scaling", plan)
+
+
+def test_sim_efficiency_matches_the_hardware_model(tmp_path: Path) -> None:
+    r = sim_scaling(tmp_path)
+    assert r.verdict is Verdict.PASS, r.findings
+    fab = PROFILES["profiles"]["h200-sxm-8"]["fabric"]
+    want = model_efficiency("h200-sxm-8", 8, fab["allreduce_busbw_gbs"])
+    assert abs(r.value["efficiency"] - want) / want < 0.02, (r.value["efficiency"], want)
+    assert r.facts["python"].endswith("/bin/python")
+    assert [e.name for e in r.evidence][-2:] == ["scaling: every GPU alone",
+                                                 "scaling: 8 GPUs, DDP"]
+
+
+def test_sim_pcie_only_node_scales_within_its_floor(tmp_path: Path) -> None:
+    r = sim_scaling(tmp_path, "l40s-pcie-4")
+    fab = PROFILES["profiles"]["l40s-pcie-4"]["fabric"]
+    want = model_efficiency("l40s-pcie-4", 4, fab["allreduce_busbw_gbs"])
+    assert r.verdict is Verdict.PASS and r.value["topology"] == "pcie"
+    assert abs(r.value["efficiency"] - want) / want < 0.02
+
+
+@pytest.mark.parametrize(("fault", "first"), [
+    ({"kind": "tflops_low", "gpu": 5, "factor": 0.7}, "GPU5 alone"),
+    ({"kind": "nvlink_down"}, "scaling efficiency over 8 GPUs"),
+])
+def test_sim_faults_fail_load_scaling(tmp_path: Path, fault: dict[str, Any],
+                                      first: str) -> None:
+    r = sim_scaling(tmp_path, faults=[fault])
+    assert r.verdict is Verdict.FAIL and r.findings[0].startswith(first), r.findings
+
+
+# --- the cluster's judge ---------------------------------------------------------------------
+
+def cluster_limits() -> dict[str, Threshold]:
+    return {k: Threshold.from_dict(v) for k, v in thresholds.resolve("H200-SXM").items()
+            if k.startswith("scaling.")}
+
+
+def node(tokens_1: float = 1000.0, tokens_n: float = 7800.0, verdict: str = "PASS"
+         ) -> NodeScaling:
+    return NodeScaling(verdict, f"{verdict} summary", tokens_1, tokens_n,
+                       tokens_n / (8 * tokens_1), "/opt/nodecert/envs/s/bin/python",
+                       {"layers": 9, "d_model": 4096, "seq": 2048, "batch": 4})
+
+
+def rank0(tokens: float) -> str:
+    return json.dumps({"event": "result", "tokens_s": tokens, "step_ms_median": 330.0,
+                       "step_ms_min": 329.0, "step_ms_max": 333.0, "world": 16})
+
+
+def test_cluster_judge_passes_and_draws_the_curve() -> None:
+    r, named = judge({"h1": node(), "h2": node()}, rank0(15400.0), "", gpus=8,
+                     limits=cluster_limits(), link_layer="InfiniBand", simulated=True)
+    assert r.verdict is Verdict.PASS and named == []
+    assert r.value["efficiency"] == 0.9625
+    assert r.facts["curve"] == [[1, 1.0], [8, 0.975], [16, 0.9625]]
+    assert r.thresholds["efficiency"].value == 0.85
+
+
+def test_cluster_judge_names_the_node_slower_than_its_peers() -> None:
+    r, named = judge({"h1": node(), "h2": node(tokens_n=7000.0), "h3": node()},
+                     rank0(20000.0), "", gpus=8, limits=cluster_limits(),
+                     link_layer="InfiniBand", simulated=True)
+    assert r.verdict is Verdict.FAIL and named == ["h2"]
+    assert r.findings[0].startswith("h2: 7000 tokens/s on its 8 GPUs as a fraction of the "
+                                    "best node's (7800)")
+    r, named = judge({"h1": node(), "h2": node(verdict="FAIL")}, rank0(15400.0), "",
+                     gpus=8, limits=cluster_limits(), link_layer="Ethernet", simulated=True)
+    assert r.verdict is Verdict.FAIL and named == ["h2"]
+
+
+def test_cluster_judge_fails_poor_scaling_and_errors_without_figures() -> None:
+    r, _ = judge({"h1": node(), "h2": node()}, rank0(12000.0), "", gpus=8,
+                 limits=cluster_limits(), link_layer="InfiniBand", simulated=False)
+    assert r.verdict is Verdict.FAIL
+    assert "needs >= 0.85 ratio, measured 0.75 ratio" in r.findings[0]
+    r, _ = judge({"h1": node(), "h2": node()}, "", "hung past its limit", gpus=8,
+                 limits=cluster_limits(), link_layer="InfiniBand", simulated=False)
+    assert r.verdict is Verdict.ERROR and "hung past its limit" in r.summary
+
+
+def test_the_cluster_job_quotes_what_it_runs() -> None:
+    s = job_script("h1", 29600, "/opt/nodecert/node/abc/nodecert_node/workers/scaling.py",
+                   node(), gpus=8, nodes=4, steps=(30, 10))
+    assert 'export NCCL_COMM_ID="$first:29600"' in s
+    assert "scaling.py ddp --gpus 8 --nodes 4 --layers 9 --d-model 4096 --heads 32" in s
+    assert s.endswith('--node-rank "$r" --master "$first:29600"')
+
+
+def test_scaling_can_be_turned_off_and_takes_booleans_only() -> None:
+    cfg, why = parse_cluster({"scaling": False})
+    assert cfg is not None and not cfg.scaling and why is None
+    cfg, why = parse_cluster({"scaling": "yes"})
+    assert cfg is None and why == "scaling must be true or false, got 'yes'"
