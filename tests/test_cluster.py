@@ -232,7 +232,7 @@ class ModelLauncher(Launcher):
 def context(n: int) -> ClusterContext:
     nodes = [f"h{k}" for k in range(1, n + 1)]
     return ClusterContext(nodes, {x: x for x in nodes}, {}, {x: ep(x) for x in nodes},
-                          ep("h1"), ClusterConfig(engine="slurm"),
+                          ep("h1"), ClusterConfig(engine="slurm", scaling=False),
                           expectation(FABRIC, 8, LIMITS), simulated=True)
 
 
@@ -421,8 +421,8 @@ def test_errors_that_grow_during_the_jobs_fail_the_fabric_and_name_the_node(
 def test_extra_collectives_are_reported_not_judged(tmp_path: Path) -> None:
     from dataclasses import replace
     ctx = context(4)
-    ctx = replace(ctx, cfg=ClusterConfig(engine="slurm", collectives=("all_gather",
-                                                                         "alltoall")))
+    ctx = replace(ctx, cfg=ClusterConfig(engine="slurm", scaling=False,
+                                         collectives=("all_gather", "alltoall")))
     d = tmp_path / "cluster-run-abcdef"
     d.mkdir()
     m = ModelLauncher()

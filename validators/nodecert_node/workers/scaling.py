@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
+import socket
 import statistics
 import sys
 import time
@@ -187,8 +187,10 @@ def main(argv: Any = None) -> int:
         emit("error", message=f"{args.gpus} GPUs asked for, PyTorch sees "
                               f"{torch.cuda.device_count()}")
         return 2
-    if args.mode == "ddp" and not args.master:
-        args.master = f"127.0.0.1:{29400 + os.getpid() % 1000}"
+    if args.mode == "ddp" and not args.master:  # one node: a free loopback port
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            args.master = f"127.0.0.1:{s.getsockname()[1]}"
     emit("ready", mode=args.mode, gpus=args.gpus, nodes=args.nodes, node_rank=args.node_rank,
          params=params(args.layers, args.d_model), layers=args.layers, d_model=args.d_model,
          seq=args.seq, batch=args.batch, dtype=args.dtype, torch=torch.__version__,
