@@ -169,8 +169,8 @@ def test_suites_come_from_the_declarations_in_order() -> None:
         "hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net.roce",
         "health.gpu",
         "health.xid", "power.limit", "stack.conformance", "stack.framework_smoke",
-        "storage.fio", "fabric.nccl_allreduce", "fabric.bandwidth", "dcgm.diag", "load.burnin",
-        "load.thermal_soak")
+        "storage.fio", "storage.shared", "fabric.nccl_allreduce", "fabric.bandwidth",
+        "dcgm.diag", "load.burnin", "load.thermal_soak", "load.scaling")
     specs = registry.discover()
     for name, suite in s.items():
         assert set(suite.checks) == {c for c, x in specs.items() if name in x.suites}, name

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import lab_config, require_root
 from nodecert.lab.hosts import Lab
+from test_scaling import model_efficiency
 
 pytestmark = pytest.mark.lab
 NODES = ["h1", "h2", "h3", "h4"]
@@ -84,8 +85,22 @@ def test_a_healthy_cluster_passes_on_slurm_and_its_certificate_verifies(
     run = json.loads((Path(data["run_dir"]) / "results.json").read_text())
     assert run["engine"] == "slurm" and run["simulated"] is True
     assert {r["check"] for r in run["results"]} == {"cluster.fabric", "cluster.pairs",
-                                                    "cluster.allreduce"}
+                                                    "cluster.allreduce", "cluster.scaling",
+                                                    "cluster.storage"}
     assert run["allreduce"]["busbw"] >= 331.2
+    # the training job over 4 nodes x 8 GPUs: the SIMULATED efficiency is the model's
+    # (across nodes the all-reduce runs at 8 rails x 47 GB/s)
+    eff = run["scaling"]["value"]["efficiency"]
+    want = model_efficiency("h200-sxm-8", 32, 8 * 400 / 8 * 0.94)
+    assert abs(eff - want) / want < 0.02, (eff, want)
+    assert [g for g, _ in run["scaling"]["facts"]["curve"]] == [1, 8, 32]
+    # the shared file system under all 4 nodes at once: real fio through the lab's mount,
+    # and nothing of nodecert's left on it
+    fs = run["shared_fs"]["value"]
+    assert sorted(fs["read_mbps_at_once"]) == NODES and fs["aggregate_read_mbps"] >= 50
+    assert all(v["/mnt/nodecert-shared"]["small_files_per_s"] > 0
+               for v in fs["per_node"].values())
+    assert cluster_lab.ssh("h2", "ls -A /mnt/nodecert-shared").stdout.strip() == ""
     v = nodecert("verify", data["certificate"], "--pubkey", str(keys / "nodecert.pub"),
                  "--allow-simulated", cwd=tmp_path)
     assert v.returncode == 0, v.stdout
@@ -106,6 +121,8 @@ def test_a_healthy_cluster_passes_on_slurm_and_its_certificate_verifies(
     ("{host: h1, kind: hca_missing, hca: 3}", "h1"),  # h1 serves every rail it is paired on
     ("{host: h4, kind: hca_missing, hca: 3}", "h4"),  # h4 measures: it releases the server
     ("{host: h2, kind: hca_firmware, hca: 6}", "h2"),
+    ("{host: h3, kind: tflops_low, gpu: 2}", "h3"),  # one slow GPU: the training job's
+    ("{host: h2, kind: shared_fs_slow, read_mbps: 8}", "h2"),  # the data path's
 ])
 def test_each_fabric_fault_names_its_node(cluster_lab: Lab, tmp_path: Path, fault: str,
                                           host: str) -> None:

@@ -23,8 +23,8 @@ from nodecert_node.checks.hardware import judge_topology
 from nodecert_node.checks.load import judge_gemm, judge_soak
 from nodecert_node.checks.stack import judge_smoke
 from nodecert_node.contract import Limits, Result, Verdict
-from nodecert_node.framework import events
 from nodecert_node.parse import smi, topo
+from nodecert_node.parse.events import events
 from nodecert_node.workers.gemm import compare
 from simnode import SimNode
 

@@ -19,7 +19,7 @@ from nodecert import thresholds
 from nodecert.clusterconfig import parse_cluster
 from nodecert.clusterscaling import NodeScaling, job_script, judge
 from nodecert_node.contract import Limits, Threshold, Verdict
-from nodecert_node.framework import events
+from nodecert_node.parse.events import events
 from nodecert_node.scaling import judge_scaling, model_size, topology
 from nodecert_node.workers.scaling import build, params
 from simnode import SimNode

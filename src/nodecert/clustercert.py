@@ -74,6 +74,10 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
         "matrix": matrix(data), "rails": rail_table(data), "isolation": data["isolation"],
         "allreduce": data["allreduce"], "bisection": data["bisection"],
         "culprits": data["culprits"],
+        # efficiency against GPUs (1, one node, all nodes) and what it was judged by
+        "scaling": {k: (data.get("scaling") or {}).get(k) for k in ("value", "thresholds",
+                                                                     "facts")}
+        if data.get("scaling") else None,
         "results": [{k: r[k] for k in ("check", "verdict", "summary", "findings", "value",
                                        "unit", "thresholds")} for r in data["results"]],
         "tool": {"name": "nodecert", "version": __version__},

@@ -8,8 +8,14 @@ Stages and what each contributes to the cluster's verdict:
   cluster.pairs      pair rounds, isolation of the node (or the rail) whose pairings are
                      all bad while its partners do well elsewhere;
   cluster.allreduce  the collective over all nodes, bisected when it falls short.
+  cluster.scaling    the reference training job over all nodes (clusterscaling);
+  cluster.storage    the shared file system read by every node at once (clusterstorage).
 A job that could not run (launch failure, hang past its limit) is ERROR with its logs;
 a node is named only from evidence, never guessed.
+
+This module is long because it holds every stage's job orchestration side by side (the
+jobs share one sequence of names and ports, one wave scheduler and one log directory);
+what each stage's figures mean lives in clusterjudge, clusterscaling and clusterstorage.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert import clustercounters, clusterplan, clusterscaling, thresholds
+from nodecert import clustercounters, clusterplan, clusterscaling, clusterstorage, thresholds
 from nodecert.clusterconfig import ClusterConfig
 from nodecert.clusterjobs import Job, JobResult, Launcher, launcher
 from nodecert.clusterjudge import (
@@ -82,6 +88,8 @@ class ClusterContext:
     limits: dict[str, Threshold] = field(default_factory=dict)
     # the scaling job's timed and warm-up steps (the suite's load.scaling_steps/_warmup)
     scaling_steps: tuple[int, int] = (30, 10)
+    # the order's shared file system (nodecert_shared_fs), None where it names none
+    shared_fs: dict[str, Any] | None = None
 
 
 class ClusterRun:
@@ -231,6 +239,37 @@ class ClusterRun:
                 {j.job.name for j in self.jobs if "-scaling-" in j.job.name}))
         return result, named
 
+    def storage(self, fabric: dict[str, dict[str, Any]]) -> tuple[Result, list[str]]:
+        """Every node reads the shared file system at once; judged with each node's own."""
+        c = self.ctx
+        spec = c.shared_fs or {}
+        mount = spec["mounts"][0]["path"]
+        size = int(spec.get("size_mb") or 1024)
+        run = self.dir.name[-6:]
+        self.say(f"all {len(c.nodes)} nodes reading {mount} at once")
+        prep = self._run_jobs([self._job("fsprep", tuple(c.nodes), lambda _h, _p: (
+            clusterstorage.script(clusterstorage.PREP, mount, run, size)))])[0]
+        rates: dict[str, float | None] = dict.fromkeys(c.nodes)
+        error = prep.error or ("" if prep.ok else f"laying out the files: exit code "
+                                                  f"{prep.returncode}")
+        job = self._job("fsread", tuple(c.nodes), lambda _h, _p: (
+            clusterstorage.script(clusterstorage.READ, mount, run, size)))
+        res = self._run_jobs([job])[0]  # removes the files, also after a failed prep
+        if not error:
+            error = res.error or ("hung past its limit" if res.timed_out else "")
+            ranks = [self._node_of(e) for e in job.nodes]
+            rates = clusterstorage.read_rates(res.by_rank(), ranks)
+        result, named = clusterstorage.judge(
+            {n: fabric[n].get("storage") or {"verdict": "ERROR", "summary": "not run"}
+             for n in c.nodes}, rates, error, spec=spec,
+            peer=c.limits["storage.shared_peer_fraction_min"], simulated=c.simulated)
+        if result.verdict != Verdict.PASS:
+            result = result.with_(evidence=self._evidence({prep.job.name, job.name}))
+        return result, named
+
+    def _node_of(self, engine_name: str) -> str:
+        return next(n for n, e in self.ctx.engine_names.items() if e == engine_name)
+
     def _collectives_result(self, extra: dict[str, Reading]) -> Result:
         # No public floor exists for these across nodes (a real 2-node B200 all_gather
         # reads 260 GB/s where all-reduce reaches 340): reported, not judged; one that
@@ -278,6 +317,7 @@ class ClusterRun:
         extra = {} if self.stop.is_set() else self.collectives()
         scaled = (self.scaling(fabric) if c.cfg.scaling and not self.stop.is_set()
                   else None)
+        stored = (self.storage(fabric) if c.shared_fs and not self.stop.is_set() else None)
         grew = (clustercounters.growth(before, self.counters())
                 if before is not None and self.counters else {})
         results = [self._fabric_result(fabric, grew), self._pairs_result(pairs, iso, rail_culprits),
@@ -286,8 +326,10 @@ class ClusterRun:
             results.append(self._collectives_result(extra))
         if scaled:
             results.append(scaled[0])
+        if stored:
+            results.append(stored[0])
         culprits = sorted({*iso.culprits, *(bis.culprits if bis else []), *grew,
-                           *(scaled[1] if scaled else []),
+                           *(scaled[1] if scaled else []), *(stored[1] if stored else []),
                            *rail_culprits, *[n for n, f in fabric.items()
                                              if f["verdict"] in ("FAIL", "ERROR")]})
         verdict = worst(r.verdict for r in results)
@@ -299,6 +341,7 @@ class ClusterRun:
             "counter_growth": grew,
             "collectives": {k: r.as_dict() for k, r in extra.items()},
             "scaling": scaled[0].as_dict() if scaled else None,
+            "shared_fs": stored[0].as_dict() if stored else None,
             "rounds": max((p.round for p in pairs), default=0),
             "isolation": {"culprits": iso.culprits, "suspects": iso.suspects,
                           "healthy": iso.healthy, "rails": rail_culprits},

@@ -18,7 +18,7 @@ from typing import Any
 
 from nodecert.clusterjudge import prelude
 from nodecert_node.contract import Result, Threshold, Verdict
-from nodecert_node.framework import events
+from nodecert_node.parse.events import events
 
 
 @dataclass(frozen=True)

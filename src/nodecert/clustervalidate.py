@@ -71,10 +71,10 @@ def context(inventory: Path, *, limit: tuple[str, ...] = (),
             "cluster's bandwidth cannot be judged without the ordered NICs and their rate",
             hint="e.g. nodecert_fabric: {link_layer: InfiniBand, ports: 8, rate_gbps: 400} "
                  "in group_vars (docs/inventory.md)")
-    fabrics = {json.dumps(specs[n].validation["fabric"], sort_keys=True) for n in names}
-    if len(fabrics) != 1:
-        raise InventoryError(f"{inventory}: the nodes' fabric specs differ",
-                             hint="validate one fabric's nodes at a time (--limit)")
+    for key, what in (("fabric", "fabric"), ("shared_fs", "shared file system")):
+        if len({json.dumps(specs[n].validation.get(key), sort_keys=True) for n in names}) != 1:
+            raise InventoryError(f"{inventory}: the nodes' {what} specs differ",
+                                 hint=f"validate one {what}'s nodes at a time (--limit)")
     engine_names = {n: str(hv_all[n].get("nodecert_engine_name") or n) for n in names}
     bad = [v for v in engine_names.values() if not _PLAIN.match(v)]
     if bad:
@@ -100,8 +100,9 @@ def context(inventory: Path, *, limit: tuple[str, ...] = (),
                           counter_limit=Threshold.from_dict(
                               limits["net.error_counter_growth_max"]),
                           limits={k: Threshold.from_dict(v) for k, v in limits.items()
-                                  if k.startswith("scaling.")},
-                          scaling_steps=_scaling_steps())
+                                  if k.startswith(("scaling.", "storage.shared"))},
+                          scaling_steps=_scaling_steps(),
+                          shared_fs=first.validation.get("shared_fs"))
 
 
 def _scaling_steps() -> tuple[int, int]:
@@ -114,8 +115,9 @@ def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
     """Every node's own fabric check and identity (and, with scaling, its own training
     run: load.scaling), through validate."""
     check = FABRIC_CHECK[ctx.exp.link_layer]
-    checks = ("hardware.inventory", check, *(("load.scaling",) if ctx.cfg.scaling else ()))
-    vr = validate(inventory, suite=SUITE if ctx.cfg.scaling else "quick",
+    checks = ("hardware.inventory", check, *(("load.scaling",) if ctx.cfg.scaling else ()),
+              *(("storage.shared",) if ctx.shared_fs else ()))
+    vr = validate(inventory, suite=SUITE if ctx.cfg.scaling or ctx.shared_fs else "quick",
                   limit=tuple(ctx.nodes), checks=checks, runs_dir=run_dir / "nodes",
                   progress=say, become=become)
     out: dict[str, dict[str, Any]] = {}
@@ -127,10 +129,12 @@ def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
                      "summary": r.summary if r else (hr.error or "not run"),
                      "findings": list(r.findings) if r else [], "identity": ident,
                      "run": str(hr.out_dir / "results.json")}
-        sc = next((x for x in hr.results if x.check == "load.scaling"), None)
-        if ctx.cfg.scaling:
-            out[name]["scaling"] = sc.as_dict() if sc else {
-                "verdict": "ERROR", "summary": hr.error or "load.scaling did not run"}
+        for check_name, key, wanted in (("load.scaling", "scaling", ctx.cfg.scaling),
+                                        ("storage.shared", "storage", bool(ctx.shared_fs))):
+            got = next((x for x in hr.results if x.check == check_name), None)
+            if wanted:
+                out[name][key] = got.as_dict() if got else {
+                    "verdict": "ERROR", "summary": hr.error or f"{check_name} did not run"}
     return out
 
 

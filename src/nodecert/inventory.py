@@ -56,6 +56,10 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
                         "InfiniBand|Ethernet, ports, rate_gbps, width, firmware, devices, "
                         "gpu_nic_affinity, roce: {gid_type, pfc_priorities, trust, "
                         "ecn_priorities}}"),
+    "nodecert_shared_fs": (False, "sharedfs", "the shared file system every node reads its "
+                           "data from: {mounts: [{path, type}], read_mbps_min, "
+                           "aggregate_read_mbps_min, checkpoint_mbps_min, "
+                           "small_files_per_s_min, checkpoint_mb, size_mb}"),
     # Cluster validation (nodecert cluster validate).
     "nodecert_cluster": (False, "cluster", "how the site runs multi-node jobs: {engine: "
                          "slurm|mpirun, launch_host, partition, account, reservation, ...}"),
@@ -66,7 +70,7 @@ VALIDATION_VARS = ("nodecert_cpu_model", "nodecert_mig_enabled",
                    "nodecert_nvme_rated_seq_read_mbps",
                    "nodecert_nvme_rated_seq_write_mbps", "nodecert_nvme_rated_rand_read_iops",
                    "nodecert_storage_targets", "nodecert_allow_raw_devices", "nodecert_thresholds",
-                   "nodecert_fabric")
+                   "nodecert_fabric", "nodecert_shared_fs")
 # How Ansible reads booleans written as text (INI [group:vars] values are strings).
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}

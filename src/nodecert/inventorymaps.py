@@ -10,12 +10,15 @@ import yaml
 
 from nodecert.clusterconfig import parse_cluster
 from nodecert.fabricspec import parse_fabric
+from nodecert.sharedfsspec import parse_shared_fs
 
-MAPPING_KINDS = ("map", "fabric", "cluster")
+MAPPING_KINDS = ("map", "fabric", "cluster", "sharedfs")
 EXAMPLES = {
     "map": "e.g. nodecert_thresholds: {storage.seq_read_mbps_min: 3000} in YAML",
     "fabric": "e.g. nodecert_fabric: {link_layer: InfiniBand, ports: 8, rate_gbps: 400} in "
               "group_vars (docs/inventory.md)",
+    "sharedfs": "e.g. nodecert_shared_fs: {mounts: [{path: /mnt/data, type: nfs4}], "
+                "aggregate_read_mbps_min: 16000} in group_vars (docs/datapath.md)",
     "cluster": "e.g. nodecert_cluster: {engine: slurm, launch_host: login01, partition: gpu} "
                "in group_vars (docs/cluster.md)"}
 
@@ -27,6 +30,8 @@ def parse_mapping(kind: str, raw: Any) -> tuple[Any, str | None]:
             raw = yaml.safe_load(raw)
     if kind == "fabric":
         return parse_fabric(raw)
+    if kind == "sharedfs":
+        return parse_shared_fs(raw)
     if kind == "cluster":
         cfg, why = parse_cluster(raw)
         return (cfg.as_dict() if cfg else None), why

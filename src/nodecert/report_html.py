@@ -50,6 +50,21 @@ def _result(p: dict[str, Any], check: str) -> dict[str, Any] | None:
     return next((r for r in p["results"] if r["check"] == check), None)
 
 
+def scaling_chart(r: dict[str, Any] | None) -> str:
+    """Efficiency against GPUs (load.scaling's or cluster.scaling's curve), beside linear."""
+    curve = ((r or {}).get("facts") or {}).get("curve") or []
+    try:
+        pts = [(float(g), float(e)) for g, e in curve]
+    except (TypeError, ValueError):  # from a node: a malformed curve is not drawn
+        return ""
+    if len(pts) < 2:
+        return ""
+    return svgplot.line_chart(
+        "Scaling efficiency vs GPUs (training throughput / GPUs x one GPU alone)",
+        [("measured", pts), ("linear", [(x, 1.0) for x, _ in pts])],
+        xlabel="GPUs", ylabel="efficiency", kind="scaling")
+
+
 def plots(p: dict[str, Any]) -> list[str]:
     """The charts people would rather look at than read, where the run has the data."""
     out: list[str] = []
@@ -74,6 +89,9 @@ def plots(p: dict[str, Any]) -> list[str]:
             "NCCL all-reduce bus bandwidth vs message size",
             [("busbw", [(float(c["size"]), float(c["busbw"])) for c in curve])],
             xlabel="message size (bytes)", ylabel="GB/s", log_x=True, kind="nccl-busbw"))
+    chart = scaling_chart(_result(p, "load.scaling"))
+    if chart:
+        out.append(chart)
     burn = _result(p, "load.burnin")
     value = (burn or {}).get("value") or {}
     if value.get("tflops_per_gpu"):
@@ -124,6 +142,7 @@ def cluster_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -
         p=p, nodes=sorted(p["nodes"], key=_node_order), subjects=statement["subject"],
         simulated=p["simulated"], simulated_text=SIMULATED_TEXT,
         shade=lambda c: _shade(c, busbw_floor),
+        scaling=scaling_chart(p.get("scaling")),
         rail_shade=lambda v: _shade(None if v is None else {"busbw": v, "ok": v >= rail_floor},
                                     rail_floor),
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)

@@ -8,13 +8,13 @@ with their checks (load.burnin, stack.framework_smoke), pure functions of the ev
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from typing import Any
 
 from nodecert_node.context import Ctx
 from nodecert_node.contract import Evidence
+from nodecert_node.parse.events import events
 from nodecert_node.tools import Output, ToolError, run
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
@@ -37,21 +37,6 @@ def framework_python(ctx: Ctx) -> str:
     if not os.path.exists(py):
         raise NoFramework(f"the stack's framework environment is missing: {py} does not exist")
     return py
-
-
-def events(text: str) -> list[dict[str, Any]]:
-    """The JSON event lines of a worker's output (framework warnings are skipped)."""
-    out = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("{"):
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(ev, dict) and "event" in ev:
-                out.append(ev)
-    return out
 
 
 # --- GEMM load ---------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from typing import Any
 
 from nodecert_node.context import judge_findings, within
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
-from nodecert_node.framework import WORKERS, events
+from nodecert_node.framework import WORKERS
+from nodecert_node.parse.events import events
 from nodecert_node.tools import ToolError, run
 
 GiB = 1024 ** 3
@@ -36,6 +37,12 @@ def model_size(memory_mib: float) -> dict[str, int]:
     layers = round(mem * 0.2 / 16 / (12 * d * d))
     return {"layers": min(max(layers, 2), 48), "d_model": d, "heads": d // 128,
             "seq": 2048, "batch": 4}
+
+
+def params_of(size: dict[str, int]) -> int:
+    """Parameters of the reference model of this size (the worker's count)."""
+    d = size["d_model"]
+    return size["layers"] * (12 * d * d + 13 * d) + 32000 * d + 2048 * d + 2 * d
 
 
 def topology(limits: Limits) -> str:

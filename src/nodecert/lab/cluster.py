@@ -121,7 +121,7 @@ def write_known_hosts(cfg: LabConfig, hosts: list[tuple[str, str, int]]) -> None
 
 # The stack whose driver and NCCL a cluster lab's hosts carry, as provisioning pins them.
 JOB_STACK, JOB_OS = "r580-cuda13.0", "debian-12"
-JOB_TOOLS = ("nccl-tests", "perftest", "infiniband-diags", "mlnx-tools")
+JOB_TOOLS = ("nccl-tests", "perftest", "infiniband-diags", "mlnx-tools", "fio")
 
 
 def job_tools_script() -> str:

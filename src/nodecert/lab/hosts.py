@@ -53,6 +53,14 @@ SIMHW_PACKAGE = SIMHW.parent / "nodecert_simhw"  # the emulators, one module per
 # 392 MB/s, same host, minutes apart), so re-validation compares lab storage with an
 # 85% tolerance: on a shared disk a drop is noise, the floors catch a broken drive.
 # Both are recorded in every result as the inventory's.
+# The lab's shared file system: one directory of the lab's state, bound into every host
+# at SHARED_MOUNT (this machine's kernel has no NFS client or server to mount a real
+# export). A cluster lab's order names it with floors its disk clears and a
+# shared_fs_slow fault (8 MB/s) falls well below.
+SHARED_MOUNT = "/mnt/nodecert-shared"
+LAB_SHARED_FS = {"mounts": [{"path": SHARED_MOUNT}], "size_mb": 64, "checkpoint_mb": 64,
+                 "read_mbps_min": 25, "checkpoint_mbps_min": 10, "small_files_per_s_min": 100,
+                 "aggregate_read_mbps_min": 50}
 LAB_STORAGE_FLOORS = {"storage.seq_read_mbps_min": 25,
                       "storage.local_nvme_seq_read_mbps_min": 25, "storage.seq_write_mbps_min": 25,
                       "storage.rand_read_iops_min": 500, "storage.checkpoint_mbps_min": 10,
@@ -214,6 +222,7 @@ class Lab:
         timings["mirror_s"] = time.monotonic() - tm
         t0 = time.monotonic()
         self.cfg.state.mkdir(parents=True, exist_ok=True)
+        (self.cfg.state / "shared").mkdir(mode=0o755, exist_ok=True)
         net.bridge_up(self.cfg)
         key = self.cfg.state / "id_ed25519"
         if not key.exists():
@@ -384,6 +393,7 @@ class Lab:
                 "--register=no", "--keep-unit", "--link-journal=no", "--resolv-conf=off",
                 "--settings=no", f"--network-namespace-path=/run/netns/{self.cfg.netns(n)}",
                 f"--bind-ro={mirror}:/srv/nodecert-mirror",
+                f"--bind={self.cfg.state / 'shared'}:{SHARED_MOUNT}",
                 "--boot", "--console=read-only"]
         env = dict(os.environ, SYSTEMD_NSPAWN_API_VFS_WRITABLE="network",
                    NODECERT_LAB_BLKIO=str(blkio.ensure(self.cfg, self.cfg.netns(n)) or ""))
@@ -493,6 +503,7 @@ class Lab:
             inv.append("# The lab's Slurm cluster: the cluster command's engine and head host.")
             inv += [f"{k}='{json.dumps(v)}'" if isinstance(v, dict) else f"{k}={v}"
                     for k, v in cluster.inventory_vars().items()]
+            inv.append(f"nodecert_shared_fs='{json.dumps(LAB_SHARED_FS)}'")
         inv.append("")
         (st / "inventory.ini").write_text("\n".join(inv))
         # Every framework wheel pinned by its sha256 (pip --require-hashes): the lab's
@@ -526,14 +537,20 @@ class Lab:
         return faults
 
     def _apply_storage_faults(self, hosts: list[LabHost], faults: list[Fault]) -> None:
-        """nvme_slow: really throttle the host's block I/O, so real fio measures it."""
+        """nvme_slow (the host's disk) and shared_fs_slow (the disk under the shared
+        directory): really throttle the host's block I/O, so real fio measures it. Where
+        both lie on one disk, the shared file system's fault is the one set."""
         for h in hosts:
-            slow = [f for f in faults if f.kind == "nvme_slow" and f.host in ("*", h.name)]
-            p = slow[-1].params if slow else {}
-            blkio.throttle(self.cfg, h.netns, self.cfg.root,
-                           read_bps=int(p.get("read_mbps", 0) * 1_000_000),
-                           write_bps=int(p.get("write_mbps", 0) * 1_000_000),
-                           iops=int(p.get("iops", 0)))
+            for kind, path in (("nvme_slow", self.cfg.root),
+                               ("shared_fs_slow", self.cfg.state / "shared")):
+                slow = [f for f in faults if f.kind == kind and f.host in ("*", h.name)]
+                if kind == "shared_fs_slow" and not slow:
+                    continue
+                p = slow[-1].params if slow else {}
+                blkio.throttle(self.cfg, h.netns, path,
+                               read_bps=int(p.get("read_mbps", 0) * 1_000_000),
+                               write_bps=int(p.get("write_mbps", 0) * 1_000_000),
+                               iops=int(p.get("iops", 0)))
 
     # --- reset / stop / down -------------------------------------------------------------
 
@@ -629,6 +646,7 @@ class Lab:
             net.drop_guard(self.cfg)
         shutil.rmtree(self.cfg.state / "hosts", ignore_errors=True)
         shutil.rmtree(self.cfg.state / "group_vars", ignore_errors=True)
+        shutil.rmtree(self.cfg.state / "shared", ignore_errors=True)
         for f in ("lab.json", "inventory.ini", "ssh_config", "known_hosts", "hosts.json",
                   "munge.key", "cluster_ed25519", "cluster_ed25519.pub"):
             (self.cfg.state / f).unlink(missing_ok=True)

@@ -8,8 +8,9 @@ from typing import Any
 
 from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q, within
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
-from nodecert_node.framework import WORKERS, NoFramework, events, framework_python
+from nodecert_node.framework import WORKERS, NoFramework, framework_python
 from nodecert_node.parse import bench
+from nodecert_node.parse.events import events
 from nodecert_node.registry import check
 from nodecert_node.tools import Output, ToolError, run, which
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q
 from nodecert_node.contract import Result, Verdict
-from nodecert_node.framework import WORKERS, NoFramework, events, framework, framework_python
+from nodecert_node.framework import WORKERS, NoFramework, framework, framework_python
+from nodecert_node.parse.events import events
 from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
 

@@ -1,4 +1,5 @@
 """storage.fio: sequential/random bandwidth and a checkpoint write, never destroying data.
+storage.shared: the order's shared file system (nodecert_node/sharedfs.py).
 
 Directory targets: fio writes only files in a fresh subdirectory it creates under
 the scratch directory, after checking free space, and removes them afterwards.
@@ -16,7 +17,8 @@ import stat
 import struct
 from typing import Any
 
-from nodecert_node.context import Ctx, judge_findings
+from nodecert_node import scaling, sharedfs
+from nodecert_node.context import Ctx, NoGpu, judge_findings, nvidia_smi_q
 from nodecert_node.contract import Evidence, Limits, Result, Threshold, Verdict
 from nodecert_node.parse import fio
 from nodecert_node.registry import check
@@ -320,3 +322,56 @@ def storage_fio(ctx: Ctx) -> Result:
     return judge_storage(measured, ctx.limits, ctx.spec, devices).with_(evidence=tuple(ev))
 
 
+
+
+@check("storage.shared", order=41, suites=("standard", "full"), tools=("fio",),
+       description="the shared file system of the order: mounted as ordered, sequential "
+                   "read, checkpoint write, small-file reads")
+def storage_shared(ctx: Ctx) -> Result:
+    spec = ctx.spec.get("shared_fs")
+    if not spec:
+        return Result("storage.shared", Verdict.PASS, "the order names no shared file "
+                      "system (nodecert_shared_fs): nothing to test")
+    opts = dict(ctx.options.get("storage") or {})
+    size_mb = int(spec.get("size_mb") or opts.get("size_mb", 1024))
+    # A checkpoint of the reference model (weights and AdamW state, 16 bytes a parameter)
+    # unless the order names its size.
+    checkpoint_mb = int(spec.get("checkpoint_mb") or checkpoint_size_mb(ctx))
+    timeout = float(opts.get("runtime_s", 10)) + 600
+    ev: list[Evidence] = []
+    try:
+        with open("/proc/mounts", encoding="utf-8", errors="replace") as f:
+            mounts_text = f.read()
+    except OSError as exc:
+        return Result("storage.shared", Verdict.ERROR, f"cannot read /proc/mounts: {exc}",
+                      fault_code="NC-LOAD-ERROR")
+    ev.append(Evidence.of("/proc/mounts", "cat /proc/mounts", 0, mounts_text, 0.0))
+    problems: list[str] = []
+    measured: dict[str, dict[str, float]] = {}
+    for m in spec["mounts"]:
+        problem = sharedfs.mount_problem(m, sharedfs.mount_of(m["path"], mounts_text))
+        if problem:
+            problems.append(problem)
+            continue
+        try:
+            measured[m["path"]] = sharedfs.measure(
+                m["path"], f"nodecert-{ctx.plan.run_id[-12:]}-{ctx.plan.host}",
+                sizes=(size_mb, checkpoint_mb), timeout=timeout, ev=ev)
+        except ToolError as exc:
+            return Result("storage.shared", Verdict.ERROR, str(exc), evidence=tuple(ev),
+                          fault_code="NC-LOAD-ERROR",
+                          remediation="Read fio's output in the evidence; fix the mount or "
+                                      "the sizes and re-run.")
+    res = sharedfs.judge(measured, problems, spec)
+    return res.with_(evidence=tuple(ev), facts={"checkpoint_mb": checkpoint_mb,
+                                                "size_mb": size_mb})
+
+
+def checkpoint_size_mb(ctx: Ctx) -> int:
+    """The reference model's checkpoint for this node's GPUs (load.scaling's model)."""
+    try:
+        _, gpus, _ = nvidia_smi_q(ctx)
+    except NoGpu:
+        return 1024
+    size = scaling.model_size(min(float(g.get("memory_total_mib") or 0) for g in gpus))
+    return max(int(16 * scaling.params_of(size) / MiB), 64)

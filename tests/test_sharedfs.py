@@ -1,0 +1,138 @@
+"""The data path: the order's shared file system spec, the node's mount and figures
+(storage.shared, with real fio on a local directory), and the cluster's aggregate read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO
+from nodecert.clusterjobs import demux
+from nodecert.clusterstorage import PREP, READ, judge, read_rates, script
+from nodecert.sharedfsspec import parse_shared_fs
+from nodecert_node import sharedfs
+from nodecert_node.contract import Evidence, Threshold, Verdict
+
+pytestmark = pytest.mark.unit
+FIO_JSON = REPO / "tests" / "fixtures" / "real" / "fio" / "nvme0n1-randrw-4k-qd64-j4-fio3.16.json"
+MOUNTS = """sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0
+/dev/nvme0n1p2 / ext4 rw,relatime 0 0
+10.0.0.5:/export/data /mnt/data nfs4 rw,relatime,vers=4.2,rsize=1048576 0 0
+/dev/nvme1n1 /mnt/data/local ext4 rw,relatime 0 0
+fs01@tcp:/lustre /lustre lustre rw,flock 0 0
+"""
+
+
+def test_the_spec_is_checked_before_anything_runs() -> None:
+    spec, why = parse_shared_fs({"mounts": [{"path": "/mnt/data/", "type": "nfs4"}, "/lustre"],
+                                 "aggregate_read_mbps_min": 16000, "read_mbps_min": 2000})
+    assert why is None and spec is not None
+    assert spec["mounts"] == [{"path": "/mnt/data", "type": "nfs4"}, {"path": "/lustre"}]
+    for raw, msg in (
+            ({"mounts": []}, "mounts must be a non-empty list"),
+            ({"mounts": ["/mnt/a b"]}, "is not a plain absolute path"),
+            ({"mounts": ["/mnt/../etc"]}, "is not a plain absolute path"),
+            ({"mounts": ["/"]}, "is not a plain absolute path"),
+            ({"mounts": [{"path": "/d", "type": "ext4"}]}, "mount type 'ext4' is not one of"),
+            ({"mounts": ["/d"], "read_mbps_min": -1}, "read_mbps_min must be a positive"),
+            ({"mounts": ["/d"], "read_mbps_min": True}, "read_mbps_min must be a positive"),
+            ({"mounts": ["/d"], "speed": 1}, "unknown key(s) speed"),
+            ("/mnt/data", "must be a mapping")):
+        spec, why = parse_shared_fs(raw)
+        assert spec is None and why is not None and msg in why, (raw, why)
+
+
+def test_the_mount_is_found_and_its_type_judged() -> None:
+    assert sharedfs.mount_of("/mnt/data", MOUNTS) == ("/mnt/data", "nfs4")
+    assert sharedfs.mount_of("/mnt/data/local/x", MOUNTS) == ("/mnt/data/local", "ext4")
+    assert sharedfs.mount_of("/lustre", MOUNTS) == ("/lustre", "lustre")
+    ok = sharedfs.mount_problem({"path": "/mnt/data", "type": "nfs"},
+                                sharedfs.mount_of("/mnt/data", MOUNTS))
+    assert ok is None  # nfs as ordered: the kernel says nfs4 for NFSv4
+    bad = sharedfs.mount_problem({"path": "/mnt/data/local", "type": "nfs4"},
+                                 sharedfs.mount_of("/mnt/data/local", MOUNTS))
+    assert bad == "/mnt/data/local is mounted as ext4, the order says nfs4"
+    gone = sharedfs.mount_problem({"path": "/mnt/weka"}, sharedfs.mount_of("/mnt/weka",
+                                                                           MOUNTS))
+    assert gone == ("/mnt/weka is not a mount point (it lies on /): the shared file system "
+                    "is not mounted")
+
+
+def test_real_fio_measures_a_directory_and_leaves_nothing(tmp_path: Path) -> None:
+    ev: list[Evidence] = []
+    m = sharedfs.measure(str(tmp_path), "nodecert-test-h1", sizes=(8, 8), timeout=120, ev=ev)
+    assert set(m) == {"seq_read_mbps", "checkpoint_mbps", "small_files_per_s"}
+    assert all(v > 0 for v in m.values())
+    assert [e.name for e in ev] == [f"fio {k} on {tmp_path}" for k in
+                                    ("seqread", "checkpoint", "smallfiles")]
+    assert list(tmp_path.iterdir()) == []
+    # a directory of that name already there is never written into
+    (tmp_path / "nodecert-test-h1").mkdir()
+    (tmp_path / "nodecert-test-h1" / "theirs").write_text("keep")
+    with pytest.raises(Exception, match="already exists: refusing to write into it"):
+        sharedfs.measure(str(tmp_path), "nodecert-test-h1", sizes=(8, 8), timeout=60, ev=[])
+    assert (tmp_path / "nodecert-test-h1" / "theirs").read_text() == "keep"
+
+
+def test_node_figures_are_judged_against_the_order() -> None:
+    spec = {"mounts": [{"path": "/mnt/data"}], "read_mbps_min": 2000,
+            "small_files_per_s_min": 5000}
+    r = sharedfs.judge({"/mnt/data": {"seq_read_mbps": 2500.0, "checkpoint_mbps": 50.0,
+                                      "small_files_per_s": 6000.0}}, [], spec)
+    assert r.verdict is Verdict.PASS and "checkpoint_mbps" not in r.thresholds
+    r = sharedfs.judge({"/mnt/data": {"seq_read_mbps": 900.0, "checkpoint_mbps": 50.0,
+                                      "small_files_per_s": 6000.0}},
+                       ["/lustre is not a mount point"], spec)
+    assert r.verdict is Verdict.FAIL and r.fault_code == "NC-SHARED-FS"
+    assert r.findings == ("/lustre is not a mount point",
+                          "/mnt/data sequential read: needs >= 2000 MB/s, measured 900 MB/s")
+
+
+def ranked(outputs: list[str]) -> str:
+    """What srun --label prints for these tasks' outputs."""
+    return "".join(f"{k}: {ln}\n" for k, out in enumerate(outputs) for ln in out.splitlines())
+
+
+def test_the_aggregate_read_is_read_per_node_from_real_fio_output() -> None:
+    one = FIO_JSON.read_text()
+    rates = read_rates(demux(ranked([one, one, "fio: command not found"])),
+                       ["h1", "h2", "h3"])
+    bw = json.loads(one)["jobs"][0]["read"]["bw_bytes"] / 1e6
+    assert rates == {"h1": pytest.approx(bw), "h2": pytest.approx(bw), "h3": None}
+
+
+def node(verdict: str = "PASS") -> dict[str, Any]:
+    return {"verdict": verdict, "summary": f"{verdict} here", "value": {}}
+
+
+PEER = Threshold(0.8, ">=", "ratio")
+
+
+def test_cluster_judge_sums_names_the_slow_reader_and_errors_on_gaps() -> None:
+    spec = {"mounts": [{"path": "/mnt/data"}], "aggregate_read_mbps_min": 2500}
+    r, named = judge({"h1": node(), "h2": node(), "h3": node()},
+                     {"h1": 1000.0, "h2": 990.0, "h3": 1010.0}, "", spec=spec, peer=PEER,
+                     simulated=False)
+    assert r.verdict is Verdict.PASS and named == [] and r.value["aggregate_read_mbps"] == 3000
+    r, named = judge({"h1": node(), "h2": node(), "h3": node()},
+                     {"h1": 1000.0, "h2": 300.0, "h3": 1010.0}, "", spec=spec, peer=PEER,
+                     simulated=False)
+    assert r.verdict is Verdict.FAIL and named == ["h2"]
+    assert r.findings[0].startswith("h2: read 300 MB/s while every node read at once")
+    assert "aggregate read of 3 nodes at once: needs >= 2500 MB/s, measured 2310 MB/s" in \
+        r.findings[1]
+    r, named = judge({"h1": node(), "h2": node("FAIL")}, {"h1": 1000.0, "h2": None}, "",
+                     spec=spec, peer=PEER, simulated=False)
+    assert r.verdict is Verdict.ERROR and named == ["h2"]
+    assert any("no fio result from h2" in f for f in r.findings)
+
+
+def test_the_jobs_write_only_their_own_directory_and_remove_it() -> None:
+    prep = script(PREP, "/mnt/data", "abc123", 64)
+    assert prep.startswith("set -e; mkdir -m 0700 /mnt/data/nodecert-agg-abc123-$(hostname -s);")
+    read = script(READ, "/mnt/data", "abc123", 64)
+    assert read.startswith("trap 'rm -rf /mnt/data/nodecert-agg-abc123-$(hostname -s)' EXIT;")
+    assert "--direct=1" in read
