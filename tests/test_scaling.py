@@ -193,7 +193,8 @@ def node(tokens_1: float = 1000.0, tokens_n: float = 7800.0, verdict: str = "PAS
          ) -> NodeScaling:
     return NodeScaling(verdict, f"{verdict} summary", tokens_1, tokens_n,
                        tokens_n / (8 * tokens_1), "/opt/nodecert/envs/s/bin/python",
-                       {"layers": 9, "d_model": 4096, "seq": 2048, "batch": 4})
+                       {"layers": 9, "d_model": 4096, "seq": 2048, "batch": 4},
+                       "/opt/nodecert/node/0123456789abcdef/nodecert_node/workers/scaling.py")
 
 
 def rank0(tokens: float) -> str:
@@ -233,11 +234,20 @@ def test_cluster_judge_fails_poor_scaling_and_errors_without_figures() -> None:
 
 
 def test_the_cluster_job_quotes_what_it_runs() -> None:
-    s = job_script("h1", 29600, "/opt/nodecert/node/abc/nodecert_node/workers/scaling.py",
-                   node(), gpus=8, nodes=4, steps=(30, 10))
+    s = job_script("h1", 29600, node(), gpus=8, nodes=4, steps=(30, 10))
     assert 'export NCCL_COMM_ID="$first:29600"' in s
     assert "scaling.py ddp --gpus 8 --nodes 4 --layers 9 --d-model 4096 --heads 32" in s
     assert s.endswith('--node-rank "$r" --master "$first:29600"')
+    assert node().launch_problem() == ""
+
+
+def test_a_node_cannot_choose_what_the_cluster_job_runs() -> None:
+    from dataclasses import replace
+    evil = replace(node(), python="/tmp/x; rm -rf /")
+    assert evil.launch_problem().startswith("unexpected framework python")
+    evil = replace(node(), worker="/opt/nodecert/node/0123456789abcdef/../../../tmp/w.py")
+    assert evil.launch_problem().startswith("unexpected scaling worker path")
+    assert replace(node(), model={}).launch_problem() == "the node's run reported no model size"
 
 
 def test_scaling_can_be_turned_off_and_takes_booleans_only() -> None:

@@ -44,7 +44,6 @@ from nodecert.clusterjudge import (
 )
 from nodecert.errors import InventoryError
 from nodecert.inventory import HostSpec
-from nodecert.nodesession import NODE_BASE, node_bundle
 from nodecert.nodessh import Endpoint
 from nodecert.runs import write_json
 from nodecert_node.contract import Evidence, Result, Threshold, Verdict, worst
@@ -217,20 +216,22 @@ class ClusterRun:
         c = self.ctx
         per_node = {n: clusterscaling.NodeScaling.of(fabric[n].get("scaling") or {})
                     for n in c.nodes}
+        # The job runs the first node's environment and worker on every node: the same
+        # stack and the same node code (validate installed it everywhere just before).
         first = per_node[c.nodes[0]]
-        worker = f"{NODE_BASE}/{node_bundle()[1][:16]}/nodecert_node/workers/scaling.py"
         rank0, error = "", ""
-        if all(s.tokens_s_n for s in per_node.values()) and first.python and first.model:
+        problem = first.launch_problem()
+        if all(s.tokens_s_n for s in per_node.values()) and not problem:
             self.say(f"training job over all {len(c.nodes)} nodes")
             job = self._job("scaling", tuple(c.nodes), lambda head, port: (
-                clusterscaling.job_script(head, port, worker, first, gpus=c.exp.gpus,
+                clusterscaling.job_script(head, port, first, gpus=c.exp.gpus,
                                           nodes=len(c.nodes), steps=c.scaling_steps)))
             res = self._run_jobs([job])[0]
             rank0 = res.by_rank().get(0, "")
             error = res.error or ("hung past its limit" if res.timed_out else
                                   "" if res.ok else f"exit code {res.returncode}")
         else:
-            error = "not run: a node's own training run gave no figures"
+            error = "not run: " + (problem or "a node's own training run gave no figures")
         result, named = clusterscaling.judge(per_node, rank0, error, gpus=c.exp.gpus,
                                              limits=c.limits, link_layer=c.exp.link_layer,
                                              simulated=c.simulated)

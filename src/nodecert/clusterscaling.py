@@ -11,6 +11,7 @@ The curve (GPUs -> efficiency) goes into the report: 1 GPU, one node, all nodes.
 
 from __future__ import annotations
 
+import re
 import shlex
 import statistics
 from dataclasses import dataclass
@@ -19,6 +20,11 @@ from typing import Any
 from nodecert.clusterjudge import prelude
 from nodecert_node.contract import Result, Threshold, Verdict
 from nodecert_node.parse.events import events
+
+# What a node may name as its framework python and scaling worker: the job runs them on
+# every node, so a path outside these shapes (a node's text is untrusted) is refused.
+_PYTHON = re.compile(r"^/opt/nodecert/envs/[A-Za-z0-9][A-Za-z0-9._+-]*/bin/python3?$")
+_WORKER = re.compile(r"^/opt/nodecert/node/[0-9a-f]{16}/nodecert_node/workers/scaling\.py$")
 
 
 @dataclass(frozen=True)
@@ -32,16 +38,29 @@ class NodeScaling:
     efficiency: float | None
     python: str
     model: dict[str, Any]
+    worker: str = ""
 
     @classmethod
     def of(cls, r: dict[str, Any]) -> NodeScaling:
         v, f = r.get("value") or {}, r.get("facts") or {}
         return cls(str(r.get("verdict", "ERROR")), str(r.get("summary", "")),
                    v.get("tokens_s_1"), v.get("tokens_s_n"), v.get("efficiency"),
-                   str(f.get("python") or ""), dict(f.get("model") or {}))
+                   str(f.get("python") or ""), dict(f.get("model") or {}),
+                   str(f.get("worker") or ""))
+
+    def launch_problem(self) -> str:
+        """Why the cluster's job cannot start this node's worker ("" when it can)."""
+        if not _PYTHON.match(self.python):
+            return f"unexpected framework python {self.python[:120]!r}"
+        if not _WORKER.match(self.worker):
+            return f"unexpected scaling worker path {self.worker[:120]!r}"
+        if not all(isinstance(self.model.get(k), int) for k in ("layers", "d_model", "seq",
+                                                                 "batch")):
+            return "the node's run reported no model size"
+        return ""
 
 
-def job_script(first: str, port: int, worker: str, node: NodeScaling, *, gpus: int,
+def job_script(first: str, port: int, node: NodeScaling, *, gpus: int,
                nodes: int, steps: tuple[int, int]) -> str:
     """Every node runs the worker in ddp mode; NCCL's rendezvous at rank 0's node."""
     m = node.model
@@ -50,7 +69,7 @@ def job_script(first: str, port: int, worker: str, node: NodeScaling, *, gpus: i
             "--seq", str(m["seq"]), "--batch", str(m["batch"]), "--steps", str(steps[0]),
             "--warmup", str(steps[1])]
     return (f"{prelude(first, port)}; exec {shlex.quote(node.python)} "
-            f"{shlex.quote(worker)} {' '.join(args)} --node-rank \"$r\" "
+            f"{shlex.quote(node.worker)} {' '.join(args)} --node-rank \"$r\" "
             f"--master \"$first:{port}\"")
 
 

@@ -9,6 +9,7 @@ get from it. Read once on the control side and sent to the node in the plan's sp
       aggregate_read_mbps_min: 16000   # every node reading at once, in total
       checkpoint_mbps_min: 1000        # a checkpoint written and fsync'ed, per node
       small_files_per_s_min: 5000      # 128 KiB files opened and read, per node
+      gds_read_mbps_min: 5000          # GPUDirect Storage read (gdsio), where installed
       checkpoint_mb: 4096              # optional: the checkpoint's size (default: the
                                        # reference model's weights and optimizer state)
       size_mb: 4096                    # optional: the sequential file's size per node
@@ -23,7 +24,7 @@ import re
 from typing import Any
 
 KEYS = {"mounts", "read_mbps_min", "aggregate_read_mbps_min", "checkpoint_mbps_min",
-        "small_files_per_s_min", "checkpoint_mb", "size_mb"}
+        "small_files_per_s_min", "gds_read_mbps_min", "checkpoint_mb", "size_mb"}
 FS_TYPES = ("nfs", "nfs4", "lustre", "gpfs", "wekafs", "beegfs", "cephfs", "fuse.weka")
 _PATH = re.compile(r"^/[A-Za-z0-9_.@/+-]*$")
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from nodecert_node.context import judge_findings
 from nodecert_node.contract import Evidence, Result, Threshold
-from nodecert_node.parse import fio
-from nodecert_node.tools import ToolError, remove_on_stop, run
+from nodecert_node.parse import ParseError, fio
+from nodecert_node.parse.gdsio import parse_gdsio
+from nodecert_node.tools import ToolError, remove_on_stop, run, which
 
 MiB = 1024 * 1024
 SMALL_FILES, SMALL_KIB = 1000, 128  # an image dataset's shard of JPEGs, roughly
@@ -25,7 +26,10 @@ SMALL_FILES, SMALL_KIB = 1000, 128  # an image dataset's shard of JPEGs, roughly
 METRICS = {"seq_read_mbps": ("read_mbps_min", "MB/s", "sequential read"),
            "checkpoint_mbps": ("checkpoint_mbps_min", "MB/s", "checkpoint write + fsync"),
            "small_files_per_s": ("small_files_per_s_min", "files/s",
-                                 f"{SMALL_KIB} KiB files read")}
+                                 f"{SMALL_KIB} KiB files read"),
+           "gds_read_mbps": ("gds_read_mbps_min", "MB/s", "GPUDirect Storage read (gdsio)")}
+# Where NVIDIA's GDS packages put gdsio when it is not on PATH.
+GDSIO_PATHS = ("/usr/local/cuda/gds/tools/gdsio",)
 
 
 def mount_of(path: str, mounts_text: str) -> tuple[str, str] | None:
@@ -73,8 +77,36 @@ def fio_small_files(work: str) -> list[str]:
             "--ioengine=psync", f"--directory={work}/small"]
 
 
+def gdsio_path() -> str | None:
+    return which("gdsio") or next((p for p in GDSIO_PATHS if os.access(p, os.X_OK)), None)
+
+
+def gdsio_argv(exe: str, work: str, size_mb: int, write: bool) -> list[str]:
+    """GPU 0, 4 threads, 1 MiB transfers, GPUDirect (-x 0): write the file, then read it."""
+    return [exe, "-f", f"{work}/gds.dat", "-d", "0", "-w", "4", "-s", f"{size_mb}M",
+            "-i", "1M", "-I", "1" if write else "0", "-x", "0"]
+
+
+def measure_gds(exe: str, work: str, size_mb: int, timeout: float,
+                ev: list[Evidence]) -> tuple[dict[str, float], str]:
+    """GPUDirect Storage read and write through the mount: (figures, why none)."""
+    got: dict[str, float] = {}
+    for write in (True, False):
+        try:
+            res = run(gdsio_argv(exe, work, size_mb, write), timeout=timeout,
+                      name=f"gdsio {'write' if write else 'read'}")
+            ev.append(res.evidence)
+            line = parse_gdsio(res.text)[-1]
+        except (ToolError, ParseError) as exc:
+            if isinstance(exc, ToolError) and exc.evidence:
+                ev.append(exc.evidence)
+            return got, f"gdsio {'write' if write else 'read'}: {exc}"[:300]
+        got["gds_write_mbps" if write else "gds_read_mbps"] = float(line["mb_s"])
+    return got, ""
+
+
 def measure(mount: str, work_name: str, *, sizes: tuple[int, int], timeout: float,
-            ev: list[Evidence]) -> dict[str, float]:
+            ev: list[Evidence], gds: str | None = None) -> dict[str, Any]:
     """Run the three jobs in a fresh directory under the mount; its figures. sizes: the
     sequential file's and the checkpoint's, in MiB."""
     size_mb, checkpoint_mb = sizes
@@ -92,7 +124,7 @@ def measure(mount: str, work_name: str, *, sizes: tuple[int, int], timeout: floa
                         "is a leftover of nodecert's)", kind="failed") from exc
     remove_on_stop(work)
     os.mkdir(os.path.join(work, "small"), 0o700)
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}
     try:
         for key, argv, side in (("seq_read_mbps", fio_seq_read(work, size_mb), "read"),
                                 ("checkpoint_mbps", fio_checkpoint(work, checkpoint_mb),
@@ -106,6 +138,11 @@ def measure(mount: str, work_name: str, *, sizes: tuple[int, int], timeout: floa
                                 res.evidence)
             out[key] = (job[side]["iops"] if key == "small_files_per_s"
                         else job[side]["bw_bytes"] / 1e6)
+        if gds:
+            figures, why = measure_gds(gds, work, size_mb, timeout, ev)
+            out.update(figures)
+            if why:
+                out["gds_error"] = why
         return out
     finally:
         shutil.rmtree(work, ignore_errors=False)
@@ -121,14 +158,19 @@ def floors(spec: dict[str, Any]) -> dict[str, Threshold]:
     return out
 
 
-def judge(measured: dict[str, dict[str, float]], problems: list[str],
+def judge(measured: dict[str, dict[str, Any]], problems: list[str],
           spec: dict[str, Any]) -> Result:
-    """Per mount: mounted as ordered, and each figure against the order's floor (pure)."""
+    """Per mount: mounted as ordered, and each figure against the order's floor (pure).
+    A GPUDirect Storage run that failed is a WARN, or a FAIL where the order gives it a
+    floor."""
     fails = list(problems)
+    warns: list[str] = []
     used = floors(spec)
     for path, m in sorted(measured.items()):
+        if m.get("gds_error"):
+            (fails if "gds_read_mbps" in used else warns).append(f"{path}: {m['gds_error']}")
         for metric, value in sorted(m.items()):
-            t = used.get(metric)
+            t = used.get(metric) if metric in METRICS else None
             if t is not None:
                 outcome = t.check(round(value, 1))
                 if not outcome.ok:
@@ -136,9 +178,11 @@ def judge(measured: dict[str, dict[str, float]], problems: list[str],
     summary = "; ".join(
         f"{p}: read {m.get('seq_read_mbps', 0):.0f} MB/s, checkpoint "
         f"{m.get('checkpoint_mbps', 0):.0f} MB/s, {m.get('small_files_per_s', 0):.0f} "
-        f"files/s" for p, m in sorted(measured.items())) or "no mount measured"
+        f"files/s" + (f", GPUDirect read {m['gds_read_mbps']:.0f} MB/s"
+                      if "gds_read_mbps" in m else "")
+        for p, m in sorted(measured.items())) or "no mount measured"
     return judge_findings(
-        "storage.shared", fails, [], summary, value=measured, unit="MB/s|files/s",
+        "storage.shared", fails, warns, summary, value=measured, unit="MB/s|files/s",
         thresholds=used, fault_code="NC-SHARED-FS" if fails else "",
         remediation="Check the mount (options, network path to the servers, the client's "
                     "NIC and its MTU) and the file system's own health; compare with the "

@@ -14,6 +14,7 @@ load.scaling trains a reference model on each GPU alone and on all of them
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -24,6 +25,7 @@ from nodecert_node import scaling
 from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q, within
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
 from nodecert_node.framework import (
+    WORKERS,
     NoFramework,
     framework,
     framework_python,
@@ -335,4 +337,5 @@ def scaling_run(ctx: Ctx) -> Result:
     res = scaling.judge_scaling(single, ddp, len(gpus), scaling.topology(ctx.limits),
                                 ctx.limits)
     # The cluster's scaling job runs the same model with the same environment.
-    return res.with_(evidence=tuple(ev), facts={**res.facts, "python": py})
+    return res.with_(evidence=tuple(ev), facts={
+        **res.facts, "python": py, "worker": os.path.join(WORKERS, "scaling.py")})

@@ -347,7 +347,8 @@ def storage_shared(ctx: Ctx) -> Result:
                       fault_code="NC-LOAD-ERROR")
     ev.append(Evidence.of("/proc/mounts", "cat /proc/mounts", 0, mounts_text, 0.0))
     problems: list[str] = []
-    measured: dict[str, dict[str, float]] = {}
+    measured: dict[str, dict[str, Any]] = {}
+    gds = sharedfs.gdsio_path()  # GPUDirect Storage where NVIDIA's GDS tools are installed
     for m in spec["mounts"]:
         problem = sharedfs.mount_problem(m, sharedfs.mount_of(m["path"], mounts_text))
         if problem:
@@ -356,7 +357,7 @@ def storage_shared(ctx: Ctx) -> Result:
         try:
             measured[m["path"]] = sharedfs.measure(
                 m["path"], f"nodecert-{ctx.plan.run_id[-12:]}-{ctx.plan.host}",
-                sizes=(size_mb, checkpoint_mb), timeout=timeout, ev=ev)
+                sizes=(size_mb, checkpoint_mb), timeout=timeout, ev=ev, gds=gds)
         except ToolError as exc:
             return Result("storage.shared", Verdict.ERROR, str(exc), evidence=tuple(ev),
                           fault_code="NC-LOAD-ERROR",
@@ -364,7 +365,7 @@ def storage_shared(ctx: Ctx) -> Result:
                                       "the sizes and re-run.")
     res = sharedfs.judge(measured, problems, spec)
     return res.with_(evidence=tuple(ev), facts={"checkpoint_mb": checkpoint_mb,
-                                                "size_mb": size_mb})
+                                                "size_mb": size_mb, "gdsio": gds or ""})
 
 
 def checkpoint_size_mb(ctx: Ctx) -> int:
