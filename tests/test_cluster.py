@@ -449,3 +449,20 @@ def test_the_lab_collectives_print_nccl_tests_tables(tmp_path: Path) -> None:
         assert f"# Collective test starting: {tool}" in text
         p = parse_nccl(text)
         assert p["rows"][-1]["redop"] == "none" and p["rows"][-1]["busbw"] > 0
+
+
+def test_openmpi_lines_split_across_its_chunks_are_joined_again() -> None:
+    from nodecert.clusterjobs import demux
+    from nodecert_node.parse.fio import parse_fio
+    text = (REPO / "tests" / "fixtures" / "recorded" / "mpirun" /
+            "openmpi-4.1-tag-output-fio-json-4-ranks-split-lines.txt").read_text()
+    assert "<stdout>:      [1,0]<stdout>:" in text  # the real artefact is in the recording
+    ranks = demux(text)
+    assert sorted(k for k in ranks if k is not None) == [0, 1, 2, 3]
+    for k in range(4):
+        job = parse_fio(ranks[k])[0]
+        assert job["name"] == "aggread" and job["read"]["bw_bytes"] > 0
+    # another rank's chunk between the two halves of a line; a line the output ends in
+    mixed = ("[1,0]<stdout>:abc[1,2]<stdout>:two\n[1,0]<stdout>:def\n[1,1]<stdout>: x\n"
+             "[1,3]<stdout>:cut")
+    assert demux(mixed) == {0: "abcdef\n", 2: "two\n", 1: "x\n", 3: "cut\n"}

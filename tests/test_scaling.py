@@ -255,3 +255,41 @@ def test_scaling_can_be_turned_off_and_takes_booleans_only() -> None:
     assert cfg is not None and not cfg.scaling and why is None
     cfg, why = parse_cluster({"scaling": "yes"})
     assert cfg is None and why == "scaling must be true or false, got 'yes'"
+
+
+# --- the report and the certificate ------------------------------------------------------------
+
+def test_the_node_page_plots_efficiency_against_gpus() -> None:
+    from nodecert.report_html import plots, scaling_chart
+    r = judge_scaling(*evs_of([1000.0] * 8, 7800.0), 8, "nvlink", limits("H200-SXM"))
+    svg = plots({"results": [r.as_dict()]})
+    assert len(svg) == 1 and 'data-plot="scaling"' in svg[0]
+    assert "Scaling efficiency vs GPUs" in svg[0]
+    # a malformed curve from a node is not drawn (never a crash, never a made-up line)
+    assert scaling_chart({"facts": {"curve": [["8", "<script>"]]}}) == ""
+    assert scaling_chart({"facts": {"curve": [[1, 1.0]]}}) == ""
+
+
+def test_the_cluster_certificate_carries_the_scaling_curve_and_its_floors(
+        tmp_path: Path) -> None:
+    import datetime as dt
+
+    from nodecert.clustercert import certify_cluster, statement
+    from nodecert.signing import init_key, load_private_key
+    from test_cluster import ModelLauncher, run_model
+    data = run_model(tmp_path, 2, ModelLauncher())
+    res, _ = judge({"h1": node(), "h2": node()}, rank0(15400.0), "", gpus=8,
+                   limits=cluster_limits(), link_layer="InfiniBand", simulated=True)
+    data["scaling"] = res.as_dict()
+    data["results"].append(res.as_dict())
+    st = statement(data, issued=dt.datetime.now(dt.UTC))
+    sc = st["predicate"]["scaling"]
+    assert sc["value"]["efficiency"] == 0.9625 and sc["facts"]["curve"][-1] == [16, 0.9625]
+    assert sc["thresholds"]["efficiency"]["value"] == 0.85
+    assert sc["thresholds"]["efficiency"]["source"].startswith("nodecert policy: across nodes")
+    run_dir = tmp_path / "cluster-run-abcdef"
+    (run_dir / "results.json").write_text(json.dumps(data))
+    keys = init_key(tmp_path / "keys")
+    _, html, verdict = certify_cluster(run_dir, load_private_key(keys.private))
+    assert verdict == "READY"
+    assert 'id="scaling"' in html.read_text()

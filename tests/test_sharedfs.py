@@ -136,3 +136,62 @@ def test_the_jobs_write_only_their_own_directory_and_remove_it() -> None:
     read = script(READ, "/mnt/data", "abc123", 64)
     assert read.startswith("trap 'rm -rf /mnt/data/nodecert-agg-abc123-$(hostname -s)' EXIT;")
     assert "--direct=1" in read
+
+
+# --- GPUDirect Storage (gdsio) ----------------------------------------------------------------
+
+GDSIO = REPO / "tests" / "fixtures" / "real" / "gdsio"
+
+
+def test_gdsio_result_lines_parse_from_real_output() -> None:
+    from nodecert_node.parse.gdsio import parse_gdsio
+    (r,) = parse_gdsio((GDSIO / "a100-nvme-read-gpud-4threads-1m.txt").read_text())
+    assert (r["io_type"], r["xfer_type"], r["threads"], r["io_size_kib"]) == ("READ", "GPUD",
+                                                                                4, 1024)
+    assert r["gib_s"] == 6.622534 and r["mb_s"] == 7110.9 and r["io_depth"] is None
+    assert (r["dataset_kib"], r["requested_kib"]) == (104837120, 104857600)
+    rows = parse_gdsio((GDSIO / "rtx-a5000-randread-gpu_batch-iodepth128-4k.txt").read_text())
+    assert [x["io_depth"] for x in rows] == [128, 128] and rows[1]["gib_s"] == 1.142847
+
+
+@pytest.mark.parametrize("text", [
+    "",
+    "cuFile config: /etc/cufile.json\n",
+    # truncated mid-line: refused, never half-read
+    "IoType: READ XferType: GPUD Threads: 4 DataSetSize: 104837120/104857600(KiB) "
+    "IOSize: 1024(KiB) Throughput: 6.622534 GiB/sec,",
+])
+def test_gdsio_without_a_complete_result_is_refused(text: str) -> None:
+    from nodecert_node.parse import ParseError
+    from nodecert_node.parse.gdsio import parse_gdsio
+    with pytest.raises(ParseError):
+        parse_gdsio(text)
+
+
+def test_gdsio_runs_through_the_mount_where_installed(tmp_path: Path) -> None:
+    line = (GDSIO / "a100-nvme-read-gpud-4threads-1m.txt").read_text()
+    fake = tmp_path / "gdsio"
+    # a stand-in at the GPU boundary: prints the real tool's line, records its arguments
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/args\ncat <<'X'\n{line}X\n")
+    fake.chmod(0o755)
+    ev: list[Evidence] = []
+    figures, why = sharedfs.measure_gds(str(fake), "/mnt/data/w", 64, 30, ev)
+    assert why == "" and figures == {"gds_write_mbps": 7110.9, "gds_read_mbps": 7110.9}
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args == ["-f /mnt/data/w/gds.dat -d 0 -w 4 -s 64M -i 1M -I 1 -x 0",
+                    "-f /mnt/data/w/gds.dat -d 0 -w 4 -s 64M -i 1M -I 0 -x 0"]
+    fake.write_text("#!/bin/sh\necho 'cuFileDriverOpen failed'\nexit 1\n")
+    figures, why = sharedfs.measure_gds(str(fake), "/mnt/data/w", 64, 30, [])
+    assert figures == {} and why.startswith("gdsio write:")
+
+
+def test_a_failed_gdsio_warns_unless_the_order_gives_it_a_floor() -> None:
+    m = {"/mnt/data": {"seq_read_mbps": 2500.0, "gds_error": "gdsio read: exit 1"}}
+    r = sharedfs.judge(m, [], {"mounts": [{"path": "/mnt/data"}]})
+    assert r.verdict is Verdict.WARN and r.findings == ("/mnt/data: gdsio read: exit 1",)
+    r = sharedfs.judge(m, [], {"mounts": [{"path": "/mnt/data"}], "gds_read_mbps_min": 5000})
+    assert r.verdict is Verdict.FAIL
+    r = sharedfs.judge({"/mnt/data": {"gds_read_mbps": 4000.0}}, [],
+                       {"mounts": [{"path": "/mnt/data"}], "gds_read_mbps_min": 5000})
+    assert r.findings == ("/mnt/data GPUDirect Storage read (gdsio): needs >= 5000 MB/s, "
+                          "measured 4000 MB/s",)
