@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, require
 from nodecert.clusterjobs import demux
 from nodecert.clusterstorage import PREP, READ, judge, read_rates, script
 from nodecert.sharedfsspec import parse_shared_fs
@@ -195,3 +195,43 @@ def test_a_failed_gdsio_warns_unless_the_order_gives_it_a_floor() -> None:
                        {"mounts": [{"path": "/mnt/data"}], "gds_read_mbps_min": 5000})
     assert r.findings == ("/mnt/data GPUDirect Storage read (gdsio): needs >= 5000 MB/s, "
                           "measured 4000 MB/s",)
+
+
+# --- the check itself, as a node runs it ---------------------------------------------------
+
+def test_the_check_passes_without_an_order_and_refuses_what_is_not_mounted(
+        tmp_path: Path) -> None:
+    from simnode import SimNode
+    node = SimNode(tmp_path / "n")
+    r = node.check("storage.shared", suite="standard")
+    assert r.verdict is Verdict.PASS and "names no shared file system" in r.summary
+    plain = tmp_path / "data"
+    plain.mkdir()
+    spec = {"mounts": [{"path": str(plain)}], "read_mbps_min": 1}
+    r = node.check("storage.shared", suite="standard", validation={"shared_fs": spec})
+    assert r.verdict is Verdict.FAIL and r.fault_code == "NC-SHARED-FS"
+    assert r.findings[0].startswith(f"{plain} is not a mount point (it lies on ")
+    assert list(plain.iterdir()) == []  # nothing written where nothing is mounted
+
+
+def test_the_check_measures_a_real_mount_and_sizes_its_checkpoint(tmp_path: Path) -> None:
+    from simnode import SimNode
+    mounts = Path("/proc/mounts").read_text()
+    point = next((p for p in ("/tmp", "/var/tmp", "/dev/shm")
+                  if sharedfs.mount_of(p, mounts) and sharedfs.mount_of(p, mounts)[0] == p),
+                 None)
+    require(point is not None, "a mount point (/tmp, /var/tmp or /dev/shm) to write a small "
+                               "test file under")
+    assert point is not None
+    node = SimNode(tmp_path / "n")
+    spec = {"mounts": [{"path": point}], "size_mb": 8, "checkpoint_mb": 8,
+            "read_mbps_min": 1, "small_files_per_s_min": 1}
+    r = node.check("storage.shared", suite="standard", validation={"shared_fs": spec})
+    assert r.verdict is Verdict.PASS, r.findings
+    assert set(r.value[point]) == {"seq_read_mbps", "checkpoint_mbps", "small_files_per_s"}
+    assert r.facts["checkpoint_mb"] == 8
+    # its own fresh directory (run id and host in the name) is gone afterwards
+    work = {Path(a.split("=", 1)[1]).parent for e in r.evidence for a in e.command.split()
+            if a.startswith("--filename=")}
+    assert len(work) == 1 and next(iter(work)).name.startswith("nodecert-")
+    assert not next(iter(work)).exists()
