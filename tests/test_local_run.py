@@ -209,11 +209,14 @@ def test_metrics_text_escapes_and_units() -> None:
                          "finished": 12.5, "results": [
                              {"check": 'odd"name', "verdict": "WARN", "value": None},
                              {"check": "load.burnin", "verdict": "PASS",
-                              "value": {"tflops_per_gpu": {"0": 660.5, "1": 661.0}}}]})
+                              "value": {"tflops_per_gpu": {"0": 660.5, "1": 661.0}}},
+                             {"check": "load.scaling", "verdict": "PASS",
+                              "value": {"efficiency": 0.974, "tokens_s_n": 198000.0}}]})
     fam = {f.name: f for f in text_string_to_metric_families(text)}
+    assert fam["nodecert_scaling_efficiency_ratio"].samples[0].value == 0.974
     assert fam["nodecert_last_run_duration_seconds"].samples[0].value == 2.5
     assert {s.labels["check"] for s in fam["nodecert_check_verdict"].samples} == {
-        'odd"name', "load.burnin"}
+        'odd"name', "load.burnin", "load.scaling"}
     assert [s.value for s in fam["nodecert_gemm_tflops"].samples] == [660.5, 661.0]
 
 

@@ -293,3 +293,24 @@ def test_the_cluster_certificate_carries_the_scaling_curve_and_its_floors(
     _, html, verdict = certify_cluster(run_dir, load_private_key(keys.private))
     assert verdict == "READY"
     assert 'id="scaling"' in html.read_text()
+
+
+# --- figures and drift ---------------------------------------------------------------------
+
+def test_scaling_and_shared_storage_figures_drift_against_the_certificate() -> None:
+    from nodecert.drift import compare
+    from nodecert_node.contract import figures
+    base = judge_scaling(*evs_of([1000.0] * 8, 7800.0), 8, "nvlink", limits("H200-SXM"))
+    worse = judge_scaling(*evs_of([1000.0] * 8, 6800.0), 8, "nvlink", limits("H200-SXM"))
+    f = figures(base.as_dict())
+    assert f["scaling_efficiency"].value == 0.975 and f["training_tokens_s"].unit == "tokens/s"
+    shared = {"check": "storage.shared", "verdict": "PASS",
+              "value": {"/mnt/data": {"seq_read_mbps": 2000.0, "small_files_per_s": 900.0}}}
+    assert set(figures(shared)) == {"storage /mnt/data shared_seq_read_mbps",
+                                    "storage /mnt/data shared_small_files_per_s"}
+    rec = {"identity": None, "software": None, "run_id": "r"}
+    got = {r.check: r for r in compare({**rec, "results": [base.as_dict()]},
+                                       {**rec, "results": [worse.as_dict()]},
+                                       limits("H200-SXM"))}
+    eff = got["drift.perf.scaling_efficiency"]
+    assert eff.verdict is Verdict.FAIL and "0.975 -> 0.85" in eff.summary

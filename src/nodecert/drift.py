@@ -9,7 +9,9 @@ the new value and a verdict:
   no longer held, removed; the driver nvidia-smi reports; the loaded kernel
   module; the framework environment's pip freeze;
 * drift.perf.<metric> -- all-reduce bus bandwidth, the slowest GPU's GEMM TFLOPS,
-  host->GPU bandwidth, every storage figure: down more than drift.perf_drop_max;
+  host->GPU bandwidth, the training job's scaling efficiency and tokens/s, every
+  storage figure (local scratch and the shared file system): down more than
+  drift.perf_drop_max (storage: drift.storage_drop_max);
   the soak's peak temperature: up more than drift.temp_rise_max_c;
 * drift.health -- hardware Xids or uncorrectable ECC errors the baseline did not have.
 """

@@ -342,7 +342,8 @@ def figures(result: dict[str, Any]) -> dict[str, Figure]:
 
     Names are stable (they key drift comparisons and metrics): `allreduce_busbw`,
     `gemm_tflops_min`, `gemm_tflops{gpu=N}`, `h2d_gbs_min`, `soak_peak_temp`,
-    `soak_peak_temp{gpu=N}`, `storage <target> <metric>`. An ERROR result has none:
+    `soak_peak_temp{gpu=N}`, `storage <target> <metric>`, `scaling_efficiency`,
+    `training_tokens_s`, `storage <mount> shared_<metric>`. An ERROR result has none:
     a figure from a run that did not finish is no figure.
     """
     if result.get("verdict") == "ERROR":
@@ -364,14 +365,22 @@ def figures(result: dict[str, Any]) -> dict[str, Figure]:
             out["h2d_gbs_min"] = Figure(min(per.values()), "GB/s", "higher")
     elif check == "load.thermal_soak":
         _per_gpu(out, "soak_peak_temp", _nums(v.get("peak_temp_c")), "C", "lower")
-    elif check == "storage.fio":
+    elif check == "load.scaling":
+        for key, name, unit in (("efficiency", "scaling_efficiency", "ratio"),
+                                ("tokens_s_n", "training_tokens_s", "tokens/s")):
+            got = v.get(key)
+            if isinstance(got, (int, float)) and not isinstance(got, bool):
+                out[name] = Figure(float(got), unit, "higher")
+    elif check in ("storage.fio", "storage.shared"):
+        prefix = "" if check == "storage.fio" else "shared_"
         for target, m in sorted(v.items()):
             for key, unit in (("seq_read_mbps", "MB/s"), ("seq_write_mbps", "MB/s"),
-                              ("rand_read_iops", "IOPS"), ("checkpoint_mbps", "MB/s")):
+                              ("rand_read_iops", "IOPS"), ("checkpoint_mbps", "MB/s"),
+                              ("small_files_per_s", "files/s"), ("gds_read_mbps", "MB/s")):
                 got = m.get(key) if isinstance(m, dict) else None
                 if isinstance(got, (int, float)) and not isinstance(got, bool):
-                    out[f"storage {target} {key}"] = Figure(float(got), unit, "higher",
-                                                            (("target", str(target)),))
+                    out[f"storage {target} {prefix}{key}"] = Figure(
+                        float(got), unit, "higher", (("target", str(target)),))
     return out
 
 

@@ -117,6 +117,10 @@ def metrics_text(record: dict[str, Any]) -> str:
            [({}, bw.value * 1e9)] if bw else [])
     family("nodecert_soak_peak_temperature_celsius", "gauge", "Peak GPU temperature in the soak.",
            per("soak_peak_temp"))
+    eff = figs.get("scaling_efficiency")
+    family("nodecert_scaling_efficiency_ratio", "gauge",
+           "Training throughput on all GPUs / (GPUs x one GPU alone) (load.scaling).",
+           [({}, eff.value)] if eff else [])
     family("nodecert_storage_seq_read_bytes_per_second", "gauge", "fio sequential read.",
            [(dict(f.labels), f.value * 1e6) for n, f in sorted(figs.items())
             if n.startswith("storage ") and n.endswith(" seq_read_mbps")])
