@@ -135,7 +135,8 @@ def test_the_jobs_write_only_their_own_directory_and_remove_it() -> None:
     assert prep.startswith("set -e; mkdir -m 0700 /mnt/data/nodecert-agg-abc123-$(hostname -s);")
     read = script(READ, "/mnt/data", "abc123", 64)
     assert read.startswith("trap 'rm -rf /mnt/data/nodecert-agg-abc123-$(hostname -s)' EXIT;")
-    assert "--direct=1" in read
+    assert "--direct=1" in read and "--time_based --runtime=10 " in read
+    assert "--runtime=3 " in script(READ, "/mnt/data", "abc123", 64, 3)
 
 
 # --- GPUDirect Storage (gdsio) ----------------------------------------------------------------

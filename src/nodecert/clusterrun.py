@@ -253,8 +253,9 @@ class ClusterRun:
         rates: dict[str, float | None] = dict.fromkeys(c.nodes)
         error = prep.error or ("" if prep.ok else f"laying out the files: exit code "
                                                   f"{prep.returncode}")
+        seconds = int(spec.get("aggregate_read_s") or 10)
         job = self._job("fsread", tuple(c.nodes), lambda _h, _p: (
-            clusterstorage.script(clusterstorage.READ, mount, run, size)))
+            clusterstorage.script(clusterstorage.READ, mount, run, size, seconds)))
         res = self._run_jobs([job])[0]  # removes the files, also after a failed prep
         if not error:
             error = res.error or ("hung past its limit" if res.timed_out else "")

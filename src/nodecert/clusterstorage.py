@@ -28,16 +28,19 @@ def work_dir(mount: str, run: str) -> str:
     return f"{mount}/nodecert-agg-{run}-$(hostname -s)"
 
 
-def script(phase: str, mount: str, run: str, size_mb: int) -> str:
-    """prep: each node lays out and fsyncs its file; read: reads it (direct), then removes
-    its directory."""
+def script(phase: str, mount: str, run: str, size_mb: int, seconds: int = 10) -> str:
+    """prep: each node lays out and fsyncs its file; read: reads it (direct) over and over
+    for `seconds`, then removes its directory. Reading for a fixed time, not a fixed
+    size, keeps every node reading while the others do: a node that started a moment
+    later is not measured alone."""
     d = work_dir(shlex.quote(mount), run)
     if phase == PREP:
         return (f"set -e; mkdir -m 0700 {d}; exec fio --name=aggprep --output-format=json "
                 f"--rw=write --bs=4M --ioengine=psync --end_fsync=1 --size={size_mb}M "
                 f"--filename={d}/agg.dat >/dev/null")
     return (f"trap 'rm -rf {d}' EXIT; fio --name=aggread --output-format=json --rw=read "
-            f"--bs=1M --direct=1 --ioengine=psync --size={size_mb}M --filename={d}/agg.dat")
+            f"--bs=1M --direct=1 --ioengine=psync --size={size_mb}M --time_based "
+            f"--runtime={seconds} --filename={d}/agg.dat")
 
 
 def read_rates(by_rank: dict[int | None, str], ranks: list[str]) -> dict[str, float | None]:

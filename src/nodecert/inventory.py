@@ -59,7 +59,8 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
     "nodecert_shared_fs": (False, "sharedfs", "the shared file system every node reads its "
                            "data from: {mounts: [{path, type}], read_mbps_min, "
                            "aggregate_read_mbps_min, checkpoint_mbps_min, "
-                           "small_files_per_s_min, checkpoint_mb, size_mb}"),
+                           "small_files_per_s_min, gds_read_mbps_min, checkpoint_mb, "
+                           "size_mb, aggregate_read_s}"),
     # Cluster validation (nodecert cluster validate).
     "nodecert_cluster": (False, "cluster", "how the site runs multi-node jobs: {engine: "
                          "slurm|mpirun, launch_host, partition, account, reservation, ...}"),

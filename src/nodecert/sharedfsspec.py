@@ -13,6 +13,7 @@ get from it. Read once on the control side and sent to the node in the plan's sp
       checkpoint_mb: 4096              # optional: the checkpoint's size (default: the
                                        # reference model's weights and optimizer state)
       size_mb: 4096                    # optional: the sequential file's size per node
+      aggregate_read_s: 10             # optional: how long every node reads at once
 
 nodecert writes only in a fresh directory of its own under each mount point
 (nodecert-<run>-<host>) and removes it afterwards.
@@ -24,7 +25,8 @@ import re
 from typing import Any
 
 KEYS = {"mounts", "read_mbps_min", "aggregate_read_mbps_min", "checkpoint_mbps_min",
-        "small_files_per_s_min", "gds_read_mbps_min", "checkpoint_mb", "size_mb"}
+        "small_files_per_s_min", "gds_read_mbps_min", "checkpoint_mb", "size_mb",
+        "aggregate_read_s"}
 FS_TYPES = ("nfs", "nfs4", "lustre", "gpfs", "wekafs", "beegfs", "cephfs", "fuse.weka")
 _PATH = re.compile(r"^/[A-Za-z0-9_.@/+-]*$")
 

@@ -59,6 +59,7 @@ SIMHW_PACKAGE = SIMHW.parent / "nodecert_simhw"  # the emulators, one module per
 # shared_fs_slow fault (8 MB/s) falls well below.
 SHARED_MOUNT = "/mnt/nodecert-shared"
 LAB_SHARED_FS = {"mounts": [{"path": SHARED_MOUNT}], "size_mb": 64, "checkpoint_mb": 64,
+                 "aggregate_read_s": 3,
                  "read_mbps_min": 25, "checkpoint_mbps_min": 10, "small_files_per_s_min": 100,
                  "aggregate_read_mbps_min": 50}
 LAB_STORAGE_FLOORS = {"storage.seq_read_mbps_min": 25,
