@@ -314,3 +314,12 @@ def test_scaling_and_shared_storage_figures_drift_against_the_certificate() -> N
                                        limits("H200-SXM"))}
     eff = got["drift.perf.scaling_efficiency"]
     assert eff.verdict is Verdict.FAIL and "0.975 -> 0.85" in eff.summary
+
+
+def test_a_stack_without_pytorch_is_not_failed_for_it(tmp_path: Path) -> None:
+    node = SimNode(tmp_path)
+    plan = node.plan(["load.scaling"], suite="standard")
+    plan["framework"] = {**node.framework_env(), "torch": ""}
+    r = node.check("load.scaling", plan)
+    assert r.verdict is Verdict.WARN and r.summary.startswith("not measured: the stack pins "
+                                                              "no PyTorch")

@@ -320,6 +320,12 @@ def thermal_soak(ctx: Ctx) -> Result:
        description="training throughput on 1 GPU and all GPUs of the node: scaling efficiency")
 def scaling_run(ctx: Ctx) -> Result:
     _, gpus, ev = nvidia_smi_q(ctx)
+    if ctx.plan.framework and not framework(ctx).get("torch"):
+        # The reference job is PyTorch: a stack without it is not failed for that, and
+        # not passed either: the figure is simply missing, and the result says so.
+        return Result("load.scaling", Verdict.WARN, "not measured: the stack pins no PyTorch "
+                      "(the reference training job runs in PyTorch)", evidence=tuple(ev),
+                      remediation="Use a stack with PyTorch to have scaling measured.")
     try:
         py = framework_python(ctx)
     except NoFramework as exc:
