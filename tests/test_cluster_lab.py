@@ -34,6 +34,11 @@ def cluster_lab() -> Iterator[Lab]:
         lab.up(nodes=len(NODES), as_cluster=True)
         assert lab.ssh("h4", "command -v all_reduce_perf ib_write_bw perfquery | wc -l"
                        ).stdout.strip() == "3"
+        # h1's NFS export mounted on every host: what h4 writes lands on h1's disk
+        assert " /mnt/nodecert-shared fuse.nfs " in lab.ssh("h4", "cat /proc/mounts").stdout
+        lab.ssh("h4", "echo from-h4 > /mnt/nodecert-shared/probe-h4")
+        assert lab.ssh("h1", "cat /srv/nodecert-export/probe-h4").stdout == "from-h4\n"
+        lab.ssh("h1", "rm /srv/nodecert-export/probe-h4")
         yield lab
     finally:
         lab.down()
@@ -94,13 +99,13 @@ def test_a_healthy_cluster_passes_on_slurm_and_its_certificate_verifies(
     want = model_efficiency("h200-sxm-8", 32, 8 * 400 / 8 * 0.94)
     assert abs(eff - want) / want < 0.02, (eff, want)
     assert [g for g, _ in run["scaling"]["facts"]["curve"]] == [1, 8, 32]
-    # the shared file system under all 4 nodes at once: real fio through the lab's mount,
-    # and nothing of nodecert's left on it
+    # the shared file system under all 4 nodes at once: real fio through the NFS mount,
+    # and nothing of nodecert's left on the server
     fs = run["shared_fs"]["value"]
     assert sorted(fs["read_mbps_at_once"]) == NODES and fs["aggregate_read_mbps"] >= 50
     assert all(v["/mnt/nodecert-shared"]["small_files_per_s"] > 0
                for v in fs["per_node"].values())
-    assert cluster_lab.ssh("h2", "ls -A /mnt/nodecert-shared").stdout.strip() == ""
+    assert cluster_lab.ssh("h1", "ls -A /srv/nodecert-export").stdout.strip() == ""
     v = nodecert("verify", data["certificate"], "--pubkey", str(keys / "nodecert.pub"),
                  "--allow-simulated", cwd=tmp_path)
     assert v.returncode == 0, v.stdout

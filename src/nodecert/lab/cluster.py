@@ -141,6 +141,63 @@ def job_tools_script() -> str:
             f"torch=={stack.framework.pytorch} >/dev/null")
 
 
+# The cluster's shared file system: nfs-ganesha (user space: this machine's kernel has no
+# NFS server) exports a directory of the head host over NFSv3/TCP; every host mounts it
+# at SHARED_MOUNT with the lab's client (simhw/nfsfuse.py: FUSE over libnfs, this
+# kernel having no NFS client either).
+SHARED_MOUNT = "/mnt/nodecert-shared"
+EXPORT = "/srv/nodecert-export"
+MOUNT_PORT = 20048  # mountd's port, fixed so the client needs no portmapper lookup
+NFS_SERVER_PACKAGES = ("nfs-ganesha", "nfs-ganesha-vfs", "rpcbind")
+NFS_CLIENT_PACKAGES = ("libnfs13", "python3-fusepy")
+GANESHA_CONF = """# Written by `nodecert lab up --cluster`: the lab's NFS server.
+NFS_CORE_PARAM {{ Protocols = 3; NFS_Port = 2049; MNT_Port = {mnt}; Enable_NLM = false;
+                 Enable_RQUOTA = false; Enable_UDP = false; }}
+NFSV4 {{ Graceless = true; }}
+EXPORT {{ Export_Id = 1; Path = {export}; Pseudo = {export}; Access_Type = RW;
+         Squash = No_Root_Squash; Protocols = 3; Transports = TCP; SecType = sys;
+         FSAL {{ Name = VFS; }} }}
+LOG {{ Default_Log_Level = WARN; }}
+"""
+NFS_UNIT = """[Unit]
+Description=The nodecert lab's NFS mount (FUSE over libnfs)
+After=network.target
+
+[Service]
+ExecStartPre=/bin/mkdir -p {mount}
+ExecStart=/usr/bin/python3 /usr/lib/nodecert-lab/nfsfuse.py {url} {mount}
+ExecStopPost=-/bin/umount -l {mount}
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def nfs_server_script() -> str:
+    """On the head host: the export, ganesha's configuration, rpcbind and ganesha up."""
+    conf = GANESHA_CONF.format(mnt=MOUNT_PORT, export=EXPORT)
+    return (f"apt-get install -y -qq {' '.join(NFS_SERVER_PACKAGES)} >/dev/null && "
+            f"cat > /etc/ganesha/ganesha.conf <<'EOF'\n"
+            f"{conf}EOF\nsystemctl enable -q --now rpcbind.service && "
+            "systemctl restart nfs-ganesha.service && "
+            "for i in $(seq 1 150); do ss -ltn | grep -q ':2049 ' && exit 0; sleep 0.2; "
+            "done; journalctl -u nfs-ganesha --no-pager | tail -20; exit 1")
+
+
+def nfs_client_script(server_ip: str) -> str:
+    """On every host: the client, as a unit that keeps the mount; waits for it."""
+    url = f"nfs://{server_ip}{EXPORT}?version=3&mountport={MOUNT_PORT}"
+    unit = NFS_UNIT.format(mount=SHARED_MOUNT, url=url)
+    return (f"apt-get install -y -qq {' '.join(NFS_CLIENT_PACKAGES)} >/dev/null && "
+            "cat > /etc/systemd/system/nodecert-lab-nfs.service <<'EOF'\n"
+            f"{unit}EOF\nsystemctl daemon-reload && "
+            "systemctl enable -q --now nodecert-lab-nfs.service && "
+            f"for i in $(seq 1 150); do grep -q ' {SHARED_MOUNT} fuse.nfs ' /proc/mounts && "
+            "exit 0; sleep 0.2; done; journalctl -u nodecert-lab-nfs --no-pager | tail -20; "
+            "exit 1")
+
+
 def slurm_idle_script(total: int) -> str:
     """On the head host: until Slurm reports every host idle (slurmd registers as it
     starts), at most a minute."""
@@ -156,5 +213,18 @@ def inventory_vars() -> dict[str, object]:
             "nodecert_stack": JOB_STACK}
 
 
-__all__ = ["HEAD", "PARTITION", "inventory_vars", "job_tools_script", "known_hosts",
-           "lab_secrets", "prepare_host", "slurm_idle_script", "write_known_hosts"]
+__all__ = [
+    "EXPORT",
+    "HEAD",
+    "PARTITION",
+    "SHARED_MOUNT",
+    "inventory_vars",
+    "job_tools_script",
+    "known_hosts",
+    "lab_secrets",
+    "nfs_client_script",
+    "nfs_server_script",
+    "prepare_host",
+    "slurm_idle_script",
+    "write_known_hosts",
+]

@@ -53,12 +53,10 @@ SIMHW_PACKAGE = SIMHW.parent / "nodecert_simhw"  # the emulators, one module per
 # 392 MB/s, same host, minutes apart), so re-validation compares lab storage with an
 # 85% tolerance: on a shared disk a drop is noise, the floors catch a broken drive.
 # Both are recorded in every result as the inventory's.
-# The lab's shared file system: one directory of the lab's state, bound into every host
-# at SHARED_MOUNT (this machine's kernel has no NFS client or server to mount a real
-# export). A cluster lab's order names it with floors its disk clears and a
+# The lab's shared file system (cluster labs): the head host's NFS export, mounted on
+# every host (lab/cluster.py). Its order names floors the lab clears and a
 # shared_fs_slow fault (8 MB/s) falls well below.
-SHARED_MOUNT = "/mnt/nodecert-shared"
-LAB_SHARED_FS = {"mounts": [{"path": SHARED_MOUNT}], "size_mb": 64, "checkpoint_mb": 64,
+LAB_SHARED_FS = {"mounts": [{"path": cluster.SHARED_MOUNT}], "size_mb": 64, "checkpoint_mb": 64,
                  "aggregate_read_s": 3,
                  "read_mbps_min": 25, "checkpoint_mbps_min": 10, "small_files_per_s_min": 100,
                  "aggregate_read_mbps_min": 50}
@@ -66,9 +64,9 @@ LAB_STORAGE_FLOORS = {"storage.seq_read_mbps_min": 25,
                       "storage.local_nvme_seq_read_mbps_min": 25, "storage.seq_write_mbps_min": 25,
                       "storage.rand_read_iops_min": 500, "storage.checkpoint_mbps_min": 10,
                       "drift.storage_drop_max": 0.85,
-                      # every lab host reads the shared directory from this machine's one
-                      # disk, whose scheduler is not fair between them: a share of the median
-                      # that low is still far above a throttled host's (about 0.02)
+                      # every lab host reads the head host's export, on this machine's one
+                      # disk and CPUs, which are not fair between them: a share of the
+                      # median that low is still far above a throttled host's
                       "storage.shared_peer_fraction_min": 0.4}
 REQUIRED_TOOLS = {"systemd-nspawn": "systemd-container", "mmdebstrap": "mmdebstrap",
                   "ip": "iproute2", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
@@ -227,7 +225,7 @@ class Lab:
         timings["mirror_s"] = time.monotonic() - tm
         t0 = time.monotonic()
         self.cfg.state.mkdir(parents=True, exist_ok=True)
-        (self.cfg.state / "shared").mkdir(mode=0o755, exist_ok=True)
+        (self.cfg.state / "nfs-export").mkdir(mode=0o755, exist_ok=True)
         net.bridge_up(self.cfg)
         key = self.cfg.state / "id_ed25519"
         if not key.exists():
@@ -285,6 +283,12 @@ class Lab:
         script = cluster.job_tools_script()
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(lambda h: self.ssh(h.name, script, timeout=600), hosts))
+        # The shared file system: the head host serves, every host mounts.
+        head = next(h for h in hosts if h.name == cluster.HEAD)
+        self.ssh(head.name, cluster.nfs_server_script(), timeout=300)
+        client = cluster.nfs_client_script(head.ip)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda h: self.ssh(h.name, client, timeout=300), hosts))
         self.ssh(cluster.HEAD, cluster.slurm_idle_script(len(hosts)), timeout=90)
 
     @staticmethod
@@ -382,6 +386,7 @@ class Lab:
         lib = root / "usr/lib/nodecert-lab"
         lib.mkdir(parents=True, exist_ok=True)
         shutil.copy2(SIMHW, lib / "simhw.py")
+        shutil.copy2(SIMHW.parent / "nfsfuse.py", lib / "nfsfuse.py")
         shutil.rmtree(lib / "nodecert_simhw", ignore_errors=True)
         shutil.copytree(SIMHW_PACKAGE, lib / "nodecert_simhw",
                         ignore=shutil.ignore_patterns("__pycache__"))
@@ -398,7 +403,14 @@ class Lab:
                 "--register=no", "--keep-unit", "--link-journal=no", "--resolv-conf=off",
                 "--settings=no", f"--network-namespace-path=/run/netns/{self.cfg.netns(n)}",
                 f"--bind-ro={mirror}:/srv/nodecert-mirror",
-                f"--bind={self.cfg.state / 'shared'}:{SHARED_MOUNT}",
+                # FUSE for the lab's NFS client (cluster labs mount the head's export)
+                "--bind=/dev/fuse",
+                # what the head host exports: on this machine's disk, not the host's
+                # overlay (overlayfs gives the NFS server no file handles)
+                # (and file handles for nfs-ganesha's VFS backend: nspawn's default
+                # system-call filter refuses open_by_handle_at; allowed on this host only)
+                *([f"--bind={self.cfg.state / 'nfs-export'}:{cluster.EXPORT}",
+                   "--system-call-filter=open_by_handle_at"] if name == cluster.HEAD else []),
                 "--boot", "--console=read-only"]
         env = dict(os.environ, SYSTEMD_NSPAWN_API_VFS_WRITABLE="network",
                    NODECERT_LAB_BLKIO=str(blkio.ensure(self.cfg, self.cfg.netns(n)) or ""))
@@ -542,20 +554,20 @@ class Lab:
         return faults
 
     def _apply_storage_faults(self, hosts: list[LabHost], faults: list[Fault]) -> None:
-        """nvme_slow (the host's disk) and shared_fs_slow (the disk under the shared
-        directory): really throttle the host's block I/O, so real fio measures it. Where
-        both lie on one disk, the shared file system's fault is the one set."""
+        """nvme_slow: really throttle the host's block I/O (cgroup blkio), so real fio
+        measures a slow disk. shared_fs_slow: really limit what the host receives over
+        the lab network (tc on its link), so its reads from the NFS server are slow."""
         for h in hosts:
-            for kind, path in (("nvme_slow", self.cfg.root),
-                               ("shared_fs_slow", self.cfg.state / "shared")):
-                slow = [f for f in faults if f.kind == kind and f.host in ("*", h.name)]
-                if kind == "shared_fs_slow" and not slow:
-                    continue
-                p = slow[-1].params if slow else {}
-                blkio.throttle(self.cfg, h.netns, path,
-                               read_bps=int(p.get("read_mbps", 0) * 1_000_000),
-                               write_bps=int(p.get("write_mbps", 0) * 1_000_000),
-                               iops=int(p.get("iops", 0)))
+            slow = [f for f in faults if f.kind == "nvme_slow" and f.host in ("*", h.name)]
+            p = slow[-1].params if slow else {}
+            blkio.throttle(self.cfg, h.netns, self.cfg.root,
+                           read_bps=int(p.get("read_mbps", 0) * 1_000_000),
+                           write_bps=int(p.get("write_mbps", 0) * 1_000_000),
+                           iops=int(p.get("iops", 0)))
+            shared = [f for f in faults if f.kind == "shared_fs_slow"
+                      and f.host in ("*", h.name)]
+            net.shape(self.cfg, h.n, float(shared[-1].params.get("read_mbps", 8))
+                      if shared else 0.0)
 
     # --- reset / stop / down -------------------------------------------------------------
 
@@ -651,7 +663,7 @@ class Lab:
             net.drop_guard(self.cfg)
         shutil.rmtree(self.cfg.state / "hosts", ignore_errors=True)
         shutil.rmtree(self.cfg.state / "group_vars", ignore_errors=True)
-        shutil.rmtree(self.cfg.state / "shared", ignore_errors=True)
+        shutil.rmtree(self.cfg.state / "nfs-export", ignore_errors=True)
         for f in ("lab.json", "inventory.ini", "ssh_config", "known_hosts", "hosts.json",
                   "munge.key", "cluster_ed25519", "cluster_ed25519.pub"):
             (self.cfg.state / f).unlink(missing_ok=True)

@@ -29,7 +29,10 @@ from nodecert.stacks import Package, list_stacks
 # Never pciutils: real lspci in a host would read the real machine's sysfs.
 # python3-venv (+ python3-packaging for Ansible's pip module): the framework role
 # builds its virtual environment on the node.
-REAL_DEBIAN_PACKAGES = ("fio", "python3-venv", "python3-packaging")
+REAL_DEBIAN_PACKAGES = ("fio", "python3-venv", "python3-packaging",
+                        # the cluster lab's NFS server and client (lab/cluster.py)
+                        "nfs-ganesha", "nfs-ganesha-vfs", "rpcbind", "libnfs13",
+                        "python3-fusepy")
 SIM_TOOL_PACKAGES = {
     # name: (version, tools it provides). Versions say they are lab builds.
     "nccl-tests": ("2.17.8-1+nodecertlab", ("all_reduce_perf", "all_gather_perf",

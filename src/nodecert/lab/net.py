@@ -126,6 +126,16 @@ def netns_add(cfg: LabConfig, n: int) -> None:
     # Deliberately no default route: a host can reach only the lab subnet.
 
 
+def shape(cfg: LabConfig, n: int, mbps: float) -> None:
+    """Limit what host n receives to mbps MB/s (a token bucket on its link, on the
+    bridge's side), or with 0 lift the limit."""
+    dev = cfg.veth(n)
+    run(["tc", "qdisc", "del", "dev", dev, "root"], timeout=15, check=False)
+    if mbps > 0:
+        run(["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+             f"{int(mbps * 8000)}kbit", "burst", "256kb", "latency", "200ms"], timeout=15)
+
+
 def netns_del(cfg: LabConfig, name: str) -> None:
     run(["ip", "netns", "del", name], timeout=15, check=False)
     n = name.rsplit("-h", 1)[-1]

@@ -93,10 +93,10 @@ FAULT_KINDS: dict[str, FaultKind] = {
     "nvme_slow": _k(set(), {"read_mbps", "write_mbps", "iops"}, "the host's block I/O is "
                     "really throttled (cgroup blkio; MB/s, IOPS, 0 = unlimited): real fio "
                     "measures a slow disk", "storage.fio"),
-    "shared_fs_slow": _k(set(), {"read_mbps", "write_mbps", "iops"}, "the host's I/O to the "
-                         "lab's shared file system is really throttled (cgroup blkio on the "
-                         "disk under it; MB/s, IOPS): real fio through the mount is slow on "
-                         "that host only", "cluster.storage"),
+    "shared_fs_slow": _k(set(), {"read_mbps"}, "what the host receives over the lab "
+                         "network is really limited (tc on its link; MB/s, default 8): its "
+                         "reads from the lab's NFS server are slow, the others' are not",
+                         "cluster.storage"),
 }
 
 
