@@ -255,6 +255,17 @@ def test_scaling_can_be_turned_off_and_takes_booleans_only() -> None:
     assert cfg is not None and not cfg.scaling and why is None
     cfg, why = parse_cluster({"scaling": "yes"})
     assert cfg is None and why == "scaling must be true or false, got 'yes'"
+    cfg, why = parse_cluster({"storage": False})
+    assert cfg is not None and not cfg.storage and cfg.scaling
+
+
+def test_the_command_line_turns_the_stages_off() -> None:
+    from click.testing import CliRunner
+
+    from nodecert.cli import main
+    out = CliRunner().invoke(main, ["cluster", "validate", "--help"])
+    assert "--no-scaling" in out.output and "--no-storage" in out.output
+    assert "nodecert cluster validate -i site.ini --no-scaling --no-storage" in out.output
 
 
 # --- the report and the certificate ------------------------------------------------------------

@@ -13,6 +13,7 @@
       partners: 2              # different partners each node is paired with
       collectives: [all_gather, alltoall]   # also run over all nodes: reported, not judged
       scaling: true            # the reference training job per node and over all nodes
+      storage: true            # the order's shared file system read by every node at once
 
 Each key can be given on the command line too (which wins).
 """
@@ -41,6 +42,7 @@ class ClusterConfig:
     partners: int = 2
     collectives: tuple[str, ...] = ()
     scaling: bool = True
+    storage: bool = True
 
     def with_(self, **changes: Any) -> ClusterConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -95,7 +97,7 @@ def parse_cluster(raw: Any) -> tuple[ClusterConfig | None, str | None]:
                 return None, (f"collectives must be a list of {', '.join(EXTRA_COLLECTIVES)}, "
                               f"got {value!r}")
             out[key] = tuple(dict.fromkeys(value))
-        elif key in ("gpudirect", "scaling"):
+        elif key in ("gpudirect", "scaling", "storage"):
             if not isinstance(value, bool):
                 return None, f"{key} must be true or false, got {value!r}"
             out[key] = value

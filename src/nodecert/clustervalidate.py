@@ -102,7 +102,8 @@ def context(inventory: Path, *, limit: tuple[str, ...] = (),
                           limits={k: Threshold.from_dict(v) for k, v in limits.items()
                                   if k.startswith(("scaling.", "storage.shared"))},
                           scaling_steps=_scaling_steps(),
-                          shared_fs=first.validation.get("shared_fs"))
+                          shared_fs=first.validation.get("shared_fs") if cfg.storage
+                          else None)
 
 
 def _scaling_steps() -> tuple[int, int]:

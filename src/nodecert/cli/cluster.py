@@ -32,7 +32,9 @@ def cluster() -> None:
 _VALIDATE_HELP = """Validate the cluster: every node's fabric, every node paired with at
 least two partners (two-node all_reduce_perf and ib_write_bw on each rail), the
 all-reduce over all nodes against the fabric's sourced expectation, and on its
-failure a bisection that names the culprit node(s).
+failure a bisection that names the culprit node(s); then the reference training job
+on every node and over all nodes (scaling efficiency, docs/scaling.md) and, where the
+order names a shared file system, every node reading it at once (docs/datapath.md).
 
 Jobs run on the site's engine from the launch host: Slurm (srun, exclusive, the
 partition/account/reservation given) or OpenMPI's mpirun over SSH with a hostfile.
@@ -50,6 +52,7 @@ Examples:
   nodecert cluster validate -i /var/tmp/nodecert-lab/state/inventory.ini --key keys/nodecert.key
   nodecert cluster validate -i site.ini --engine slurm --partition gpu --reservation accept
   nodecert cluster validate -i site.ini --engine mpirun --launch-host login01 --json
+  nodecert cluster validate -i site.ini --no-scaling --no-storage   # the fabric only
 """
 
 
@@ -69,6 +72,11 @@ Examples:
 @click.option("--collective", "collectives", multiple=True,
               type=click.Choice(["all_gather", "alltoall"]),
               help="Also run this collective over all nodes (reported, not judged).")
+@click.option("--scaling/--no-scaling", default=None,
+              help="Run the training job per node and over all nodes (default: on).")
+@click.option("--storage/--no-storage", default=None,
+              help="Read the order's shared file system from every node at once "
+                   "(default: on where the order names one).")
 @click.option("--key", "key_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Sign the run as a cluster certificate with this private key.")
 @runs_dir_option
@@ -79,7 +87,8 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          launch_host: str | None, partition: str | None,
                          account: str | None, reservation: str | None,
                          job_timeout_s: float | None, max_bytes: str | None,
-                         collectives: tuple[str, ...], key_path: Path | None,
+                         collectives: tuple[str, ...], scaling: bool | None,
+                         storage: bool | None, key_path: Path | None,
                          runs_dir: Path, as_json: bool,
                          become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.clustercert import certify_cluster
@@ -92,7 +101,8 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                                ("partition", partition), ("account", account),
                                ("reservation", reservation), ("job_timeout_s", job_timeout_s),
                                ("max_bytes", max_bytes),
-                               ("collectives", list(collectives) or None)) if v is not None}
+                               ("collectives", list(collectives) or None),
+                               ("scaling", scaling), ("storage", storage)) if v is not None}
     parsed, why = parse_cluster(given)
     if parsed is None:
         raise InventoryError(f"command line: {why}")
