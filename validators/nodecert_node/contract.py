@@ -13,6 +13,9 @@ library only (the node runs it under its own python3, 3.8+). It holds:
 * `figures(result)`, the headline numbers of a check, used by drift, the HTML
   report, the node's metrics and history alike;
 * `write_atomic`, the one way a result file is written (temp file, fsync, rename).
+
+This module is long because it is the whole contract in one file: the control side
+imports nothing else of the node package but it and the parsers.
 """
 
 from __future__ import annotations
