@@ -21,6 +21,7 @@ from nodecert_node.contract import Evidence, Limits, Result, Verdict
 from nodecert_node.framework import WORKERS
 from nodecert_node.parse.events import events
 from nodecert_node.tools import ToolError, run
+from nodecert_node.workers.scaling import params
 
 GiB = 1024 ** 3
 
@@ -39,10 +40,9 @@ def model_size(memory_mib: float) -> dict[str, int]:
             "seq": 2048, "batch": 4}
 
 
-def params_of(size: dict[str, int]) -> int:
-    """Parameters of the reference model of this size (the worker's count)."""
-    d = size["d_model"]
-    return size["layers"] * (12 * d * d + 13 * d) + 32000 * d + 2048 * d + 2 * d
+def checkpoint_mb(size: dict[str, int]) -> int:
+    """The reference model's checkpoint (weights and AdamW state, 16 bytes a parameter)."""
+    return max(int(16 * params(size["layers"], size["d_model"]) / 2 ** 20), 64)
 
 
 def topology(limits: Limits) -> str:

@@ -375,4 +375,4 @@ def checkpoint_size_mb(ctx: Ctx) -> int:
     except NoGpu:
         return 1024
     size = scaling.model_size(min(float(g.get("memory_total_mib") or 0) for g in gpus))
-    return max(int(16 * scaling.params_of(size) / MiB), 64)
+    return scaling.checkpoint_mb(size)
