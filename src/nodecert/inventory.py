@@ -61,6 +61,11 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
                            "aggregate_read_mbps_min, checkpoint_mbps_min, "
                            "small_files_per_s_min, gds_read_mbps_min, checkpoint_mb, "
                            "size_mb, aggregate_read_s}"),
+    "nodecert_bmc": (False, "bmc", "the node's BMC, read out of band by the controller: "
+                     "{address, protocol: redfish|ipmi, port, ca_file | cert_sha256, "
+                     "username, password_file, firmware, psu_spares, sample_s, timeout_s}"),
+    "nodecert_bmc_password": (False, "secret", "the BMC password, encrypted with "
+                              "ansible-vault (or password_file in nodecert_bmc)"),
     # Cluster validation (nodecert cluster validate).
     "nodecert_cluster": (False, "cluster", "how the site runs multi-node jobs: {engine: "
                          "slurm|mpirun, launch_host, partition, account, reservation, ...}"),
@@ -71,7 +76,7 @@ VALIDATION_VARS = ("nodecert_cpu_model", "nodecert_mig_enabled",
                    "nodecert_nvme_rated_seq_read_mbps",
                    "nodecert_nvme_rated_seq_write_mbps", "nodecert_nvme_rated_rand_read_iops",
                    "nodecert_storage_targets", "nodecert_allow_raw_devices", "nodecert_thresholds",
-                   "nodecert_fabric", "nodecert_shared_fs")
+                   "nodecert_fabric", "nodecert_shared_fs", "nodecert_bmc")
 # How Ansible reads booleans written as text (INI [group:vars] values are strings).
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
@@ -210,6 +215,8 @@ def _coerce(var: str, kind: str, raw: Any, *, matrix: Matrix, known_stacks: set[
         bad(f"{var} must be true or false, got {raw!r}")
     elif kind == "str":
         return str(raw)
+    elif kind == "secret":
+        return None  # read where it is used, never kept in the spec (plain text is refused)
     elif kind == "list":
         items = raw if isinstance(raw, list) else str(raw).split(",")
         return [str(i).strip() for i in items if str(i).strip()]

@@ -8,17 +8,20 @@ from typing import Any
 
 import yaml
 
+from nodecert.bmcspec import parse_bmc
 from nodecert.clusterconfig import parse_cluster
 from nodecert.fabricspec import parse_fabric
 from nodecert.sharedfsspec import parse_shared_fs
 
-MAPPING_KINDS = ("map", "fabric", "cluster", "sharedfs")
+MAPPING_KINDS = ("map", "fabric", "cluster", "sharedfs", "bmc")
 EXAMPLES = {
     "map": "e.g. nodecert_thresholds: {storage.seq_read_mbps_min: 3000} in YAML",
     "fabric": "e.g. nodecert_fabric: {link_layer: InfiniBand, ports: 8, rate_gbps: 400} in "
               "group_vars (docs/inventory.md)",
     "sharedfs": "e.g. nodecert_shared_fs: {mounts: [{path: /mnt/data, type: nfs4}], "
                 "aggregate_read_mbps_min: 16000} in group_vars (docs/datapath.md)",
+    "bmc": "e.g. nodecert_bmc: {address: 10.10.0.21, cert_sha256: ..., username: nodecert, "
+           "password_file: /etc/nodecert/bmc.pass} in host_vars (docs/bmc.md)",
     "cluster": "e.g. nodecert_cluster: {engine: slurm, launch_host: login01, partition: gpu} "
                "in group_vars (docs/cluster.md)"}
 
@@ -32,6 +35,8 @@ def parse_mapping(kind: str, raw: Any) -> tuple[Any, str | None]:
         return parse_fabric(raw)
     if kind == "sharedfs":
         return parse_shared_fs(raw)
+    if kind == "bmc":
+        return parse_bmc(raw)
     if kind == "cluster":
         cfg, why = parse_cluster(raw)
         return (cfg.as_dict() if cfg else None), why

@@ -26,6 +26,8 @@ from typing import Any
 import paramiko
 
 from nodecert import conformance
+from nodecert.bmcjudge import BMC_CHECKS
+from nodecert.bmcmonitor import BmcMonitor
 from nodecert.errors import NodecertError
 from nodecert.nodeevents import BadEvent, LineReader, decode_event
 from nodecert.nodessh import BecomeError, Endpoint, connect, describe_error, start
@@ -130,12 +132,14 @@ class NodeSessions:
         hr.started = time.time()
         hr.status = "running"
         hr.save()
+        monitor = self._bmc_monitor(hr)
         try:
             client = connect(hr.endpoint)
         except (paramiko.SSHException, OSError) as exc:
             hr.status, hr.error = "unreachable", describe_error(exc, hr.endpoint)
             hr.finish_missing(f"host unreachable: {hr.error}", "NC-HOST-UNREACHABLE")
             self.emit(hr, f"UNREACHABLE: {hr.error}")
+            self._bmc_results(hr, monitor)
             hr.finished = time.time()
             hr.save()
             return
@@ -147,8 +151,33 @@ class NodeSessions:
             self._close(hr)
         finally:
             client.close()
+            self._bmc_results(hr, monitor)
             hr.finished = time.time()
             hr.save()
+
+    def _bmc_monitor(self, hr: HostRun) -> BmcMonitor | None:
+        """The host's BMC, sampled while its checks run (none without nodecert_bmc)."""
+        if hr.bmc is None:
+            return None
+        monitor = BmcMonitor(hr.bmc, host_dir=hr.out_dir, limits=hr.plan.limits(),
+                             simulated=hr.simulated, current=lambda: hr.current)
+        monitor.start()
+        self.emit(hr, f"BMC {hr.bmc.describe()}: sampling every {hr.bmc.sample_s} s")
+        return monitor
+
+    def _bmc_results(self, hr: HostRun, monitor: BmcMonitor | None) -> None:
+        if monitor is None:
+            return
+        monitor.simulated = hr.simulated  # known once the node said hello
+        try:
+            results = monitor.finish()
+        except Exception as exc:  # the BMC's fault never sinks the node's results
+            results = [error_result(c, f"internal error while reading the BMC: "
+                                       f"{type(exc).__name__}: {exc}") for c in BMC_CHECKS]
+        hr.results.extend(results)
+        for r in results:
+            self.emit(hr, f"{r.check} {r.verdict.name}"
+                      f"{' (SIMULATED)' if r.simulated else ''} - {r.summary[:110]}")
 
     def _exec(self, client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
               timeout: float, *, root: bool = True) -> tuple[int, str]:

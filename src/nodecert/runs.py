@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodecert.bmcspec import BmcSpec
 from nodecert.errors import NodecertError
 from nodecert.inventory import HostSpec
 from nodecert.nodessh import Endpoint
@@ -119,6 +120,7 @@ class HostRun:
     simulated: bool = False
     node: dict[str, Any] = field(default_factory=dict)
     bad_output: str = ""  # what a node sent that was not a valid event (evidence)
+    bmc: BmcSpec | None = None  # read out of band beside the node's checks (bmc.*)
 
     @property
     def checks(self) -> list[str]:

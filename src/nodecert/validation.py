@@ -22,9 +22,10 @@ from typing import Any
 
 from nodecert import thresholds
 from nodecert.ansible_env import select_hosts
-from nodecert.become import BecomeSource
+from nodecert.become import BecomeSource, unlock_vault
+from nodecert.bmcspec import BmcSpec, bmc_spec
 from nodecert.errors import InventoryError
-from nodecert.inventory import hostvars, load_inventory
+from nodecert.inventory import HostSpec, hostvars, load_inventory
 from nodecert.nodesession import NodeSessions, node_bundle
 from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
@@ -54,7 +55,9 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
     endpoints = {n: Endpoint.from_hostvars(n, hv[n]) for n in specs}
     # A become password is read only for the hosts that become (a non-root user).
     need = {n: hv[n] for n, ep in endpoints.items() if ep.become}
-    passwords = (become or BecomeSource.from_env()).passwords(need) if need else {}
+    source = become or BecomeSource.from_env()
+    passwords = source.passwords(need) if need else {}
+    bmcs = _bmc_specs(specs, hv, source)
     stacks: dict[str, Stack] = {}
     runs: dict[str, HostRun] = {}
     for name, spec in sorted(specs.items()):
@@ -65,8 +68,18 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
                           option_overrides=option_overrides)
         ep = dataclasses.replace(endpoints[name], become_password=passwords.get(name))
         runs[name] = HostRun(name, spec, ep, plan, st,
-                             run_dir / name, simulated=spec.simulated)
+                             run_dir / name, simulated=spec.simulated, bmc=bmcs.get(name))
     return runs
+
+
+def _bmc_specs(specs: dict[str, HostSpec], hv: dict[str, dict[str, Any]],
+               source: BecomeSource) -> dict[str, BmcSpec]:
+    """Each host's BMC with its password read (the vault opened once, when needed)."""
+    with_bmc = {n: s.validation["bmc"] for n, s in specs.items() if s.validation.get("bmc")}
+    if with_bmc and source.vault_file:
+        unlock_vault(source.vault_file)
+    return {n: bmc_spec(n, b, hv[n], source.vault_file is not None)
+            for n, b in sorted(with_bmc.items())}
 
 
 def open_new_run(inventory: Path, *, suite: str, limit: tuple[str, ...] = (),

@@ -48,10 +48,14 @@ def _lab() -> Any:
 @click.option("--cluster", "as_cluster", is_flag=True,
               help="Run the hosts as a cluster: real Slurm (munge, slurmctld on h1, slurmd on "
                    "every host) and host-to-host SSH for mpirun.")
+@click.option("--bmc", "with_bmc", is_flag=True,
+              help="Give every host a BMC on the lab bridge (.210+N): Redfish over HTTPS "
+                   "(sushy-tools) and IPMI (OpenIPMI's ipmi_sim), readings SIMULATED from "
+                   "the hardware model; the inventory names them (nodecert_bmc).")
 @json_option
 @handle_errors
 def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
-           as_cluster: bool, as_json: bool) -> None:
+           as_cluster: bool, with_bmc: bool, as_json: bool) -> None:
     """Build (once) the base image and mirror, then boot NODES hosts; on a running lab,
     grow or shrink it to NODES hosts (new hosts take --profile, the others run on).
 
@@ -59,9 +63,14 @@ def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
     Example (a 16-host Slurm cluster):
       nodecert lab up --nodes 16 --cluster
       ssh -F /var/tmp/nodecert-lab/state/ssh_config h1 sinfo
+
+    \b
+    Example (2 hosts with BMCs, then their BMC checks):
+      nodecert lab up --nodes 2 --bmc
+      nodecert validate -i /var/tmp/nodecert-lab/state/inventory.ini
     """
     result = _lab().up(nodes=nodes, profiles=profiles, faults_file=faults_file,
-                       as_cluster=as_cluster)
+                       as_cluster=as_cluster, with_bmc=with_bmc)
     if as_json:
         emit_json(result)
         return

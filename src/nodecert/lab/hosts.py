@@ -36,6 +36,7 @@ import yaml
 
 from nodecert.errors import NodecertError
 from nodecert.lab import blkio, cluster, net
+from nodecert.lab import bmc as labbmc
 from nodecert.lab.config import MAX_HOSTS, LabConfig
 from nodecert.lab.hardware import Fault, hardware_description, load_faults, profile, spec_vars
 from nodecert.lab.mirror import build_mirror
@@ -196,13 +197,19 @@ class Lab:
     # --- up ---------------------------------------------------------------------------
 
     def up(self, nodes: int = 2, profiles: tuple[str, ...] = ("h200-sxm-8",),
-           faults_file: Path | None = None, *, as_cluster: bool = False) -> dict[str, Any]:
+           faults_file: Path | None = None, *, as_cluster: bool = False,
+           with_bmc: bool = False) -> dict[str, Any]:
         preflight_tools()
         self.cfg.claim_root()
         if not 1 <= nodes <= MAX_HOSTS:
             raise NodecertError(f"--nodes must be 1..{MAX_HOSTS}, got {nodes}")
         for p in profiles:
             profile(p)  # unknown profile: clear error before anything is created
+        if with_bmc:
+            labbmc.preflight()
+            if nodes > labbmc.MAX_BMC_HOSTS:
+                raise NodecertError(f"--bmc gives BMCs to at most {labbmc.MAX_BMC_HOSTS} "
+                                    f"hosts, not {nodes}", hint="use fewer --nodes")
         names = [f"h{n}" for n in range(1, nodes + 1)]
         host_profiles = {name: profiles[k % len(profiles)] for k, name in enumerate(names)}
         faults: list[Fault] = (load_faults(faults_file, names, host_profiles)
@@ -214,6 +221,10 @@ class Lab:
                                     "faults`, not with `lab up`",
                                     hint="run `nodecert lab faults FILE`")
             self._same_shape(state, nodes, as_cluster)
+            if with_bmc != bool(state.get("bmc")):
+                raise NodecertError("the lab is up with" + ("out" if with_bmc else "")
+                                    + " BMCs", hint="run `nodecert lab down`, then `lab up` "
+                                                    "again")
             return self._resize(state, nodes, profiles)
         self.clean_stale()
         check_inotify(nodes)
@@ -238,6 +249,7 @@ class Lab:
             "version": 1, "subnet": str(self.cfg.subnet), "bridge": self.cfg.bridge,
             "seed": seed.read_text().strip(), "faults": [f.__dict__ for f in faults],
             "mirror": str(mirror), "hosts": [], "cluster": as_cluster,
+            "bmc": with_bmc,
         }
         hosts = self._boot(data, host_profiles, faults, mirror)
         timings["hosts_ready_s"] = time.monotonic() - t0
@@ -271,11 +283,17 @@ class Lab:
             self._wait_ready(hosts)
             if as_cluster:
                 self._cluster_ready(hosts)
+            if data.get("bmc"):
+                self._bmcs_up(hosts, faults)
         except BaseException:
             self.log("lab up failed: tearing down what was started")
             self.down()
             raise
         return hosts
+
+    def _bmcs_up(self, hosts: list[LabHost], faults: list[Fault]) -> None:
+        labbmc.up(self.cfg, [(h.n, h.name, int(profile(h.profile)["gpu_count"]))
+                             for h in hosts], faults)
 
     def _cluster_ready(self, hosts: list[LabHost]) -> None:
         """A cluster lab's hosts as a provisioned cluster's: the job tools installed on
@@ -398,11 +416,16 @@ class Lab:
 
     def _start(self, n: int, name: str, mirror: Path) -> int:
         d = self.cfg.host_dir(n)
+        # The host's /run/nodecert-lab (its GPUs' load) on this machine's disk: the
+        # host's BMC, outside the host, reads it to follow the load.
+        shutil.rmtree(d / "run", ignore_errors=True)
+        (d / "run").mkdir(mode=0o755)
         argv = ["/bin/sh", "-c", BOOT_LOOP, "nodecert-lab-boot",
                 "-q", "-D", str(d / "root"), "-M", self.cfg.netns(n), f"--hostname={name}",
                 "--register=no", "--keep-unit", "--link-journal=no", "--resolv-conf=off",
                 "--settings=no", f"--network-namespace-path=/run/netns/{self.cfg.netns(n)}",
                 f"--bind-ro={mirror}:/srv/nodecert-mirror",
+                f"--bind={d / 'run'}:/run/nodecert-lab",
                 # FUSE for the lab's NFS client (cluster labs mount the head's export)
                 "--bind=/dev/fuse",
                 # what the head host exports: on this machine's disk, not the host's
@@ -496,7 +519,10 @@ class Lab:
             # a mapping goes in as quoted JSON: Ansible's INI reader takes it as a dict
             spec = " ".join(f"{k}='{json.dumps(v)}'" if isinstance(v, dict) else f"{k}={v}"
                             for k, v in spec_vars(h.profile).items())
-            inv.append(f"{h.name} ansible_host={h.ip} {spec} nodecert_lab_profile={h.profile}")
+            bmc = (f" nodecert_bmc='{json.dumps(labbmc.inventory_spec(self.cfg, h.n))}'"
+                   if (self._read_state() or {}).get("bmc") else "")
+            inv.append(f"{h.name} ansible_host={h.ip} {spec} nodecert_lab_profile={h.profile}"
+                       + bmc)
         inv += ["", "[lab:vars]", "ansible_user=root",
                 f"ansible_ssh_private_key_file={key}",
                 f"ansible_ssh_common_args='-o UserKnownHostsFile={st / 'known_hosts'} "
@@ -549,6 +575,8 @@ class Lab:
         for h in hosts:
             self._install_hardware(h.n, h.name, h.profile, faults, state["seed"])
         self._apply_storage_faults(hosts, faults)
+        if state.get("bmc"):
+            self._bmcs_up(hosts, faults)
         state["faults"] = [f.__dict__ for f in faults]
         self._write_state(state)
         return faults
@@ -658,6 +686,7 @@ class Lab:
             self._umount(m)
         for group in blkio.owned(self.cfg):
             blkio.remove(self.cfg, group)
+        labbmc.down(self.cfg)
         net.bridge_down(self.cfg)
         if drop_guard:
             net.drop_guard(self.cfg)
@@ -673,7 +702,7 @@ class Lab:
     def clean_stale(self) -> dict[str, int]:
         """Remove a previous run's leftovers (only objects carrying the lab's tags)."""
         if (self.hosts() or net.owned_netns(self.cfg) or net.owned_mounts(self.cfg)
-                or net.link_exists(self.cfg.bridge)):
+                or net.link_exists(self.cfg.bridge) or labbmc.present(self.cfg)):
             self.log("removing stale lab state from an earlier run")
             return self.down()
         return {"hosts": 0, "stale_netns": 0, "stale_mounts": 0}

@@ -97,6 +97,21 @@ FAULT_KINDS: dict[str, FaultKind] = {
                          "network is really limited (tc on its link; MB/s, default 8): its "
                          "reads from the lab's NFS server are slow, the others' are not",
                          "cluster.storage"),
+    "psu_failed": _k(set(), {"psu"}, "the BMC reports power supply psu (default 1) failed "
+                     "and the supplies' redundancy lost", "bmc.power"),
+    "fan_failed": _k(set(), {"fan"}, "fan number fan (default 1) stops: 0 RPM, below its "
+                     "lower critical threshold", "bmc.sensors"),
+    "temp_critical": _k(set(), set(), "the inlet temperature rises past its upper critical "
+                        "threshold (an IPMI BMC logs the crossing in its SEL)", "bmc.sensors"),
+    "sel_critical_event": _k(set(), {"text"}, "a critical entry in the BMC's event log, "
+                             "logged when the fault is applied (default: an uncorrectable "
+                             "ECC error on a DIMM)", "bmc.sel"),
+    "bmc_unreachable": _k(set(), set(), "the host's BMC does not answer (its emulators are "
+                          "stopped): every bmc.* check is ERROR", "bmc.sensors"),
+    "bmc_bad_credentials": _k(set(), set(), "the BMC accepts another password than the "
+                              "inventory's: every bmc.* check is ERROR", "bmc.sensors"),
+    "bmc_firmware": _k(set(), {"version"}, "the BMC runs other firmware than the site's "
+                       "golden version (default 1.17)", "bmc.inventory"),
 }
 
 
@@ -110,6 +125,12 @@ class Faults:
         assert kind in FAULT_KINDS, kind
         return [f for f in self._faults if f.get("kind") == kind
                 and (gpu is None or "gpu" not in f or int(f["gpu"]) == gpu)]
+
+    # --- the BMC (read by the lab's BMC emulators on the control machine)
+    def bmc(self, kind: str) -> dict[str, Any] | None:
+        """The parameters of BMC fault `kind` on this host, or None."""
+        found = self._of(kind)
+        return dict(found[-1]) if found else None
 
     # --- GPU presence and identity
     def missing_gpus(self) -> set[int]:

@@ -1,0 +1,285 @@
+"""The BMC checks on the CPU: the Redfish and ipmitool parsers on real BMC output (and
+variants), the judges, the order spec's BMC settings, and the Redfish client's TLS rules
+against a local HTTPS server."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import REPO
+from nodecert.bmcjudge import event_rules, judge_inventory, judge_power, judge_sel, judge_sensors
+from nodecert.bmcspec import parse_bmc
+from nodecert_node.contract import Limits, Verdict
+from nodecert_node.parse import ParseError
+from nodecert_node.parse import ipmitool as ipmi
+from nodecert_node.parse import redfish as rf
+
+pytestmark = pytest.mark.unit
+REAL = REPO / "tests" / "fixtures" / "real"
+LIMITS = Limits({"bmc.power_capacity_fraction_max": {
+    "value": 0.9, "op": "<=", "unit": "ratio", "origin": "common", "source": "BMCPSU"}})
+
+
+def _json(name: str) -> Any:
+    return json.loads((REAL / "redfish" / name).read_text())
+
+
+def _text(name: str) -> str:
+    return (REAL / "ipmitool" / name).read_text()
+
+
+# --- Redfish parsers on real BMCs ------------------------------------------------------------
+
+def test_hpe_thermal_keeps_absent_sensors_without_a_reading() -> None:
+    sensors = rf.parse_thermal(_json("hpe-ilo5-proliant-dl360-gen10-plus-chassis-thermal.json"))
+    inlet = next(s for s in sensors if s["name"] == "01-Inlet Ambient")
+    assert (inlet["reading"], inlet["upper_critical"], inlet["upper_fatal"]) == (23, 42, 47)
+    absent = next(s for s in sensors if s["name"] == "04-P1 DIMM 1-8")
+    assert absent["state"] == "Absent" and absent["reading"] is None  # not 0 C
+    fans = [s for s in sensors if s["kind"] == "fan"]
+    assert len(fans) == 7 and fans[0]["unit"] == "%" and fans[0]["reading"] == 16
+    res = judge_sensors(sensors)
+    assert res.verdict is Verdict.PASS, res.findings
+    assert "hottest" in res.summary
+
+
+def test_dell_power_supplies_redundancy_and_draw() -> None:
+    power = rf.parse_power(_json("dell-idrac9-poweredge-r650-chassis-power.json"))
+    assert power["consumed_w"] == 396
+    assert [(p["name"], p["capacity_w"], p["health"]) for p in power["psus"]] == [
+        ("PS1 Status", 1400, "OK"), ("PS2 Status", 1400, "OK")]
+    assert power["redundancy"][0]["mode"] == "N+m"
+    assert len(power["voltages"]) == 48
+    res = judge_power(power, [], spares=1, limits=LIMITS, loaded_checks=[])
+    # one 1400 W supply left with one spare failed: 396 / 1400
+    assert res.verdict is Verdict.PASS and res.value == pytest.approx(396 / 1400, abs=1e-3)
+    assert "idle draw" in res.summary
+
+
+def test_a_failed_supply_and_lost_redundancy_fail_with_the_supply_named() -> None:
+    doc = copy.deepcopy(_json("dell-idrac9-poweredge-r650-chassis-power.json"))
+    doc["PowerSupplies"][1]["Status"] = {"Health": "Critical", "State": "Enabled"}
+    doc["Redundancy"][0]["Status"] = {"Health": "Critical", "State": "Enabled"}
+    res = judge_power(rf.parse_power(doc), [], spares=1, limits=LIMITS, loaded_checks=[])
+    assert res.verdict is Verdict.FAIL
+    assert "PS2 Status failed" in res.summary
+    assert any("redundancy Critical" in f for f in res.findings)
+    # one healthy supply cannot keep a spare either
+    assert any("cannot keep 1 spare" in f for f in res.findings)
+
+
+def test_the_burn_in_peak_is_judged_against_capacity_with_spares_failed() -> None:
+    power = rf.parse_power(_json("dell-idrac9-poweredge-r650-chassis-power.json"))
+    samples = [{"t": 1.0, "power_w": 900.0, "check": "load.gemm"},
+               {"t": 2.0, "power_w": 1330.0, "check": "load.gemm"}]
+    res = judge_power(power, samples, spares=1, limits=LIMITS, loaded_checks=["load.gemm"])
+    assert res.verdict is Verdict.FAIL
+    assert "peak draw 1330 W is 95% of the 1400 W" in res.summary
+    assert "needs <= 0.9 ratio, measured 0.95" in res.summary
+    ok = judge_power(power, samples, spares=0, limits=LIMITS, loaded_checks=["load.gemm"])
+    assert ok.verdict is Verdict.PASS and "during load.gemm" in ok.summary
+
+
+def test_cisco_sel_without_severity_is_classed_by_its_text() -> None:
+    entries = rf.parse_log_entries(_json("cisco-ucs-s3260-bmc1-sel-entries-collection.json"))
+    assert entries and all(e["severity"] is None for e in entries)
+    first = entries[0]
+    assert first["created"] == "2022-06-13 12:19:21"  # the vendor's trailing space gone
+    assert first["time"] == pytest.approx(1655122761.0)
+    res = judge_sel(entries, since=None, since_what="", rules=event_rules())
+    assert res.verdict in (Verdict.PASS, Verdict.WARN, Verdict.FAIL)
+    critical = [e for e in entries if event_rules().classify(e)[0] == "critical"]
+    assert (res.verdict is Verdict.FAIL) == bool(critical)
+
+
+def test_redfish_severity_wins_and_old_entries_do_not_fail() -> None:
+    doc = {"@odata.type": "#LogEntryCollection.LogEntryCollection", "Members": [
+        {"Id": "1", "Created": "2026-11-30T10:00:00+00:00", "Severity": "Critical",
+         "Message": "PSU 2 input lost", "EntryType": "SEL"},
+        {"Id": "2", "Created": "2026-11-30T12:00:00Z", "Severity": "OK",
+         "Message": "Lower Critical going low (recovered)"},
+        {"Id": "3", "Created": "2026-11-30T14:00:00-02:00", "Severity": "Warning",
+         "Message": "Correctable ECC"}]}
+    entries = rf.parse_log_entries(doc)
+    assert entries[2]["time"] == pytest.approx(entries[0]["time"] + 6 * 3600)
+    rules = event_rules()
+    res = judge_sel(entries, since=None, since_what="", rules=rules)
+    assert res.verdict is Verdict.FAIL and "#1 " in res.summary and "PSU 2 input lost" in \
+        res.summary
+    later = judge_sel(entries, since=entries[0]["time"] + 1, since_what="the last "
+                      "certification (run x)", rules=rules)
+    assert later.verdict is Verdict.WARN
+    assert "1 older entry before the last certification" not in later.summary  # WARN path
+    assert later.findings == ("warning event since the last certification (run x): #3 "
+                              "2026-11-30T14:00:00-02:00 | Correctable ECC",)
+
+
+def test_a_document_of_another_kind_is_refused() -> None:
+    with pytest.raises(ParseError, match="not a Thermal"):
+        rf.parse_thermal(_json("dell-idrac9-poweredge-r650-chassis-power.json"))
+    with pytest.raises(ParseError, match="Members is not a list"):
+        rf.parse_log_entries({"@odata.type": "#LogEntryCollection.LogEntryCollection",
+                              "Members": {"1": {}}})
+    with pytest.raises(ParseError, match="no FirmwareVersion"):
+        rf.parse_manager({"@odata.type": "#Manager.v1_10_0.Manager"})
+
+
+@given(st.sampled_from(["2026-01-02T03:04:05Z", "2026-01-02 03:04:05 ", "2026-01-02T03:04:05",
+                        "2026-01-02T05:04:05+02:00", "2026-01-02T03:04:05.123Z",
+                        "2026-01-01T22:04:05-0500"]))
+def test_redfish_time_forms_are_one_instant(text: str) -> None:
+    when, _ = rf.parse_time(text)
+    assert when == 1767323045.0
+
+
+@given(st.text(max_size=30))
+def test_unreadable_times_are_none_never_a_wrong_instant(text: str) -> None:
+    when, _ = rf.parse_time(text)
+    assert when is None or rf.parse_time(text.strip())[0] == when
+
+
+# --- ipmitool ------------------------------------------------------------------------------
+
+def _row(name: str, reading: str, unit: str, status: str, *limits: str) -> str:
+    """A row as `ipmitool sensor` lays it out (fixed-width cells, trailing spaces kept)."""
+    return (f"{name:<17}| {reading:<11}| {unit:<11}| {status:<6}| "
+            + " | ".join(f"{x:<10}" for x in limits) + " ")
+
+
+NA = ("na",) * 3
+SENSOR = "\n".join([
+    _row("Inlet Temp", "25.000", "degrees C", "ok", *NA, "38.000", "42.000", "45.000"),
+    _row("GPU Zone Temp", "88.000", "degrees C", "cr", *NA, "80.000", "85.000", "90.000"),
+    _row("FAN3", "0.000", "RPM", "cr", "0.000", "500.000", "700.000", *NA),
+    _row("P12V", "12.100", "Volts", "ok", "10.200", "10.800", "11.400", "12.600", "13.200",
+         "13.800"),
+    _row("Total Power", "6420.000", "Watts", "ok", *NA, *NA),
+    _row("PS1 Status", "0x1", "discrete", "0x0100", *NA, *NA),
+    _row("CPU2 Temp", "na", "degrees C", "na", *NA, "85.000", "90.000", "95.000")]) + "\n"
+
+
+def test_ipmitool_sensor_rows_and_the_judge() -> None:
+    sensors = ipmi.parse_sensor(SENSOR)
+    by = {s["name"]: s for s in sensors}
+    assert by["GPU Zone Temp"]["upper_critical"] == 85 and by["GPU Zone Temp"]["health"] == \
+        "Critical"
+    assert by["FAN3"]["lower_critical"] == 500 and by["FAN3"]["lower_fatal"] == 0
+    assert by["Total Power"]["kind"] == "power" and by["PS1 Status"]["reading"] is None
+    assert by["CPU2 Temp"]["state"] == "Absent"
+    res = judge_sensors(sensors)
+    assert res.verdict is Verdict.FAIL
+    assert "GPU Zone Temp 88 C >= upper critical 85 C" in res.findings
+    assert "FAN3 0 RPM <= lower critical 500 RPM" in res.findings
+    assert res.value == 4  # inlet, GPU zone, fan, 12 V: the absent CPU2 is not judged
+
+
+def test_a_sensor_row_with_cells_missing_is_refused_not_shifted() -> None:
+    with pytest.raises(ParseError, match="line 1: 6 cells"):
+        ipmi.parse_sensor("FAN1 | 3000 | RPM | ok | na | na\n")
+    with pytest.raises(ParseError, match="not a number"):
+        ipmi.parse_sensor("FAN1 | 3000 | RPM | ok | na | x | na | na | na | na\n")
+
+
+def test_real_sel_lists_in_both_time_formats() -> None:
+    hp = ipmi.parse_sel(_text("hpe-proliant-gen8-sel-list-psu-failure-ac-lost-redundancy-"
+                              "lost-EXCERPT.txt"))
+    assert [e["id"] for e in hp][:3] == ["532", "533", "534"]
+    assert hp[0]["time"] == pytest.approx(1692012337.0)  # 08/14/2023 11:25:37 (UTC)
+    sm = ipmi.parse_sel(_text("supermicro-x10dru-sel-list-fan-lower-critical-non-"
+                              "recoverable-chassis-intrusion-EXCERPT.txt"))
+    fan = sm[0]
+    assert (fan["sensor"], fan["message"], fan["direction"]) == (
+        "Fan #0x41", "Lower Critical going low", "Asserted")
+    assert fan["time"] == pytest.approx(1733540810.0)  # 12/06/2024 10:06:50 PM EST
+    rules = event_rules()
+    res = judge_sel(hp, since=None, since_what="", rules=rules)
+    assert res.verdict is Verdict.FAIL and "Failure detected" in res.summary
+    fans = judge_sel(sm, since=None, since_what="", rules=rules)
+    assert fans.verdict is Verdict.FAIL
+    assert sum("Deasserted" in f for f in fans.findings) == 0  # recoveries are not faults
+    ecc = ipmi.parse_sel(_text("hp-proliant-dl360-sel-list-memory-correctable-ecc-limit.txt"))
+    assert judge_sel(ecc, since=None, since_what="", rules=rules).verdict is Verdict.WARN
+
+
+def test_ipmi_sim_pre_init_and_two_digit_years() -> None:
+    text = ("   1 |  Pre-Init  |0000000402| Temperature Inlet Temp | Upper Critical going high "
+            "| Asserted | Reading 88 > Threshold 85 degrees C\n"
+            "   2 | 12/01/26 | 02:35:23 UTC | Temperature Inlet Temp | Upper Critical going "
+            "high | Asserted | Reading 91 > Threshold 85 degrees C\n")
+    rows = ipmi.parse_sel(text)
+    assert rows[0]["time"] is None and "Pre-Init" in rows[0]["time_note"]
+    assert rows[1]["time"] == pytest.approx(1796092523.0)
+    assert rows[1]["detail"] == "Reading 91 > Threshold 85 degrees C"
+    # since a certification: the dated old row is left out, the undated one is kept
+    res = judge_sel(rows, since=rows[1]["time"] + 10, since_what="x", rules=event_rules())
+    assert res.verdict is Verdict.FAIL and "Pre-Init" in res.summary
+
+
+def test_an_ambiguous_zone_gives_no_time() -> None:
+    when, note = ipmi.sel_time("12/06/2024", "10:06:50 PM IST")
+    assert when is None and "ambiguous" in note
+
+
+def test_mc_info_and_sdr_rows() -> None:
+    info = ipmi.parse_mc_info("Device ID                 : 0\nFirmware Revision         : "
+                              "1.49\nAdditional Device Support :\n    Sensor Device\n")
+    assert info["Firmware Revision"] == "1.49"
+    rows = ipmi.parse_sdr_elist("PS1 Status       | 0Ah | ok  | 10.1 | Presence detected\n"
+                                "PS2 Status       | 0Bh | ok  | 10.2 | Presence detected, "
+                                "Failure detected\n")
+    assert rows[1]["states"] == ["Presence detected", "Failure detected"]
+    with pytest.raises(ParseError):
+        ipmi.parse_sdr_elist("PS1 Status | ok | Presence detected\n")
+
+
+# --- inventory and the order spec ------------------------------------------------------------
+
+def test_firmware_and_the_bmc_view_of_the_parts() -> None:
+    os_gpus = [{"bus_id": f"0000:{i:02x}:00.0", "serial": f"S{i}"} for i in range(8)]
+    bmc_gpus = [{"id": f"GPU_{i}", "serial": f"S{i}"} for i in range(7)]
+    res = judge_inventory("1.18.2", ("1.20.0",), bmc_gpus=bmc_gpus, os_gpus=os_gpus,
+                          bmc_nics=[{}] * 8, os_nics=8)
+    assert res.verdict is Verdict.FAIL
+    assert res.findings[:2] == ("BMC firmware 1.18.2, the site's golden version is 1.20.0",
+                                "the BMC sees 7 GPUs, the OS 8")
+    ok = judge_inventory("1.20.0", ("1.20.0",), bmc_gpus=[*bmc_gpus, {"serial": "S7"}],
+                         os_gpus=os_gpus, bmc_nics=[{}] * 8, os_nics=8)
+    assert ok.verdict is Verdict.PASS and "golden" in ok.summary
+
+
+def test_the_bmc_spec_never_allows_unverified_tls() -> None:
+    base = {"address": "10.10.0.21", "username": "nodecert", "password_file": "/x"}
+    spec, why = parse_bmc(base)
+    assert spec is None and "never talks to a BMC whose certificate it cannot verify" in str(why)
+    spec, why = parse_bmc({**base, "cert_sha256": "AB:" * 31 + "CD"})
+    assert why is None and spec is not None and spec["cert_sha256"] == "ab" * 31 + "cd"
+    assert spec["port"] == 443 and spec["psu_spares"] == 1
+    spec, why = parse_bmc({**base, "protocol": "ipmi"})
+    assert why is None and spec is not None and spec["port"] == 623
+    for bad, msg in (({**base, "protocol": "snmp"}, "not one of"),
+                     ({**base, "cert_sha256": "xyz"}, "not a SHA-256"),
+                     ({**base, "address": "a b"}, "not a host name"),
+                     ({**base, "cert_sha256": "ab" * 32, "verify": False}, "unknown key")):
+        assert parse_bmc(bad)[0] is None and msg in str(parse_bmc(bad)[1])
+
+
+def test_the_inventory_refuses_a_plain_text_bmc_password(tmp_path: Path) -> None:
+    from nodecert.inventory import check_inventory
+
+    inv = tmp_path / "lab.ini"
+    inv.write_text(
+        "[gpu]\nh1 ansible_host=10.0.0.1 nodecert_gpu_model=H200-SXM nodecert_gpu_count=8 "
+        "nodecert_cpu_cores=96 nodecert_ram_gb=2048 nodecert_nvme_count=4 "
+        "nodecert_bmc_password=canary-7f3a\n")
+    report = check_inventory(inv)
+    assert not report.ok
+    text = "\n".join(p.render() for p in report.problems)
+    assert "nodecert_bmc_password is set in plain text" in text
+    assert "canary-7f3a" not in text

@@ -1,0 +1,161 @@
+"""The Redfish path end to end on loopback: the lab's BMC emulator (sushy-tools' static
+handler behind TLS and Basic authentication, rendered from a lab host's hardware model)
+read by nodecert's client and judged; TLS verified by CA or pin, credentials refused,
+faults caught, and the password nowhere in what the checks return."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import selectors
+import ssl
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import require_tool
+from nodecert.become import Secret
+from nodecert.bmcmonitor import BmcMonitor
+from nodecert.bmcredfish import BmcError, RedfishClient
+from nodecert.bmcspec import BmcSpec
+from nodecert.lab import bmc as labbmc
+from nodecert.lab.bmcsim import render
+from nodecert.lab.bmcmodel import Model
+from nodecert.lab.config import LabConfig
+from nodecert.lab.hardware import Fault, hardware_description
+from nodecert_node.contract import Limits, Verdict
+
+pytestmark = pytest.mark.unit
+PASSWORD = "canary-" + "5b1e9c0d"
+LIMITS = Limits({"bmc.power_capacity_fraction_max": {
+    "value": 0.9, "op": "<=", "unit": "ratio", "origin": "common", "source": "BMCPSU"}})
+
+
+class Bmc:
+    def __init__(self, tmp: Path) -> None:
+        require_tool("openssl")
+        self.cfg = LabConfig(root=tmp / "lab", subnet=LabConfig().subnet)
+        self.cfg.state.mkdir(parents=True)
+        labbmc.ensure_ca(self.cfg)
+        self.dir = tmp / "bmc"
+        self.dir.mkdir(mode=0o700)
+        labbmc._host_cert(self.cfg, self.dir, "127.0.0.1")  # noqa: SLF001
+        (self.dir / "password").write_text(PASSWORD + "\n")
+        (self.dir / "bmc.json").write_text(json.dumps({
+            "username": "nodecert", "firmware": "1.18", "fans": 8, "sel": []}))
+        self.host = tmp / "host"
+        (self.host / "run").mkdir(parents=True)
+        self.set_faults([])
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nodecert.lab.bmcsim", "--dir", str(self.dir),
+             "--host-dir", str(self.host), "--address", "127.0.0.1", "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout=30):
+            self.proc.kill()
+            pytest.fail(f"the BMC emulator did not start: {self.proc.stderr.read()}")
+        line = self.proc.stdout.readline().split()
+        assert line[:1] == ["ready"], line
+        self.port = int(line[1])
+
+    def set_faults(self, faults: list[Fault]) -> None:
+        hw = hardware_description(lab_seed="t", host="h1", profile_name="h200-sxm-8",
+                                  mac="02:6e:63:00:00:01", faults=faults, boot_time=0.0)
+        etc = self.host / "root/etc/nodecert-lab"
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hardware.json").write_text(json.dumps(hw))
+        if hasattr(self, "proc"):
+            render(Model(self.host, self.dir), self.dir)  # as the emulator's next tick would
+
+    def spec(self, **kw: Any) -> BmcSpec:
+        base = BmcSpec("h1", "127.0.0.1", "redfish", self.port, "nodecert", Secret(PASSWORD),
+                       ca_file=str(self.cfg.state / "bmc" / "ca.pem"), sample_s=1,
+                       timeout_s=5)
+        return replace(base, **kw)
+
+    def cert_sha256(self) -> str:
+        pem = (self.dir / "bmc.pem").read_text()
+        return hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
+
+
+@pytest.fixture
+def bmc(tmp_path: Path) -> Iterator[Bmc]:
+    b = Bmc(tmp_path)
+    try:
+        yield b
+    finally:
+        b.proc.terminate()
+        b.proc.wait(timeout=10)
+
+
+def _judge(bmc: Bmc, host_dir: Path, spec: BmcSpec | None = None) -> dict[str, Any]:
+    host_dir.mkdir(parents=True, exist_ok=True)
+    mon = BmcMonitor(spec or bmc.spec(), host_dir=host_dir, limits=LIMITS, simulated=True,
+                     current=lambda: "load.burnin")
+    results = {r.check: r for r in mon.finish()}
+    text = json.dumps([r.as_dict() for r in results.values()])
+    assert PASSWORD not in text  # the canary: never in a result, its evidence or facts
+    return results
+
+
+def test_a_healthy_bmc_passes_every_check_over_verified_tls(bmc: Bmc, tmp_path: Path) -> None:
+    r = _judge(bmc, tmp_path / "run1" / "h1")
+    assert {c: x.verdict for c, x in r.items()} == {
+        "bmc.sensors": Verdict.PASS, "bmc.sel": Verdict.PASS, "bmc.power": Verdict.PASS,
+        "bmc.inventory": Verdict.PASS}, {c: x.summary for c, x in r.items()}
+    assert "6 supplies healthy" in r["bmc.power"].summary
+    assert "BMC sees 8 GPUs, 8 network adapters" in r["bmc.inventory"].summary
+    assert all(x.simulated for x in r.values())
+    assert r["bmc.sensors"].evidence[0].command.startswith("GET https://127.0.0.1:")
+
+
+def test_a_pinned_certificate_is_checked_before_anything_is_sent(bmc: Bmc) -> None:
+    ok = RedfishClient(bmc.spec(ca_file=None, cert_sha256=bmc.cert_sha256()))
+    assert ok.get("/redfish/v1/Managers/1")["FirmwareVersion"] == "1.18"
+    wrong = RedfishClient(bmc.spec(ca_file=None, cert_sha256="0" * 64))
+    with pytest.raises(BmcError, match="not the pinned .* nothing was sent"):
+        wrong.get("/redfish/v1/Managers/1")
+    assert wrong.calls == []
+
+
+def test_a_bmc_certificate_from_another_ca_is_refused(bmc: Bmc, tmp_path: Path) -> None:
+    other = LabConfig(root=tmp_path / "other")
+    other.state.mkdir(parents=True)
+    labbmc.ensure_ca(other)
+    client = RedfishClient(bmc.spec(ca_file=str(other.state / "bmc" / "ca.pem")))
+    with pytest.raises(BmcError, match="certificate is not trusted"):
+        client.get("/redfish/v1")
+
+
+def test_refused_credentials_make_every_bmc_check_error(bmc: Bmc, tmp_path: Path) -> None:
+    r = _judge(bmc, tmp_path / "r" / "h1", bmc.spec(password=Secret("wrong")))
+    assert {x.verdict for x in r.values()} == {Verdict.ERROR}
+    assert "refused the credentials of user nodecert (HTTP 401)" in r["bmc.sel"].summary
+
+
+def test_faults_are_caught_with_the_part_named(bmc: Bmc, tmp_path: Path) -> None:
+    bmc.set_faults([Fault("h1", "psu_failed", {"psu": 2}), Fault("h1", "fan_failed", {}),
+                    Fault("h1", "temp_critical", {}), Fault("h1", "bmc_firmware", {})])
+    r = _judge(bmc, tmp_path / "r" / "h1", bmc.spec(firmware=("1.18",)))
+    assert r["bmc.power"].verdict is Verdict.FAIL
+    assert r["bmc.power"].summary.startswith("power supply PSU2 failed")
+    assert r["bmc.sensors"].verdict is Verdict.FAIL
+    assert "Inlet Temp 44 C >= upper critical 42 C" in r["bmc.sensors"].findings
+    assert "FAN1 0 RPM <= lower non-recoverable 300 RPM" in r["bmc.sensors"].findings
+    assert r["bmc.inventory"].summary == ("BMC firmware 1.17, the site's golden version is "
+                                          "1.18")
+
+
+def test_an_unreachable_bmc_is_error_not_pass(bmc: Bmc, tmp_path: Path) -> None:
+    bmc.proc.terminate()
+    bmc.proc.wait(timeout=10)
+    r = _judge(bmc, tmp_path / "r" / "h1")
+    assert {x.verdict for x in r.values()} == {Verdict.ERROR}
+    assert "unreachable" in r["bmc.sensors"].summary

@@ -1,0 +1,187 @@
+"""Redfish resources a BMC returns (DMTF DSP0266/DSP8010 schemas): the legacy Thermal and
+Power resources of a Chassis, a LogEntry collection (the SEL), a Manager, and the GPUs
+and network adapters a BMC lists.
+
+Real BMCs differ: vendors add Oem blocks, leave thresholds null, report absent sensors
+with a reading of 0 (State "Absent"), write timestamps in non-ISO forms with trailing
+spaces, and leave out Severity. A sensor whose reading is missing is kept with reading
+None (never 0); a document that is not the resource asked for is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+from nodecert_node.parse import ParseError
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    return None
+
+
+def _status(item: dict[str, Any]) -> tuple[str, str]:
+    raw = item.get("Status")
+    st: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    return str(st.get("State") or ""), str(st.get("Health") or "")
+
+
+def _members(doc: Any, key: str, what: str) -> list[dict[str, Any]]:
+    if not isinstance(doc, dict):
+        raise ParseError(f"{what}: expected a JSON object, got {type(doc).__name__}")
+    items = doc.get(key, [])
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise ParseError(f"{what}: {key} is not a list of objects")
+    return items
+
+
+def _sensor(item: dict[str, Any], kind: str, reading_key: str, unit: str) -> dict[str, Any]:
+    state, health = _status(item)
+    reading = _num(item.get(reading_key))
+    if state == "Absent":
+        reading = None  # an absent sensor's 0 is not a reading
+    return {"name": str(item.get("Name") or item.get("FanName") or item.get("MemberId") or "?"),
+            "kind": kind, "reading": reading, "unit": unit, "state": state,
+            "health": health,
+            "lower_critical": _num(item.get("LowerThresholdCritical")),
+            "lower_fatal": _num(item.get("LowerThresholdFatal")),
+            "upper_critical": _num(item.get("UpperThresholdCritical")),
+            "upper_fatal": _num(item.get("UpperThresholdFatal"))}
+
+
+def _check_type(doc: Any, odata_type: str, what: str) -> None:
+    t = doc.get("@odata.type", "") if isinstance(doc, dict) else ""
+    if t and odata_type not in str(t):
+        raise ParseError(f"{what}: the document is a {t}, not a {odata_type}")
+
+
+def parse_thermal(doc: Any) -> list[dict[str, Any]]:
+    """Temperatures and fans of a legacy Thermal resource."""
+    _check_type(doc, "Thermal", "Redfish Thermal")
+    temps = _members(doc, "Temperatures", "Redfish Thermal")
+    fans = _members(doc, "Fans", "Redfish Thermal")
+    out = [_sensor(t, "temperature", "ReadingCelsius", "C") for t in temps]
+    for f in fans:
+        unit = str(f.get("ReadingUnits") or "RPM")
+        out.append(_sensor(f, "fan", "Reading", "%" if unit == "Percent" else unit))
+    if not out:
+        raise ParseError("Redfish Thermal: no Temperatures and no Fans")
+    return out
+
+
+def parse_power(doc: Any) -> dict[str, Any]:
+    """Consumption, supplies, their redundancy and voltages of a legacy Power resource."""
+    _check_type(doc, "Power", "Redfish Power")
+    controls = _members(doc, "PowerControl", "Redfish Power")
+    consumed = next((_num(c.get("PowerConsumedWatts")) for c in controls
+                     if _num(c.get("PowerConsumedWatts")) is not None), None)
+    psus = []
+    for p in _members(doc, "PowerSupplies", "Redfish Power"):
+        state, health = _status(p)
+        psus.append({"name": str(p.get("Name") or p.get("MemberId") or "?"),
+                     "capacity_w": _num(p.get("PowerCapacityWatts")),
+                     "input_w": _num(p.get("PowerInputWatts")),
+                     "output_w": _num(p.get("LastPowerOutputWatts")),
+                     "firmware": str(p.get("FirmwareVersion") or ""),
+                     "state": state, "health": health})
+    redundancy = []
+    for r in _members(doc, "Redundancy", "Redfish Power"):
+        state, health = _status(r)
+        redundancy.append({"name": str(r.get("Name") or "?"), "mode": str(r.get("Mode") or ""),
+                           "min_needed": _num(r.get("MinNumNeeded")),
+                           "state": state, "health": health})
+    volts = [_sensor(v, "voltage", "ReadingVolts", "V")
+             for v in _members(doc, "Voltages", "Redfish Power")]
+    if consumed is None and not psus:
+        raise ParseError("Redfish Power: neither PowerConsumedWatts nor PowerSupplies")
+    return {"consumed_w": consumed, "psus": psus, "redundancy": redundancy,
+            "voltages": volts}
+
+
+# Timestamps as BMCs write them: ISO 8601 (DMTF), or "YYYY-MM-DD HH:MM:SS" (seen with a
+# trailing space), without a zone (then read as UTC, and said so).
+_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(\.\d+)?(Z|[+-]\d{2}:?\d{2})?$")
+
+
+def parse_time(text: str) -> tuple[float | None, bool]:
+    """(epoch seconds, had a zone) of a Redfish timestamp; (None, False) when unreadable."""
+    m = _ISO.match(text.strip())
+    if not m:
+        return None, False
+    zone = m.group(4) or ""
+    try:
+        t = dt.datetime.strptime(f"{m.group(1)} {m.group(2)}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None, False
+    offset = dt.timedelta(0)
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        hh, mm = int(zone[1:3]), int(zone[-2:])
+        offset = sign * dt.timedelta(hours=hh, minutes=mm)
+    return (t.replace(tzinfo=dt.timezone.utc) - offset).timestamp(), bool(zone)
+
+
+def parse_log_entries(doc: Any) -> list[dict[str, Any]]:
+    """The entries of a LogEntry collection (the SEL, or another log service)."""
+    _check_type(doc, "LogEntryCollection", "Redfish log entries")
+    out = []
+    for e in _members(doc, "Members", "Redfish log entries"):
+        created = str(e.get("Created") or e.get("EventTimestamp") or "")
+        when, zoned = parse_time(created)
+        severity = e.get("Severity") or e.get("MessageSeverity")
+        out.append({"id": str(e.get("Id") or e.get("EventId") or "?"),
+                    "created": created.strip(), "time": when, "zoned": zoned,
+                    "severity": str(severity) if severity else None,
+                    "message": str(e.get("Message") or ""),
+                    "entry_code": str(e.get("EntryCode") or ""),
+                    "sensor_type": str(e.get("SensorType") or "")})
+    return out
+
+
+def parse_manager(doc: Any) -> dict[str, Any]:
+    _check_type(doc, "Manager", "Redfish Manager")
+    if not isinstance(doc, dict) or "FirmwareVersion" not in doc:
+        raise ParseError("Redfish Manager: no FirmwareVersion")
+    state, health = _status(doc)
+    return {"firmware": str(doc["FirmwareVersion"]), "model": str(doc.get("Model") or ""),
+            "state": state, "health": health}
+
+
+def parse_processor(doc: Any) -> dict[str, Any]:
+    _check_type(doc, "Processor", "Redfish Processor")
+    if not isinstance(doc, dict):
+        raise ParseError("Redfish Processor: expected a JSON object")
+    state, health = _status(doc)
+    return {"id": str(doc.get("Id") or "?"), "type": str(doc.get("ProcessorType") or ""),
+            "model": str(doc.get("Model") or ""), "serial": str(doc.get("SerialNumber") or ""),
+            "state": state, "health": health}
+
+
+def parse_network_adapter(doc: Any) -> dict[str, Any]:
+    _check_type(doc, "NetworkAdapter", "Redfish NetworkAdapter")
+    if not isinstance(doc, dict):
+        raise ParseError("Redfish NetworkAdapter: expected a JSON object")
+    state, health = _status(doc)
+    return {"id": str(doc.get("Id") or "?"), "model": str(doc.get("Model") or ""),
+            "manufacturer": str(doc.get("Manufacturer") or ""),
+            "state": state, "health": health}
+
+
+def member_links(doc: Any, what: str) -> list[str]:
+    """The @odata.id of each member of a collection."""
+    out = []
+    for m in _members(doc, "Members", what):
+        link = m.get("@odata.id")
+        if not isinstance(link, str) or not link.startswith("/redfish/v1/"):
+            raise ParseError(f"{what}: a member without a /redfish/v1/ @odata.id: {m!r:.120}")
+        out.append(link)
+    return out
+
+
+__all__ = ["member_links", "parse_log_entries", "parse_manager", "parse_network_adapter",
+           "parse_power", "parse_processor", "parse_thermal", "parse_time"]
