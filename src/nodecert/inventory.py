@@ -5,6 +5,10 @@ host_vars through its VariableManager), so a file that works with
 ``ansible-playbook -i`` means the same thing here. On top of it we validate the
 integrator's order spec per host: the ``nodecert_*`` variables documented in
 ``inventory/sample/group_vars/all/nodecert.yml``.
+
+Long because the variables' table, their coercion and the per-host safety checks
+(secrets in plain text, host key checking turned off, unsafe names) belong together:
+one place says what an inventory may hold.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ address, speaking real protocols with SIMULATED readings.
 * One password for every BMC (state/bmc/password, 0600), which the lab's inventory names
   as the BMCs' password file; the fault bmc_bad_credentials gives one BMC another.
 
+Long because a lab BMC's whole life is here: its namespace, CA and certificate, IPMI
+configuration (SDRs, sensors, users), processes and readiness.
+
 Every process runs in the BMC namespace, so `lab down` (and the clean-up of a crashed
 run) stops exactly them: the processes of a namespace the lab created.
 """
