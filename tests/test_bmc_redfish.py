@@ -24,8 +24,8 @@ from nodecert.bmcmonitor import BmcMonitor
 from nodecert.bmcredfish import BmcError, RedfishClient
 from nodecert.bmcspec import BmcSpec
 from nodecert.lab import bmc as labbmc
-from nodecert.lab.bmcsim import render
 from nodecert.lab.bmcmodel import Model
+from nodecert.lab.bmcsim import render
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hardware import Fault, hardware_description
 from nodecert_node.contract import Limits, Verdict
@@ -44,7 +44,7 @@ class Bmc:
         labbmc.ensure_ca(self.cfg)
         self.dir = tmp / "bmc"
         self.dir.mkdir(mode=0o700)
-        labbmc._host_cert(self.cfg, self.dir, "127.0.0.1")  # noqa: SLF001
+        labbmc.host_cert(self.cfg, self.dir, "127.0.0.1")
         (self.dir / "password").write_text(PASSWORD + "\n")
         (self.dir / "bmc.json").write_text(json.dumps({
             "username": "nodecert", "firmware": "1.18", "fans": 8, "sel": []}))
@@ -120,7 +120,7 @@ def test_a_pinned_certificate_is_checked_before_anything_is_sent(bmc: Bmc) -> No
     ok = RedfishClient(bmc.spec(ca_file=None, cert_sha256=bmc.cert_sha256()))
     assert ok.get("/redfish/v1/Managers/1")["FirmwareVersion"] == "1.18"
     wrong = RedfishClient(bmc.spec(ca_file=None, cert_sha256="0" * 64))
-    with pytest.raises(BmcError, match="not the pinned .* nothing was sent"):
+    with pytest.raises(BmcError, match=r"not the pinned .* nothing was sent"):
         wrong.get("/redfish/v1/Managers/1")
     assert wrong.calls == []
 
@@ -148,7 +148,7 @@ def test_faults_are_caught_with_the_part_named(bmc: Bmc, tmp_path: Path) -> None
     assert r["bmc.power"].summary.startswith("power supply PSU2 failed")
     assert r["bmc.sensors"].verdict is Verdict.FAIL
     assert "Inlet Temp 44 C >= upper critical 42 C" in r["bmc.sensors"].findings
-    assert "FAN1 0 RPM <= lower non-recoverable 300 RPM" in r["bmc.sensors"].findings
+    assert "Fan 1 0 RPM <= lower non-recoverable 300 RPM" in r["bmc.sensors"].findings
     assert r["bmc.inventory"].summary == ("BMC firmware 1.17, the site's golden version is "
                                           "1.18")
 

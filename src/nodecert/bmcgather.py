@@ -178,7 +178,9 @@ class IpmiSource:
             raise BmcError(f"BMC {self.spec.describe()}: ipmitool's output is not what "
                            f"nodecert reads: {exc}") from None
         watts = [s for s in sensors if s["kind"] == "power" and s["reading"] is not None]
-        psus = [{"name": r["name"], "capacity_w": None, "input_w": None, "output_w": None,
+        # IPMI reports no supply's rating: the site's, from nodecert_bmc.psu_capacity_w
+        psus = [{"name": r["name"], "capacity_w": self.spec.psu_capacity_w, "input_w": None,
+                 "output_w": None,
                  "firmware": "", "state": "Absent" if "Presence detected" not in r["states"]
                  else "Enabled",
                  "health": "Critical" if any(s in r["states"] for s in (

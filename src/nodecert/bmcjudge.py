@@ -229,7 +229,8 @@ def judge_power(power: dict[str, Any] | None, samples: list[dict[str, Any]], *,
     if not psus:
         warns.append("the BMC reports no power supplies: redundancy and headroom not judged")
     elif len(caps) < len(healthy):
-        warns.append("the BMC does not report every supply's capacity: headroom not judged")
+        warns.append("the BMC does not report every supply's capacity: headroom not judged "
+                     "(set nodecert_bmc.psu_capacity_w)")
     else:
         kept = sorted(caps)[:max(len(caps) - spares, 0)]  # the largest ones fail first
         if not kept:

@@ -89,14 +89,14 @@ class BmcMonitor:
         try:
             snap = self.source.snapshot()
         except (BmcError, NodecertError, OSError, ValueError) as exc:
-            hint = getattr(exc, "hint", None)
-            why = f"BMC not read: {exc}" + (f" ({hint})" if hint else "")
-            return [error_result(c, why, fault_code="NC-BMC-UNREACHABLE",
+            what = exc.what if isinstance(exc, NodecertError) else str(exc)
+            hint = exc.hint if isinstance(exc, NodecertError) else None
+            fix = (f"{hint[0].upper()}{hint[1:]}; then" if hint else
+                   "Check the BMC's network, its credentials and its certificate, then")
+            return [error_result(c, f"BMC not read: {what}", fault_code="NC-BMC-UNREACHABLE",
                                  evidence=tuple(self.source.evidence[-4:]),
-                                 remediation="Check the BMC's network, its credentials and "
-                                             "its certificate, then re-run `nodecert "
-                                             "validate`.").with_(simulated=self.simulated)
-                    for c in BMC_CHECKS]
+                                 remediation=f"{fix} re-run `nodecert validate`.")
+                    .with_(simulated=self.simulated) for c in BMC_CHECKS]
         finally:
             self.source.close()
         took = time.monotonic() - t0

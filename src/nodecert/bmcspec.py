@@ -13,6 +13,8 @@ the BMC out of band; nothing of it is sent to the node.
       password_file: /etc/nodecert/bmc.pass  # or a vaulted nodecert_bmc_password
       firmware: ["1.18.2"]           # optional: the site's golden BMC firmware version(s)
       psu_spares: 1                  # optional: supplies that may fail at peak draw (N+1)
+      psu_capacity_w: 3000           # optional: each supply's rating, where the BMC does
+                                     #   not report it (IPMI)
       sample_s: 10                   # optional: how often power and temperatures are read
                                      #   while the node's checks run
       timeout_s: 10                  # optional: each request's limit
@@ -33,7 +35,7 @@ from nodecert.become import Secret, is_vaulted, read_password_file
 from nodecert.errors import InventoryError
 
 KEYS = {"address", "protocol", "port", "ca_file", "cert_sha256", "username", "password_file",
-        "firmware", "psu_spares", "sample_s", "timeout_s"}
+        "firmware", "psu_spares", "psu_capacity_w", "sample_s", "timeout_s"}
 PROTOCOLS = ("redfish", "ipmi")
 PASSWORD_VAR = "nodecert_bmc_password"
 _ADDRESS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
@@ -91,6 +93,11 @@ def parse_bmc(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     fw = raw.get("firmware")
     if fw is not None:
         out["firmware"] = [str(x) for x in (fw if isinstance(fw, list) else [fw])]
+    if raw.get("psu_capacity_w") is not None:
+        cap, why = _int(raw["psu_capacity_w"], "psu_capacity_w", 100, 100_000)
+        if why:
+            return None, why
+        out["psu_capacity_w"] = cap
     for key, default, low, high in (("psu_spares", 1, 0, 16), ("sample_s", 10, 1, 3600),
                                     ("timeout_s", 10, 1, 300)):
         v, why = _int(raw.get(key, default), key, low, high)
@@ -114,6 +121,7 @@ class BmcSpec:
     cert_sha256: str | None = None
     firmware: tuple[str, ...] = ()
     psu_spares: int = 1
+    psu_capacity_w: int | None = None
     sample_s: int = 10
     timeout_s: int = 10
 
@@ -164,6 +172,7 @@ def bmc_spec(host: str, spec: dict[str, Any], hv: dict[str, Any],
                    cert_sha256=spec.get("cert_sha256"),
                    firmware=tuple(spec.get("firmware") or ()),
                    psu_spares=int(spec.get("psu_spares", 1)),
+                   psu_capacity_w=spec.get("psu_capacity_w"),
                    sample_s=int(spec.get("sample_s", 10)),
                    timeout_s=int(spec.get("timeout_s", 10)))
 

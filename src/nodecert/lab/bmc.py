@@ -168,10 +168,10 @@ def ensure_ca(cfg: LabConfig) -> None:
     if not pw.is_file():
         fd = os.open(pw, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(18) + "\n")
+            f.write(secrets.token_urlsafe(12) + "\n")  # IPMI 2.0: at most 20 bytes
 
 
-def _host_cert(cfg: LabConfig, d: Path, ip: str) -> None:
+def host_cert(cfg: LabConfig, d: Path, ip: str) -> None:
     if (d / "bmc.pem").is_file():
         return
     ext = d / "san.cnf"
@@ -304,7 +304,7 @@ def prepare(cfg: LabConfig, n: int, hw_faults: list[Fault], host: str,
     (d / "ipmi").mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o700)
     ip = str(bmc_ip(cfg, n))
-    _host_cert(cfg, d, ip)
+    host_cert(cfg, d, ip)
     mine = {f.kind: f.params for f in hw_faults if f.host in ("*", host)}
     old = json.loads((d / "bmc.json").read_text()) if (d / "bmc.json").is_file() else {}
     settings: dict[str, Any] = {"username": USERNAME, "firmware": GOLDEN_FIRMWARE, "fans": 8,
@@ -322,7 +322,7 @@ def prepare(cfg: LabConfig, n: int, hw_faults: list[Fault], host: str,
     (d / "bmc.json").write_text(json.dumps(settings, indent=1))
     password = (root(cfg) / "password").read_text().strip()
     if "bmc_bad_credentials" in mine:
-        password = "not-" + secrets.token_urlsafe(12)
+        password = "not-" + secrets.token_urlsafe(9)
     fd = os.open(d / "password", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(password + "\n")
@@ -433,4 +433,5 @@ def up(cfg: LabConfig, hosts: list[tuple[int, str, int]], faults: list[Fault]) -
             wait_ready(cfg, n)
 
 
-__all__ = ["MAX_BMC_HOSTS", "bmc_ip", "down", "inventory_spec", "present", "up"]
+__all__ = ["MAX_BMC_HOSTS", "bmc_ip", "down", "ensure_ca", "host_cert", "inventory_spec", "present",
+           "up"]

@@ -29,6 +29,10 @@ PSUS = {8: (6, 3000), 4: (4, 2700)}
 BASE_W = {8: 1150.0, 4: 700.0}  # CPUs, memory, NICs, drives and fans at rest
 
 
+# IPMI names have lower-case letters: sdrcomp writes an all-capitals name in 6-bit packed
+# ASCII, which ipmitool does not decode.
+
+
 @dataclass(frozen=True)
 class Sensor:
     """One analog IPMI sensor: its number, name, unit, raw scale and thresholds
@@ -46,9 +50,9 @@ def ipmi_sensors(fans: int) -> list[Sensor]:
     out = [Sensor(1, "Inlet Temp", "temperature", 1, 0, (None, None, None, 38, 42, 45)),
            Sensor(2, "Exhaust Temp", "temperature", 1, 0, (None, None, None, 70, 75, 80)),
            Sensor(3, "GPU Zone Temp", "temperature", 1, 0, (None, None, None, 85, 90, 95)),
-           Sensor(4, "P12V", "voltage", 1, -1, (10.2, 10.8, 11.4, 12.6, 13.2, 13.8)),
+           Sensor(4, "Rail 12V", "voltage", 1, -1, (10.2, 10.8, 11.4, 12.6, 13.2, 13.8)),
            Sensor(5, "Total Power", "power", 40, 0, (None,) * 6)]
-    out += [Sensor(16 + k, f"FAN{k + 1}", "fan", 100, 0, (300, 500, 700, None, None, None))
+    out += [Sensor(16 + k, f"Fan {k + 1}", "fan", 100, 0, (300, 500, 700, None, None, None))
             for k in range(fans)]
     return out
 
@@ -172,7 +176,7 @@ def redfish_tree(model: Model) -> dict[str, Any]:
     temps += [_temp(2 + k, f"GPU{x['index']} Temp", x["temp"], (90, 95), "GPU")
               for k, x in enumerate(r["gpus"])]
     fans = [{"@odata.id": f"/redfish/v1/Chassis/1/Thermal#/Fans/{k}", "MemberId": str(k),
-             "Name": f"FAN{k + 1}", "Reading": rpm, "ReadingUnits": "RPM",
+             "Name": f"Fan {k + 1}", "Reading": rpm, "ReadingUnits": "RPM",
              "LowerThresholdNonCritical": 700, "LowerThresholdCritical": 500,
              "LowerThresholdFatal": 300, "Status": _ok(rpm > 500)}
             for k, rpm in enumerate(r["fans"])]
@@ -220,7 +224,7 @@ def redfish_tree(model: Model) -> dict[str, Any]:
                             "Status": {"State": "Enabled",
                                        "Health": "OK" if redundant else "Critical"}}],
             "Voltages": [{"@odata.id": "/redfish/v1/Chassis/1/Power#/Voltages/0",
-                          "MemberId": "0", "Name": "P12V", "ReadingVolts": r["p12v"],
+                          "MemberId": "0", "Name": "Rail 12V", "ReadingVolts": r["p12v"],
                           "LowerThresholdCritical": 10.8, "UpperThresholdCritical": 13.2,
                           "Status": _ok()}]},
         "Chassis/1/NetworkAdapters": _collection(
@@ -273,8 +277,8 @@ def ipmi_raw(model: Model) -> dict[str, int]:
     """Sensor name -> the raw byte ipmi_sim reads (value = raw * m * 10^r_exp)."""
     r = model.readings()
     values = {"Inlet Temp": r["inlet"], "Exhaust Temp": r["exhaust"],
-              "GPU Zone Temp": r["gpu_zone"], "P12V": r["p12v"], "Total Power": r["power_w"]}
-    values.update({f"FAN{k + 1}": rpm for k, rpm in enumerate(r["fans"])})
+              "GPU Zone Temp": r["gpu_zone"], "Rail 12V": r["p12v"], "Total Power": r["power_w"]}
+    values.update({f"Fan {k + 1}": rpm for k, rpm in enumerate(r["fans"])})
     out = {}
     for s in ipmi_sensors(len(r["fans"])):
         raw = round(values[s.name] / (s.m * 10 ** s.r_exp))
