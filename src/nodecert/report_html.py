@@ -65,9 +65,33 @@ def scaling_chart(r: dict[str, Any] | None) -> str:
         xlabel="GPUs", ylabel="efficiency", kind="scaling")
 
 
+def bmc_charts(r: dict[str, Any] | None) -> list[str]:
+    """What the BMC read while the node's checks ran: the system's draw and the chassis
+    temperatures (the burn-in and the soak among them), over the run's seconds."""
+    samples = ((r or {}).get("facts") or {}).get("samples") or []
+    try:
+        t0 = float(samples[0]["t"])
+        power = [(float(s["t"]) - t0, float(s["power_w"])) for s in samples
+                 if s.get("power_w") is not None]
+        names = sorted({str(n) for s in samples for n in (s.get("temps") or {})})[:12]
+        temps = [(n, [(float(s["t"]) - t0, float(s["temps"][n])) for s in samples
+                      if n in (s.get("temps") or {})]) for n in names]
+    except (TypeError, ValueError, KeyError, IndexError):  # a malformed series is not drawn
+        return []
+    out = []
+    if len(power) >= 2:
+        out.append(svgplot.line_chart("System power draw read by the BMC during the run",
+                                      [("draw", power)], xlabel="seconds", ylabel="W",
+                                      kind="bmc-power"))
+    if temps and len(temps[0][1]) >= 2:
+        out.append(svgplot.line_chart("Temperatures read by the BMC during the run", temps,
+                                      xlabel="seconds", ylabel="C", kind="bmc-temps"))
+    return out
+
+
 def plots(p: dict[str, Any]) -> list[str]:
     """The charts people would rather look at than read, where the run has the data."""
-    out: list[str] = []
+    out: list[str] = bmc_charts(_result(p, "bmc.power"))
     soak = _result(p, "load.thermal_soak")
     series = ((soak or {}).get("facts") or {}).get("series") or {}
     if series:

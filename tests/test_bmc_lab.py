@@ -1,0 +1,155 @@
+"""The BMC checks on the lab: every host's BMC on the lab bridge, Redfish over HTTPS
+(sushy-tools behind TLS and Basic authentication) and IPMI over LAN (OpenIPMI's ipmi_sim,
+read with the real ipmitool), readings SIMULATED from the hardware model. Healthy BMCs
+pass and see the burn-in's draw; each BMC fault gets its verdict with the part named;
+the BMC password (a canary) is in no run file, log line or certificate."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import lab_config, require_root
+from nodecert.lab import bmc as labbmc
+from nodecert.lab.hosts import Lab
+from nodecert.provisioning import provision
+from nodecert.validation import ValidationRun, validate
+
+pytestmark = pytest.mark.lab
+STACK = "r580-cuda13.0"
+BMC = ("bmc.sensors", "bmc.sel", "bmc.power", "bmc.inventory")
+
+
+@pytest.fixture(scope="module")
+def blab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    require_root()
+    lab = Lab(lab_config("bm", 8), log=lambda m: None)
+    try:
+        lab.up(nodes=2, with_bmc=True)
+        report = provision(lab.cfg.state / "inventory.ini", STACK, limit=("h1",),
+                           runs_dir=tmp_path_factory.mktemp("prov"), progress=lambda x: None)
+        assert report.hosts["h1"].conformance is not None
+        assert report.hosts["h1"].conformance.ok
+        yield lab
+    finally:
+        lab.down()
+    # nothing of the BMCs is left: their namespace, processes and files are gone
+    assert not labbmc.present(lab.cfg)
+    assert not (lab.cfg.state / "bmc").exists()
+
+
+def password(lab: Lab) -> str:
+    return (lab.cfg.state / "bmc" / "password").read_text().strip()
+
+
+def run(lab: Lab, tmp_path: Path, inventory: Path | None = None, **kw: Any
+        ) -> tuple[ValidationRun, list[str]]:
+    lines: list[str] = []
+    r = validate(inventory or lab.cfg.state / "inventory.ini", stack=STACK, runs_dir=tmp_path,
+                 progress=lines.append, **kw)
+    return r, lines
+
+
+def bmc_results(r: ValidationRun, host: str) -> dict[str, Any]:
+    return {x.check: x for x in r.hosts[host].results if x.check.startswith("bmc.")}
+
+
+def assert_no_secret(secret: str, root: Path, lines: list[str]) -> None:
+    """The canary: the BMC password in no file under root and no progress line."""
+    assert len(secret) >= 12
+    for path in root.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+    assert not any(secret in line for line in lines)
+
+
+def faults(lab: Lab, tmp_path: Path, text: str) -> None:
+    path = tmp_path / "faults.yml"
+    path.write_text(text)
+    lab.apply_faults(path)
+
+
+def test_healthy_bmcs_pass_and_see_the_burn_in(blab: Lab, tmp_path: Path) -> None:
+    from nodecert.certify import certify
+    from nodecert.signing import init_key, load_private_key
+
+    r, lines = run(blab, tmp_path / "runs", limit=("h1",), suite="standard",
+                   checks=("hardware.inventory", "load.burnin"),
+                   option_overrides={"load": {"burnin_s": 8, "report_s": 2}})
+    got = bmc_results(r, "h1")
+    assert {c: x.verdict.name for c, x in got.items()} == dict.fromkeys(BMC, "PASS"), \
+        {c: x.summary for c, x in got.items()}
+    power = got["bmc.power"]
+    assert power.simulated and "during load.burnin" in power.summary
+    # idle: about 1.8 kW; 8 GPUs at 93% of 700 W under the burn-in: about 6.6 kW
+    assert power.facts["peak_w"] > 5500, power.facts["samples"]
+    assert min(s["power_w"] for s in power.facts["samples"]) < 2500
+    assert "BMC sees 8 GPUs, 8 network adapters" in got["bmc.inventory"].summary
+    assert any("BMC redfish 10.78.8.211:443: sampling every 2 s" in x for x in lines)
+    cr = certify(r.run_dir, load_private_key(init_key(tmp_path / "keys").private))
+    node = cr.nodes[0]
+    html = node.html.read_text()
+    assert 'data-plot="bmc-power"' in html and 'data-plot="bmc-temps"' in html
+    envelope = json.loads(node.envelope.read_text())
+    signed = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+    checks = {x["check"]: x for x in signed["results"]}
+    assert checks["bmc.power"]["thresholds"]["bmc.power_capacity_fraction_max"]["source"]
+    assert checks["bmc.power"]["facts"]["bmc"]["verified_by"].startswith("CA ")
+    assert_no_secret(password(blab), tmp_path, lines)
+
+
+def test_redfish_faults_get_their_verdicts(blab: Lab, tmp_path: Path) -> None:
+    faults(blab, tmp_path, "faults:\n"
+           "  - {host: h2, kind: psu_failed, psu: 2}\n  - {host: h2, kind: fan_failed, fan: 3}\n"
+           "  - {host: h2, kind: sel_critical_event}\n  - {host: h2, kind: bmc_firmware}\n"
+           "  - {host: h1, kind: bmc_bad_credentials}\n")
+    try:
+        r, lines = run(blab, tmp_path / "runs", checks=("hardware.inventory",))
+    finally:
+        blab.apply_faults(None)
+    h2 = bmc_results(r, "h2")
+    assert {c: x.verdict.name for c, x in h2.items()} == dict.fromkeys(BMC, "FAIL")
+    assert h2["bmc.power"].summary.startswith("power supply PSU2 failed")
+    assert any("PSU Redundancy: redundancy Critical" in f for f in h2["bmc.power"].findings)
+    assert "Fan 3 0 RPM <= lower non-recoverable 300 RPM" in h2["bmc.sensors"].findings
+    assert "DIMM_B3: Uncorrectable ECC error" in h2["bmc.sel"].summary
+    assert h2["bmc.inventory"].summary == "BMC firmware 1.17, the site's golden version is 1.18"
+    h1 = bmc_results(r, "h1")
+    assert {x.verdict.name for x in h1.values()} == {"ERROR"}
+    assert "refused the credentials of user nodecert (HTTP 401)" in h1["bmc.sel"].summary
+    assert r.hosts["h1"].verdict.name == "ERROR"  # never READY with its BMC unread
+    assert_no_secret(password(blab), tmp_path, lines)
+
+
+def test_ipmi_catches_a_hot_inlet_and_an_unreachable_bmc(blab: Lab, tmp_path: Path) -> None:
+    """The same checks over IPMI (ipmitool lanplus against ipmi_sim): the inlet past its
+    critical threshold, and the crossing logged in the BMC's own SEL."""
+    inv = tmp_path / "ipmi.ini"
+    text = (blab.cfg.state / "inventory.ini").read_text()
+    text = re.sub(r'"protocol": "redfish", "port": 443, "ca_file": "[^"]*"',
+                  '"protocol": "ipmi", "port": 623, "psu_capacity_w": 3000', text)
+    assert text.count('"protocol": "ipmi"') == 2
+    inv.write_text(text)
+    faults(blab, tmp_path, "faults:\n  - {host: h2, kind: temp_critical}\n"
+           "  - {host: h1, kind: bmc_unreachable}\n")
+    try:
+        r, lines = run(blab, tmp_path / "runs", inventory=inv, checks=("hardware.inventory",))
+    finally:
+        blab.apply_faults(None)
+    h2 = bmc_results(r, "h2")
+    assert h2["bmc.sensors"].verdict.name == "FAIL"
+    assert "Inlet Temp 44 C >= upper critical 42 C" in h2["bmc.sensors"].findings
+    assert h2["bmc.sel"].verdict.name == "FAIL"
+    assert "Temperature Inlet Temp | Upper Critical going high" in h2["bmc.sel"].summary
+    assert h2["bmc.power"].verdict.name == "PASS"  # six supplies present, none failed
+    assert h2["bmc.sensors"].evidence[0].command.startswith("ipmitool -I lanplus -H 10.78.8.212")
+    h1 = bmc_results(r, "h1")
+    assert {x.verdict.name for x in h1.values()} == {"ERROR"}
+    assert "BMC not read" in h1["bmc.sensors"].summary
+    assert_no_secret(password(blab), tmp_path, lines)
