@@ -164,13 +164,13 @@ def test_suites_come_from_the_declarations_in_order() -> None:
     s = thresholds.suites()
     assert s["quick"].checks == ("hardware.inventory", "hardware.pcie", "hardware.topology",
                                  "net.ib", "net.roce", "health.gpu", "health.xid",
-                                 "stack.conformance", "storage.fio")
+                                 "stack.conformance", "container.gpu_smoke", "storage.fio")
     assert s["standard"].checks == s["full"].checks == (
         "hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net.roce",
         "health.gpu",
         "health.xid", "power.limit", "stack.conformance", "stack.framework_smoke",
-        "storage.fio", "storage.shared", "fabric.nccl_allreduce", "fabric.bandwidth",
-        "dcgm.diag", "load.burnin", "load.thermal_soak", "load.scaling")
+        "container.gpu_smoke", "storage.fio", "storage.shared", "fabric.nccl_allreduce",
+        "fabric.bandwidth", "dcgm.diag", "load.burnin", "load.thermal_soak", "load.scaling")
     specs = registry.discover()
     for name, suite in s.items():
         assert set(suite.checks) == {c for c, x in specs.items() if name in x.suites}, name

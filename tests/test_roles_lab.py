@@ -149,11 +149,26 @@ def verify_validators(host: Any) -> None:
     assert state.is_directory and state.mode == 0o750
 
 
+def verify_container_toolkit(host: Any) -> None:
+    toolkit = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+               "libnvidia-container-tools", "libnvidia-container1")
+    for name in toolkit:
+        assert host.package(name).version == "1.17.8-1", name
+    assert set(toolkit) <= held(host)
+    assert host.package("podman").is_installed  # the lab's engine (inventory)
+    spec = host.file("/etc/cdi/nvidia.yaml")
+    assert spec.is_file and spec.mode == 0o644
+    driver = str(next(p.version for p in PINS.packages if p.component == "driver"))
+    assert f"--host-driver-version={driver.rsplit('-', 1)[0]}" in spec.content_string
+    assert "nvidia.com/gpu=all" in host.check_output("nvidia-ctk cdi list").split()
+
+
 VERIFY: dict[str, Callable[[Any], None]] = {
     "nvidia_repo": verify_nvidia_repo, "nvidia_driver": verify_nvidia_driver,
     "fabric_manager": verify_fabric_manager, "cuda_toolkit": verify_cuda_toolkit,
     "cudnn": verify_cudnn, "nccl": verify_nccl, "dcgm": verify_dcgm,
     "framework": verify_framework, "validators": verify_validators,
+    "container_toolkit": verify_container_toolkit,
 }
 
 
@@ -171,6 +186,28 @@ def test_role_idempotent_and_verified(role: str, converged: tuple[Lab, Path],
     assert outcome.status == "provisioned" and outcome.failed == 0, outcome.as_dict()
     assert outcome.changed == 0, f"{role} is not idempotent: {outcome.as_dict()}"
     VERIFY[role](host)
+
+
+def test_a_stale_cdi_spec_is_regenerated_by_the_handler(converged: tuple[Lab, Path],
+                                                         host: Any) -> None:
+    """A CDI spec made for another driver (as after a driver upgrade): the role notices,
+    its handler regenerates the spec for the installed driver, and a second run is
+    quiet again."""
+    lab, runs = converged
+    good = host.file("/etc/cdi/nvidia.yaml").content_string
+    lab.ssh(HOST, "sed -i 's/--host-driver-version=[0-9.]*/--host-driver-version=570.211.01/' "
+                  "/etc/cdi/nvidia.yaml")
+
+    def converge() -> Any:
+        return provision(lab.cfg.state / "inventory.ini", STACK.name, limit=(HOST,),
+                         tags=("container_toolkit",), runs_dir=runs,
+                         progress=lambda line: None).hosts[HOST]
+    fixed = converge()
+    assert fixed.status == "provisioned" and fixed.failed == 0, fixed.as_dict()
+    assert fixed.changed >= 2  # the stale spec found, the handler ran
+    assert host.file("/etc/cdi/nvidia.yaml").content_string == good
+    again = converge()
+    assert again.changed == 0, again.as_dict()
 
 
 def test_framework_refuses_a_wheel_whose_hash_is_not_pinned(

@@ -65,6 +65,9 @@ SPEC_VARS: dict[str, tuple[bool, str, str]] = {
                            "aggregate_read_mbps_min, checkpoint_mbps_min, "
                            "small_files_per_s_min, gds_read_mbps_min, checkpoint_mb, "
                            "size_mb, aggregate_read_s}"),
+    "nodecert_container": (False, "container", "the GPU container every node must run "
+                           "(container.gpu_smoke): {engine: podman|docker, image: "
+                           "NAME@sha256:..., archive, image_id, cdi_spec}"),
     "nodecert_bmc": (False, "bmc", "the node's BMC, read out of band by the controller: "
                      "{address, protocol: redfish|ipmi, port, ca_file | cert_sha256, "
                      "username, password_file, firmware, psu_spares, sample_s, timeout_s}"),
@@ -80,7 +83,8 @@ VALIDATION_VARS = ("nodecert_cpu_model", "nodecert_mig_enabled",
                    "nodecert_nvme_rated_seq_read_mbps",
                    "nodecert_nvme_rated_seq_write_mbps", "nodecert_nvme_rated_rand_read_iops",
                    "nodecert_storage_targets", "nodecert_allow_raw_devices", "nodecert_thresholds",
-                   "nodecert_fabric", "nodecert_shared_fs", "nodecert_bmc")
+                   "nodecert_fabric", "nodecert_shared_fs", "nodecert_bmc",
+                   "nodecert_container")
 # How Ansible reads booleans written as text (INI [group:vars] values are strings).
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}

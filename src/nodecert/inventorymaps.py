@@ -10,10 +10,11 @@ import yaml
 
 from nodecert.bmcspec import parse_bmc
 from nodecert.clusterconfig import parse_cluster
+from nodecert.containerspec import parse_container
 from nodecert.fabricspec import parse_fabric
 from nodecert.sharedfsspec import parse_shared_fs
 
-MAPPING_KINDS = ("map", "fabric", "cluster", "sharedfs", "bmc")
+MAPPING_KINDS = ("map", "fabric", "cluster", "sharedfs", "bmc", "container")
 EXAMPLES = {
     "map": "e.g. nodecert_thresholds: {storage.seq_read_mbps_min: 3000} in YAML",
     "fabric": "e.g. nodecert_fabric: {link_layer: InfiniBand, ports: 8, rate_gbps: 400} in "
@@ -22,6 +23,8 @@ EXAMPLES = {
                 "aggregate_read_mbps_min: 16000} in group_vars (docs/datapath.md)",
     "bmc": "e.g. nodecert_bmc: {address: 10.10.0.21, cert_sha256: ..., username: nodecert, "
            "password_file: /etc/nodecert/bmc.pass} in host_vars (docs/bmc.md)",
+    "container": "e.g. nodecert_container: {engine: podman, image: nvcr.io/nvidia/cuda@sha256:"
+                 "...} in group_vars (docs/containers.md)",
     "cluster": "e.g. nodecert_cluster: {engine: slurm, launch_host: login01, partition: gpu} "
                "in group_vars (docs/cluster.md)"}
 
@@ -37,6 +40,8 @@ def parse_mapping(kind: str, raw: Any) -> tuple[Any, str | None]:
         return parse_shared_fs(raw)
     if kind == "bmc":
         return parse_bmc(raw)
+    if kind == "container":
+        return parse_container(raw)
     if kind == "cluster":
         cfg, why = parse_cluster(raw)
         return (cfg.as_dict() if cfg else None), why

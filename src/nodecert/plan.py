@@ -33,7 +33,7 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
                  "cpu_cores": spec.cpu_cores, "ram_gb": spec.ram_gb,
                  "nvme_count": spec.nvme_count, "nvme_min_gb": spec.nvme_min_gb,
                  **{k: v[k] for k in ("cpu_model", "mig_enabled", "fabric", "shared_fs",
-                                      "nvme_rated_seq_read_mbps",
+                                      "container", "nvme_rated_seq_read_mbps",
                                       "nvme_rated_seq_write_mbps", "nvme_rated_rand_read_iops")
                     if k in v}}
     chosen = [c for c in suite.checks if not checks or c in checks]  # suite order

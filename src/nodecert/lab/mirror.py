@@ -21,6 +21,7 @@ from pathlib import Path
 
 from nodecert.lab import wheelhouse
 from nodecert.lab.config import LabConfig
+from nodecert.lab.image import build_image
 from nodecert.lab.rootfs import debian_mirror
 from nodecert.lab.wheelhouse import build_wheelhouse
 from nodecert.shell import run
@@ -32,7 +33,9 @@ from nodecert.stacks import Package, list_stacks
 REAL_DEBIAN_PACKAGES = ("fio", "python3-venv", "python3-packaging",
                         # the cluster lab's NFS server and client (lab/cluster.py)
                         "nfs-ganesha", "nfs-ganesha-vfs", "rpcbind", "libnfs13",
-                        "python3-fusepy")
+                        "python3-fusepy",
+                        # the container engine a lab host runs GPU containers with
+                        "podman", "crun")
 SIM_TOOL_PACKAGES = {
     # name: (version, tools it provides). Versions say they are lab builds.
     "nccl-tests": ("2.17.8-1+nodecertlab", ("all_reduce_perf", "all_gather_perf",
@@ -46,10 +49,15 @@ SIM_TOOL_PACKAGES = {
     "perftest": ("4.5+0.17-1+nodecertlab", ("ib_write_bw",)),
     # NVIDIA's mlnx-tools: the RoCE GID table and port QoS.
     "mlnx-tools": ("25.01-0.2501+nodecertlab", ("show_gids", "mlnx_qos")),
+    # The NVIDIA Container Toolkit at the version the container_toolkit role pins.
+    "nvidia-container-toolkit-base": ("1.17.8-1", ("nvidia-ctk", "nvidia-cdi-hook")),
+    "nvidia-container-toolkit": ("1.17.8-1", ()),
+    "libnvidia-container-tools": ("1.17.8-1", ()),
+    "libnvidia-container1": ("1.17.8-1", ()),
 }
 # component -> tools its package provides (the rest carry only their marker).
 COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",)}
-SIM_RECIPE = "sim-packages-v10-collectives"
+SIM_RECIPE = "sim-packages-v11-containers"
 
 _PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (SIMULATED, nodecert lab)
@@ -276,6 +284,8 @@ def build_mirror(cfg: LabConfig, *, log: Callable[[str], None] = print) -> Path:
                       timeout=300, cwd=repo).stdout
         (repo / "Release").write_text(release)
     build_wheelhouse(tmp)
+    log("building the lab's container image archive from the base ...")
+    build_image(cfg.base, tmp)
     (tmp / ".nodecert-lab-mirror").write_text(f"{key} {want_real}\n")
     tmp.rename(target)
     prune_mirrors(cfg, target)

@@ -97,6 +97,13 @@ FAULT_KINDS: dict[str, FaultKind] = {
                          "network is really limited (tc on its link; MB/s, default 8): its "
                          "reads from the lab's NFS server are slow, the others' are not",
                          "cluster.storage"),
+    "toolkit_missing": _k(set(), set(), "the NVIDIA Container Toolkit's CLI is gone from a "
+                          "provisioned host (nvidia-ctk set aside)", "container.gpu_smoke"),
+    "cdi_missing": _k(set(), set(), "a provisioned host's CDI spec is gone (set aside)",
+                      "container.gpu_smoke"),
+    "cdi_stale": _k(set(), set(), "a provisioned host's CDI spec names an older driver "
+                    "(570.211.01) than the one installed, as after a driver upgrade without "
+                    "regenerating it", "container.gpu_smoke"),
     "psu_failed": _k(set(), {"psu"}, "the BMC reports power supply psu (default 1) failed "
                      "and the supplies' redundancy lost", "bmc.power"),
     "fan_failed": _k(set(), {"fan"}, "fan number fan (default 1) stops: 0 RPM, below its "

@@ -24,6 +24,7 @@ TOOLS = {
     "ibstat": ("ib", "cmd_ibstat"), "ibstatus": ("ib", "cmd_ibstatus"),
     "perfquery": ("ib", "cmd_perfquery"), "ib_write_bw": ("perftest", "cmd_ib_write_bw"),
     "show_gids": ("roce", "cmd_show_gids"), "mlnx_qos": ("roce", "cmd_mlnx_qos"),
+    "nvidia-ctk": ("ctk", "cmd_nvidia_ctk"), "nvidia-cdi-hook": ("ctk", "cmd_nvidia_cdi_hook"),
 }
 
 

@@ -1,8 +1,14 @@
-"""The BMC checks on the lab: every host's BMC on the lab bridge, Redfish over HTTPS
-(sushy-tools behind TLS and Basic authentication) and IPMI over LAN (OpenIPMI's ipmi_sim,
-read with the real ipmitool), readings SIMULATED from the hardware model. Healthy BMCs
-pass and see the burn-in's draw; each BMC fault gets its verdict with the part named;
-the BMC password (a canary) is in no run file, log line or certificate."""
+"""Day one on the lab: the BMCs and the GPU container path.
+
+BMCs: every host's BMC on the lab bridge, Redfish over HTTPS (sushy-tools behind TLS and
+Basic authentication) and IPMI over LAN (OpenIPMI's ipmi_sim, read with the real
+ipmitool), readings SIMULATED from the hardware model. Healthy BMCs pass and see the
+burn-in's draw; each BMC fault gets its verdict with the part named; the BMC password (a
+canary) is in no run file, log line or certificate.
+
+Containers: real podman on the provisioned host runs the lab's image archive (pinned
+by id) with every GPU through the CDI spec the container_toolkit role generated; the
+simulated nvidia-smi inside sees the GPUs outside; each toolkit/CDI fault fails."""
 
 from __future__ import annotations
 
@@ -153,3 +159,33 @@ def test_ipmi_catches_a_hot_inlet_and_an_unreachable_bmc(blab: Lab, tmp_path: Pa
     assert {x.verdict.name for x in h1.values()} == {"ERROR"}
     assert "BMC not read" in h1["bmc.sensors"].summary
     assert_no_secret(password(blab), tmp_path, lines)
+
+
+def test_the_gpu_container_sees_every_gpu_and_each_break_fails(blab: Lab,
+                                                               tmp_path: Path) -> None:
+    def smoke(tag: str) -> Any:
+        r, _ = run(blab, tmp_path / tag, limit=("h1",), suite="standard",
+                   checks=("container.gpu_smoke",))
+        return next(x for x in r.hosts["h1"].results if x.check == "container.gpu_smoke")
+
+    spec_before = blab.ssh("h1", "cat /etc/cdi/nvidia.yaml").stdout
+    ok = smoke("ok")
+    assert ok.verdict.name == "PASS", ok.summary
+    assert ok.simulated and ok.summary == ("toolkit 1.17.8, CDI spec for driver 580.173.02; "
+                                           "8 GPUs inside the container, as outside")
+    assert any(e.command.startswith("podman run --rm --device nvidia.com/gpu=all sha256:")
+               for e in ok.evidence)
+    want = {"cdi_stale": "was generated for driver 570.211.01, the driver running is "
+                         "580.173.02",
+            "cdi_missing": "no CDI spec for the GPUs",
+            "toolkit_missing": "the NVIDIA Container Toolkit is not installed"}
+    for kind, text in want.items():
+        faults(blab, tmp_path, f"faults:\n  - {{host: h1, kind: {kind}}}\n")
+        try:
+            bad = smoke(kind)
+        finally:
+            blab.apply_faults(None)
+        assert bad.verdict.name == "FAIL" and text in bad.summary, (kind, bad.summary)
+    # every fault undone: the host's own spec is back, byte for byte, and the path works
+    assert blab.ssh("h1", "cat /etc/cdi/nvidia.yaml").stdout == spec_before
+    assert smoke("again").verdict.name == "PASS"
