@@ -36,6 +36,19 @@ class NoGpu(Exception):
         self.fix = fix
 
 
+def try_text(ev: list[Evidence], argv: list[str], ctx: Ctx, *, name: str = "") -> str | None:
+    """A tool's output, or None when it is missing, fails or hangs (its evidence kept
+    either way): for facts a check can do without."""
+    try:
+        out = run(argv, timeout=ctx.timeout, name=name)
+    except ToolError as exc:
+        if exc.evidence:
+            ev.append(exc.evidence)
+        return None
+    ev.append(out.evidence)
+    return out.text
+
+
 def judge_findings(name: str, fails: list[str], warns: list[str], ok_summary: str,
                    **kw: Any) -> Result:
     """FAIL when any fail finding, WARN when only warnings, else PASS."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nodecert_node.context import Ctx, judge_findings
+from nodecert_node.context import Ctx, judge_findings, try_text
 from nodecert_node.contract import Evidence, Result, Verdict
 from nodecert_node.parse import ParseError, cdi
 from nodecert_node.registry import check
@@ -87,18 +87,6 @@ def judge_container(*, ordered: dict[str, Any] | None, toolkit: str | None,
         remediation=fix if fails else "")
 
 
-def _text(argv: list[str], ctx: Ctx, ev: list[Evidence], *, timeout: float | None = None,
-          name: str = "") -> str | None:
-    try:
-        out = run(argv, timeout=timeout or ctx.timeout, name=name)
-    except ToolError as exc:
-        if exc.evidence:
-            ev.append(exc.evidence)
-        return None
-    ev.append(out.evidence)
-    return out.text
-
-
 def _inside(ctx: Ctx, ordered: dict[str, Any], ev: list[Evidence]
             ) -> tuple[list[dict[str, Any]] | None, str | None]:
     engine = str(ordered.get("engine") or "podman")
@@ -114,8 +102,8 @@ def _inside(ctx: Ctx, ordered: dict[str, Any], ev: list[Evidence]
             return None, f"{engine} could not load the image archive {ordered['archive']}: " \
                          f"{exc}"
         ref = str(ordered["image_id"])
-        got = _text([engine, "image", "inspect", "--format", "{{.Id}}", ref], ctx, ev,
-                    name=f"{engine} image inspect")
+        got = try_text(ev, [engine, "image", "inspect", "--format", "{{.Id}}", ref], ctx,
+                       name=f"{engine} image inspect")
         if got is None or got.strip().replace("sha256:", "") != ref.replace("sha256:", ""):
             return None, (f"the archive holds no image {ref} (the order pins it by its id; "
                           f"found {(got or '').strip()[:80]!r})")
@@ -140,7 +128,7 @@ def _inside(ctx: Ctx, ordered: dict[str, Any], ev: list[Evidence]
 def container_gpu_smoke(ctx: Ctx) -> Result:
     ordered = ctx.spec.get("container") or None
     ev: list[Evidence] = []
-    version = _text(["nvidia-ctk", "--version"], ctx, ev)
+    version = try_text(ev, ["nvidia-ctk", "--version"], ctx)
     toolkit = None
     if version is not None:
         first = (version.strip().splitlines() or [""])[0]
@@ -155,8 +143,8 @@ def container_gpu_smoke(ctx: Ctx) -> Result:
         ev.append(Evidence.of("cdi spec", f"cat {found}", 0, spec_text))
     listed: list[str] = []
     if toolkit is not None:
-        listed = cdi.parse_ctk_list(_text(["nvidia-ctk", "cdi", "list"], ctx, ev) or "")
-    drv = _text(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], ctx, ev)
+        listed = cdi.parse_ctk_list(try_text(ev, ["nvidia-ctk", "cdi", "list"], ctx) or "")
+    drv = try_text(ev, ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], ctx)
     driver = (drv or "").strip().splitlines()[0].strip() if (drv or "").strip() else None
     outside = inside = None
     inside_error = None
@@ -165,7 +153,7 @@ def container_gpu_smoke(ctx: Ctx) -> Result:
     run_it = ctx.plan.suite != "quick"
     if ordered and toolkit is not None and run_it:
         try:
-            outside = cdi.parse_smi_list(_text(["nvidia-smi", "-L"], ctx, ev) or "")
+            outside = cdi.parse_smi_list(try_text(ev, ["nvidia-smi", "-L"], ctx) or "")
         except ParseError as exc:
             inside_error = f"outside the container: {exc}"
         if inside_error is None:

@@ -5,24 +5,21 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nodecert_node.context import Ctx, Facts, Gathered, judge_findings, nvidia_smi_q, within
-from nodecert_node.contract import Evidence, Limits, Result, Verdict
+from nodecert_node.context import (
+    Ctx,
+    Facts,
+    Gathered,
+    judge_findings,
+    nvidia_smi_q,
+    try_text,
+    within,
+)
+from nodecert_node.contract import Limits, Result, Verdict
 from nodecert_node.parse import pci, system, topo
 from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, read_file, run
 
 # --- hardware.inventory -----------------------------------------------------------------
-
-
-def _try(ev: list[Evidence], argv: list[str], ctx: Ctx) -> str | None:
-    try:
-        out = run(argv, timeout=ctx.timeout)
-    except ToolError as exc:
-        if exc.evidence:
-            ev.append(exc.evidence)
-        return None
-    ev.append(out.evidence)
-    return out.text
 
 
 def _macs() -> list[str]:
@@ -47,11 +44,11 @@ def _macs() -> list[str]:
 def gather_inventory(ctx: Ctx) -> Gathered:
     header, gpus, ev = nvidia_smi_q(ctx)
     facts: Facts = {"driver": header.get("Driver Version"), "gpus": gpus}
-    ls = _try(ev, ["lspci", "-nn", "-D"], ctx)
+    ls = try_text(ev, ["lspci", "-nn", "-D"], ctx)
     facts["pci_gpus"] = [d["slot"] for d in pci.nvidia_gpus(pci.parse_lspci(ls))] if ls else None
-    cpu = _try(ev, ["lscpu"], ctx)
+    cpu = try_text(ev, ["lscpu"], ctx)
     facts["cpu"] = system.parse_lscpu(cpu) if cpu else None
-    dmi = _try(ev, ["dmidecode", "-t", "1", "-t", "2", "-t", "17"], ctx)
+    dmi = try_text(ev, ["dmidecode", "-t", "1", "-t", "2", "-t", "17"], ctx)
     records = system.parse_dmidecode(dmi) if dmi else []
     facts["dmi"] = system.dmi_identity(records) if records else None
     facts["dimms"] = system.dmi_memory_gb(records) if records else None
@@ -60,7 +57,7 @@ def gather_inventory(ctx: Ctx) -> Gathered:
         facts["meminfo_total_gb"] = round(system.parse_meminfo(mem.text)["MemTotal"] / 2**30, 1)
     except OSError:
         facts["meminfo_total_gb"] = None
-    blk = _try(ev, ["lsblk", "-J", "-b", "-d", "-o", "NAME,SIZE,MODEL,SERIAL,TRAN,TYPE"], ctx)
+    blk = try_text(ev, ["lsblk", "-J", "-b", "-d", "-o", "NAME,SIZE,MODEL,SERIAL,TRAN,TYPE"], ctx)
     disks = system.parse_lsblk(blk) if blk else []
     facts["nvme"] = [d for d in disks if d["tran"] == "nvme" or str(d["name"]).startswith("nvme")]
     facts["nic_macs"] = _macs()

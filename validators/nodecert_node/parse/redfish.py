@@ -152,24 +152,25 @@ def parse_manager(doc: Any) -> dict[str, Any]:
             "state": state, "health": health}
 
 
-def parse_processor(doc: Any) -> dict[str, Any]:
-    _check_type(doc, "Processor", "Redfish Processor")
+def _part(doc: Any, odata_type: str, fields: dict[str, str]) -> dict[str, Any]:
+    """A Processor or NetworkAdapter: its id, the named fields as text, its status."""
+    what = f"Redfish {odata_type}"
+    _check_type(doc, odata_type, what)
     if not isinstance(doc, dict):
-        raise ParseError("Redfish Processor: expected a JSON object")
+        raise ParseError(f"{what}: expected a JSON object")
     state, health = _status(doc)
-    return {"id": str(doc.get("Id") or "?"), "type": str(doc.get("ProcessorType") or ""),
-            "model": str(doc.get("Model") or ""), "serial": str(doc.get("SerialNumber") or ""),
+    return {"id": str(doc.get("Id") or "?"),
+            **{k: str(doc.get(src) or "") for k, src in fields.items()},
             "state": state, "health": health}
+
+
+def parse_processor(doc: Any) -> dict[str, Any]:
+    return _part(doc, "Processor", {"type": "ProcessorType", "model": "Model",
+                                    "serial": "SerialNumber"})
 
 
 def parse_network_adapter(doc: Any) -> dict[str, Any]:
-    _check_type(doc, "NetworkAdapter", "Redfish NetworkAdapter")
-    if not isinstance(doc, dict):
-        raise ParseError("Redfish NetworkAdapter: expected a JSON object")
-    state, health = _status(doc)
-    return {"id": str(doc.get("Id") or "?"), "model": str(doc.get("Model") or ""),
-            "manufacturer": str(doc.get("Manufacturer") or ""),
-            "state": state, "health": health}
+    return _part(doc, "NetworkAdapter", {"model": "Model", "manufacturer": "Manufacturer"})
 
 
 def member_links(doc: Any, what: str) -> list[str]:
