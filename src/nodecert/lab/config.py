@@ -20,9 +20,12 @@ BRIDGE_ALIAS = "nodecert-lab"
 DEFAULT_ROOT = Path(os.environ.get("NODECERT_LAB_DIR", "/var/tmp/nodecert-lab"))
 DEFAULT_SUBNET = ipaddress.IPv4Network(os.environ.get("NODECERT_LAB_SUBNET", "10.78.0.0/24"))
 # Bumped whenever the base recipe changes, so an old base is rebuilt, not reused.
-BASE_RECIPE = "bookworm-minbase-v4-cluster"
+BASE_RECIPE = "bookworm-minbase-v5-podman"
 BASE_PACKAGES = ("openssh-server", "python3", "python3-apt", "systemd", "systemd-sysv", "dbus",
-                 "iproute2", "sudo", "procps", "kmod")
+                 "iproute2", "sudo", "procps", "kmod",
+                 # the container engine a host runs GPU containers with (container.gpu_smoke):
+                 # in the base, so that no provisioning of a lab host installs it
+                 "podman", "crun")
 # The engines a cluster runs its jobs on, from Debian: Slurm (with munge) and OpenMPI.
 # In the base so that a 16-host lab needs no install per host; their services stay off
 # until `lab up --cluster` gives the hosts a munge key and a slurm.conf.

@@ -33,9 +33,7 @@ from nodecert.stacks import Package, list_stacks
 REAL_DEBIAN_PACKAGES = ("fio", "python3-venv", "python3-packaging",
                         # the cluster lab's NFS server and client (lab/cluster.py)
                         "nfs-ganesha", "nfs-ganesha-vfs", "rpcbind", "libnfs13",
-                        "python3-fusepy",
-                        # the container engine a lab host runs GPU containers with
-                        "podman", "crun")
+                        "python3-fusepy")
 SIM_TOOL_PACKAGES = {
     # name: (version, tools it provides). Versions say they are lab builds.
     "nccl-tests": ("2.17.8-1+nodecertlab", ("all_reduce_perf", "all_gather_perf",
