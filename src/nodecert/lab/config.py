@@ -20,7 +20,7 @@ BRIDGE_ALIAS = "nodecert-lab"
 DEFAULT_ROOT = Path(os.environ.get("NODECERT_LAB_DIR", "/var/tmp/nodecert-lab"))
 DEFAULT_SUBNET = ipaddress.IPv4Network(os.environ.get("NODECERT_LAB_SUBNET", "10.78.0.0/24"))
 # Bumped whenever the base recipe changes, so an old base is rebuilt, not reused.
-BASE_RECIPE = "bookworm-minbase-v5-podman"
+BASE_RECIPE = "bookworm-minbase-v6-podman-quiet"
 BASE_PACKAGES = ("openssh-server", "python3", "python3-apt", "systemd", "systemd-sysv", "dbus",
                  "iproute2", "sudo", "procps", "kmod",
                  # the container engine a host runs GPU containers with (container.gpu_smoke):

@@ -22,7 +22,11 @@ from nodecert.shell import run
 STAMP = ".nodecert-lab-base"
 MASKED_UNITS = ("apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer",
                 "e2scrub_all.timer", "fstrim.timer", "apt-daily.service",
-                "apt-daily-upgrade.service", "getty@tty1.service", "console-getty.service")
+                "apt-daily-upgrade.service", "getty@tty1.service", "console-getty.service",
+                # podman runs daemonless: its API socket, restart and auto-update units
+                # would only cost every host's boot
+                "podman.socket", "podman.service", "podman-restart.service",
+                "podman-auto-update.timer", "podman-auto-update.service")
 
 
 def debian_mirror() -> str:
