@@ -27,6 +27,7 @@ import ipaddress
 import json
 import os
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -132,11 +133,7 @@ def down(cfg: LabConfig) -> int:
                     stopped += sig == signal.SIGTERM
                 except ProcessLookupError:
                     pass
-            deadline = time.monotonic() + 5
-            while pids and time.monotonic() < deadline:
-                pids = [p for p in pids if Path(f"/proc/{p}").exists() and _not_zombie(p)]
-                if pids:
-                    time.sleep(0.05)  # a process's exit has no wait handle outside our tree
+            wait_gone(pids, 5.0)
         run(["ip", "netns", "del", ns], timeout=15, check=False)
     if net.link_exists(veth_name(cfg)):
         run(["ip", "link", "del", veth_name(cfg)], timeout=15, check=False)
@@ -144,11 +141,23 @@ def down(cfg: LabConfig) -> int:
     return stopped
 
 
-def _not_zombie(pid: int) -> bool:
+def wait_gone(pids: list[int], timeout: float) -> None:
+    """Block until every pid has exited (its pidfd becomes readable), at most timeout."""
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except OSError:  # already gone
+            continue
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+        deadline = time.monotonic() + timeout
+        pending = list(fds)
+        while pending and time.monotonic() < deadline:
+            ready, _, _ = select.select(pending, [], [], deadline - time.monotonic())
+            pending = [fd for fd in pending if fd not in ready]
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 # --- credentials and certificates ----------------------------------------------------------------
@@ -409,10 +418,7 @@ def stop(cfg: LabConfig, n: int) -> None:
         try:
             os.waitpid(pid, 0)  # our own children when this process started them
         except ChildProcessError:
-            deadline = time.monotonic() + 5
-            while Path(f"/proc/{pid}").exists() and _not_zombie(pid) and \
-                    time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_gone([pid], 5.0)
     (d / "pids.json").unlink(missing_ok=True)
 
 
