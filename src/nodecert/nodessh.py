@@ -22,6 +22,7 @@ from typing import Any
 
 import paramiko
 
+from nodecert import knownhosts
 from nodecert.become import Secret
 from nodecert.textsafe import clean
 
@@ -191,22 +192,24 @@ def _jump_channel(ep: Endpoint, timeout: float) -> tuple[paramiko.SSHClient, Any
     return jump, chan
 
 
+def _quiet_transport(sock: Any, **kwargs: Any) -> paramiko.Transport:
+    """paramiko's transport thread wakes every 0.1 s to see whether it was closed: a
+    thousand idle connections cost a core. Once a second is enough (the keep-alive is
+    sent every 5 s; closing waits at most a second longer)."""
+    transport = paramiko.Transport(sock, **kwargs)
+    transport.sock.settimeout(1.0)
+    return transport
+
+
 def connect(ep: Endpoint, timeout: float = 15.0) -> paramiko.SSHClient:
     """An authenticated client; raises paramiko/OSError exceptions on failure."""
     client = paramiko.SSHClient()
-    client.load_system_host_keys()
-    user_known = Path("~/.ssh/known_hosts").expanduser()
-    for path in (str(user_known), *ep.known_hosts):
-        p = Path(path).expanduser()
-        if p.is_file():
-            client.load_host_keys(str(p))
-    if ep.host_key_alias:
-        # HostKeyAlias: known_hosts lists the key under the alias; check the address
-        # against exactly those keys.
-        keys = client.get_host_keys()
-        name = ep.address if ep.port == 22 else f"[{ep.address}]:{ep.port}"
-        for kind, key in (keys.lookup(ep.host_key_alias) or {}).items():
-            keys.add(name, kind, key)
+    # Only this host's keys, from files parsed once per run (knownhosts); an unknown or
+    # changed key is refused as before.
+    name = knownhosts.server_name(ep.address, ep.port)
+    keys = client.get_host_keys()
+    for kind, key in knownhosts.keys_for(name, ep.known_hosts, ep.host_key_alias).items():
+        keys.add(name, kind, key)
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     sock = None
     if ep.proxy_jump:
@@ -215,7 +218,7 @@ def connect(ep: Endpoint, timeout: float = 15.0) -> paramiko.SSHClient:
     client.connect(ep.address, port=ep.port, username=ep.user, key_filename=ep.key_file,
                    timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
                    allow_agent=ep.key_file is None, look_for_keys=ep.key_file is None,
-                   sock=sock)
+                   sock=sock, transport_factory=_quiet_transport)
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(5)  # a vanished host shows up as a dead channel, not a hang
