@@ -396,23 +396,29 @@ def all_figures(results: Iterable[dict[str, Any]]) -> dict[str, Figure]:
 
 # --- files ---------------------------------------------------------------------------------
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
     """Write `path` whole or not at all: a private temp file in the same directory,
     fsync, rename over the target, fsync the directory. A reader never sees a
-    half-written file, and a crash leaves the old file or the new one."""
+    half-written file, and a crash leaves the old file or the new one. durable=False
+    skips both fsyncs: still whole or nothing if the process dies, but a power loss
+    may keep the old file (for a file rewritten again and again, made durable at the
+    end)."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if not durable:
+        return
     try:
         dfd = os.open(directory, os.O_RDONLY)
     except OSError:
