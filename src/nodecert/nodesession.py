@@ -29,13 +29,15 @@ from nodecert import conformance
 from nodecert.bmcjudge import BMC_CHECKS
 from nodecert.bmcmonitor import BmcMonitor
 from nodecert.errors import NodecertError
+from nodecert.loadgate import LoadGate
 from nodecert.nodeevents import BadEvent, LineReader, decode_event
 from nodecert.nodessh import BecomeError, Endpoint, connect, describe_error, start
 from nodecert.plan import framework_plan
+from nodecert.progress import RunProgress
 from nodecert.runs import HostRun, RunDir
-from nodecert.stacks import find_stack
+from nodecert.stacks import Stack, find_stack
 from nodecert.textsafe import clean
-from nodecert_node.contract import Evidence, error_result
+from nodecert_node.contract import Evidence, Verdict, error_result
 
 Progress = Callable[[str], None]
 # Where the node code lives on a node, whoever installs it (validate over SSH, or the
@@ -115,30 +117,44 @@ def node_bundle() -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()
 
 
+# Back-pressure: at most this many SSH handshakes, and node-code installs, at a time
+# (nodecert policy: a handshake costs the controller a few ms of CPU and the bundle
+# about 100 kB to encrypt; beyond these, more at once only queue for the same cores
+# while connections wait for their first byte and risk the login timeout).
+CONNECT_SLOTS = 64
+INSTALL_SLOTS = 32
+
+
 class NodeSessions:
     def __init__(self, runs: dict[str, HostRun], say: Progress, stop: threading.Event,
-                 bundle: tuple[bytes, str]) -> None:
+                 bundle: tuple[bytes, str], *, progress: RunProgress | None = None,
+                 gate: LoadGate | None = None) -> None:
         self.runs = runs
-        self.say = say
         self.stop = stop
         self.bundle, self.sha = bundle
-        self.lock = threading.Lock()
+        self.progress = progress or RunProgress(runs, say, detail=True)
+        self.connect_slots = threading.BoundedSemaphore(CONNECT_SLOTS)
+        self.install_slots = threading.BoundedSemaphore(INSTALL_SLOTS)
+        self.stacks: dict[str, Stack] = {}
+        self.stacks_lock = threading.Lock()
+        self.gate = gate or LoadGate()  # started by the caller for a real run
 
-    def emit(self, hr: HostRun, text: str) -> None:
-        with self.lock:
-            self.say(clean(f"{hr.host:<14} {text}"))
+    def emit(self, hr: HostRun, text: str, *, alarm: bool = False) -> None:
+        self.progress.emit(hr, text, alarm=alarm)
 
     def run_host(self, hr: HostRun) -> None:
         hr.started = time.time()
         hr.status = "running"
-        hr.save()
+        hr.save(interim=True)
         monitor = self._bmc_monitor(hr)
+        self.progress.connect_started(hr.host)
         try:
-            client = connect(hr.endpoint)
+            client = self._connect(hr)
         except (paramiko.SSHException, OSError) as exc:
+            self.progress.connect_done(hr.host)
             hr.status, hr.error = "unreachable", describe_error(exc, hr.endpoint)
             hr.finish_missing(f"host unreachable: {hr.error}", "NC-HOST-UNREACHABLE")
-            self.emit(hr, f"UNREACHABLE: {hr.error}")
+            self.emit(hr, f"UNREACHABLE: {hr.error}", alarm=True)
             self._bmc_results(hr, monitor)
             hr.finished = time.time()
             hr.save()
@@ -150,10 +166,31 @@ class NodeSessions:
             hr.error = f"internal error while handling this host: {type(exc).__name__}: {exc}"
             self._close(hr)
         finally:
+            self.progress.connect_done(hr.host)
             client.close()
             self._bmc_results(hr, monitor)
             hr.finished = time.time()
             hr.save()
+
+    def _connect(self, hr: HostRun) -> paramiko.SSHClient:
+        """Connect within the back-pressure: a slot, then the controller keeping up. A
+        failure while the controller itself was saturated is tried once more (the
+        time limit was spent waiting here); a refused key or login never is."""
+        for attempt in (1, 2):
+            with self.connect_slots:
+                self.gate.admit(self.stop)
+                t0 = time.monotonic()
+                try:
+                    return connect(hr.endpoint)
+                except (paramiko.BadHostKeyException, paramiko.AuthenticationException):
+                    raise
+                except (paramiko.SSHException, OSError) as exc:
+                    if attempt == 2 or "known_hosts" in str(exc) or \
+                            not self.gate.overloaded_since(t0):
+                        raise
+                    self.emit(hr, f"connection failed while the controller was saturated "
+                                  f"({type(exc).__name__}: {exc}); trying once more")
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def _bmc_monitor(self, hr: HostRun) -> BmcMonitor | None:
         """The host's BMC, sampled while its checks run (none without nodecert_bmc)."""
@@ -177,7 +214,8 @@ class NodeSessions:
         hr.results.extend(results)
         for r in results:
             self.emit(hr, f"{r.check} {r.verdict.name}"
-                      f"{' (SIMULATED)' if r.simulated else ''} - {r.summary[:110]}")
+                      f"{' (SIMULATED)' if r.simulated else ''} - {r.summary[:110]}",
+                      alarm=r.verdict >= Verdict.FAIL)
 
     def _exec(self, client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
               timeout: float, *, root: bool = True) -> tuple[int, str]:
@@ -203,8 +241,9 @@ class NodeSessions:
         """Ship the node code once per version (content-addressed directory), the same
         way the validators role installs it (install_script); as root (sudo for a
         non-root user with become)."""
-        rc, out = self._exec(client, hr.endpoint, install_script(self.sha[:16], "-"),
-                             self.bundle, 60)
+        with self.install_slots:
+            rc, out = self._exec(client, hr.endpoint, install_script(self.sha[:16], "-"),
+                                 self.bundle, 60)
         if rc != 0:
             hint = (" (sudo wants a password: give --become-password-file, or a vaulted "
                     "ansible_become_password with --vault-password-file)"
@@ -219,13 +258,15 @@ class NodeSessions:
         except BecomeError as exc:
             hr.status, hr.error = "lost", str(exc)
             hr.finish_missing(hr.error, "NC-HOST-LOST")
-            self.emit(hr, f"ERROR: {hr.error}")
+            self.emit(hr, f"ERROR: {hr.error}", alarm=True)
             return
         except (paramiko.SSHException, OSError, TimeoutError) as exc:
             hr.status, hr.error = "lost", f"setting up the node code failed: {exc}"
             hr.finish_missing(hr.error, "NC-HOST-LOST")
-            self.emit(hr, f"ERROR: {hr.error}")
+            self.emit(hr, f"ERROR: {hr.error}", alarm=True)
             return
+        finally:
+            self.progress.connect_done(hr.host)
         if hr.stack is None:
             self._adopt_recorded_stack(hr, client)
         chan = start(client, hr.endpoint,
@@ -271,7 +312,10 @@ class NodeSessions:
             name = str(json.loads(out).get("stack") or "") if rc == 0 else ""
             if not name:
                 return
-            stack = find_stack(name)
+            with self.stacks_lock:  # a fleet shares a few stacks: each file read once
+                if name not in self.stacks:
+                    self.stacks[name] = find_stack(name)
+                stack = self.stacks[name]
         except (ValueError, OSError, paramiko.SSHException, NodecertError, AttributeError):
             return
         hr.stack = stack
@@ -302,11 +346,11 @@ class NodeSessions:
                 res = conformance.judge_result(res, hr.host, hr.stack)
             hr.results.append(res)
             hr.current = None
-            hr.save()
+            hr.save(interim=True)
             self.emit(hr, f"[{len(hr.results)}/{total}] {res.check} {res.verdict.name}"
                       f"{' (SIMULATED)' if res.simulated else ''} {res.duration_s:.1f}s"
                       f" - {res.summary[:110]}  | {hr.counts()}, "
-                      f"{time.time() - hr.started:.0f}s")
+                      f"{time.time() - hr.started:.0f}s", alarm=res.verdict >= Verdict.FAIL)
             return time.monotonic() + 60
         elif kind == "done":
             hr.status = "interrupted" if ev.get("interrupted") else "done"
@@ -337,11 +381,19 @@ class NodeSessions:
                             "or hangs during validation is not ready.")
                 .with_(simulated=hr.simulated))
         hr.finish_missing(hr.error, code)
-        self.emit(hr, f"{'INTERRUPTED' if hr.status == 'interrupted' else 'ERROR'}: {hr.error}")
+        self.emit(hr, f"{'INTERRUPTED' if hr.status == 'interrupted' else 'ERROR'}: {hr.error}",
+                  alarm=True)
 
     def heartbeat(self, done: threading.Event) -> None:
-        while not done.wait(HEARTBEAT_S):
-            for hr in self.runs.values():
+        """Once a second the run's summary (or live view); every HEARTBEAT_S a line for
+        each check still running, into its host's log (and on screen in detail mode)."""
+        last = time.monotonic()
+        while not done.wait(1.0):
+            self.progress.tick()
+            if time.monotonic() - last < HEARTBEAT_S:
+                continue
+            last = time.monotonic()
+            for hr in list(self.runs.values()):
                 if hr.current and time.monotonic() - hr.current_since > HEARTBEAT_S:
                     self.emit(hr, f"... {hr.current} still running "
                               f"({time.monotonic() - hr.current_since:.0f}s)")

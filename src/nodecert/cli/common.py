@@ -147,11 +147,26 @@ threshold_option = click.option("--threshold", "threshold_items", multiple=True,
                                      "command line's).")
 
 
+# A table of every host up to this many; beyond it only the hosts that need a look
+# (the run's summary.json and each host's results.json hold every host).
+TABLE_MAX_HOSTS = 32
+TABLE_MAX_SHOWN = 100
+
+
 def print_validation(run: Any) -> None:
+    hosts = sorted(run.hosts.items())
+    verdicts = {name: h.verdict for name, h in hosts}
+    shown = hosts if len(hosts) <= TABLE_MAX_HOSTS else \
+        [(n, h) for n, h in hosts if verdicts[n] >= Verdict.FAIL]
     echo(f"{'host':<14} {'verdict':<8} {'status':<12} detail")
-    for name, h in sorted(run.hosts.items()):
+    for name, h in shown[:TABLE_MAX_SHOWN]:
         bad = [r for r in h.results if r.verdict.value >= Verdict.FAIL.value]
         detail = h.error or "; ".join(f"{r.check}: {r.summary}" for r in bad[:3]) or h.counts()
         sim = " SIMULATED" if h.simulated else ""
-        echo(f"{name:<14} {h.verdict.name:<8} {h.status:<12} {detail}{sim}")
+        echo(f"{name:<14} {verdicts[name].name:<8} {h.status:<12} {detail}{sim}")
+    if len(shown) < len(hosts) or len(shown) > TABLE_MAX_SHOWN:
+        counts = {v.name: sum(1 for x in verdicts.values() if x == v) for v in Verdict}
+        echo(f"{len(hosts)} hosts: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+             + f"; {min(len(shown), TABLE_MAX_SHOWN)} shown above (FAIL/ERROR), every host in "
+               "summary.json")
     echo(f"run: {run.run_dir}")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
 import click
 
+from nodecert.cli import liveview
 from nodecert.cli.common import (
     become_options,
     become_source,
@@ -16,6 +18,7 @@ from nodecert.cli.common import (
     handle_errors,
     print_validation,
 )
+from nodecert.cli.liveview import live_view
 from nodecert.errors import ExitCode
 from nodecert.verdict import Verdict
 
@@ -23,8 +26,10 @@ _VALIDATE_HELP = """Run the node-side checks on every host, in parallel, and rec
 
 Each host runs its suite's checks (hardware inventory against the spec, PCIe
 links, NVLink/NVSwitch topology, GPU health, Xid history, stack conformance,
-storage with fio) over SSH with strict host-key checking. Progress streams per
-host; every result (value, threshold and its source, evidence) lands in
+storage with fio) over SSH with strict host-key checking, every host at once.
+Progress streams per host on small runs; on large ones (more than 16 hosts), failures
+as they happen plus a summary (a live view on a terminal); each host's lines are in
+runs/<run>/<host>/progress.log. Every result (value, threshold and its source, evidence) lands in
 runs/<timestamp>-<id>/<host>/results.json as it arrives. An unreachable host is
 reported and the others go on; Ctrl-C keeps finished results and marks the
 rest as not run. Results from simulated (lab) hosts are stamped SIMULATED.
@@ -40,6 +45,7 @@ Examples:
   nodecert validate -i lab.ini --only health.gpu --only health.xid
   nodecert validate -i lab.ini --suite standard --set load.burnin_s=300 --set load.soak_s=1800
   nodecert validate -i lab.ini --threshold storage.seq_read_mbps_min=3000 --scratch-dir /data/tmp
+  nodecert validate -i fleet.ini --progress summary 2> validate.log   # a thousand hosts
 """
 
 
@@ -63,7 +69,15 @@ Examples:
                    "(recorded in the run's plans and certificates).")
 @click.option("--scratch-dir", help="Directory the storage test may write to on every host "
               "(default: the host's nodecert_storage_targets, else /var/lib/nodecert/scratch).")
-@click.option("--forks", default=16, show_default=True, help="Hosts validated in parallel.")
+@click.option("--forks", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Hosts validated at once; 0: every host of the run (SSH handshakes and "
+                   "the node code's shipping are bounded on their own).")
+@click.option("--progress", "progress_mode", default="auto", show_default=True,
+              type=click.Choice(["auto", "lines", "summary", "live"]),
+              help="lines: every host's every line; summary: failures as they happen and a "
+                   "line of counts every 10 s; live: a live view (rich) on the terminal; "
+                   "auto: lines up to 16 hosts, else live on a terminal, else summary. "
+                   "Each host's lines are always in <run>/<host>/progress.log.")
 @click.option("--host-timeout", type=click.FloatRange(min=1), metavar="SECONDS",
               help="Limit for a whole host (default: every check at its suite limit + 120 s).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
@@ -74,19 +88,24 @@ Examples:
 def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],
                  stack_name: str | None, threshold_items: tuple[str, ...],
                  suite_file: Path | None, settings: tuple[str, ...],
-                 scratch_dir: str | None, forks: int,
+                 scratch_dir: str | None, forks: int, progress_mode: str,
                  host_timeout: float | None, runs_dir: Path, as_json: bool,
                  become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.thresholds import parse_cli_thresholds, parse_suite_settings
     from nodecert.validation import validate
 
     limit = tuple(h for item in limit for h in item.split(",") if h)
-    run = validate(path, suite=suite, limit=limit, stack=stack_name, forks=forks,
-                   runs_dir=runs_dir, cli_thresholds=parse_cli_thresholds(threshold_items),
-                   scratch=scratch_dir, checks=checks, host_timeout_s=host_timeout,
-                   option_overrides=parse_suite_settings(settings), suite_file=suite_file,
-                   progress=lambda line: echo(line, err=True),
-                   become=become_source(become_file, vault_file))
+    detail = {"lines": True, "summary": False, "live": False}.get(progress_mode)
+    with contextlib.ExitStack() as stack:
+        live = stack.enter_context(live_view()) if progress_mode != "lines" and \
+            liveview.wanted(progress_mode) and detail is not True else None
+        run = validate(path, suite=suite, limit=limit, stack=stack_name, forks=forks,
+                       runs_dir=runs_dir, cli_thresholds=parse_cli_thresholds(threshold_items),
+                       scratch=scratch_dir, checks=checks, host_timeout_s=host_timeout,
+                       option_overrides=parse_suite_settings(settings), suite_file=suite_file,
+                       progress=live.say if live else (lambda line: echo(line, err=True)),
+                       become=become_source(become_file, vault_file), detail=detail,
+                       status=live.status if live else None)
     code = ExitCode.OK if run.verdict <= Verdict.WARN and not run.interrupted \
         else ExitCode.FAILED
     if as_json:
