@@ -1,0 +1,143 @@
+"""validate against an emulated fleet: every host at once over real SSH on loopback,
+each node's fate as its kind says, progress readable (alarms, a summary, per-host logs)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodecert.lab.fleet import FleetSpec, address, node_result, recorded_results
+from nodecert.progress import RunProgress, Snapshot
+from nodecert.validation import validate
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    work = tmp_path_factory.mktemp("fleet")
+    # Its own loopback range and a port free now: another emulator (a benchmark, a
+    # second test worker) may be serving 127.42.0.0/16.
+    with socket.socket() as s:
+        s.bind(("127.43.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nodecert.lab.fleet", "--nodes", "40", "--dir", str(work),
+         "--net", "43", "--port", str(port),
+         "--slow", "2", "--failing", "2", "--dropped", "2", "--unreachable", "2",
+         "--time-scale", "0.02", "--seed", "7"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    # The emulator prints one line once every node listens (or dies with its error).
+    timer = threading.Timer(120, proc.kill)
+    timer.start()
+    ready = proc.stdout.readline()
+    timer.cancel()
+    assert ready.strip() == "ready 38", ready
+    yield work
+    assert proc.stdin is not None
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+
+
+def test_every_host_at_once_and_each_kind_ends_as_it_should(fleet: Path,
+                                                            tmp_path: Path) -> None:
+    said: list[str] = []
+    run = validate(fleet / "inventory.ini", runs_dir=tmp_path, progress=said.append)
+    kinds = json.loads((fleet / "kinds.json").read_text())
+    assert len(run.hosts) == 40
+    for host, kind in kinds.items():
+        hr = run.hosts[host]
+        assert hr.simulated, host
+        failed = sorted(r.check for r in hr.results if r.verdict.name == "FAIL")
+        if kind in ("ok", "slow"):
+            assert (hr.status, hr.verdict.name, failed) == ("done", "WARN", []), host
+            # the conformance facts are judged on the control side, for real
+            conf = next(r for r in hr.results if r.check == "stack.conformance")
+            assert conf.verdict.name == "PASS", conf.summary
+        elif kind == "failing":
+            assert (hr.status, failed) == ("done", ["health.gpu"]), host
+        elif kind == "dropped":
+            assert hr.status == "lost" and hr.verdict.name == "ERROR", host
+            assert 0 < sum(r.verdict.name != "ERROR" for r in hr.results) < 10
+        else:
+            assert hr.status == "unreachable" and "cannot reach" in hr.error, host
+    # 40 hosts: no line per host and check on screen, but every alarm as it happened
+    # and the summary; each host's own lines are in its progress.log.
+    alarms = [line for line in said if line.startswith("n0")]
+    bad = {h for h, k in kinds.items() if k in ("failing", "dropped", "unreachable")}
+    assert {line.split()[0] for line in alarms} == bad
+    assert all(any(w in line for w in (" FAIL ", "ERROR:", "UNREACHABLE:")) for line in alarms)
+    assert any(line.startswith("hosts 40/40 finished") for line in said), said[-3:]
+    for host in kinds:
+        log = (run.run_dir / host / "progress.log").read_text()
+        assert host not in log.split("\n", 1)[0][:9]  # lines hold the text, timestamped
+        assert ("UNREACHABLE" in log) == (kinds[host] == "unreachable"), host
+
+
+def test_forks_bounds_the_hosts_at_once_and_lines_mode_prints_all(fleet: Path,
+                                                                   tmp_path: Path) -> None:
+    said: list[str] = []
+    snaps: list[Snapshot] = []
+    run = validate(fleet / "inventory.ini", runs_dir=tmp_path, progress=said.append,
+                   forks=4, limit=tuple(f"n{i:05d}" for i in range(12)), detail=True, status=snaps.append)
+    assert len(run.hosts) == 12
+    assert max(s.states.get("running", 0) + s.states.get("connecting", 0)
+               for s in snaps) <= 4
+    assert snaps[-1].states.get("finished") == 12
+    # detail: every host's check lines reach the operator
+    assert sum(" storage.fio " in line for line in said) >= 6
+
+
+def test_the_emulator_answers_what_it_recorded() -> None:
+    rec = recorded_results()
+    assert {"hardware.inventory", "health.gpu", "stack.conformance"} <= set(rec)
+    ok = node_result("health.gpu", "ok", rec, 0.5)
+    assert ok["simulated"] is True and ok["verdict"] == rec["health.gpu"]["verdict"]
+    bad = node_result("health.gpu", "failing", rec, 0.5)
+    assert bad["verdict"] == "FAIL" and bad["simulated"] is True
+    assert node_result("storage.fio", "ok", rec, 1)["verdict"] == "PASS"
+    assert address(0) == "127.42.0.1" and address(250) == "127.42.1.1"
+    with pytest.raises(ValueError, match="at most"):
+        address(250 * 256)
+    with pytest.raises(ValueError, match="do not fit"):
+        FleetSpec(3, slow=2, failing=2).kinds()
+    kinds = FleetSpec(100, slow=3, dropped=1, seed=5).kinds()
+    assert kinds == FleetSpec(100, slow=3, dropped=1, seed=5).kinds()
+    assert kinds.count("slow") == 3 and kinds.count("ok") == 96
+
+
+def test_summary_lines_and_live_feed(tmp_path: Path) -> None:
+    """RunProgress alone: alarms and the summary line never deadlock, never repeat
+    within the interval, and a status feed replaces the printed summary."""
+    from nodecert.runs import HostRun
+
+    class _Host:
+        def __init__(self, name: str) -> None:
+            self.host, self.status, self.results = name, "pending", []
+            self.out_dir, self.finished = tmp_path / name, 0.0
+    runs = {f"h{i}": _Host(f"h{i}") for i in range(3)}
+    said: list[str] = []
+    p = RunProgress(runs, said.append, detail=False)  # type: ignore[arg-type]
+    p.emit(runs["h1"], "[1/9] health.gpu PASS", alarm=False)  # type: ignore[arg-type]
+    p.emit(runs["h2"], "UNREACHABLE: cannot reach", alarm=True)  # type: ignore[arg-type]
+    assert said == ["h2             UNREACHABLE: cannot reach"]
+    p.tick()
+    p.tick()  # within SUMMARY_EVERY_S: once
+    assert len(said) == 2 and said[1].startswith("hosts 0/3 finished")
+    assert "3 waiting" in said[1]
+    p.tick(final=True)
+    assert len(said) == 3
+    assert (tmp_path / "h1" / "progress.log").read_text().endswith("health.gpu PASS\n")
+    fed: list[Snapshot] = []
+    q = RunProgress(runs, said.append, detail=False, status=fed.append)  # type: ignore[arg-type]
+    q.tick()
+    assert len(fed) == 1 and len(said) == 3 and fed[0].total == 3
+    assert HostRun  # the real type the fakes stand in for
