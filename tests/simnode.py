@@ -32,6 +32,24 @@ STACK_580 = {"driver": ("nvidia-driver-580-server-open", "580.173.02-0ubuntu0.24
               "nccl": ("libnccl2", "2.27.7-1+cuda13.0"),
               "dcgm": ("datacenter-gpu-manager-4-cuda13", "1:4.4.2-1")}
 
+FAKE_SCONTROL = r"""#!/bin/sh
+# A fake Slurm scontrol: node state in $FAKE_SLURM (State and Reason lines).
+S=$FAKE_SLURM
+case "$1" in
+  show) . "$S"; echo "NodeName=$2 Arch=x86_64 CoresPerSocket=56"
+        echo "   State=$STATE ThreadsPerCore=2"
+        [ -n "$REASON" ] && echo "   Reason=$REASON [root@2026-11-29T10:00:00]"; exit 0;;
+  update) shift; st=""; rs=""
+        for a in "$@"; do
+          case "$a" in State=*) st=${a#State=};; Reason=*) rs=${a#Reason=};; esac
+        done
+        echo "$*" >> "$S.log"
+        if [ "$st" = RESUME ]; then printf 'STATE=IDLE\nREASON=\n' > "$S"
+        else printf 'STATE=IDLE+DRAIN\nREASON="%s"\n' "$rs" > "$S"; fi; exit 0;;
+esac
+exit 1
+"""
+
 
 class SimNode:
     def __init__(self, tmp: Path, profile: str = "h200-sxm-8",

@@ -15,25 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import REPO
 from nodecert_node.local import keep_history, metrics_text, slurm_action
-from simnode import VALIDATORS, SimNode
-
-FAKE_SCONTROL = r"""#!/bin/sh
-# A fake Slurm scontrol: node state in $FAKE_SLURM (State and Reason lines).
-S=$FAKE_SLURM
-case "$1" in
-  show) . "$S"; echo "NodeName=$2 Arch=x86_64 CoresPerSocket=56"
-        echo "   State=$STATE ThreadsPerCore=2"
-        [ -n "$REASON" ] && echo "   Reason=$REASON [root@2026-11-29T10:00:00]"; exit 0;;
-  update) shift; st=""; rs=""
-        for a in "$@"; do
-          case "$a" in State=*) st=${a#State=};; Reason=*) rs=${a#Reason=};; esac
-        done
-        echo "$*" >> "$S.log"
-        if [ "$st" = RESUME ]; then printf 'STATE=IDLE\nREASON=\n' > "$S"
-        else printf 'STATE=IDLE+DRAIN\nREASON="%s"\n' "$rs" > "$S"; fi; exit 0;;
-esac
-exit 1
-"""
+from simnode import FAKE_SCONTROL, VALIDATORS, SimNode
 
 
 def node_env(node: SimNode, state: Path, prom: Path) -> dict[str, str]:
