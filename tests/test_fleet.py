@@ -87,7 +87,8 @@ def test_forks_bounds_the_hosts_at_once_and_lines_mode_prints_all(fleet: Path,
     said: list[str] = []
     snaps: list[Snapshot] = []
     run = validate(fleet / "inventory.ini", runs_dir=tmp_path, progress=said.append,
-                   forks=4, limit=tuple(f"n{i:05d}" for i in range(12)), detail=True, status=snaps.append)
+                   forks=4, limit=tuple(f"n{i:05d}" for i in range(12)), detail=True,
+                   status=snaps.append)
     assert len(run.hosts) == 12
     assert max(s.states.get("running", 0) + s.states.get("connecting", 0)
                for s in snaps) <= 4

@@ -9,11 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodecert.become import BecomeSource
 from nodecert.errors import ExitCode
 from nodecert.verdict import Verdict
+
+if TYPE_CHECKING:
+    from nodecert.provisioning import FleetSettings
 
 DEFAULT_KEY = Path("~/.config/nodecert/keys/nodecert.key")
 
@@ -56,7 +59,8 @@ def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = ()
               validate: bool = True, certify: bool = True, suite: str = "quick",
               key_path: Path | None = None,
               progress: Callable[[str], None] | None = None,
-              become: BecomeSource | None = None) -> ChainResult:
+              become: BecomeSource | None = None,
+              fleet: FleetSettings | None = None) -> ChainResult:
     """Provision (gate first: nothing is touched when it fails), then validate and
     certify every host unless told to stop earlier. Raises NodecertError on bad input."""
     from nodecert.certify import certify as sign_run
@@ -65,6 +69,7 @@ def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = ()
 
     say = progress or (lambda line: None)
     report = provision(inventory, stack, limit=limit, check=check, tags=tags, forks=forks,
+                       fleet=fleet,
                        mirror=mirror, runs_dir=runs_dir, progress=say, become=become)
     result = ChainResult(report)
     if report.gate_failed or check or not validate:

@@ -37,7 +37,7 @@ from nodecert.progress import RunProgress
 from nodecert.runs import HostRun, RunDir
 from nodecert.stacks import Stack, find_stack
 from nodecert.textsafe import clean
-from nodecert_node.contract import Evidence, Verdict, error_result
+from nodecert_node.contract import Evidence, Verdict, error_result, write_atomic
 
 Progress = Callable[[str], None]
 # Where the node code lives on a node, whoever installs it (validate over SSH, or the
@@ -405,7 +405,8 @@ def write_bundle(out_dir: Path) -> dict[str, str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"nodecert-node-{sha[:16]}.tar.gz"
     if not path.is_file() or path.read_bytes() != data:
-        path.write_bytes(data)
+        # Whole or not at all: with the free strategy each host may build it at once.
+        write_atomic(str(path), data)
     remote = f"{NODE_BASE}/.bundle-{sha[:16]}.tar.gz"
     return {"path": str(path), "sha16": sha[:16], "remote": remote,
             "script": install_script(sha[:16], remote)}

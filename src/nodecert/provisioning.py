@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -184,9 +185,51 @@ def mirror_vars(mirror: str, manifests: dict[str, Stack]) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class FleetSettings:
+    """How Ansible runs over many hosts (docs/fleet.md): the strategy (linear, or free:
+    every host through the roles at its own pace), rolling batches (serial: a number or
+    a percentage) that stop when more than max_fail_percentage of a batch failed, and a
+    fact cache shared by runs (smart gathering: facts younger than fact_cache_s are not
+    gathered again)."""
+    strategy: str = "linear"
+    serial: str | None = None
+    max_fail_percentage: int | None = None
+    fact_cache: Path | None = None
+    fact_cache_s: int = 3600
+
+    def __post_init__(self) -> None:
+        if self.strategy not in ("linear", "free"):
+            raise InventoryError(f"strategy {self.strategy!r} is not linear or free",
+                                 hint="--strategy linear (the default) or free")
+        if self.serial is not None and not re.fullmatch(r"[1-9][0-9]*%?", self.serial):
+            raise InventoryError(f"serial {self.serial!r} is neither a host count nor a "
+                                 "percentage", hint="--serial 50 or --serial 10%")
+        if self.max_fail_percentage is not None and not 0 <= self.max_fail_percentage <= 100:
+            raise InventoryError("max fail percentage must be within 0..100",
+                                 hint="--max-fail-percentage 10")
+
+    def extravars(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.serial is not None:
+            out["nodecert_serial"] = self.serial
+        if self.max_fail_percentage is not None:
+            out["nodecert_max_fail_percentage"] = self.max_fail_percentage
+        return out
+
+    def envvars(self) -> dict[str, str]:
+        env = {"ANSIBLE_STRATEGY": self.strategy}
+        if self.fact_cache is not None:
+            env.update(ANSIBLE_GATHERING="smart", ANSIBLE_CACHE_PLUGIN="jsonfile",
+                       ANSIBLE_CACHE_PLUGIN_CONNECTION=str(self.fact_cache.resolve()),
+                       ANSIBLE_CACHE_PLUGIN_TIMEOUT=str(self.fact_cache_s))
+        return env
+
+
 def _run_playbook(ansible_runner: Any, run_dir: Path, inventory: Path, *,
                   xvars: dict[str, Any], hosts: list[str], tags: tuple[str, ...], forks: int,
-                  cmdline: list[str], pipelining: bool, tracker: Any, control_dir: str) -> Any:
+                  cmdline: list[str], pipelining: bool, tracker: Any, control_dir: str,
+                  fleet: FleetSettings) -> Any:
     return ansible_runner.run(
         private_data_dir=str(run_dir / "ansible"),
         playbook=str(product_dir("playbooks") / "site.yml"),
@@ -205,6 +248,7 @@ def _run_playbook(ansible_runner: Any, run_dir: Path, inventory: Path, *,
                  "ANSIBLE_LOCAL_TEMP": ansible_local_temp(),
                  "ANSIBLE_ROLES_PATH": str(product_dir("roles")), "ANSIBLE_NOCOLOR": "1",
                  "ANSIBLE_RETRY_FILES_ENABLED": "False",
+                 **fleet.envvars(),
                  "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
         event_handler=tracker,
         quiet=True,
@@ -216,7 +260,8 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
               check: bool = False, tags: tuple[str, ...] = (), forks: int = 10,
               mirror: str | None = None, runs_dir: Path = Path("runs"),
               progress: Progress | None = None, extravars: dict[str, Any] | None = None,
-              pipelining: bool = True, become: BecomeSource | None = None) -> ProvisionReport:
+              pipelining: bool = True, become: BecomeSource | None = None,
+              fleet: FleetSettings | None = None) -> ProvisionReport:
     """Gate every host, run site.yml, verify conformance. Raises only on bad input."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     _refuse_mirror_credentials(mirror)
@@ -235,8 +280,10 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     run_dir = _new_run_dir(runs_dir, inventory, manifests)
     report.run_dir = run_dir
     # Ansible reads the same manifests as this process (NODECERT_HOME decides).
+    fleet = fleet or FleetSettings()
     xvars: dict[str, Any] = {"nodecert_common_stacks_dir": str(stacks_dir().resolve()),
-                             **({"stack": stack} if stack else {}), **(extravars or {})}
+                             **({"stack": stack} if stack else {}), **fleet.extravars(),
+                             **(extravars or {})}
     if mirror:
         xvars.update(mirror_vars(mirror, manifests))
     _write_json(run_dir / "inputs" / "extravars.json", xvars)
@@ -257,7 +304,7 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
         runner = _run_playbook(ansible_runner, run_dir, inventory, xvars=xvars, hosts=hosts,
                                tags=tags, forks=forks, cmdline=cmdline,
                                pipelining=pipelining, tracker=tracker,
-                               control_dir=control_dir)
+                               control_dir=control_dir, fleet=fleet)
     finally:
         shutil.rmtree(control_dir, ignore_errors=True)
     stats = runner.stats or {}

@@ -47,6 +47,8 @@ Examples:
   provision -i /var/tmp/nodecert-lab/state/inventory.ini --stack r580-cuda13.0 --check
   nodecert provision -i lab.ini --stack r570-cuda12.8 --limit gpu-h200-01 --tags driver
   provision -i lab.ini --stack r580-cuda13.0 --mirror http://mirror.example/nodecert
+  provision -i hall.ini --forks 100 --strategy free --fact-cache ~/.cache/nodecert/facts
+  provision -i hall.ini --serial 10% --max-fail-percentage 5    # rolling re-provisioning
 """
 
 
@@ -61,7 +63,21 @@ Examples:
 @click.option("--tags", multiple=True,
               help="Only these components (repo, driver, fabric_manager, cuda_toolkit, cudnn, "
                    "nccl, dcgm, framework, validators); repeatable.")
-@click.option("--forks", default=10, show_default=True, help="Hosts provisioned in parallel.")
+@click.option("--forks", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Hosts provisioned in parallel (a large site: 50-200, as the controller's "
+                   "CPU allows; docs/fleet.md).")
+@click.option("--strategy", type=click.Choice(["linear", "free"]), default="linear",
+              show_default=True, help="free: every host goes through the roles at its own "
+                                      "pace instead of task by task in step.")
+@click.option("--serial", metavar="N|N%",
+              help="Rolling re-provisioning: hosts in batches of N (or N%% of them), batch "
+                   "after batch.")
+@click.option("--max-fail-percentage", type=click.IntRange(0, 100), metavar="P",
+              help="With --serial: stop before the next batch when more than P%% of a "
+                   "batch failed.")
+@click.option("--fact-cache", type=click.Path(path_type=Path, file_okay=False),
+              help="Keep gathered facts in this directory for an hour (smart gathering: "
+                   "hosts with cached facts are not asked again).")
 @click.option("--mirror", help="Base of an air-gapped mirror laid out like the lab's: "
                                "<mirror>/nvidia (apt) and <mirror>/simple (wheels).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
@@ -75,12 +91,17 @@ Examples:
 @become_options
 @handle_errors
 def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_mode: bool,
-              tags: tuple[str, ...], forks: int, mirror: str | None, runs_dir: Path,
+              tags: tuple[str, ...], forks: int, strategy: str, serial: str | None,
+              max_fail_percentage: int | None, fact_cache: Path | None,
+              mirror: str | None, runs_dir: Path,
               no_validate: bool, no_certify: bool, suite: str, key_path: Path | None,
               as_json: bool, become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.chain import run_chain
+    from nodecert.provisioning import FleetSettings
 
+    fleet = FleetSettings(strategy, serial, max_fail_percentage, fact_cache)
     res = run_chain(path, stack_name, limit=split_hosts(limit), check=check_mode, tags=tags,
+                    fleet=fleet,
                     forks=forks, mirror=mirror, runs_dir=runs_dir, validate=not no_validate,
                     certify=not no_certify, suite=suite, key_path=key_path,
                     progress=lambda line: echo(line, err=True),

@@ -1,0 +1,62 @@
+"""Ansible at fleet scale: the strategy, rolling batches and the fact cache reach
+ansible-playbook as settings; bad values are refused before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from conftest import REPO
+from nodecert.cli import provision
+from nodecert.errors import InventoryError
+from nodecert.provisioning import FleetSettings
+
+pytestmark = pytest.mark.unit
+
+
+def test_defaults_change_nothing() -> None:
+    f = FleetSettings()
+    assert f.extravars() == {}
+    assert f.envvars() == {"ANSIBLE_STRATEGY": "linear"}
+
+
+def test_settings_become_ansible_settings(tmp_path: Path) -> None:
+    f = FleetSettings("free", "10%", 5, tmp_path / "facts", 600)
+    assert f.extravars() == {"nodecert_serial": "10%", "nodecert_max_fail_percentage": 5}
+    env = f.envvars()
+    assert env["ANSIBLE_STRATEGY"] == "free" and env["ANSIBLE_GATHERING"] == "smart"
+    assert env["ANSIBLE_CACHE_PLUGIN"] == "jsonfile"
+    assert env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] == str((tmp_path / "facts").resolve())
+    assert env["ANSIBLE_CACHE_PLUGIN_TIMEOUT"] == "600"
+
+
+@pytest.mark.parametrize(("kwargs", "msg"), [
+    ({"strategy": "host_pinned"}, "not linear or free"),
+    ({"serial": "0"}, "neither a host count"),
+    ({"serial": "ten"}, "neither a host count"),
+    ({"serial": "5%%"}, "neither a host count"),
+    ({"max_fail_percentage": 101}, "within 0..100"),
+])
+def test_bad_values_are_refused(kwargs: dict[str, object], msg: str) -> None:
+    with pytest.raises(InventoryError, match=msg):
+        FleetSettings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_site_play_takes_the_batches_from_extra_vars() -> None:
+    plays = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    site = next(p for p in plays if p.get("roles"))
+    assert site["serial"] == "{{ nodecert_serial | default('100%') }}"
+    assert site["max_fail_percentage"] == "{{ nodecert_max_fail_percentage | default(100) }}"
+
+
+def test_the_cli_refuses_a_bad_serial_before_touching_anything(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.ini"
+    inv.write_text("[x]\nh1 ansible_host=127.0.0.1\n")
+    r = CliRunner().invoke(provision, ["-i", str(inv), "--serial", "lots",
+                                            "--runs-dir", str(tmp_path / "runs")])
+    assert r.exit_code == 2, r.output
+    assert "neither a host count nor a percentage" in r.output
+    assert not (tmp_path / "runs").exists()
