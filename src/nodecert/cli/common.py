@@ -148,7 +148,7 @@ threshold_option = click.option("--threshold", "threshold_items", multiple=True,
 
 
 # A table of every host up to this many; beyond it only the hosts that need a look
-# (the run's summary.json and each host's results.json hold every host).
+# (the run's validate.json and each host's results.json hold every host).
 TABLE_MAX_HOSTS = 32
 TABLE_MAX_SHOWN = 100
 
@@ -167,6 +167,6 @@ def print_validation(run: Any) -> None:
     if len(shown) < len(hosts) or len(shown) > TABLE_MAX_SHOWN:
         counts = {v.name: sum(1 for x in verdicts.values() if x == v) for v in Verdict}
         echo(f"{len(hosts)} hosts: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-             + f"; {min(len(shown), TABLE_MAX_SHOWN)} shown above (FAIL/ERROR), every host in "
-               "summary.json")
+             + f"; {min(len(shown), TABLE_MAX_SHOWN)} shown above (FAIL/ERROR), every host "
+               "in the run's validate.json")
     echo(f"run: {run.run_dir}")
