@@ -142,3 +142,27 @@ def test_summary_lines_and_live_feed(tmp_path: Path) -> None:
     q.tick()
     assert len(fed) == 1 and len(said) == 3 and fed[0].total == 3
     assert HostRun  # the real type the fakes stand in for
+
+
+def test_the_live_view_shows_node_text_literally() -> None:
+    """A host's text may carry rich markup or terminal escapes: shown, never obeyed."""
+    import io
+
+    from rich.console import Console
+
+    from nodecert.cli.liveview import LiveView
+
+    view = LiveView()
+    buf = io.StringIO()
+    view.console = Console(file=buf, force_terminal=True, width=200, highlight=False)
+    view.say("n00001         UNREACHABLE: [bold red]pwned[/] \x1b]0;title\x07 \x1b[2J")
+    out = buf.getvalue()
+    assert "[bold red]pwned[/]" in out
+    assert "\x1b]0;" not in out and "\x1b[2J" not in out
+    snap = Snapshot(3, {"finished": 1}, {"FAIL": 1}, {"FAIL": 1}, 2.0,
+                    ("n00002 [link=http://x]click[/link]",))
+    view.status(snap)  # Text objects: no markup parsing
+    rendered = Console(file=io.StringIO(), width=200)
+    with rendered.capture() as cap:
+        rendered.print(view.live.renderable)
+    assert "[link=http://x]click[/link]" in cap.get()

@@ -34,7 +34,7 @@ def test_settings_become_ansible_settings(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "msg"), [
-    ({"strategy": "host_pinned"}, "not linear or free"),
+    ({"strategy": "host_pinned"}, "is not one of linear, free"),
     ({"serial": "0"}, "neither a host count"),
     ({"serial": "ten"}, "neither a host count"),
     ({"serial": "5%%"}, "neither a host count"),
@@ -43,6 +43,19 @@ def test_settings_become_ansible_settings(tmp_path: Path) -> None:
 def test_bad_values_are_refused(kwargs: dict[str, object], msg: str) -> None:
     with pytest.raises(InventoryError, match=msg):
         FleetSettings(**kwargs)  # type: ignore[arg-type]
+
+
+def test_mitogen_is_offered_only_where_it_is_installed(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    from nodecert import provisioning
+
+    monkeypatch.setattr(provisioning, "mitogen_strategies", lambda: None)
+    with pytest.raises(InventoryError, match="needs Mitogen"):
+        FleetSettings("mitogen_linear")
+    monkeypatch.setattr(provisioning, "mitogen_strategies", lambda: str(tmp_path))
+    env = FleetSettings("mitogen_linear").envvars()
+    assert env == {"ANSIBLE_STRATEGY": "mitogen_linear",
+                   "ANSIBLE_STRATEGY_PLUGINS": str(tmp_path)}
 
 
 def test_the_site_play_takes_the_batches_from_extra_vars() -> None:

@@ -51,7 +51,10 @@ def decode_event(raw: bytes, checks: list[str]) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
         ev = json.loads(text, parse_constant=_reject_constant)
-        _check_strings(ev)
+        # A lone surrogate can only come from a \\uD800-\\uDFFF escape (UTF-8 decoding
+        # refuses the bytes): only a line with such an escape needs the walk.
+        if "\\ud" in text.lower():
+            _check_strings(ev)
     except (UnicodeError, ValueError) as exc:
         raise BadEvent(f"not a JSON event: {exc}", shown) from exc
     if not isinstance(ev, dict):

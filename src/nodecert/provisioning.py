@@ -185,6 +185,19 @@ def mirror_vars(mirror: str, manifests: dict[str, Stack]) -> dict[str, Any]:
     return out
 
 
+STRATEGIES = ("linear", "free", "mitogen_linear", "mitogen_free")
+
+
+def mitogen_strategies() -> str | None:
+    """The directory of Mitogen's strategy plugins, when Mitogen is installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("ansible_mitogen")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return str(Path(next(iter(spec.submodule_search_locations))) / "plugins" / "strategy")
+
+
 @dataclass(frozen=True)
 class FleetSettings:
     """How Ansible runs over many hosts (docs/fleet.md): the strategy (linear, or free:
@@ -199,9 +212,13 @@ class FleetSettings:
     fact_cache_s: int = 3600
 
     def __post_init__(self) -> None:
-        if self.strategy not in ("linear", "free"):
-            raise InventoryError(f"strategy {self.strategy!r} is not linear or free",
+        if self.strategy not in STRATEGIES:
+            raise InventoryError(f"strategy {self.strategy!r} is not one of "
+                                 f"{', '.join(STRATEGIES)}",
                                  hint="--strategy linear (the default) or free")
+        if self.strategy.startswith("mitogen") and mitogen_strategies() is None:
+            raise InventoryError(f"strategy {self.strategy} needs Mitogen for Ansible",
+                                 hint="pip install mitogen (into nodecert's environment)")
         if self.serial is not None and not re.fullmatch(r"[1-9][0-9]*%?", self.serial):
             raise InventoryError(f"serial {self.serial!r} is neither a host count nor a "
                                  "percentage", hint="--serial 50 or --serial 10%")
@@ -219,6 +236,9 @@ class FleetSettings:
 
     def envvars(self) -> dict[str, str]:
         env = {"ANSIBLE_STRATEGY": self.strategy}
+        plugins = mitogen_strategies() if self.strategy.startswith("mitogen") else None
+        if plugins:
+            env["ANSIBLE_STRATEGY_PLUGINS"] = plugins
         if self.fact_cache is not None:
             env.update(ANSIBLE_GATHERING="smart", ANSIBLE_CACHE_PLUGIN="jsonfile",
                        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(self.fact_cache.resolve()),

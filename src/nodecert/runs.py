@@ -83,7 +83,8 @@ class RunDir:
         self.inputs.mkdir(parents=True, exist_ok=True)
         os.chmod(self.inputs, 0o700)
         for host, plan in sorted(plans.items()):
-            write_json(self.inputs / f"plan-{host}.json", plan.as_dict(), private=True)
+            write_json(self.inputs / f"plan-{host}.json", plan.as_dict(), private=True,
+                       compact=True)
         write_json(self.inputs / "suite.json", suite, private=True)
         write_json(self.inputs / "inventory.json", specs, private=True)
         if stack_files:
@@ -94,11 +95,13 @@ class RunDir:
     def record_host_plan(self, host: str, plan: Plan, stack_file: Path | None) -> None:
         """A host's plan completed on contact (the stack its provisioning recorded):
         the run's inputs say what the host was really judged with."""
-        write_json(self.inputs / f"plan-{host}.json", plan.as_dict(), private=True)
+        write_json(self.inputs / f"plan-{host}.json", plan.as_dict(), private=True,
+                   compact=True)
         if stack_file is not None:
             (self.inputs / "stack").mkdir(exist_ok=True)
-            write_atomic(str(self.inputs / "stack" / stack_file.name), stack_file.read_bytes(),
-                         mode=0o600)
+            kept, data = self.inputs / "stack" / stack_file.name, stack_file.read_bytes()
+            if not kept.is_file() or kept.read_bytes() != data:  # a fleet shares a few
+                write_atomic(str(kept), data, mode=0o600)
 
     def plan(self, host: str) -> Plan | None:
         """The plan the run sent to `host`, as recorded at its start (None for runs made

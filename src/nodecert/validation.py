@@ -126,6 +126,54 @@ def ensure_open_files(need: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, top), hard))
 
 
+def _supervise(runner: NodeSessions, forks: int, say: Progress) -> None:
+    """Run every host's session on a pool of threads until all end (or Ctrl-C)."""
+    runs, stop, view = runner.runs, runner.stop, runner.progress
+    done = threading.Event()
+    threading.Thread(target=runner.heartbeat, args=(done,), daemon=True).start()
+    workers = len(runs) if forks <= 0 else min(forks, len(runs))
+    ensure_open_files(4 * workers + 256)
+    # Hundreds of threads that each wake for a few packets: at the interpreter's 5 ms
+    # switch interval they spend about half the controller's CPU handing the GIL over
+    # (measured: 1,000 emulated nodes, 140 s of CPU at 5 ms, 75 s at 50 ms). Restored
+    # when the run ends.
+    switch = sys.getswitchinterval()
+    if workers > DETAIL_MAX_HOSTS:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="validate")
+    # Every worker thread is started first, each waiting for `go`: a thread's start
+    # waits until it first runs, and once hosts are busy that costs a switch interval
+    # each (measured: 5,000 hosts took minutes only to start their threads).
+    go = threading.Event()
+
+    def host_job(hr: HostRun) -> None:
+        go.wait()
+        runner.run_host(hr)
+
+    futures = {pool.submit(host_job, hr): hr for hr in runs.values()}
+    go.set()
+    try:
+        for f, hr in futures.items():
+            while not f.done():
+                wait([f], timeout=1.0)  # wakes for Ctrl-C; never raises the host's error
+            if f.exception() is not None:  # one host's fault never sinks the others
+                exc = f.exception()
+                hr.status = "lost"
+                hr.error = f"internal error while handling this host: {exc!r}"
+                hr.finish_missing(hr.error, "NC-HOST-LOST")
+                hr.save()
+    except KeyboardInterrupt:
+        stop.set()
+        say("interrupted: stopping the checks still running, keeping finished results ...")
+        pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        done.set()
+        pool.shutdown(wait=True)
+        runner.gate.stop()
+        sys.setswitchinterval(switch)
+        view.tick(final=True)
+
+
 def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (),
              stack: str | None = None, forks: int = 0, runs_dir: Path = Path("runs"),
              progress: Progress | None = None, cli_thresholds: dict[str, Any] | None = None,
@@ -159,39 +207,7 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
     say(f"validating {len(runs)} host(s), suite {suite} ({n_checks} checks); "
         f"results in {run_dir}"
         + ("" if view.detail else "; each host's progress in <host>/progress.log"))
-    done = threading.Event()
-    threading.Thread(target=runner.heartbeat, args=(done,), daemon=True).start()
-    workers = len(runs) if forks <= 0 else min(forks, len(runs))
-    ensure_open_files(4 * workers + 256)
-    # Hundreds of threads that each wake for a few packets: at the interpreter's 5 ms
-    # switch interval they spend about half the controller's CPU handing the GIL over
-    # (measured: 1,000 emulated nodes, 140 s of CPU at 5 ms, 75 s at 50 ms). Restored
-    # when the run ends.
-    switch = sys.getswitchinterval()
-    if workers > DETAIL_MAX_HOSTS:
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
-    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="validate")
-    futures = {pool.submit(runner.run_host, hr): hr for hr in runs.values()}
-    try:
-        for f, hr in futures.items():
-            while not f.done():
-                wait([f], timeout=1.0)  # wakes for Ctrl-C; never raises the host's error
-            if f.exception() is not None:  # one host's fault never sinks the others
-                exc = f.exception()
-                hr.status = "lost"
-                hr.error = f"internal error while handling this host: {exc!r}"
-                hr.finish_missing(hr.error, "NC-HOST-LOST")
-                hr.save()
-    except KeyboardInterrupt:
-        stop.set()
-        say("interrupted: stopping the checks still running, keeping finished results ...")
-        pool.shutdown(wait=True, cancel_futures=True)
-    finally:
-        done.set()
-        pool.shutdown(wait=True)
-        gate.stop()
-        sys.setswitchinterval(switch)
-        view.tick(final=True)
+    _supervise(runner, forks, say)
     if stop.is_set():
         result.interrupted = True
         for hr in runs.values():

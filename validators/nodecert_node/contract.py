@@ -23,10 +23,11 @@ from __future__ import annotations
 import contextlib
 import enum
 import hashlib
+import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable
 
 RESULT_SCHEMA = "nodecert.result/v1"
@@ -280,7 +281,12 @@ class Plan:
     framework: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"schema": PLAN_SCHEMA, **asdict(self)}
+        # A deep copy through json (C) rather than dataclasses.asdict (Python, recursive):
+        # a plan carries hundreds of nested threshold entries, and a fleet's controller
+        # writes and sends one per host. Every value of a plan is JSON already.
+        return {"schema": PLAN_SCHEMA,
+                **{f.name: (json.loads(json.dumps(v)) if isinstance(v, (dict, list)) else v)
+                   for f in fields(self) for v in (getattr(self, f.name),)}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:
