@@ -20,7 +20,7 @@ import yaml
 
 from conftest import REPO
 from nodecert.lab.hosts import Lab
-from nodecert.nodesession import node_bundle
+from nodecert.nodebundle import node_bundle
 from nodecert.provisioning import provision
 from nodecert.stacks import find_stack
 

@@ -75,7 +75,7 @@ def test_ansible_cfg_in_the_working_directory_is_not_honoured(tmp_path: Path) ->
 # --- node code: kept only while provably ours ---------------------------------------------
 
 def _install(tmp: Path, base: Path) -> subprocess.CompletedProcess[str]:
-    from nodecert.nodesession import install_script, node_bundle
+    from nodecert.nodebundle import install_script, node_bundle
     data, sha = node_bundle()
     bundle = tmp / "bundle.tgz"
     bundle.write_bytes(data)

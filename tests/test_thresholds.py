@@ -11,7 +11,7 @@ from conftest import REPO
 from nodecert import thresholds
 from nodecert.errors import InventoryError, ManifestError
 from nodecert.inventory import load_inventory
-from nodecert.nodesession import node_bundle
+from nodecert.nodebundle import node_bundle
 from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
 from nodecert.stacks import find_stack

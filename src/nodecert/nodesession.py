@@ -9,18 +9,11 @@ its limit or is interrupted keeps what finished and the rest becomes ERROR.
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import importlib.util
-import io
 import json
 import shlex
-import sys
-import tarfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import paramiko
@@ -30,6 +23,7 @@ from nodecert.bmcjudge import BMC_CHECKS
 from nodecert.bmcmonitor import BmcMonitor
 from nodecert.errors import NodecertError
 from nodecert.loadgate import LoadGate
+from nodecert.nodebundle import NODE_BASE, install_script
 from nodecert.nodeevents import BadEvent, LineReader, decode_event
 from nodecert.nodessh import BecomeError, Endpoint, connect, describe_error, start
 from nodecert.plan import framework_plan
@@ -37,84 +31,11 @@ from nodecert.progress import RunProgress
 from nodecert.runs import HostRun, RunDir
 from nodecert.stacks import Stack, find_stack
 from nodecert.textsafe import clean
-from nodecert_node.contract import Evidence, Verdict, error_result, write_atomic
+from nodecert_node.contract import Evidence, Verdict, error_result
 
 Progress = Callable[[str], None]
-# Where the node code lives on a node, whoever installs it (validate over SSH, or the
-# validators role): NODE_BASE/<sha16 of the bundle>/nodecert_node, complete when
-# .complete exists, and NODE_BASE/current pointing at the version last installed.
-NODE_BASE = "/opt/nodecert/node"
-# What provisioning leaves on a node (roles/nodecert_common, record.yml).
 RECORDED_STACK = "/etc/nodecert/provisioned.json"
 HEARTBEAT_S = 15.0
-
-
-def node_code_dir() -> Path:
-    """The node package's directory, found without importing it (the control side
-    imports only its contract)."""
-    spec = importlib.util.find_spec("nodecert_node")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the nodecert_node package is not installed with nodecert")
-    return Path(next(iter(spec.submodule_search_locations))).resolve()
-
-
-def install_script(sha16: str, bundle: str, base: str = NODE_BASE) -> str:
-    """The shell script that installs the node code on a node: the bundle (a path, or -
-    for standard input) extracted into BASE/<sha16>, then `current` pointed at it. `validate`
-    runs it over SSH before every run; the validators role runs the very same script.
-
-    Code that runs as root is trusted only when it is provably ours: an install is kept
-    only if BASE and every file under the install are owned by the installing user, none
-    is writable by group or others, none is a symlink, and every file still matches the
-    sha256 list written at extraction (.complete); otherwise it is extracted anew."""
-    if not all(c in "0123456789abcdef" for c in sha16) or len(sha16) != 16:
-        raise ValueError(f"not a bundle id: {sha16!r}")
-    b = shlex.quote(base)
-    parent = shlex.quote(base.rsplit("/", 1)[0] or "/")
-    t = shlex.quote(f"{base}/{sha16}")
-    return (f"set -e; umask 022; me=$(id -u); mkdir -p {b}; "
-            # BASE and its parent: ours (or root's), directories, not writable by others
-            # (else refuse: someone else would control the code root runs)
-            f"for d in {parent} {b}; do if [ -L \"$d\" ] || ! [ -d \"$d\" ] || "
-            f"{{ [ \"$(stat -c %u \"$d\")\" != \"$me\" ] && "
-            f"[ \"$(stat -c %u \"$d\")\" != 0 ]; }} || "
-            f"[ -n \"$(find \"$d\" -maxdepth 0 -perm /022)\" ]; then "
-            f"echo \"refusing $d: not a directory owned by root or uid $me without "
-            f"group/other write\" >&2; exit 3; fi; done; "
-            f"ok=0; if [ -f {t}/.complete ] && [ -z \"$(find {t} \\( ! -user \"$me\" "
-            f"-o -perm /022 -o -type l \\) -print -quit)\" ] && "
-            f"(cd {t} && sha256sum --quiet --strict -c .complete >/dev/null 2>&1); then ok=1; "
-            f"fi; "
-            f"if [ $ok = 0 ]; then rm -rf {t}.tmp; mkdir {t}.tmp; "
-            f"tar --no-same-owner --no-same-permissions -xzf {shlex.quote(bundle)} "
-            f"-C {t}.tmp; "
-            f"(cd {t}.tmp && find . -type f ! -name .complete -print0 | sort -z | "
-            f"xargs -0 sha256sum > .complete); "
-            f"rm -rf {t}; mv {t}.tmp {t}; echo installed; fi; "
-            f"if [ \"$(readlink {b}/current)\" != {sha16} ]; then "
-            f"ln -sfn {sha16} {b}/.current.tmp; "
-            f"mv -T {b}/.current.tmp {b}/current; echo relinked; fi")
-
-
-def node_bundle() -> tuple[bytes, str]:
-    """The node code as a byte-reproducible tar.gz and its sha256: the same code gives
-    the same bundle (and so the same install directory) on every build."""
-    src = node_code_dir()
-    buf = io.BytesIO()
-    # gzip's header carries a timestamp unless told otherwise: mtime=0, no file name.
-    with gzip.GzipFile(filename="", fileobj=buf, mode="wb", compresslevel=6, mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(src.rglob("*")):
-            if "__pycache__" in path.parts or path.is_dir():
-                continue
-            info = tar.gettarinfo(str(path), arcname=str(Path("nodecert_node") /
-                                                          path.relative_to(src)))
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            info.mode = 0o644
-            with path.open("rb") as f:
-                tar.addfile(info, f)
-    data = buf.getvalue()
-    return data, hashlib.sha256(data).hexdigest()
 
 
 # Back-pressure: at most this many SSH handshakes, and node-code installs, at a time
@@ -399,24 +320,4 @@ class NodeSessions:
                               f"({time.monotonic() - hr.current_since:.0f}s)")
 
 
-def write_bundle(out_dir: Path) -> dict[str, str]:
-    """The bundle as a file for the validators role: its path, id and install script."""
-    data, sha = node_bundle()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"nodecert-node-{sha[:16]}.tar.gz"
-    if not path.is_file() or path.read_bytes() != data:
-        # Whole or not at all: with the free strategy each host may build it at once.
-        write_atomic(str(path), data)
-    remote = f"{NODE_BASE}/.bundle-{sha[:16]}.tar.gz"
-    return {"path": str(path), "sha16": sha[:16], "remote": remote,
-            "script": install_script(sha[:16], remote)}
-
-
-if __name__ == "__main__":  # the validators role: python3 -m nodecert.nodesession OUT_DIR
-    if len(sys.argv) != 2:
-        sys.exit("usage: python3 -m nodecert.nodesession OUT_DIR")
-    print(json.dumps(write_bundle(Path(sys.argv[1]))))
-
-
-__all__ = ["HEARTBEAT_S", "NODE_BASE", "NodeSessions", "install_script", "node_bundle",
-           "node_code_dir", "write_bundle"]
+__all__ = ["HEARTBEAT_S", "NodeSessions"]

@@ -28,7 +28,8 @@ from nodecert.bmcspec import BmcSpec, bmc_spec
 from nodecert.errors import InventoryError
 from nodecert.inventory import HostSpec, hostvars, load_inventory
 from nodecert.loadgate import LoadGate
-from nodecert.nodesession import NodeSessions, node_bundle
+from nodecert.nodebundle import node_bundle
+from nodecert.nodesession import NodeSessions
 from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
 from nodecert.progress import DETAIL_MAX_HOSTS, RunProgress, Snapshot
