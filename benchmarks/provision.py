@@ -20,7 +20,7 @@ from pathlib import Path
 
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
-from nodecert.provisioning import provision
+from nodecert.provisioning import FleetSettings, provision
 
 CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.8.0/24"), bridge="ncpbench0",
                 prefix="ncpbench", state_name="state-pbench")
@@ -40,6 +40,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--strategies", nargs="*", default=[],
+                    help="also time the idempotent re-run with these strategies "
+                         "(free, mitogen_linear, ...) on the smallest size")
     args = ap.parse_args()
     lab = Lab(CFG, log=lambda m: None)
     results: dict[str, object] = {}
@@ -54,6 +57,10 @@ def main() -> int:
             results[f"{n}_hosts"] = {"first_run_s": round(first, 1), "rerun_s": round(again, 1),
                                      "first_run_per_host_s": round(first / n, 1),
                                      "first": r1, "rerun": r2}
+            for strategy in args.strategies if n == min(args.sizes) else []:
+                ts, rs = timed(inv, runs, fleet=FleetSettings(strategy=strategy))
+                results[f"{n}_hosts"][f"rerun_{strategy}_s"] = round(ts, 1)  # type: ignore[index]
+                results[f"{n}_hosts"][f"rerun_{strategy}"] = rs  # type: ignore[index]
             if n == max(args.sizes) and n > 1:
                 t1, _ = timed(inv, runs, forks=1)
                 tp, _ = timed(inv, runs, pipelining=False)
