@@ -34,6 +34,7 @@ from nodecert.textsafe import clean
 from nodecert_node.contract import Evidence, Verdict, error_result
 
 Progress = Callable[[str], None]
+# What provisioning leaves on a node (roles/nodecert_common, record.yml).
 RECORDED_STACK = "/etc/nodecert/provisioned.json"
 HEARTBEAT_S = 15.0
 
