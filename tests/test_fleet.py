@@ -166,3 +166,25 @@ def test_the_live_view_shows_node_text_literally() -> None:
     with rendered.capture() as cap:
         rendered.print(view.live.renderable)
     assert "[link=http://x]click[/link]" in cap.get()
+
+
+def test_a_stopped_run_keeps_what_finished_and_starts_no_more_hosts(fleet: Path,
+                                                                    tmp_path: Path) -> None:
+    stop = threading.Event()
+    said: list[str] = []
+
+    def progress(line: str) -> None:
+        said.append(line)
+        if "[3/10]" in line:  # the first host is three checks in: the operator stops
+            stop.set()
+    hosts = tuple(f"n{i:05d}" for i in range(6))
+    run = validate(fleet / "inventory.ini", runs_dir=tmp_path, progress=progress,
+                   forks=2, limit=hosts, detail=True, stop=stop)
+    assert run.interrupted
+    statuses = sorted(hr.status for hr in run.hosts.values())
+    assert statuses.count("interrupted") == 6, statuses  # two stopped, four never started
+    never = [hr for hr in run.hosts.values() if "before the host started" in hr.error]
+    assert len(never) >= 3 and all(not hr.started for hr in never)
+    stopped = [hr for hr in run.hosts.values() if hr.started]
+    assert any(r.verdict.name != "ERROR" for hr in stopped for r in hr.results)
+    assert all(hr.verdict.name == "ERROR" for hr in run.hosts.values())

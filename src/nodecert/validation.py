@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -149,11 +149,13 @@ def _supervise(runner: NodeSessions, forks: int, say: Progress) -> None:
 
     def host_job(hr: HostRun) -> None:
         go.wait()
-        runner.run_host(hr)
+        if not stop.is_set():  # interrupted before it started: stays "pending"
+            runner.run_host(hr)
 
-    futures = {pool.submit(host_job, hr): hr for hr in runs.values()}
-    go.set()
+    futures: dict[Future[None], HostRun] = {}
     try:
+        futures.update((pool.submit(host_job, hr), hr) for hr in runs.values())
+        go.set()
         for f, hr in futures.items():
             while not f.done():
                 wait([f], timeout=1.0)  # wakes for Ctrl-C; never raises the host's error
@@ -165,9 +167,11 @@ def _supervise(runner: NodeSessions, forks: int, say: Progress) -> None:
                 hr.save()
     except KeyboardInterrupt:
         stop.set()
+        go.set()
         say("interrupted: stopping the checks still running, keeping finished results ...")
         pool.shutdown(wait=True, cancel_futures=True)
     finally:
+        go.set()  # a Ctrl-C while the workers were being started must not strand them
         done.set()
         pool.shutdown(wait=True)
         runner.gate.stop()
@@ -201,7 +205,7 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
     the_suite = thresholds.suite(suite, suite_file)
     stop = stop or threading.Event()
     view = RunProgress(runs, say, status=status,
-                           detail=len(runs) <= DETAIL_MAX_HOSTS if detail is None else detail)
+                       detail=len(runs) <= DETAIL_MAX_HOSTS if detail is None else detail)
     gate = LoadGate().start()
     runner = NodeSessions(runs, say, stop, node_bundle(), progress=view, gate=gate)
     n_checks = len(checks or the_suite.checks)
