@@ -73,3 +73,17 @@ def test_the_cli_refuses_a_bad_serial_before_touching_anything(tmp_path: Path) -
     assert r.exit_code == 2, r.output
     assert "neither a host count nor a percentage" in r.output
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_cli_refuses_mitogen_where_it_is_not_installed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodecert import provisioning
+
+    monkeypatch.setattr(provisioning, "mitogen_strategies", lambda: None)
+    inv = tmp_path / "inv.ini"
+    inv.write_text("[x]\nh1 ansible_host=127.0.0.1\n")
+    r = CliRunner().invoke(provision, ["-i", str(inv), "--strategy", "mitogen_linear",
+                                       "--runs-dir", str(tmp_path / "runs")])
+    assert r.exit_code == 2, r.output
+    assert "needs Mitogen for Ansible" in r.output and "pip install mitogen" in r.output
+    assert not (tmp_path / "runs").exists()

@@ -66,9 +66,12 @@ Examples:
 @click.option("--forks", default=10, show_default=True, type=click.IntRange(min=1),
               help="Hosts provisioned in parallel (a large site: 50-200, as the controller's "
                    "CPU allows; docs/fleet.md).")
-@click.option("--strategy", type=click.Choice(["linear", "free"]), default="linear",
+@click.option("--strategy", type=click.Choice(["linear", "free", "mitogen_linear",
+                                                "mitogen_free"]), default="linear",
               show_default=True, help="free: every host goes through the roles at its own "
-                                      "pace instead of task by task in step.")
+                                      "pace instead of task by task in step; mitogen_*: the "
+                                      "same through Mitogen for Ansible (pip install mitogen; "
+                                      "fewer round trips per task).")
 @click.option("--serial", metavar="N|N%",
               help="Rolling re-provisioning: hosts in batches of N (or N%% of them), batch "
                    "after batch.")
