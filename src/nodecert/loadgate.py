@@ -30,6 +30,7 @@ class LoadGate:
         self.worst: list[tuple[float, float]] = []  # (time, lag) of recent overloads
         self._lock = threading.Lock()
         self._done = threading.Event()
+        self.overload_seen = threading.Event()  # set at the first overload of the run
         self._thread = threading.Thread(target=self._watch, name="loadgate", daemon=True)
 
     def start(self) -> LoadGate:
@@ -50,6 +51,7 @@ class LoadGate:
                 if lag > OVERLOAD_LAG_S:
                     now = time.monotonic()
                     self.worst = [w for w in self.worst if now - w[0] < 600] + [(now, lag)]
+                    self.overload_seen.set()
 
     def overloaded(self) -> bool:
         return self.lag_s > OVERLOAD_LAG_S
