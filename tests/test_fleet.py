@@ -188,3 +188,27 @@ def test_a_stopped_run_keeps_what_finished_and_starts_no_more_hosts(fleet: Path,
     stopped = [hr for hr in run.hosts.values() if hr.started]
     assert any(r.verdict.name != "ERROR" for hr in stopped for r in hr.results)
     assert all(hr.verdict.name == "ERROR" for hr in run.hosts.values())
+
+
+def test_connections_prefer_aes_gcm_and_check_the_host_key(fleet: Path) -> None:
+    """GCM's tag is checked in C (the CTR modes' HMAC byte by byte in Python); the
+    emulated node's key must still be the one known_hosts lists."""
+    import paramiko
+
+    from nodecert.nodessh import Endpoint, connect
+    inv = (fleet / "inventory.ini").read_text()
+    port = int(inv.split("ansible_port=")[1].split()[0])
+    ep = Endpoint("n00000", "127.43.0.1", port, "root", str(fleet / "client_key"),
+                  (str(fleet / "known_hosts"),), "python3")
+    client = connect(ep)
+    try:
+        t = client.get_transport()
+        assert t is not None and t.local_cipher == "aes128-gcm@openssh.com"
+    finally:
+        client.close()
+    other = fleet / "other_known_hosts"
+    other.write_text((fleet / "known_hosts").read_text().replace("[127.43.0.1]", "[x]", 1)
+                     .replace("[127.43.0.2]", "[127.43.0.1]", 1))
+    with pytest.raises(paramiko.BadHostKeyException):
+        connect(Endpoint("n00000", "127.43.0.1", port, "root", str(fleet / "client_key"),
+                         (str(other),), "python3"))
