@@ -3,6 +3,7 @@ ansible-playbook as settings; bad values are refused before anything runs."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ from click.testing import CliRunner
 from conftest import REPO
 from nodecert.cli import provision
 from nodecert.errors import InventoryError
-from nodecert.provisioning import FleetSettings
+from nodecert.gate import GateReport, RuleResult
+from nodecert.provisioning import FleetSettings, gates_passed
+from nodecert.verdict import Verdict
 
 pytestmark = pytest.mark.unit
 
@@ -87,3 +90,22 @@ def test_the_cli_refuses_mitogen_where_it_is_not_installed(
     assert r.exit_code == 2, r.output
     assert "needs Mitogen for Ansible" in r.output and "pip install mitogen" in r.output
     assert not (tmp_path / "runs").exists()
+
+
+def _gate(verdict: Verdict, gpu: str | None = "H200-SXM", os_name: str | None = "debian-12",
+          stack: str = "r580-cuda13.0") -> GateReport:
+    return GateReport(stack, gpu, os_name, dt.date(2026, 12, 1),
+                      (RuleResult("driver-supports-gpu", verdict, "m", ()),))
+
+
+def test_only_complete_passed_gates_spare_the_play_its_own() -> None:
+    gates = ((("h1",), _gate(Verdict.PASS)), (("h2",), _gate(Verdict.WARN, gpu="L40S")),
+             (("h3",), _gate(Verdict.FAIL, gpu="B200")),
+             # judged without a GPU model or an OS: the play must still gate these hosts
+             (("h4",), _gate(Verdict.PASS, gpu=None)), (("h5",), _gate(Verdict.PASS, os_name=None)))
+    assert gates_passed(gates) == ["r580-cuda13.0|H200-SXM|debian-12",
+                                   "r580-cuda13.0|L40S|debian-12"]
+    # The play's test is built from the same three parts in the same order.
+    gate_yml = (REPO / "roles/preflight/tasks/gate.yml").read_text()
+    assert ("(nodecert_common_stack ~ '|' ~ preflight_found_model ~ '|' ~ nodecert_common_os)"
+            in gate_yml)

@@ -5,6 +5,7 @@ Needs root (CI runs as root). Uses the session lab (h1, h3: HGX H200; h2: L40S).
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -105,6 +106,34 @@ def test_two_stacks_from_an_air_gapped_mirror_then_idempotent(fresh: Lab,
     second = run(inv, tmp_path, limit=("h1", "h2"), mirror="/srv/nodecert-mirror")
     assert {h: (o.changed, o.conformance.ok if o.conformance else None)
             for h, o in second.hosts.items()} == {"h1": (0, True), "h2": (0, True)}
+
+
+def test_a_rerun_repairs_drift_it_reads_from_the_host(fresh: Lab, tmp_path: Path) -> None:
+    # A re-run skips apt and pip for what is in place: what it skips must come from the
+    # host's real state, so drift in versions, holds and wheels is still repaired.
+    sh(fresh, "h1", "apt-get install -y -qq --allow-downgrades --allow-change-held-packages "
+                    "libnccl2=2.25.1-1+cuda12.8 >/dev/null 2>&1; apt-mark unhold "
+                    "datacenter-gpu-manager-4-cuda13 >/dev/null; "
+                    "/opt/nodecert/envs/r580-cuda13.0/bin/pip uninstall -q -y torch")
+    inv = inventory(fresh, tmp_path, {"h1": "nodecert_stack=r580-cuda13.0"})
+    report = run(inv, tmp_path, limit=("h1",))
+    o = report.hosts["h1"]
+    assert o.status == "provisioned" and o.conformance is not None and o.conformance.ok, \
+        o.as_dict()
+    assert o.changed > 0
+    state = sh(fresh, "h1", "dpkg-query -W -f='${Package}=${Version} ${db:Status-Abbrev}\\n' "
+                            "libnccl2 datacenter-gpu-manager-4-cuda13")
+    assert "libnccl2=2.27.7-1+cuda13.0 hi" in state
+    assert re.search(r"datacenter-gpu-manager-4-cuda13=\S+ hi", state), state
+    assert "torch==2.9.1+cu130" in sh(fresh, "h1", "/opt/nodecert/envs/r580-cuda13.0/bin/"
+                                                   "pip freeze")
+    # The gate provision ran before the play spared the play its own run of it.
+    assert report.run_dir is not None
+    gate_events = [e["event"] for e in map(json.loads, (
+        f.read_text() for f in report.run_dir.glob("ansible/artifacts/*/job_events/*.json")))
+        if e.get("event_data", {}).get("task") == "Run the compatibility gate on the control "
+                                                   "machine" and e["event"] != "runner_on_start"]
+    assert gate_events and set(gate_events) == {"runner_on_skipped"}, gate_events
 
 
 def test_apt_upgrade_moves_no_pinned_package(fresh: Lab) -> None:

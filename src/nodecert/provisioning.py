@@ -30,6 +30,7 @@ from nodecert.conformance import Conformance, check_host
 from nodecert.errors import InventoryError
 from nodecert.gate import GateReport
 from nodecert.inventory import hostvars
+from nodecert.nodebundle import write_bundle
 from nodecert.paths import product_dir, stacks_dir
 from nodecert.preflight import preflight
 from nodecert.stacks import Stack, find_stack
@@ -303,6 +304,11 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     fleet = fleet or FleetSettings()
     xvars: dict[str, Any] = {"nodecert_common_stacks_dir": str(stacks_dir().resolve()),
                              **({"stack": stack} if stack else {}), **fleet.extravars(),
+                             "nodecert_gates_passed": gates_passed(pre.gates),
+                             # Built here once, not by a Python started from the play
+                             # (where the validators role's default would keep it).
+                             "nodecert_node_bundle": write_bundle(
+                                 Path.home() / ".cache" / "nodecert" / "bundles"),
                              **(extravars or {})}
     if mirror:
         xvars.update(mirror_vars(mirror, manifests))
@@ -348,6 +354,15 @@ def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ..
     report.hosts = tracker.hosts
     _write_json(run_dir / "provision.json", report.as_dict())
     return report
+
+
+def gates_passed(gates: tuple[tuple[tuple[str, ...], GateReport], ...]) -> list[str]:
+    """The (stack, GPU model, OS) combinations gated here, for the play not to gate again.
+
+    Only complete ones: a gate run without a GPU model or an OS did not judge what the
+    play finds on the host, so the play still gates such a host itself."""
+    return sorted({f"{g.stack}|{g.gpu}|{g.os}" for _, g in gates
+                   if g.verdict < Verdict.FAIL and g.gpu and g.os})
 
 
 def _playbook_error(private_dir: Path) -> str | None:
