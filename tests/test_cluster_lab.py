@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 from conftest import lab_config, require_root
 from nodecert.lab.hosts import Lab
+from nodecert.signing import init_key
 from test_scaling import model_efficiency
 
 pytestmark = pytest.mark.lab
@@ -242,4 +244,88 @@ def test_ctrl_c_cancels_the_running_jobs_and_leaves_nothing(cluster_lab: Lab,
             proc.kill()
     data = json.loads(next((tmp_path / "runs").glob("cluster-*/results.json")).read_text())
     assert data["interrupted"] and data["verdict"] == "ERROR"
+    nothing_left(cluster_lab)
+
+
+def test_slurm_health_check_drains_and_resumes_through_the_real_slurm(
+        cluster_lab: Lab, tmp_path: Path) -> None:
+    # What the validators role sets up on a node: the state directory (the plan of the
+    # last quick run is kept there) and the node code, shipped by a quick run.
+    cluster_lab.ssh("h2", "mkdir -p -m 0750 /var/lib/nodecert")
+    p = nodecert("validate", "-i", str(cluster_lab.cfg.state / "inventory.ini"), "--limit",
+                 "h2", "--suite", "quick", "--only", "health.gpu", "--only", "health.xid",
+                 "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    # The entry the role installs, as slurmd runs it (root, on the node).
+    entry = ("cd /opt/nodecert/node/current && PYTHONPATH=. /usr/bin/python3 -m nodecert_node "
+             "slurm-health --mode {}")
+
+    def slurm_node() -> str:
+        return cluster_lab.ssh("h1", "scontrol show node h2").stdout
+
+    assert "DRAIN" not in slurm_node()
+    faults(cluster_lab, tmp_path, "{host: h2, kind: xid, gpu: 1, code: 79}")
+    try:
+        r = cluster_lab.ssh("h2", entry.format("healthcheck"), check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "slurm: drained h2: nodecert: health.xid FAIL" in r.stdout
+        node = slurm_node()
+        assert re.search(r"State=\S*DRAIN", node) and "Reason=nodecert: health.xid FAIL" in node
+        # A job's prolog on the failing node fails it (Slurm then requeues the job).
+        assert cluster_lab.ssh("h2", entry.format("prolog"), check=False).returncode == 1
+    finally:
+        faults(cluster_lab, tmp_path)
+    r = cluster_lab.ssh("h2", entry.format("healthcheck"))
+    assert "nodecert healthcheck: PASS" in r.stdout and "slurm: resumed h2" in r.stdout
+    node = slurm_node()
+    assert "DRAIN" not in node and "Reason=" not in node, node
+    # Someone else's drain is never lifted by a passing check.
+    cluster_lab.ssh("h1", "scontrol update NodeName=h2 State=DRAIN Reason=site-maintenance")
+    try:
+        r = cluster_lab.ssh("h2", entry.format("healthcheck"))
+        assert "drained by someone else ('site-maintenance')" in r.stdout, r.stdout
+        assert "Reason=site-maintenance" in slurm_node()
+    finally:
+        cluster_lab.ssh("h1", "scontrol update NodeName=h2 State=RESUME")
+    nothing_left(cluster_lab)
+
+
+def test_fleet_revalidation_as_slurm_jobs(cluster_lab: Lab, tmp_path: Path) -> None:
+    inv = str(cluster_lab.cfg.state / "inventory.ini")
+    checks = ("--only", "hardware.inventory", "--only", "health.gpu", "--only", "health.xid")
+    for h in ("h3", "h4"):
+        cluster_lab.ssh(h, "mkdir -p -m 0750 /var/lib/nodecert")
+    # The baseline: a certified quick run (it also leaves the plan and node code on the nodes).
+    p = nodecert("validate", "-i", inv, "--limit", "h3,h4", "--suite", "quick", *checks,
+                 "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    kp = init_key(tmp_path / "keys")
+    p = nodecert("certify", str(next((tmp_path / "runs").iterdir())), "--key", str(kp.private),
+                 cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    # h2 drained by the site: Slurm would never start a job there.
+    cluster_lab.ssh("h1", "scontrol update NodeName=h2 State=DRAIN Reason=site-maintenance")
+    faults(cluster_lab, tmp_path, "{host: h4, kind: xid, gpu: 1, code: 79}")
+    try:
+        p = nodecert("revalidate", "-i", inv, "--limit", "h2,h3,h4", "--via", "slurm", *checks,
+                     "--key", str(kp.private), "--runs-dir", str(tmp_path / "runs"), "--json",
+                     cwd=tmp_path)
+    finally:
+        faults(cluster_lab, tmp_path)
+        cluster_lab.ssh("h1", "scontrol update NodeName=h2 State=RESUME")
+    assert p.returncode == 1, p.stderr[-3000:]
+    data = json.loads(p.stdout)
+    verdicts = {c["host"]: c["verdict"] for c in data["certificates"]["nodes"]}
+    assert verdicts == {"h3": "READY", "h4": "NOT READY"}, data
+    # Nothing ran on h2: no hardware identity to bind a certificate to.
+    assert "h2" in data["certificates"]["not_certified"], data["certificates"]
+    run = Path(data["run"])
+    h3 = json.loads((run / "h3" / "results.json").read_text())
+    # h3's results are the run its Slurm job started on it, nothing older.
+    assert h3["node"]["reason"] == "slurm" and "-slurm-" in h3["node"]["collected_from"]
+    h4 = json.loads((run / "h4" / "results.json").read_text())
+    assert next(r for r in h4["results"] if r["check"] == "health.xid")["verdict"] == "FAIL"
+    h2 = json.loads((run / "h2" / "results.json").read_text())
+    assert "h2 is drain in Slurm" in h2["error"], h2["error"]
+    assert "slurm: 2 job(s), one per node" in p.stderr
     nothing_left(cluster_lab)

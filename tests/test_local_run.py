@@ -64,6 +64,22 @@ def test_local_run_writes_history_and_valid_metrics(tmp_path: Path) -> None:
     assert len(list((state / "history").glob("*.json"))) == 2  # bounded
 
 
+def test_a_run_started_as_a_scheduler_job_records_the_job(tmp_path: Path) -> None:
+    # The control side collects only the record its own job left (not an older one).
+    node, state, prom = setup(tmp_path)
+    env = dict(node_env(node, state, prom), NODECERT_JOB="nodecert-reval-abc123-0")
+    r = subprocess.run([sys.executable, "-m", "nodecert_node", "local-run", "--reason",
+                        "slurm"], env=env, cwd=VALIDATORS, capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    hist = list((state / "history").glob("*-slurm-*.json"))
+    assert len(hist) == 1
+    assert json.loads(hist[0].read_text())["job"] == "nodecert-reval-abc123-0"
+    assert local_run(node, state, prom).returncode == 0
+    timer = next((state / "history").glob("*-timer-*.json"))
+    assert "job" not in json.loads(timer.read_text())
+
+
 def test_failing_node_exits_1_and_metrics_say_fail(tmp_path: Path) -> None:
     node, state, prom = setup(tmp_path, faults=[{"kind": "ecc_uncorrectable", "gpu": 2}])
     r = local_run(node, state, prom)

@@ -38,6 +38,9 @@ class Job:
     script: str  # bash, run once on every node
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 300.0
+    # How long a queued job may wait for its nodes (Slurm), on top of timeout_s; past
+    # it the job is not run. 0: the nodes must be free within a minute, inside timeout_s.
+    start_within_s: float = 0.0
 
 
 @dataclass
@@ -99,8 +102,8 @@ def _env_prefix(job: Job) -> str:
     return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
 
 
-def _timeout(job: Job) -> str:
-    return f"timeout -k {KILL_GRACE_S} {int(job.timeout_s)}"
+def _timeout(seconds: float) -> str:
+    return f"timeout -k {KILL_GRACE_S} {int(seconds)}"
 
 
 class Launcher:
@@ -188,12 +191,16 @@ class Launcher:
         """The nodes in the order their tasks get ranks (rank 0 first)."""
         return tuple(nodes)
 
+    def limit_s(self, job: Job) -> float:
+        """The longest the job's launch may take, waiting for its nodes included."""
+        return job.timeout_s
+
     def run(self, job: Job) -> JobResult:
         cmd = self.command(job)
         t0 = time.monotonic()
         self._running[job.name] = job
         try:
-            rc, out, timed_out = self.remote(cmd, job.timeout_s + KILL_GRACE_S + 15)
+            rc, out, timed_out = self.remote(cmd, self.limit_s(job) + KILL_GRACE_S + 15)
         except NodecertError as exc:
             return JobResult(job, cmd, None, "", time.monotonic() - t0, error=exc.what)
         except (paramiko.SSHException, OSError) as exc:
@@ -264,10 +271,31 @@ class SlurmLauncher(Launcher):
         minutes = max(1, int(job.timeout_s // 60) + 1)
         argv = ["srun", f"--job-name={job.name}", f"--nodes={len(job.nodes)}",
                 f"--nodelist={','.join(job.nodes)}", f"--ntasks={len(job.nodes)}",
-                "--ntasks-per-node=1", "--exclusive", "--immediate=60", f"--time={minutes}",
+                "--ntasks-per-node=1", "--exclusive",
+                f"--immediate={int(job.start_within_s) or 60}", f"--time={minutes}",
                 "--kill-on-bad-exit=1", "--label", *self._site(),
                 "bash", "-c", job.script]
-        return f"{_env_prefix(job)} {_timeout(job)} {shlex.join(argv)}"
+        return f"{_env_prefix(job)} {_timeout(self.limit_s(job))} {shlex.join(argv)}"
+
+    def limit_s(self, job: Job) -> float:
+        return job.timeout_s + job.start_within_s
+
+    def node_states(self, nodes: Sequence[str]) -> tuple[dict[str, str], str | None]:
+        """Slurm's state of each node it knows in the partition (sinfo's short form:
+        idle, mix, alloc, drain, down, ...), or the reason Slurm could not be asked."""
+        part = ["-p", self.cfg.partition] if self.cfg.partition else []
+        rc, out, timed_out = self.remote(shlex.join(["sinfo", "-h", "-N", *part, "-o",
+                                                     "%N %t"]), 60)
+        if timed_out or rc != 0:
+            return {}, (f"sinfo on {self.launch.host} failed (rc {rc}): "
+                        f"{out.strip()[-400:] or 'no output'} -- is slurmctld up and munge "
+                        "running on the launch host?")
+        state = {}
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) == 2:
+                state[f[0]] = f[1]
+        return state, None
 
     def cancel(self, job: Job) -> None:
         with _suppress():
@@ -276,18 +304,9 @@ class SlurmLauncher(Launcher):
     def preflight(self, nodes: Sequence[str]) -> list[str]:
         """Problems that stop the run before any job: Slurm unreachable (munge, slurmctld),
         nodes absent from the partition, nodes not usable."""
-        part = ["-p", self.cfg.partition] if self.cfg.partition else []
-        rc, out, timed_out = self.remote(shlex.join(["sinfo", "-h", "-N", *part, "-o",
-                                                     "%N %t"]), 60)
-        if timed_out or rc != 0:
-            return [f"sinfo on {self.launch.host} failed (rc {rc}): "
-                    f"{out.strip()[-400:] or 'no output'} -- is slurmctld up and munge "
-                    "running on the launch host?"]
-        state = {}
-        for line in out.splitlines():
-            f = line.split()
-            if len(f) == 2:
-                state[f[0]] = f[1]
+        state, error = self.node_states(nodes)
+        if error:
+            return [error]
         where = f"partition {self.cfg.partition}" if self.cfg.partition else "Slurm"
         problems = []
         absent = [n for n in nodes if n not in state]
@@ -314,9 +333,10 @@ class MpirunLauncher(Launcher):
         hosts = "".join(f"{n} slots=1\\n" for n in job.nodes)
         exports = " ".join(f"-x {k}" for k in ("NODECERT_JOB", *job.env))
         root = " --allow-run-as-root" if self.launch.user == "root" else ""
+        limit = _timeout(self.limit_s(job))
         # The hostfile lives in a private directory of the launch host, removed after.
         return (f"d=$(mktemp -d) && trap 'rm -rf \"$d\"' EXIT && printf '{hosts}' > "
-                f"\"$d/hosts\" && {_env_prefix(job)} {_timeout(job)} mpirun{root} "
+                f"\"$d/hosts\" && {_env_prefix(job)} {limit} mpirun{root} "
                 f"--hostfile \"$d/hosts\" -np {len(job.nodes)} --map-by ppr:1:node "
                 f"--tag-output {exports} bash -c {shlex.quote(job.script)}")
 

@@ -65,8 +65,9 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a number a node may send")
 
 
-def collect_host(hr: HostRun, reason: str) -> None:
-    """Fill hr from the node's newest scheduled run (or say why it cannot)."""
+def collect_host(hr: HostRun, reason: str, job: str | None = None) -> None:
+    """Fill hr from the node's newest scheduled run (or say why it cannot); with job,
+    only the run that job started will do (an older record is not this run's)."""
     try:
         client = connect(hr.endpoint)
     except (paramiko.SSHException, OSError) as exc:
@@ -94,6 +95,12 @@ def collect_host(hr: HostRun, reason: str) -> None:
         return
     finally:
         client.close()
+    if job is not None and rec.get("job") != job:
+        hr.status = "lost"
+        hr.error = (f"job {job} left no record on the node (its newest {reason} run, {path}, "
+                    f"is {'of job ' + str(rec.get('job')) if rec.get('job') else 'no job'}'s)")
+        hr.finish_missing(hr.error, "NC-NOT-COLLECTED")
+        return
     hr.started, hr.finished = float(rec["started"]), float(rec["finished"])
     hr.simulated = bool(rec.get("simulated"))
     hr.node = {"collected_from": path, "reason": rec.get("reason"), "host": rec.get("host")}
@@ -113,14 +120,22 @@ def collect(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (
             stack: str | None = None, runs_dir: Path = Path("runs"),
             checks: tuple[str, ...] = (), reason: str = "any",
             progress: Callable[[str], None] | None = None,
-            become: BecomeSource | None = None) -> ValidationRun:
+            become: BecomeSource | None = None, jobs: dict[str, str] | None = None,
+            failures: dict[str, str] | None = None) -> ValidationRun:
     """A run directory holding each host's newest scheduled run (`reason`: after-update,
-    timer or any), judged on the control side; nothing is run on the nodes."""
+    timer, slurm or any), judged on the control side; nothing is run on the nodes.
+
+    jobs: host -> the scheduler job whose record alone will do for it; failures: host ->
+    why its job did not run (that host is ERROR with the reason, nothing is fetched)."""
     run = open_new_run(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
                        checks=checks, become=become)
     say = progress or (lambda line: None)
     for name, hr in sorted(run.hosts.items()):
-        collect_host(hr, reason)
+        if failures and name in failures:
+            hr.status, hr.error = "lost", failures[name]
+            hr.finish_missing(hr.error, "NC-NOT-RUN")
+        else:
+            collect_host(hr, reason, (jobs or {}).get(name))
         hr.save()
         say(f"{name:<14} {hr.verdict.name:<6} "
             + (hr.error or f"collected {hr.node.get('collected_from')} "

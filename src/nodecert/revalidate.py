@@ -22,6 +22,8 @@ from nodecert.collect import collect
 from nodecert.errors import NodecertError
 from nodecert.runs import RunDir, write_json
 from nodecert.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
+from nodecert.slurmreval import REASON as SLURM_REASON
+from nodecert.slurmreval import slurm_launcher, submit
 from nodecert.validation import ValidationRun, validate
 from nodecert.verify import ReportError, read_envelope
 from nodecert_node.contract import Result, Verdict
@@ -99,12 +101,22 @@ def revalidate(inventory: Path, *, key: PrivateKey, trusted: list[PublicKey],
                option_overrides: dict[str, dict[str, Any]] | None = None,
                progress: Callable[[str], None] | None = None,
                collect_reason: str | None = None,
-               become: BecomeSource | None = None) -> Revalidation:
+               become: BecomeSource | None = None, via_slurm: bool = False,
+               slurm_wait_s: float = 1800.0) -> Revalidation:
     """collect_reason: instead of validating, collect each node's newest scheduled run
-    of that reason (after-update, timer, any) and judge, compare and certify it."""
+    of that reason (after-update, timer, any) and judge, compare and certify it.
+    via_slurm: start each node's own run as a Slurm job, then collect that run."""
     base_dir = baseline or latest_baseline(runs_dir)
     base = load_baseline(base_dir, trusted) if base_dir else {}
-    if collect_reason:
+    if via_slurm:
+        launch, engine_names = slurm_launcher(inventory, limit, become)
+        sub = submit(launch, engine_names, suite=suite, start_within_s=slurm_wait_s,
+                     progress=progress)
+        failures = {h: why for h in engine_names if (why := sub.failure(h))}
+        run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
+                      checks=checks, reason=SLURM_REASON, progress=progress, become=become,
+                      jobs={h: r.job.name for h, r in sub.jobs.items()}, failures=failures)
+    elif collect_reason:
         run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
                       checks=checks, reason=collect_reason, progress=progress, become=become)
     else:

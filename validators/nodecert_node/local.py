@@ -234,6 +234,8 @@ def local_run(args: argparse.Namespace) -> int:
         record: dict[str, Any] = {"schema": "nodecert.local-run/v1", "suite": args.suite,
                                   "reason": reason, "host": socket.gethostname(),
                                   "started": started, "results": []}
+        if os.environ.get("NODECERT_JOB"):  # started as a job of the site's scheduler
+            record["job"] = os.environ["NODECERT_JOB"][:128]
         try:
             _run_into(record, args)
         except Exception as exc:  # the run broke: say so wherever the verdict is read

@@ -38,6 +38,11 @@ timer's, or the one a package update queued: --collect after-update) is fetched
 from /var/lib/nodecert/history, its stack.conformance judged against the stack,
 compared with the baseline and certified like any other run.
 
+With --via slurm, each node's own run is started as a Slurm job (one exclusive
+job per node, from the launch host of nodecert_cluster: Slurm starts it when the
+node is free, between users' jobs), then collected as with --collect. A node
+Slurm cannot run it on (drained, down, unknown) or whose job fails is ERROR.
+
 \b
 Exit codes: 0 no regression and every node READY, 1 a regression, drift or NOT
 READY node, 2 bad input (inventory, baseline that does not verify, key).
@@ -48,6 +53,7 @@ Examples:
   nodecert revalidate -i lab.ini --baseline runs/20261129-101500-a1b2c3/reports --suite standard
   nodecert revalidate -i lab.ini --key /etc/nodecert/keys/nodecert.key --pubkey old-signer.pub
   nodecert revalidate -i lab.ini --collect after-update
+  nodecert revalidate -i cluster.ini --via slurm --slurm-wait-s 7200
 """
 
 
@@ -69,9 +75,14 @@ Examples:
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
               show_default=True)
 @click.option("--collect", "collect_reason", is_flag=False, flag_value="any",
-              type=click.Choice(["any", "after-update", "timer"]),
+              type=click.Choice(["any", "after-update", "timer", "slurm"]),
               help="Collect the nodes' own newest scheduled run instead of validating "
                    "(bare --collect: whichever ran last).")
+@click.option("--via", type=click.Choice(["ssh", "slurm"]), default="ssh", show_default=True,
+              help="Run the nodes' checks over SSH, or as Slurm jobs (nodecert_cluster).")
+@click.option("--slurm-wait-s", type=click.FloatRange(min=1), default=1800.0,
+              show_default=True,
+              help="With --via slurm: how long each job may wait for its node to be free.")
 @json_option
 @become_options
 @handle_errors
@@ -79,12 +90,16 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
                    checks: tuple[str, ...], stack_name: str | None,
                    threshold_items: tuple[str, ...], key_path: Path | None,
                    pubkeys: tuple[Path, ...], runs_dir: Path,
-                   collect_reason: str | None, as_json: bool, become_file: Path | None,
+                   collect_reason: str | None, via: str, slurm_wait_s: float,
+                   as_json: bool, become_file: Path | None,
                    vault_file: Path | None) -> None:
     from nodecert.revalidate import revalidate
     from nodecert.signing import load_private_key, load_public_key
     from nodecert.thresholds import parse_cli_thresholds
 
+    if via == "slurm" and collect_reason:
+        raise click.UsageError("--via slurm runs the nodes' checks; --collect runs none: "
+                               "give one of them")
     key_path = key_path or DEFAULT_KEY_DIR.expanduser() / "nodecert.key"
     key = load_private_key(key_path)
     trusted = [key.public_key(), *(load_public_key(p) for p in pubkeys)]
@@ -93,7 +108,8 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
                     runs_dir=runs_dir, limit=limit, stack=stack_name, checks=checks,
                     cli_thresholds=parse_cli_thresholds(threshold_items),
                     progress=lambda line: echo(line, err=True), collect_reason=collect_reason,
-                    become=become_source(become_file, vault_file))
+                    become=become_source(become_file, vault_file),
+                    via_slurm=via == "slurm", slurm_wait_s=slurm_wait_s)
     assert rv.cert is not None
     code = ExitCode.FAILED if rv.regressed or not rv.cert.all_ready else ExitCode.OK
     if as_json:

@@ -1,0 +1,206 @@
+"""Fleet re-validation as Slurm jobs: each node's own scheduled run, started by the
+site's scheduler instead of the node's timer, then collected like any scheduled run.
+
+One job per node (`srun --exclusive -w <node>`), so Slurm starts each one when that
+node is free -- between users' jobs, never beside them -- and a busy node does not hold
+up the others. The job runs the node code's `local-run --reason slurm` (the plan the
+control side last sent, kept on the node), which writes its record to the node's
+history; `revalidate --via slurm` then collects every node's record of this
+submission, judges, compares with the certificate and certifies, as `--collect` does.
+
+A node whose job could not start, ran past its limit or left no record of this
+submission is ERROR with the job's output; the jobs go through clusterjobs' launcher,
+so a job that ran over its time or was interrupted is cancelled and what it left on its
+node is killed and counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import secrets
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodecert.ansible_env import select_hosts
+from nodecert.become import BecomeSource
+from nodecert.clusterconfig import parse_cluster
+from nodecert.clusterjobs import Job, JobResult, Launcher, SlurmLauncher, launcher
+from nodecert.errors import InventoryError, NodecertError
+from nodecert.inventory import hostvars, load_inventory
+from nodecert.nodebundle import NODE_BASE
+from nodecert.nodessh import Endpoint
+
+REASON = "slurm"
+# nodecert policy: how long one node's run may take, by suite (the run itself; the wait
+# for the node to be free is separate). Generous against the suites' own budgets: a run
+# cut short is a lost verdict, not a faster one.
+RUN_LIMIT_S = {"quick": 900.0, "standard": 3600.0, "full": 6 * 3600.0}
+# Jobs in flight from the launch host at once (each is one srun process there).
+PARALLEL_JOBS = 32
+_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_SUITE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What the jobs did, per inventory host, and when they were submitted."""
+    submitted: float
+    jobs: dict[str, JobResult]
+
+    def failure(self, host: str) -> str | None:
+        """Why the host's run cannot be trusted to have happened (None: its job ran).
+
+        local-run exits 1 for a node that FAILed (a finding, reported by its record) and
+        3 when the run itself broke; anything but 0 and 1 is the job's own failure."""
+        res = self.jobs.get(host)
+        if res is None:
+            return "no Slurm job was run for this host"
+        if res.error:
+            return f"the Slurm job could not be launched: {res.error}"
+        if res.timed_out:
+            return (f"the Slurm job did not end within its limit ({res.job.timeout_s:.0f} s "
+                    f"run, {res.job.start_within_s:.0f} s to start): cancelled; "
+                    f"output: {_tail(res.output)}")
+        if res.returncode not in (0, 1):
+            return (f"the Slurm job failed (exit {res.returncode}): {_tail(res.output)}"
+                    + (f"; left running: {res.leftovers}" if any(res.leftovers.values())
+                       else ""))
+        return None
+
+
+def _tail(text: str, n: int = 600) -> str:
+    text = text.strip()
+    return (text[-n:] if text else "no output").replace("\n", " | ")
+
+
+def unschedulable(node: str, states: dict[str, str]) -> str | None:
+    """Why Slurm will not run a job on the node (None: it will, now or when it is free).
+    Pure. A busy node (alloc, mix) is waited for; a drained or down one never runs it."""
+    if node not in states:
+        return (f"Slurm does not know {node} in this partition (it knows "
+                f"{', '.join(sorted(states)[:10]) or 'no nodes'})")
+    state = states[node]
+    if state.rstrip("*~#$@^-!%") in ("idle", "mix", "alloc", "comp"):
+        return None
+    return (f"{node} is {state} in Slurm: a job would never start there; re-validate it "
+            "over SSH (without --via slurm), or resume it in Slurm first")
+
+
+def job_script(suite: str) -> str:
+    """What each job runs on its node: the node's own scheduled run, as the timer does."""
+    if not _SUITE.match(suite):
+        raise InventoryError(f"suite {suite!r} is not a suite name", hint="--suite quick")
+    return (f"cd {NODE_BASE}/current && PYTHONPATH=. exec /usr/bin/python3 -m nodecert_node "
+            f"local-run --suite {suite} --reason {REASON}")
+
+
+def jobs_for(hosts: dict[str, str], suite: str, token: str, run_s: float,
+             start_within_s: float) -> dict[str, Job]:
+    """One named job per inventory host (hosts: inventory name -> Slurm's name). Pure."""
+    script = job_script(suite)
+    return {h: Job(f"nodecert-reval-{token}-{i}", (engine,), script, timeout_s=run_s,
+                   start_within_s=start_within_s)
+            for i, (h, engine) in enumerate(sorted(hosts.items()))}
+
+
+def slurm_launcher(inventory: Path, limit: tuple[str, ...] = (),
+                   become: BecomeSource | None = None) -> tuple[Launcher, dict[str, str]]:
+    """The inventory's Slurm launch host and each host's Slurm name; InventoryError on
+    bad input, before any connection."""
+    specs = load_inventory(inventory)
+    names = sorted(select_hosts(inventory, limit, list(specs)) if limit else specs)
+    if not names:
+        raise InventoryError(f"{inventory} selects no host", hint="check --limit")
+    hv_all = hostvars(inventory, names)
+    raw = hv_all[names[0]].get("nodecert_cluster")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise InventoryError(f"{inventory}: nodecert_cluster is not a mapping: {exc}",
+                                 hint="write it in YAML group_vars, or as quoted JSON in "
+                                      "INI") from exc
+    cfg, why = parse_cluster(raw)
+    if cfg is None:
+        raise InventoryError(f"{inventory}: nodecert_cluster {why}",
+                             hint="see docs/cluster.md for its keys")
+    if raw is None or cfg.engine != "slurm":
+        raise InventoryError(f"{inventory}: --via slurm needs nodecert_cluster with engine "
+                             "slurm (the cluster's Slurm and its launch host)",
+                             hint="nodecert_cluster: {engine: slurm, launch_host: login01} "
+                                  "in group_vars (docs/cluster.md)")
+    engine_names = {n: str(hv_all[n].get("nodecert_engine_name") or n) for n in names}
+    bad = [v for v in engine_names.values() if not _PLAIN.match(v)]
+    if bad:
+        raise InventoryError(f"{inventory}: {', '.join(bad)} is not a plain host name",
+                             hint="set nodecert_engine_name to the name Slurm uses")
+    launch_name = cfg.launch_host or names[0]
+    if launch_name not in load_inventory(inventory):
+        raise InventoryError(f"launch host {launch_name!r} is not in {inventory}",
+                             hint="add it (its SSH settings come from the inventory)")
+    launch_hv = hostvars(inventory, [launch_name])[launch_name]
+    passwords = (become or BecomeSource.from_env()).passwords(
+        {n: hv_all[n] for n in names if Endpoint.from_hostvars(n, hv_all[n]).become})
+    by_engine = {engine_names[n]: dataclasses.replace(Endpoint.from_hostvars(n, hv_all[n]),
+                                                      become_password=passwords.get(n))
+                 for n in names}
+    launch = launcher(cfg, Endpoint.from_hostvars(launch_name, launch_hv), by_engine)
+    launch.launch_name = engine_names.get(launch_name, launch_name)
+    return launch, engine_names
+
+
+def submit(launch: Launcher, engine_names: dict[str, str], *, suite: str = "quick",
+           run_s: float | None = None, start_within_s: float = 1800.0,
+           progress: Callable[[str], None] | None = None) -> Submission:
+    """Run every host's job (PARALLEL_JOBS at a time) and wait for them all.
+
+    Nodes Slurm does not know, or cannot use, stop nothing: they are reported and not
+    submitted. Ctrl-C cancels every job still running (and cleans its node)."""
+    say = progress or (lambda line: None)
+    limit_s = run_s or RUN_LIMIT_S.get(suite, RUN_LIMIT_S["standard"])
+    if not isinstance(launch, SlurmLauncher):
+        raise NodecertError(f"re-validation as Slurm jobs needs the Slurm engine, not "
+                            f"{launch.engine or 'this one'}", hint="nodecert_cluster.engine")
+    states, error = launch.node_states(sorted(set(engine_names.values())))
+    if error:
+        raise NodecertError(error, hint="check Slurm on the launch host (sinfo)")
+    jobs = jobs_for(engine_names, suite, secrets.token_hex(3), limit_s, start_within_s)
+    submitted = time.time()
+    results: dict[str, JobResult] = {}
+    for host, engine in sorted(engine_names.items()):
+        why = unschedulable(engine, states)
+        if why:
+            results[host] = JobResult(jobs[host], "", None, "", 0.0, error=why)
+            say(f"{host:<14} not submitted: {why}")
+    todo = [h for h in sorted(jobs) if h not in results]
+    say(f"slurm: {len(todo)} job(s), one per node, each waiting up to {start_within_s:.0f} s "
+        f"for its node and running up to {limit_s:.0f} s")
+
+    def one(host: str) -> tuple[str, JobResult]:
+        res = launch.run(jobs[host])
+        say(f"{host:<14} slurm job {jobs[host].name}: "
+            + ("launch failed" if res.error else "timed out" if res.timed_out
+               else f"exit {res.returncode}") + f" after {res.seconds:.0f}s")
+        return host, res
+
+    pool = ThreadPoolExecutor(max_workers=max(1, min(PARALLEL_JOBS, len(todo))),
+                              thread_name_prefix="nodecert-slurm")
+    try:
+        for host, res in pool.map(one, todo):
+            results[host] = res
+    except KeyboardInterrupt:
+        launch.interrupt()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        launch.close()
+    return Submission(submitted, results)
+
+
+__all__ = ["PARALLEL_JOBS", "REASON", "RUN_LIMIT_S", "Submission", "job_script", "jobs_for",
+           "slurm_launcher", "submit", "unschedulable"]
