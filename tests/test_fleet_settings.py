@@ -88,7 +88,7 @@ def test_the_cli_refuses_mitogen_where_it_is_not_installed(
     r = CliRunner().invoke(provision, ["-i", str(inv), "--strategy", "mitogen_linear",
                                        "--runs-dir", str(tmp_path / "runs")])
     assert r.exit_code == 2, r.output
-    assert "needs Mitogen for Ansible" in r.output and "pip install mitogen" in r.output
+    assert "needs Mitogen for Ansible" in r.output and "pip install 'nodecert[fleet]'" in r.output
     assert not (tmp_path / "runs").exists()
 
 

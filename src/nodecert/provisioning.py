@@ -219,7 +219,8 @@ class FleetSettings:
                                  hint="--strategy linear (the default) or free")
         if self.strategy.startswith("mitogen") and mitogen_strategies() is None:
             raise InventoryError(f"strategy {self.strategy} needs Mitogen for Ansible",
-                                 hint="pip install mitogen (into nodecert's environment)")
+                                 hint="pip install 'nodecert[fleet]' (Mitogen, into "
+                                      "nodecert's environment)")
         if self.serial is not None and not re.fullmatch(r"[1-9][0-9]*%?", self.serial):
             raise InventoryError(f"serial {self.serial!r} is neither a host count nor a "
                                  "percentage", hint="--serial 50 or --serial 10%")

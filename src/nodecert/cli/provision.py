@@ -70,8 +70,8 @@ Examples:
                                                 "mitogen_free"]), default="linear",
               show_default=True, help="free: every host goes through the roles at its own "
                                       "pace instead of task by task in step; mitogen_*: the "
-                                      "same through Mitogen for Ansible (pip install mitogen; "
-                                      "fewer round trips per task).")
+                                      "same through Mitogen for Ansible (pip install "
+                                      "'nodecert[fleet]'; fewer round trips per task).")
 @click.option("--serial", metavar="N|N%",
               help="Rolling re-provisioning: hosts in batches of N (or N%% of them), batch "
                    "after batch.")
