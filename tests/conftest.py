@@ -161,19 +161,30 @@ def require_tool(*names: str) -> str:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """`pytest -m unit` (the development loop) runs on one worker per CPU (pytest-xdist):
-    unit tests share nothing. The lab tier never does (one lab, one session). `-n 0`
-    runs the unit tier in one process."""
-    if (config.getoption("markexpr", "") == "unit" and hasattr(config.option, "numprocesses")
-            and config.option.numprocesses is None and not hasattr(config, "workerinput")):
+    unit tests share nothing. The whole suite (plain `pytest`, what CI runs) runs on two
+    workers: every lab test in one group on one of them, in order (one lab, one
+    session), the unit tests beside it on the other. `-n 0` runs in one process."""
+    if (not hasattr(config.option, "numprocesses") or config.option.numprocesses is not None
+            or hasattr(config, "workerinput")):
+        return
+    markexpr = config.getoption("markexpr", "")
+    if markexpr == "unit":
         config.option.numprocesses = "auto"
+    elif markexpr == "not gpu":  # the default: both tiers
+        config.option.numprocesses = 2
+        config.option.dist = "loadgroup"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("gpu") or item.get_closest_marker("lab"):
+        if item.get_closest_marker("gpu"):
             continue
-        if LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if item.get_closest_marker("lab") or LAB_FIXTURES & set(
+                getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.lab)
+            # One worker runs the lab tier: its labs, subnets and session fixtures are
+            # never used from two processes.
+            item.add_marker(pytest.mark.xdist_group("lab"))
         else:
             item.add_marker(pytest.mark.unit)
 
