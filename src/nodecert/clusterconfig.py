@@ -20,9 +20,13 @@ Each key can be given on the command line too (which wins).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
+
+from nodecert.errors import InventoryError
 
 ENGINES = ("slurm", "mpirun")
 EXTRA_COLLECTIVES = ("all_gather", "alltoall")
@@ -53,6 +57,25 @@ class ClusterConfig:
 
 KEYS = {f.name for f in fields(ClusterConfig)}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$")
+
+
+def inventory_cluster(inventory: Path, raw: Any) -> ClusterConfig | None:
+    """The nodecert_cluster a host's variables give (None: none given). Quoted JSON in an
+    INI inventory is read as JSON. InventoryError naming the inventory on bad input."""
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise InventoryError(f"{inventory}: nodecert_cluster is not a mapping: {exc}",
+                                 hint="write it in YAML group_vars, or as quoted JSON in "
+                                      "INI") from exc
+    cfg, why = parse_cluster(raw)
+    if cfg is None:
+        raise InventoryError(f"{inventory}: nodecert_cluster {why}",
+                             hint="see docs/cluster.md for its keys")
+    return cfg
 
 
 def parse_cluster(raw: Any) -> tuple[ClusterConfig | None, str | None]:

@@ -5,9 +5,7 @@ cluster stages (clusterrun) and save the run directory.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import re
 import sys
 import threading
 from pathlib import Path
@@ -15,8 +13,9 @@ from typing import Any
 
 from nodecert.ansible_env import select_hosts
 from nodecert.become import BecomeSource
-from nodecert.clusterconfig import ClusterConfig, parse_cluster
+from nodecert.clusterconfig import ClusterConfig, inventory_cluster
 from nodecert.clustercounters import read_all
+from nodecert.clusterhosts import cluster_hosts
 from nodecert.clusterjobs import Launcher
 from nodecert.clusterjudge import expectation
 from nodecert.clusterrun import (
@@ -29,12 +28,10 @@ from nodecert.clusterrun import (
 )
 from nodecert.errors import InventoryError, NodecertError
 from nodecert.inventory import hostvars, load_inventory
-from nodecert.nodessh import Endpoint
 from nodecert.thresholds import suite
 from nodecert.validation import validate
 from nodecert_node.contract import Threshold
 
-_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 FABRIC_CHECK = {"InfiniBand": "net.ib", "Ethernet": "net.roce"}
 SUITE = "standard"  # the node runs' settings and limits when they include load.scaling
 
@@ -51,18 +48,8 @@ def context(inventory: Path, *, limit: tuple[str, ...] = (),
                              f"{len(specs)}", hint="list the cluster's nodes (or widen --limit)")
     names = sorted(specs)
     hv_all = hostvars(inventory, names)
-    raw = hv_all[names[0]].get("nodecert_cluster")
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError as exc:
-            raise InventoryError(f"{inventory}: nodecert_cluster is not a mapping: {exc}",
-                                 hint="write it in YAML group_vars, or as quoted JSON in "
-                                      "INI") from exc
-    cfg, why = parse_cluster(raw)
-    if cfg is None:
-        raise InventoryError(f"{inventory}: nodecert_cluster {why}",
-                             hint="see docs/cluster.md for its keys")
+    cfg = inventory_cluster(inventory, hv_all[names[0]].get("nodecert_cluster")) \
+        or ClusterConfig()
     cfg = cfg.with_(**(overrides or {}))
     missing = [n for n in names if not specs[n].validation.get("fabric")]
     if missing:
@@ -75,27 +62,12 @@ def context(inventory: Path, *, limit: tuple[str, ...] = (),
         if len({json.dumps(specs[n].validation.get(key), sort_keys=True) for n in names}) != 1:
             raise InventoryError(f"{inventory}: the nodes' {what} specs differ",
                                  hint=f"validate one {what}'s nodes at a time (--limit)")
-    engine_names = {n: str(hv_all[n].get("nodecert_engine_name") or n) for n in names}
-    bad = [v for v in engine_names.values() if not _PLAIN.match(v)]
-    if bad:
-        raise InventoryError(f"{inventory}: {', '.join(bad)} is not a plain host name",
-                             hint="set nodecert_engine_name to the name Slurm/mpirun use")
-    launch_name = cfg.launch_host or names[0]
-    all_hosts = load_inventory(inventory)
-    if launch_name not in all_hosts:
-        raise InventoryError(f"launch host {launch_name!r} is not in {inventory}",
-                             hint="add it (its SSH settings come from the inventory), or "
-                                  "name one of its hosts with --launch-host")
-    launch_hv = hostvars(inventory, [launch_name])[launch_name]
-    passwords = (become or BecomeSource.from_env()).passwords(
-        {n: hv_all[n] for n in names if Endpoint.from_hostvars(n, hv_all[n]).become})
-    endpoints = {n: dataclasses.replace(Endpoint.from_hostvars(n, hv_all[n]),
-                                        become_password=passwords.get(n)) for n in names}
+    hosts = cluster_hosts(inventory, names, hv_all, cfg, become)
     first = specs[names[0]]
     limits = model_limits(specs)
     exp = expectation(first.validation["fabric"], first.gpu_count, limits)
-    return ClusterContext(names, engine_names, specs, endpoints,
-                          Endpoint.from_hostvars(launch_name, launch_hv), cfg, exp,
+    return ClusterContext(names, hosts.engine_names, specs, hosts.endpoints, hosts.launch,
+                          cfg, exp,
                           simulated=all(s.simulated for s in specs.values()),
                           counter_limit=Threshold.from_dict(
                               limits["net.error_counter_growth_max"]),

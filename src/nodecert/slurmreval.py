@@ -16,8 +16,6 @@ node is killed and counted.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import re
 import secrets
 import time
@@ -28,12 +26,12 @@ from pathlib import Path
 
 from nodecert.ansible_env import select_hosts
 from nodecert.become import BecomeSource
-from nodecert.clusterconfig import parse_cluster
+from nodecert.clusterconfig import inventory_cluster
+from nodecert.clusterhosts import cluster_hosts
 from nodecert.clusterjobs import Job, JobResult, Launcher, SlurmLauncher, launcher
 from nodecert.errors import InventoryError, NodecertError
 from nodecert.inventory import hostvars, load_inventory
 from nodecert.nodebundle import NODE_BASE
-from nodecert.nodessh import Endpoint
 
 REASON = "slurm"
 # nodecert policy: how long one node's run may take, by suite (the run itself; the wait
@@ -42,7 +40,6 @@ REASON = "slurm"
 RUN_LIMIT_S = {"quick": 900.0, "standard": 3600.0, "full": 6 * 3600.0}
 # Jobs in flight from the launch host at once (each is one srun process there).
 PARALLEL_JOBS = 32
-_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _SUITE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 
@@ -117,40 +114,17 @@ def slurm_launcher(inventory: Path, limit: tuple[str, ...] = (),
     if not names:
         raise InventoryError(f"{inventory} selects no host", hint="check --limit")
     hv_all = hostvars(inventory, names)
-    raw = hv_all[names[0]].get("nodecert_cluster")
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError as exc:
-            raise InventoryError(f"{inventory}: nodecert_cluster is not a mapping: {exc}",
-                                 hint="write it in YAML group_vars, or as quoted JSON in "
-                                      "INI") from exc
-    cfg, why = parse_cluster(raw)
-    if cfg is None:
-        raise InventoryError(f"{inventory}: nodecert_cluster {why}",
-                             hint="see docs/cluster.md for its keys")
-    if raw is None or cfg.engine != "slurm":
+    cfg = inventory_cluster(inventory, hv_all[names[0]].get("nodecert_cluster"))
+    if cfg is None or cfg.engine != "slurm":
         raise InventoryError(f"{inventory}: --via slurm needs nodecert_cluster with engine "
                              "slurm (the cluster's Slurm and its launch host)",
                              hint="nodecert_cluster: {engine: slurm, launch_host: login01} "
                                   "in group_vars (docs/cluster.md)")
-    engine_names = {n: str(hv_all[n].get("nodecert_engine_name") or n) for n in names}
-    bad = [v for v in engine_names.values() if not _PLAIN.match(v)]
-    if bad:
-        raise InventoryError(f"{inventory}: {', '.join(bad)} is not a plain host name",
-                             hint="set nodecert_engine_name to the name Slurm uses")
-    launch_name = cfg.launch_host or names[0]
-    if launch_name not in load_inventory(inventory):
-        raise InventoryError(f"launch host {launch_name!r} is not in {inventory}",
-                             hint="add it (its SSH settings come from the inventory)")
-    launch_hv = hostvars(inventory, [launch_name])[launch_name]
-    passwords = (become or BecomeSource.from_env()).passwords(
-        {n: hv_all[n] for n in names if Endpoint.from_hostvars(n, hv_all[n]).become})
-    by_engine = {engine_names[n]: dataclasses.replace(Endpoint.from_hostvars(n, hv_all[n]),
-                                                      become_password=passwords.get(n))
-                 for n in names}
-    launch = launcher(cfg, Endpoint.from_hostvars(launch_name, launch_hv), by_engine)
-    launch.launch_name = engine_names.get(launch_name, launch_name)
+    hosts = cluster_hosts(inventory, names, hv_all, cfg, become)
+    by_engine = {hosts.engine_names[n]: hosts.endpoints[n] for n in names}
+    launch = launcher(cfg, hosts.launch, by_engine)
+    launch.launch_name = hosts.engine_names.get(hosts.launch.host, hosts.launch.host)
+    engine_names = hosts.engine_names
     return launch, engine_names
 
 

@@ -1,0 +1,51 @@
+"""A cluster's hosts as its engine and the controller reach them: each host's name for
+Slurm or mpirun, its SSH endpoint (with its sudo password where it needs one), and the
+launch host's endpoint. Shared by the cluster run and the Slurm re-validation jobs."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nodecert.become import BecomeSource
+from nodecert.clusterconfig import ClusterConfig
+from nodecert.errors import InventoryError
+from nodecert.inventory import hostvars, load_inventory
+from nodecert.nodessh import Endpoint
+
+_PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class ClusterHosts:
+    engine_names: dict[str, str]  # inventory name -> the engine's name for it
+    endpoints: dict[str, Endpoint]  # inventory name -> SSH endpoint
+    launch: Endpoint
+
+
+def cluster_hosts(inventory: Path, names: list[str], hv_all: dict[str, dict[str, Any]],
+                  cfg: ClusterConfig, become: BecomeSource | None) -> ClusterHosts:
+    """InventoryError on a name the engine cannot take or a launch host not in the
+    inventory; nothing is contacted."""
+    engine_names = {n: str(hv_all[n].get("nodecert_engine_name") or n) for n in names}
+    bad = [v for v in engine_names.values() if not _PLAIN.match(v)]
+    if bad:
+        raise InventoryError(f"{inventory}: {', '.join(bad)} is not a plain host name",
+                             hint="set nodecert_engine_name to the name Slurm/mpirun use")
+    launch_name = cfg.launch_host or names[0]
+    if launch_name not in load_inventory(inventory):
+        raise InventoryError(f"launch host {launch_name!r} is not in {inventory}",
+                             hint="add it (its SSH settings come from the inventory), or "
+                                  "name one of its hosts with --launch-host")
+    launch_hv = hostvars(inventory, [launch_name])[launch_name]
+    passwords = (become or BecomeSource.from_env()).passwords(
+        {n: hv_all[n] for n in names if Endpoint.from_hostvars(n, hv_all[n]).become})
+    endpoints = {n: dataclasses.replace(Endpoint.from_hostvars(n, hv_all[n]),
+                                        become_password=passwords.get(n)) for n in names}
+    return ClusterHosts(engine_names, endpoints, Endpoint.from_hostvars(launch_name, launch_hv))
+
+
+__all__ = ["ClusterHosts", "cluster_hosts"]
