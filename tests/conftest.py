@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import datetime as dt
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -158,12 +159,20 @@ def require_tool(*names: str) -> str:
     return str(found)
 
 
+# The test files holding lab tests (marked, or using the lab fixtures): pytest-xdist's
+# controller sees only test ids, so the split of the whole suite over two workers is by
+# file. Collection checks that no lab test lives in any other file.
+LAB_FILES = frozenset(
+    f.name for f in Path(__file__).parent.glob("test_*.py")
+    if re.search(r"mark\.lab\b|\b(?:lab|fresh_h1)\s*:", f.read_text()))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """`pytest -m unit` (the development loop) runs on one worker per CPU (pytest-xdist):
     unit tests share nothing. The whole suite (plain `pytest`, what CI runs) runs on two
-    workers: every lab test in one group on one of them, in order (one lab, one
-    session), the unit tests beside it on the other. `-n 0` runs in one process."""
+    workers: every file with lab tests on one of them, in order (one lab at a time,
+    session fixtures in one process), the other files beside it. `-n 0`: one process."""
     if (not hasattr(config.option, "numprocesses") or config.option.numprocesses is not None
             or hasattr(config, "workerinput")):
         return
@@ -172,7 +181,21 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.numprocesses = "auto"
     elif markexpr == "not gpu":  # the default: both tiers
         config.option.numprocesses = 2
-        config.option.dist = "loadgroup"
+        config.option.dist = "loadscope"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With the whole suite on two workers: the lab files as one unit of work."""
+    if config.getvalue("dist") != "loadscope" or config.getoption("markexpr", "") != "not gpu":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LabFilesTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "lab" if nodeid.split("::", 1)[0].rsplit("/", 1)[-1] in LAB_FILES \
+                else nodeid
+
+    return LabFilesTogether(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -182,9 +205,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("lab") or LAB_FIXTURES & set(
                 getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.lab)
-            # One worker runs the lab tier: its labs, subnets and session fixtures are
-            # never used from two processes.
-            item.add_marker(pytest.mark.xdist_group("lab"))
+            if item.path.name not in LAB_FILES:
+                raise pytest.UsageError(
+                    f"{item.nodeid} is a lab test outside the files known to hold them: "
+                    "mark the file (pytestmark = pytest.mark.lab) so that it runs with the "
+                    "lab tier, never beside it")
         else:
             item.add_marker(pytest.mark.unit)
 
