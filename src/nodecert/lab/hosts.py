@@ -10,7 +10,8 @@ state file *and* its tags, so a crashed run's leftovers are found too.
 This module is long because a host's lifecycle is one state machine over one state
 file: up, readiness, reset and down must agree on every path and process they
 create, and on the order they undo them in. The pieces that stand alone (network,
-block-I/O throttle, root file system, mirror, hardware profiles) live beside it.
+block-I/O throttle, root file system, mirror, hardware profiles, the access files
+and inventory it writes: lab.access) live beside it.
 """
 
 from __future__ import annotations
@@ -32,45 +33,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nodecert.errors import NodecertError
 from nodecert.lab import blkio, cluster, net
 from nodecert.lab import bmc as labbmc
+from nodecert.lab.access import write_access_files
 from nodecert.lab.config import MAX_HOSTS, LabConfig
-from nodecert.lab.hardware import Fault, hardware_description, load_faults, profile, spec_vars
-from nodecert.lab.image import ARCHIVE as IMAGE_ARCHIVE
-from nodecert.lab.image import image_id
+from nodecert.lab.hardware import Fault, hardware_description, load_faults, profile
 from nodecert.lab.mirror import build_mirror
 from nodecert.lab.rootfs import build_base
-from nodecert.lab.wheelhouse import stack_hashes
 from nodecert.shell import CommandError, run
 
 Log = Callable[[str], None]
 SIMHW = Path(__file__).parent / "simhw" / "simhw.py"  # the launcher
 SIMHW_PACKAGE = SIMHW.parent / "nodecert_simhw"  # the emulators, one module per tool
-# Storage floors for lab hosts (their disk is this machine's, shared by all hosts);
-# an nvme_slow fault (8 MB/s) falls well below them. Sequential and checkpoint
-# figures of that disk swing by up to 50% between identical runs
-# (benchmarks/validate.py) and were seen 65% apart in one CI run (seq read 1122 ->
-# 392 MB/s, same host, minutes apart), so re-validation compares lab storage with an
-# 85% tolerance: on a shared disk a drop is noise, the floors catch a broken drive.
-# Both are recorded in every result as the inventory's.
-# The lab's shared file system (cluster labs): the head host's NFS export, mounted on
-# every host (lab/cluster.py). Its order names floors the lab clears and a
-# shared_fs_slow fault (8 MB/s) falls well below.
-LAB_SHARED_FS = {"mounts": [{"path": cluster.SHARED_MOUNT}], "size_mb": 64, "checkpoint_mb": 64,
-                 "aggregate_read_s": 3,
-                 "read_mbps_min": 25, "checkpoint_mbps_min": 10, "small_files_per_s_min": 100,
-                 "aggregate_read_mbps_min": 50}
-LAB_STORAGE_FLOORS = {"storage.seq_read_mbps_min": 25,
-                      "storage.local_nvme_seq_read_mbps_min": 25, "storage.seq_write_mbps_min": 25,
-                      "storage.rand_read_iops_min": 500, "storage.checkpoint_mbps_min": 10,
-                      "drift.storage_drop_max": 0.85,
-                      # every lab host reads the head host's export, on this machine's one
-                      # disk and CPUs, which are not fair between them: a share of the
-                      # median that low is still far above a throttled host's
-                      "storage.shared_peer_fraction_min": 0.4}
 REQUIRED_TOOLS = {"systemd-nspawn": "systemd-container", "mmdebstrap": "mmdebstrap",
                   "ip": "iproute2", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
                   "dpkg-deb": "dpkg", "apt-ftparchive": "apt-utils"}
@@ -308,7 +283,7 @@ class Lab:
                                      self.cfg.netns(n), pid))
                 data["hosts"] = [h.as_dict() for h in hosts]
                 self._write_state(data)
-            self._write_access_files(hosts)
+            write_access_files(self.cfg, hosts, self._read_state() or {})
             if as_cluster:
                 cluster.write_known_hosts(self.cfg, [(h.name, h.ip, h.n) for h in hosts])
             self._apply_storage_faults(hosts, faults)
@@ -374,7 +349,7 @@ class Lab:
                 self._write_state(state)
         state["hosts"] = [h.as_dict() for h in kept + new]
         self._write_state(state)
-        self._write_access_files(kept + new)
+        write_access_files(self.cfg, kept + new, self._read_state() or {})
         if new:
             self._apply_storage_faults(new, faults)
             self._wait_ready(new)
@@ -529,79 +504,6 @@ class Lab:
         proc = run([*self._ssh_base(), "-o", "ConnectTimeout=3", name, "true"], timeout=15,
                    check=False)
         return proc.returncode == 0
-
-    def _write_access_files(self, hosts: list[LabHost]) -> None:
-        st = self.cfg.state
-        key = st / "id_ed25519"
-        known = []
-        for h in hosts:
-            pub = (self.cfg.host_dir(h.n) / "keys/ssh_host_ed25519_key.pub").read_text().split()
-            known.append(f"{h.ip} {pub[0]} {pub[1]}")
-            known.append(f"{h.name} {pub[0]} {pub[1]}")
-        (st / "known_hosts").write_text("\n".join(known) + "\n")
-        cfg_lines = []
-        for h in hosts:
-            cfg_lines += [f"Host {h.name} {h.ip}", f"  HostName {h.ip}", "  User root",
-                          f"  IdentityFile {key}", "  IdentitiesOnly yes",
-                          f"  UserKnownHostsFile {st / 'known_hosts'}",
-                          f"  HostKeyAlias {h.name}", "  StrictHostKeyChecking yes",
-                          "  BatchMode yes", "  ConnectTimeout 5", "  LogLevel ERROR", ""]
-        (st / "ssh_config").write_text("\n".join(cfg_lines))
-        state_now = self._read_state() or {}
-        the_id = image_id(Path(state_now["mirror"])) if state_now.get("mirror") else None
-        container = {"engine": "podman", "archive": f"/srv/nodecert-mirror/{IMAGE_ARCHIVE}",
-                     "image_id": the_id} if the_id else None
-        inv = ["# Written by `nodecert lab up`: SIMULATED GPU hosts of the nodecert lab.",
-               "# Host keys are generated by the lab and checked strictly (known_hosts).",
-               "[lab]"]
-        for h in hosts:
-            # a mapping goes in as quoted JSON: Ansible's INI reader takes it as a dict
-            spec = " ".join(f"{k}='{json.dumps(v)}'" if isinstance(v, dict) else f"{k}={v}"
-                            for k, v in spec_vars(h.profile).items())
-            bmc = (f" nodecert_bmc='{json.dumps(labbmc.inventory_spec(self.cfg, h.n))}'"
-                   if (self._read_state() or {}).get("bmc") else "")
-            inv.append(f"{h.name} ansible_host={h.ip} {spec} nodecert_lab_profile={h.profile}"
-                       + bmc)
-        inv += ["", "[lab:vars]", "ansible_user=root",
-                f"ansible_ssh_private_key_file={key}",
-                f"ansible_ssh_common_args='-o UserKnownHostsFile={st / 'known_hosts'} "
-                "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes'",
-                "ansible_python_interpreter=/usr/bin/python3",
-                "nodecert_os=debian-12", "nodecert_simulated=true",
-                "# GPU containers: podman (in the lab's base) runs the image archive the lab",
-                "# built from its base (the mirror's images/), pinned by its id.",
-                *([f"nodecert_container='{json.dumps(container)}'"] if container else []),
-                "# The lab's mirror stands in for NVIDIA's repository and the framework index.",
-                "nvidia_repo_url=file:/srv/nodecert-mirror/nvidia", "nvidia_repo_trusted=true",
-                "framework_index_url=file:///srv/nodecert-mirror/simple",
-                "validators_gpu_tool_packages=['nccl-tests', 'nvbandwidth', 'gpu-burn', "
-                "'mlnx-tools']",
-                "# Lab hosts share this machine: their own re-validation timer runs weekly at a",
-                "# quiet hour (without a random spread) instead of daily; fire it on demand",
-                "# with `systemctl start nodecert-revalidate.service`.",
-                "validators_schedule_on_calendar='Sun *-*-* 04:00:00'",
-                "validators_schedule_randomized_delay_s=0",
-                "# Lab storage is an overlay on this machine's disk, not the profile's NVMe:",
-                "# validation judges it against these floors (recorded as the inventory's).",
-                f"nodecert_thresholds={json.dumps(LAB_STORAGE_FLOORS)}"]
-        if (self._read_state() or {}).get("cluster"):
-            inv.append("# The lab's Slurm cluster: the cluster command's engine and head host.")
-            inv += [f"{k}='{json.dumps(v)}'" if isinstance(v, dict) else f"{k}={v}"
-                    for k, v in cluster.inventory_vars().items()]
-            inv.append(f"nodecert_shared_fs='{json.dumps(LAB_SHARED_FS)}'")
-        inv.append("")
-        (st / "inventory.ini").write_text("\n".join(inv))
-        # Every framework wheel pinned by its sha256 (pip --require-hashes): the lab's
-        # wheels are built reproducibly, so their digests are known.
-        mirror = Path(json.loads((st / "lab.json").read_text())["mirror"]) \
-            if (st / "lab.json").is_file() else None
-        gv = st / "group_vars"
-        gv.mkdir(exist_ok=True)
-        hashes = stack_hashes(mirror) if mirror else {}
-        (gv / "lab.yml").write_text(
-            "# Written by `nodecert lab up`: the lab's framework wheels, pinned by sha256.\n"
-            + yaml.safe_dump({"framework_wheel_hashes": hashes}, sort_keys=True))
-        (st / "hosts.json").write_text(json.dumps([h.as_dict() for h in hosts], indent=2))
 
     # --- faults -------------------------------------------------------------------------
 
