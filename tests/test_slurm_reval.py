@@ -64,12 +64,12 @@ def test_submission_names_each_hosts_failure_and_cancels_what_overran() -> None:
     assert not [c for c in sl.sent if "srun" in c and "--nodelist=h2" in c]
     assert "slurm: 1 job(s), one per node" in "\n".join(lines)
     job = Job("nodecert-reval-x-0", ("h1",), "true", timeout_s=900, start_within_s=60)
-    over = Submission(0.0, {"a": JobResult(job, "srun", 124, "srun: Force Terminated", 960.0,
+    over = Submission({"a": JobResult(job, "srun", 124, "srun: Force Terminated", 960.0,
                                            timed_out=True)})
     assert "did not end within its limit (900 s run, 60 s to start)" in str(over.failure("a"))
-    crashed = Submission(0.0, {"a": JobResult(job, "srun", 3, "Traceback ...", 5.0)})
+    crashed = Submission({"a": JobResult(job, "srun", 3, "Traceback ...", 5.0)})
     assert "the Slurm job failed (exit 3): Traceback" in str(crashed.failure("a"))
-    finding = Submission(0.0, {"a": JobResult(job, "srun", 1, "nodecert: FAIL", 5.0)})
+    finding = Submission({"a": JobResult(job, "srun", 1, "nodecert: FAIL", 5.0)})
     assert finding.failure("a") is None  # the node FAILed: its record says why
 
 

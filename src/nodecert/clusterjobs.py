@@ -258,6 +258,12 @@ def _text(chunks: list[bytes]) -> str:
     return clean(b"".join(chunks).decode("utf-8", errors="replace"))
 
 
+def slurm_base_state(state: str) -> str:
+    """sinfo's short state without its flags ('idle*' not responding, 'mix~' powered
+    down, 'drain$' maintenance, ...): 'idle*' -> 'idle'."""
+    return state.rstrip("*~#$@^-!%")
+
+
 class SlurmLauncher(Launcher):
     engine = "slurm"
 
@@ -314,7 +320,7 @@ class SlurmLauncher(Launcher):
             problems.append(f"not in {where}: {', '.join(absent)} (Slurm knows "
                             f"{', '.join(sorted(state)) or 'no nodes'})")
         unusable = [f"{n} ({state[n]})" for n in nodes if n in state
-                    and state[n].rstrip("*~#$@^-!%") not in ("idle", "mix", "alloc")]
+                    and slurm_base_state(state[n]) not in ("idle", "mix", "alloc")]
         if unusable:
             problems.append(f"not usable in {where}: {', '.join(unusable)}")
         return problems
@@ -364,4 +370,4 @@ def launcher(cfg: ClusterConfig, launch: Endpoint, nodes: dict[str, Endpoint],
 
 
 __all__ = ["Job", "JobResult", "Launcher", "MpirunLauncher", "SlurmLauncher", "demux",
-           "launcher"]
+           "launcher", "slurm_base_state"]

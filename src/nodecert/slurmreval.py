@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,7 +27,14 @@ from nodecert.ansible_env import select_hosts
 from nodecert.become import BecomeSource
 from nodecert.clusterconfig import inventory_cluster
 from nodecert.clusterhosts import cluster_hosts
-from nodecert.clusterjobs import Job, JobResult, Launcher, SlurmLauncher, launcher
+from nodecert.clusterjobs import (
+    Job,
+    JobResult,
+    Launcher,
+    SlurmLauncher,
+    launcher,
+    slurm_base_state,
+)
 from nodecert.errors import InventoryError, NodecertError
 from nodecert.inventory import hostvars, load_inventory
 from nodecert.nodebundle import NODE_BASE
@@ -45,8 +51,7 @@ _SUITE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 @dataclass(frozen=True)
 class Submission:
-    """What the jobs did, per inventory host, and when they were submitted."""
-    submitted: float
+    """What the jobs did, per inventory host."""
     jobs: dict[str, JobResult]
 
     def failure(self, host: str) -> str | None:
@@ -82,7 +87,7 @@ def unschedulable(node: str, states: dict[str, str]) -> str | None:
         return (f"Slurm does not know {node} in this partition (it knows "
                 f"{', '.join(sorted(states)[:10]) or 'no nodes'})")
     state = states[node]
-    if state.rstrip("*~#$@^-!%") in ("idle", "mix", "alloc", "comp"):
+    if slurm_base_state(state) in ("idle", "mix", "alloc", "comp"):
         return None
     return (f"{node} is {state} in Slurm: a job would never start there; re-validate it "
             "over SSH (without --via slurm), or resume it in Slurm first")
@@ -124,8 +129,7 @@ def slurm_launcher(inventory: Path, limit: tuple[str, ...] = (),
     by_engine = {hosts.engine_names[n]: hosts.endpoints[n] for n in names}
     launch = launcher(cfg, hosts.launch, by_engine)
     launch.launch_name = hosts.engine_names.get(hosts.launch.host, hosts.launch.host)
-    engine_names = hosts.engine_names
-    return launch, engine_names
+    return launch, hosts.engine_names
 
 
 def submit(launch: Launcher, engine_names: dict[str, str], *, suite: str = "quick",
@@ -144,7 +148,6 @@ def submit(launch: Launcher, engine_names: dict[str, str], *, suite: str = "quic
     if error:
         raise NodecertError(error, hint="check Slurm on the launch host (sinfo)")
     jobs = jobs_for(engine_names, suite, secrets.token_hex(3), limit_s, start_within_s)
-    submitted = time.time()
     results: dict[str, JobResult] = {}
     for host, engine in sorted(engine_names.items()):
         why = unschedulable(engine, states)
@@ -173,7 +176,7 @@ def submit(launch: Launcher, engine_names: dict[str, str], *, suite: str = "quic
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         launch.close()
-    return Submission(submitted, results)
+    return Submission(results)
 
 
 __all__ = ["PARALLEL_JOBS", "REASON", "RUN_LIMIT_S", "Submission", "job_script", "jobs_for",
