@@ -252,6 +252,18 @@ def test_property_restamped_rewrapped_logs_read_the_same(style: str, order: list
     assert judge(ev).verdict is Verdict.FAIL  # Xid 48 and 63 are fatal, recent
 
 
+def test_a_log_cut_inside_an_xid_code_reads_it_as_unreadable_not_smaller() -> None:
+    line = "[ 1234.5] NVRM: Xid (PCI:0000:19:00): 4"
+    cut = kernel.parse_kernel_log("[ 1200.0] nvidia: loaded\n" + line, boot_time=NOW - 3600)
+    assert [(e["kind"], e["xid"]) for e in cut] == [("xid", None)]  # "48" cut to "4"
+    r = judge(cut)
+    assert "unreadable Xid line" in " ".join((r.summary, *r.findings)), r
+    # The same code with what the driver prints after it, or a complete last line: read.
+    whole = kernel.parse_kernel_log(line + ", pid=1, name=python", boot_time=NOW - 3600)
+    assert [e["xid"] for e in whole] == [4]
+    assert [e["xid"] for e in kernel.parse_kernel_log(line + "\n", boot_time=NOW - 3600)] == [4]
+
+
 @settings(max_examples=60, deadline=None)
 @given(cut=st.integers(min_value=0, max_value=len(real(
     "xid48-dbe-xid63-row-remap-xid94-contained-dmesg-time-format-iso-peermem.txt"))))

@@ -172,8 +172,15 @@ def parse_kernel_log(text: str, boot_time: float | None = None,
     it); a GPU-loss message without an Xid gives kind "gpu_lost" naming what was seen.
     """
     out: list[dict[str, Any]] = []
-    for t, msg in records(text, boot_time, now):
+    recs = list(records(text, boot_time, now))
+    # A log cut short (no final newline: a truncated file or capture) may have cut the
+    # last record inside its Xid code ("...: 4" of "...: 48"): a code that ends that
+    # record with nothing after it is unreadable, never taken for a smaller one.
+    cut_short = bool(text) and not text.endswith("\n")
+    for n, (t, msg) in enumerate(recs):
         m = _XID.search(msg)
+        if m and cut_short and n == len(recs) - 1 and m.group(3) is None:
+            m = None
         if m:
             out.append({"kind": "xid", "pci": _pci(m.group(1)) or m.group(1).lower(),
                         "xid": int(m.group(2)), "message": (m.group(3) or "").strip(),
