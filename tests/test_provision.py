@@ -108,13 +108,45 @@ def test_two_stacks_from_an_air_gapped_mirror_then_idempotent(fresh: Lab,
             for h, o in second.hosts.items()} == {"h1": (0, True), "h2": (0, True)}
 
 
+def task_outcomes(report: ProvisionReport) -> dict[str, set[str]]:
+    """Each task's outcomes in the run (ok, skipped, failed; "changed" added when it was)."""
+    assert report.run_dir is not None
+    out: dict[str, set[str]] = {}
+    for f in report.run_dir.glob("ansible/artifacts/*/job_events/*.json"):
+        e = json.loads(f.read_text())
+        data = e.get("event_data", {})
+        if e["event"] in ("runner_on_ok", "runner_on_skipped", "runner_on_failed",
+                          "runner_item_on_ok", "runner_item_on_skipped"):
+            outcome = e["event"].rsplit("_", 1)[1]
+            out.setdefault(data.get("task", ""), set()).add(
+                "changed" if (data.get("res") or {}).get("changed") else outcome)
+    return out
+
+
+# What a converged host's re-run finds in place from its one read of each role's files
+# and units: these steps do not run at all.
+IN_PLACE_STEPS = ("Add the NVIDIA repository", "Pin every package of the stack to its exact "
+                  "version", "Blacklist the nouveau driver", "Enable and start "
+                  "nvidia-persistenced", "Install the re-validation service and timer",
+                  "Enable the timer and the after-reboot run", "Start the timer",
+                  "Run the hook after every dpkg transaction apt makes",
+                  "Record the provisioned stack and its pins", "Copy the node code bundle")
+
+
 def test_a_rerun_repairs_drift_it_reads_from_the_host(fresh: Lab, tmp_path: Path) -> None:
-    # A re-run skips apt and pip for what is in place: what it skips must come from the
-    # host's real state, so drift in versions, holds and wheels is still repaired.
+    # A re-run skips apt, pip and the file and service steps for what is in place: what it
+    # skips must come from the host's real state, so drift in versions, holds, wheels,
+    # files and services is still repaired.
+    timer = "/etc/systemd/system/nodecert-revalidate.timer"
     sh(fresh, "h1", "apt-get install -y -qq --allow-downgrades --allow-change-held-packages "
                     "libnccl2=2.25.1-1+cuda12.8 >/dev/null 2>&1; apt-mark unhold "
                     "datacenter-gpu-manager-4-cuda13 >/dev/null; "
-                    "/opt/nodecert/envs/r580-cuda13.0/bin/pip uninstall -q -y torch")
+                    "/opt/nodecert/envs/r580-cuda13.0/bin/pip uninstall -q -y torch; "
+                    f"echo '# edited by hand' >> {timer}; "
+                    "systemctl disable --now nodecert-revalidate.timer 2>/dev/null; "
+                    "chmod 0600 /etc/modprobe.d/nodecert-blacklist-nouveau.conf; "
+                    "rm /etc/apt/apt.conf.d/99nodecert-revalidate; "
+                    "echo 'Package: *' >> /etc/apt/preferences.d/nodecert-stack.pref")
     inv = inventory(fresh, tmp_path, {"h1": "nodecert_stack=r580-cuda13.0"})
     report = run(inv, tmp_path, limit=("h1",))
     o = report.hosts["h1"]
@@ -127,15 +159,29 @@ def test_a_rerun_repairs_drift_it_reads_from_the_host(fresh: Lab, tmp_path: Path
     assert re.search(r"datacenter-gpu-manager-4-cuda13=\S+ hi", state), state
     assert "torch==2.9.1+cu130" in sh(fresh, "h1", "/opt/nodecert/envs/r580-cuda13.0/bin/"
                                                    "pip freeze")
+    assert "edited by hand" not in sh(fresh, "h1", f"cat {timer}")
+    assert sh(fresh, "h1", "systemctl is-enabled nodecert-revalidate.timer; "
+                           "systemctl is-active nodecert-revalidate.timer").split() == \
+        ["enabled", "active"]
+    assert sh(fresh, "h1", "stat -c %a /etc/modprobe.d/nodecert-blacklist-nouveau.conf").strip() \
+        == "644"
+    assert "DPkg::Post-Invoke" in sh(fresh, "h1", "cat /etc/apt/apt.conf.d/99nodecert-revalidate")
+    assert "Package: *" not in sh(fresh, "h1", "cat /etc/apt/preferences.d/nodecert-stack.pref")
+    steps = task_outcomes(report)
+    for repaired in ("Install the re-validation service and timer", "Start the timer",
+                     "Blacklist the nouveau driver", "Pin every package of the stack to its "
+                     "exact version", "Run the hook after every dpkg transaction apt makes"):
+        assert "changed" in steps[repaired], (repaired, steps[repaired])
     # The gate provision ran before the play spared the play its own run of it.
-    assert report.run_dir is not None
     gate = "Run the compatibility gate on the control machine"
-    events = [json.loads(f.read_text())
-              for f in report.run_dir.glob("ansible/artifacts/*/job_events/*.json")]
-    gate_events = [e["event"] for e in events
-                   if e.get("event_data", {}).get("task") == gate
-                   and e["event"] in ("runner_on_ok", "runner_on_skipped", "runner_on_failed")]
-    assert gate_events and set(gate_events) == {"runner_on_skipped"}, gate_events
+    assert steps[gate] == {"skipped"}, steps[gate]
+
+    # Converged again: the next run changes nothing and runs none of those steps.
+    again = run(inv, tmp_path, limit=("h1",))
+    assert again.hosts["h1"].changed == 0, again.hosts["h1"].as_dict()
+    steps = task_outcomes(again)
+    for step in IN_PLACE_STEPS:
+        assert steps[step] == {"skipped"}, (step, steps[step])
 
 
 def test_apt_upgrade_moves_no_pinned_package(fresh: Lab) -> None:

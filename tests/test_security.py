@@ -98,6 +98,39 @@ def test_node_code_is_reinstalled_when_tampered_or_loosened(tmp_path: Path) -> N
     assert stat.S_IMODE(code.stat().st_mode) == 0o644
 
 
+def test_the_read_only_check_says_in_place_exactly_when_the_install_would_do_nothing(
+        tmp_path: Path) -> None:
+    # The validators role skips the install when this check says "in place": it must
+    # judge as the install does, and write nothing.
+    from nodecert.nodebundle import check_script, node_bundle
+    sha16 = node_bundle()[1][:16]
+    base = tmp_path / "opt" / "node"
+
+    def check() -> str:
+        out = subprocess.run(["/bin/sh", "-c", check_script(sha16, str(base))],
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert check() == "not in place" and not base.exists()  # nothing installed, nothing made
+    _install(tmp_path, base)
+    assert check() == "in place"
+    code = next(base.glob("*/nodecert_node/runner.py"))
+    code.write_text(code.read_text() + "\n# changed\n")
+    assert check() == "not in place"
+    _install(tmp_path, base)
+    assert check() == "in place"
+    code.chmod(0o664)
+    assert check() == "not in place"
+    _install(tmp_path, base)
+    (base / "current").unlink()
+    assert check() == "not in place"
+    _install(tmp_path, base)
+    base.chmod(0o777)  # the base now writable by others: the install would refuse
+    assert check() == "not in place"
+    base.chmod(0o755)
+
+
 def test_node_code_refused_under_a_directory_others_can_write(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -34,6 +34,31 @@ def node_code_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
+def _trusted_install_test(sha16: str, base: str) -> tuple[str, str]:
+    """Shell for `install_script` and `check_script`, so that both judge alike: the test
+    that BASE and its parent are safe (else exit 3), and the test (setting ok=1) that
+    BASE/<sha16> is a complete install still provably ours."""
+    if not all(c in "0123456789abcdef" for c in sha16) or len(sha16) != 16:
+        raise ValueError(f"not a bundle id: {sha16!r}")
+    b = shlex.quote(base)
+    parent = shlex.quote(base.rsplit("/", 1)[0] or "/")
+    t = shlex.quote(f"{base}/{sha16}")
+    safe = (f"me=$(id -u); "
+            # BASE and its parent: ours (or root's), directories, not writable by others
+            # (else refuse: someone else would control the code root runs)
+            f"for d in {parent} {b}; do if [ -L \"$d\" ] || ! [ -d \"$d\" ] || "
+            f"{{ [ \"$(stat -c %u \"$d\")\" != \"$me\" ] && "
+            f"[ \"$(stat -c %u \"$d\")\" != 0 ]; }} || "
+            f"[ -n \"$(find \"$d\" -maxdepth 0 -perm /022)\" ]; then "
+            f"echo \"refusing $d: not a directory owned by root or uid $me without "
+            f"group/other write\" >&2; exit 3; fi; done; ")
+    complete = (f"ok=0; if [ -f {t}/.complete ] && [ -z \"$(find {t} \\( ! -user \"$me\" "
+                f"-o -perm /022 -o -type l \\) -print -quit)\" ] && "
+                f"(cd {t} && sha256sum --quiet --strict -c .complete >/dev/null 2>&1); then "
+                f"ok=1; fi; ")
+    return safe, complete
+
+
 def install_script(sha16: str, bundle: str, base: str = NODE_BASE) -> str:
     """The shell script that installs the node code on a node: the bundle (a path, or -
     for standard input) extracted into BASE/<sha16>, then `current` pointed at it. `validate`
@@ -43,24 +68,10 @@ def install_script(sha16: str, bundle: str, base: str = NODE_BASE) -> str:
     only if BASE and every file under the install are owned by the installing user, none
     is writable by group or others, none is a symlink, and every file still matches the
     sha256 list written at extraction (.complete); otherwise it is extracted anew."""
-    if not all(c in "0123456789abcdef" for c in sha16) or len(sha16) != 16:
-        raise ValueError(f"not a bundle id: {sha16!r}")
+    safe, complete = _trusted_install_test(sha16, base)
     b = shlex.quote(base)
-    parent = shlex.quote(base.rsplit("/", 1)[0] or "/")
     t = shlex.quote(f"{base}/{sha16}")
-    return (f"set -e; umask 022; me=$(id -u); mkdir -p {b}; "
-            # BASE and its parent: ours (or root's), directories, not writable by others
-            # (else refuse: someone else would control the code root runs)
-            f"for d in {parent} {b}; do if [ -L \"$d\" ] || ! [ -d \"$d\" ] || "
-            f"{{ [ \"$(stat -c %u \"$d\")\" != \"$me\" ] && "
-            f"[ \"$(stat -c %u \"$d\")\" != 0 ]; }} || "
-            f"[ -n \"$(find \"$d\" -maxdepth 0 -perm /022)\" ]; then "
-            f"echo \"refusing $d: not a directory owned by root or uid $me without "
-            f"group/other write\" >&2; exit 3; fi; done; "
-            f"ok=0; if [ -f {t}/.complete ] && [ -z \"$(find {t} \\( ! -user \"$me\" "
-            f"-o -perm /022 -o -type l \\) -print -quit)\" ] && "
-            f"(cd {t} && sha256sum --quiet --strict -c .complete >/dev/null 2>&1); then ok=1; "
-            f"fi; "
+    return (f"set -e; umask 022; mkdir -p {b}; {safe}{complete}"
             f"if [ $ok = 0 ]; then rm -rf {t}.tmp; mkdir {t}.tmp; "
             f"tar --no-same-owner --no-same-permissions -xzf {shlex.quote(bundle)} "
             f"-C {t}.tmp; "
@@ -70,6 +81,17 @@ def install_script(sha16: str, bundle: str, base: str = NODE_BASE) -> str:
             f"if [ \"$(readlink {b}/current)\" != {sha16} ]; then "
             f"ln -sfn {sha16} {b}/.current.tmp; "
             f"mv -T {b}/.current.tmp {b}/current; echo relinked; fi")
+
+
+def check_script(sha16: str, base: str = NODE_BASE) -> str:
+    """The read-only twin of `install_script`: prints "in place" exactly when that script
+    would find nothing to do (the install complete and provably ours, `current` pointing
+    at it), "not in place" otherwise (BASE missing or unsafe included). Writes nothing."""
+    safe, complete = _trusted_install_test(sha16, base)
+    b = shlex.quote(base)
+    return (f"if ! [ -d {b} ]; then echo 'not in place'; exit 0; fi; "
+            f"( {safe}{complete}[ $ok = 1 ] && [ \"$(readlink {b}/current)\" = {sha16} ] ) "
+            f"2>/dev/null && echo 'in place' || echo 'not in place'")
 
 
 def node_bundle() -> tuple[bytes, str]:
@@ -94,7 +116,8 @@ def node_bundle() -> tuple[bytes, str]:
 
 
 def write_bundle(out_dir: Path) -> dict[str, str]:
-    """The bundle as a file for the validators role: its path, id and install script."""
+    """The bundle as a file for the validators role: its path, id, sha256, install script
+    and its read-only check."""
     data, sha = node_bundle()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"nodecert-node-{sha[:16]}.tar.gz"
@@ -102,8 +125,8 @@ def write_bundle(out_dir: Path) -> dict[str, str]:
         # Whole or not at all: with the free strategy each host may build it at once.
         write_atomic(str(path), data)
     remote = f"{NODE_BASE}/.bundle-{sha[:16]}.tar.gz"
-    return {"path": str(path), "sha16": sha[:16], "remote": remote,
-            "script": install_script(sha[:16], remote)}
+    return {"path": str(path), "sha16": sha[:16], "sha256": sha, "remote": remote,
+            "script": install_script(sha[:16], remote), "check": check_script(sha[:16])}
 
 
 if __name__ == "__main__":  # the validators role: python3 -m nodecert.nodebundle OUT_DIR
@@ -112,4 +135,5 @@ if __name__ == "__main__":  # the validators role: python3 -m nodecert.nodebundl
     print(json.dumps(write_bundle(Path(sys.argv[1]))))
 
 
-__all__ = ["NODE_BASE", "install_script", "node_bundle", "node_code_dir", "write_bundle"]
+__all__ = ["NODE_BASE", "check_script", "install_script", "node_bundle", "node_code_dir",
+           "write_bundle"]
