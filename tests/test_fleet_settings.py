@@ -1,5 +1,5 @@
-"""Ansible at fleet scale: the strategy, rolling batches and the fact cache reach
-ansible-playbook as settings; bad values are refused before anything runs."""
+"""Ansible at fleet scale: the strategy and rolling batches reach ansible-playbook as
+settings; bad values are refused before anything runs."""
 
 from __future__ import annotations
 
@@ -27,13 +27,18 @@ def test_defaults_change_nothing() -> None:
 
 
 def test_settings_become_ansible_settings(tmp_path: Path) -> None:
-    f = FleetSettings("free", "10%", 5, tmp_path / "facts", 600)
+    f = FleetSettings("free", "10%", 5)
     assert f.extravars() == {"nodecert_serial": "10%", "nodecert_max_fail_percentage": 5}
-    env = f.envvars()
-    assert env["ANSIBLE_STRATEGY"] == "free" and env["ANSIBLE_GATHERING"] == "smart"
-    assert env["ANSIBLE_CACHE_PLUGIN"] == "jsonfile"
-    assert env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] == str((tmp_path / "facts").resolve())
-    assert env["ANSIBLE_CACHE_PLUGIN_TIMEOUT"] == "600"
+    assert f.envvars() == {"ANSIBLE_STRATEGY": "free"}
+
+
+def test_the_plays_gather_no_facts() -> None:
+    # The roles take the OS from the host's os-release in their one read: no play may
+    # gather Ansible facts (a module run per host, and facts a cache could keep stale).
+    for play in (REPO / "playbooks").glob("*.yml"):
+        for entry in yaml.safe_load(play.read_text()):
+            if "hosts" in entry:
+                assert entry.get("gather_facts") is False, (play.name, entry.get("name"))
 
 
 @pytest.mark.parametrize(("kwargs", "msg"), [
@@ -90,6 +95,20 @@ def test_the_cli_refuses_mitogen_where_it_is_not_installed(
     assert r.exit_code == 2, r.output
     assert "needs Mitogen for Ansible" in r.output and "pip install 'nodecert[fleet]'" in r.output
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_old_fact_cache_option_still_parses_and_says_it_does_nothing(
+        tmp_path: Path) -> None:
+    # Command lines written for earlier releases keep working: the note goes to stderr,
+    # the run goes on (here: to the bad serial, refused as ever).
+    inv = tmp_path / "inv.ini"
+    inv.write_text("[x]\nh1 ansible_host=127.0.0.1\n")
+    r = CliRunner().invoke(provision, ["-i", str(inv), "--fact-cache", str(tmp_path / "f"),
+                                       "--serial", "lots", "--runs-dir", str(tmp_path / "r")])
+    assert r.exit_code == 2, r.output
+    assert "--fact-cache has no effect" in r.output
+    assert "neither a host count nor a percentage" in r.output
+    assert "--fact-cache" not in CliRunner().invoke(provision, ["--help"]).output
 
 
 def _gate(verdict: Verdict, gpu: str | None = "H200-SXM", os_name: str | None = "debian-12",

@@ -203,14 +203,11 @@ def mitogen_strategies() -> str | None:
 class FleetSettings:
     """How Ansible runs over many hosts (docs/fleet.md): the strategy (linear, or free:
     every host through the roles at its own pace), rolling batches (serial: a number or
-    a percentage) that stop when more than max_fail_percentage of a batch failed, and a
-    fact cache shared by runs (smart gathering: facts younger than fact_cache_s are not
-    gathered again)."""
+    a percentage) that stop when more than max_fail_percentage of a batch failed. No fact
+    cache: the plays gather no Ansible facts (the roles read the OS from os-release)."""
     strategy: str = "linear"
     serial: str | None = None
     max_fail_percentage: int | None = None
-    fact_cache: Path | None = None
-    fact_cache_s: int = 3600
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -241,10 +238,6 @@ class FleetSettings:
         plugins = mitogen_strategies() if self.strategy.startswith("mitogen") else None
         if plugins:
             env["ANSIBLE_STRATEGY_PLUGINS"] = plugins
-        if self.fact_cache is not None:
-            env.update(ANSIBLE_GATHERING="smart", ANSIBLE_CACHE_PLUGIN="jsonfile",
-                       ANSIBLE_CACHE_PLUGIN_CONNECTION=str(self.fact_cache.resolve()),
-                       ANSIBLE_CACHE_PLUGIN_TIMEOUT=str(self.fact_cache_s))
         return env
 
 

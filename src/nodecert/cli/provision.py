@@ -47,7 +47,7 @@ Examples:
   provision -i /var/tmp/nodecert-lab/state/inventory.ini --stack r580-cuda13.0 --check
   nodecert provision -i lab.ini --stack r570-cuda12.8 --limit gpu-h200-01 --tags driver
   provision -i lab.ini --stack r580-cuda13.0 --mirror http://mirror.example/nodecert
-  provision -i hall.ini --forks 100 --strategy free --fact-cache ~/.cache/nodecert/facts
+  provision -i hall.ini --forks 100 --strategy free
   provision -i hall.ini --serial 10% --max-fail-percentage 5    # rolling re-provisioning
 """
 
@@ -78,9 +78,8 @@ Examples:
 @click.option("--max-fail-percentage", type=click.IntRange(0, 100), metavar="P",
               help="With --serial: stop before the next batch when more than P%% of a "
                    "batch failed.")
-@click.option("--fact-cache", type=click.Path(path_type=Path, file_okay=False),
-              help="Keep gathered facts in this directory for an hour (smart gathering: "
-                   "hosts with cached facts are not asked again).")
+# Kept so that existing command lines still run: provisioning gathers no facts any more.
+@click.option("--fact-cache", type=click.Path(path_type=Path, file_okay=False), hidden=True)
 @click.option("--mirror", help="Base of an air-gapped mirror laid out like the lab's: "
                                "<mirror>/nvidia (apt) and <mirror>/simple (wheels).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
@@ -102,7 +101,10 @@ def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_
     from nodecert.chain import run_chain
     from nodecert.provisioning import FleetSettings
 
-    fleet = FleetSettings(strategy, serial, max_fail_percentage, fact_cache)
+    if fact_cache is not None:
+        echo("note: --fact-cache has no effect and will be removed: provisioning gathers no "
+             "Ansible facts (the roles read the OS from /etc/os-release)", err=True)
+    fleet = FleetSettings(strategy, serial, max_fail_percentage)
     res = run_chain(path, stack_name, limit=split_hosts(limit), check=check_mode, tags=tags,
                     fleet=fleet,
                     forks=forks, mirror=mirror, runs_dir=runs_dir, validate=not no_validate,
