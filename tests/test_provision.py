@@ -130,7 +130,10 @@ IN_PLACE_STEPS = ("Add the NVIDIA repository", "Pin every package of the stack t
                   "nvidia-persistenced", "Install the re-validation service and timer",
                   "Enable the timer and the after-reboot run", "Start the timer",
                   "Run the hook after every dpkg transaction apt makes",
-                  "Record the provisioned stack and its pins", "Copy the node code bundle")
+                  "Record the provisioned stack and its pins", "Copy the node code bundle",
+                  "Install the node code (the script `nodecert validate` runs)",
+                  "Install the pinned framework wheels into the environment",
+                  "Record the environment (pip freeze)")
 
 
 def test_a_rerun_repairs_drift_it_reads_from_the_host(fresh: Lab, tmp_path: Path) -> None:
