@@ -29,6 +29,7 @@ from nodecert.clusterrun import ClusterContext, ClusterRun
 from nodecert.nodessh import Endpoint
 from nodecert.signing import init_key, load_private_key, load_public_key
 from nodecert.verify import verify_report
+from nodecert_node.contract import Threshold
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = REPO / "tests" / "fixtures"
@@ -312,6 +313,58 @@ def test_jobs_sharing_a_node_never_run_at_once(tmp_path: Path) -> None:
     m.run = spy  # type: ignore[method-assign]
     run._run_jobs(jobs)
     assert seen == [{"h1", "h2"}, {"h1", "h3"}]
+
+
+class ReadLauncher(ModelLauncher):
+    """Also answers the shared file system's jobs: each read at once gives every node the
+    MB/s of its round (`reads`), as fio --output-format=json would."""
+
+    def __init__(self, reads: list[dict[str, float]]) -> None:
+        super().__init__()
+        self.reads = reads
+        self.read_jobs = 0
+
+    def run(self, job: Job) -> JobResult:
+        if "-fsprep-" in job.name:
+            self.ran.append(job)
+            return JobResult(job, "srun ...", 0, "", 0.1)
+        if "-fsread-" in job.name:
+            self.ran.append(job)
+            rates = self.reads[self.read_jobs]
+            self.read_jobs += 1
+            out = "".join(
+                f" {k}: {ln}\n" for k, n in enumerate(job.nodes)
+                for ln in json.dumps({"fio version": "fio-3.33", "jobs": [
+                    {"jobname": "aggread", "error": 0, "read": {"bw_bytes": rates[n] * 1e6},
+                     "write": {}}]}, indent=2).splitlines())
+            return JobResult(job, "srun ...", 0, out, 3.0)
+        return super().run(job)
+
+
+def run_reads(tmp_path: Path, reads: list[dict[str, float]]) -> tuple[dict[str, Any], int]:
+    ctx = context(4)
+    ctx.shared_fs = {"mounts": [{"path": "/mnt/data"}], "size_mb": 64, "aggregate_read_s": 3}
+    ctx.limits = {"storage.shared_peer_fraction_min": Threshold(0.8, ">=", "ratio")}
+    d = tmp_path / "cluster-run-abcdef"
+    d.mkdir(parents=True)
+    m = ReadLauncher(reads)
+    data = ClusterRun(ctx, d, lambda _: None, m).run(
+        {n: {**f, "storage": {"verdict": "PASS", "summary": "as ordered", "value": {}}}
+         for n, f in fabric_ok(ctx.nodes).items()})
+    return data, m.read_jobs
+
+
+def test_a_slow_reader_is_read_again_and_named_only_when_slow_twice(tmp_path: Path) -> None:
+    even = {"h1": 150.0, "h2": 150.0, "h3": 150.0, "h4": 150.0}
+    data, reads = run_reads(tmp_path / "a", [even])
+    assert reads == 1 and data["verdict"] == "PASS"  # nobody behind: one read
+    data, reads = run_reads(tmp_path / "b", [{**even, "h2": 59.0}, even])
+    fs = data["shared_fs"]
+    assert reads == 2 and data["verdict"] == "PASS" and data["culprits"] == []
+    assert fs["value"]["repeat_read_mbps_at_once"]["h2"] == 150.0
+    assert "not confirmed" in fs["findings"][0] and fs["evidence"], "both reads' logs kept"
+    data, reads = run_reads(tmp_path / "c", [{**even, "h2": 59.0}, {**even, "h2": 61.0}])
+    assert reads == 2 and data["verdict"] == "FAIL" and data["culprits"] == ["h2"]
 
 
 def test_bisection_skips_the_reference_itself() -> None:
