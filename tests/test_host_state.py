@@ -82,10 +82,12 @@ def test_text_is_read_whole_and_refused_past_the_limit(tmp_path: Path) -> None:
 
 
 def test_commands_report_rc_output_and_time_limits(tmp_path: Path) -> None:
+    (tmp_path / "plain-file").write_text("not a program\n")  # mode 0644
     rc, out, _ = read({"run": {
         "ok": {"argv": ["sh", "-c", "echo one; echo two"], "timeout": 30},
         "fails": {"argv": ["sh", "-c", "echo why >&2; exit 3"], "timeout": 30},
         "absent": {"argv": [str(tmp_path / "no-such-tool")], "timeout": 30},
+        "not_executable": {"argv": [str(tmp_path / "plain-file")], "timeout": 30},
         "hangs": {"argv": ["sleep", "30"], "timeout": 0.5},
     }})
     assert rc == 0  # none of them is required
@@ -93,6 +95,8 @@ def test_commands_report_rc_output_and_time_limits(tmp_path: Path) -> None:
                                 "stderr": ""}
     assert out["run"]["fails"]["rc"] == 3 and out["run"]["fails"]["stderr"] == "why\n"
     assert out["run"]["absent"]["rc"] == 127
+    assert out["run"]["not_executable"]["rc"] == 126
+    assert "Permission denied" in out["run"]["not_executable"]["stderr"]
     assert out["run"]["hangs"]["rc"] == 124
     assert "timed out" in out["run"]["hangs"]["stderr"]
 

@@ -93,6 +93,8 @@ def run(spec):
                               timeout=spec.get("timeout", 120), check=False)
     except FileNotFoundError as exc:
         return {"rc": 127, "stdout": "", "stdout_lines": [], "stderr": str(exc)}
+    except OSError as exc:  # not executable, a directory: what a shell answers with 126
+        return {"rc": 126, "stdout": "", "stdout_lines": [], "stderr": str(exc)}
     except subprocess.TimeoutExpired:
         return {"rc": 124, "stdout": "", "stdout_lines": [],
                 "stderr": "timed out after %ss" % spec.get("timeout", 120)}
