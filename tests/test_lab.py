@@ -60,8 +60,9 @@ def test_hosts_boot_real_systemd_and_sshd(lab: Lab) -> None:
 def test_hosts_are_isolated(lab: Lab) -> None:
     # Inside: only the lab subnet is routable and there is no DNS.
     routes = sh(lab, "h1", "ip -4 route show; cat /etc/resolv.conf")
+    # (acknowledging at once: the shared file system's synchronous client needs it)
     assert routes.strip() == f"{lab.cfg.subnet} dev eth0 proto kernel scope link src " \
-                             f"{lab.cfg.host_ip(1)}"
+                             f"{lab.cfg.host_ip(1)} quickack 1"
     unreachable = lab.ssh("h1", "ip route get 192.0.2.1", check=False)
     assert unreachable.returncode != 0 and "unreachable" in unreachable.stderr.lower()
     # Outside: the guard route drops the lab range if the bridge ever disappears.

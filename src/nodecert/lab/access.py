@@ -38,12 +38,10 @@ LAB_STORAGE_FLOORS = {"storage.seq_read_mbps_min": 25,
                       "storage.local_nvme_seq_read_mbps_min": 25, "storage.seq_write_mbps_min": 25,
                       "storage.rand_read_iops_min": 500, "storage.checkpoint_mbps_min": 10,
                       "drift.storage_drop_max": 0.85,
-                      # every lab host reads the head host's export through its own
-                      # single-threaded FUSE client, on this machine's one disk and two
-                      # CPUs, which are not fair between them: a healthy host was measured
-                      # at 0.39-0.45 of the median for minutes on end (until its client
-                      # restarted), a shared_fs_slow host (8 MB/s) reads at 0.05
-                      "storage.shared_peer_fraction_min": 0.25}
+                      # every lab host reads the head host's export, on this machine's one
+                      # disk and CPUs, which are not fair between them: a share of the
+                      # median that low is still far above a throttled host's (0.05)
+                      "storage.shared_peer_fraction_min": 0.4}
 
 
 class Host(Protocol):  # a lab host (lab.hosts.LabHost), read only
