@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import INOTIFY_LIMIT, Lab, check_inotify
 from nodecert.provisioning import provision

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nodecert.become import BecomeSource, Secret, read_password_file
-from nodecert.errors import InventoryError
+from nodecert.core.errors import InventoryError
 from nodecert.nodessh import BecomeError, Endpoint, start
 
 pytestmark = pytest.mark.unit

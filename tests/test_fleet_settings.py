@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 from conftest import REPO
 from nodecert.cli import provision
-from nodecert.errors import InventoryError
+from nodecert.core.errors import InventoryError
+from nodecert.core.verdict import Verdict
 from nodecert.gate import GateReport, RuleResult
 from nodecert.provisioning import FleetSettings, gates_passed
-from nodecert.verdict import Verdict
 
 pytestmark = pytest.mark.unit
 

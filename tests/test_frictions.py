@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from conftest import REPO
 from nodecert.cli import main
-from nodecert.verdict import Verdict
+from nodecert.core.verdict import Verdict
 
 
 def test_provision_help_and_version() -> None:

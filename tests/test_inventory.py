@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from nodecert.errors import InventoryError
+from nodecert.core.errors import InventoryError
 from nodecert.inventory import check_inventory, load_inventory
 
 SAMPLE = REPO / "inventory" / "sample" / "lab.ini"
@@ -193,15 +193,15 @@ def test_non_boolean_rejected(tmp_path: Path) -> None:
     (("inf-l40s-01",), ["inf-l40s-01"]),                              # a host
 ])
 def test_limit_takes_ansible_patterns(patterns: tuple[str, ...], want: list[str]) -> None:
-    from nodecert.ansible_env import select_hosts
+    from nodecert.core.ansible_env import select_hosts
     sample = REPO / "inventory" / "sample" / "lab.ini"
     known = sorted(load_inventory(sample))
     assert select_hosts(sample, patterns, known) == want
 
 
 def test_limit_pattern_matching_nothing_is_an_error() -> None:
-    from nodecert.ansible_env import select_hosts
-    from nodecert.errors import InventoryError
+    from nodecert.core.ansible_env import select_hosts
+    from nodecert.core.errors import InventoryError
     sample = REPO / "inventory" / "sample" / "lab.ini"
     with pytest.raises(InventoryError, match="--limit 'gpu-h200-99' matches no host"):
         select_hosts(sample, ("gpu-h200-99",), sorted(load_inventory(sample)))

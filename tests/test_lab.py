@@ -20,11 +20,11 @@ import pytest
 
 import toolparse as tp
 from conftest import REPO, lab_config, require_root
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
+from nodecert.core.shell import CommandError
 from nodecert.inventory import load_inventory
 from nodecert.lab import blkio, net
 from nodecert.lab.hosts import Lab
-from nodecert.shell import CommandError
 
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
 
@@ -443,7 +443,7 @@ def test_lab_refuses_more_hosts_than_inotify_allows(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """systemd in a host dies at boot ("Too many open files") past the machine's
     inotify limit: `lab up` says so before creating anything."""
-    from nodecert.errors import NodecertError
+    from nodecert.core.errors import NodecertError
     from nodecert.lab import hosts as lab_hosts
     limit = tmp_path / "max_user_instances"
     limit.write_text("40\n")

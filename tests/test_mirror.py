@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from nodecert import aptrepo, mirror
 from nodecert.cli import main
-from nodecert.errors import InventoryError, ManifestError
+from nodecert.core.errors import InventoryError, ManifestError
 from nodecert.lab.wheelhouse import build_wheelhouse
 from nodecert.stacks import find_stack
 

@@ -51,7 +51,7 @@ def test_ansible_local_temp_is_private_and_unpredictable() -> None:
 
 
 def test_private_temp_dir_mode(tmp_path: Path) -> None:
-    from nodecert.ansible_env import ansible_local_temp
+    from nodecert.core.ansible_env import ansible_local_temp
     path = Path(ansible_local_temp())
     st = path.stat()
     assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
@@ -441,7 +441,7 @@ def test_revalidate_unit_is_sandboxed_without_hiding_the_gpus() -> None:
 
 
 def test_lab_root_at_a_fixed_name_is_used_only_when_ours(tmp_path: Path) -> None:
-    from nodecert.errors import NodecertError
+    from nodecert.core.errors import NodecertError
     from nodecert.lab.config import LabConfig
     fresh = LabConfig(root=tmp_path / "lab")
     assert fresh.claim_root().is_dir()

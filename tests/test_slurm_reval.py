@@ -11,7 +11,7 @@ import pytest
 import nodecert.collect as collect_mod
 from nodecert.clusterjobs import Job, JobResult
 from nodecert.collect import collect_host
-from nodecert.errors import InventoryError, NodecertError
+from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.slurmreval import Submission, job_script, jobs_for, submit, unschedulable
 from nodecert_node.contract import Verdict
 from test_cluster import ScriptedLauncher

@@ -9,10 +9,10 @@ import yaml
 
 from conftest import REPO, TODAY, manifest, write_manifest
 from nodecert.compat import load_matrix
-from nodecert.errors import ManifestError, UnknownNameError
+from nodecert.core.errors import ManifestError, UnknownNameError
+from nodecert.core.verdict import Verdict
 from nodecert.gate import evaluate
 from nodecert.stacks import find_stack, list_stacks, load_stack
-from nodecert.verdict import Verdict
 
 
 def test_three_shipped_stacks_load() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO
 from nodecert import thresholds
-from nodecert.errors import InventoryError, ManifestError
+from nodecert.core.errors import InventoryError, ManifestError
 from nodecert.inventory import load_inventory
 from nodecert.nodebundle import node_bundle
 from nodecert.nodessh import Endpoint

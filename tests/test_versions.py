@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodecert.errors import VersionError
+from nodecert.core.errors import VersionError
 from nodecert.versions import (
     DebianVersion,
     DottedVersion,

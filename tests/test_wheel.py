@@ -66,7 +66,7 @@ def test_wheel_carries_the_ansible_side_and_the_data(wheel: Path) -> None:
 def test_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     env = install_wheel(wheel, site)
-    code = ("import nodecert.paths as p, nodecert.ansible_env as i; "
+    code = ("import nodecert.core.paths as p, nodecert.core.ansible_env as i; "
             "print(p.product_dir('roles')); print(p.product_dir('playbooks')); "
             "print(p.stacks_dir()); print(i.ansible_config())")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodecert.errors import ManifestError, VersionError
+from nodecert.core.errors import ManifestError, VersionError
 from nodecert.versions import DebianVersion
 
 Stanza = dict[str, str]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodecert.errors import InventoryError
+from nodecert.core.errors import InventoryError
 
 SCRIPT_TIMEOUT_S = 30
 # Types Ansible gives a `!vault` value: ansible-core 2.19+ and earlier releases.

@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from nodecert import yamldoc
+from nodecert.core import yamldoc
 from nodecert.thresholds import validators_dir
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
 

@@ -26,7 +26,7 @@ from nodecert.bmcjudge import (
 )
 from nodecert.bmcredfish import BmcError
 from nodecert.bmcspec import BmcSpec
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
 from nodecert_node.contract import Limits, Result, error_result
 
 # Checks during which the node draws its full power: the burn-in, the soak, the

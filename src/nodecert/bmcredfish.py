@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from nodecert.bmcspec import BmcSpec
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
 from nodecert_node.contract import Evidence
 
 MAX_BODY = 8 * 1024 * 1024

@@ -16,7 +16,7 @@ from functools import cache
 from importlib.util import find_spec
 from pathlib import Path
 
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert import __version__, junit, report_html
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
 from nodecert.identity import certificate_identity, identity_digest
 from nodecert.runs import RunDir
 from nodecert.signing import (

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodecert.become import BecomeSource
-from nodecert.errors import ExitCode
-from nodecert.verdict import Verdict
+from nodecert.core.errors import ExitCode
+from nodecert.core.verdict import Verdict
 
 if TYPE_CHECKING:
     from nodecert.provisioning import FleetSettings

@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from nodecert.errors import InventoryError
+from nodecert.core.errors import InventoryError
 
 ENGINES = ("slurm", "mpirun")
 EXTRA_COLLECTIVES = ("all_gather", "alltoall")

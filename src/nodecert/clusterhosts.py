@@ -12,7 +12,7 @@ from typing import Any
 
 from nodecert.become import BecomeSource
 from nodecert.clusterconfig import ClusterConfig
-from nodecert.errors import InventoryError
+from nodecert.core.errors import InventoryError
 from nodecert.inventory import hostvars, load_inventory
 from nodecert.nodessh import Endpoint
 

@@ -42,7 +42,7 @@ from nodecert.clusterjudge import (
     read_allreduce,
     read_rails,
 )
-from nodecert.errors import InventoryError
+from nodecert.core.errors import InventoryError
 from nodecert.inventory import HostSpec
 from nodecert.nodessh import Endpoint
 from nodecert.runs import write_json

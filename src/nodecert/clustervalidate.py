@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nodecert.ansible_env import select_hosts
 from nodecert.become import BecomeSource
 from nodecert.clusterconfig import ClusterConfig, inventory_cluster
 from nodecert.clustercounters import read_all
@@ -26,7 +25,8 @@ from nodecert.clusterrun import (
     new_run_dir,
     save,
 )
-from nodecert.errors import InventoryError, NodecertError
+from nodecert.core.ansible_env import select_hosts
+from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.inventory import hostvars, load_inventory
 from nodecert.thresholds import suite
 from nodecert.validation import validate

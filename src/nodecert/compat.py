@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from nodecert import yamldoc
-from nodecert.errors import UnknownNameError
-from nodecert.paths import compat_dir
+from nodecert.core import yamldoc
+from nodecert.core.errors import UnknownNameError
+from nodecert.core.paths import compat_dir
 from nodecert.versions import DottedVersion, DriverVersion
 
 

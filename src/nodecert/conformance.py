@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodecert.shell import CommandError, run
+from nodecert.core.shell import CommandError, run
 from nodecert.stacks import Stack
 from nodecert_node.contract import Result, Verdict
 

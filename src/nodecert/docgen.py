@@ -18,9 +18,9 @@ from pathlib import Path
 import yaml
 
 from nodecert import catalog, thresholds
+from nodecert.core.paths import data_root
 from nodecert.inventory import SPEC_VARS
 from nodecert.lab.hardware import FAULT_KINDS
-from nodecert.paths import data_root
 
 BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[a-z_]+) -->\n)(?P<body>.*?)"
                    r"(<!-- END GENERATED: (?P=name) -->)", re.S)

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nodecert.compat import GpuModel, Matrix, default_matrix
-from nodecert.errors import UnknownNameError
+from nodecert.core.errors import UnknownNameError
+from nodecert.core.verdict import Verdict, worst
 from nodecert.stacks import SUPPORTED_OS, Stack
-from nodecert.verdict import Verdict, worst
 from nodecert.versions import DriverVersion
 
 

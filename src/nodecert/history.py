@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nodecert.core.errors import NodecertError
 from nodecert.drift import metrics, record_of
-from nodecert.errors import NodecertError
 
 
 class HistoryError(NodecertError):

@@ -23,13 +23,13 @@ from typing import Any
 
 import yaml
 
-from nodecert.ansible_env import ansible_quiet
 from nodecert.become import is_vaulted
 from nodecert.compat import Matrix, default_matrix
-from nodecert.errors import InventoryError, ManifestError, UnknownNameError
+from nodecert.core.ansible_env import ansible_quiet
+from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
+from nodecert.core.yamldoc import UniqueKeyLoader
 from nodecert.inventorymaps import EXAMPLES, MAPPING_KINDS, parse_mapping
 from nodecert.stacks import SUPPORTED_OS, stack_paths
-from nodecert.yamldoc import UniqueKeyLoader
 
 # Variable -> (required, kind, help). `kind` int means a non-negative integer.
 SPEC_VARS: dict[str, tuple[bool, str, str]] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from nodecert.textsafe import clean
+from nodecert.core.textsafe import clean
 
 
 def _suite(statement: dict[str, Any]) -> ET.Element:

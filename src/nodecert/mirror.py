@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from nodecert import aptrepo
-from nodecert.errors import ManifestError
+from nodecert.core.errors import ManifestError
 from nodecert.mirrorfetch import (
     FETCH_TIMEOUT_S,
     MAX_INDEX_BYTES,

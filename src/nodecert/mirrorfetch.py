@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
 
 FETCH_TIMEOUT_S = 60
 MAX_INDEX_BYTES = 256 * 1024 * 1024

@@ -21,7 +21,8 @@ import paramiko
 from nodecert import conformance
 from nodecert.bmcjudge import BMC_CHECKS
 from nodecert.bmcmonitor import BmcMonitor
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
+from nodecert.core.textsafe import clean
 from nodecert.loadgate import LoadGate
 from nodecert.nodebundle import NODE_BASE, install_script
 from nodecert.nodeevents import BadEvent, LineReader, decode_event
@@ -30,7 +31,6 @@ from nodecert.plan import framework_plan
 from nodecert.progress import RunProgress
 from nodecert.runs import HostRun, RunDir
 from nodecert.stacks import Stack, find_stack
-from nodecert.textsafe import clean
 from nodecert_node.contract import Evidence, Verdict, error_result
 
 Progress = Callable[[str], None]

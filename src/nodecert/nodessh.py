@@ -24,7 +24,7 @@ import paramiko
 
 from nodecert import knownhosts
 from nodecert.become import Secret
-from nodecert.textsafe import clean
+from nodecert.core.textsafe import clean
 
 
 class BecomeError(paramiko.SSHException):

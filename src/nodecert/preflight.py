@@ -11,13 +11,13 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodecert.ansible_env import select_hosts
 from nodecert.compat import Matrix, default_matrix
-from nodecert.errors import InventoryError
+from nodecert.core.ansible_env import select_hosts
+from nodecert.core.errors import InventoryError
+from nodecert.core.verdict import Verdict, worst
 from nodecert.gate import GateReport, evaluate
 from nodecert.inventory import HostSpec, load_inventory
 from nodecert.stacks import find_stack
-from nodecert.verdict import Verdict, worst
 
 
 @dataclass(frozen=True)

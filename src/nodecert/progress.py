@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from nodecert.core.textsafe import clean
+from nodecert.core.verdict import Verdict
 from nodecert.runs import HostRun
-from nodecert.textsafe import clean
-from nodecert.verdict import Verdict
 
 Say = Callable[[str], None]
 # Up to this many hosts a run prints every line; above it, the summary (nodecert policy:

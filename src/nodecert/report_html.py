@@ -17,7 +17,7 @@ import jinja2
 import markupsafe
 
 from nodecert import __version__, svgplot
-from nodecert.textsafe import clean
+from nodecert.core.textsafe import clean
 from nodecert_node.contract import all_figures
 
 SIMULATED_TEXT = ("these results were measured on nodecert's simulated GPUs, not on real "

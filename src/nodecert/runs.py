@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.bmcspec import BmcSpec
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
 from nodecert.inventory import HostSpec
 from nodecert.nodessh import Endpoint
 from nodecert.stacks import Stack

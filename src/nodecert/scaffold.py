@@ -13,8 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
-from nodecert.errors import NodecertError
-from nodecert.paths import data_root
+from nodecert.core.errors import NodecertError
+from nodecert.core.paths import data_root
 
 README = """nodecert site project
 =====================

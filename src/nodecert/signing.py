@@ -25,7 +25,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
 
 KEY_TYPES = ("ecdsa-p256", "ed25519")
 PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey

@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodecert.ansible_env import select_hosts
 from nodecert.become import BecomeSource
 from nodecert.clusterconfig import inventory_cluster
 from nodecert.clusterhosts import cluster_hosts
@@ -35,7 +34,8 @@ from nodecert.clusterjobs import (
     launcher,
     slurm_base_state,
 )
-from nodecert.errors import InventoryError, NodecertError
+from nodecert.core.ansible_env import select_hosts
+from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.inventory import hostvars, load_inventory
 from nodecert.nodebundle import NODE_BASE
 

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodecert import yamldoc
 from nodecert.compat import Matrix, default_matrix
-from nodecert.errors import ManifestError, UnknownNameError
-from nodecert.paths import stacks_dir
+from nodecert.core import yamldoc
+from nodecert.core.errors import ManifestError, UnknownNameError
+from nodecert.core.paths import stacks_dir
 from nodecert.versions import (
     DebianVersion,
     DottedVersion,

@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from xml.sax.saxutils import escape as _escape_text
 
-from nodecert.textsafe import clean
+from nodecert.core.textsafe import clean
 
 _QUOTES = {'"': "&quot;", "'": "&#x27;"}
 

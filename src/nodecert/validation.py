@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from nodecert import thresholds
-from nodecert.ansible_env import select_hosts
 from nodecert.become import BecomeSource, unlock_vault
 from nodecert.bmcspec import BmcSpec, bmc_spec
-from nodecert.errors import InventoryError
+from nodecert.core.ansible_env import select_hosts
+from nodecert.core.errors import InventoryError
 from nodecert.inventory import HostSpec, hostvars, load_inventory
 from nodecert.loadgate import LoadGate
 from nodecert.nodebundle import node_bundle

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from functools import total_ordering
 
-from nodecert.errors import VersionError
+from nodecert.core.errors import VersionError
 
 _UPSTREAM_RE = re.compile(r"^[0-9][A-Za-z0-9.+~-]*$")
 _UPSTREAM_NO_HYPHEN_RE = re.compile(r"^[0-9][A-Za-z0-9.+~]*$")

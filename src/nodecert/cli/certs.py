@@ -18,8 +18,8 @@ from nodecert.cli.common import (
     json_option,
     style,
 )
-from nodecert.errors import ExitCode
-from nodecert.textsafe import clean
+from nodecert.core.errors import ExitCode
+from nodecert.core.textsafe import clean
 
 _KEYS_INIT_HELP = """Create a signing key pair: NAME.key (private, mode 0600) and NAME.pub.
 

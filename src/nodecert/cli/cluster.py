@@ -21,7 +21,7 @@ from nodecert.cli.common import (
     runs_dir_option,
     split_hosts,
 )
-from nodecert.errors import ExitCode
+from nodecert.core.errors import ExitCode
 
 
 @click.group("cluster")
@@ -94,7 +94,7 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
     from nodecert.clustercert import certify_cluster
     from nodecert.clusterconfig import parse_cluster
     from nodecert.clustervalidate import cluster_validate
-    from nodecert.errors import InventoryError
+    from nodecert.core.errors import InventoryError
     from nodecert.signing import load_private_key
 
     given = {k: v for k, v in (("engine", engine), ("launch_host", launch_host),

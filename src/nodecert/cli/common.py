@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import click
 
-from nodecert.errors import ExitCode, NodecertError
-from nodecert.textsafe import clean
-from nodecert.verdict import Verdict
+from nodecert.core.errors import ExitCode, NodecertError
+from nodecert.core.textsafe import clean
+from nodecert.core.verdict import Verdict
 
 
 def echo(message: str = "", err: bool = False) -> None:

@@ -15,8 +15,8 @@ from rich.markup import escape
 from rich.progress_bar import ProgressBar
 from rich.text import Text
 
+from nodecert.core.textsafe import clean
 from nodecert.progress import Snapshot
-from nodecert.textsafe import clean
 
 
 def wanted(mode: str) -> bool:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from nodecert.cli.common import echo, emit_json, handle_errors, json_option
-from nodecert.errors import ExitCode
+from nodecert.core.errors import ExitCode
 
 
 @click.group()

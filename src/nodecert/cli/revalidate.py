@@ -19,8 +19,8 @@ from nodecert.cli.common import (
     json_option,
     verdict_text,
 )
-from nodecert.errors import ExitCode
-from nodecert.textsafe import clean
+from nodecert.core.errors import ExitCode
+from nodecert.core.textsafe import clean
 
 _REVALIDATE_HELP = """Validate again and compare each node with its certified baseline.
 

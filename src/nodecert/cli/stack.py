@@ -18,10 +18,10 @@ from nodecert.cli.common import (
     verdict_text,
 )
 from nodecert.compat import default_matrix
-from nodecert.errors import ExitCode, NodecertError
+from nodecert.core.errors import ExitCode, NodecertError
+from nodecert.core.verdict import Verdict
 from nodecert.gate import GateReport, evaluate
 from nodecert.stacks import SUPPORTED_OS, Stack, find_stack, list_stacks
-from nodecert.verdict import Verdict
 
 
 @click.group()

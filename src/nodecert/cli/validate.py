@@ -19,8 +19,8 @@ from nodecert.cli.common import (
     print_validation,
 )
 from nodecert.cli.liveview import live_view
-from nodecert.errors import ExitCode
-from nodecert.verdict import Verdict
+from nodecert.core.errors import ExitCode
+from nodecert.core.verdict import Verdict
 
 _VALIDATE_HELP = """Run the node-side checks on every host, in parallel, and record each verdict.
 

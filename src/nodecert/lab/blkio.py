@@ -13,7 +13,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
 from nodecert.lab.config import LabConfig
 
 ROOT = Path("/sys/fs/cgroup/blkio")

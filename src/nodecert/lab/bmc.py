@@ -38,12 +38,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
+from nodecert.core.shell import run
 from nodecert.lab import net
 from nodecert.lab.bmcmodel import GOLDEN_FIRMWARE, PSUS, USERNAME, ipmi_sensors, psu_sensor_number
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hardware import Fault
-from nodecert.shell import run
 
 MAX_BMC_HOSTS = 40
 REDFISH_PORT = 443

@@ -13,9 +13,9 @@ import os
 import secrets
 from pathlib import Path
 
+from nodecert.core.shell import run
 from nodecert.lab.config import CLUSTER_UNITS, LabConfig
 from nodecert.plan import framework_plan
-from nodecert.shell import run
 from nodecert.stacks import find_stack
 
 PARTITION = "gpu"

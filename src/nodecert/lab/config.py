@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
 
 BRIDGE_ALIAS = "nodecert-lab"
 DEFAULT_ROOT = Path(os.environ.get("NODECERT_LAB_DIR", "/var/tmp/nodecert-lab"))

@@ -16,9 +16,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from nodecert import yamldoc
 from nodecert.compat import default_matrix
-from nodecert.errors import ManifestError, UnknownNameError
+from nodecert.core import yamldoc
+from nodecert.core.errors import ManifestError, UnknownNameError
 from nodecert.lab.simhw.nodecert_simhw.faults import FAULT_KINDS, FaultKind
 
 PROFILES_FILE = Path(__file__).with_name("profiles.yml")

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
+from nodecert.core.shell import CommandError, run
 from nodecert.lab import blkio, cluster, net
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.access import write_access_files
@@ -41,7 +42,6 @@ from nodecert.lab.config import MAX_HOSTS, LabConfig
 from nodecert.lab.hardware import Fault, hardware_description, load_faults, profile
 from nodecert.lab.mirror import build_mirror
 from nodecert.lab.rootfs import build_base
-from nodecert.shell import CommandError, run
 
 Log = Callable[[str], None]
 SIMHW = Path(__file__).parent / "simhw" / "simhw.py"  # the launcher

@@ -19,12 +19,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from nodecert.core.shell import run
 from nodecert.lab import wheelhouse
 from nodecert.lab.config import LabConfig
 from nodecert.lab.image import build_image
 from nodecert.lab.rootfs import debian_mirror
 from nodecert.lab.wheelhouse import build_wheelhouse
-from nodecert.shell import run
 from nodecert.stacks import Package, list_stacks
 
 # Never pciutils: real lspci in a host would read the real machine's sysfs.

@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
+from nodecert.core.shell import run
 from nodecert.lab.config import BRIDGE_ALIAS, LabConfig
-from nodecert.shell import run
 
 GUARD_METRIC = "4000"
 

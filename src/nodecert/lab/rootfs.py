@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
+from nodecert.core.shell import run
 from nodecert.lab.config import (
     BASE_PACKAGES,
     BASE_RECIPE,
@@ -17,7 +18,6 @@ from nodecert.lab.config import (
     CLUSTER_UNITS,
     LabConfig,
 )
-from nodecert.shell import run
 
 STAMP = ".nodecert-lab-base"
 MASKED_UNITS = ("apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer",

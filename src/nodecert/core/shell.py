@@ -6,7 +6,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from nodecert.errors import NodecertError
+from nodecert.core.errors import NodecertError
 
 
 class CommandError(NodecertError):

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+# The nodecert package directory (this module lives one level below it, in core/).
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def data_root() -> Path:

@@ -10,8 +10,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from nodecert.errors import InventoryError
-from nodecert.paths import product_dir
+from nodecert.core.errors import InventoryError
+from nodecert.core.paths import product_dir
 
 
 def ansible_local_temp() -> str:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from nodecert.errors import ManifestError, VersionError
+from nodecert.core.errors import ManifestError, VersionError
 
 T = TypeVar("T")
 
