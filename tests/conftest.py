@@ -25,7 +25,7 @@ import yaml
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
-from nodecert.stacks import Stack, load_stack
+from nodecert.stack.manifest import Stack, load_stack
 
 REPO = Path(__file__).resolve().parent.parent
 TODAY = dt.date(2026, 11, 29)

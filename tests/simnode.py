@@ -94,7 +94,7 @@ class SimNode:
         builds it) and the plan's framework entry that points at it."""
         from nodecert.lab.wheelhouse import TORCH_BUNDLES, _torch_files
         from nodecert.plan import framework_plan
-        from nodecert.stacks import find_stack
+        from nodecert.stack.manifest import find_stack
         st = find_stack(stack)
         t = st.framework.pytorch
         assert t is not None

@@ -188,8 +188,8 @@ def test_node_lists_its_checks_as_json() -> None:
 
 def test_one_naming_scheme_for_gpu_models() -> None:
     """The gate's model names key the threshold profiles and the lab's hardware."""
-    from nodecert.compat import default_matrix
     from nodecert.lab.hardware import load_profiles
+    from nodecert.stack.compat import default_matrix
     gate = set(default_matrix().gpus)
     profiles = {p.stem for p in thresholds.profiles_dir().glob("*.yml")} - {"common"}
     assert profiles <= gate, profiles - gate

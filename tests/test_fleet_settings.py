@@ -14,8 +14,8 @@ from conftest import REPO
 from nodecert.cli import provision
 from nodecert.core.errors import InventoryError
 from nodecert.core.verdict import Verdict
-from nodecert.gate import GateReport, RuleResult
 from nodecert.provisioning import FleetSettings, gates_passed
+from nodecert.stack.gate import GateReport, RuleResult
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 
 from conftest import TODAY
-from nodecert.compat import default_matrix
 from nodecert.core.verdict import Verdict
-from nodecert.gate import GateReport, RuleResult, evaluate
-from nodecert.stacks import Stack
+from nodecert.stack.compat import default_matrix
+from nodecert.stack.gate import GateReport, RuleResult, evaluate
+from nodecert.stack.manifest import Stack
 
 BuildStack = Callable[..., Stack]
 PASS, WARN, FAIL = Verdict.PASS, Verdict.WARN, Verdict.FAIL

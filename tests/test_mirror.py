@@ -20,7 +20,7 @@ from nodecert import aptrepo, mirror
 from nodecert.cli import main
 from nodecert.core.errors import InventoryError, ManifestError
 from nodecert.lab.wheelhouse import build_wheelhouse
-from nodecert.stacks import find_stack
+from nodecert.stack.manifest import find_stack
 
 pytestmark = pytest.mark.unit
 STACK, OS = "r580-cuda13.0", "debian-12"
@@ -248,7 +248,7 @@ def test_provision_takes_the_mirrors_repository_key_and_digests(
 
 def test_stack_lock_pins_every_wheel_by_sha256(upstreams: tuple[Path, str],
                                                tmp_path: Path) -> None:
-    from nodecert.stacks import load_stack
+    from nodecert.stack.manifest import load_stack
     out = tmp_path / "site" / "stacks" / f"{STACK}.yml"
     out.parent.mkdir(parents=True)
     r = CliRunner().invoke(main, ["stack", "lock", STACK, "--out", str(out), "--index-url",

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from nodecert import thresholds
-from nodecert.compat import load_matrix
 from nodecert.inventory import HostSpec
 from nodecert.plan import build_plan
+from nodecert.stack.compat import load_matrix
 from nodecert_node.checks.hardware import judge_inventory, judge_pcie, judge_topology
 from nodecert_node.contract import Limits, Verdict
 from nodecert_node.parse import topo

@@ -22,7 +22,7 @@ from conftest import REPO
 from nodecert.lab.hosts import Lab
 from nodecert.nodebundle import node_bundle
 from nodecert.provisioning import provision
-from nodecert.stacks import find_stack
+from nodecert.stack.manifest import find_stack
 
 pytestmark = pytest.mark.lab
 

@@ -8,11 +8,11 @@ import pytest
 import yaml
 
 from conftest import REPO, TODAY, manifest, write_manifest
-from nodecert.compat import load_matrix
 from nodecert.core.errors import ManifestError, UnknownNameError
 from nodecert.core.verdict import Verdict
-from nodecert.gate import evaluate
-from nodecert.stacks import find_stack, list_stacks, load_stack
+from nodecert.stack.compat import load_matrix
+from nodecert.stack.gate import evaluate
+from nodecert.stack.manifest import find_stack, list_stacks, load_stack
 
 
 def test_three_shipped_stacks_load() -> None:

@@ -14,7 +14,7 @@ from nodecert.inventory import load_inventory
 from nodecert.nodebundle import node_bundle
 from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
-from nodecert.stacks import find_stack
+from nodecert.stack.manifest import find_stack
 
 
 def test_every_profile_value_is_sourced_and_model_overrides_common() -> None:

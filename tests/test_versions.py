@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nodecert.core.errors import VersionError
-from nodecert.versions import (
+from nodecert.stack.versions import (
     DebianVersion,
     DottedVersion,
     DriverVersion,

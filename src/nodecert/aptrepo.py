@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from nodecert.core.errors import ManifestError, VersionError
-from nodecert.versions import DebianVersion
+from nodecert.stack.versions import DebianVersion
 
 Stanza = dict[str, str]
 

@@ -31,7 +31,7 @@ from nodecert.signing import (
     sign_envelope,
     verify_envelope,
 )
-from nodecert.stacks import Stack, find_stack, load_stack
+from nodecert.stack.manifest import Stack, find_stack, load_stack
 from nodecert_node.contract import write_atomic
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"

@@ -44,7 +44,7 @@ from nodecert.mirrorfetch import (
     join_url,
     sha256_file,
 )
-from nodecert.stacks import Stack, find_stack, load_stack
+from nodecert.stack.manifest import Stack, find_stack, load_stack
 
 SCHEMA = "nodecert.mirror/v1"
 MANIFEST = "nodecert-mirror.json"

@@ -18,7 +18,6 @@ from typing import Any
 
 import paramiko
 
-from nodecert import conformance
 from nodecert.bmcjudge import BMC_CHECKS
 from nodecert.bmcmonitor import BmcMonitor
 from nodecert.core.errors import NodecertError
@@ -30,7 +29,8 @@ from nodecert.nodessh import BecomeError, Endpoint, connect, describe_error, sta
 from nodecert.plan import framework_plan
 from nodecert.progress import RunProgress
 from nodecert.runs import HostRun, RunDir
-from nodecert.stacks import Stack, find_stack
+from nodecert.stack import conformance
+from nodecert.stack.manifest import Stack, find_stack
 from nodecert_node.contract import Evidence, Verdict, error_result
 
 Progress = Callable[[str], None]

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodecert import conformance, thresholds
-from nodecert.compat import load_matrix
+from nodecert import thresholds
 from nodecert.inventory import HostSpec
-from nodecert.stacks import Stack
+from nodecert.stack import conformance
+from nodecert.stack.compat import load_matrix
+from nodecert.stack.manifest import Stack
 from nodecert_node.contract import Plan
 
 DEFAULT_SCRATCH = "/var/lib/nodecert/scratch"

@@ -11,13 +11,13 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodecert.compat import Matrix, default_matrix
 from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError
 from nodecert.core.verdict import Verdict, worst
-from nodecert.gate import GateReport, evaluate
 from nodecert.inventory import HostSpec, load_inventory
-from nodecert.stacks import find_stack
+from nodecert.stack.compat import Matrix, default_matrix
+from nodecert.stack.gate import GateReport, evaluate
+from nodecert.stack.manifest import find_stack
 
 
 @dataclass(frozen=True)

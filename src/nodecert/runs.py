@@ -27,7 +27,7 @@ from nodecert.bmcspec import BmcSpec
 from nodecert.core.errors import NodecertError
 from nodecert.inventory import HostSpec
 from nodecert.nodessh import Endpoint
-from nodecert.stacks import Stack
+from nodecert.stack.manifest import Stack
 from nodecert_node.contract import Plan, Result, Verdict, error_result, worst, write_atomic
 
 SCHEMA = "nodecert.validation/v1"

@@ -34,7 +34,7 @@ from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
 from nodecert.progress import DETAIL_MAX_HOSTS, RunProgress, Snapshot
 from nodecert.runs import HostRun, RunDir, ValidationRun, write_json
-from nodecert.stacks import Stack, find_stack
+from nodecert.stack.manifest import Stack, find_stack
 
 Progress = Callable[[str], None]
 SWITCH_INTERVAL_S = 0.05

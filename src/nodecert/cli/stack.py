@@ -17,11 +17,11 @@ from nodecert.cli.common import (
     parse_date,
     verdict_text,
 )
-from nodecert.compat import default_matrix
 from nodecert.core.errors import ExitCode, NodecertError
 from nodecert.core.verdict import Verdict
-from nodecert.gate import GateReport, evaluate
-from nodecert.stacks import SUPPORTED_OS, Stack, find_stack, list_stacks
+from nodecert.stack.compat import default_matrix
+from nodecert.stack.gate import GateReport, evaluate
+from nodecert.stack.manifest import SUPPORTED_OS, Stack, find_stack, list_stacks
 
 
 @click.group()

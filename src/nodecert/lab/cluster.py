@@ -16,7 +16,7 @@ from pathlib import Path
 from nodecert.core.shell import run
 from nodecert.lab.config import CLUSTER_UNITS, LabConfig
 from nodecert.plan import framework_plan
-from nodecert.stacks import find_stack
+from nodecert.stack.manifest import find_stack
 
 PARTITION = "gpu"
 HEAD = "h1"

@@ -16,10 +16,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from nodecert.compat import default_matrix
 from nodecert.core import yamldoc
 from nodecert.core.errors import ManifestError, UnknownNameError
 from nodecert.lab.simhw.nodecert_simhw.faults import FAULT_KINDS, FaultKind
+from nodecert.stack.compat import default_matrix
 
 PROFILES_FILE = Path(__file__).with_name("profiles.yml")
 

@@ -25,7 +25,7 @@ from nodecert.lab.config import LabConfig
 from nodecert.lab.image import build_image
 from nodecert.lab.rootfs import debian_mirror
 from nodecert.lab.wheelhouse import build_wheelhouse
-from nodecert.stacks import Package, list_stacks
+from nodecert.stack.manifest import Package, list_stacks
 
 # Never pciutils: real lspci in a host would read the real machine's sysfs.
 # python3-venv (+ python3-packaging for Ansible's pip module): the framework role

@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 from nodecert.mirror import write_simple_index
-from nodecert.stacks import list_stacks
+from nodecert.stack.manifest import list_stacks
 
 # What each PyTorch build bundles (the nvidia-cudnn/nccl wheels its lock file pins:
 # 2.9.0+cu130, 2.8.0+cu128, the cu124 line; same-minor releases keep the pins of

@@ -2,7 +2,7 @@
 
 stack.conformance is gathered here and judged on the control side.
 
-The judge is the post-provision conformance logic (nodecert.conformance.judge),
+The judge is the post-provision conformance logic (nodecert.stack.conformance.judge),
 which needs the stack manifest; rather than duplicate it on the node, the node
 runs the same gathering script (sent in the plan) and returns its raw output.
 The control side always replaces this provisional Result with the judged one;

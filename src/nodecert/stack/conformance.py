@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodecert.core.shell import CommandError, run
-from nodecert.stacks import Stack
+from nodecert.stack.manifest import Stack
 from nodecert_node.contract import Result, Verdict
 
 SCRIPT = r"""

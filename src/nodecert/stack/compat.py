@@ -14,7 +14,7 @@ from pathlib import Path
 from nodecert.core import yamldoc
 from nodecert.core.errors import UnknownNameError
 from nodecert.core.paths import compat_dir
-from nodecert.versions import DottedVersion, DriverVersion
+from nodecert.stack.versions import DottedVersion, DriverVersion
 
 
 @dataclass(frozen=True)

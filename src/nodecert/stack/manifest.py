@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodecert.compat import Matrix, default_matrix
 from nodecert.core import yamldoc
 from nodecert.core.errors import ManifestError, UnknownNameError
 from nodecert.core.paths import stacks_dir
-from nodecert.versions import (
+from nodecert.stack.compat import Matrix, default_matrix
+from nodecert.stack.versions import (
     DebianVersion,
     DottedVersion,
     DriverVersion,

@@ -17,11 +17,11 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nodecert.compat import GpuModel, Matrix, default_matrix
 from nodecert.core.errors import UnknownNameError
 from nodecert.core.verdict import Verdict, worst
-from nodecert.stacks import SUPPORTED_OS, Stack
-from nodecert.versions import DriverVersion
+from nodecert.stack.compat import GpuModel, Matrix, default_matrix
+from nodecert.stack.manifest import SUPPORTED_OS, Stack
+from nodecert.stack.versions import DriverVersion
 
 
 @dataclass(frozen=True)
