@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nodecert.become import BecomeSource, Secret, read_password_file
 from nodecert.core.errors import InventoryError
-from nodecert.nodessh import BecomeError, Endpoint, start
+from nodecert.transport.become import BecomeSource, Secret, read_password_file
+from nodecert.transport.ssh import BecomeError, Endpoint, start
 
 pytestmark = pytest.mark.unit
 PW = "corr3ct horse"

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from conftest import require_tool
-from nodecert.become import Secret
 from nodecert.bmcmonitor import BmcMonitor
 from nodecert.bmcredfish import BmcError, RedfishClient
 from nodecert.bmcspec import BmcSpec
@@ -28,6 +27,7 @@ from nodecert.lab.bmcmodel import Model
 from nodecert.lab.bmcsim import render
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hardware import Fault, hardware_description
+from nodecert.transport.become import Secret
 from nodecert_node.contract import Limits, Verdict
 
 pytestmark = pytest.mark.unit

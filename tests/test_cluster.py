@@ -26,8 +26,8 @@ from nodecert.clusterjudge import (
     read_rails,
 )
 from nodecert.clusterrun import ClusterContext, ClusterRun
-from nodecert.nodessh import Endpoint
 from nodecert.signing import init_key, load_private_key, load_public_key
+from nodecert.transport.ssh import Endpoint
 from nodecert.verify import verify_report
 from nodecert_node.contract import Threshold
 

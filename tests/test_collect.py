@@ -16,10 +16,10 @@ from nodecert import collect as collect_mod
 from nodecert import thresholds
 from nodecert.collect import collect_host, fetch_command, read_record
 from nodecert.inventory import load_inventory
-from nodecert.nodeevents import BadEvent
-from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
 from nodecert.runs import HostRun
+from nodecert.transport.events import BadEvent
+from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Result, Verdict
 
 CHECKS = ["health.gpu", "health.xid"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodecert.nodessh import Endpoint, bastion
+from nodecert.transport.ssh import Endpoint, bastion
 
 pytestmark = pytest.mark.unit
 

@@ -195,7 +195,7 @@ def test_connections_prefer_aes_gcm_and_check_the_host_key(fleet: Path) -> None:
     emulated node's key must still be the one known_hosts lists."""
     import paramiko
 
-    from nodecert.nodessh import Endpoint, connect
+    from nodecert.transport.ssh import Endpoint, connect
     inv = (fleet / "inventory.ini").read_text()
     port = int(inv.split("ansible_port=")[1].split()[0])
     ep = Endpoint("n00000", "127.43.0.1", port, "root", str(fleet / "client_key"),

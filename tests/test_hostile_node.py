@@ -16,11 +16,11 @@ from nodecert import nodesession, thresholds
 from nodecert.core.textsafe import clean
 from nodecert.inventory import load_inventory
 from nodecert.junit import node_xml
-from nodecert.nodeevents import MAX_LINE, BadEvent, LineReader, decode_event
 from nodecert.nodesession import NodeSessions
-from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
 from nodecert.runs import HostRun
+from nodecert.transport.events import MAX_LINE, BadEvent, LineReader, decode_event
+from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Result, Verdict
 
 CHECKS = ["health.gpu", "health.xid"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from nodecert import knownhosts
+from nodecert.transport import knownhosts
 
 pytestmark = pytest.mark.unit
 

@@ -539,9 +539,9 @@ def _sudo_with_a_password(inv: Path, tmp_path: Path, password: str) -> None:
     clear ERROR; the password is in no file of the run."""
     from ansible.parsing.vault import VaultLib, VaultSecret
 
-    from nodecert.become import BecomeSource
     from nodecert.inventory import hostvars
-    from nodecert.nodessh import Endpoint, connect
+    from nodecert.transport.become import BecomeSource
+    from nodecert.transport.ssh import Endpoint, connect
     from nodecert.validation import validate
     # root cannot log in: ops changes its own sudo rule while it is still passwordless
     client = connect(Endpoint.from_hostvars("h2", hostvars(inv, ["h2"])["h2"]))

@@ -14,11 +14,11 @@ import pytest
 from conftest import REPO
 from nodecert import nodesession, thresholds
 from nodecert.inventory import load_inventory
-from nodecert.loadgate import OVERLOAD_LAG_S, LoadGate
 from nodecert.nodesession import NodeSessions
-from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
 from nodecert.runs import HostRun
+from nodecert.transport.loadgate import OVERLOAD_LAG_S, LoadGate
+from nodecert.transport.ssh import Endpoint
 
 pytestmark = pytest.mark.unit
 

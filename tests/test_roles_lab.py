@@ -20,9 +20,9 @@ import yaml
 
 from conftest import REPO
 from nodecert.lab.hosts import Lab
-from nodecert.nodebundle import node_bundle
 from nodecert.provisioning import provision
 from nodecert.stack.manifest import find_stack
+from nodecert.transport.bundle import node_bundle
 
 pytestmark = pytest.mark.lab
 

@@ -75,7 +75,7 @@ def test_ansible_cfg_in_the_working_directory_is_not_honoured(tmp_path: Path) ->
 # --- node code: kept only while provably ours ---------------------------------------------
 
 def _install(tmp: Path, base: Path) -> subprocess.CompletedProcess[str]:
-    from nodecert.nodebundle import install_script, node_bundle
+    from nodecert.transport.bundle import install_script, node_bundle
     data, sha = node_bundle()
     bundle = tmp / "bundle.tgz"
     bundle.write_bytes(data)
@@ -102,7 +102,7 @@ def test_the_read_only_check_says_in_place_exactly_when_the_install_would_do_not
         tmp_path: Path) -> None:
     # The validators role skips the install when this check says "in place": it must
     # judge as the install does, and write nothing.
-    from nodecert.nodebundle import check_script, node_bundle
+    from nodecert.transport.bundle import check_script, node_bundle
     sha16 = node_bundle()[1][:16]
     base = tmp_path / "opt" / "node"
 

@@ -11,10 +11,10 @@ from conftest import REPO
 from nodecert import thresholds
 from nodecert.core.errors import InventoryError, ManifestError
 from nodecert.inventory import load_inventory
-from nodecert.nodebundle import node_bundle
-from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
 from nodecert.stack.manifest import find_stack
+from nodecert.transport.bundle import node_bundle
+from nodecert.transport.ssh import Endpoint
 
 
 def test_every_profile_value_is_sourced_and_model_overrides_common() -> None:

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodecert.become import Secret, is_vaulted, read_password_file
 from nodecert.core.errors import InventoryError
+from nodecert.transport.become import Secret, is_vaulted, read_password_file
 
 KEYS = {"address", "protocol", "port", "ca_file", "cert_sha256", "username", "password_file",
         "firmware", "psu_spares", "psu_capacity_w", "sample_s", "timeout_s"}

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nodecert.become import BecomeSource
 from nodecert.core.errors import ExitCode
 from nodecert.core.verdict import Verdict
+from nodecert.transport.become import BecomeSource
 
 if TYPE_CHECKING:
     from nodecert.provisioning import FleetSettings

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import paramiko
 
-from nodecert.nodessh import Endpoint, connect
+from nodecert.transport.ssh import Endpoint, connect
 from nodecert_node.parse import ParseError
 from nodecert_node.parse.ib import ERROR_COUNTERS, parse_perfquery
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodecert.become import BecomeSource
 from nodecert.clusterconfig import ClusterConfig
 from nodecert.core.errors import InventoryError
 from nodecert.inventory import hostvars, load_inventory
-from nodecert.nodessh import Endpoint
+from nodecert.transport.become import BecomeSource
+from nodecert.transport.ssh import Endpoint
 
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 

@@ -25,7 +25,7 @@ import paramiko
 from nodecert.clusterconfig import ClusterConfig
 from nodecert.core.errors import NodecertError
 from nodecert.core.textsafe import clean
-from nodecert.nodessh import Endpoint, connect, describe_error
+from nodecert.transport.ssh import Endpoint, connect, describe_error
 
 OUTPUT_LIMIT = 2 * 1024 * 1024  # bytes of a job's output kept; the rest is dropped, said so
 KILL_GRACE_S = 10

@@ -44,8 +44,8 @@ from nodecert.clusterjudge import (
 )
 from nodecert.core.errors import InventoryError
 from nodecert.inventory import HostSpec
-from nodecert.nodessh import Endpoint
 from nodecert.runs import write_json
+from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Evidence, Result, Threshold, Verdict, worst
 
 Progress = Callable[[str], None]

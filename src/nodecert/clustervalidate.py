@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nodecert.become import BecomeSource
 from nodecert.clusterconfig import ClusterConfig, inventory_cluster
 from nodecert.clustercounters import read_all
 from nodecert.clusterhosts import cluster_hosts
@@ -29,6 +28,7 @@ from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.inventory import hostvars, load_inventory
 from nodecert.thresholds import suite
+from nodecert.transport.become import BecomeSource
 from nodecert.validation import validate
 from nodecert_node.contract import Threshold
 

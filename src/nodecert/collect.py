@@ -17,11 +17,11 @@ from typing import Any
 
 import paramiko
 
-from nodecert.become import BecomeSource
-from nodecert.nodeevents import MAX_LINE, BadEvent, decode_event
-from nodecert.nodessh import connect, describe_error, start
 from nodecert.runs import HostRun, RunDir, ValidationRun, write_json
 from nodecert.stack import conformance
+from nodecert.transport.become import BecomeSource
+from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
+from nodecert.transport.ssh import connect, describe_error, start
 from nodecert.validation import open_new_run
 
 HISTORY = "/var/lib/nodecert/history"

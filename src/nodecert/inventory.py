@@ -23,13 +23,13 @@ from typing import Any
 
 import yaml
 
-from nodecert.become import is_vaulted
 from nodecert.core.ansible_env import ansible_quiet
 from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.core.yamldoc import UniqueKeyLoader
 from nodecert.inventorymaps import EXAMPLES, MAPPING_KINDS, parse_mapping
 from nodecert.stack.compat import Matrix, default_matrix
 from nodecert.stack.manifest import SUPPORTED_OS, stack_paths
+from nodecert.transport.become import is_vaulted
 
 # Variable -> (required, kind, help). `kind` int means a non-negative integer.
 SPEC_VARS: dict[str, tuple[bool, str, str]] = {

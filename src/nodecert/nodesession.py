@@ -22,15 +22,15 @@ from nodecert.bmcjudge import BMC_CHECKS
 from nodecert.bmcmonitor import BmcMonitor
 from nodecert.core.errors import NodecertError
 from nodecert.core.textsafe import clean
-from nodecert.loadgate import LoadGate
-from nodecert.nodebundle import NODE_BASE, install_script
-from nodecert.nodeevents import BadEvent, LineReader, decode_event
-from nodecert.nodessh import BecomeError, Endpoint, connect, describe_error, start
 from nodecert.plan import framework_plan
 from nodecert.progress import RunProgress
 from nodecert.runs import HostRun, RunDir
 from nodecert.stack import conformance
 from nodecert.stack.manifest import Stack, find_stack
+from nodecert.transport.bundle import NODE_BASE, install_script
+from nodecert.transport.events import BadEvent, LineReader, decode_event
+from nodecert.transport.loadgate import LoadGate
+from nodecert.transport.ssh import BecomeError, Endpoint, connect, describe_error, start
 from nodecert_node.contract import Evidence, Verdict, error_result
 
 Progress = Callable[[str], None]

@@ -24,17 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert.become import BecomeSource
 from nodecert.core.ansible_env import ansible_config, ansible_local_temp
 from nodecert.core.errors import InventoryError
 from nodecert.core.paths import product_dir, stacks_dir
 from nodecert.core.verdict import Verdict
 from nodecert.inventory import hostvars
-from nodecert.nodebundle import write_bundle
 from nodecert.preflight import preflight
 from nodecert.stack.conformance import Conformance, check_host
 from nodecert.stack.gate import GateReport
 from nodecert.stack.manifest import Stack, find_stack
+from nodecert.transport.become import BecomeSource
+from nodecert.transport.bundle import write_bundle
 from nodecert_node.contract import write_atomic
 
 PLAYBOOK_TIMEOUT_S = 6 * 3600

@@ -26,8 +26,8 @@ from typing import Any
 from nodecert.bmcspec import BmcSpec
 from nodecert.core.errors import NodecertError
 from nodecert.inventory import HostSpec
-from nodecert.nodessh import Endpoint
 from nodecert.stack.manifest import Stack
+from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Plan, Result, Verdict, error_result, worst, write_atomic
 
 SCHEMA = "nodecert.validation/v1"

@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodecert.become import BecomeSource
 from nodecert.clusterconfig import inventory_cluster
 from nodecert.clusterhosts import cluster_hosts
 from nodecert.clusterjobs import (
@@ -37,7 +36,8 @@ from nodecert.clusterjobs import (
 from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.inventory import hostvars, load_inventory
-from nodecert.nodebundle import NODE_BASE
+from nodecert.transport.become import BecomeSource
+from nodecert.transport.bundle import NODE_BASE
 
 REASON = "slurm"
 # nodecert policy: how long one node's run may take, by suite (the run itself; the wait

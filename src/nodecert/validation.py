@@ -22,19 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from nodecert import thresholds
-from nodecert.become import BecomeSource, unlock_vault
 from nodecert.bmcspec import BmcSpec, bmc_spec
 from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError
 from nodecert.inventory import HostSpec, hostvars, load_inventory
-from nodecert.loadgate import LoadGate
-from nodecert.nodebundle import node_bundle
 from nodecert.nodesession import NodeSessions
-from nodecert.nodessh import Endpoint
 from nodecert.plan import build_plan
 from nodecert.progress import DETAIL_MAX_HOSTS, RunProgress, Snapshot
 from nodecert.runs import HostRun, RunDir, ValidationRun, write_json
 from nodecert.stack.manifest import Stack, find_stack
+from nodecert.transport.become import BecomeSource, unlock_vault
+from nodecert.transport.bundle import node_bundle
+from nodecert.transport.loadgate import LoadGate
+from nodecert.transport.ssh import Endpoint
 
 Progress = Callable[[str], None]
 SWITCH_INTERVAL_S = 0.05

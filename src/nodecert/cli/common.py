@@ -137,7 +137,7 @@ def become_options(f: Any) -> Any:
 
 
 def become_source(become_file: Path | None, vault_file: Path | None) -> Any:
-    from nodecert.become import BecomeSource
+    from nodecert.transport.become import BecomeSource
     return BecomeSource.from_env(become_file, vault_file)
 
 

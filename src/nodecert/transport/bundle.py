@@ -1,7 +1,7 @@
 """The node code as shipped to a node: a byte-reproducible bundle, and the one script
 that installs it (run by `validate` over SSH and by the validators role alike).
 
-`python3 -m nodecert.nodebundle OUT_DIR` writes the bundle for the validators role and
+`python3 -m nodecert.transport.bundle OUT_DIR` writes the bundle for the validators role and
 prints its path, id and install script as JSON.
 """
 
@@ -129,9 +129,9 @@ def write_bundle(out_dir: Path) -> dict[str, str]:
             "script": install_script(sha[:16], remote), "check": check_script(sha[:16])}
 
 
-if __name__ == "__main__":  # the validators role: python3 -m nodecert.nodebundle OUT_DIR
+if __name__ == "__main__":  # the validators role: python3 -m nodecert.transport.bundle OUT_DIR
     if len(sys.argv) != 2:
-        sys.exit("usage: python3 -m nodecert.nodebundle OUT_DIR")
+        sys.exit("usage: python3 -m nodecert.transport.bundle OUT_DIR")
     print(json.dumps(write_bundle(Path(sys.argv[1]))))
 
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import paramiko
 
-from nodecert import knownhosts
-from nodecert.become import Secret
 from nodecert.core.textsafe import clean
+from nodecert.transport import knownhosts
+from nodecert.transport.become import Secret
 
 
 class BecomeError(paramiko.SSHException):
