@@ -109,10 +109,10 @@ class SimNode:
         return {**framework_plan(st), "python": str(py)}
 
     def plan(self, checks: list[str], **options: Any) -> dict[str, Any]:
-        from nodecert import thresholds
         from nodecert.fabricspec import parse_fabric
         from nodecert.inventory import HostSpec
         from nodecert.plan import build_plan
+        from nodecert.profiles import thresholds
         sv = spec_vars(self.profile)
         validation = options.pop("validation", {})
         if "nodecert_fabric" in sv:  # the order's fabric, as the lab inventory states it

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from nodecert import thresholds
+from nodecert.profiles import thresholds
 from nodecert_node import registry
 
 SRC = REPO / "src" / "nodecert"

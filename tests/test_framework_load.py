@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from nodecert import thresholds
+from nodecert.profiles import thresholds
 from nodecert_node.checks.hardware import judge_topology
 from nodecert_node.checks.load import judge_gemm, judge_soak
 from nodecert_node.checks.stack import judge_smoke

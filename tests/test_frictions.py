@@ -102,9 +102,9 @@ def test_picking_checks_is_only_everywhere_and_check_is_never_a_picker() -> None
 
 
 def test_suite_settings_from_the_command_line_reach_the_plan() -> None:
-    from nodecert import thresholds
     from nodecert.inventory import load_inventory
     from nodecert.plan import build_plan
+    from nodecert.profiles import thresholds
     over = thresholds.parse_suite_settings(("load.burnin_s=300", "load.dtype=fp8",
                                             "storage.size_mb=2048"))
     assert over == {"load": {"burnin_s": 300, "dtype": "fp8"}, "storage": {"size_mb": 2048}}
@@ -131,8 +131,8 @@ def test_bad_suite_settings_are_refused_before_anything_runs(item: str, why: str
 
 def test_a_gate_model_without_a_profile_is_validated_with_a_warning(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodecert import thresholds
     from nodecert.inventory import HostSpec
+    from nodecert.profiles import thresholds
     # Every model the gate knows has a profile today; a model added to the gate
     # before its profile must still validate (generic checks, a clear WARN).
     monkeypatch.setattr(thresholds, "has_profile", lambda model: model != "B300")
@@ -162,7 +162,7 @@ def test_a_gate_model_without_a_profile_is_validated_with_a_warning(
 ])
 def test_new_profiles_pass_the_real_gpus_they_were_written_from(model: str, fixture: str,
                                                                 count: int) -> None:
-    from nodecert import thresholds
+    from nodecert.profiles import thresholds
     from nodecert_node.checks.hardware import judge_inventory, judge_pcie
     from nodecert_node.contract import Limits
     from nodecert_node.parse import smi

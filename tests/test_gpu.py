@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, require
-from nodecert import thresholds
 from nodecert.inventory import HostSpec
 from nodecert.plan import build_plan
+from nodecert.profiles import thresholds
 from nodecert_node.contract import Result, Verdict
 
 pytestmark = pytest.mark.gpu

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from nodecert import nodesession, thresholds
+from nodecert import nodesession
 from nodecert.core.textsafe import clean
 from nodecert.inventory import load_inventory
 from nodecert.junit import node_xml
 from nodecert.nodesession import NodeSessions
 from nodecert.plan import build_plan
+from nodecert.profiles import thresholds
 from nodecert.runs import HostRun
 from nodecert.transport.events import MAX_LINE, BadEvent, LineReader, decode_event
 from nodecert.transport.ssh import Endpoint

@@ -12,10 +12,11 @@ import paramiko
 import pytest
 
 from conftest import REPO
-from nodecert import nodesession, thresholds
+from nodecert import nodesession
 from nodecert.inventory import load_inventory
 from nodecert.nodesession import NodeSessions
 from nodecert.plan import build_plan
+from nodecert.profiles import thresholds
 from nodecert.runs import HostRun
 from nodecert.transport.loadgate import OVERLOAD_LAG_S, LoadGate
 from nodecert.transport.ssh import Endpoint

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import REPO
-from nodecert import thresholds
+from nodecert.profiles import thresholds
 from nodecert_node.checks.power import judge_power, power_limits
 from nodecert_node.contract import Limits, Verdict
 from simnode import SimNode

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from nodecert import thresholds
 from nodecert.certify import certify
 from nodecert.cli import main
 from nodecert.drift import compare, metrics, record_of
 from nodecert.history import history
+from nodecert.profiles import thresholds
 from nodecert.revalidate import BaselineError, load_baseline
 from nodecert.signing import init_key, load_private_key
 from nodecert_node.contract import Limits, Verdict

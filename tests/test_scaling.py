@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from conftest import REPO
-from nodecert import thresholds
 from nodecert.clusterconfig import parse_cluster
 from nodecert.clusterscaling import NodeScaling, job_script, judge
+from nodecert.profiles import thresholds
 from nodecert_node.contract import Limits, Threshold, Verdict
 from nodecert_node.parse.events import events
 from nodecert_node.scaling import judge_scaling, model_size, topology

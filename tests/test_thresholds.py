@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from nodecert import thresholds
 from nodecert.core.errors import InventoryError, ManifestError
 from nodecert.inventory import load_inventory
 from nodecert.plan import build_plan
+from nodecert.profiles import thresholds
 from nodecert.stack.manifest import find_stack
 from nodecert.transport.bundle import node_bundle
 from nodecert.transport.ssh import Endpoint

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from nodecert import thresholds
+from nodecert.profiles import thresholds
 from nodecert_node.checks.hardware import judge_inventory, judge_pcie, judge_topology
 from nodecert_node.checks.health import judge_gpu_health, judge_xids, load_catalog
 from nodecert_node.checks.storage import judge_storage, raw_device_problems, signatures

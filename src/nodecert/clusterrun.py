@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert import clustercounters, clusterplan, clusterscaling, clusterstorage, thresholds
+from nodecert import clustercounters, clusterplan, clusterscaling, clusterstorage
 from nodecert.clusterconfig import ClusterConfig
 from nodecert.clusterjobs import Job, JobResult, Launcher, launcher
 from nodecert.clusterjudge import (
@@ -44,6 +44,7 @@ from nodecert.clusterjudge import (
 )
 from nodecert.core.errors import InventoryError
 from nodecert.inventory import HostSpec
+from nodecert.profiles import thresholds
 from nodecert.runs import write_json
 from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Evidence, Result, Threshold, Verdict, worst

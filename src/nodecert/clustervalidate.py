@@ -27,7 +27,7 @@ from nodecert.clusterrun import (
 from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.inventory import hostvars, load_inventory
-from nodecert.thresholds import suite
+from nodecert.profiles.thresholds import suite
 from nodecert.transport.become import BecomeSource
 from nodecert.validation import validate
 from nodecert_node.contract import Threshold

@@ -4,7 +4,7 @@ Each table sits between `<!-- BEGIN GENERATED: NAME -->` and `<!-- END GENERATED
 in a docs/ file; `python -m nodecert.docgen` rewrites them, and a test fails when a
 doc no longer matches (run that command, review, commit).
 
-The check table comes from the node's registry (nodecert.catalog).
+The check table comes from the node's registry (nodecert.profiles.catalog).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import yaml
 
-from nodecert import catalog, thresholds
 from nodecert.core.paths import data_root
 from nodecert.inventory import SPEC_VARS
 from nodecert.lab.hardware import FAULT_KINDS
+from nodecert.profiles import catalog, thresholds
 
 BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[a-z_]+) -->\n)(?P<body>.*?)"
                    r"(<!-- END GENERATED: (?P=name) -->)", re.S)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodecert import thresholds
 from nodecert.inventory import HostSpec
+from nodecert.profiles import thresholds
 from nodecert.stack import conformance
 from nodecert.stack.compat import load_matrix
 from nodecert.stack.manifest import Stack

@@ -21,13 +21,13 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from nodecert import thresholds
 from nodecert.bmcspec import BmcSpec, bmc_spec
 from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError
 from nodecert.inventory import HostSpec, hostvars, load_inventory
 from nodecert.nodesession import NodeSessions
 from nodecert.plan import build_plan
+from nodecert.profiles import thresholds
 from nodecert.progress import DETAIL_MAX_HOSTS, RunProgress, Snapshot
 from nodecert.runs import HostRun, RunDir, ValidationRun, write_json
 from nodecert.stack.manifest import Stack, find_stack

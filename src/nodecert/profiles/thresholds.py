@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from nodecert.catalog import suite_checks
 from nodecert.core import yamldoc
 from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.core.paths import data_root
+from nodecert.profiles.catalog import suite_checks
 from nodecert_node.contract import OPS
 
 
