@@ -109,8 +109,8 @@ class SimNode:
         return {**framework_plan(st), "python": str(py)}
 
     def plan(self, checks: list[str], **options: Any) -> dict[str, Any]:
-        from nodecert.fabricspec import parse_fabric
-        from nodecert.inventory import HostSpec
+        from nodecert.inventory.fabric import parse_fabric
+        from nodecert.inventory.reader import HostSpec
         from nodecert.plan import build_plan
         from nodecert.profiles import thresholds
         sv = spec_vars(self.profile)

@@ -166,7 +166,7 @@ def test_password_files(tmp_path: Path) -> None:
 def test_a_vaulted_become_password_needs_the_vault_password(tmp_path: Path) -> None:
     from ansible.parsing.vault import VaultLib, VaultSecret
 
-    from nodecert.inventory import check_inventory, hostvars
+    from nodecert.inventory.reader import check_inventory, hostvars
     vault_pw = tmp_path / "vault-pw"
     vault_pw.write_text("v4ult\n")
     vault_pw.chmod(0o600)

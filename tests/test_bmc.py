@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from conftest import REPO
 from nodecert.bmcjudge import event_rules, judge_inventory, judge_power, judge_sel, judge_sensors
-from nodecert.bmcspec import parse_bmc
+from nodecert.inventory.bmc import parse_bmc
 from nodecert_node.contract import Limits, Verdict
 from nodecert_node.parse import ParseError
 from nodecert_node.parse import ipmitool as ipmi
@@ -271,7 +271,7 @@ def test_the_bmc_spec_never_allows_unverified_tls() -> None:
 
 
 def test_the_inventory_refuses_a_plain_text_bmc_password(tmp_path: Path) -> None:
-    from nodecert.inventory import check_inventory
+    from nodecert.inventory.reader import check_inventory
 
     inv = tmp_path / "lab.ini"
     inv.write_text(

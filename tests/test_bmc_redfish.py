@@ -21,7 +21,7 @@ import pytest
 from conftest import require_tool
 from nodecert.bmcmonitor import BmcMonitor
 from nodecert.bmcredfish import BmcError, RedfishClient
-from nodecert.bmcspec import BmcSpec
+from nodecert.inventory.bmc import BmcSpec
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.bmcmodel import Model
 from nodecert.lab.bmcsim import render

@@ -16,7 +16,6 @@ import pytest
 
 from nodecert import clusterplan
 from nodecert.clustercert import certify_cluster, statement
-from nodecert.clusterconfig import ClusterConfig, parse_cluster
 from nodecert.clusterjobs import Job, JobResult, Launcher, MpirunLauncher, SlurmLauncher, demux
 from nodecert.clusterjudge import (
     RAIL_MARK,
@@ -26,6 +25,7 @@ from nodecert.clusterjudge import (
     read_rails,
 )
 from nodecert.clusterrun import ClusterContext, ClusterRun
+from nodecert.inventory.cluster import ClusterConfig, parse_cluster
 from nodecert.signing import init_key, load_private_key, load_public_key
 from nodecert.transport.ssh import Endpoint
 from nodecert.verify import verify_report

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 from nodecert import collect as collect_mod
 from nodecert.collect import collect_host, fetch_command, read_record
-from nodecert.inventory import load_inventory
+from nodecert.inventory.reader import load_inventory
 from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
 from nodecert.runs import HostRun

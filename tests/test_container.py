@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from nodecert.containerspec import parse_container
+from nodecert.inventory.container import parse_container
 from nodecert.lab.hardware import hardware_description
 from nodecert_node.checks.container import judge_container
 from nodecert_node.contract import Verdict

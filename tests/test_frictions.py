@@ -102,7 +102,7 @@ def test_picking_checks_is_only_everywhere_and_check_is_never_a_picker() -> None
 
 
 def test_suite_settings_from_the_command_line_reach_the_plan() -> None:
-    from nodecert.inventory import load_inventory
+    from nodecert.inventory.reader import load_inventory
     from nodecert.plan import build_plan
     from nodecert.profiles import thresholds
     over = thresholds.parse_suite_settings(("load.burnin_s=300", "load.dtype=fp8",
@@ -131,7 +131,7 @@ def test_bad_suite_settings_are_refused_before_anything_runs(item: str, why: str
 
 def test_a_gate_model_without_a_profile_is_validated_with_a_warning(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodecert.inventory import HostSpec
+    from nodecert.inventory.reader import HostSpec
     from nodecert.profiles import thresholds
     # Every model the gate knows has a profile today; a model added to the gate
     # before its profile must still validate (generic checks, a clear WARN).
@@ -189,7 +189,7 @@ def test_new_profiles_pass_the_real_gpus_they_were_written_from(model: str, fixt
 def test_init_scaffolds_a_site_project_that_checks(tmp_path: Path) -> None:
     import stat
 
-    from nodecert.inventory import check_inventory
+    from nodecert.inventory.reader import check_inventory
     target = tmp_path / "acme"
     r = CliRunner().invoke(main, ["init", str(target)])
     assert r.exit_code == 0, r.output

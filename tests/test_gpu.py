@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, require
-from nodecert.inventory import HostSpec
+from nodecert.inventory.reader import HostSpec
 from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
 from nodecert_node.contract import Result, Verdict

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 from nodecert import nodesession
 from nodecert.core.textsafe import clean
-from nodecert.inventory import load_inventory
+from nodecert.inventory.reader import load_inventory
 from nodecert.junit import node_xml
 from nodecert.nodesession import NodeSessions
 from nodecert.plan import build_plan

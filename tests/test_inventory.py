@@ -8,7 +8,7 @@ import pytest
 
 from conftest import REPO
 from nodecert.core.errors import InventoryError
-from nodecert.inventory import check_inventory, load_inventory
+from nodecert.inventory.reader import check_inventory, load_inventory
 
 SAMPLE = REPO / "inventory" / "sample" / "lab.ini"
 
@@ -137,7 +137,7 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_inventory_directory_with_group_vars_and_host_vars(tmp_path: Path) -> None:
     """An inventory directory as sites keep them: several sources, group_vars, host_vars,
     a constructed plugin's configuration, and files Ansible ignores."""
-    from nodecert.inventory import load_inventory
+    from nodecert.inventory.reader import load_inventory
     inv = tmp_path / "inventory"
     (inv / "group_vars" / "all").mkdir(parents=True)
     (inv / "host_vars").mkdir()

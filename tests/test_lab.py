@@ -22,7 +22,7 @@ import toolparse as tp
 from conftest import REPO, lab_config, require_root
 from nodecert.core.errors import NodecertError
 from nodecert.core.shell import CommandError
-from nodecert.inventory import load_inventory
+from nodecert.inventory.reader import load_inventory
 from nodecert.lab import blkio, net
 from nodecert.lab.hosts import Lab
 
@@ -539,7 +539,7 @@ def _sudo_with_a_password(inv: Path, tmp_path: Path, password: str) -> None:
     clear ERROR; the password is in no file of the run."""
     from ansible.parsing.vault import VaultLib, VaultSecret
 
-    from nodecert.inventory import hostvars
+    from nodecert.inventory.reader import hostvars
     from nodecert.transport.become import BecomeSource
     from nodecert.transport.ssh import Endpoint, connect
     from nodecert.validation import validate

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO
 from nodecert import nodesession
-from nodecert.inventory import load_inventory
+from nodecert.inventory.reader import load_inventory
 from nodecert.nodesession import NodeSessions
 from nodecert.plan import build_plan
 from nodecert.profiles import thresholds

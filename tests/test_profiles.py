@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from nodecert.inventory import HostSpec
+from nodecert.inventory.reader import HostSpec
 from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
 from nodecert.stack.compat import load_matrix

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodecert.fabricspec import parse_fabric
+from nodecert.inventory.fabric import parse_fabric
 from nodecert_node.checks.net import roce_problems
 from nodecert_node.contract import Verdict
 from nodecert_node.parse import ParseError

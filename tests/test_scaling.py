@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from conftest import REPO
-from nodecert.clusterconfig import parse_cluster
 from nodecert.clusterscaling import NodeScaling, job_script, judge
+from nodecert.inventory.cluster import parse_cluster
 from nodecert.profiles import thresholds
 from nodecert_node.contract import Limits, Threshold, Verdict
 from nodecert_node.parse.events import events

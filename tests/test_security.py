@@ -38,7 +38,7 @@ def test_no_fixed_path_in_a_shared_temp_directory() -> None:
 
 def test_ansible_local_temp_is_private_and_unpredictable() -> None:
     ini = str(REPO / "inventory/sample/lab.ini")
-    code = ("import os, pathlib; from nodecert.inventory import load_inventory; "
+    code = ("import os, pathlib; from nodecert.inventory.reader import load_inventory; "
             f"load_inventory(pathlib.Path({ini!r})); "
             "print(os.environ['ANSIBLE_LOCAL_TEMP']); print(os.environ['ANSIBLE_CONFIG'])")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
@@ -63,7 +63,7 @@ def test_ansible_cfg_in_the_working_directory_is_not_honoured(tmp_path: Path) ->
     (tmp_path / "ansible.cfg").write_text("[inventory]\nenable_plugins = yaml\n"
                                           "[defaults]\nhost_key_checking = False\n")
     ini = str(REPO / "inventory/sample/lab.ini")
-    code = ("from nodecert.inventory import load_inventory; import pathlib; "
+    code = ("from nodecert.inventory.reader import load_inventory; import pathlib; "
             f"print(len(load_inventory(pathlib.Path({ini!r}))))")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -250,7 +250,7 @@ SPEC = ("nodecert_gpu_model=H200-SXM nodecert_gpu_count=8 nodecert_cpu_cores=112
 ])
 def test_unsafe_host_names_and_interpreters_are_refused(tmp_path: Path, host: str, extra: str,
                                                         why: str) -> None:
-    from nodecert.inventory import check_inventory
+    from nodecert.inventory.reader import check_inventory
     ini = tmp_path / "inv.ini"
     ini.write_text(f"[g]\n{host} ansible_host=192.0.2.10 {SPEC} {extra}\n")
     report = check_inventory(ini)
@@ -259,7 +259,7 @@ def test_unsafe_host_names_and_interpreters_are_refused(tmp_path: Path, host: st
 
 
 def test_javascript_host_name_in_yaml_is_refused(tmp_path: Path) -> None:
-    from nodecert.inventory import check_inventory
+    from nodecert.inventory.reader import check_inventory
     inv = tmp_path / "inv.yml"
     inv.write_text("all:\n  hosts:\n    'javascript:alert(1)':\n      ansible_host: 192.0.2.10\n"
                    + "".join(f"      {kv.split('=')[0]}: {kv.split('=')[1]}\n"
@@ -375,7 +375,7 @@ def test_mirror_credentials_are_refused_before_anything_is_written(tmp_path: Pat
 ])
 def test_inventory_that_turns_host_key_checking_off_is_refused(tmp_path: Path,
                                                                extra: str) -> None:
-    from nodecert.inventory import check_inventory
+    from nodecert.inventory.reader import check_inventory
     ini = tmp_path / "inv.ini"
     ini.write_text(f"[g]\ngpu-01 ansible_host=192.0.2.10 {SPEC} {extra}\n")
     report = check_inventory(ini)

@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, require
 from nodecert.clusterjobs import demux
 from nodecert.clusterstorage import PREP, READ, judge, read_rates, script
-from nodecert.sharedfsspec import parse_shared_fs
+from nodecert.inventory.sharedfs import parse_shared_fs
 from nodecert_node import sharedfs
 from nodecert_node.contract import Evidence, Threshold, Verdict
 

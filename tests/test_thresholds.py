@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO
 from nodecert.core.errors import InventoryError, ManifestError
-from nodecert.inventory import load_inventory
+from nodecert.inventory.reader import load_inventory
 from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
 from nodecert.stack.manifest import find_stack

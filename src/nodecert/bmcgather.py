@@ -15,7 +15,7 @@ import time
 from typing import Any, Protocol
 
 from nodecert.bmcredfish import BmcError, RedfishClient
-from nodecert.bmcspec import BmcSpec
+from nodecert.inventory.bmc import BmcSpec
 from nodecert_node.contract import Evidence
 from nodecert_node.parse import ParseError
 from nodecert_node.parse import ipmitool as ipmi

@@ -25,8 +25,8 @@ from nodecert.bmcjudge import (
     judge_sensors,
 )
 from nodecert.bmcredfish import BmcError
-from nodecert.bmcspec import BmcSpec
 from nodecert.core.errors import NodecertError
+from nodecert.inventory.bmc import BmcSpec
 from nodecert_node.contract import Limits, Result, error_result
 
 # Checks during which the node draws its full power: the burn-in, the soak, the

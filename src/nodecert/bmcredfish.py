@@ -16,8 +16,8 @@ import ssl
 import time
 from typing import Any
 
-from nodecert.bmcspec import BmcSpec
 from nodecert.core.errors import NodecertError
+from nodecert.inventory.bmc import BmcSpec
 from nodecert_node.contract import Evidence
 
 MAX_BODY = 8 * 1024 * 1024

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodecert.clusterconfig import ClusterConfig
 from nodecert.core.errors import InventoryError
-from nodecert.inventory import hostvars, load_inventory
+from nodecert.inventory.cluster import ClusterConfig
+from nodecert.inventory.reader import hostvars, load_inventory
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.ssh import Endpoint
 

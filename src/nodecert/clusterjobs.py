@@ -22,9 +22,9 @@ from typing import Any
 
 import paramiko
 
-from nodecert.clusterconfig import ClusterConfig
 from nodecert.core.errors import NodecertError
 from nodecert.core.textsafe import clean
+from nodecert.inventory.cluster import ClusterConfig
 from nodecert.transport.ssh import Endpoint, connect, describe_error
 
 OUTPUT_LIMIT = 2 * 1024 * 1024  # bytes of a job's output kept; the rest is dropped, said so

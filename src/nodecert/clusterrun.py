@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from nodecert import clustercounters, clusterplan, clusterscaling, clusterstorage
-from nodecert.clusterconfig import ClusterConfig
 from nodecert.clusterjobs import Job, JobResult, Launcher, launcher
 from nodecert.clusterjudge import (
     Expectation,
@@ -43,7 +42,8 @@ from nodecert.clusterjudge import (
     read_rails,
 )
 from nodecert.core.errors import InventoryError
-from nodecert.inventory import HostSpec
+from nodecert.inventory.cluster import ClusterConfig
+from nodecert.inventory.reader import HostSpec
 from nodecert.profiles import thresholds
 from nodecert.runs import write_json
 from nodecert.transport.ssh import Endpoint

@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nodecert.clusterconfig import ClusterConfig, inventory_cluster
 from nodecert.clustercounters import read_all
 from nodecert.clusterhosts import cluster_hosts
 from nodecert.clusterjobs import Launcher
@@ -26,7 +25,8 @@ from nodecert.clusterrun import (
 )
 from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError, NodecertError
-from nodecert.inventory import hostvars, load_inventory
+from nodecert.inventory.cluster import ClusterConfig, inventory_cluster
+from nodecert.inventory.reader import hostvars, load_inventory
 from nodecert.profiles.thresholds import suite
 from nodecert.transport.become import BecomeSource
 from nodecert.validation import validate

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from nodecert.core.paths import data_root
-from nodecert.inventory import SPEC_VARS
+from nodecert.inventory.reader import SPEC_VARS
 from nodecert.lab.hardware import FAULT_KINDS
 from nodecert.profiles import catalog, thresholds
 

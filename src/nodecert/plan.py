@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodecert.inventory import HostSpec
+from nodecert.inventory.reader import HostSpec
 from nodecert.profiles import thresholds
 from nodecert.stack import conformance
 from nodecert.stack.compat import load_matrix

@@ -14,7 +14,7 @@ from pathlib import Path
 from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError
 from nodecert.core.verdict import Verdict, worst
-from nodecert.inventory import HostSpec, load_inventory
+from nodecert.inventory.reader import HostSpec, load_inventory
 from nodecert.stack.compat import Matrix, default_matrix
 from nodecert.stack.gate import GateReport, evaluate
 from nodecert.stack.manifest import find_stack

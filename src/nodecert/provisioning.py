@@ -28,7 +28,7 @@ from nodecert.core.ansible_env import ansible_config, ansible_local_temp
 from nodecert.core.errors import InventoryError
 from nodecert.core.paths import product_dir, stacks_dir
 from nodecert.core.verdict import Verdict
-from nodecert.inventory import hostvars
+from nodecert.inventory.reader import hostvars
 from nodecert.preflight import preflight
 from nodecert.stack.conformance import Conformance, check_host
 from nodecert.stack.gate import GateReport

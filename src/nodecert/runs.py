@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert.bmcspec import BmcSpec
 from nodecert.core.errors import NodecertError
-from nodecert.inventory import HostSpec
+from nodecert.inventory.bmc import BmcSpec
+from nodecert.inventory.reader import HostSpec
 from nodecert.stack.manifest import Stack
 from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Plan, Result, Verdict, error_result, worst, write_atomic

@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodecert.clusterconfig import inventory_cluster
 from nodecert.clusterhosts import cluster_hosts
 from nodecert.clusterjobs import (
     Job,
@@ -35,7 +34,8 @@ from nodecert.clusterjobs import (
 )
 from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError, NodecertError
-from nodecert.inventory import hostvars, load_inventory
+from nodecert.inventory.cluster import inventory_cluster
+from nodecert.inventory.reader import hostvars, load_inventory
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.bundle import NODE_BASE
 

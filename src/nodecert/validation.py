@@ -21,10 +21,10 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from nodecert.bmcspec import BmcSpec, bmc_spec
 from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError
-from nodecert.inventory import HostSpec, hostvars, load_inventory
+from nodecert.inventory.bmc import BmcSpec, bmc_spec
+from nodecert.inventory.reader import HostSpec, hostvars, load_inventory
 from nodecert.nodesession import NodeSessions
 from nodecert.plan import build_plan
 from nodecert.profiles import thresholds

@@ -44,7 +44,7 @@ def init_cmd(directory: Path) -> None:
     Example:
       nodecert init ~/sites/acme-h200 && cd ~/sites/acme-h200
     """
-    from nodecert.scaffold import init_project
+    from nodecert.inventory.scaffold import init_project
 
     init_project(directory)
     echo(f"created {directory}: edit inventory/hosts.ini and "

@@ -92,9 +92,9 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          runs_dir: Path, as_json: bool,
                          become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.clustercert import certify_cluster
-    from nodecert.clusterconfig import parse_cluster
     from nodecert.clustervalidate import cluster_validate
     from nodecert.core.errors import InventoryError
+    from nodecert.inventory.cluster import parse_cluster
     from nodecert.signing import load_private_key
 
     given = {k: v for k, v in (("engine", engine), ("launch_host", launch_host),

@@ -9,7 +9,7 @@ import click
 
 from nodecert.cli.common import echo, emit_json, handle_errors, json_option
 from nodecert.core.errors import ExitCode
-from nodecert.inventory import check_inventory
+from nodecert.inventory.reader import check_inventory
 
 
 @click.group()

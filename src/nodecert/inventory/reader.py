@@ -26,7 +26,7 @@ import yaml
 from nodecert.core.ansible_env import ansible_quiet
 from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.core.yamldoc import UniqueKeyLoader
-from nodecert.inventorymaps import EXAMPLES, MAPPING_KINDS, parse_mapping
+from nodecert.inventory.maps import EXAMPLES, MAPPING_KINDS, parse_mapping
 from nodecert.stack.compat import Matrix, default_matrix
 from nodecert.stack.manifest import SUPPORTED_OS, stack_paths
 from nodecert.transport.become import is_vaulted

@@ -8,11 +8,11 @@ from typing import Any
 
 import yaml
 
-from nodecert.bmcspec import parse_bmc
-from nodecert.clusterconfig import parse_cluster
-from nodecert.containerspec import parse_container
-from nodecert.fabricspec import parse_fabric
-from nodecert.sharedfsspec import parse_shared_fs
+from nodecert.inventory.bmc import parse_bmc
+from nodecert.inventory.cluster import parse_cluster
+from nodecert.inventory.container import parse_container
+from nodecert.inventory.fabric import parse_fabric
+from nodecert.inventory.sharedfs import parse_shared_fs
 
 MAPPING_KINDS = ("map", "fabric", "cluster", "sharedfs", "bmc", "container")
 EXAMPLES = {
