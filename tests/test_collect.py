@@ -17,7 +17,7 @@ from nodecert.collect import collect_host, fetch_command, read_record
 from nodecert.inventory.reader import load_inventory
 from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
-from nodecert.runs import HostRun
+from nodecert.runs.store import HostRun
 from nodecert.transport.events import BadEvent
 from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Result, Verdict

@@ -118,7 +118,7 @@ def test_the_emulator_answers_what_it_recorded() -> None:
 def test_summary_lines_and_live_feed(tmp_path: Path) -> None:
     """RunProgress alone: alarms and the summary line never deadlock, never repeat
     within the interval, and a status feed replaces the printed summary."""
-    from nodecert.runs import HostRun
+    from nodecert.runs.store import HostRun
 
     class _Host:
         def __init__(self, name: str) -> None:

@@ -19,7 +19,7 @@ from nodecert.junit import node_xml
 from nodecert.nodesession import NodeSessions
 from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
-from nodecert.runs import HostRun
+from nodecert.runs.store import HostRun
 from nodecert.transport.events import MAX_LINE, BadEvent, LineReader, decode_event
 from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Result, Verdict

@@ -17,7 +17,7 @@ from nodecert.inventory.reader import load_inventory
 from nodecert.nodesession import NodeSessions
 from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
-from nodecert.runs import HostRun
+from nodecert.runs.store import HostRun
 from nodecert.transport.loadgate import OVERLOAD_LAG_S, LoadGate
 from nodecert.transport.ssh import Endpoint
 

@@ -132,7 +132,7 @@ def test_node_bundle_is_reproducible(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_host_verdict_never_claims_checks_that_did_not_run(tmp_path: Path) -> None:
-    from nodecert.runs import HostRun
+    from nodecert.runs.store import HostRun
     from nodecert_node.contract import Result, Verdict
     specs = load_inventory(REPO / "inventory" / "sample" / "lab.ini")
     spec = next(iter(specs.values()))

@@ -22,7 +22,7 @@ from typing import Any
 from nodecert import __version__, junit, report_html
 from nodecert.core.errors import NodecertError
 from nodecert.identity import certificate_identity, identity_digest
-from nodecert.runs import RunDir
+from nodecert.runs.store import RunDir
 from nodecert.signing import (
     PrivateKey,
     SignatureError,

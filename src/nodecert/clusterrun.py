@@ -45,7 +45,7 @@ from nodecert.core.errors import InventoryError
 from nodecert.inventory.cluster import ClusterConfig
 from nodecert.inventory.reader import HostSpec
 from nodecert.profiles import thresholds
-from nodecert.runs import write_json
+from nodecert.runs.store import write_json
 from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Evidence, Result, Threshold, Verdict, worst
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import paramiko
 
-from nodecert.runs import HostRun, RunDir, ValidationRun, write_json
+from nodecert.runs.store import HostRun, RunDir, ValidationRun, write_json
 from nodecert.stack import conformance
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event

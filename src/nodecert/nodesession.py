@@ -24,7 +24,7 @@ from nodecert.core.errors import NodecertError
 from nodecert.core.textsafe import clean
 from nodecert.plan import framework_plan
 from nodecert.progress import RunProgress
-from nodecert.runs import HostRun, RunDir
+from nodecert.runs.store import HostRun, RunDir
 from nodecert.stack import conformance
 from nodecert.stack.manifest import Stack, find_stack
 from nodecert.transport.bundle import NODE_BASE, install_script

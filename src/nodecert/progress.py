@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from nodecert.core.textsafe import clean
 from nodecert.core.verdict import Verdict
-from nodecert.runs import HostRun
+from nodecert.runs.store import HostRun
 
 Say = Callable[[str], None]
 # Up to this many hosts a run prints every line; above it, the summary (nodecert policy:

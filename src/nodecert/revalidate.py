@@ -19,7 +19,7 @@ from nodecert import drift
 from nodecert.certify import PAYLOAD_TYPE, CertifyRun, certify
 from nodecert.collect import collect
 from nodecert.core.errors import NodecertError
-from nodecert.runs import RunDir, write_json
+from nodecert.runs.store import RunDir, write_json
 from nodecert.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
 from nodecert.slurmreval import REASON as SLURM_REASON
 from nodecert.slurmreval import slurm_launcher, submit

@@ -29,7 +29,7 @@ from nodecert.nodesession import NodeSessions
 from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
 from nodecert.progress import DETAIL_MAX_HOSTS, RunProgress, Snapshot
-from nodecert.runs import HostRun, RunDir, ValidationRun, write_json
+from nodecert.runs.store import HostRun, RunDir, ValidationRun, write_json
 from nodecert.stack.manifest import Stack, find_stack
 from nodecert.transport.become import BecomeSource, unlock_vault
 from nodecert.transport.bundle import node_bundle
