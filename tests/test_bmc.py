@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import REPO
-from nodecert.bmcjudge import event_rules, judge_inventory, judge_power, judge_sel, judge_sensors
+from nodecert.bmc.judge import event_rules, judge_inventory, judge_power, judge_sel, judge_sensors
 from nodecert.inventory.bmc import parse_bmc
 from nodecert_node.contract import Limits, Verdict
 from nodecert_node.parse import ParseError

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from conftest import require_tool
-from nodecert.bmcmonitor import BmcMonitor
-from nodecert.bmcredfish import BmcError, RedfishClient
+from nodecert.bmc.monitor import BmcMonitor
+from nodecert.bmc.redfish import BmcError, RedfishClient
 from nodecert.inventory.bmc import BmcSpec
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.bmcmodel import Model

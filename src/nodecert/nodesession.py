@@ -18,8 +18,8 @@ from typing import Any
 
 import paramiko
 
-from nodecert.bmcjudge import BMC_CHECKS
-from nodecert.bmcmonitor import BmcMonitor
+from nodecert.bmc.judge import BMC_CHECKS
+from nodecert.bmc.monitor import BmcMonitor
 from nodecert.core.errors import NodecertError
 from nodecert.core.textsafe import clean
 from nodecert.plan import framework_plan

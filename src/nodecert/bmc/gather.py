@@ -14,7 +14,7 @@ import subprocess
 import time
 from typing import Any, Protocol
 
-from nodecert.bmcredfish import BmcError, RedfishClient
+from nodecert.bmc.redfish import BmcError, RedfishClient
 from nodecert.inventory.bmc import BmcSpec
 from nodecert_node.contract import Evidence
 from nodecert_node.parse import ParseError

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nodecert.bmcgather import BmcSource, source_for
-from nodecert.bmcjudge import (
+from nodecert.bmc.gather import BmcSource, source_for
+from nodecert.bmc.judge import (
     BMC_CHECKS,
     event_rules,
     judge_inventory,
@@ -24,7 +24,7 @@ from nodecert.bmcjudge import (
     judge_sel,
     judge_sensors,
 )
-from nodecert.bmcredfish import BmcError
+from nodecert.bmc.redfish import BmcError
 from nodecert.core.errors import NodecertError
 from nodecert.inventory.bmc import BmcSpec
 from nodecert_node.contract import Limits, Result, error_result
