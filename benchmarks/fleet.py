@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodecert.validation import validate
+from nodecert.validation.run import validate
 
 EXPECT = {"ok": "done", "slow": "done", "failing": "done", "dropped": "lost",
           "unreachable": "unreachable"}

@@ -93,8 +93,8 @@ class SimNode:
         """A stack environment holding the lab's SIMULATED torch (as the lab's mirror
         builds it) and the plan's framework entry that points at it."""
         from nodecert.lab.wheelhouse import TORCH_BUNDLES, _torch_files
-        from nodecert.plan import framework_plan
         from nodecert.stack.manifest import find_stack
+        from nodecert.validation.plan import framework_plan
         st = find_stack(stack)
         t = st.framework.pytorch
         assert t is not None
@@ -111,8 +111,8 @@ class SimNode:
     def plan(self, checks: list[str], **options: Any) -> dict[str, Any]:
         from nodecert.inventory.fabric import parse_fabric
         from nodecert.inventory.reader import HostSpec
-        from nodecert.plan import build_plan
         from nodecert.profiles import thresholds
+        from nodecert.validation.plan import build_plan
         sv = spec_vars(self.profile)
         validation = options.pop("validation", {})
         if "nodecert_fabric" in sv:  # the order's fabric, as the lab inventory states it

@@ -25,7 +25,7 @@ from conftest import lab_config, require_root
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.hosts import Lab
 from nodecert.provisioning import provision
-from nodecert.validation import ValidationRun, validate
+from nodecert.validation.run import ValidationRun, validate
 
 pytestmark = pytest.mark.lab
 STACK = "r580-cuda13.0"

@@ -15,11 +15,11 @@ from conftest import REPO
 from nodecert import collect as collect_mod
 from nodecert.collect import collect_host, fetch_command, read_record
 from nodecert.inventory.reader import load_inventory
-from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
 from nodecert.runs.store import HostRun
 from nodecert.transport.events import BadEvent
 from nodecert.transport.ssh import Endpoint
+from nodecert.validation.plan import build_plan
 from nodecert_node.contract import Result, Verdict
 
 CHECKS = ["health.gpu", "health.xid"]

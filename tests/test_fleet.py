@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from nodecert.lab.fleet import FleetSpec, address, node_result, recorded_results
-from nodecert.progress import RunProgress, Snapshot
-from nodecert.validation import validate
+from nodecert.validation.progress import RunProgress, Snapshot
+from nodecert.validation.run import validate
 
 pytestmark = pytest.mark.unit
 

@@ -103,8 +103,8 @@ def test_picking_checks_is_only_everywhere_and_check_is_never_a_picker() -> None
 
 def test_suite_settings_from_the_command_line_reach_the_plan() -> None:
     from nodecert.inventory.reader import load_inventory
-    from nodecert.plan import build_plan
     from nodecert.profiles import thresholds
+    from nodecert.validation.plan import build_plan
     over = thresholds.parse_suite_settings(("load.burnin_s=300", "load.dtype=fp8",
                                             "storage.size_mb=2048"))
     assert over == {"load": {"burnin_s": 300, "dtype": "fp8"}, "storage": {"size_mb": 2048}}
@@ -136,7 +136,7 @@ def test_a_gate_model_without_a_profile_is_validated_with_a_warning(
     # Every model the gate knows has a profile today; a model added to the gate
     # before its profile must still validate (generic checks, a clear WARN).
     monkeypatch.setattr(thresholds, "has_profile", lambda model: model != "B300")
-    from nodecert.plan import build_plan
+    from nodecert.validation.plan import build_plan
     from nodecert_node.checks.hardware import judge_inventory
     from nodecert_node.contract import Limits
     spec = HostSpec(name="b300-01", address="192.0.2.1", port=22, groups=(),
@@ -206,7 +206,7 @@ def test_init_scaffolds_a_site_project_that_checks(tmp_path: Path) -> None:
 def test_a_sites_own_suite_file(tmp_path: Path) -> None:
     import json
 
-    from nodecert.validation import open_new_run
+    from nodecert.validation.run import open_new_run
     f = tmp_path / "suites.yml"
     f.write_text("schema: nodecert.suites/v1\nsuites:\n  acme-quick:\n"
                  "    description: health only, before racking\n"
@@ -279,8 +279,8 @@ def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes
     import json
     import threading
 
-    from nodecert.nodesession import NodeSessions
-    from nodecert.validation import open_new_run
+    from nodecert.validation.run import open_new_run
+    from nodecert.validation.session import NodeSessions
     inv = tmp_path / "inv.ini"
     inv.write_text("[g]\ngpu-01 ansible_host=192.0.2.10 nodecert_gpu_model=H200-SXM "
                    "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "

@@ -16,8 +16,8 @@ import pytest
 
 from conftest import REPO, require
 from nodecert.inventory.reader import HostSpec
-from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
+from nodecert.validation.plan import build_plan
 from nodecert_node.contract import Result, Verdict
 
 pytestmark = pytest.mark.gpu

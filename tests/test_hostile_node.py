@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from nodecert import nodesession
 from nodecert.core.textsafe import clean
 from nodecert.inventory.reader import load_inventory
 from nodecert.junit import node_xml
-from nodecert.nodesession import NodeSessions
-from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
 from nodecert.runs.store import HostRun
 from nodecert.transport.events import MAX_LINE, BadEvent, LineReader, decode_event
 from nodecert.transport.ssh import Endpoint
+from nodecert.validation import session as nodesession
+from nodecert.validation.plan import build_plan
+from nodecert.validation.session import NodeSessions
 from nodecert_node.contract import Result, Verdict
 
 CHECKS = ["health.gpu", "health.xid"]
@@ -190,7 +190,7 @@ def test_junit_and_html_hold_no_control_characters(tmp_path: Path) -> None:
 
 def test_validate_json_is_written_when_a_host_handler_crashes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodecert import validation
+    from nodecert.validation import run as validation
 
     def run_host(self: NodeSessions, hr: HostRun) -> None:
         if hr.host == sorted(self.runs)[0]:

@@ -486,7 +486,7 @@ def test_validate_as_a_non_root_user_through_a_jump_host(tmp_path: Path) -> None
     sudo, ansible_become) through another host as the bastion (ProxyJump), both host
     keys checked, and runs its checks as root through sudo."""
     require_root()
-    from nodecert.validation import validate
+    from nodecert.validation.run import validate
     site = Lab(lab_config("sj", 4), log=lambda m: None)
     password = "s3cret-" + secrets.token_hex(6)
     try:
@@ -542,7 +542,7 @@ def _sudo_with_a_password(inv: Path, tmp_path: Path, password: str) -> None:
     from nodecert.inventory.reader import hostvars
     from nodecert.transport.become import BecomeSource
     from nodecert.transport.ssh import Endpoint, connect
-    from nodecert.validation import validate
+    from nodecert.validation.run import validate
     # root cannot log in: ops changes its own sudo rule while it is still passwordless
     client = connect(Endpoint.from_hostvars("h2", hostvars(inv, ["h2"])["h2"]))
     try:

@@ -12,14 +12,14 @@ import paramiko
 import pytest
 
 from conftest import REPO
-from nodecert import nodesession
 from nodecert.inventory.reader import load_inventory
-from nodecert.nodesession import NodeSessions
-from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
 from nodecert.runs.store import HostRun
 from nodecert.transport.loadgate import OVERLOAD_LAG_S, LoadGate
 from nodecert.transport.ssh import Endpoint
+from nodecert.validation import session as nodesession
+from nodecert.validation.plan import build_plan
+from nodecert.validation.session import NodeSessions
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from nodecert.inventory.reader import HostSpec
-from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
 from nodecert.stack.compat import load_matrix
+from nodecert.validation.plan import build_plan
 from nodecert_node.checks.hardware import judge_inventory, judge_pcie, judge_topology
 from nodecert_node.contract import Limits, Verdict
 from nodecert_node.parse import topo

@@ -65,7 +65,7 @@ def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = ()
     certify every host unless told to stop earlier. Raises NodecertError on bad input."""
     from nodecert.certify import certify as sign_run
     from nodecert.provisioning import provision
-    from nodecert.validation import validate as run_validation
+    from nodecert.validation.run import validate as run_validation
 
     say = progress or (lambda line: None)
     report = provision(inventory, stack, limit=limit, check=check, tags=tags, forks=forks,

@@ -29,7 +29,7 @@ from nodecert.inventory.cluster import ClusterConfig, inventory_cluster
 from nodecert.inventory.reader import hostvars, load_inventory
 from nodecert.profiles.thresholds import suite
 from nodecert.transport.become import BecomeSource
-from nodecert.validation import validate
+from nodecert.validation.run import validate
 from nodecert_node.contract import Threshold
 
 FABRIC_CHECK = {"InfiniBand": "net.ib", "Ethernet": "net.roce"}

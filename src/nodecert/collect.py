@@ -22,7 +22,7 @@ from nodecert.stack import conformance
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
 from nodecert.transport.ssh import connect, describe_error, start
-from nodecert.validation import open_new_run
+from nodecert.validation.run import open_new_run
 
 HISTORY = "/var/lib/nodecert/history"
 RECORD_SCHEMA = "nodecert.local-run/v1"

@@ -24,7 +24,7 @@ from nodecert.signing import PrivateKey, PublicKey, SignatureError, verify_envel
 from nodecert.slurmreval import REASON as SLURM_REASON
 from nodecert.slurmreval import slurm_launcher, submit
 from nodecert.transport.become import BecomeSource
-from nodecert.validation import ValidationRun, validate
+from nodecert.validation.run import ValidationRun, validate
 from nodecert.verify import ReportError, read_envelope
 from nodecert_node.contract import Result, Verdict
 

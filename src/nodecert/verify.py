@@ -23,7 +23,7 @@ from nodecert.core.errors import ExitCode, NodecertError
 from nodecert.identity import identity_changes, identity_digest
 from nodecert.signing import SignatureError, load_public_key, verify_envelope
 from nodecert.transport.become import BecomeSource
-from nodecert.validation import validate
+from nodecert.validation.run import validate
 
 
 class ReportError(NodecertError):

@@ -16,7 +16,7 @@ from rich.progress_bar import ProgressBar
 from rich.text import Text
 
 from nodecert.core.textsafe import clean
-from nodecert.progress import Snapshot
+from nodecert.validation.progress import Snapshot
 
 
 def wanted(mode: str) -> bool:

@@ -92,7 +92,7 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
                  host_timeout: float | None, runs_dir: Path, as_json: bool,
                  become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.profiles.thresholds import parse_cli_thresholds, parse_suite_settings
-    from nodecert.validation import validate
+    from nodecert.validation.run import validate
 
     limit = tuple(h for item in limit for h in item.split(",") if h)
     detail = {"lines": True, "summary": False, "live": False}.get(progress_mode)

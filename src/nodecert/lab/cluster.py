@@ -15,8 +15,8 @@ from pathlib import Path
 
 from nodecert.core.shell import run
 from nodecert.lab.config import CLUSTER_UNITS, LabConfig
-from nodecert.plan import framework_plan
 from nodecert.stack.manifest import find_stack
+from nodecert.validation.plan import framework_plan
 
 PARTITION = "gpu"
 HEAD = "h1"

@@ -36,7 +36,7 @@ from typing import Any
 
 import asyncssh
 
-from nodecert.validation import ensure_open_files
+from nodecert.validation.run import ensure_open_files
 
 DATA = Path(__file__).with_name("fleetdata")
 PORT = 2222

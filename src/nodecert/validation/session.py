@@ -22,8 +22,6 @@ from nodecert.bmc.judge import BMC_CHECKS
 from nodecert.bmc.monitor import BmcMonitor
 from nodecert.core.errors import NodecertError
 from nodecert.core.textsafe import clean
-from nodecert.plan import framework_plan
-from nodecert.progress import RunProgress
 from nodecert.runs.store import HostRun, RunDir
 from nodecert.stack import conformance
 from nodecert.stack.manifest import Stack, find_stack
@@ -31,6 +29,8 @@ from nodecert.transport.bundle import NODE_BASE, install_script
 from nodecert.transport.events import BadEvent, LineReader, decode_event
 from nodecert.transport.loadgate import LoadGate
 from nodecert.transport.ssh import BecomeError, Endpoint, connect, describe_error, start
+from nodecert.validation.plan import framework_plan
+from nodecert.validation.progress import RunProgress
 from nodecert_node.contract import Evidence, Verdict, error_result
 
 Progress = Callable[[str], None]

@@ -25,16 +25,16 @@ from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError
 from nodecert.inventory.bmc import BmcSpec, bmc_spec
 from nodecert.inventory.reader import HostSpec, hostvars, load_inventory
-from nodecert.nodesession import NodeSessions
-from nodecert.plan import build_plan
 from nodecert.profiles import thresholds
-from nodecert.progress import DETAIL_MAX_HOSTS, RunProgress, Snapshot
 from nodecert.runs.store import HostRun, RunDir, ValidationRun, write_json
 from nodecert.stack.manifest import Stack, find_stack
 from nodecert.transport.become import BecomeSource, unlock_vault
 from nodecert.transport.bundle import node_bundle
 from nodecert.transport.loadgate import LoadGate
 from nodecert.transport.ssh import Endpoint
+from nodecert.validation.plan import build_plan
+from nodecert.validation.progress import DETAIL_MAX_HOSTS, RunProgress, Snapshot
+from nodecert.validation.session import NodeSessions
 
 Progress = Callable[[str], None]
 SWITCH_INTERVAL_S = 0.05
