@@ -82,8 +82,8 @@ def faults(lab: Lab, tmp_path: Path, text: str) -> None:
 
 
 def test_healthy_bmcs_pass_and_see_the_burn_in(blab: Lab, tmp_path: Path) -> None:
-    from nodecert.certify import certify
-    from nodecert.signing import init_key, load_private_key
+    from nodecert.certs.certify import certify
+    from nodecert.certs.signing import init_key, load_private_key
 
     r, lines = run(blab, tmp_path / "runs", limit=("h1",), suite="standard",
                    checks=("hardware.inventory", "load.burnin"),

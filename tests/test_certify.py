@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import REPO, require_root, require_tool
-from nodecert.certify import (
+from nodecert.certs.certify import (
     NOT_READY,
     PAYLOAD_TYPE,
     READY,
@@ -33,8 +33,7 @@ from nodecert.certify import (
     identity_digest,
     readiness,
 )
-from nodecert.cli import main
-from nodecert.signing import (
+from nodecert.certs.signing import (
     SignatureError,
     SigningKeyError,
     canonical_json,
@@ -44,7 +43,8 @@ from nodecert.signing import (
     sign_envelope,
     verify_envelope,
 )
-from nodecert.verify import verify_report
+from nodecert.certs.verify import verify_report
+from nodecert.cli import main
 
 H200 = REPO / "tests" / "fixtures" / "recorded" / "h200-device-2026-11-29"
 # Screenshots for a person to look at: kept only where NODECERT_TEST_ARTIFACTS points
@@ -391,7 +391,7 @@ def test_stale_results_are_refused_per_host_and_the_others_certified(
 
 def test_a_host_whose_report_cannot_be_built_leaves_no_files(
         tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodecert import certify as certify_mod
+    from nodecert.certs import certify as certify_mod
     run = make_run(tmp_path, {h: {"results": passing(recorded_results()),
                                   "started": 1795995981.4, "finished": 1795996129.9}
                               for h in ("a", "b")})
@@ -438,7 +438,7 @@ def test_verify_expectations_and_subject_first(tmp_path: Path, key: Path) -> Non
 
 
 def test_identity_rows_in_slot_order_and_a_swap_named_by_slot_and_bus() -> None:
-    from nodecert.identity import certificate_identity, identity_changes, identity_digest
+    from nodecert.certs.identity import certificate_identity, identity_changes, identity_digest
     gpus = [{"bus_id": f"00000000:{b}:00.0", "serial": f"S{k}", "uuid": f"GPU-{9 - k}"}
             for k, b in enumerate(["19", "3B", "4C", "5D"])]
     ident = {"system_serial": "X1", "gpus": gpus}

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from nodecert import clusterplan
-from nodecert.clustercert import certify_cluster, statement
+from nodecert.certs.cluster import certify_cluster, statement
+from nodecert.certs.signing import init_key, load_private_key, load_public_key
+from nodecert.certs.verify import verify_report
 from nodecert.clusterjobs import Job, JobResult, Launcher, MpirunLauncher, SlurmLauncher, demux
 from nodecert.clusterjudge import (
     RAIL_MARK,
@@ -26,9 +28,7 @@ from nodecert.clusterjudge import (
 )
 from nodecert.clusterrun import ClusterContext, ClusterRun
 from nodecert.inventory.cluster import ClusterConfig, parse_cluster
-from nodecert.signing import init_key, load_private_key, load_public_key
 from nodecert.transport.ssh import Endpoint
-from nodecert.verify import verify_report
 from nodecert_node.contract import Threshold
 
 REPO = Path(__file__).resolve().parent.parent
@@ -397,7 +397,7 @@ def test_cluster_certificate_verifies_and_a_changed_subject_does_not(tmp_path: P
     assert not steps["verdict"]  # NOT READY never verifies as ready
     st = statement(data, issued=dt.datetime.now(dt.UTC))
     st["subject"][0]["digest"]["sha256"] = "0" * 64
-    from nodecert.clustercert import subject_problems
+    from nodecert.certs.cluster import subject_problems
     assert subject_problems(st) == ["h1: digest does NOT match its identity in the predicate"]
     assert load_public_key(keys.public)
 
@@ -417,7 +417,7 @@ def test_a_healthy_cluster_certificate_is_ready(tmp_path: Path) -> None:
 
 def test_node_certificates_reference_the_cluster_certificate_of_the_same_signer(
         tmp_path: Path) -> None:
-    from nodecert.certify import RunError, certify
+    from nodecert.certs.certify import RunError, certify
     from test_certify import make_run, passing, recorded_results
     data = run_model(tmp_path, 3, ModelLauncher())
     run_dir = tmp_path / "cluster-run-abcdef"

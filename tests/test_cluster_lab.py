@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from conftest import lab_config, require_root
+from nodecert.certs.signing import init_key
 from nodecert.lab.hosts import Lab
-from nodecert.signing import init_key
 from test_scaling import model_efficiency
 
 pytestmark = pytest.mark.lab

@@ -36,8 +36,8 @@ def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_page_prints_a_verify_command_that_works(tmp_path: Path) -> None:
     import datetime as dt
 
-    from nodecert.certify import certify
-    from nodecert.signing import init_key, load_private_key
+    from nodecert.certs.certify import certify
+    from nodecert.certs.signing import init_key, load_private_key
     from test_certify import make_run, passing, recorded_results
     kp = init_key(tmp_path / "keys")
     for simulated in (False, True):
@@ -76,7 +76,7 @@ def test_lab_up_reports_the_total_time() -> None:
 def test_certify_prints_json(tmp_path: Path) -> None:
     import json
 
-    from nodecert.signing import init_key
+    from nodecert.certs.signing import init_key
     from test_certify import make_run, passing, recorded_results
     kp = init_key(tmp_path / "keys")
     run = make_run(tmp_path, {"n1": {"results": passing(recorded_results())}})

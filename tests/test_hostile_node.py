@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from conftest import REPO
+from nodecert.certs.junit import node_xml
 from nodecert.core.textsafe import clean
 from nodecert.inventory.reader import load_inventory
-from nodecert.junit import node_xml
 from nodecert.profiles import thresholds
 from nodecert.runs.store import HostRun
 from nodecert.transport.events import MAX_LINE, BadEvent, LineReader, decode_event
@@ -182,7 +182,7 @@ def test_junit_and_html_hold_no_control_characters(tmp_path: Path) -> None:
     xml = node_xml(st).decode()
     assert "\x1b" not in xml and "\x00" not in xml and "\r" not in xml
     assert "NOT READYREADY" in xml
-    from nodecert import report_html
+    from nodecert.certs import html as report_html
     page = report_html._env().from_string("<p>{{ s }}</p><p>{{ s | short }}</p>").render(
         s=summary)
     assert page == "<p>NOT READYREADY</p><p>NOT READYREADY</p>"

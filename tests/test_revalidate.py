@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from nodecert.certify import certify
+from nodecert.certs.certify import certify
+from nodecert.certs.signing import init_key, load_private_key
 from nodecert.cli import main
 from nodecert.drift import compare, metrics, record_of
 from nodecert.history import history
 from nodecert.profiles import thresholds
 from nodecert.revalidate import BaselineError, load_baseline
-from nodecert.signing import init_key, load_private_key
 from nodecert_node.contract import Limits, Verdict
 from test_certify import make_run, passing, recorded_results
 
@@ -185,7 +185,7 @@ def test_history_lists_runs_oldest_first(tmp_path: Path) -> None:
 
 
 def test_newer_certificate_supersedes_older_in_history_and_fleet_page(tmp_path: Path) -> None:
-    from nodecert.report_html import current_certificates, fleet_page
+    from nodecert.certs.html import current_certificates, fleet_page
     runs = tmp_path / "runs"
     for i in range(3):
         d = runs / f"r{i}" / "n1"

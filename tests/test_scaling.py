@@ -271,7 +271,7 @@ def test_the_command_line_turns_the_stages_off() -> None:
 # --- the report and the certificate ------------------------------------------------------------
 
 def test_the_node_page_plots_efficiency_against_gpus() -> None:
-    from nodecert.report_html import plots, scaling_chart
+    from nodecert.certs.html import plots, scaling_chart
     r = judge_scaling(*evs_of([1000.0] * 8, 7800.0), 8, "nvlink", limits("H200-SXM"))
     svg = plots({"results": [r.as_dict()]})
     assert len(svg) == 1 and 'data-plot="scaling"' in svg[0]
@@ -285,8 +285,8 @@ def test_the_cluster_certificate_carries_the_scaling_curve_and_its_floors(
         tmp_path: Path) -> None:
     import datetime as dt
 
-    from nodecert.clustercert import certify_cluster, statement
-    from nodecert.signing import init_key, load_private_key
+    from nodecert.certs.cluster import certify_cluster, statement
+    from nodecert.certs.signing import init_key, load_private_key
     from test_cluster import ModelLauncher, run_model
     data = run_model(tmp_path, 2, ModelLauncher())
     res, _ = judge({"h1": node(), "h2": node()}, rank0(15400.0), "", gpus=8,

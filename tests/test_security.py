@@ -198,8 +198,8 @@ HOSTILE = 'bf16" onload="document.body.setAttribute(\'data-pwned\',\'1\')" x="'
 def hostile_page(tmp_path: Path) -> Path:
     import datetime as dt
 
-    from nodecert.certify import certify
-    from nodecert.signing import init_key, load_private_key
+    from nodecert.certs.certify import certify
+    from nodecert.certs.signing import init_key, load_private_key
     from test_certify import make_run, passing, recorded_results
     results = passing(recorded_results())
     burn = next(r for r in results if r["check"] == "load.burnin")
@@ -214,7 +214,7 @@ def hostile_page(tmp_path: Path) -> Path:
 def test_svg_labels_escape_quotes_and_enumerations_are_checked(tmp_path: Path) -> None:
     import xml.etree.ElementTree as ET
 
-    from nodecert import svgplot
+    from nodecert.certs import svgplot
     svg = svgplot.bar_chart(f"Sustained {HOSTILE} GEMM", [(HOSTILE, 1.0)], ylabel='"y"')
     root = ET.fromstring(svg)  # well-formed: no attribute was broken out of
     assert all(not k.startswith("on") for el in root.iter() for k in el.attrib)
@@ -285,8 +285,8 @@ def test_interpreter_is_quoted_for_the_remote_shell() -> None:
 def test_hostile_envelopes_exit_2(tmp_path: Path, content: bytes, why: str) -> None:
     from click.testing import CliRunner
 
+    from nodecert.certs.signing import init_key
     from nodecert.cli import main
-    from nodecert.signing import init_key
     kp = init_key(tmp_path / "k")
     env = tmp_path / "env.json"
     env.write_bytes(content)
@@ -297,8 +297,8 @@ def test_hostile_envelopes_exit_2(tmp_path: Path, content: bytes, why: str) -> N
 
 def test_oversized_envelope_is_refused_without_reading_it_all(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodecert import verify
-    from nodecert.signing import init_key
+    from nodecert.certs import verify
+    from nodecert.certs.signing import init_key
     monkeypatch.setattr(verify, "MAX_ENVELOPE", 1024)
     env = tmp_path / "big.json"
     env.write_bytes(b'{"x": "' + b"a" * 4096 + b'"}')
@@ -310,7 +310,7 @@ def test_url_safe_base64_envelope_verifies(tmp_path: Path) -> None:
     import base64
     import json
 
-    from nodecert.signing import (
+    from nodecert.certs.signing import (
         init_key,
         load_private_key,
         load_public_key,

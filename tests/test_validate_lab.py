@@ -139,7 +139,7 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
     import io
     import tarfile
 
-    from nodecert.signing import init_key
+    from nodecert.certs.signing import init_key
     from test_wheel import build_wheel, install_wheel
     env = install_wheel(build_wheel(tmp_path / "build"), tmp_path / "site")
     key = init_key(tmp_path / "keys").private
@@ -319,8 +319,8 @@ def test_provision_validate_certify_verify_on_the_lab(plab: Lab, tmp_path: Path)
     """Certification end to end: `provision` chains install -> conformance -> validate ->
     certify; the certificates verify offline and against the live hosts; a faulty node
     gets a signed NOT READY; tampering and another node's hardware are rejected."""
-    from nodecert.certify import NOT_READY, READY, certify
-    from nodecert.signing import init_key, load_private_key
+    from nodecert.certs.certify import NOT_READY, READY, certify
+    from nodecert.certs.signing import init_key, load_private_key
 
     kp = init_key(tmp_path / "keys")
     r = CliRunner().invoke(main, ["provision", "-i", str(inv(plab)), "--stack", STACK,
@@ -380,8 +380,8 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     unchanged node."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from nodecert.certify import certify
-    from nodecert.signing import init_key, load_private_key
+    from nodecert.certs.certify import certify
+    from nodecert.certs.signing import init_key, load_private_key
 
     h = "h2"
     units = plab.ssh(h, "systemctl is-enabled nodecert-revalidate.timer "

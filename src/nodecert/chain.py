@@ -43,7 +43,7 @@ class ChainResult:
 def signing_key(key_path: Path | None) -> tuple[Any, Any]:
     """(private key, KeyPair created now or None): the given key, else the default one,
     created 0600 on first use."""
-    from nodecert.signing import init_key, load_private_key
+    from nodecert.certs.signing import init_key, load_private_key
 
     created = None
     if key_path is None:
@@ -63,7 +63,7 @@ def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = ()
               fleet: FleetSettings | None = None) -> ChainResult:
     """Provision (gate first: nothing is touched when it fails), then validate and
     certify every host unless told to stop earlier. Raises NodecertError on bad input."""
-    from nodecert.certify import certify as sign_run
+    from nodecert.certs.certify import certify as sign_run
     from nodecert.provisioning import provision
     from nodecert.validation.run import validate as run_validation
 

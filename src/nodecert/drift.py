@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nodecert.identity import identity_changes, identity_digest
+from nodecert.certs.identity import identity_changes, identity_digest
 from nodecert_node.contract import Limits, Result, Threshold, Verdict, all_figures
 
 Record = dict[str, Any]  # {"identity", "software", "results": [Result dicts]}

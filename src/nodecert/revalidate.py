@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from nodecert import drift
-from nodecert.certify import PAYLOAD_TYPE, CertifyRun, certify
+from nodecert.certs.certify import PAYLOAD_TYPE, CertifyRun, certify
+from nodecert.certs.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
+from nodecert.certs.verify import ReportError, read_envelope
 from nodecert.collect import collect
 from nodecert.core.errors import NodecertError
 from nodecert.runs.store import RunDir, write_json
-from nodecert.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
 from nodecert.slurmreval import REASON as SLURM_REASON
 from nodecert.slurmreval import slurm_launcher, submit
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidationRun, validate
-from nodecert.verify import ReportError, read_envelope
 from nodecert_node.contract import Result, Verdict
 
 

@@ -49,7 +49,7 @@ def keys() -> None:
               show_default=True, help="Directory for nodecert.key and nodecert.pub.")
 @handle_errors
 def keys_init(key_type: str, out_dir: Path) -> None:
-    from nodecert.signing import init_key
+    from nodecert.certs.signing import init_key
 
     kp = init_key(out_dir.expanduser(), key_type)
     echo(f"private key: {kp.private} (0600; keep it secret)")
@@ -80,7 +80,7 @@ def certified_json(run: Any) -> dict[str, Any]:
 def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
              out_dir: Path | None, max_age_days: float | None = None,
              quiet: bool = False, cluster_cert: Path | None = None) -> Any:
-    from nodecert.certify import DEFAULT_MAX_AGE_DAYS, DEFAULT_VALID_DAYS, certify
+    from nodecert.certs.certify import DEFAULT_MAX_AGE_DAYS, DEFAULT_VALID_DAYS, certify
     from nodecert.chain import signing_key
 
     key, created = signing_key(key_path)
@@ -186,7 +186,7 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                inventory: Path | None, allow_simulated: bool, expect_host: str | None,
                expect_serial: str | None, expect_identity: str | None,
                as_json: bool, become_file: Path | None, vault_file: Path | None) -> None:
-    from nodecert.verify import ReportError, live_identity, subject_line, verify_report
+    from nodecert.certs.verify import ReportError, live_identity, subject_line, verify_report
 
     if host and inventory is None:
         raise ReportError("--host needs --inventory to reach the host",

@@ -91,11 +91,11 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          storage: bool | None, key_path: Path | None,
                          runs_dir: Path, as_json: bool,
                          become_file: Path | None, vault_file: Path | None) -> None:
-    from nodecert.clustercert import certify_cluster
+    from nodecert.certs.cluster import certify_cluster
+    from nodecert.certs.signing import load_private_key
     from nodecert.clustervalidate import cluster_validate
     from nodecert.core.errors import InventoryError
     from nodecert.inventory.cluster import parse_cluster
-    from nodecert.signing import load_private_key
 
     given = {k: v for k, v in (("engine", engine), ("launch_host", launch_host),
                                ("partition", partition), ("account", account),
@@ -149,8 +149,8 @@ def cluster_certify_cmd(run_dir: Path, key_path: Path, valid_days: int) -> None:
     Example:
       nodecert cluster certify runs/cluster-20261130-210000-ab12cd --key keys/nodecert.key
     """
-    from nodecert.clustercert import certify_cluster
-    from nodecert.signing import load_private_key
+    from nodecert.certs.cluster import certify_cluster
+    from nodecert.certs.signing import load_private_key
 
     env, html, verdict = certify_cluster(run_dir, load_private_key(key_path),
                                          valid_days=valid_days)

@@ -93,9 +93,9 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
                    collect_reason: str | None, via: str, slurm_wait_s: float,
                    as_json: bool, become_file: Path | None,
                    vault_file: Path | None) -> None:
+    from nodecert.certs.signing import load_private_key, load_public_key
     from nodecert.profiles.thresholds import parse_cli_thresholds
     from nodecert.revalidate import revalidate
-    from nodecert.signing import load_private_key, load_public_key
 
     if via == "slurm" and collect_reason:
         raise click.UsageError("--via slurm runs the nodes' checks; --collect runs none: "

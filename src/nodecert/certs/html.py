@@ -16,7 +16,8 @@ from typing import Any
 import jinja2
 import markupsafe
 
-from nodecert import __version__, svgplot
+from nodecert import __version__
+from nodecert.certs import svgplot
 from nodecert.core.textsafe import clean
 from nodecert_node.contract import all_figures
 

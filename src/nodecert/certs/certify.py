@@ -6,7 +6,7 @@ predicate: the verdict (READY only if every planned check reported and none
 FAILed or ERRORed), every Result with its thresholds and evidence digests, the
 pinned stack and the software actually found, the digests of the threshold files,
 the tool version, the validity window and the SIMULATED flag. It is signed into
-a DSSE envelope (nodecert.signing). A node that is not READY gets a signed report
+a DSSE envelope (nodecert.certs.signing). A node that is not READY gets a signed report
 that says NOT READY and why.
 """
 
@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert import __version__, junit, report_html
-from nodecert.core.errors import NodecertError
-from nodecert.identity import certificate_identity, identity_digest
-from nodecert.runs.store import RunDir
-from nodecert.signing import (
+from nodecert import __version__
+from nodecert.certs import html as report_html
+from nodecert.certs import junit
+from nodecert.certs.identity import certificate_identity, identity_digest
+from nodecert.certs.signing import (
     PrivateKey,
     SignatureError,
     canonical_json,
@@ -31,6 +31,8 @@ from nodecert.signing import (
     sign_envelope,
     verify_envelope,
 )
+from nodecert.core.errors import NodecertError
+from nodecert.runs.store import RunDir
 from nodecert.stack.manifest import Stack, find_stack, load_stack
 from nodecert_node.contract import write_atomic
 

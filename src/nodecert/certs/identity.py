@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any
 
-from nodecert.signing import canonical_json
+from nodecert.certs.signing import canonical_json
 
 
 def canonical_identity(identity: dict[str, Any]) -> dict[str, Any]:

@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nodecert import __version__, report_html
-from nodecert.certify import (
+from nodecert import __version__
+from nodecert.certs import html as report_html
+from nodecert.certs.certify import (
     CLUSTER_PREDICATE_TYPE,
     NOT_READY,
     PAYLOAD_TYPE,
@@ -20,8 +21,8 @@ from nodecert.certify import (
     STATEMENT_TYPE,
     RunError,
 )
-from nodecert.identity import certificate_identity, identity_digest
-from nodecert.signing import PrivateKey, canonical_json, keyid, sign_envelope
+from nodecert.certs.identity import certificate_identity, identity_digest
+from nodecert.certs.signing import PrivateKey, canonical_json, keyid, sign_envelope
 from nodecert_node.contract import write_atomic
 
 DEFAULT_VALID_DAYS = 30

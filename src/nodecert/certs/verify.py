@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert.certify import PAYLOAD_TYPE, PREDICATE_TYPE, READY, STATEMENT_TYPE
-from nodecert.clustercert import CLUSTER_PREDICATE_TYPE, cluster_problems, subject_problems
+from nodecert.certs.certify import PAYLOAD_TYPE, PREDICATE_TYPE, READY, STATEMENT_TYPE
+from nodecert.certs.cluster import CLUSTER_PREDICATE_TYPE, cluster_problems, subject_problems
+from nodecert.certs.identity import identity_changes, identity_digest
+from nodecert.certs.signing import SignatureError, load_public_key, verify_envelope
 from nodecert.core.errors import ExitCode, NodecertError
-from nodecert.identity import identity_changes, identity_digest
-from nodecert.signing import SignatureError, load_public_key, verify_envelope
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import validate
 
