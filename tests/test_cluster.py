@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 
-from nodecert import clusterplan
 from nodecert.certs.cluster import certify_cluster, statement
 from nodecert.certs.signing import init_key, load_private_key, load_public_key
 from nodecert.certs.verify import verify_report
-from nodecert.clusterjobs import Job, JobResult, Launcher, MpirunLauncher, SlurmLauncher, demux
-from nodecert.clusterjudge import (
+from nodecert.cluster import pairing as clusterplan
+from nodecert.cluster.jobs import Job, JobResult, Launcher, MpirunLauncher, SlurmLauncher, demux
+from nodecert.cluster.judge import (
     RAIL_MARK,
     expectation,
     pair_script,
     read_allreduce,
     read_rails,
 )
-from nodecert.clusterrun import ClusterContext, ClusterRun
+from nodecert.cluster.run import ClusterContext, ClusterRun
 from nodecert.inventory.cluster import ClusterConfig, parse_cluster
 from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Threshold
@@ -442,7 +442,7 @@ def test_node_certificates_reference_the_cluster_certificate_of_the_same_signer(
 # --- error counters across the jobs ------------------------------------------------------
 
 def test_counter_dump_reads_each_hca_and_skips_the_unreadable() -> None:
-    from nodecert.clustercounters import MARK, growth, parse_dump
+    from nodecert.cluster.counters import MARK, growth, parse_dump
     real = sorted((FIX / "real/perfquery").glob("*-x*"))[0].read_text()
     text = f"{MARK}mlx5_0\n{real}{MARK}mlx5_1\nibwarn: [1] mad_rpc_open_port: can't open\n"
     got = parse_dump(text)
@@ -505,7 +505,7 @@ def test_the_lab_collectives_print_nccl_tests_tables(tmp_path: Path) -> None:
 
 
 def test_openmpi_lines_split_across_its_chunks_are_joined_again() -> None:
-    from nodecert.clusterjobs import demux
+    from nodecert.cluster.jobs import demux
     from nodecert_node.parse.fio import parse_fio
     text = (REPO / "tests" / "fixtures" / "recorded" / "mpirun" /
             "openmpi-4.1-tag-output-fio-json-4-ranks-split-lines.txt").read_text()

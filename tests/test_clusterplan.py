@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodecert.clusterplan import bisect, isolate, pair_rounds
+from nodecert.cluster.pairing import bisect, isolate, pair_rounds
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from nodecert.clusterscaling import NodeScaling, job_script, judge
+from nodecert.cluster.scaling import NodeScaling, job_script, judge
 from nodecert.inventory.cluster import parse_cluster
 from nodecert.profiles import thresholds
 from nodecert_node.contract import Limits, Threshold, Verdict

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from conftest import REPO, require
-from nodecert.clusterjobs import demux
-from nodecert.clusterstorage import PREP, READ, judge, read_rates, script
+from nodecert.cluster.jobs import demux
+from nodecert.cluster.storage import PREP, READ, judge, read_rates, script
 from nodecert.inventory.sharedfs import parse_shared_fs
 from nodecert_node import sharedfs
 from nodecert_node.contract import Evidence, Threshold, Verdict

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import nodecert.collect as collect_mod
-from nodecert.clusterjobs import Job, JobResult
+from nodecert.cluster.jobs import Job, JobResult
 from nodecert.collect import collect_host
 from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.slurmreval import Submission, job_script, jobs_for, submit, unschedulable

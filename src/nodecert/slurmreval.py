@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodecert.clusterhosts import cluster_hosts
-from nodecert.clusterjobs import (
+from nodecert.cluster.hosts import cluster_hosts
+from nodecert.cluster.jobs import (
     Job,
     JobResult,
     Launcher,

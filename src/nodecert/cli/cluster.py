@@ -93,7 +93,7 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.certs.cluster import certify_cluster
     from nodecert.certs.signing import load_private_key
-    from nodecert.clustervalidate import cluster_validate
+    from nodecert.cluster.validate import cluster_validate
     from nodecert.core.errors import InventoryError
     from nodecert.inventory.cluster import parse_cluster
 

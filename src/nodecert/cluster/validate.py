@@ -11,11 +11,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nodecert.clustercounters import read_all
-from nodecert.clusterhosts import cluster_hosts
-from nodecert.clusterjobs import Launcher
-from nodecert.clusterjudge import expectation
-from nodecert.clusterrun import (
+from nodecert.cluster.counters import read_all
+from nodecert.cluster.hosts import cluster_hosts
+from nodecert.cluster.jobs import Launcher
+from nodecert.cluster.judge import expectation
+from nodecert.cluster.run import (
     ClusterContext,
     ClusterRun,
     Progress,

@@ -17,7 +17,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from nodecert.clusterjudge import prelude
+from nodecert.cluster.judge import prelude
 from nodecert_node.contract import Result, Threshold, Verdict
 from nodecert_node.parse.events import events
 

@@ -30,9 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert import clustercounters, clusterplan, clusterscaling, clusterstorage
-from nodecert.clusterjobs import Job, JobResult, Launcher, launcher
-from nodecert.clusterjudge import (
+from nodecert.cluster import counters as clustercounters
+from nodecert.cluster import pairing as clusterplan
+from nodecert.cluster import scaling as clusterscaling
+from nodecert.cluster import storage as clusterstorage
+from nodecert.cluster.jobs import Job, JobResult, Launcher, launcher
+from nodecert.cluster.judge import (
     Expectation,
     Reading,
     allreduce_script,
