@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from nodecert import collect as collect_mod
-from nodecert.collect import collect_host, fetch_command, read_record
 from nodecert.inventory.reader import load_inventory
 from nodecert.profiles import thresholds
+from nodecert.revalidate import collect as collect_mod
+from nodecert.revalidate.collect import collect_host, fetch_command, read_record
 from nodecert.runs.store import HostRun
 from nodecert.transport.events import BadEvent
 from nodecert.transport.ssh import Endpoint

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from nodecert.certs.certify import certify
 from nodecert.certs.signing import init_key, load_private_key
 from nodecert.cli import main
-from nodecert.drift import compare, metrics, record_of
-from nodecert.history import history
 from nodecert.profiles import thresholds
-from nodecert.revalidate import BaselineError, load_baseline
+from nodecert.revalidate.drift import compare, metrics, record_of
+from nodecert.revalidate.history import history
+from nodecert.revalidate.run import BaselineError, load_baseline
 from nodecert_node.contract import Limits, Verdict
 from test_certify import make_run, passing, recorded_results
 

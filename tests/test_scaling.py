@@ -309,7 +309,7 @@ def test_the_cluster_certificate_carries_the_scaling_curve_and_its_floors(
 # --- figures and drift ---------------------------------------------------------------------
 
 def test_scaling_and_shared_storage_figures_drift_against_the_certificate() -> None:
-    from nodecert.drift import compare
+    from nodecert.revalidate.drift import compare
     from nodecert_node.contract import figures
     base = judge_scaling(*evs_of([1000.0] * 8, 7800.0), 8, "nvlink", limits("H200-SXM"))
     worse = judge_scaling(*evs_of([1000.0] * 8, 6800.0), 8, "nvlink", limits("H200-SXM"))

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import nodecert.collect as collect_mod
+import nodecert.revalidate.collect as collect_mod
 from nodecert.cluster.jobs import Job, JobResult
-from nodecert.collect import collect_host
 from nodecert.core.errors import InventoryError, NodecertError
-from nodecert.slurmreval import Submission, job_script, jobs_for, submit, unschedulable
+from nodecert.revalidate.collect import collect_host
+from nodecert.revalidate.slurm import Submission, job_script, jobs_for, submit, unschedulable
 from nodecert_node.contract import Verdict
 from test_cluster import ScriptedLauncher
 from test_collect import Client, host, raw, record

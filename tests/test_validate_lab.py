@@ -476,7 +476,7 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     assert hist.exit_code == 0 and "FAIL" in hist.output
     # Performance: a baseline with the all-reduce and the soak, then lower busbw and a
     # hotter GPU are regressions with old and new values (h1, an 8-GPU H200 host).
-    from nodecert.revalidate import revalidate
+    from nodecert.revalidate.run import revalidate
     perf = ("hardware.inventory", "fabric.nccl_allreduce", "load.thermal_soak")
     short = {"load": {"soak_s": 8, "report_s": 2}}
     b = run(plab, tmp_path / "pbase", limit=("h1",), suite="standard", checks=perf,

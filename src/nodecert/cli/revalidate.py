@@ -95,7 +95,7 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
                    vault_file: Path | None) -> None:
     from nodecert.certs.signing import load_private_key, load_public_key
     from nodecert.profiles.thresholds import parse_cli_thresholds
-    from nodecert.revalidate import revalidate
+    from nodecert.revalidate.run import revalidate
 
     if via == "slurm" and collect_reason:
         raise click.UsageError("--via slurm runs the nodes' checks; --collect runs none: "
@@ -152,7 +152,7 @@ Examples:
 @json_option
 @handle_errors
 def history_cmd(host: str, runs_dir: Path, as_json: bool) -> None:
-    from nodecert.history import history
+    from nodecert.revalidate.history import history
 
     rows = history(runs_dir, host)
     if as_json:

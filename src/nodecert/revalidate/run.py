@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert import drift
 from nodecert.certs.certify import PAYLOAD_TYPE, CertifyRun, certify
 from nodecert.certs.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
 from nodecert.certs.verify import ReportError, read_envelope
-from nodecert.collect import collect
 from nodecert.core.errors import NodecertError
+from nodecert.revalidate import drift
+from nodecert.revalidate.collect import collect
+from nodecert.revalidate.slurm import REASON as SLURM_REASON
+from nodecert.revalidate.slurm import slurm_launcher, submit
 from nodecert.runs.store import RunDir, write_json
-from nodecert.slurmreval import REASON as SLURM_REASON
-from nodecert.slurmreval import slurm_launcher, submit
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidationRun, validate
 from nodecert_node.contract import Result, Verdict

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.core.errors import NodecertError
-from nodecert.drift import metrics, record_of
+from nodecert.revalidate.drift import metrics, record_of
 
 
 class HistoryError(NodecertError):
