@@ -41,7 +41,7 @@ CHECKS=${CHECKS:-hardware.inventory hardware.pcie hardware.topology health.gpu h
 python3 - "$R/run/plan.json" "$BURNIN_S" "$SOAK_S" <<'EOF'
 import json, os, shutil, sys
 import torch
-from nodecert import thresholds
+from nodecert.profiles import thresholds
 out, burn, soak = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 plan = {
     "schema": "nodecert.plan/v1", "run_id": "device-record", "host": "h200-device",

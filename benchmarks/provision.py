@@ -25,7 +25,7 @@ from pathlib import Path
 
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
-from nodecert.provisioning import FleetSettings, provision
+from nodecert.provision.run import FleetSettings, provision
 
 CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.8.0/24"), bridge="ncpbench0",
                 prefix="ncpbench", state_name="state-pbench")

@@ -31,7 +31,7 @@ from typing import Any
 from nodecert.core.errors import NodecertError
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import INOTIFY_LIMIT, Lab, check_inotify
-from nodecert.provisioning import provision
+from nodecert.provision.run import provision
 from nodecert.validation.run import validate
 
 CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.7.0/24"), bridge="ncvbench0",

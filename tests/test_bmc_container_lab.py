@@ -24,7 +24,7 @@ import pytest
 from conftest import lab_config, require_root
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.hosts import Lab
-from nodecert.provisioning import provision
+from nodecert.provision.run import provision
 from nodecert.validation.run import ValidationRun, validate
 
 pytestmark = pytest.mark.lab

@@ -14,7 +14,7 @@ from conftest import REPO
 from nodecert.cli import provision
 from nodecert.core.errors import InventoryError
 from nodecert.core.verdict import Verdict
-from nodecert.provisioning import FleetSettings, gates_passed
+from nodecert.provision.run import FleetSettings, gates_passed
 from nodecert.stack.gate import GateReport, RuleResult
 
 pytestmark = pytest.mark.unit
@@ -55,7 +55,7 @@ def test_bad_values_are_refused(kwargs: dict[str, object], msg: str) -> None:
 
 def test_mitogen_is_offered_only_where_it_is_installed(monkeypatch: pytest.MonkeyPatch,
                                                        tmp_path: Path) -> None:
-    from nodecert import provisioning
+    from nodecert.provision import run as provisioning
 
     monkeypatch.setattr(provisioning, "mitogen_strategies", lambda: None)
     with pytest.raises(InventoryError, match="needs Mitogen"):
@@ -85,7 +85,7 @@ def test_the_cli_refuses_a_bad_serial_before_touching_anything(tmp_path: Path) -
 
 def test_the_cli_refuses_mitogen_where_it_is_not_installed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodecert import provisioning
+    from nodecert.provision import run as provisioning
 
     monkeypatch.setattr(provisioning, "mitogen_strategies", lambda: None)
     inv = tmp_path / "inv.ini"

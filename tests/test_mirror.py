@@ -16,10 +16,10 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodecert import aptrepo, mirror
 from nodecert.cli import main
 from nodecert.core.errors import InventoryError, ManifestError
 from nodecert.lab.wheelhouse import build_wheelhouse
+from nodecert.provision import aptrepo, mirror
 from nodecert.stack.manifest import find_stack
 
 pytestmark = pytest.mark.unit
@@ -228,7 +228,7 @@ def test_the_upstream_signature_is_checked_with_the_pinned_key(
 
 def test_provision_takes_the_mirrors_repository_key_and_digests(
         upstreams: tuple[Path, str], tmp_path: Path) -> None:
-    from nodecert.provisioning import mirror_vars
+    from nodecert.provision.run import mirror_vars
     out = tmp_path / "m"
     m = _build(upstreams, out)
     got = mirror_vars(str(out), {STACK: find_stack(STACK)})

@@ -16,7 +16,7 @@ import yaml
 
 from conftest import REPO
 from nodecert.lab.hosts import Lab
-from nodecert.provisioning import ProvisionReport, provision
+from nodecert.provision.run import ProvisionReport, provision
 
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
 

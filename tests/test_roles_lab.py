@@ -20,7 +20,7 @@ import yaml
 
 from conftest import REPO
 from nodecert.lab.hosts import Lab
-from nodecert.provisioning import provision
+from nodecert.provision.run import provision
 from nodecert.stack.manifest import find_stack
 from nodecert.transport.bundle import node_bundle
 

@@ -385,9 +385,9 @@ def test_inventory_that_turns_host_key_checking_off_is_refused(tmp_path: Path,
 
 
 def test_provisioning_puts_strict_host_key_checking_first() -> None:
-    from nodecert.provisioning import SSH_ARGS
+    from nodecert.provision.run import SSH_ARGS
     assert SSH_ARGS.startswith("-o StrictHostKeyChecking=yes")
-    src = (REPO / "src/nodecert/provisioning.py").read_text()
+    src = (REPO / "src/nodecert/provision/run.py").read_text()
     assert '"ANSIBLE_SSH_ARGS": SSH_ARGS' in src
 
 
@@ -461,7 +461,7 @@ def test_provisioning_a_host_with_an_unknown_key_fails(lab: object, tmp_path: Pa
     """An inventory whose known_hosts lacks the host (and asks nothing weaker): Ansible
     refuses the connection; nothing is provisioned -- even right after another run
     reached the host (each run's SSH masters are its own: no ControlPersist reuse)."""
-    from nodecert.provisioning import provision
+    from nodecert.provision.run import provision
     st = lab.cfg.state  # type: ignore[attr-defined]
     empty = tmp_path / "known_hosts"
     empty.write_text("")

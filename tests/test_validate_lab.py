@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from nodecert.cli import main
 from nodecert.lab.hosts import Lab
-from nodecert.provisioning import provision
+from nodecert.provision.run import provision
 from nodecert.validation.run import ValidationRun, validate
 
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts

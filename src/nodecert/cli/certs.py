@@ -81,7 +81,7 @@ def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
              out_dir: Path | None, max_age_days: float | None = None,
              quiet: bool = False, cluster_cert: Path | None = None) -> Any:
     from nodecert.certs.certify import DEFAULT_MAX_AGE_DAYS, DEFAULT_VALID_DAYS, certify
-    from nodecert.chain import signing_key
+    from nodecert.provision.chain import signing_key
 
     key, created = signing_key(key_path)
     if created is not None:

@@ -54,7 +54,7 @@ def build_cmd(stack_name: str, os_name: str, out: Path, apt_upstream: str | None
     """Fetch exactly the stack's pinned packages (with the dependencies the same
     repository provides) and its framework wheels into OUT, every file checked
     against the upstream's index, with a manifest of every file's sha256."""
-    from nodecert.mirror import build
+    from nodecert.provision.mirror import build
 
     m = build(stack_name, os_name, out, apt_upstream=apt_upstream, index_url=index_url,
               key=key, allow_unsigned=allow_unsigned_upstream, extra=extra)
@@ -77,7 +77,7 @@ def build_cmd(stack_name: str, os_name: str, out: Path, apt_upstream: str | None
 @handle_errors
 def verify_cmd(directory: Path, as_json: bool) -> None:
     """Check every file of a built mirror against its manifest and the indexes."""
-    from nodecert.mirror import read_manifest, verify
+    from nodecert.provision.mirror import read_manifest, verify
 
     problems = verify(directory)
     m = read_manifest(directory)

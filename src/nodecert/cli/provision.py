@@ -98,8 +98,8 @@ def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_
               mirror: str | None, runs_dir: Path,
               no_validate: bool, no_certify: bool, suite: str, key_path: Path | None,
               as_json: bool, become_file: Path | None, vault_file: Path | None) -> None:
-    from nodecert.chain import run_chain
-    from nodecert.provisioning import FleetSettings
+    from nodecert.provision.chain import run_chain
+    from nodecert.provision.run import FleetSettings
 
     if fact_cache is not None:
         echo("note: --fact-cache has no effect and will be removed: provisioning gathers no "

@@ -176,7 +176,7 @@ def lock_cmd(name: str, out: Path, index_url: str | None, as_json: bool) -> None
     Example:
       nodecert stack lock r580-cuda13.0 --out ~/site/nodecert/stacks/r580-cuda13.0.yml
     """
-    from nodecert.mirror import lock_stack
+    from nodecert.provision.mirror import lock_stack
 
     got = lock_stack(name, out, index_url)
     if as_json:

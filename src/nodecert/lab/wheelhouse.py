@@ -17,7 +17,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from nodecert.mirror import write_simple_index
+from nodecert.provision.mirror import write_simple_index
 from nodecert.stack.manifest import list_stacks
 
 # What each PyTorch build bundles (the nvidia-cudnn/nccl wheels its lock file pins:

@@ -16,7 +16,7 @@ from nodecert.core.verdict import Verdict
 from nodecert.transport.become import BecomeSource
 
 if TYPE_CHECKING:
-    from nodecert.provisioning import FleetSettings
+    from nodecert.provision.run import FleetSettings
 
 DEFAULT_KEY = Path("~/.config/nodecert/keys/nodecert.key")
 
@@ -64,7 +64,7 @@ def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = ()
     """Provision (gate first: nothing is touched when it fails), then validate and
     certify every host unless told to stop earlier. Raises NodecertError on bad input."""
     from nodecert.certs.certify import certify as sign_run
-    from nodecert.provisioning import provision
+    from nodecert.provision.run import provision
     from nodecert.validation.run import validate as run_validation
 
     say = progress or (lambda line: None)

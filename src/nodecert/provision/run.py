@@ -29,7 +29,7 @@ from nodecert.core.errors import InventoryError
 from nodecert.core.paths import product_dir, stacks_dir
 from nodecert.core.verdict import Verdict
 from nodecert.inventory.reader import hostvars
-from nodecert.preflight import preflight
+from nodecert.provision.preflight import preflight
 from nodecert.stack.conformance import Conformance, check_host
 from nodecert.stack.gate import GateReport
 from nodecert.stack.manifest import Stack, find_stack
@@ -165,7 +165,7 @@ def mirror_vars(mirror: str, manifests: dict[str, Stack]) -> dict[str, Any]:
     """Role variables for a mirror laid out as `nodecert mirror build` writes it: its
     repository, its index, the repository key it carries and, when the mirror has a
     manifest, every wheel's sha256 (pip then installs with --require-hashes)."""
-    from nodecert.mirror import mirror_manifest
+    from nodecert.provision.mirror import mirror_manifest
 
     base = mirror.rstrip("/")
     out: dict[str, Any] = {

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from nodecert import aptrepo
 from nodecert.core.errors import ManifestError
-from nodecert.mirrorfetch import (
+from nodecert.provision import aptrepo
+from nodecert.provision.mirror_fetch import (
     FETCH_TIMEOUT_S,
     MAX_INDEX_BYTES,
     MirrorError,
