@@ -1,7 +1,10 @@
-"""The structure the code relies on: import graph, the contract, the check registry.
+"""The structure the code relies on: import graph, packages and layers, the contract, the
+check registry.
 
-The control side imports only the contract from the node package; no module imports
-another module's private names; no import cycle, lazy imports included.
+The control side is a few packages in layers (LAYERS): a package imports only lower
+layers, never a peer, never another package's private module. The control side imports
+only the contract and the pure parsers from the node package; no module imports another
+module's private names; no import cycle, lazy imports included.
 """
 
 from __future__ import annotations
@@ -33,10 +36,10 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def project_imports(path: Path) -> list[tuple[str, list[str], int]]:
+def project_imports(path: Path, me: str | None = None) -> list[tuple[str, list[str], int]]:
     """(module, imported names, line) for every import of nodecert / nodecert_node."""
     tree = ast.parse(path.read_text(), str(path))
-    me = module_name(path)
+    me = me or module_name(path)
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -131,6 +134,100 @@ def test_no_module_imports_another_modules_private_names() -> None:
            for t, names, line in project_imports(p) for n in names
            if n.startswith("_") and not n.startswith("__") and t != m]
     assert bad == []
+
+
+# --- the control side's packages -----------------------------------------------------------
+
+# Each package of the control side and its layer: a package imports only packages of a
+# lower layer (and the node package's contract and parsers). Packages in one layer are
+# peers and never import each other. The order is the architecture: read it bottom up.
+LAYERS: dict[str, int] = {
+    "core": 0,
+    "stack": 1, "transport": 1, "profiles": 1,
+    "inventory": 2,
+    "runs": 3, "bmc": 3,
+    "validation": 4,
+    "certs": 5, "cluster": 5,
+    "revalidate": 6, "provision": 6,
+    "lab": 7,
+    "docgen": 8,
+    "cli": 9,
+    "__main__": 10,
+}
+
+
+def package_of(module: str) -> str | None:
+    """The control-side package (or top-level module) a module belongs to."""
+    parts = module.split(".")
+    if parts[0] != "nodecert" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def layering_violations(g: dict[str, set[str]]) -> list[str]:
+    """Every import that goes up or sideways between control-side packages, or into
+    another package's private module (a module whose name starts with an underscore)."""
+    bad = []
+    for m, targets in g.items():
+        src = package_of(m)
+        if src is None:
+            continue
+        for t in sorted(targets):
+            dst = package_of(t)
+            if dst is None or dst == src:
+                continue
+            if dst not in LAYERS or src not in LAYERS:
+                bad.append(f"{m} -> {t}: package not placed in a layer")
+            elif LAYERS[dst] >= LAYERS[src]:
+                bad.append(f"{m} -> {t}: nodecert.{src} (layer {LAYERS[src]}) may not "
+                           f"import nodecert.{dst} (layer {LAYERS[dst]})")
+            elif any(p.startswith("_") and not p.startswith("__") for p in t.split(".")[2:]):
+                bad.append(f"{m} -> {t}: private module of another package")
+    return bad
+
+
+def test_control_side_top_level_is_a_few_packages() -> None:
+    entries = sorted(p.name for p in SRC.iterdir()
+                     if p.name != "__pycache__" and not p.name.endswith(".egg-info"))
+    named = [e for e in entries if not e.startswith("__")]
+    assert len(named) <= 15, named
+    for e in named:  # every entry is a package or module placed in a layer
+        assert e.removesuffix(".py") in LAYERS, f"src/nodecert/{e} is in no layer"
+
+
+def test_every_package_says_what_it_owns_and_what_it_may_import() -> None:
+    for pkg in sorted(p for p in SRC.iterdir() if (p / "__init__.py").is_file()):
+        doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text())) or ""
+        assert len(doc) > 120, f"{pkg.name}/__init__.py: say what the package owns"
+        if LAYERS.get(pkg.name, 99) < LAYERS["lab"]:
+            assert "import" in doc, f"{pkg.name}/__init__.py: say what it may import"
+
+
+def test_packages_import_only_lower_layers() -> None:
+    assert layering_violations(graph()) == []
+
+
+def test_a_planted_upward_or_sideways_import_is_caught() -> None:
+    g = graph()
+    planted = {k: set(v) for k, v in g.items()}
+    planted["nodecert.core.errors"].add("nodecert.cluster.run")        # upward
+    planted["nodecert.certs.certify"].add("nodecert.cluster.run")      # sideways (peers)
+    planted["nodecert.cli.common"].add("nodecert.runs._private")       # private module
+    found = layering_violations(planted)
+    assert any(f.startswith("nodecert.core.errors -> nodecert.cluster.run") for f in found)
+    assert any(f.startswith("nodecert.certs.certify -> nodecert.cluster.run") for f in found)
+    assert any("private module" in f for f in found)
+    assert len(found) == 3, found
+
+
+def test_a_planted_upward_import_in_a_source_file_is_caught(tmp_path: Path) -> None:
+    # The whole path, from source text to finding: a lazy import inside a function too.
+    planted = tmp_path / "errors.py"
+    planted.write_text("def f():\n    from nodecert.provision.run import provision\n")
+    edges = {t for t, _, _ in project_imports(planted, "nodecert.core.errors")}
+    assert edges == {"nodecert.provision.run"}
+    found = layering_violations({"nodecert.core.errors": edges})
+    assert found and "may not import nodecert.provision" in found[0]
 
 
 def test_long_modules_say_why() -> None:
