@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -188,10 +189,26 @@ def _gpg(home: Path, *args: str) -> str:
                           capture_output=True, text=True, check=True, timeout=120).stdout
 
 
-def test_the_upstream_signature_is_checked_with_the_pinned_key(
-        upstreams: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def gnupg_home(tmp_path: Path) -> Iterator[Path]:
+    """A private GnuPG home; the agent that signing starts in it is stopped afterwards
+    (it would otherwise outlive the test as a daemon under pytest's temporary directory)."""
     home = tmp_path / "gnupg"
     home.mkdir(mode=0o700)
+    try:
+        yield home
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"],
+                       capture_output=True, timeout=60, check=False)
+        left = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True,
+                              timeout=30, check=False).stdout.split()
+        assert left == [], f"processes left running under {home}: {left}"
+
+
+def test_the_upstream_signature_is_checked_with_the_pinned_key(
+        upstreams: tuple[Path, str], tmp_path: Path, gnupg_home: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    home = gnupg_home
     _gpg(home, "--passphrase", "", "--quick-gen-key", "repo@example.invalid", "ed25519",
          "sign", "never")
     fpr = next(ln.split(":")[9] for ln in _gpg(home, "--with-colons", "--list-keys")
