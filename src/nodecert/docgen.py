@@ -1,8 +1,8 @@
-"""Tables in docs/ generated from the code and data they describe.
+"""Tables in README.md and docs/ generated from the code and data they describe.
 
 Each table sits between `<!-- BEGIN GENERATED: NAME -->` and `<!-- END GENERATED: NAME -->`
-in a docs/ file; `python -m nodecert.docgen` rewrites them, and a test fails when a
-doc no longer matches (run that command, review, commit).
+in README.md or a docs/ file; `python -m nodecert.docgen` rewrites them, and a test fails
+when a doc no longer matches (run that command, review, commit).
 
 The check table comes from the node's registry (nodecert.profiles.catalog).
 """
@@ -21,6 +21,8 @@ from nodecert.core.paths import data_root
 from nodecert.inventory.reader import SPEC_VARS
 from nodecert.lab.hardware import FAULT_KINDS
 from nodecert.profiles import catalog, thresholds
+from nodecert.stack.compat import default_matrix
+from nodecert.stack.manifest import list_stacks
 
 BLOCK = re.compile(r"(<!-- BEGIN GENERATED: (?P<name>[a-z_]+) -->\n)(?P<body>.*?)"
                    r"(<!-- END GENERATED: (?P=name) -->)", re.S)
@@ -86,9 +88,42 @@ def roles_table() -> str:
     return _table(["role", "variable", "default", "description"], rows)
 
 
+def stacks_table() -> str:
+    """The shipped stacks, from their manifests and the driver branches' sourced facts."""
+    matrix = default_matrix()
+    rows: list[list[object]] = []
+    for s in list_stacks():
+        branch = matrix.driver_branches.get(s.driver_branch)
+        life = "" if branch is None else (
+            f" ({branch.designation}, EOL passed)" if branch.eol_past or branch.eol is None
+            else f" ({branch.designation} to {branch.eol:%Y-%m})")
+        fw = ", ".join(x for x in (
+            f"torch {s.framework.pytorch}" if s.framework.pytorch else "",
+            f"TF {s.framework.tensorflow}" if s.framework.tensorflow else "") if x) or "-"
+        unconfirmed = {o: sum(not p.confirmed for p in pins.packages)
+                       for o, pins in s.os.items()}
+        oses = ", ".join(o + (f" ({n} unconfirmed)" if n else "")
+                         for o, n in unconfirmed.items())
+        rows.append([f"`{s.name}`", s.status, f"{s.driver} {s.kernel_modules}{life}", s.cuda,
+                     s.cudnn, s.nccl, s.dcgm, fw, oses])
+    return _table(["stack", "status", "driver", "CUDA", "cuDNN", "NCCL", "DCGM", "framework",
+                   "OS (pins not seen published)"], rows)
+
+
+def gpu_models_table() -> str:
+    """Every GPU model the gate knows, and whether it carries a threshold profile."""
+    rows = [[f"`{m.key}`", m.name, m.architecture, f"{m.memory_gb} GB",
+             "yes" if m.nvswitch else "-", m.open_modules,
+             f"`validators/profiles/{m.key}.yml`" if thresholds.has_profile(m.key) else "-"]
+            for m in default_matrix().gpus.values()]
+    return _table(["model", "name", "architecture", "memory", "NVSwitch", "open modules",
+                   "threshold profile"], rows)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "checks": checks_table, "thresholds": thresholds_table, "faults": faults_table,
-    "inventory": inventory_table, "roles": roles_table,
+    "inventory": inventory_table, "roles": roles_table, "stacks": stacks_table,
+    "gpu_models": gpu_models_table,
 }
 
 
@@ -106,9 +141,14 @@ def docs_dir() -> Path:
     return data_root() / "docs"
 
 
+def generated_docs() -> list[Path]:
+    """README.md and every docs/ file: the documents that may hold generated blocks."""
+    return [data_root() / "README.md", *sorted(docs_dir().glob("*.md"))]
+
+
 def main() -> int:
     changed = []
-    for path in sorted(docs_dir().glob("*.md")):
+    for path in generated_docs():
         text = path.read_text()
         new = render(text)
         if new != text:

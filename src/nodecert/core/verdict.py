@@ -1,6 +1,6 @@
 """The ordered verdict scale shared by the stack gate and the validators.
 
-Defined once, in the node-side package (validators/nodecert_node/result.py),
+Defined once, in the node-side package (validators/nodecert_node/contract.py),
 because the nodes produce verdicts too; the control side re-exports it.
 """
 
