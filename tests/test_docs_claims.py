@@ -12,7 +12,6 @@ import ast
 import functools
 import os
 import re
-import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +27,8 @@ CODE_FILES = sorted([*(REPO / "src").rglob("*.py"), *(REPO / "validators").rglob
                      *(REPO / "benchmarks").glob("*.py")])
 ROOTS = ("src", "validators", "roles", "playbooks", "inventory", "stacks", "tests", "docs",
          "benchmarks", "awx", ".ci")
-PATH = re.compile(r"(?<![\w./~$-])((?:%s)/[\w./-]*[\w/])" % "|".join(re.escape(r) for r in ROOTS))
+_ROOTS_RE = "|".join(re.escape(r) for r in ROOTS)
+PATH = re.compile(rf"(?<![\w./~$-])((?:{_ROOTS_RE})/[\w./-]*[\w/])")
 BARE_FILE = re.compile(r"`([\w-]+\.(?:py|yml|j2|sh))(?:::(\w+))?`")
 MODULE = re.compile(r"(?<![\w./-])(nodecert(?:_node)?(?:\.[A-Za-z_]\w*)+)(?![\w/-])")
 # Names that look dotted but are files or identifiers, not modules (nodecert.pub, ...).
@@ -44,7 +44,7 @@ FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 @functools.cache
 def tracked_names() -> frozenset[str]:
     names: set[str] = set()
-    for root, dirs, files in os.walk(REPO):
+    for _root, dirs, files in os.walk(REPO):
         dirs[:] = [d for d in dirs if not d.startswith(".") or d == ".ci"]
         names |= {*files, *dirs}
     return frozenset(names)
@@ -119,15 +119,14 @@ def check_command(line: str) -> str | None:
     """None when `line` is not a nodecert command or names only what exists."""
     words = line.replace("&&", " && ").replace(";", " ; ").replace("|", " | ").split()
     roots = cli_roots()
-    for start, w in enumerate(words):
-        name = w.rsplit("/", 1)[-1]
-        if name in roots and (w == name or w.endswith(f"bin/{name}")):
-            break
-    else:
+    starts = [i for i, w in enumerate(words) if w.rsplit("/", 1)[-1] in roots
+              and (w in roots or w.endswith("bin/" + w.rsplit("/", 1)[-1]))]
+    if not starts:
         return None
+    name = words[starts[0]].rsplit("/", 1)[-1]
     cmd: click.Command = roots[name]
     path = [name]
-    for w in words[start + 1:]:
+    for w in words[starts[0] + 1:]:
         if w in ("&&", ";", "|", "\\"):
             break
         if w.startswith("-"):
