@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from nodecert.profiles import thresholds
 from nodecert_node import registry
+from support.env import REPO
 
 SRC = REPO / "src" / "nodecert"
 NODE = REPO / "validators" / "nodecert_node"
@@ -236,6 +237,13 @@ def test_long_modules_say_why() -> None:
     unexplained = [str(p.relative_to(REPO)) for p in long
                    if "long because" not in p.read_text()[:3000].lower()]
     assert unexplained == []
+
+
+def test_tests_take_helpers_from_support_never_from_conftest() -> None:
+    bad = [f"{p.relative_to(REPO)}:{n}" for p in sorted((REPO / "tests").rglob("*.py"))
+           for n, line in enumerate(p.read_text().splitlines(), 1)
+           if re.match(r"\s*(from conftest import|import conftest)", line)]
+    assert bad == []
 
 
 # --- the check registry ---------------------------------------------------------------------

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
 from nodecert_node.parse import ParseError, bench, fio
+from support.env import REPO
 
 REAL = REPO / "tests" / "fixtures" / "real"
 

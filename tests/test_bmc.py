@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import REPO
 from nodecert.bmc.judge import event_rules, judge_inventory, judge_power, judge_sel, judge_sensors
 from nodecert.inventory.bmc import parse_bmc
 from nodecert_node.contract import Limits, Verdict
 from nodecert_node.parse import ParseError
 from nodecert_node.parse import ipmitool as ipmi
 from nodecert_node.parse import redfish as rf
+from support.env import REPO
 
 pytestmark = pytest.mark.unit
 REAL = REPO / "tests" / "fixtures" / "real"

@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
-from conftest import lab_config, require_root
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.hosts import Lab
 from nodecert.provision.run import provision
 from nodecert.validation.run import ValidationRun, validate
+from support.env import require_root
+from support.lab import lab_config
 
 pytestmark = pytest.mark.lab
 STACK = "r580-cuda13.0"

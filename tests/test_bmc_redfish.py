@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from conftest import require_tool
 from nodecert.bmc.monitor import BmcMonitor
 from nodecert.bmc.redfish import BmcError, RedfishClient
 from nodecert.inventory.bmc import BmcSpec
@@ -29,6 +28,7 @@ from nodecert.lab.config import LabConfig
 from nodecert.lab.hardware import Fault, hardware_description
 from nodecert.transport.become import Secret
 from nodecert_node.contract import Limits, Verdict
+from support.env import require_tool
 
 pytestmark = pytest.mark.unit
 PASSWORD = "canary-" + "5b1e9c0d"

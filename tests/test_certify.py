@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from conftest import REPO, require_root, require_tool
 from nodecert.certs.certify import (
     NOT_READY,
     PAYLOAD_TYPE,
@@ -45,6 +44,7 @@ from nodecert.certs.signing import (
 )
 from nodecert.certs.verify import verify_report
 from nodecert.cli import main
+from support.env import REPO, require_root, require_tool
 
 H200 = REPO / "tests" / "fixtures" / "recorded" / "h200-device-2026-11-29"
 # Screenshots for a person to look at: kept only where NODECERT_TEST_ARTIFACTS points

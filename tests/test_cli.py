@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import REPO, manifest, write_manifest
 from nodecert.cli import main, provision
+from support.env import REPO
+from support.stacks import manifest, write_manifest
 
 SAMPLE = str(REPO / "inventory" / "sample" / "lab.ini")
 

@@ -492,7 +492,7 @@ def test_extra_collectives_are_reported_not_judged(tmp_path: Path) -> None:
 
 def test_the_lab_collectives_print_nccl_tests_tables(tmp_path: Path) -> None:
     from nodecert_node.parse.bench import parse_nccl
-    from simnode import SimNode
+    from support.simnode import SimNode
     node = SimNode(tmp_path, "h200-sxm-8")
     for tool in ("all_gather_perf", "alltoall_perf"):
         node.bin.joinpath(tool).write_text(node.bin.joinpath("all_reduce_perf").read_text()

@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from conftest import lab_config, require_root
 from nodecert.certs.signing import init_key
 from nodecert.lab.hosts import Lab
+from support.env import require_root
+from support.lab import lab_config
 from test_scaling import model_efficiency
 
 pytestmark = pytest.mark.lab

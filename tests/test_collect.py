@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO
 from nodecert.inventory.reader import load_inventory
 from nodecert.profiles import thresholds
 from nodecert.revalidate import collect as collect_mod
@@ -21,6 +20,7 @@ from nodecert.transport.events import BadEvent
 from nodecert.transport.ssh import Endpoint
 from nodecert.validation.plan import build_plan
 from nodecert_node.contract import Result, Verdict
+from support.env import REPO
 
 CHECKS = ["health.gpu", "health.xid"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO
 from nodecert.stack.conformance import judge, ssh_argv
 from nodecert.stack.manifest import find_stack
+from support.env import REPO
 
 RECORDED = (REPO / "tests/fixtures/recorded/conformance-lab-h1-r580-debian12.txt").read_text()
 STACK = find_stack("r580-cuda13.0")

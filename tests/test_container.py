@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
 from nodecert.inventory.container import parse_container
 from nodecert.lab.hardware import hardware_description
 from nodecert_node.checks.container import judge_container
 from nodecert_node.contract import Verdict
 from nodecert_node.parse import ParseError, cdi
+from support.env import REPO
 
 pytestmark = pytest.mark.unit
 REAL = REPO / "tests" / "fixtures" / "real" / "nvidia-container-toolkit"

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
 from nodecert_node.checks.dcgm import judge_dcgm
 from nodecert_node.contract import Verdict
 from nodecert_node.parse import ParseError, dcgmi
+from support.env import REPO
 
 REAL = REPO / "tests" / "fixtures" / "real" / "dcgmi"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from nodecert import docgen
+from support.env import REPO
 
 DOCS = sorted((REPO / "docs").glob("*.md"))
 GENERATED = docgen.generated_docs()  # README.md and docs/*.md

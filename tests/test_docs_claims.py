@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 import pytest
 
-from conftest import REPO
+from support.env import REPO
 
 DOC_FILES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"),
                     REPO / "validators" / "README.md", *(REPO / "roles").glob("*/README.md"),

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from conftest import REPO
 from nodecert.cli import provision
 from nodecert.core.errors import InventoryError
 from nodecert.core.verdict import Verdict
 from nodecert.provision.run import FleetSettings, gates_passed
 from nodecert.stack.gate import GateReport, RuleResult
+from support.env import REPO
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import REPO
 from nodecert.profiles import thresholds
 from nodecert_node.checks.hardware import judge_topology
 from nodecert_node.checks.load import judge_gemm, judge_soak
@@ -26,7 +25,8 @@ from nodecert_node.contract import Limits, Result, Verdict
 from nodecert_node.parse import smi, topo
 from nodecert_node.parse.events import events
 from nodecert_node.workers.gemm import compare
-from simnode import SimNode
+from support.env import REPO
+from support.simnode import SimNode
 
 WORKERS = REPO / "validators" / "nodecert_node" / "workers"
 H200 = REPO / "tests" / "fixtures" / "recorded" / "h200-device-2026-11-29"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import REPO
 from nodecert.cli import main
 from nodecert.core.verdict import Verdict
+from support.env import REPO
 
 
 def test_provision_help_and_version() -> None:
@@ -302,7 +302,7 @@ def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes
 @pytest.mark.parametrize("profile", ["b200-hgx-8", "gb200-nvl-4"])
 def test_blackwell_lab_profiles_validate_and_their_faults_fail(tmp_path: Path,
                                                                profile: str) -> None:
-    from simnode import SimNode
+    from support.simnode import SimNode
     node = SimNode(tmp_path / "ok", profile=profile)
     for check in ("hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu",
                   "health.xid"):

@@ -8,11 +8,11 @@ from collections.abc import Callable
 
 import pytest
 
-from conftest import TODAY
 from nodecert.core.verdict import Verdict
 from nodecert.stack.compat import default_matrix
 from nodecert.stack.gate import GateReport, RuleResult, evaluate
 from nodecert.stack.manifest import Stack
+from support.env import TODAY
 
 BuildStack = Callable[..., Stack]
 PASS, WARN, FAIL = Verdict.PASS, Verdict.WARN, Verdict.FAIL

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, require
 from nodecert.inventory.reader import HostSpec
 from nodecert.profiles import thresholds
 from nodecert.validation.plan import build_plan
 from nodecert_node.contract import Result, Verdict
+from support.env import REPO, require
 
 pytestmark = pytest.mark.gpu
 

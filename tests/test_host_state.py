@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO
+from support.env import REPO
 
 pytestmark = pytest.mark.unit
 

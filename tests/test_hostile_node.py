@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO
 from nodecert.certs.junit import node_xml
 from nodecert.core.textsafe import clean
 from nodecert.inventory.reader import load_inventory
@@ -23,6 +22,7 @@ from nodecert.validation import session as nodesession
 from nodecert.validation.plan import build_plan
 from nodecert.validation.session import NodeSessions
 from nodecert_node.contract import Result, Verdict
+from support.env import REPO
 
 CHECKS = ["health.gpu", "health.xid"]
 

@@ -190,7 +190,7 @@ def test_fabric_specs_are_read_or_refused() -> None:
      "mlx5_3 port 1 SymbolErrorCounter over 0.5 s: needs <= 0 errors"),
 ])
 def test_lab_hca_faults_fail_net_ib(tmp_path: Path, fault: dict[str, Any], words: str) -> None:
-    from simnode import SimNode
+    from support.simnode import SimNode
     from test_validator_sim import failing
     got = failing(SimNode(tmp_path, "h200-sxm-8", faults=[fault]))
     assert list(got) == ["net.ib"], got
@@ -198,7 +198,7 @@ def test_lab_hca_faults_fail_net_ib(tmp_path: Path, fault: dict[str, Any], words
 
 
 def test_lab_hcas_read_like_real_ones(tmp_path: Path) -> None:
-    from simnode import SimNode
+    from support.simnode import SimNode
     node = SimNode(tmp_path, "h200-sxm-8", faults=[{"kind": "width_degraded", "hca": 0}])
     ports = ib.parse_ibstat(node.tool("ibstat"))
     assert len(ports) == 10 and ports[0]["rate_gbps"] == 200.0
@@ -241,7 +241,7 @@ def test_mlxlinks_own_diagnosis_is_a_warning() -> None:
 
 
 def test_an_ordered_fabric_without_ibstat_is_an_error(tmp_path: Path) -> None:
-    from simnode import SimNode
+    from support.simnode import SimNode
     node = SimNode(tmp_path, "h200-sxm-8")
     (node.bin / "ibstat").unlink()
     r = node.check("net.ib")
@@ -271,7 +271,7 @@ def test_gpu_nic_affinity_on_real_topologies() -> None:
 
 
 def test_a_missing_hca_leaves_its_gpu_without_a_near_nic(tmp_path: Path) -> None:
-    from simnode import SimNode
+    from support.simnode import SimNode
     r = SimNode(tmp_path, "h200-sxm-8", faults=[{"kind": "hca_missing", "hca": 3}]).check(
         "net.ib")
     assert r.verdict is Verdict.FAIL

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from nodecert.core.errors import InventoryError
 from nodecert.inventory.reader import check_inventory, load_inventory
+from support.env import REPO
 
 SAMPLE = REPO / "inventory" / "sample" / "lab.ini"
 

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
 from nodecert_node.checks import health
 from nodecert_node.checks.health import judge_xids, load_catalog
 from nodecert_node.contract import Evidence, Limits, Verdict
 from nodecert_node.parse import kernel
 from nodecert_node.tools import Output, ToolError
+from support.env import REPO
 
 REAL = REPO / "tests" / "fixtures" / "real" / "dmesg"
 CAT = load_catalog()

@@ -18,13 +18,14 @@ from typing import Any
 import paramiko
 import pytest
 
-import toolparse as tp
-from conftest import REPO, lab_config, require_root
 from nodecert.core.errors import NodecertError
 from nodecert.core.shell import CommandError
 from nodecert.inventory.reader import load_inventory
 from nodecert.lab import blkio, net
 from nodecert.lab.hosts import Lab
+from support import toolparse as tp
+from support.env import REPO, require_root
+from support.lab import lab_config
 
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
 

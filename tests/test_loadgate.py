@@ -11,7 +11,6 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from conftest import REPO
 from nodecert.inventory.reader import load_inventory
 from nodecert.profiles import thresholds
 from nodecert.runs.store import HostRun
@@ -20,6 +19,7 @@ from nodecert.transport.ssh import Endpoint
 from nodecert.validation import session as nodesession
 from nodecert.validation.plan import build_plan
 from nodecert.validation.session import NodeSessions
+from support.env import REPO
 
 pytestmark = pytest.mark.unit
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import REPO
 from nodecert_node.local import keep_history, metrics_text, slurm_action
-from simnode import FAKE_SCONTROL, VALIDATORS, SimNode
+from support.env import REPO
+from support.simnode import FAKE_SCONTROL, VALIDATORS, SimNode
 
 
 def node_env(node: SimNode, state: Path, prom: Path) -> dict[str, str]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import REPO
 from nodecert.profiles import thresholds
 from nodecert_node.checks.power import judge_power, power_limits
 from nodecert_node.contract import Limits, Verdict
-from simnode import SimNode
+from support.env import REPO
+from support.simnode import SimNode
 
 REAL = REPO / "tests" / "fixtures" / "real" / "nvidia-smi"
 LIMITS = Limits(thresholds.resolve("H100-SXM"))

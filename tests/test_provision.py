@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import REPO
 from nodecert.lab.hosts import Lab
 from nodecert.provision.run import ProvisionReport, provision
+from support.env import REPO
 
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
 

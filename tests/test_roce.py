@@ -110,7 +110,7 @@ def test_fabric_spec_roce_settings() -> None:
 
 
 def test_lab_roce_ports_pass_as_ordered(tmp_path: Path) -> None:
-    from simnode import SimNode
+    from support.simnode import SimNode
     node = SimNode(tmp_path, "l40s-pcie-4")
     rows = parse_show_gids(node.tool("show_gids"))
     assert len(rows) == 8 and {r["ndev"] for r in rows} == {"ens1f0np0", "ens2f0np0"}
@@ -125,7 +125,7 @@ def test_lab_roce_ports_pass_as_ordered(tmp_path: Path) -> None:
     ("roce_trust_pcp", "mlx5_1: priority trust pcp, the site runs dscp"),
 ])
 def test_lab_roce_settings_faults_fail_net_roce(tmp_path: Path, fault: str, words: str) -> None:
-    from simnode import SimNode
+    from support.simnode import SimNode
     r = SimNode(tmp_path, "l40s-pcie-4", faults=[{"kind": fault, "hca": 1}]).check("net.roce")
     assert r.verdict is Verdict.FAIL
     assert any(words in f for f in r.findings) or words in r.summary, (r.summary, r.findings)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import REPO
+from support.env import REPO
 
 ROLES = sorted(p for p in (REPO / "roles").iterdir() if p.is_dir())
 PUBLIC = [r for r in ROLES if r.name != "nodecert_common"]

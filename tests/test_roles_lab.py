@@ -18,11 +18,11 @@ import pytest
 import testinfra
 import yaml
 
-from conftest import REPO
 from nodecert.lab.hosts import Lab
 from nodecert.provision.run import provision
 from nodecert.stack.manifest import find_stack
 from nodecert.transport.bundle import node_bundle
+from support.env import REPO
 
 pytestmark = pytest.mark.lab
 

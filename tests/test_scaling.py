@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import REPO
 from nodecert.cluster.scaling import NodeScaling, job_script, judge
 from nodecert.inventory.cluster import parse_cluster
 from nodecert.profiles import thresholds
@@ -22,7 +21,8 @@ from nodecert_node.contract import Limits, Threshold, Verdict
 from nodecert_node.parse.events import events
 from nodecert_node.scaling import judge_scaling, model_size, topology
 from nodecert_node.workers.scaling import build, params
-from simnode import SimNode
+from support.env import REPO
+from support.simnode import SimNode
 
 pytestmark = pytest.mark.unit
 WORKER = REPO / "validators" / "nodecert_node" / "workers" / "scaling.py"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from support.env import REPO
 
 # --- no fixed names in shared temp directories ------------------------------------------
 
@@ -171,7 +171,7 @@ def test_a_stopped_storage_check_removes_its_files(tmp_path: Path) -> None:
 def test_runner_removes_a_killed_checks_scratch(tmp_path: Path) -> None:
     from nodecert_node import runner
     from nodecert_node.contract import Plan
-    from simnode import SimNode
+    from support.simnode import SimNode
     plan = Plan.from_dict(SimNode(tmp_path).plan(["storage.fio"], scratch=str(tmp_path)))
     left = tmp_path / "nodecert-fio-4242"
     left.mkdir()

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, require
 from nodecert.cluster.jobs import demux
 from nodecert.cluster.storage import PREP, READ, judge, read_rates, script
 from nodecert.inventory.sharedfs import parse_shared_fs
 from nodecert_node import sharedfs
 from nodecert_node.contract import Evidence, Threshold, Verdict
+from support.env import REPO, require
 
 pytestmark = pytest.mark.unit
 FIO_JSON = REPO / "tests" / "fixtures" / "real" / "fio" / "nvme0n1-randrw-4k-qd64-j4-fio3.16.json"
@@ -235,7 +235,7 @@ def test_a_failed_gdsio_warns_unless_the_order_gives_it_a_floor() -> None:
 
 def test_the_check_passes_without_an_order_and_refuses_what_is_not_mounted(
         tmp_path: Path) -> None:
-    from simnode import SimNode
+    from support.simnode import SimNode
     node = SimNode(tmp_path / "n")
     r = node.check("storage.shared", suite="standard")
     assert r.verdict is Verdict.PASS and "names no shared file system" in r.summary
@@ -249,7 +249,7 @@ def test_the_check_passes_without_an_order_and_refuses_what_is_not_mounted(
 
 
 def test_the_check_measures_a_real_mount_and_sizes_its_checkpoint(tmp_path: Path) -> None:
-    from simnode import SimNode
+    from support.simnode import SimNode
     mounts = Path("/proc/mounts").read_text()
     point = next((p for p in ("/tmp", "/var/tmp", "/dev/shm")
                   if sharedfs.mount_of(p, mounts) and sharedfs.mount_of(p, mounts)[0] == p),

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-import toolparse as tp
-from conftest import REPO
 from nodecert.lab.hardware import Fault, hardware_description
-from simnode import STACK_580
+from support import toolparse as tp
+from support.env import REPO
+from support.simnode import STACK_580
 
 SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
 REAL = REPO / "tests" / "fixtures" / "real"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nodecert_node.slurmhealth import FAST_CHECKS, verdict_of
-from simnode import FAKE_SCONTROL, VALIDATORS, SimNode
+from support.simnode import FAKE_SCONTROL, VALIDATORS, SimNode
 
 pytestmark = pytest.mark.unit
 

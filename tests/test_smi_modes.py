@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
 from nodecert.profiles import thresholds
 from nodecert_node.checks.health import judge_gpu_health
 from nodecert_node.contract import Limits, Verdict
 from nodecert_node.parse import ParseError, smi
+from support.env import REPO
 
 REAL = REPO / "tests" / "fixtures" / "real" / "nvidia-smi"
 

@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, TODAY, manifest, write_manifest
 from nodecert.core.errors import ManifestError, UnknownNameError
 from nodecert.core.verdict import Verdict
 from nodecert.stack.compat import load_matrix
 from nodecert.stack.gate import evaluate
 from nodecert.stack.manifest import find_stack, list_stacks, load_stack
+from support.env import REPO, TODAY
+from support.stacks import manifest, write_manifest
 
 
 def test_three_shipped_stacks_load() -> None:

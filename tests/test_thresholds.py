@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from nodecert.core.errors import InventoryError, ManifestError
 from nodecert.inventory.reader import load_inventory
 from nodecert.profiles import thresholds
@@ -15,6 +14,7 @@ from nodecert.stack.manifest import find_stack
 from nodecert.transport.bundle import node_bundle
 from nodecert.transport.ssh import Endpoint
 from nodecert.validation.plan import build_plan
+from support.env import REPO
 
 
 def test_every_profile_value_is_sourced_and_model_overrides_common() -> None:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO
 from nodecert_node.parse import ParseError, topo
+from support.env import REPO
 
 REAL = REPO / "tests" / "fixtures" / "real" / "topo"
 

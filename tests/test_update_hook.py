@@ -13,7 +13,7 @@ import jinja2
 import pytest
 import yaml
 
-from conftest import REPO
+from support.env import REPO
 
 ROLE = REPO / "roles" / "validators"
 PINNED = {"nvidia-open": ("580.173.02-1", "hi"), "libnccl2": ("2.28.9-1+cuda13.0", "hi"),

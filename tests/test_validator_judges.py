@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO
 from nodecert.profiles import thresholds
 from nodecert_node.checks.hardware import judge_inventory, judge_pcie, judge_topology
 from nodecert_node.checks.health import judge_gpu_health, judge_xids, load_catalog
@@ -19,6 +18,7 @@ from nodecert_node.contract import EVIDENCE_LIMIT, Evidence, Limits, Plan, Resul
 from nodecert_node.parse import kernel, smi, topo
 from nodecert_node.registry import CheckSpec, run_check
 from nodecert_node.tools import ToolError, run
+from support.env import REPO
 
 REAL = REPO / "tests" / "fixtures" / "real"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO
 from nodecert_node.parse import ParseError, bench, dcgmi, fio, kernel, pci, smi, system, topo
+from support.env import REPO
 
 REAL = REPO / "tests" / "fixtures" / "real"
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from conftest import require_root, require_tool
 from nodecert_node.contract import Verdict
-from simnode import VALIDATORS, SimNode
+from support.env import require_root, require_tool
+from support.simnode import VALIDATORS, SimNode
 
 HW_CHECKS = ["hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net.roce",
              "health.gpu", "health.xid"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, require
+from support.env import REPO, require
 
 SHIPPED = ("pyproject.toml", "README.md", "src", "validators", "stacks", "inventory", "roles",
            "playbooks")

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import REPO
 from nodecert.lab.hardware import Fault, hardware_description, spec_vars
 from nodecert_node.contract import Result
+from support.env import REPO
 
 SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
 VALIDATORS = REPO / "validators"
