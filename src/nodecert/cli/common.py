@@ -99,10 +99,6 @@ def split_hosts(limit: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(h for item in limit for h in item.split(",") if h)
 
 
-def progress_to_stderr(line: str) -> None:
-    echo(line, err=True)
-
-
 # Options several commands take, declared once.
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print machine-readable JSON instead of text.")
