@@ -1,11 +1,14 @@
 """pytest's hooks, the test tiers and the shared fixtures (helpers live in tests/support).
 
 Tiers (markers): `unit` -- pure CPU, no root, fast (the development loop, `pytest -m
-unit`); `lab` -- root, network namespaces, the lab hosts; `gpu` -- a real NVIDIA GPU
-(run on a GPU machine with `pytest -m gpu`; never selected by default). A test that
-uses the lab fixtures, or a module/test marked `lab`, is a lab test; every other test
-is a unit test. A missing prerequisite skips with its reason on a developer machine
-and fails in CI (CI=true), where every prerequisite must be installed.
+unit`); `integration` -- no root, but end to end on this machine: the node side in child
+processes against the hardware simulator, the real PyTorch on the CPU, real fio, wheel
+and mirror builds (seconds each; `pytest -m integration`); `lab` -- root, network
+namespaces, the lab hosts; `gpu` -- a real NVIDIA GPU (run on a GPU machine with
+`pytest -m gpu`; never selected by default). A test that uses the lab fixtures, or a
+module/test marked `lab`, is a lab test; one marked `integration` is an integration
+test; every other test is a unit test. A missing prerequisite skips with its reason on a
+developer machine and fails in CI (CI=true), where every prerequisite must be installed.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
             or hasattr(config, "workerinput")):
         return
     markexpr = config.getoption("markexpr", "")
-    if markexpr == "unit":
+    if markexpr in ("unit", "integration"):
         config.option.numprocesses = "auto"
     elif markexpr == "not gpu":  # the default: both tiers
         config.option.numprocesses = 2
@@ -96,7 +99,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"{item.nodeid} is a lab test outside the files known to hold them: "
                     "mark the file (pytestmark = pytest.mark.lab) so that it runs with the "
                     "lab tier, never beside it")
-        else:
+        elif not item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.unit)
 
 

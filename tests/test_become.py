@@ -16,7 +16,6 @@ from nodecert.core.errors import InventoryError
 from nodecert.transport.become import BecomeSource, Secret, read_password_file
 from nodecert.transport.ssh import BecomeError, Endpoint, start
 
-pytestmark = pytest.mark.unit
 PW = "corr3ct horse"
 
 

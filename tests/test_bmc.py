@@ -21,7 +21,6 @@ from nodecert_node.parse import ipmitool as ipmi
 from nodecert_node.parse import redfish as rf
 from support.env import REPO
 
-pytestmark = pytest.mark.unit
 REAL = REPO / "tests" / "fixtures" / "real"
 LIMITS = Limits({"bmc.power_capacity_fraction_max": {
     "value": 0.9, "op": "<=", "unit": "ratio", "origin": "common", "source": "BMCPSU"}})

@@ -30,7 +30,6 @@ from nodecert.transport.become import Secret
 from nodecert_node.contract import Limits, Verdict
 from support.env import require_tool
 
-pytestmark = pytest.mark.unit
 PASSWORD = "canary-" + "5b1e9c0d"
 LIMITS = Limits({"bmc.power_capacity_fraction_max": {
     "value": 0.9, "op": "<=", "unit": "ratio", "origin": "common", "source": "BMCPSU"}})

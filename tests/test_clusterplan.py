@@ -8,8 +8,6 @@ from hypothesis import strategies as st
 
 from nodecert.cluster.pairing import bisect, isolate, pair_rounds
 
-pytestmark = pytest.mark.unit
-
 
 @given(st.integers(min_value=2, max_value=40), st.integers(min_value=1, max_value=4))
 def test_every_node_meets_enough_different_partners(n: int, partners: int) -> None:

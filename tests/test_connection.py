@@ -9,8 +9,6 @@ import pytest
 
 from nodecert.transport.ssh import Endpoint, bastion
 
-pytestmark = pytest.mark.unit
-
 
 def _config(tmp_path: Path) -> Path:
     cfg = tmp_path / "ssh_config"

@@ -20,7 +20,6 @@ from nodecert_node.contract import Verdict
 from nodecert_node.parse import ParseError, cdi
 from support.env import REPO
 
-pytestmark = pytest.mark.unit
 REAL = REPO / "tests" / "fixtures" / "real" / "nvidia-container-toolkit"
 SPEC = (REAL / "nvidia-ctk-1.17.8-cdi-generate-driver-575.64.03-1gpu.yaml").read_text()
 UUID = "GPU-520e01f2-cf30-6396-abef-e8e9a5233b0e"

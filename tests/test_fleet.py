@@ -17,8 +17,6 @@ from nodecert.lab.fleet import FleetSpec, address, node_result, recorded_results
 from nodecert.validation.progress import RunProgress, Snapshot
 from nodecert.validation.run import validate
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
@@ -47,6 +45,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert proc.wait(timeout=60) == 0
 
 
+@pytest.mark.integration
 def test_every_host_at_once_and_each_kind_ends_as_it_should(fleet: Path,
                                                             tmp_path: Path) -> None:
     said: list[str] = []
@@ -82,6 +81,7 @@ def test_every_host_at_once_and_each_kind_ends_as_it_should(fleet: Path,
         assert ("UNREACHABLE" in log) == (kinds[host] == "unreachable"), host
 
 
+@pytest.mark.integration
 def test_forks_bounds_the_hosts_at_once_and_lines_mode_prints_all(fleet: Path,
                                                                    tmp_path: Path) -> None:
     said: list[str] = []
@@ -168,6 +168,7 @@ def test_the_live_view_shows_node_text_literally() -> None:
     assert "[link=http://x]click[/link]" in cap.get()
 
 
+@pytest.mark.integration
 def test_a_stopped_run_keeps_what_finished_and_starts_no_more_hosts(fleet: Path,
                                                                     tmp_path: Path) -> None:
     stop = threading.Event()
@@ -190,6 +191,7 @@ def test_a_stopped_run_keeps_what_finished_and_starts_no_more_hosts(fleet: Path,
     assert all(hr.verdict.name == "ERROR" for hr in run.hosts.values())
 
 
+@pytest.mark.integration
 def test_connections_prefer_aes_gcm_and_check_the_host_key(fleet: Path) -> None:
     """GCM's tag is checked in C (the CTR modes' HMAC byte by byte in Python); the
     emulated node's key must still be the one known_hosts lists."""

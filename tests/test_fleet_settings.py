@@ -17,8 +17,6 @@ from nodecert.provision.run import FleetSettings, gates_passed
 from nodecert.stack.gate import GateReport, RuleResult
 from support.env import REPO
 
-pytestmark = pytest.mark.unit
-
 
 def test_defaults_change_nothing() -> None:
     f = FleetSettings()

@@ -80,6 +80,7 @@ def test_compare_identical_one_ulp_and_corrupted() -> None:
 # --- the workers on the CPU with the real PyTorch ------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32", "fp8"])
+@pytest.mark.integration
 def test_gemm_worker_on_cpu_is_bit_exact(dtype: str) -> None:
     evs = worker("gemm.py", "--device", "cpu", "--dtype", dtype, "--size", "48",
                  "--seconds", "0.4", "--report-s", "0.1", "--check-every", "5")
@@ -94,6 +95,7 @@ def test_gemm_worker_on_cpu_is_bit_exact(dtype: str) -> None:
     assert res.verdict is Verdict.PASS, res.summary
 
 
+@pytest.mark.integration
 def test_gemm_worker_catches_an_injected_corruption() -> None:
     evs = worker("gemm.py", "--device", "cpu", "--dtype", "fp32", "--size", "32",
                  "--seconds", "0.3", "--check-every", "4", "--inject-fault", "10")
@@ -105,6 +107,7 @@ def test_gemm_worker_catches_an_injected_corruption() -> None:
     assert res.summary.startswith("GPU0: silent data corruption: 1 elements differ")
 
 
+@pytest.mark.integration
 def test_gemm_worker_on_a_missing_device_reports_an_error() -> None:
     evs = worker("gemm.py", "--device", "3", "--size", "16", "--seconds", "0.1")
     assert evs[-1]["event"] == "error"
@@ -113,6 +116,7 @@ def test_gemm_worker_on_a_missing_device_reports_an_error() -> None:
     assert res.summary.startswith("GPU0: the GEMM load did not finish")
 
 
+@pytest.mark.integration
 def test_smoke_worker_trains_on_cpu_and_reports_versions() -> None:
     evs = worker("smoke.py", "--framework", "torch", "--cpu", "--steps", "30")
     fw = next(e for e in evs if e["event"] == "framework")
@@ -244,6 +248,7 @@ def sim_check(node: SimNode, name: str, **load: Any) -> Result:
     return node.check(name, plan)
 
 
+@pytest.mark.integration
 def test_sim_torch_burnin_smoke_and_soak_healthy(tmp_path: Path) -> None:
     node = SimNode(tmp_path)
     res = sim_check(node, "load.burnin", burnin_s=2, report_s=1)
@@ -257,6 +262,7 @@ def test_sim_torch_burnin_smoke_and_soak_healthy(tmp_path: Path) -> None:
     assert any(e.name == "gemm GPU7" for e in res.evidence)
 
 
+@pytest.mark.integration
 def test_sim_torch_burnin_faults(tmp_path: Path) -> None:
     node = SimNode(tmp_path, faults=[{"kind": "sdc", "gpu": 3},
                                      {"kind": "tflops_low", "gpu": 1, "factor": 0.8}])
@@ -268,6 +274,7 @@ def test_sim_torch_burnin_faults(tmp_path: Path) -> None:
     assert "as a fraction of the node's best GPU" in res.findings[2]
 
 
+@pytest.mark.integration
 def test_missing_framework_environment_fails(tmp_path: Path) -> None:
     node = SimNode(tmp_path)
     plan = node.plan(["load.burnin"], suite="standard")
@@ -300,6 +307,7 @@ def test_soak_memory_temperature_limit_from_the_profile() -> None:
 
 # --- fabric fallbacks in the stack's PyTorch (no nccl-tests / nvbandwidth) ------------------
 
+@pytest.mark.integration
 def test_allreduce_worker_on_cpu_counts_wrong_values() -> None:
     from nodecert_node.checks.fabric import judge_nccl, nccl_from_events
     args = ("allreduce", "--cpu", "--ranks", "2", "--max-bytes", "4K", "--iters", "3",
@@ -320,6 +328,7 @@ def test_allreduce_worker_on_cpu_counts_wrong_values() -> None:
                                   "returned corrupted data")
 
 
+@pytest.mark.integration
 def test_copy_worker_on_cpu_feeds_the_bandwidth_judge() -> None:
     from nodecert_node.checks.fabric import judge_bandwidth, nvbandwidth_from_events
     evs = worker("collective.py", "copy", "--cpu", "--bytes", "8M")
@@ -332,6 +341,7 @@ def test_copy_worker_on_cpu_feeds_the_bandwidth_judge() -> None:
     assert res.verdict is Verdict.FAIL and res.summary.startswith("GPU0 host->GPU")
 
 
+@pytest.mark.integration
 def test_fabric_checks_fall_back_to_torch_when_the_tools_are_missing(tmp_path: Path) -> None:
     node = SimNode(tmp_path, faults=[{"kind": "busbw_low", "factor": 0.7}])
     for tool in ("all_reduce_perf", "nvbandwidth"):

@@ -300,6 +300,7 @@ def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes
 
 
 @pytest.mark.parametrize("profile", ["b200-hgx-8", "gb200-nvl-4"])
+@pytest.mark.integration
 def test_blackwell_lab_profiles_validate_and_their_faults_fail(tmp_path: Path,
                                                                profile: str) -> None:
     from support.simnode import SimNode

@@ -17,8 +17,6 @@ import pytest
 
 from support.env import REPO
 
-pytestmark = pytest.mark.unit
-
 PROBE = REPO / "roles" / "nodecert_common" / "files" / "host_state.py"
 ME = f"{pwd.getpwuid(os.getuid())[0]} {grp.getgrgid(os.getgid())[0]}"
 

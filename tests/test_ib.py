@@ -16,7 +16,6 @@ from nodecert_node.checks.net import judge_ports
 from nodecert_node.contract import Limits, Verdict
 from nodecert_node.parse import ParseError, ib
 
-pytestmark = pytest.mark.unit
 REAL = Path(__file__).parent / "fixtures" / "real"
 IB = REAL / "ibstat"
 NDR = "h100-node-8x-cx7-ndr-bf3-bond-all-active-ibstat-space-indent.txt"
@@ -189,6 +188,7 @@ def test_fabric_specs_are_read_or_refused() -> None:
     ({"kind": "symbol_errors", "hca": 3, "per_s": 50},
      "mlx5_3 port 1 SymbolErrorCounter over 0.5 s: needs <= 0 errors"),
 ])
+@pytest.mark.integration
 def test_lab_hca_faults_fail_net_ib(tmp_path: Path, fault: dict[str, Any], words: str) -> None:
     from support.simnode import SimNode
     from test_validator_sim import failing
@@ -197,6 +197,7 @@ def test_lab_hca_faults_fail_net_ib(tmp_path: Path, fault: dict[str, Any], words
     assert words in got["net.ib"], got["net.ib"]
 
 
+@pytest.mark.integration
 def test_lab_hcas_read_like_real_ones(tmp_path: Path) -> None:
     from support.simnode import SimNode
     node = SimNode(tmp_path, "h200-sxm-8", faults=[{"kind": "width_degraded", "hca": 0}])
@@ -240,6 +241,7 @@ def test_mlxlinks_own_diagnosis_is_a_warning() -> None:
                          "cable and its connectors")
 
 
+@pytest.mark.integration
 def test_an_ordered_fabric_without_ibstat_is_an_error(tmp_path: Path) -> None:
     from support.simnode import SimNode
     node = SimNode(tmp_path, "h200-sxm-8")
@@ -270,6 +272,7 @@ def test_gpu_nic_affinity_on_real_topologies() -> None:
     assert r.verdict is Verdict.FAIL and "GPU0: nearest fabric NIC mlx5_2 is NODE" in r.summary
 
 
+@pytest.mark.integration
 def test_a_missing_hca_leaves_its_gpu_without_a_near_nic(tmp_path: Path) -> None:
     from support.simnode import SimNode
     r = SimNode(tmp_path, "h200-sxm-8", faults=[{"kind": "hca_missing", "hca": 3}]).check(

@@ -10,8 +10,6 @@ import pytest
 
 from nodecert.transport import knownhosts
 
-pytestmark = pytest.mark.unit
-
 
 def _key() -> paramiko.PKey:
     return paramiko.Ed25519Key.from_private_key(  # a fresh key each call

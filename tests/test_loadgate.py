@@ -21,8 +21,6 @@ from nodecert.validation.plan import build_plan
 from nodecert.validation.session import NodeSessions
 from support.env import REPO
 
-pytestmark = pytest.mark.unit
-
 
 class FakeGate(LoadGate):
     def __init__(self, saturated: bool) -> None:

@@ -17,6 +17,8 @@ from nodecert_node.local import keep_history, metrics_text, slurm_action
 from support.env import REPO
 from support.simnode import FAKE_SCONTROL, VALIDATORS, SimNode
 
+pytestmark = pytest.mark.integration
+
 
 def node_env(node: SimNode, state: Path, prom: Path) -> dict[str, str]:
     return dict(node.env(), NODECERT_STATE_DIR=str(state), NODECERT_TEXTFILE_DIR=str(prom),

@@ -23,7 +23,6 @@ from nodecert.lab.wheelhouse import build_wheelhouse
 from nodecert.provision import aptrepo, mirror
 from nodecert.stack.manifest import find_stack
 
-pytestmark = pytest.mark.unit
 STACK, OS = "r580-cuda13.0", "debian-12"
 
 # --- Debian version order against dpkg itself ---------------------------------------------
@@ -102,6 +101,7 @@ def _build(up: tuple[Path, str], out: Path, **kw: object) -> dict[str, object]:
                         allow_unsigned=True, **kw)  # type: ignore[arg-type]
 
 
+@pytest.mark.integration
 def test_a_mirror_holds_the_pins_and_what_they_need(upstreams: tuple[Path, str],
                                                     tmp_path: Path) -> None:
     out = tmp_path / "m"
@@ -124,6 +124,7 @@ def test_a_mirror_holds_the_pins_and_what_they_need(upstreams: tuple[Path, str],
     assert r.exit_code == 0 and "all match the manifest" in r.output
 
 
+@pytest.mark.integration
 def test_verify_names_every_change(upstreams: tuple[Path, str], tmp_path: Path) -> None:
     out = tmp_path / "m"
     _build(upstreams, out)
@@ -205,6 +206,7 @@ def gnupg_home(tmp_path: Path) -> Iterator[Path]:
         assert left == [], f"processes left running under {home}: {left}"
 
 
+@pytest.mark.integration
 def test_the_upstream_signature_is_checked_with_the_pinned_key(
         upstreams: tuple[Path, str], tmp_path: Path, gnupg_home: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,6 +245,7 @@ def test_the_upstream_signature_is_checked_with_the_pinned_key(
                      index_url=upstreams[1], key=key)
 
 
+@pytest.mark.integration
 def test_provision_takes_the_mirrors_repository_key_and_digests(
         upstreams: tuple[Path, str], tmp_path: Path) -> None:
     from nodecert.provision.run import mirror_vars
@@ -263,6 +266,7 @@ def test_provision_takes_the_mirrors_repository_key_and_digests(
     assert "framework_wheel_hashes" not in mirror_vars(str(plain), {STACK: find_stack(STACK)})
 
 
+@pytest.mark.integration
 def test_stack_lock_pins_every_wheel_by_sha256(upstreams: tuple[Path, str],
                                                tmp_path: Path) -> None:
     from nodecert.stack.manifest import load_stack

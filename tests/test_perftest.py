@@ -10,7 +10,6 @@ import pytest
 from nodecert_node.parse import ParseError
 from nodecert_node.parse.perftest import parse_perftest
 
-pytestmark = pytest.mark.unit
 PT = Path(__file__).parent / "fixtures" / "real" / "perftest"
 
 

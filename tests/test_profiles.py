@@ -16,7 +16,6 @@ from nodecert_node.checks.hardware import judge_inventory, judge_pcie, judge_top
 from nodecert_node.contract import Limits, Verdict
 from nodecert_node.parse import topo
 
-pytestmark = pytest.mark.unit
 REAL = Path(__file__).parent / "fixtures" / "real"
 
 

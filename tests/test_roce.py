@@ -109,6 +109,7 @@ def test_fabric_spec_roce_settings() -> None:
         assert spec is None and why is not None and words in why, (roce, why)
 
 
+@pytest.mark.integration
 def test_lab_roce_ports_pass_as_ordered(tmp_path: Path) -> None:
     from support.simnode import SimNode
     node = SimNode(tmp_path, "l40s-pcie-4")
@@ -124,6 +125,7 @@ def test_lab_roce_ports_pass_as_ordered(tmp_path: Path) -> None:
     ("roce_pfc_off", "mlx5_1: PFC on priorities none, the site runs [3]"),
     ("roce_trust_pcp", "mlx5_1: priority trust pcp, the site runs dscp"),
 ])
+@pytest.mark.integration
 def test_lab_roce_settings_faults_fail_net_roce(tmp_path: Path, fault: str, words: str) -> None:
     from support.simnode import SimNode
     r = SimNode(tmp_path, "l40s-pcie-4", faults=[{"kind": fault, "hca": 1}]).check("net.roce")

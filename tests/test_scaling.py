@@ -24,7 +24,6 @@ from nodecert_node.workers.scaling import build, params
 from support.env import REPO
 from support.simnode import SimNode
 
-pytestmark = pytest.mark.unit
 WORKER = REPO / "validators" / "nodecert_node" / "workers" / "scaling.py"
 PROFILES = yaml.safe_load((REPO / "src" / "nodecert" / "lab" / "profiles.yml").read_text())
 
@@ -44,6 +43,7 @@ def worker(*args: str) -> tuple[int, list[dict[str, Any]]]:
 
 # --- the worker, for real on the CPU -------------------------------------------------------
 
+@pytest.mark.integration
 def test_the_worker_trains_every_gpu_alone_and_all_together() -> None:
     rc, evs = worker("single", "--gpus", "2")
     assert rc == 0
@@ -153,6 +153,7 @@ def sim_scaling(tmp: Path, profile: str = "h200-sxm-8",
     return node.check("load.scaling", plan)
 
 
+@pytest.mark.integration
 def test_sim_efficiency_matches_the_hardware_model(tmp_path: Path) -> None:
     r = sim_scaling(tmp_path)
     assert r.verdict is Verdict.PASS, r.findings
@@ -164,6 +165,7 @@ def test_sim_efficiency_matches_the_hardware_model(tmp_path: Path) -> None:
                                                  "scaling: 8 GPUs, DDP"]
 
 
+@pytest.mark.integration
 def test_sim_pcie_only_node_scales_within_its_floor(tmp_path: Path) -> None:
     r = sim_scaling(tmp_path, "l40s-pcie-4")
     fab = PROFILES["profiles"]["l40s-pcie-4"]["fabric"]
@@ -176,6 +178,7 @@ def test_sim_pcie_only_node_scales_within_its_floor(tmp_path: Path) -> None:
     ({"kind": "tflops_low", "gpu": 5, "factor": 0.7}, "GPU5 alone"),
     ({"kind": "nvlink_down"}, "scaling efficiency over 8 GPUs"),
 ])
+@pytest.mark.integration
 def test_sim_faults_fail_load_scaling(tmp_path: Path, fault: dict[str, Any],
                                       first: str) -> None:
     r = sim_scaling(tmp_path, faults=[fault])

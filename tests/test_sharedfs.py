@@ -16,7 +16,6 @@ from nodecert_node import sharedfs
 from nodecert_node.contract import Evidence, Threshold, Verdict
 from support.env import REPO, require
 
-pytestmark = pytest.mark.unit
 FIO_JSON = REPO / "tests" / "fixtures" / "real" / "fio" / "nvme0n1-randrw-4k-qd64-j4-fio3.16.json"
 MOUNTS = """sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0
 /dev/nvme0n1p2 / ext4 rw,relatime 0 0
@@ -61,6 +60,7 @@ def test_the_mount_is_found_and_its_type_judged() -> None:
                     "is not mounted")
 
 
+@pytest.mark.integration
 def test_real_fio_measures_a_directory_and_leaves_nothing(tmp_path: Path) -> None:
     ev: list[Evidence] = []
     m = sharedfs.measure(str(tmp_path), "nodecert-test-h1", sizes=(8, 8), timeout=120, ev=ev)
@@ -233,6 +233,7 @@ def test_a_failed_gdsio_warns_unless_the_order_gives_it_a_floor() -> None:
 
 # --- the check itself, as a node runs it ---------------------------------------------------
 
+@pytest.mark.integration
 def test_the_check_passes_without_an_order_and_refuses_what_is_not_mounted(
         tmp_path: Path) -> None:
     from support.simnode import SimNode
@@ -248,6 +249,7 @@ def test_the_check_passes_without_an_order_and_refuses_what_is_not_mounted(
     assert list(plain.iterdir()) == []  # nothing written where nothing is mounted
 
 
+@pytest.mark.integration
 def test_the_check_measures_a_real_mount_and_sizes_its_checkpoint(tmp_path: Path) -> None:
     from support.simnode import SimNode
     mounts = Path("/proc/mounts").read_text()

@@ -233,6 +233,7 @@ def test_versions_follow_installed_packages(tmp_path: Path) -> None:
 
 # --- load: temperatures, clocks and power follow it ---------------------------------------
 
+@pytest.mark.integration
 def test_temperature_rises_under_load(sim: Sim) -> None:
     def reading() -> dict[str, str]:
         return query(sim, "temperature.gpu", "clocks.sm", "power.draw",
@@ -249,6 +250,7 @@ def test_temperature_rises_under_load(sim: Sim) -> None:
     assert int(hot["clocks.sm"]) == 1980 and float(hot["power.draw"]) > 600
 
 
+@pytest.mark.integration
 def test_gpu_burn_output_and_load(sim: Sim) -> None:
     p = sim("gpu_burn", "2", timeout=60)
     real = (REAL / "gpu-burn/rtx-a400-500s-ok.txt").read_text()
@@ -281,6 +283,7 @@ def test_fault_pcie_degraded(tmp_path: Path) -> None:
     assert row[2] < 0.6 * row[0]  # type: ignore[operator]
 
 
+@pytest.mark.integration
 def test_fault_nvlink_down(tmp_path: Path) -> None:
     sim = Sim(tmp_path, faults=[{"kind": "nvlink_down", "gpu": 1}, {"kind": "nvlink_down",
                                                                    "gpu": 5}])
@@ -302,6 +305,7 @@ def test_fault_some_links_inactive(tmp_path: Path) -> None:
     assert tp.parse_topo(sim("nvidia-smi", "topo", "-m").stdout)["GPU0"]["GPU1"] == "NV16"
 
 
+@pytest.mark.integration
 def test_fault_thermal_throttle_after_load(tmp_path: Path) -> None:
     sim = Sim(tmp_path, faults=[{"kind": "thermal_throttle", "gpu": 6, "after_s": 30}])
     sim.load(list(range(8)), started_s_ago=10)
@@ -347,6 +351,7 @@ def test_fault_busbw_low_and_wrong_values(tmp_path: Path) -> None:
     assert p.returncode != 0
 
 
+@pytest.mark.integration
 def test_fault_nccl_hang_never_finishes(tmp_path: Path) -> None:
     sim = Sim(tmp_path, faults=[{"kind": "nccl_hang"}])
     with pytest.raises(subprocess.TimeoutExpired) as exc:
@@ -357,6 +362,7 @@ def test_fault_nccl_hang_never_finishes(tmp_path: Path) -> None:
     assert "# Using devices" in text and "Avg bus bandwidth" not in text
 
 
+@pytest.mark.integration
 def test_fault_sdc_makes_gpu_burn_report_faulty(tmp_path: Path) -> None:
     sim = Sim(tmp_path, faults=[{"kind": "sdc", "gpu": 5}])
     out = sim("gpu_burn", "1", timeout=60).stdout

@@ -14,8 +14,6 @@ import pytest
 from nodecert_node.slurmhealth import FAST_CHECKS, verdict_of
 from support.simnode import FAKE_SCONTROL, VALIDATORS, SimNode
 
-pytestmark = pytest.mark.unit
-
 QUICK = ["hardware.inventory", "hardware.pcie", "hardware.topology", "health.gpu",
          "health.xid", "storage.fio"]
 
@@ -41,6 +39,7 @@ def _health(node: SimNode, state: Path, *args: str) -> subprocess.CompletedProce
                           timeout=120, check=False)
 
 
+@pytest.mark.integration
 def test_healthcheck_drains_a_failing_gpu_and_runs_only_the_fast_checks(
         tmp_path: Path) -> None:
     node, state = _node(tmp_path, faults=[{"kind": "ecc_uncorrectable", "gpu": 2}],
@@ -56,6 +55,7 @@ def test_healthcheck_drains_a_failing_gpu_and_runs_only_the_fast_checks(
     assert all(x["simulated"] for x in rec["results"])
 
 
+@pytest.mark.integration
 def test_healthcheck_resumes_only_its_own_drain(tmp_path: Path) -> None:
     node, state = _node(tmp_path, slurm_state='STATE=IDLE+DRAIN\nREASON="nodecert: '
                                               'health.gpu FAIL"\n')
@@ -68,6 +68,7 @@ def test_healthcheck_resumes_only_its_own_drain(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("mode", "code"), [("prolog", 1), ("epilog", 0)])
+@pytest.mark.integration
 def test_prolog_holds_the_job_back_epilog_only_drains(tmp_path: Path, mode: str,
                                                       code: int) -> None:
     node, state = _node(tmp_path, faults=[{"kind": "ecc_uncorrectable", "gpu": 0}])
@@ -84,6 +85,7 @@ def test_prolog_holds_the_job_back_epilog_only_drains(tmp_path: Path, mode: str,
     assert "left IDLE+DRAIN" in r.stdout
 
 
+@pytest.mark.integration
 def test_a_budget_too_short_runs_nothing_and_drains_nothing(tmp_path: Path) -> None:
     node, state = _node(tmp_path, faults=[{"kind": "ecc_uncorrectable", "gpu": 0}])
     r = _health(node, state, "--mode", "healthcheck", "--budget-s", "6")

@@ -17,8 +17,6 @@ from nodecert_node.contract import Verdict
 from test_cluster import ScriptedLauncher
 from test_collect import Client, host, raw, record
 
-pytestmark = pytest.mark.unit
-
 
 def test_only_nodes_slurm_will_start_a_job_on_are_submitted() -> None:
     states = {"gpu1": "idle", "gpu2": "mix", "gpu3": "alloc", "gpu4": "drain", "gpu5": "down*",

@@ -19,6 +19,8 @@ from nodecert_node.contract import Verdict
 from support.env import require_root, require_tool
 from support.simnode import VALIDATORS, SimNode
 
+pytestmark = pytest.mark.integration
+
 HW_CHECKS = ["hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net.roce",
              "health.gpu", "health.xid"]
 LOW_FLOORS = {"storage.seq_read_mbps_min": 1, "storage.seq_write_mbps_min": 1,

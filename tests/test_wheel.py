@@ -51,6 +51,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
+@pytest.mark.integration
 def test_wheel_carries_the_ansible_side_and_the_data(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("nodecert/_data/playbooks/site.yml", "nodecert/_data/playbooks/ansible.cfg",
@@ -63,6 +64,7 @@ def test_wheel_carries_the_ansible_side_and_the_data(wheel: Path) -> None:
         assert needed in names, needed
 
 
+@pytest.mark.integration
 def test_installed_wheel_runs_outside_the_repository(wheel: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     env = install_wheel(wheel, site)
