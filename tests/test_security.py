@@ -270,7 +270,7 @@ def test_javascript_host_name_in_yaml_is_refused(tmp_path: Path) -> None:
 
 
 def test_interpreter_is_quoted_for_the_remote_shell() -> None:
-    src = (REPO / "src" / "nodecert" / "nodesession.py").read_text()
+    src = (REPO / "src" / "nodecert" / "validation" / "session.py").read_text()
     assert "shlex.quote(hr.endpoint.python)" in src and "start(client, hr.endpoint" in src
 
 
