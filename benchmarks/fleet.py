@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodecert.validation.run import validate
+from nodecert.validation.run import ValidateRequest, validate
 
 EXPECT = {"ok": "done", "slow": "done", "failing": "done", "dropped": "lost",
           "unreachable": "unreachable"}
@@ -51,7 +51,7 @@ def controller(inventory: Path, runs: Path) -> dict[str, Any]:
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
     lines: list[str] = []
-    run = validate(inventory, runs_dir=runs, progress=lines.append, detail=False)
+    run = validate(ValidateRequest(inventory, runs_dir=runs, detail=False), progress=lines.append)
     wall = time.monotonic() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)

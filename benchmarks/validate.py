@@ -32,7 +32,7 @@ from nodecert.core.errors import NodecertError
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import INOTIFY_LIMIT, Lab, check_inotify
 from nodecert.provision.run import provision
-from nodecert.validation.run import validate
+from nodecert.validation.run import ValidateRequest, validate
 
 CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.7.0/24"), bridge="ncvbench0",
                 prefix="ncvbench", state_name="state-vbench")
@@ -45,7 +45,8 @@ FIO_COMPARE = {"size_mb": 1024, "runtime_s": 10, "checkpoint_mb": 1024}
 
 def overhead(inv: Path, runs: Path, n: int) -> dict[str, Any]:
     t = time.monotonic()
-    run = validate(inv, stack=STACK, runs_dir=runs, forks=max(16, n), progress=lambda _: None)
+    run = validate(ValidateRequest(inv, stack=STACK, runs_dir=runs, forks=max(16, n)),
+                   progress=lambda _: None)
     wall = time.monotonic() - t
     node = {h: sum(r.duration_s for r in hr.results) for h, hr in run.hosts.items()}
     counts: dict[str, int] = {}
@@ -86,9 +87,9 @@ def fio_compare(lab: Lab, inv: Path, runs: Path, rounds: int = 5) -> dict[str, A
     commands: list[str] = []
 
     def through_nodecert() -> None:
-        run = validate(inv, stack=STACK, runs_dir=runs, limit=("h1",),
-                       checks=("storage.fio",), progress=lambda _: None,
-                       option_overrides={"storage": FIO_COMPARE})
+        run = validate(ValidateRequest(inv, stack=STACK, runs_dir=runs, limit=("h1",),
+                       checks=("storage.fio",), option_overrides={"storage": FIO_COMPARE}),
+                       progress=lambda _: None)
         res = run.hosts["h1"].results[0]
         via.append(dict(next(iter(res.value.values()))))
         commands[:] = [e.command for e in res.evidence]

@@ -24,7 +24,7 @@ import pytest
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.hosts import Lab
 from nodecert.provision.run import provision
-from nodecert.validation.run import ValidationRun, validate
+from nodecert.validation.run import ValidateRequest, ValidationRun, validate
 from support.env import require_root
 from support.lab import lab_config
 
@@ -58,8 +58,8 @@ def password(lab: Lab) -> str:
 def run(lab: Lab, tmp_path: Path, inventory: Path | None = None, **kw: Any
         ) -> tuple[ValidationRun, list[str]]:
     lines: list[str] = []
-    r = validate(inventory or lab.cfg.state / "inventory.ini", stack=STACK, runs_dir=tmp_path,
-                 progress=lines.append, **kw)
+    r = validate(ValidateRequest(inventory or lab.cfg.state / "inventory.ini", stack=STACK,
+                                 runs_dir=tmp_path, **kw), progress=lines.append)
     return r, lines
 
 

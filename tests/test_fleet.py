@@ -15,7 +15,7 @@ import pytest
 
 from nodecert.lab.fleet import FleetSpec, address, node_result, recorded_results
 from nodecert.validation.progress import RunProgress, Snapshot
-from nodecert.validation.run import validate
+from nodecert.validation.run import ValidateRequest, validate
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_every_host_at_once_and_each_kind_ends_as_it_should(fleet: Path,
                                                             tmp_path: Path) -> None:
     said: list[str] = []
-    run = validate(fleet / "inventory.ini", runs_dir=tmp_path, progress=said.append)
+    run = validate(ValidateRequest(fleet / "inventory.ini", runs_dir=tmp_path),
+                   progress=said.append)
     kinds = json.loads((fleet / "kinds.json").read_text())
     assert len(run.hosts) == 40
     for host, kind in kinds.items():
@@ -86,8 +87,8 @@ def test_forks_bounds_the_hosts_at_once_and_lines_mode_prints_all(fleet: Path,
                                                                    tmp_path: Path) -> None:
     said: list[str] = []
     snaps: list[Snapshot] = []
-    run = validate(fleet / "inventory.ini", runs_dir=tmp_path, progress=said.append,
-                   forks=4, limit=tuple(f"n{i:05d}" for i in range(12)), detail=True,
+    run = validate(ValidateRequest(fleet / "inventory.ini", runs_dir=tmp_path, forks=4,
+                   limit=tuple(f"n{i:05d}" for i in range(12)), detail=True), progress=said.append,
                    status=snaps.append)
     assert len(run.hosts) == 12
     assert max(s.states.get("running", 0) + s.states.get("connecting", 0)
@@ -179,8 +180,8 @@ def test_a_stopped_run_keeps_what_finished_and_starts_no_more_hosts(fleet: Path,
         if "[3/10]" in line:  # the first host is three checks in: the operator stops
             stop.set()
     hosts = tuple(f"n{i:05d}" for i in range(6))
-    run = validate(fleet / "inventory.ini", runs_dir=tmp_path, progress=progress,
-                   forks=2, limit=hosts, detail=True, stop=stop)
+    run = validate(ValidateRequest(fleet / "inventory.ini", runs_dir=tmp_path, forks=2, limit=hosts,
+                   detail=True), progress=progress, stop=stop)
     assert run.interrupted
     statuses = sorted(hr.status for hr in run.hosts.values())
     assert statuses.count("interrupted") == 6, statuses  # two stopped, four never started

@@ -206,14 +206,14 @@ def test_init_scaffolds_a_site_project_that_checks(tmp_path: Path) -> None:
 def test_a_sites_own_suite_file(tmp_path: Path) -> None:
     import json
 
-    from nodecert.validation.run import open_new_run
+    from nodecert.validation.run import ValidateRequest, open_new_run
     f = tmp_path / "suites.yml"
     f.write_text("schema: nodecert.suites/v1\nsuites:\n  acme-quick:\n"
                  "    description: health only, before racking\n"
                  "    check_timeout_s: 60\n    checks: [health.gpu, health.xid]\n"
                  "    storage: {size_mb: 64}\n")
-    run = open_new_run(REPO / "inventory/sample/lab.ini", suite="acme-quick",
-                       runs_dir=tmp_path / "runs", suite_file=f)
+    run = open_new_run(ValidateRequest(REPO / "inventory/sample/lab.ini", suite="acme-quick",
+                       runs_dir=tmp_path / "runs", suite_file=f))
     recorded = json.loads((run.run_dir / "inputs" / "suite.json").read_text())
     assert recorded["name"] == "acme-quick" and recorded["checks"] == ["health.gpu",
                                                                       "health.xid"]
@@ -279,13 +279,13 @@ def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes
     import json
     import threading
 
-    from nodecert.validation.run import open_new_run
+    from nodecert.validation.run import ValidateRequest, open_new_run
     from nodecert.validation.session import NodeSessions
     inv = tmp_path / "inv.ini"
     inv.write_text("[g]\ngpu-01 ansible_host=192.0.2.10 nodecert_gpu_model=H200-SXM "
                    "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
                    "nodecert_nvme_count=8\n")
-    run = open_new_run(inv, suite="quick", runs_dir=tmp_path / "runs")
+    run = open_new_run(ValidateRequest(inv, suite="quick", runs_dir=tmp_path / "runs"))
     hr = run.hosts["gpu-01"]
     assert hr.stack is None and not hr.plan.conformance
     ns = NodeSessions(run.hosts, lambda line: None, threading.Event(), (b"", "0" * 64))

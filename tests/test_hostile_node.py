@@ -191,6 +191,7 @@ def test_junit_and_html_hold_no_control_characters(tmp_path: Path) -> None:
 def test_validate_json_is_written_when_a_host_handler_crashes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from nodecert.validation import run as validation
+    from nodecert.validation.run import ValidateRequest
 
     def run_host(self: NodeSessions, hr: HostRun) -> None:
         if hr.host == sorted(self.runs)[0]:
@@ -200,8 +201,8 @@ def test_validate_json_is_written_when_a_host_handler_crashes(
         hr.save()
 
     monkeypatch.setattr(NodeSessions, "run_host", run_host)
-    run = validation.validate(REPO / "inventory" / "sample" / "lab.ini", checks=tuple(CHECKS),
-                              runs_dir=tmp_path, progress=lambda line: None)
+    run = validation.validate(ValidateRequest(REPO / "inventory" / "sample" / "lab.ini",
+                              checks=tuple(CHECKS), runs_dir=tmp_path), progress=lambda line: None)
     summary = json.loads((run.run_dir / "validate.json").read_text())
     verdicts = {h: d["verdict"] for h, d in summary["hosts"].items()}
     first, *others = sorted(verdicts)

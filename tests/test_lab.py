@@ -487,7 +487,7 @@ def test_validate_as_a_non_root_user_through_a_jump_host(tmp_path: Path) -> None
     sudo, ansible_become) through another host as the bastion (ProxyJump), both host
     keys checked, and runs its checks as root through sudo."""
     require_root()
-    from nodecert.validation.run import validate
+    from nodecert.validation.run import ValidateRequest, validate
     site = Lab(lab_config("sj", 4), log=lambda m: None)
     password = "s3cret-" + secrets.token_hex(6)
     try:
@@ -516,8 +516,8 @@ def test_validate_as_a_non_root_user_through_a_jump_host(tmp_path: Path) -> None
             ln + (f" ansible_user=ops ansible_become=true ansible_ssh_common_args='{common}'"
                   if ln.startswith("h2 ") else "")
             for ln in (st / "inventory.ini").read_text().splitlines()) + "\n")
-        run = validate(inv, limit=("h2",), checks=("health.xid",), runs_dir=tmp_path / "runs",
-                       progress=lambda line: None)
+        run = validate(ValidateRequest(inv, limit=("h2",), checks=("health.xid",),
+                       runs_dir=tmp_path / "runs"), progress=lambda line: None)
         hr = run.hosts["h2"]
         assert hr.status == "done", hr.error
         assert [r.verdict.name for r in hr.results] == ["PASS"], hr.results[0].summary
@@ -525,8 +525,8 @@ def test_validate_as_a_non_root_user_through_a_jump_host(tmp_path: Path) -> None
         (tmp_path / "kh").write_text(f"{h2_ip} " + (st / "known_hosts").read_text().split(
             f"{h2_ip} ", 1)[1].splitlines()[0] + "\n")
         inv.write_text(inv.read_text().replace(str(st / "known_hosts"), str(tmp_path / "kh")))
-        bad = validate(inv, limit=("h2",), checks=("health.xid",), runs_dir=tmp_path / "r2",
-                       progress=lambda line: None)
+        bad = validate(ValidateRequest(inv, limit=("h2",), checks=("health.xid",),
+                       runs_dir=tmp_path / "r2"), progress=lambda line: None)
         assert bad.hosts["h2"].status == "unreachable"
         inv.write_text(inv.read_text().replace(str(tmp_path / "kh"), str(st / "known_hosts")))
         _sudo_with_a_password(inv, tmp_path, password)
@@ -543,7 +543,7 @@ def _sudo_with_a_password(inv: Path, tmp_path: Path, password: str) -> None:
     from nodecert.inventory.reader import hostvars
     from nodecert.transport.become import BecomeSource
     from nodecert.transport.ssh import Endpoint, connect
-    from nodecert.validation.run import validate
+    from nodecert.validation.run import ValidateRequest, validate
     # root cannot log in: ops changes its own sudo rule while it is still passwordless
     client = connect(Endpoint.from_hostvars("h2", hostvars(inv, ["h2"])["h2"]))
     try:
@@ -555,8 +555,8 @@ def _sudo_with_a_password(inv: Path, tmp_path: Path, password: str) -> None:
         client.close()
 
     def run(source: BecomeSource, where: str) -> Any:
-        return validate(inv, limit=("h2",), checks=("health.xid",), runs_dir=tmp_path / where,
-                        progress=lambda line: None, become=source)
+        return validate(ValidateRequest(inv, limit=("h2",), checks=("health.xid",),
+                        runs_dir=tmp_path / where, become=source), progress=lambda line: None)
 
     nopw = run(BecomeSource(), "r-nopw").hosts["h2"]
     assert nopw.status == "lost" and "--become-password-file" in str(nopw.error), nopw.error
@@ -584,9 +584,9 @@ def _sudo_with_a_password(inv: Path, tmp_path: Path, password: str) -> None:
     (vdir / "host_vars" / "h2.yml").write_text(
         "ansible_become_password: !vault |\n" + "".join(f"  {ln}\n" for ln in blob.splitlines()))
     shutil.copy(inv, vdir / "inventory.ini")
-    vaulted = validate(vdir / "inventory.ini", limit=("h2",), checks=("health.xid",),
-                       runs_dir=tmp_path / "r-vault", progress=lambda line: None,
-                       become=BecomeSource(None, vault_pw)).hosts["h2"]
+    vaulted = validate(ValidateRequest(vdir / "inventory.ini", limit=("h2",),
+                       checks=("health.xid",), runs_dir=tmp_path / "r-vault",
+                       become=BecomeSource(None, vault_pw)), progress=lambda line: None).hosts["h2"]
     assert vaulted.status == "done", vaulted.error
     for runs in ("r-nopw", "r-wrong", "r-file", "r-vault"):
         for f in (tmp_path / runs).rglob("*"):

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from nodecert.cli import main
 from nodecert.lab.hosts import Lab
 from nodecert.provision.run import provision
-from nodecert.validation.run import ValidationRun, validate
+from nodecert.validation.run import ValidateRequest, ValidationRun, validate
 
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
 
@@ -50,7 +50,8 @@ def inv(lab: Lab) -> Path:
 
 def run(lab: Lab, tmp_path: Path, **kw: Any) -> ValidationRun:
     lines: list[str] = kw.pop("lines", [])
-    return validate(inv(lab), stack=STACK, runs_dir=tmp_path, progress=lines.append, **kw)
+    return validate(ValidateRequest(inv(lab), stack=STACK, runs_dir=tmp_path, **kw),
+                    progress=lines.append)
 
 
 def failing(r: ValidationRun) -> dict[str, dict[str, str]]:
@@ -235,8 +236,8 @@ def test_a_provisioned_node_is_judged_against_the_stack_it_recorded(
     """No --stack and no nodecert_stack in the lab inventory: validate judges each host
     against the stack its provisioning recorded (/etc/nodecert/provisioned.json)."""
     lines: list[str] = []
-    r = validate(inv(plab), runs_dir=tmp_path, limit=("h1",), checks=("stack.conformance",),
-                 progress=lines.append)
+    r = validate(ValidateRequest(inv(plab), runs_dir=tmp_path, limit=("h1",),
+                 checks=("stack.conformance",)), progress=lines.append)
     res = r.hosts["h1"].results[0]
     assert res.verdict.name == "PASS", res.summary
     assert any("stack r580-cuda13.0: recorded by provisioning on the node" in ln
@@ -507,8 +508,8 @@ def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> Non
         "nodecert_nvme_count=8\n")
     path = tmp_path / "with-ghost.ini"
     path.write_text(text)
-    r = validate(path, stack=STACK, runs_dir=tmp_path, progress=lambda line: None,
-                 checks=("health.gpu",))
+    r = validate(ValidateRequest(path, stack=STACK, runs_dir=tmp_path, checks=("health.gpu",)),
+                 progress=lambda line: None)
     ghost = r.hosts["ghost"]
     assert ghost.status == "unreachable" and "cannot reach 10.78.1.99:22" in ghost.error
     assert [x.fault_code for x in ghost.results] == ["NC-HOST-UNREACHABLE"]
@@ -521,8 +522,8 @@ def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> Non
     strict = tmp_path / "strict.ini"
     strict.write_text(inv(plab).read_text().replace(
         str(plab.cfg.state / "known_hosts"), str(empty)))
-    r = validate(strict, stack=STACK, runs_dir=tmp_path, progress=lambda line: None,
-                 checks=("health.gpu",), limit=("h1",))
+    r = validate(ValidateRequest(strict, stack=STACK, runs_dir=tmp_path, checks=("health.gpu",),
+                 limit=("h1",)), progress=lambda line: None)
     assert r.hosts["h1"].status == "unreachable"
     assert "is not in known_hosts" in r.hosts["h1"].error
 
@@ -589,9 +590,10 @@ def test_host_dropping_mid_run_is_an_error_while_others_finish(plab: Lab,
             started.set()
 
     out: dict[str, ValidationRun] = {}
-    t = threading.Thread(target=lambda: out.setdefault("r", validate(
-        inv(plab), stack=STACK, runs_dir=tmp_path, progress=progress,
-        checks=("health.gpu", "storage.fio"))))
+    request = ValidateRequest(inv(plab), stack=STACK, runs_dir=tmp_path,
+                              checks=("health.gpu", "storage.fio"))
+    t = threading.Thread(target=lambda: out.setdefault("r", validate(request,
+                                                                     progress=progress)))
     t.start()
     try:
         assert started.wait(timeout=120)

@@ -23,7 +23,7 @@ from nodecert.certs.identity import identity_changes, identity_digest
 from nodecert.certs.signing import SignatureError, load_public_key, verify_envelope
 from nodecert.core.errors import ExitCode, NodecertError
 from nodecert.transport.become import BecomeSource
-from nodecert.validation.run import validate
+from nodecert.validation.run import ValidateRequest, validate
 
 
 class ReportError(NodecertError):
@@ -268,9 +268,8 @@ def live_identity(host: str, inventory: Path, *, stack: str | None = None,
     """The host's hardware identity now: hardware.inventory run over SSH (host keys
     checked as for validate)."""
     with tempfile.TemporaryDirectory(prefix="nodecert-verify-") as d:
-        run = validate(inventory, limit=(host,), stack=stack, runs_dir=Path(d),
-                       checks=("hardware.inventory",), progress=lambda line: None,
-                       become=become)
+        run = validate(ValidateRequest(inventory, limit=(host,), stack=stack, runs_dir=Path(d),
+                       checks=("hardware.inventory",), become=become), progress=lambda line: None)
         hr = run.hosts.get(host)
         res = next((r for r in (hr.results if hr else []) if r.check == "hardware.inventory"),
                    None)

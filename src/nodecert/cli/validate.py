@@ -92,19 +92,21 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
                  host_timeout: float | None, runs_dir: Path, as_json: bool,
                  become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.profiles.thresholds import parse_cli_thresholds, parse_suite_settings
-    from nodecert.validation.run import validate
+    from nodecert.validation.run import ValidateRequest, validate
 
     limit = tuple(h for item in limit for h in item.split(",") if h)
     detail = {"lines": True, "summary": False, "live": False}.get(progress_mode)
     with contextlib.ExitStack() as stack:
         live = stack.enter_context(live_view()) if progress_mode != "lines" and \
             liveview.wanted(progress_mode) and detail is not True else None
-        run = validate(path, suite=suite, limit=limit, stack=stack_name, forks=forks,
-                       runs_dir=runs_dir, cli_thresholds=parse_cli_thresholds(threshold_items),
-                       scratch=scratch_dir, checks=checks, host_timeout_s=host_timeout,
-                       option_overrides=parse_suite_settings(settings), suite_file=suite_file,
+        request = ValidateRequest(
+            path, suite=suite, limit=limit, stack=stack_name, forks=forks, runs_dir=runs_dir,
+            cli_thresholds=parse_cli_thresholds(threshold_items), scratch=scratch_dir,
+            checks=checks, host_timeout_s=host_timeout,
+            option_overrides=parse_suite_settings(settings), suite_file=suite_file,
+            become=become_source(become_file, vault_file), detail=detail)
+        run = validate(request,
                        progress=live.say if live else (lambda line: echo(line, err=True)),
-                       become=become_source(become_file, vault_file), detail=detail,
                        status=live.status if live else None)
     code = ExitCode.OK if run.verdict <= Verdict.WARN and not run.interrupted \
         else ExitCode.FAILED

@@ -29,7 +29,7 @@ from nodecert.inventory.cluster import ClusterConfig, inventory_cluster
 from nodecert.inventory.reader import hostvars, load_inventory
 from nodecert.profiles.thresholds import suite
 from nodecert.transport.become import BecomeSource
-from nodecert.validation.run import validate
+from nodecert.validation.run import ValidateRequest, validate
 from nodecert_node.contract import Threshold
 
 FABRIC_CHECK = {"InfiniBand": "net.ib", "Ethernet": "net.roce"}
@@ -90,9 +90,10 @@ def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
     check = FABRIC_CHECK[ctx.exp.link_layer]
     checks = ("hardware.inventory", check, *(("load.scaling",) if ctx.cfg.scaling else ()),
               *(("storage.shared",) if ctx.shared_fs else ()))
-    vr = validate(inventory, suite=SUITE if ctx.cfg.scaling or ctx.shared_fs else "quick",
-                  limit=tuple(ctx.nodes), checks=checks, runs_dir=run_dir / "nodes",
-                  progress=say, become=become)
+    vr = validate(ValidateRequest(inventory,
+                  suite=SUITE if ctx.cfg.scaling or ctx.shared_fs else "quick",
+                  limit=tuple(ctx.nodes), checks=checks, runs_dir=run_dir / "nodes", become=become),
+                  progress=say)
     out: dict[str, dict[str, Any]] = {}
     for name, hr in vr.hosts.items():
         r = next((x for x in hr.results if x.check == check), None)

@@ -65,6 +65,7 @@ def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = ()
     certify every host unless told to stop earlier. Raises NodecertError on bad input."""
     from nodecert.certs.certify import certify as sign_run
     from nodecert.provision.run import provision
+    from nodecert.validation.run import ValidateRequest
     from nodecert.validation.run import validate as run_validation
 
     say = progress or (lambda line: None)
@@ -75,8 +76,9 @@ def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = ()
     if report.gate_failed or check or not validate:
         return result
     say(f"validating (suite {suite}) ...")
-    result.validation = run_validation(inventory, suite=suite, limit=limit, stack=stack,
-                                       runs_dir=runs_dir, progress=say, become=become)
+    result.validation = run_validation(ValidateRequest(inventory, suite=suite, limit=limit,
+                                       stack=stack, runs_dir=runs_dir, become=become),
+                                       progress=say)
     if certify:
         key, result.created_key = signing_key(key_path)
         result.certification = sign_run(result.validation.run_dir, key)

@@ -22,7 +22,7 @@ from nodecert.stack import conformance
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
 from nodecert.transport.ssh import connect, describe_error, start
-from nodecert.validation.run import open_new_run
+from nodecert.validation.run import ValidateRequest, open_new_run
 
 HISTORY = "/var/lib/nodecert/history"
 RECORD_SCHEMA = "nodecert.local-run/v1"
@@ -127,8 +127,8 @@ def collect(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (
 
     jobs: host -> the scheduler job whose record alone will do for it; failures: host ->
     why its job did not run (that host is ERROR with the reason, nothing is fetched)."""
-    run = open_new_run(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
-                       checks=checks, become=become)
+    run = open_new_run(ValidateRequest(inventory, suite=suite, limit=limit, stack=stack,
+                       runs_dir=runs_dir, checks=checks, become=become))
     say = progress or (lambda line: None)
     for name, hr in sorted(run.hosts.items()):
         if failures and name in failures:

@@ -25,7 +25,7 @@ from nodecert.revalidate.slurm import REASON as SLURM_REASON
 from nodecert.revalidate.slurm import slurm_launcher, submit
 from nodecert.runs.store import RunDir, write_json
 from nodecert.transport.become import BecomeSource
-from nodecert.validation.run import ValidationRun, validate
+from nodecert.validation.run import ValidateRequest, ValidationRun, validate
 from nodecert_node.contract import Result, Verdict
 
 
@@ -120,9 +120,9 @@ def revalidate(inventory: Path, *, key: PrivateKey, trusted: list[PublicKey],
         run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
                       checks=checks, reason=collect_reason, progress=progress, become=become)
     else:
-        run = validate(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
-                       cli_thresholds=cli_thresholds, checks=checks,
-                       option_overrides=option_overrides, progress=progress, become=become)
+        run = validate(ValidateRequest(inventory, suite=suite, limit=limit, stack=stack,
+                       runs_dir=runs_dir, cli_thresholds=cli_thresholds, checks=checks,
+                       option_overrides=option_overrides, become=become), progress=progress)
     out = Revalidation(run, base_dir)
     for name, hr in sorted(run.hosts.items()):
         new = drift.record_of(hr.as_dict())

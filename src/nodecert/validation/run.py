@@ -16,8 +16,9 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,32 @@ from nodecert.validation.session import NodeSessions
 
 Progress = Callable[[str], None]
 SWITCH_INTERVAL_S = 0.05
+
+
+@dataclass(frozen=True)
+class ValidateRequest:
+    """What `nodecert validate` is asked to do: every setting of one validation run.
+
+    forks: hosts supervised at once, 0 for all of them (connection setup and the node
+    code's shipping are bounded on their own). detail: print every host's every line
+    (default: when the run has at most DETAIL_MAX_HOSTS hosts); otherwise alarms as they
+    happen and a summary line. cli_thresholds and option_overrides: the command line's
+    --threshold and --set, over the profile and the suite."""
+
+    inventory: Path
+    suite: str = "quick"
+    limit: tuple[str, ...] = ()
+    stack: str | None = None
+    forks: int = 0
+    runs_dir: Path = Path("runs")
+    cli_thresholds: Mapping[str, Any] | None = None
+    scratch: str | None = None
+    checks: tuple[str, ...] = ()
+    host_timeout_s: float | None = None
+    option_overrides: Mapping[str, dict[str, Any]] | None = None
+    suite_file: Path | None = None
+    become: BecomeSource | None = None
+    detail: bool | None = None
 
 
 def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
@@ -87,27 +114,22 @@ def _bmc_specs(specs: dict[str, HostSpec], hv: dict[str, dict[str, Any]],
             for n, b in sorted(with_bmc.items())}
 
 
-def open_new_run(inventory: Path, *, suite: str, limit: tuple[str, ...] = (),
-                 stack: str | None = None, runs_dir: Path = Path("runs"),
-                 cli_thresholds: dict[str, Any] | None = None, scratch: str | None = None,
-                 checks: tuple[str, ...] = (), host_timeout_s: float | None = None,
-                 option_overrides: dict[str, dict[str, Any]] | None = None,
-                 suite_file: Path | None = None,
-                 become: BecomeSource | None = None) -> ValidationRun:
+def open_new_run(request: ValidateRequest) -> ValidationRun:
     """A new run directory with every host's plan and the run's inputs recorded, nothing
     contacted yet. Raises NodecertError on bad input, before anything is written."""
-    the_suite = thresholds.suite(suite, suite_file)
+    r = request
+    the_suite = thresholds.suite(r.suite, r.suite_file)
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-    run_dir = (runs_dir / run_id).resolve()
-    runs = _prepare(inventory, the_suite, limit, stack, run_dir,
-                    cli_thresholds=cli_thresholds or {}, scratch=scratch, checks=checks,
-                    host_timeout_s=host_timeout_s, option_overrides=option_overrides,
-                    become=become)
+    run_dir = (r.runs_dir / run_id).resolve()
+    runs = _prepare(r.inventory, the_suite, r.limit, r.stack, run_dir,
+                    cli_thresholds=dict(r.cli_thresholds or {}), scratch=r.scratch, checks=r.checks,
+                    host_timeout_s=r.host_timeout_s,
+                    option_overrides=dict(r.option_overrides or {}) or None, become=r.become)
     run_dir.mkdir(parents=True)
     stacks = {hr.stack.path for hr in runs.values() if hr.stack is not None}
     RunDir(run_dir).record_inputs(
         {n: hr.plan for n, hr in runs.items()},
-        suite={"name": the_suite.name, "file": str(suite_file) if suite_file else None,
+        suite={"name": the_suite.name, "file": str(r.suite_file) if r.suite_file else None,
                "description": the_suite.description,
                "checks": list(the_suite.checks), "check_timeout_s": the_suite.check_timeout_s,
                "storage": the_suite.storage, "fabric": the_suite.fabric,
@@ -115,7 +137,7 @@ def open_new_run(inventory: Path, *, suite: str, limit: tuple[str, ...] = (),
         specs={n: hr.spec.as_dict() for n, hr in runs.items()}, stack_files=sorted(stacks))
     for hr in runs.values():
         hr.save(interim=True)  # "pending"; each host's last write is the durable one
-    return ValidationRun(run_dir, suite, runs)
+    return ValidationRun(run_dir, r.suite, runs)
 
 
 def ensure_open_files(need: int) -> None:
@@ -179,30 +201,19 @@ def _supervise(runner: NodeSessions, forks: int, say: Progress) -> None:
         view.tick(final=True)
 
 
-def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (),
-             stack: str | None = None, forks: int = 0, runs_dir: Path = Path("runs"),
-             progress: Progress | None = None, cli_thresholds: dict[str, Any] | None = None,
-             scratch: str | None = None, checks: tuple[str, ...] = (),
-             host_timeout_s: float | None = None,
-             option_overrides: dict[str, dict[str, Any]] | None = None,
+def validate(request: ValidateRequest, *, progress: Progress | None = None,
              stop: threading.Event | None = None,
-             suite_file: Path | None = None,
-             become: BecomeSource | None = None, detail: bool | None = None,
              status: Callable[[Snapshot], None] | None = None) -> ValidationRun:
     """Validate every (limited) host. Raises NodecertError only on bad input.
 
-    forks: hosts supervised at once, 0 for all of them (connection setup and the node
-    code's shipping are bounded on their own). detail: print every host's every line
-    (default: when the run has at most DETAIL_MAX_HOSTS hosts); otherwise alarms as they
-    happen and a summary line, or `status` fed once a second (a live view)."""
+    progress: each line of the run as it happens; stop: set to end the run early (what
+    finished is kept); status: fed once a second with a snapshot (a live view), instead of
+    lines, when the run is too large to print every host's every line."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    result = open_new_run(inventory, suite=suite, limit=limit, stack=stack,
-                          runs_dir=runs_dir, cli_thresholds=cli_thresholds or {},
-                          scratch=scratch, checks=checks, host_timeout_s=host_timeout_s,
-                          option_overrides=option_overrides, suite_file=suite_file,
-                          become=become)
+    result = open_new_run(request)
     run_dir, runs = result.run_dir, result.hosts
-    the_suite = thresholds.suite(suite, suite_file)
+    suite, checks, detail = request.suite, request.checks, request.detail
+    the_suite = thresholds.suite(suite, request.suite_file)
     stop = stop or threading.Event()
     view = RunProgress(runs, say, status=status,
                        detail=len(runs) <= DETAIL_MAX_HOSTS if detail is None else detail)
@@ -212,7 +223,7 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
     say(f"validating {len(runs)} host(s), suite {suite} ({n_checks} checks); "
         f"results in {run_dir}"
         + ("" if view.detail else "; each host's progress in <host>/progress.log"))
-    _supervise(runner, forks, say)
+    _supervise(runner, request.forks, say)
     if stop.is_set():
         result.interrupted = True
         for hr in runs.values():
@@ -224,4 +235,5 @@ def validate(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = 
     return result
 
 
-__all__ = ["HostRun", "ValidationRun", "ensure_open_files", "open_new_run", "validate"]
+__all__ = ["HostRun", "ValidateRequest", "ValidationRun", "ensure_open_files", "open_new_run",
+           "validate"]
