@@ -25,7 +25,7 @@ from pathlib import Path
 
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
-from nodecert.provision.run import FleetSettings, provision
+from nodecert.provision.run import FleetSettings, ProvisionRequest, provision
 
 CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.8.0/24"), bridge="ncpbench0",
                 prefix="ncpbench", state_name="state-pbench")
@@ -41,7 +41,8 @@ def cpu_busy_s() -> float:
 
 def timed(inv: Path, runs: Path, **kw: object) -> tuple[float, dict[str, object]]:
     t, c = time.monotonic(), cpu_busy_s()
-    report = provision(inv, STACK, runs_dir=runs, progress=lambda line: None, **kw)  # type: ignore[arg-type]
+    report = provision(ProvisionRequest(inv, STACK, runs_dir=runs, **kw),  # type: ignore[arg-type]
+                       progress=lambda line: None)
     elapsed, cpu = time.monotonic() - t, cpu_busy_s() - c
     hosts = report.hosts.values()
     # cpu_bound_s: the least wall time the work could take on this machine's cores.

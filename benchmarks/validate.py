@@ -31,7 +31,7 @@ from typing import Any
 from nodecert.core.errors import NodecertError
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import INOTIFY_LIMIT, Lab, check_inotify
-from nodecert.provision.run import provision
+from nodecert.provision.run import ProvisionRequest, provision
 from nodecert.validation.run import ValidateRequest, validate
 
 CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.7.0/24"), bridge="ncvbench0",
@@ -157,8 +157,8 @@ def main() -> int:
         for n in args.sizes:
             fresh(n)
             t = time.monotonic()
-            provision(inv, STACK, runs_dir=runs, tags=TAGS, forks=min(n, 16),
-                      progress=lambda _: None)
+            provision(ProvisionRequest(inv, stack=STACK, runs_dir=runs, tags=TAGS,
+                                       forks=min(n, 16)), progress=lambda _: None)
             results[f"{n}_hosts"] = {"provision_s": round(time.monotonic() - t, 1),
                                      **overhead(inv, runs, n)}
             print(json.dumps({f"{n}_hosts": results[f"{n}_hosts"]}), flush=True)

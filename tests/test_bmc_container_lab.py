@@ -23,7 +23,7 @@ import pytest
 
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.hosts import Lab
-from nodecert.provision.run import provision
+from nodecert.provision.run import ProvisionRequest, provision
 from nodecert.validation.run import ValidateRequest, ValidationRun, validate
 from support.env import require_root
 from support.lab import lab_config
@@ -39,8 +39,9 @@ def blab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     lab = Lab(lab_config("bm", 8), log=lambda m: None)
     try:
         lab.up(nodes=2, with_bmc=True)
-        report = provision(lab.cfg.state / "inventory.ini", STACK, limit=("h1",),
-                           runs_dir=tmp_path_factory.mktemp("prov"), progress=lambda x: None)
+        report = provision(ProvisionRequest(lab.cfg.state / "inventory.ini", stack=STACK,
+                           limit=("h1",), runs_dir=tmp_path_factory.mktemp("prov")),
+                           progress=lambda x: None)
         assert report.hosts["h1"].conformance is not None
         assert report.hosts["h1"].conformance.ok
         yield lab

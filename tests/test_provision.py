@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from nodecert.lab.hosts import Lab
-from nodecert.provision.run import ProvisionReport, provision
+from nodecert.provision.run import ProvisionReport, ProvisionRequest, provision
 from support.env import REPO
 
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
@@ -42,7 +42,8 @@ def inventory(lab: Lab, tmp_path: Path, per_host: dict[str, str],
 
 
 def run(inv: Path, tmp_path: Path, **kw: Any) -> ProvisionReport:
-    return provision(inv, runs_dir=tmp_path / "runs", progress=lambda line: None, **kw)
+    return provision(ProvisionRequest(inv, runs_dir=tmp_path / "runs", **kw),
+                     progress=lambda line: None)
 
 
 def sh(lab: Lab, host: str, cmd: str) -> str:

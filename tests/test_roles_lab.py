@@ -19,7 +19,7 @@ import testinfra
 import yaml
 
 from nodecert.lab.hosts import Lab
-from nodecert.provision.run import provision
+from nodecert.provision.run import ProvisionRequest, provision
 from nodecert.stack.manifest import find_stack
 from nodecert.transport.bundle import node_bundle
 from support.env import REPO
@@ -44,7 +44,7 @@ def converged(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> tuple[Lab, 
     lab.reset(HOST)
     runs = tmp_path_factory.mktemp("runs")
     inv = lab.cfg.state / "inventory.ini"
-    report = provision(inv, STACK.name, limit=(HOST,), runs_dir=runs,
+    report = provision(ProvisionRequest(inv, stack=STACK.name, limit=(HOST,), runs_dir=runs),
                        progress=lambda line: None)
     outcome = report.hosts[HOST]
     assert outcome.status == "provisioned", outcome.as_dict()
@@ -180,8 +180,9 @@ def test_every_role_of_the_site_play_has_a_scenario() -> None:
 def test_role_idempotent_and_verified(role: str, converged: tuple[Lab, Path],
                                       host: Any) -> None:
     lab, runs = converged
-    again = provision(lab.cfg.state / "inventory.ini", STACK.name, limit=(HOST,),
-                      tags=(site_tags()[role],), runs_dir=runs, progress=lambda line: None)
+    again = provision(ProvisionRequest(lab.cfg.state / "inventory.ini", stack=STACK.name,
+                      limit=(HOST,), tags=(site_tags()[role],), runs_dir=runs),
+                      progress=lambda line: None)
     outcome = again.hosts[HOST]
     assert outcome.status == "provisioned" and outcome.failed == 0, outcome.as_dict()
     assert outcome.changed == 0, f"{role} is not idempotent: {outcome.as_dict()}"
@@ -199,8 +200,8 @@ def test_a_stale_cdi_spec_is_regenerated_by_the_handler(converged: tuple[Lab, Pa
                   "/etc/cdi/nvidia.yaml")
 
     def converge() -> Any:
-        return provision(lab.cfg.state / "inventory.ini", STACK.name, limit=(HOST,),
-                         tags=("container_toolkit",), runs_dir=runs,
+        return provision(ProvisionRequest(lab.cfg.state / "inventory.ini", stack=STACK.name,
+                         limit=(HOST,), tags=("container_toolkit",), runs_dir=runs),
                          progress=lambda line: None).hosts[HOST]
     fixed = converge()
     assert fixed.status == "provisioned" and fixed.failed == 0, fixed.as_dict()
@@ -215,12 +216,13 @@ def test_framework_refuses_a_wheel_whose_hash_is_not_pinned(
     """A wheel that is not the pinned one (a tampered mirror) is refused by pip."""
     lab, runs = converged
     env_dir = "/opt/nodecert/envs/hash-check"
-    report = provision(lab.cfg.state / "inventory.ini", STACK.name, limit=(HOST,),
-                       tags=(site_tags()["framework"],), runs_dir=runs,
-                       progress=lambda line: None, extravars={
+    report = provision(ProvisionRequest(lab.cfg.state / "inventory.ini", stack=STACK.name,
+                       limit=(HOST,), tags=(site_tags()["framework"],), runs_dir=runs,
+                       extravars={
                            "framework_env_dir": env_dir,
                            "framework_wheel_hashes": {STACK.name: {
-                               f"torch=={STACK.framework.pytorch}": ["0" * 64]}}})
+                               f"torch=={STACK.framework.pytorch}": ["0" * 64]}}}),
+                       progress=lambda line: None)
     outcome = report.hosts[HOST]
     try:
         assert outcome.status == "failed", outcome.as_dict()
@@ -234,8 +236,9 @@ def test_preflight_installs_nothing_on_a_bare_host(lab: Lab, tmp_path: Path,
     """preflight only looks: on a freshly reset host it runs and passes, and no
     repository, package or hold appears."""
     lab.reset("h2")
-    report = provision(lab.cfg.state / "inventory.ini", STACK.name, limit=("h2",),
-                       tags=("preflight",), runs_dir=tmp_path, progress=lambda line: None)
+    report = provision(ProvisionRequest(lab.cfg.state / "inventory.ini", stack=STACK.name,
+                       limit=("h2",), tags=("preflight",), runs_dir=tmp_path),
+                       progress=lambda line: None)
     outcome = report.hosts["h2"]
     assert outcome.failed == 0, outcome.as_dict()
     assert lab.ssh("h2", "test -e /etc/apt/sources.list.d/nodecert-nvidia.list",

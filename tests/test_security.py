@@ -461,7 +461,7 @@ def test_provisioning_a_host_with_an_unknown_key_fails(lab: object, tmp_path: Pa
     """An inventory whose known_hosts lacks the host (and asks nothing weaker): Ansible
     refuses the connection; nothing is provisioned -- even right after another run
     reached the host (each run's SSH masters are its own: no ControlPersist reuse)."""
-    from nodecert.provision.run import provision
+    from nodecert.provision.run import ProvisionRequest, provision
     st = lab.cfg.state  # type: ignore[attr-defined]
     empty = tmp_path / "known_hosts"
     empty.write_text("")
@@ -469,12 +469,13 @@ def test_provisioning_a_host_with_an_unknown_key_fails(lab: object, tmp_path: Pa
     inv.write_text((st / "inventory.ini").read_text().replace(
         f"UserKnownHostsFile={st / 'known_hosts'}", f"UserKnownHostsFile={empty}"))
     (tmp_path / "group_vars").mkdir()
-    first = provision(st / "inventory.ini", "r580-cuda13.0", limit=("h2",),
-                      tags=("preflight",), runs_dir=tmp_path / "runs0",
+    first = provision(ProvisionRequest(st / "inventory.ini", stack="r580-cuda13.0", limit=("h2",),
+                      tags=("preflight",), runs_dir=tmp_path / "runs0"),
                       progress=lambda line: None)
     assert first.hosts["h2"].status == "provisioned", first.hosts["h2"].as_dict()
-    report = provision(inv, "r580-cuda13.0", limit=("h2",), tags=("preflight",),
-                       runs_dir=tmp_path / "runs", progress=lambda line: None)
+    report = provision(ProvisionRequest(inv, stack="r580-cuda13.0", limit=("h2",),
+                       tags=("preflight",), runs_dir=tmp_path / "runs"),
+                       progress=lambda line: None)
     outcome = report.hosts["h2"]
     assert outcome.status == "unreachable", outcome.as_dict()
     assert "Host key verification failed" in (outcome.first_error or ""), outcome.as_dict()

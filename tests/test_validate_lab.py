@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from nodecert.cli import main
 from nodecert.lab.hosts import Lab
-from nodecert.provision.run import provision
+from nodecert.provision.run import ProvisionRequest, provision
 from nodecert.validation.run import ValidateRequest, ValidationRun, validate
 
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
@@ -37,8 +37,8 @@ def plab(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     lab.apply_faults(None)
     for h in ("h1", "h2", "h3"):
         lab.reset(h)
-    report = provision(lab.cfg.state / "inventory.ini", STACK,
-                       runs_dir=tmp_path_factory.mktemp("prov"), progress=lambda line: None)
+    report = provision(ProvisionRequest(lab.cfg.state / "inventory.ini", stack=STACK,
+                       runs_dir=tmp_path_factory.mktemp("prov")), progress=lambda line: None)
     assert all(h.conformance is not None and h.conformance.ok for h in report.hosts.values()), \
         report.as_dict()
     return lab
@@ -477,7 +477,7 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     assert hist.exit_code == 0 and "FAIL" in hist.output
     # Performance: a baseline with the all-reduce and the soak, then lower busbw and a
     # hotter GPU are regressions with old and new values (h1, an 8-GPU H200 host).
-    from nodecert.revalidate.run import revalidate
+    from nodecert.revalidate.run import RevalidateRequest, revalidate
     perf = ("hardware.inventory", "fabric.nccl_allreduce", "load.thermal_soak")
     short = {"load": {"soak_s": 8, "report_s": 2}}
     b = run(plab, tmp_path / "pbase", limit=("h1",), suite="standard", checks=perf,
@@ -487,10 +487,11 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     faults(plab, tmp_path, "faults:\n  - {host: h1, kind: busbw_low, factor: 0.8}\n"
            "  - {host: h1, kind: thermal_throttle, gpu: 4, after_s: 0}\n")
     try:
-        rv2 = revalidate(inv(plab), key=key, trusted=[key.public_key()], baseline=preports,
-                         suite="standard", runs_dir=tmp_path / "pruns", limit=("h1",),
-                         stack=STACK, checks=perf, option_overrides=short,
-                         progress=lambda line: None)
+        again = ValidateRequest(inv(plab), suite="standard", runs_dir=tmp_path / "pruns",
+                                limit=("h1",), stack=STACK, checks=perf,
+                                option_overrides=short)
+        rv2 = revalidate(RevalidateRequest(again, key=key, trusted=[key.public_key()],
+                                           baseline=preports), progress=lambda line: None)
     finally:
         plab.apply_faults(None)
     got = {x.check: x for x in rv2.drift["h1"]}

@@ -16,6 +16,7 @@ from nodecert.cli.common import (
     emit_json,
     handle_errors,
     json_option,
+    signing_key_option,
     style,
 )
 from nodecert.core.errors import ExitCode
@@ -117,9 +118,7 @@ Examples:
 
 @click.command("certify", help=_CERTIFY_HELP)
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--key", "key_path", type=click.Path(path_type=Path),
-              help="Signing key (default: ~/.config/nodecert/keys/nodecert.key, created if "
-                   "missing).")
+@signing_key_option
 @click.option("--valid-days", type=click.IntRange(min=1), default=90, show_default=True,
               help="Days the certificate is valid, counted from the end of the validation.")
 @click.option("--max-result-age-days", "max_age_days", type=click.FloatRange(min=0.01),

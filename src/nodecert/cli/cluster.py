@@ -93,7 +93,7 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.certs.cluster import certify_cluster
     from nodecert.certs.signing import load_private_key
-    from nodecert.cluster.validate import cluster_validate
+    from nodecert.cluster.validate import ClusterRequest, cluster_validate
     from nodecert.core.errors import InventoryError
     from nodecert.inventory.cluster import parse_cluster
 
@@ -108,10 +108,9 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
         raise InventoryError(f"command line: {why}")
     given = {k: getattr(parsed, k) for k in given}  # as the settings hold them
     key = load_private_key(key_path) if key_path else None  # a bad key fails before jobs
-    run_dir, data = cluster_validate(path, limit=split_hosts(limit), overrides=given,
-                                     runs_dir=runs_dir, become=become_source(become_file,
-                                                                             vault_file),
-                                     progress=lambda line: echo(line, err=True))
+    request = ClusterRequest(path, limit=split_hosts(limit), overrides=given,
+                             runs_dir=runs_dir, become=become_source(become_file, vault_file))
+    run_dir, data = cluster_validate(request, progress=lambda line: echo(line, err=True))
     cert: dict[str, Any] = {}
     if key is not None:
         env, html, verdict = certify_cluster(run_dir, key)

@@ -112,6 +112,12 @@ runs_dir_option = click.option("--runs-dir", type=click.Path(path_type=Path),
                                help="Where run directories are kept.")
 suite_option = click.option("--suite", default="quick", show_default=True,
                             help="quick | standard | full (validators/suites.yml).")
+stack_option = click.option("--stack", "stack_name",
+                            help="The pinned stack: what provision installs and validate checks "
+                                 "conformance against (default: each host's nodecert_stack).")
+signing_key_option = click.option("--key", "key_path", type=click.Path(path_type=Path),
+                                  help="Signing key (default: ~/.config/nodecert/keys/"
+                                       "nodecert.key, created if missing).")
 # Picking checks is --only everywhere: --check means a dry run (provision, Ansible).
 checks_option = click.option("--only", "checks", multiple=True, metavar="CHECK",
                              help="Only these checks of the suite (repeatable).")

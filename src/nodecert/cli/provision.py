@@ -16,8 +16,13 @@ from nodecert.cli.common import (
     emit_json,
     handle_errors,
     json_option,
+    limit_option,
     print_validation,
+    runs_dir_option,
+    signing_key_option,
     split_hosts,
+    stack_option,
+    suite_option,
 )
 from nodecert.cli.stack import print_gate
 
@@ -57,8 +62,8 @@ Examples:
 @click.version_option(__version__, prog_name="provision")
 @click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
               help="INI or YAML Ansible inventory.")
-@click.option("--stack", "stack_name", help="Stack to install (default: nodecert_stack).")
-@click.option("--limit", multiple=True, help="Only these hosts (repeatable).")
+@stack_option
+@limit_option
 @click.option("--check", "check_mode", is_flag=True, help="Dry run: change nothing.")
 @click.option("--tags", multiple=True,
               help="Only these components (repo, driver, fabric_manager, cuda_toolkit, cudnn, "
@@ -82,13 +87,11 @@ Examples:
 @click.option("--fact-cache", type=click.Path(path_type=Path, file_okay=False), hidden=True)
 @click.option("--mirror", help="Base of an air-gapped mirror laid out like the lab's: "
                                "<mirror>/nvidia (apt) and <mirror>/simple (wheels).")
-@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
-              show_default=True, help="Where run artifacts are kept.")
+@runs_dir_option
 @click.option("--no-validate", is_flag=True, help="Stop after provisioning and conformance.")
 @click.option("--no-certify", is_flag=True, help="Validate but do not sign certificates.")
-@click.option("--suite", default="quick", show_default=True, help="Validation suite.")
-@click.option("--key", "key_path", type=click.Path(path_type=Path),
-              help="Signing key (default: ~/.config/nodecert/keys/nodecert.key).")
+@suite_option
+@signing_key_option
 @json_option
 @become_options
 @handle_errors
@@ -98,19 +101,19 @@ def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_
               mirror: str | None, runs_dir: Path,
               no_validate: bool, no_certify: bool, suite: str, key_path: Path | None,
               as_json: bool, become_file: Path | None, vault_file: Path | None) -> None:
-    from nodecert.provision.chain import run_chain
-    from nodecert.provision.run import FleetSettings
+    from nodecert.provision.chain import ChainRequest, run_chain
+    from nodecert.provision.run import FleetSettings, ProvisionRequest
 
     if fact_cache is not None:
         echo("note: --fact-cache has no effect and will be removed: provisioning gathers no "
              "Ansible facts (the roles read the OS from /etc/os-release)", err=True)
     fleet = FleetSettings(strategy, serial, max_fail_percentage)
-    res = run_chain(path, stack_name, limit=split_hosts(limit), check=check_mode, tags=tags,
-                    fleet=fleet,
-                    forks=forks, mirror=mirror, runs_dir=runs_dir, validate=not no_validate,
-                    certify=not no_certify, suite=suite, key_path=key_path,
-                    progress=lambda line: echo(line, err=True),
-                    become=become_source(become_file, vault_file))
+    request = ChainRequest(
+        ProvisionRequest(path, stack_name, limit=split_hosts(limit), check=check_mode,
+                         tags=tags, forks=forks, mirror=mirror, runs_dir=runs_dir,
+                         become=become_source(become_file, vault_file), fleet=fleet),
+        validate=not no_validate, certify=not no_certify, suite=suite, key_path=key_path)
+    res = run_chain(request, progress=lambda line: echo(line, err=True))
     report = res.provision
     if as_json:
         emit_json(report.as_dict())

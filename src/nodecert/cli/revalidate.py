@@ -17,6 +17,12 @@ from nodecert.cli.common import (
     emit_json,
     handle_errors,
     json_option,
+    limit_option,
+    runs_dir_option,
+    signing_key_option,
+    stack_option,
+    suite_option,
+    threshold_option,
     verdict_text,
 )
 from nodecert.core.errors import ExitCode
@@ -62,18 +68,15 @@ Examples:
 @click.option("--baseline", type=click.Path(path_type=Path),
               help="Reports or run directory to compare with (default: newest under "
                    "--runs-dir).")
-@click.option("--suite", default="quick", show_default=True)
-@click.option("--limit", multiple=True, help="Only these hosts (repeatable or comma-separated).")
+@suite_option
+@limit_option
 @checks_option
-@click.option("--stack", "stack_name", help="Stack to check conformance against.")
-@click.option("--threshold", "threshold_items", multiple=True, metavar="KEY=VALUE",
-              help="Override a threshold (drift.perf_drop_max=0.05, ...).")
-@click.option("--key", "key_path", type=click.Path(path_type=Path),
-              help="Signing key (default: ~/.config/nodecert/keys/nodecert.key).")
+@stack_option
+@threshold_option
+@signing_key_option
 @click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(path_type=Path),
               help="Also trust this signer for the baseline (repeatable).")
-@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
-              show_default=True)
+@runs_dir_option
 @click.option("--collect", "collect_reason", is_flag=False, flag_value="any",
               type=click.Choice(["any", "after-update", "timer", "slurm"]),
               help="Collect the nodes' own newest scheduled run instead of validating "
@@ -95,7 +98,8 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
                    vault_file: Path | None) -> None:
     from nodecert.certs.signing import load_private_key, load_public_key
     from nodecert.profiles.thresholds import parse_cli_thresholds
-    from nodecert.revalidate.run import revalidate
+    from nodecert.revalidate.run import RevalidateRequest, revalidate
+    from nodecert.validation.run import ValidateRequest
 
     if via == "slurm" and collect_reason:
         raise click.UsageError("--via slurm runs the nodes' checks; --collect runs none: "
@@ -104,12 +108,14 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
     key = load_private_key(key_path)
     trusted = [key.public_key(), *(load_public_key(p) for p in pubkeys)]
     limit = tuple(h for item in limit for h in item.split(",") if h)
-    rv = revalidate(path, key=key, trusted=trusted, baseline=baseline, suite=suite,
-                    runs_dir=runs_dir, limit=limit, stack=stack_name, checks=checks,
-                    cli_thresholds=parse_cli_thresholds(threshold_items),
-                    progress=lambda line: echo(line, err=True), collect_reason=collect_reason,
-                    become=become_source(become_file, vault_file),
-                    via_slurm=via == "slurm", slurm_wait_s=slurm_wait_s)
+    validation = ValidateRequest(path, suite=suite, limit=limit, stack=stack_name,
+                                 runs_dir=runs_dir, checks=checks,
+                                 cli_thresholds=parse_cli_thresholds(threshold_items),
+                                 become=become_source(become_file, vault_file))
+    rv = revalidate(RevalidateRequest(validation, key=key, trusted=trusted, baseline=baseline,
+                                      collect_reason=collect_reason, via_slurm=via == "slurm",
+                                      slurm_wait_s=slurm_wait_s),
+                    progress=lambda line: echo(line, err=True))
     assert rv.cert is not None
     code = ExitCode.FAILED if rv.regressed or not rv.cert.all_ready else ExitCode.OK
     if as_json:
@@ -147,8 +153,7 @@ Examples:
 
 @click.command("history", help=_HISTORY_HELP)
 @click.argument("host")
-@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
-              show_default=True)
+@runs_dir_option
 @json_option
 @handle_errors
 def history_cmd(host: str, runs_dir: Path, as_json: bool) -> None:

@@ -16,7 +16,13 @@ from nodecert.cli.common import (
     echo,
     emit_json,
     handle_errors,
+    json_option,
+    limit_option,
     print_validation,
+    runs_dir_option,
+    stack_option,
+    suite_option,
+    threshold_option,
 )
 from nodecert.cli.liveview import live_view
 from nodecert.core.errors import ExitCode
@@ -52,14 +58,11 @@ Examples:
 @click.command("validate", help=_VALIDATE_HELP)
 @click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
               help="Ansible inventory with the hosts and their spec.")
-@click.option("--suite", default="quick", show_default=True,
-              help="quick | standard | full (validators/suites.yml).")
-@click.option("--limit", multiple=True, help="Only these hosts (repeatable or comma-separated).")
+@suite_option
+@limit_option
 @checks_option
-@click.option("--stack", "stack_name",
-              help="Stack to check conformance against (default: the host's nodecert_stack).")
-@click.option("--threshold", "threshold_items", multiple=True, metavar="KEY=VALUE",
-              help="Override a threshold for every host (recorded as the command line's).")
+@stack_option
+@threshold_option
 @click.option("--suite-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="A site's own suites file (the schema of validators/suites.yml); "
                    "--suite names one of its suites. Recorded in the run's inputs.")
@@ -80,9 +83,8 @@ Examples:
                    "Each host's lines are always in <run>/<host>/progress.log.")
 @click.option("--host-timeout", type=click.FloatRange(min=1), metavar="SECONDS",
               help="Limit for a whole host (default: every check at its suite limit + 120 s).")
-@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"),
-              show_default=True, help="Where run directories are created.")
-@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@runs_dir_option
+@json_option
 @become_options
 @handle_errors
 def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],

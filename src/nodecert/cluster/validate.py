@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,10 +92,10 @@ def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
     check = FABRIC_CHECK[ctx.exp.link_layer]
     checks = ("hardware.inventory", check, *(("load.scaling",) if ctx.cfg.scaling else ()),
               *(("storage.shared",) if ctx.shared_fs else ()))
-    vr = validate(ValidateRequest(inventory,
-                  suite=SUITE if ctx.cfg.scaling or ctx.shared_fs else "quick",
-                  limit=tuple(ctx.nodes), checks=checks, runs_dir=run_dir / "nodes", become=become),
-                  progress=say)
+    request = ValidateRequest(inventory, suite=SUITE if ctx.cfg.scaling or ctx.shared_fs
+                              else "quick", limit=tuple(ctx.nodes), checks=checks,
+                              runs_dir=run_dir / "nodes", become=become)
+    vr = validate(request, progress=say)
     out: dict[str, dict[str, Any]] = {}
     for name, hr in vr.hosts.items():
         r = next((x for x in hr.results if x.check == check), None)
@@ -112,17 +114,30 @@ def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
     return out
 
 
-def cluster_validate(inventory: Path, *, limit: tuple[str, ...] = (),
-                     overrides: dict[str, Any] | None = None, runs_dir: Path = Path("runs"),
-                     progress: Progress | None = None, become: BecomeSource | None = None,
+@dataclass(frozen=True)
+class ClusterRequest:
+    """What `nodecert cluster validate` is asked to do: the hosts (limited), the command
+    line's overrides of the inventory's nodecert_cluster, where runs go and the become
+    password source."""
+
+    inventory: Path
+    limit: tuple[str, ...] = ()
+    overrides: Mapping[str, Any] | None = None
+    runs_dir: Path = Path("runs")
+    become: BecomeSource | None = None
+
+
+def cluster_validate(request: ClusterRequest, *, progress: Progress | None = None,
                      launch: Launcher | None = None,
                      stop: threading.Event | None = None) -> tuple[Path, dict[str, Any]]:
     """Validate the cluster; (run directory, results). NodecertError on bad input or an
     engine that cannot run jobs at all (nothing half-done is left: the run directory
     records what was found)."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    ctx = context(inventory, limit=limit, overrides=overrides, become=become)
-    run_dir = new_run_dir(runs_dir)
+    inventory, become = request.inventory, request.become
+    ctx = context(inventory, limit=request.limit, overrides=dict(request.overrides or {}),
+                  become=become)
+    run_dir = new_run_dir(request.runs_dir)
     # InfiniBand error counters before and after the jobs (perfquery on every node).
     counters = ((lambda: read_all(ctx.endpoints, ctx.exp.devices))
                 if ctx.exp.link_layer == "InfiniBand" else None)

@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from nodecert.core.errors import ExitCode
 from nodecert.core.verdict import Verdict
-from nodecert.transport.become import BecomeSource
 
 if TYPE_CHECKING:
-    from nodecert.provision.run import FleetSettings
+    from nodecert.provision.run import ProvisionRequest
 
 DEFAULT_KEY = Path("~/.config/nodecert/keys/nodecert.key")
 
@@ -53,14 +52,21 @@ def signing_key(key_path: Path | None) -> tuple[Any, Any]:
     return load_private_key(key_path), created
 
 
-def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = (),
-              check: bool = False, tags: tuple[str, ...] = (), forks: int = 10,
-              mirror: str | None = None, runs_dir: Path = Path("runs"),
-              validate: bool = True, certify: bool = True, suite: str = "quick",
-              key_path: Path | None = None,
-              progress: Callable[[str], None] | None = None,
-              become: BecomeSource | None = None,
-              fleet: FleetSettings | None = None) -> ChainResult:
+@dataclass(frozen=True)
+class ChainRequest:
+    """The main job: provisioning as asked, then (unless told not to) validation with
+    `suite` and a signed certificate per host with the key at `key_path` (created in the
+    default place when absent)."""
+
+    provision: ProvisionRequest
+    validate: bool = True
+    certify: bool = True
+    suite: str = "quick"
+    key_path: Path | None = None
+
+
+def run_chain(request: ChainRequest, *,
+              progress: Callable[[str], None] | None = None) -> ChainResult:
     """Provision (gate first: nothing is touched when it fails), then validate and
     certify every host unless told to stop earlier. Raises NodecertError on bad input."""
     from nodecert.certs.certify import certify as sign_run
@@ -69,20 +75,19 @@ def run_chain(inventory: Path, stack: str | None, *, limit: tuple[str, ...] = ()
     from nodecert.validation.run import validate as run_validation
 
     say = progress or (lambda line: None)
-    report = provision(inventory, stack, limit=limit, check=check, tags=tags, forks=forks,
-                       fleet=fleet,
-                       mirror=mirror, runs_dir=runs_dir, progress=say, become=become)
+    p = request.provision
+    report = provision(p, progress=say)
     result = ChainResult(report)
-    if report.gate_failed or check or not validate:
+    if report.gate_failed or p.check or not request.validate:
         return result
-    say(f"validating (suite {suite}) ...")
-    result.validation = run_validation(ValidateRequest(inventory, suite=suite, limit=limit,
-                                       stack=stack, runs_dir=runs_dir, become=become),
-                                       progress=say)
-    if certify:
-        key, result.created_key = signing_key(key_path)
+    say(f"validating (suite {request.suite}) ...")
+    result.validation = run_validation(
+        ValidateRequest(p.inventory, suite=request.suite, limit=p.limit, stack=p.stack,
+                        runs_dir=p.runs_dir, become=p.become), progress=say)
+    if request.certify:
+        key, result.created_key = signing_key(request.key_path)
         result.certification = sign_run(result.validation.run_dir, key)
     return result
 
 
-__all__ = ["ChainResult", "run_chain", "signing_key"]
+__all__ = ["ChainRequest", "ChainResult", "run_chain", "signing_key"]

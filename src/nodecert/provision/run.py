@@ -10,6 +10,7 @@ extra variables are non-secret by construction (stack name, mirror URLs).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -19,7 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -271,13 +272,32 @@ def _run_playbook(ansible_runner: Any, run_dir: Path, inventory: Path, *,
     )
 
 
-def provision(inventory: Path, stack: str | None = None, *, limit: tuple[str, ...] = (),
-              check: bool = False, tags: tuple[str, ...] = (), forks: int = 10,
-              mirror: str | None = None, runs_dir: Path = Path("runs"),
-              progress: Progress | None = None, extravars: dict[str, Any] | None = None,
-              pipelining: bool = True, become: BecomeSource | None = None,
-              fleet: FleetSettings | None = None) -> ProvisionReport:
+@dataclass(frozen=True)
+class ProvisionRequest:
+    """What `provision` is asked to do: every setting of one provisioning run.
+
+    stack: for every host (else each host's nodecert_stack). check: Ansible's check mode,
+    nothing changes. tags: only these roles' tasks. mirror: the air-gapped mirror's URL.
+    extravars: more Ansible variables, after nodecert's own."""
+
+    inventory: Path
+    stack: str | None = None
+    limit: tuple[str, ...] = ()
+    check: bool = False
+    tags: tuple[str, ...] = ()
+    forks: int = 10
+    mirror: str | None = None
+    runs_dir: Path = Path("runs")
+    extravars: Mapping[str, Any] | None = None
+    pipelining: bool = True
+    become: BecomeSource | None = None
+    fleet: FleetSettings | None = None
+
+
+def provision(request: ProvisionRequest, *, progress: Progress | None = None) -> ProvisionReport:
     """Gate every host, run site.yml, verify conformance. Raises only on bad input."""
+    (inventory, stack, limit, check, tags, forks, mirror, runs_dir, extravars, pipelining,
+     become, fleet) = (getattr(request, f.name) for f in dataclasses.fields(request))
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     _refuse_mirror_credentials(mirror)
     pre = preflight(inventory, stack, limit=limit)

@@ -13,7 +13,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from nodecert.certs.certify import PAYLOAD_TYPE, CertifyRun, certify
 from nodecert.certs.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
@@ -24,7 +23,6 @@ from nodecert.revalidate.collect import collect
 from nodecert.revalidate.slurm import REASON as SLURM_REASON
 from nodecert.revalidate.slurm import slurm_launcher, submit
 from nodecert.runs.store import RunDir, write_json
-from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidateRequest, ValidationRun, validate
 from nodecert_node.contract import Result, Verdict
 
@@ -93,36 +91,50 @@ class Revalidation:
         return any(r.verdict >= Verdict.FAIL for rs in self.drift.values() for r in rs)
 
 
-def revalidate(inventory: Path, *, key: PrivateKey, trusted: list[PublicKey],
-               baseline: Path | None = None, suite: str = "quick",
-               runs_dir: Path = Path("runs"), limit: tuple[str, ...] = (),
-               stack: str | None = None, cli_thresholds: dict[str, Any] | None = None,
-               checks: tuple[str, ...] = (),
-               option_overrides: dict[str, dict[str, Any]] | None = None,
-               progress: Callable[[str], None] | None = None,
-               collect_reason: str | None = None,
-               become: BecomeSource | None = None, via_slurm: bool = False,
-               slurm_wait_s: float = 1800.0) -> Revalidation:
-    """collect_reason: instead of validating, collect each node's newest scheduled run
-    of that reason (after-update, timer, any) and judge, compare and certify it.
-    via_slurm: start each node's own run as a Slurm job, then collect that run."""
-    base_dir = baseline or latest_baseline(runs_dir)
-    base = load_baseline(base_dir, trusted) if base_dir else {}
-    if via_slurm:
+@dataclass(frozen=True)
+class RevalidateRequest:
+    """What `nodecert revalidate` is asked to do: the validation to run (or whose settings
+    a collected run is judged with), the key that signs the new certificates and the keys
+    trusted for the baseline's.
+
+    baseline: the certified run to compare with (default: the newest under runs_dir).
+    collect_reason: instead of validating, collect each node's newest scheduled run of
+    that reason (after-update, timer, any) and judge, compare and certify it. via_slurm:
+    start each node's own run as a Slurm job (started within slurm_wait_s), then collect
+    that run."""
+
+    validation: ValidateRequest
+    key: PrivateKey
+    trusted: list[PublicKey]
+    baseline: Path | None = None
+    collect_reason: str | None = None
+    via_slurm: bool = False
+    slurm_wait_s: float = 1800.0
+
+
+def revalidate(request: RevalidateRequest, *,
+               progress: Callable[[str], None] | None = None) -> Revalidation:
+    """Validate again (or collect), compare every host with its certified baseline and
+    certify the new run."""
+    v = request.validation
+    inventory, suite, limit, stack, runs_dir, checks, become = (
+        v.inventory, v.suite, v.limit, v.stack, v.runs_dir, v.checks, v.become)
+    base_dir = request.baseline or latest_baseline(runs_dir)
+    base = load_baseline(base_dir, request.trusted) if base_dir else {}
+    if request.via_slurm:
         launch, engine_names = slurm_launcher(inventory, limit, become)
-        sub = submit(launch, engine_names, suite=suite, start_within_s=slurm_wait_s,
+        sub = submit(launch, engine_names, suite=suite, start_within_s=request.slurm_wait_s,
                      progress=progress)
         failures = {h: why for h in engine_names if (why := sub.failure(h))}
         run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
                       checks=checks, reason=SLURM_REASON, progress=progress, become=become,
                       jobs={h: r.job.name for h, r in sub.jobs.items()}, failures=failures)
-    elif collect_reason:
+    elif request.collect_reason:
         run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
-                      checks=checks, reason=collect_reason, progress=progress, become=become)
+                      checks=checks, reason=request.collect_reason, progress=progress,
+                      become=become)
     else:
-        run = validate(ValidateRequest(inventory, suite=suite, limit=limit, stack=stack,
-                       runs_dir=runs_dir, cli_thresholds=cli_thresholds, checks=checks,
-                       option_overrides=option_overrides, become=become), progress=progress)
+        run = validate(v, progress=progress)
     out = Revalidation(run, base_dir)
     for name, hr in sorted(run.hosts.items()):
         new = drift.record_of(hr.as_dict())
@@ -137,8 +149,9 @@ def revalidate(inventory: Path, *, key: PrivateKey, trusted: list[PublicKey],
         hr.results.extend(res)
         hr.save()
     write_json(RunDir(run.run_dir).summary, run.summary())
-    out.cert = certify(run.run_dir, key)
+    out.cert = certify(run.run_dir, request.key)
     return out
 
 
-__all__ = ["BaselineError", "Revalidation", "latest_baseline", "load_baseline", "revalidate"]
+__all__ = ["BaselineError", "RevalidateRequest", "Revalidation", "latest_baseline",
+           "load_baseline", "revalidate"]
