@@ -146,14 +146,15 @@ LAYERS: dict[str, int] = {
     "core": 0,
     "stack": 1, "transport": 1, "profiles": 1,
     "inventory": 2,
-    "runs": 3, "bmc": 3,
-    "validation": 4,
-    "certs": 5, "cluster": 5,
-    "revalidate": 6, "provision": 6,
-    "lab": 7,
-    "docgen": 8,
-    "cli": 9,
-    "__main__": 10,
+    "runs": 3,
+    "bmc": 4,
+    "validation": 5,
+    "certs": 6, "cluster": 6,
+    "revalidate": 7, "provision": 7,
+    "lab": 8,
+    "docgen": 9,
+    "cli": 10,
+    "__main__": 11,
 }
 
 
@@ -300,3 +301,35 @@ def test_one_naming_scheme_for_gpu_models() -> None:
     assert profiles <= gate, profiles - gate
     lab_models = {p["gpu_model"] for p in load_profiles().values()}
     assert lab_models <= profiles, lab_models - profiles
+
+
+# The run directory's file names, spelled only by nodecert.runs: every other module
+# reaches a run's files through RunDir and reads them through runs.records.
+RUN_FILE_NAMES = re.compile(
+    r'"(?:results|validate|provision|suite|extravars)\.json"|/ "(?:inputs|reports|ansible)"'
+    r'|\}\.intoto\.dsse\.json|plan-\{|glob\(f?"\*/')
+
+
+def run_path_spellings(files: dict[str, str]) -> list[str]:
+    """`module:line` for each line outside nodecert.runs that spells a run file's path."""
+    return [f"{name}:{n}: {line.strip()}" for name, text in files.items()
+            if not name.startswith("nodecert.runs.")
+            for n, line in enumerate(text.splitlines(), 1)
+            if RUN_FILE_NAMES.search(line.split("#", 1)[0])]
+
+
+def test_only_the_runs_package_spells_a_run_directorys_paths() -> None:
+    files = {m: p.read_text() for m, p in modules().items()
+             if m.startswith("nodecert.") and not m.startswith("nodecert.lab.")}
+    assert run_path_spellings(files) == []
+
+
+def test_a_run_path_spelled_by_hand_is_caught() -> None:
+    planted = {
+        "nodecert.certs.x": 'data = json.loads((run_dir / "results.json").read_text())',
+        "nodecert.revalidate.y": 'for p in runs_dir.glob(f"*/{host}/results.json"):',
+        "nodecert.bmc.z": 'cert = d / "reports" / f"{host}.intoto.dsse.json"',
+        "nodecert.runs.layout": 'return self.path / "results.json"',  # the owner may
+    }
+    assert [s.split(":")[0] for s in run_path_spellings(planted)] == [
+        "nodecert.certs.x", "nodecert.revalidate.y", "nodecert.bmc.z"]

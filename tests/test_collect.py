@@ -92,15 +92,18 @@ def host(tmp_path: Path) -> HostRun:
     spec = next(iter(load_inventory(REPO / "inventory" / "sample" / "lab.ini").values()))
     plan = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
                       scratch=None, checks=tuple(CHECKS))
-    return HostRun(spec.name, spec, Endpoint.from_hostvars(spec.name, {}), plan, None,
-                   tmp_path)
+    return HostRun(spec.name, spec, plan, None, tmp_path)
+
+
+def ep(hr: HostRun) -> Endpoint:
+    return Endpoint.from_hostvars(hr.host, {})
 
 
 def test_collected_run_keeps_the_node_times_and_verdicts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(collect_mod, "connect", lambda ep: Client(raw(record())))
     hr = host(tmp_path)
-    collect_host(hr, "after-update")
+    collect_host(hr, ep(hr), "after-update")
     assert hr.status == "done" and hr.verdict is Verdict.PASS
     assert (hr.started, hr.finished) == (1795995981.0, 1795996100.0)
     assert hr.node["reason"] == "after-update" and hr.simulated
@@ -114,7 +117,7 @@ def test_incomplete_node_runs_are_error(tmp_path: Path, monkeypatch: pytest.Monk
                                         over: dict[str, Any]) -> None:
     monkeypatch.setattr(collect_mod, "connect", lambda ep: Client(raw(record(**over))))
     hr = host(tmp_path)
-    collect_host(hr, "any")
+    collect_host(hr, ep(hr), "any")
     assert hr.verdict is Verdict.ERROR
     assert {r.check for r in hr.results} == set(CHECKS)  # every planned check accounted
 
@@ -124,7 +127,7 @@ def test_unreachable_host_is_error(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         raise OSError(111, "Connection refused")
     monkeypatch.setattr(collect_mod, "connect", refuse)
     hr = host(tmp_path)
-    collect_host(hr, "any")
+    collect_host(hr, ep(hr), "any")
     assert hr.status == "unreachable" and hr.verdict is Verdict.ERROR
 
 
@@ -134,7 +137,6 @@ def test_a_non_root_user_reads_the_history_through_sudo(
     client = Client(raw(record()))
     monkeypatch.setattr(collect_mod, "connect", lambda ep: client)
     hr = host(tmp_path)
-    hr.endpoint = dataclasses.replace(hr.endpoint, user="ops", become=True)
-    collect_host(hr, "any")
+    collect_host(hr, dataclasses.replace(ep(hr), user="ops", become=True), "any")
     assert hr.status == "done"
     assert client.commands[0].startswith("sudo -n -- sh -c ")  # the history is root's

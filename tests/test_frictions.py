@@ -288,7 +288,7 @@ def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes
     run = open_new_run(ValidateRequest(inv, suite="quick", runs_dir=tmp_path / "runs"))
     hr = run.hosts["gpu-01"]
     assert hr.stack is None and not hr.plan.conformance
-    ns = NodeSessions(run.hosts, lambda line: None, threading.Event(), (b"", "0" * 64))
+    ns = NodeSessions(run.hosts, run.links, lambda line: None, threading.Event(), (b"", "0" * 64))
     ns._adopt_recorded_stack(hr, _Client(recorded, rc))  # type: ignore[arg-type]
     assert (hr.stack.name if hr.stack else None) == adopted
     plan = json.loads((run.run_dir / "inputs" / "plan-gpu-01.json").read_text())

@@ -15,7 +15,7 @@ from nodecert.certs.junit import node_xml
 from nodecert.core.textsafe import clean
 from nodecert.inventory.reader import load_inventory
 from nodecert.profiles import thresholds
-from nodecert.runs.store import HostRun
+from nodecert.runs.store import HostLink, HostRun
 from nodecert.transport.events import MAX_LINE, BadEvent, LineReader, decode_event
 from nodecert.transport.ssh import Endpoint
 from nodecert.validation import session as nodesession
@@ -125,9 +125,12 @@ def _runs(tmp_path: Path) -> dict[str, HostRun]:
     for spec in list(specs.values())[:2]:
         plan = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
                           scratch=None, checks=tuple(CHECKS))
-        out[spec.name] = HostRun(spec.name, spec, Endpoint.from_hostvars(spec.name, {}), plan,
-                                 None, tmp_path / spec.name)
+        out[spec.name] = HostRun(spec.name, spec, plan, None, tmp_path / spec.name)
     return out
+
+
+def links(runs: dict[str, HostRun]) -> dict[str, HostLink]:
+    return {n: HostLink(Endpoint.from_hostvars(n, {})) for n in runs}
 
 
 @pytest.mark.parametrize("bad", [
@@ -151,7 +154,7 @@ def test_hostile_host_errors_the_other_finishes(tmp_path: Path, bad: bytes,
     monkeypatch.setattr(nodesession, "connect", lambda ep: Client(scripts[ep.host]))
     monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c, hr: "/opt/x")
     said: list[str] = []
-    ns = NodeSessions(runs, said.append, threading.Event(), (b"", "0" * 64))
+    ns = NodeSessions(runs, links(runs), said.append, threading.Event(), (b"", "0" * 64))
     for hr in runs.values():
         ns.run_host(hr)
     assert runs[good].verdict is Verdict.PASS and runs[good].status == "done"

@@ -13,7 +13,7 @@ import pytest
 
 from nodecert.inventory.reader import load_inventory
 from nodecert.profiles import thresholds
-from nodecert.runs.store import HostRun
+from nodecert.runs.store import HostLink, HostRun
 from nodecert.transport.loadgate import OVERLOAD_LAG_S, LoadGate
 from nodecert.transport.ssh import Endpoint
 from nodecert.validation import session as nodesession
@@ -35,13 +35,13 @@ def _host(tmp_path: Path) -> HostRun:
     spec = next(iter(load_inventory(REPO / "inventory" / "sample" / "lab.ini").values()))
     plan = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
                       scratch=None, checks=("health.gpu",))
-    return HostRun(spec.name, spec, Endpoint.from_hostvars(spec.name, {}), plan, None,
-                   tmp_path / spec.name)
+    return HostRun(spec.name, spec, plan, None, tmp_path / spec.name)
 
 
 def _sessions(hr: HostRun, gate: LoadGate) -> tuple[NodeSessions, list[str]]:
     said: list[str] = []
-    return NodeSessions({hr.host: hr}, said.append, threading.Event(), (b"", "0" * 64),
+    links = {hr.host: HostLink(Endpoint.from_hostvars(hr.host, {}))}
+    return NodeSessions({hr.host: hr}, links, said.append, threading.Event(), (b"", "0" * 64),
                         gate=gate), said
 
 

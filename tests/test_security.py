@@ -271,7 +271,8 @@ def test_javascript_host_name_in_yaml_is_refused(tmp_path: Path) -> None:
 
 def test_interpreter_is_quoted_for_the_remote_shell() -> None:
     src = (REPO / "src" / "nodecert" / "validation" / "session.py").read_text()
-    assert "shlex.quote(hr.endpoint.python)" in src and "start(client, hr.endpoint" in src
+    assert "shlex.quote(self.endpoint(hr).python)" in src
+    assert "start(client, self.endpoint(hr)" in src
 
 
 # --- untrusted envelopes: a clean exit 2, never a traceback ------------------------------

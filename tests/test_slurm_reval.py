@@ -15,7 +15,7 @@ from nodecert.revalidate.collect import collect_host
 from nodecert.revalidate.slurm import Submission, job_script, jobs_for, submit, unschedulable
 from nodecert_node.contract import Verdict
 from test_cluster import ScriptedLauncher
-from test_collect import Client, host, raw, record
+from test_collect import Client, ep, host, raw, record
 
 
 def test_only_nodes_slurm_will_start_a_job_on_are_submitted() -> None:
@@ -83,12 +83,12 @@ def test_only_the_record_of_the_hosts_own_job_is_collected(
     mine = record(reason="slurm", job="nodecert-reval-abc-0")
     monkeypatch.setattr(collect_mod, "connect", lambda ep: Client(raw(mine)))
     hr = host(tmp_path)
-    collect_host(hr, "slurm", "nodecert-reval-abc-0")
+    collect_host(hr, ep(hr), "slurm", "nodecert-reval-abc-0")
     assert hr.status == "done" and hr.verdict is Verdict.PASS
     # An older record (another submission's, or the timer's) is not this run's.
     monkeypatch.setattr(collect_mod, "connect", lambda ep: Client(raw(
         record(reason="slurm", job="nodecert-reval-old-0"))))
     hr = host(tmp_path / "2")
-    collect_host(hr, "slurm", "nodecert-reval-abc-0")
+    collect_host(hr, ep(hr), "slurm", "nodecert-reval-abc-0")
     assert hr.verdict is Verdict.ERROR
     assert "job nodecert-reval-abc-0 left no record" in hr.error

@@ -138,7 +138,7 @@ def test_host_verdict_never_claims_checks_that_did_not_run(tmp_path: Path) -> No
     spec = next(iter(specs.values()))
     plan = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
                       scratch=None, checks=("health.gpu", "health.xid"))
-    hr = HostRun(spec.name, spec, Endpoint.from_hostvars(spec.name, {}), plan, None, tmp_path)
+    hr = HostRun(spec.name, spec, plan, None, tmp_path)
     assert hr.verdict is Verdict.ERROR  # pending, nothing ran
     hr.status = "done"
     hr.results.append(Result("health.gpu", Verdict.PASS, "ok"))

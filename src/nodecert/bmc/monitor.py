@@ -8,7 +8,6 @@ credentials refused, certificate not trusted); the node's own checks are not aff
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +26,8 @@ from nodecert.bmc.judge import (
 from nodecert.bmc.redfish import BmcError
 from nodecert.core.errors import NodecertError
 from nodecert.inventory.bmc import BmcSpec
+from nodecert.runs.layout import RESULTS, RunDirError
+from nodecert.runs.records import host_history, read_host_record
 from nodecert_node.contract import Limits, Result, error_result
 
 # Checks during which the node draws its full power: the burn-in, the soak, the
@@ -38,14 +39,10 @@ def last_certified(runs_dir: Path, host: str) -> tuple[float, str] | None:
     """When the host was last certified from this runs directory: the end of the run
     whose report holds its certificate, with the run's id."""
     best: tuple[float, str] | None = None
-    for cert in runs_dir.glob(f"*/reports/{host}.intoto.dsse.json"):
-        try:
-            data = json.loads((cert.parent.parent / host / "results.json").read_text())
-            when = float(data.get("finished") or 0)
-        except (OSError, ValueError, TypeError):
-            continue
-        if when and (best is None or when > best[0]):
-            best = (when, cert.parent.parent.name)
+    for rec in host_history(runs_dir, host):
+        when = rec.finished
+        if when and rec.run.certificate(host).is_file() and (best is None or when > best[0]):
+            best = (when, rec.run.run_id)
     return best
 
 
@@ -131,11 +128,11 @@ class BmcMonitor:
     def _os_view(self) -> tuple[list[dict[str, Any]] | None, int | None]:
         """The GPUs (with serials) and RDMA ports the node's own checks saw."""
         try:
-            data = json.loads((self.host_dir / "results.json").read_text())
-        except (OSError, ValueError):
+            record = read_host_record(self.host_dir / RESULTS)
+        except RunDirError:
             return None, None
         gpus = nics = None
-        for r in data.get("results", []):
+        for r in record.results:
             if r.get("check") == "hardware.inventory" and r.get("verdict") != "ERROR":
                 ident = (r.get("facts") or {}).get("identity") or {}
                 gpus = list(ident.get("gpus") or []) or None

@@ -31,8 +31,8 @@ from nodecert.certs.signing import (
     sign_envelope,
     verify_envelope,
 )
-from nodecert.core.errors import NodecertError
-from nodecert.runs.store import RunDir
+from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError
+from nodecert.runs.records import finished_run
 from nodecert.stack.manifest import Stack, find_stack, load_stack
 from nodecert_node.contract import write_atomic
 
@@ -50,7 +50,7 @@ DEFAULT_MAX_AGE_DAYS = 7.0
 _RAW_FACTS = ("conformance_output",)
 
 
-class RunError(NodecertError):
+class RunError(RunDirError):
     """A validation run directory that cannot be certified."""
 
 
@@ -183,10 +183,10 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
 def _run_inputs(rd: RunDir, host: dict[str, Any]) -> tuple[Stack | None, dict[str, str]]:
     """The stack manifest and input digests the run recorded for this host. A run that
     recorded none (made before inputs were kept) falls back to the installed stacks."""
-    files = {"plan": rd.inputs / f"plan-{host['host']}.json", "suite": rd.inputs / "suite.json"}
+    files = {"plan": rd.plan_file(str(host["host"])), "suite": rd.suite_input}
     stack: Stack | None = None
     if host.get("stack"):
-        copy = rd.inputs / "stack" / f"{host['stack']}.yml"
+        copy = rd.stack_input(str(host["stack"]))
         if copy.is_file():
             stack = load_stack(copy)
             files["stack"] = copy
@@ -223,31 +223,11 @@ class CertifyRun:
 
 
 def load_run(run_dir: Path) -> list[dict[str, Any]]:
-    """Every host's results.json of a validation run, checked for shape."""
-    if not run_dir.is_dir():
-        raise RunError(f"{run_dir} is not a directory",
-                       hint="pass the run directory `nodecert validate` printed "
-                            "(runs/<run id>)")
-    summary = run_dir / "validate.json"
-    if not summary.is_file():
-        raise RunError(f"{run_dir} has no validate.json: not a finished validation run",
-                       hint="run `nodecert validate` (or wait for it to finish), then certify "
-                            "the directory it prints")
-    hosts = []
-    for path in sorted(run_dir.glob("*/results.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise RunError(f"{path}: not readable JSON ({exc})",
-                           hint="re-run the validation for this host") from exc
-        if not isinstance(data, dict) or data.get("schema") != "nodecert.validation/v1":
-            raise RunError(f"{path}: not a nodecert host result (schema "
-                           f"{data.get('schema') if isinstance(data, dict) else None!r})")
-        hosts.append(data)
-    if not hosts:
-        raise RunError(f"{run_dir} holds no <host>/results.json",
-                       hint="the validation reached no host; fix that and re-run it")
-    return hosts
+    """Every host's record of a finished validation run, checked for shape."""
+    try:
+        return [rec.data for rec in finished_run(run_dir)]
+    except RunDirError as exc:
+        raise RunError(exc.what, hint=exc.hint) from exc
 
 
 def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
@@ -265,15 +245,15 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
         raise RunError(f"--max-result-age-days must be above 0 (got {max_age_days:g})")
     hosts = load_run(run_dir)
     cluster = cluster_reference(cluster_cert, key) if cluster_cert else None
-    out = out_dir or run_dir / "reports"
+    rd = RunDir(run_dir)
+    out = out_dir or rd.reports
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     run = CertifyRun(run_dir, out, keyid(key.public_key()))
     statements = []
-    rd = RunDir(run_dir)
     ready: list[tuple[list[Path], list[bytes]]] = []
     for h in hosts:
         name = h["host"]
-        paths = [out / f"{name}.intoto.dsse.json", out / f"{name}.html",
+        paths = [out / f"{name}{CERT_SUFFIX}", out / f"{name}.html",
                  out / f"{name}.junit.xml"]
         try:
             stack, inputs = _run_inputs(rd, h)

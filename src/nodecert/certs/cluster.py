@@ -23,6 +23,8 @@ from nodecert.certs.certify import (
 )
 from nodecert.certs.identity import certificate_identity, identity_digest
 from nodecert.certs.signing import PrivateKey, canonical_json, keyid, sign_envelope
+from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError
+from nodecert.runs.records import read_cluster_record
 from nodecert_node.contract import write_atomic
 
 DEFAULT_VALID_DAYS = 30
@@ -94,10 +96,9 @@ def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = No
                     valid_days: int = DEFAULT_VALID_DAYS) -> tuple[Path, Path, str]:
     """(envelope, HTML, verdict) for a cluster run; both files whole or not at all."""
     try:
-        data = json.loads((run_dir / "results.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise RunError(f"{run_dir} is not a cluster run ({exc})",
-                       hint="pass the directory `nodecert cluster validate` printed") from exc
+        data = read_cluster_record(run_dir)
+    except RunDirError as exc:
+        raise RunError(exc.what, hint=exc.hint) from exc
     if "pairs" not in data:
         raise RunError(f"{run_dir}: the cluster run stopped before its jobs ("
                        f"{'; '.join(data.get('problems', [])) or 'no results'}): nothing to "
@@ -105,9 +106,9 @@ def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = No
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     st = statement(data, issued=issued, valid_days=valid_days)
     env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
-    out = out_dir or run_dir / "reports"
+    out = out_dir or RunDir(run_dir).reports
     out.mkdir(parents=True, exist_ok=True)
-    env_path, html_path = out / "cluster.intoto.dsse.json", out / "cluster.html"
+    env_path, html_path = out / f"cluster{CERT_SUFFIX}", out / "cluster.html"
     blob = json.dumps(env, indent=1).encode() + b"\n"
     page = report_html.cluster_page(st, envelope_name=env_path.name,
                                     keyid=keyid(key.public_key())).encode()

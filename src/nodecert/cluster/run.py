@@ -21,7 +21,6 @@ what each stage's figures mean lives in clusterjudge, clusterscaling and cluster
 from __future__ import annotations
 
 import functools
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +47,7 @@ from nodecert.core.errors import InventoryError
 from nodecert.inventory.cluster import ClusterConfig
 from nodecert.inventory.reader import HostSpec
 from nodecert.profiles import thresholds
+from nodecert.runs.layout import RunDir
 from nodecert.runs.store import write_json
 from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Evidence, Result, Threshold, Verdict, worst
@@ -471,10 +471,7 @@ class ClusterRun:
 
 
 def new_run_dir(runs_dir: Path) -> Path:
-    d = (runs_dir / ("cluster-" + time.strftime("%Y%m%d-%H%M%S") + "-"
-                     + secrets.token_hex(3))).resolve()
-    d.mkdir(parents=True)
-    return d
+    return RunDir.new(runs_dir, "cluster").make().path
 
 
 def model_limits(specs: dict[str, HostSpec]) -> dict[str, dict[str, Any]]:
@@ -487,7 +484,7 @@ def model_limits(specs: dict[str, HostSpec]) -> dict[str, dict[str, Any]]:
 
 
 def save(run_dir: Path, data: dict[str, Any]) -> None:
-    write_json(run_dir / "results.json", data)
+    write_json(RunDir(run_dir).cluster_results, data)
 
 
 __all__ = ["SCHEMA", "ClusterContext", "ClusterRun", "PairOutcome",

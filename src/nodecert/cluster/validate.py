@@ -30,6 +30,7 @@ from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.inventory.cluster import ClusterConfig, inventory_cluster
 from nodecert.inventory.reader import hostvars, load_inventory
 from nodecert.profiles.thresholds import suite
+from nodecert.runs.layout import RunDir
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidateRequest, validate
 from nodecert_node.contract import Threshold
@@ -104,7 +105,7 @@ def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
         out[name] = {"check": check, "verdict": r.verdict.name if r else "ERROR",
                      "summary": r.summary if r else (hr.error or "not run"),
                      "findings": list(r.findings) if r else [], "identity": ident,
-                     "run": str(hr.out_dir / "results.json")}
+                     "run": str(RunDir(hr.out_dir.parent).results(hr.host))}
         for check_name, key, wanted in (("load.scaling", "scaling", ctx.cfg.scaling),
                                         ("storage.shared", "storage", bool(ctx.shared_fs))):
             got = next((x for x in hr.results if x.check == check_name), None)

@@ -11,15 +11,12 @@ extra variables are non-secret by construction (stack name, mirror URLs).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
-import secrets
 import shlex
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,12 +28,13 @@ from nodecert.core.paths import product_dir, stacks_dir
 from nodecert.core.verdict import Verdict
 from nodecert.inventory.reader import hostvars
 from nodecert.provision.preflight import preflight
+from nodecert.runs.layout import RunDir
+from nodecert.runs.store import record_provision_inputs, write_json
 from nodecert.stack.conformance import Conformance, check_host
 from nodecert.stack.gate import GateReport
 from nodecert.stack.manifest import Stack, find_stack
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.bundle import write_bundle
-from nodecert_node.contract import write_atomic
 
 PLAYBOOK_TIMEOUT_S = 6 * 3600
 Progress = Callable[[str], None]
@@ -81,10 +79,6 @@ class ProvisionReport:
                 "gates": [{"hosts": list(h), **g.as_dict()} for h, g in self.gates],
                 "hosts": {n: h.as_dict() for n, h in self.hosts.items()},
                 "exit_code": self.exit_code}
-
-
-def _write_json(path: Path, data: Any) -> None:
-    write_atomic(str(path), (json.dumps(data, indent=2) + "\n").encode(), mode=0o600)
 
 
 def _first_error(res: dict[str, Any]) -> str:
@@ -133,24 +127,6 @@ class _Tracker:
 
 
 SSH_ARGS = "-o StrictHostKeyChecking=yes -C -o ControlMaster=auto -o ControlPersist=60s"
-
-
-def _new_run_dir(runs_dir: Path, inventory: Path, manifests: dict[str, Stack]) -> Path:
-    """runs/<id>/ with inputs/ (0700: the inventory as given, file or directory, and the
-    stack manifests) and ansible/."""
-    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-    run_dir = (runs_dir / run_id).resolve()
-    inputs = run_dir / "inputs"
-    inputs.mkdir(parents=True)
-    os.chmod(inputs, 0o700)
-    (run_dir / "ansible").mkdir()
-    if inventory.is_dir():  # an inventory directory: its sources, group_vars, host_vars
-        shutil.copytree(inventory, inputs / inventory.name, symlinks=False)
-    else:
-        shutil.copy2(inventory, inputs / inventory.name)
-    for manifest in manifests.values():
-        shutil.copy2(manifest.path, inputs / manifest.path.name)
-    return run_dir
 
 
 def _refuse_mirror_credentials(mirror: str | None) -> None:
@@ -247,7 +223,7 @@ def _run_playbook(ansible_runner: Any, run_dir: Path, inventory: Path, *,
                   cmdline: list[str], pipelining: bool, tracker: Any, control_dir: str,
                   fleet: FleetSettings) -> Any:
     return ansible_runner.run(
-        private_data_dir=str(run_dir / "ansible"),
+        private_data_dir=str(RunDir(run_dir).ansible),
         playbook=str(product_dir("playbooks") / "site.yml"),
         inventory=str(inventory.resolve()),
         extravars=xvars,
@@ -312,7 +288,9 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
                                              first_error="stack fails the compatibility gate")
         return report
     manifests: dict[str, Stack] = {n: find_stack(n) for n in set(host_stack.values())}
-    run_dir = _new_run_dir(runs_dir, inventory, manifests)
+    run = RunDir.new(runs_dir).make()
+    record_provision_inputs(run, inventory, [m.path for m in manifests.values()])
+    run_dir = run.path
     report.run_dir = run_dir
     # Ansible reads the same manifests as this process (NODECERT_HOME decides).
     fleet = fleet or FleetSettings()
@@ -326,7 +304,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
                              **(extravars or {})}
     if mirror:
         xvars.update(mirror_vars(mirror, manifests))
-    _write_json(run_dir / "inputs" / "extravars.json", xvars)
+    write_json(run.extravars_input, xvars, private=True)
     hosts = sorted(pre.hosts)
     tracker = _Tracker(hosts, say)
     say(f"provisioning {len(hosts)} host(s) with {stack_label}"
@@ -348,7 +326,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
     finally:
         shutil.rmtree(control_dir, ignore_errors=True)
     stats = runner.stats or {}
-    playbook_error = _playbook_error(run_dir / "ansible") if runner.rc != 0 else None
+    playbook_error = _playbook_error(run.ansible) if runner.rc != 0 else None
     for name, h in tracker.hosts.items():
         if h.status == "unreachable" or name in (stats.get("dark") or {}):
             h.status = "unreachable"
@@ -366,7 +344,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
             m = manifests[host_stack[name]]
             tracker.hosts[name].conformance = check_host(name, connection[name], m)
     report.hosts = tracker.hosts
-    _write_json(run_dir / "provision.json", report.as_dict())
+    write_json(run.provision_summary, report.as_dict(), private=True)
     return report
 
 

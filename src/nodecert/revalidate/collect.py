@@ -17,11 +17,11 @@ from typing import Any
 
 import paramiko
 
-from nodecert.runs.store import HostRun, RunDir, ValidationRun, write_json
+from nodecert.runs.store import HostRun, ValidationRun, write_json
 from nodecert.stack import conformance
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
-from nodecert.transport.ssh import connect, describe_error, start
+from nodecert.transport.ssh import Endpoint, connect, describe_error, start
 from nodecert.validation.run import ValidateRequest, open_new_run
 
 HISTORY = "/var/lib/nodecert/history"
@@ -65,18 +65,19 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a number a node may send")
 
 
-def collect_host(hr: HostRun, reason: str, job: str | None = None) -> None:
-    """Fill hr from the node's newest scheduled run (or say why it cannot); with job,
-    only the run that job started will do (an older record is not this run's)."""
+def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None) -> None:
+    """Fill hr from the node's newest scheduled run, reached at ep (or say why it
+    cannot); with job, only the run that job started will do (an older record is not
+    this run's)."""
     try:
-        client = connect(hr.endpoint)
+        client = connect(ep)
     except (paramiko.SSHException, OSError) as exc:
-        hr.status, hr.error = "unreachable", describe_error(exc, hr.endpoint)
+        hr.status, hr.error = "unreachable", describe_error(exc, ep)
         hr.finish_missing(f"host unreachable: {hr.error}", "NC-HOST-UNREACHABLE")
         return
     try:
         # as root (through sudo for a non-root user): the history is root's
-        chan = start(client, hr.endpoint, fetch_command(reason), timeout=FETCH_TIMEOUT_S)
+        chan = start(client, ep, fetch_command(reason), timeout=FETCH_TIMEOUT_S)
         chan.settimeout(FETCH_TIMEOUT_S)
         raw = b""
         while len(raw) < MAX_LINE + 4096:
@@ -135,12 +136,12 @@ def collect(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (
             hr.status, hr.error = "lost", failures[name]
             hr.finish_missing(hr.error, "NC-NOT-RUN")
         else:
-            collect_host(hr, reason, (jobs or {}).get(name))
+            collect_host(hr, run.links[name].endpoint, reason, (jobs or {}).get(name))
         hr.save()
         say(f"{name:<14} {hr.verdict.name:<6} "
             + (hr.error or f"collected {hr.node.get('collected_from')} "
                             f"({hr.node.get('reason')})"))
-    write_json(RunDir(run.run_dir).summary, run.summary())
+    write_json(run.dir.summary, run.summary())
     return run
 
 

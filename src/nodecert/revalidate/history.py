@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import Any
 
 from nodecert.core.errors import NodecertError
 from nodecert.revalidate.drift import metrics, record_of
+from nodecert.runs.records import host_history
 
 
 class HistoryError(NodecertError):
@@ -17,24 +17,20 @@ class HistoryError(NodecertError):
 
 def history(runs_dir: Path, host: str) -> list[dict[str, Any]]:
     rows = []
-    for path in runs_dir.glob(f"*/{host}/results.json"):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # a run being written or damaged: not history
-        started = float(data.get("started") or 0) or path.stat().st_mtime
+    for rec in host_history(runs_dir, host):  # a run being written or damaged: skipped
+        started = rec.started or rec.path.stat().st_mtime
         figures = {name.replace("storage ", ""): f"{v:g}{unit if unit != 'IOPS' else ''}"
-                   for name, (v, unit, _) in metrics(record_of(data)).items()}
-        cert = path.parent.parent / "reports" / f"{host}.intoto.dsse.json"
+                   for name, (v, unit, _) in metrics(record_of(rec.data)).items()}
+        cert = rec.run.certificate(host)
         rows.append({"certificate": str(cert) if cert.is_file() else None,
-                     "finished": float(data.get("finished") or 0) or started,
+                     "finished": rec.finished or started,
                      "when": dt.datetime.fromtimestamp(started, dt.UTC).strftime(
                          "%Y-%m-%d %H:%M:%S"), "t": started,
-                     "run_id": data.get("run_id"), "suite": data.get("suite"),
-                     "verdict": data.get("verdict"), "simulated": data.get("simulated"),
-                     "failing": [f"{r['check']}: {r['summary']}" for r in data.get("results", [])
-                                 if r["verdict"] in ("FAIL", "ERROR")],
-                     "figures": figures, "results": str(path)})
+                     "run_id": rec.run_id, "suite": rec.suite,
+                     "verdict": rec.verdict, "simulated": rec.data.get("simulated"),
+                     "failing": [f"{r.get('check')}: {r.get('summary')}" for r in rec.results
+                                 if r.get("verdict") in ("FAIL", "ERROR")],
+                     "figures": figures, "results": str(rec.path)})
     _mark_certificates(rows, host)
     if not rows:
         raise HistoryError(f"no run under {runs_dir} holds host {host!r}",

@@ -22,7 +22,9 @@ from nodecert.revalidate import drift
 from nodecert.revalidate.collect import collect
 from nodecert.revalidate.slurm import REASON as SLURM_REASON
 from nodecert.revalidate.slurm import slurm_launcher, submit
-from nodecert.runs.store import RunDir, write_json
+from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError, runs_under
+from nodecert.runs.records import host_records
+from nodecert.runs.store import write_json
 from nodecert.validation.run import ValidateRequest, ValidationRun, validate
 from nodecert_node.contract import Result, Verdict
 
@@ -32,8 +34,9 @@ class BaselineError(NodecertError):
 
 
 def _envelopes(path: Path) -> list[Path]:
-    for d in (path, path / "reports"):
-        found = sorted(d.glob("*.intoto.dsse.json"))
+    """The certificates of a reports directory, or of a run directory's reports."""
+    for d in (path, RunDir(path).reports):
+        found = sorted(d.glob(f"*{CERT_SUFFIX}"))
         if found:
             return found
     return []
@@ -64,9 +67,12 @@ def load_baseline(path: Path, trusted: list[PublicKey]) -> dict[str, drift.Recor
         out[str(p["host"])] = drift.record_of(p)
     if envs:
         return out
-    for rj in sorted(path.glob("*/results.json")):
-        data = json.loads(rj.read_text())
-        out[str(data["host"])] = drift.record_of(data)
+    try:
+        records = host_records(RunDir(path))
+    except RunDirError as exc:
+        raise BaselineError(f"baseline {exc.what}", hint=exc.hint) from exc
+    for rec in records:
+        out[rec.host] = drift.record_of(rec.data)
     if not out:
         raise BaselineError(f"{path} holds no certificates and no <host>/results.json",
                             hint="pass the reports directory `nodecert certify` wrote")
@@ -75,7 +81,7 @@ def load_baseline(path: Path, trusted: list[PublicKey]) -> dict[str, drift.Recor
 
 def latest_baseline(runs_dir: Path) -> Path | None:
     """The newest reports directory under runs_dir (certify's default output)."""
-    found = [d for d in runs_dir.glob("*/reports") if _envelopes(d)]
+    found = [run.reports for run in runs_under(runs_dir) if _envelopes(run.reports)]
     return max(found, key=lambda d: d.stat().st_mtime) if found else None
 
 
@@ -148,7 +154,7 @@ def revalidate(request: RevalidateRequest, *,
         out.drift[name] = res
         hr.results.extend(res)
         hr.save()
-    write_json(RunDir(run.run_dir).summary, run.summary())
+    write_json(run.dir.summary, run.summary())
     out.cert = certify(run.run_dir, request.key)
     return out
 

@@ -1,41 +1,27 @@
-"""The run directory: its layout, the one way its files are written, and its inputs.
+"""The run's writers: a validation run's hosts as they run (HostRun), the run itself
+(ValidationRun), and the one way any run file is written (write_json). Where the files go
+is layout.py; reading them back is records.py.
 
-    runs/<run_id>/
-      inputs/               what the run used, recorded when it started (0600):
-        plan-<host>.json    the plan sent to the host (thresholds with origin and source,
-                            suite options, order spec, the conformance script)
-        stack/<name>.yml    a copy of each stack manifest the run used
-        suite.json          the suite definition
-        inventory.json      the hosts' order specs (no connection settings or secrets)
-      <host>/results.json   the host's results, rewritten atomically after each result
-      validate.json         the run's summary, written when it ends
-
-A run writes only inside its own directory; `revalidate` makes a new run and
-never edits another's. Every file is written whole or not at all (fsync + rename).
+A HostRun is what is saved of a host: its plan, status and results. How the host is
+reached (its SSH endpoint, become password, BMC credentials) is the session's, never the
+record's: it lives in HostLink, held beside the run and never written.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodecert.core.errors import NodecertError
 from nodecert.inventory.bmc import BmcSpec
 from nodecert.inventory.reader import HostSpec
+from nodecert.runs.layout import RESULTS, RunDir
+from nodecert.runs.records import SCHEMA
 from nodecert.stack.manifest import Stack
 from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Plan, Result, Verdict, error_result, worst, write_atomic
-
-SCHEMA = "nodecert.validation/v1"
-RUN_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
-
-
-class RunDirError(NodecertError):
-    """A path that is not a nodecert run directory."""
 
 
 def write_json(path: Path, data: Any, *, private: bool = False, interim: bool = False,
@@ -53,70 +39,16 @@ def write_json(path: Path, data: Any, *, private: bool = False, interim: bool = 
 
 
 @dataclass(frozen=True)
-class RunDir:
-    path: Path
-
-    @property
-    def run_id(self) -> str:
-        return self.path.name
-
-    @property
-    def inputs(self) -> Path:
-        return self.path / "inputs"
-
-    def host_dir(self, host: str) -> Path:
-        return self.path / host
-
-    def results(self, host: str) -> Path:
-        return self.host_dir(host) / "results.json"
-
-    @property
-    def summary(self) -> Path:
-        return self.path / "validate.json"
-
-    def hosts(self) -> list[str]:
-        return sorted(p.parent.name for p in self.path.glob("*/results.json"))
-
-    def record_inputs(self, plans: dict[str, Plan], *, suite: dict[str, Any],
-                      specs: dict[str, dict[str, Any]], stack_files: list[Path]) -> None:
-        """What the run used, written before any host is contacted."""
-        self.inputs.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.inputs, 0o700)
-        for host, plan in sorted(plans.items()):
-            write_json(self.inputs / f"plan-{host}.json", plan.as_dict(), private=True,
-                       compact=True)
-        write_json(self.inputs / "suite.json", suite, private=True)
-        write_json(self.inputs / "inventory.json", specs, private=True)
-        if stack_files:
-            (self.inputs / "stack").mkdir(exist_ok=True)
-        for f in stack_files:
-            write_atomic(str(self.inputs / "stack" / f.name), f.read_bytes(), mode=0o600)
-
-    def record_host_plan(self, host: str, plan: Plan, stack_file: Path | None) -> None:
-        """A host's plan completed on contact (the stack its provisioning recorded):
-        the run's inputs say what the host was really judged with."""
-        write_json(self.inputs / f"plan-{host}.json", plan.as_dict(), private=True,
-                   compact=True)
-        if stack_file is not None:
-            (self.inputs / "stack").mkdir(exist_ok=True)
-            kept, data = self.inputs / "stack" / stack_file.name, stack_file.read_bytes()
-            if not kept.is_file() or kept.read_bytes() != data:  # a fleet shares a few
-                write_atomic(str(kept), data, mode=0o600)
-
-    def plan(self, host: str) -> Plan | None:
-        """The plan the run sent to `host`, as recorded at its start (None for runs made
-        before inputs were recorded)."""
-        p = self.inputs / f"plan-{host}.json"
-        if not p.is_file():
-            return None
-        return Plan.from_dict(json.loads(p.read_text()))
+class HostLink:
+    """How this session reaches a host: never saved (it holds passwords)."""
+    endpoint: Endpoint
+    bmc: BmcSpec | None = None  # read out of band beside the node's checks (bmc.*)
 
 
 @dataclass
 class HostRun:
     host: str
     spec: HostSpec
-    endpoint: Endpoint
     plan: Plan
     stack: Stack | None
     out_dir: Path
@@ -130,7 +62,6 @@ class HostRun:
     simulated: bool = False
     node: dict[str, Any] = field(default_factory=dict)
     bad_output: str = ""  # what a node sent that was not a valid event (evidence)
-    bmc: BmcSpec | None = None  # read out of band beside the node's checks (bmc.*)
 
     @property
     def checks(self) -> list[str]:
@@ -178,7 +109,7 @@ class HostRun:
         """results.json; interim while the host runs (see write_json). Compact even at
         the end: its evidence runs to hundreds of kB, and indenting it is done in
         Python (about 15 ms a host); it is read by nodecert, the report shows it."""
-        write_json(self.out_dir / "results.json", self.as_dict(), interim=interim,
+        write_json(self.out_dir / RESULTS, self.as_dict(), interim=interim,
                    compact=True)
 
 
@@ -188,6 +119,11 @@ class ValidationRun:
     suite: str
     hosts: dict[str, HostRun]
     interrupted: bool = False
+    links: dict[str, HostLink] = field(default_factory=dict, repr=False)  # never saved
+
+    @property
+    def dir(self) -> RunDir:
+        return RunDir(self.run_dir)
 
     @property
     def verdict(self) -> Verdict:
@@ -199,16 +135,47 @@ class ValidationRun:
                 "verdict": self.verdict.name,
                 "hosts": {n: {"verdict": h.verdict.name, "status": h.status, "error": h.error,
                               "simulated": h.simulated, "counts": h.counts(),
-                              "results": str(h.out_dir / "results.json")}
+                              "results": str(h.out_dir / RESULTS)}
                           for n, h in sorted(self.hosts.items())}}
 
 
-def open_run(path: Path) -> RunDir:
-    if not path.is_dir() or not any(path.glob("*/results.json")):
-        raise RunDirError(f"{path} is not a validation run directory (no <host>/results.json)",
-                          hint="pass a directory under runs/ that `nodecert validate` wrote")
-    return RunDir(path)
+def record_inputs(run: RunDir, plans: dict[str, Plan], *, suite: dict[str, Any],
+                  specs: dict[str, dict[str, Any]], stack_files: list[Path]) -> None:
+    """What a validation run used, written before any host is contacted."""
+    run.make_inputs()
+    for host, plan in sorted(plans.items()):
+        write_json(run.plan_file(host), plan.as_dict(), private=True, compact=True)
+    write_json(run.suite_input, suite, private=True)
+    write_json(run.inventory_input, specs, private=True)
+    if stack_files:
+        run.stack_inputs.mkdir(exist_ok=True)
+    for f in stack_files:
+        write_atomic(str(run.stack_inputs / f.name), f.read_bytes(), mode=0o600)
 
 
-__all__ = ["RUN_ID", "SCHEMA", "HostRun", "RunDir", "RunDirError", "ValidationRun", "open_run",
-           "write_json"]
+def record_host_plan(run: RunDir, host: str, plan: Plan, stack_file: Path | None) -> None:
+    """A host's plan completed on contact (the stack its provisioning recorded): the
+    run's inputs say what the host was really judged with."""
+    write_json(run.plan_file(host), plan.as_dict(), private=True, compact=True)
+    if stack_file is not None:
+        run.stack_inputs.mkdir(exist_ok=True)
+        kept, data = run.stack_inputs / stack_file.name, stack_file.read_bytes()
+        if not kept.is_file() or kept.read_bytes() != data:  # a fleet shares a few
+            write_atomic(str(kept), data, mode=0o600)
+
+
+def record_provision_inputs(run: RunDir, inventory: Path, manifests: list[Path]) -> None:
+    """A provision run's inputs: the inventory as given (file or directory, with its
+    group_vars and host_vars) and the stack manifests; and its ansible/ directory."""
+    inputs = run.make_inputs()
+    run.ansible.mkdir()
+    if inventory.is_dir():
+        shutil.copytree(inventory, inputs / inventory.name, symlinks=False)
+    else:
+        shutil.copy2(inventory, inputs / inventory.name)
+    for manifest in manifests:
+        shutil.copy2(manifest, inputs / manifest.name)
+
+
+__all__ = ["SCHEMA", "HostLink", "HostRun", "ValidationRun", "record_host_plan",
+           "record_inputs", "record_provision_inputs", "write_json"]

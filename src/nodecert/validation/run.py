@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import resource
-import secrets
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -27,7 +25,8 @@ from nodecert.core.errors import InventoryError
 from nodecert.inventory.bmc import BmcSpec, bmc_spec
 from nodecert.inventory.reader import HostSpec, hostvars, load_inventory
 from nodecert.profiles import thresholds
-from nodecert.runs.store import HostRun, RunDir, ValidationRun, write_json
+from nodecert.runs.layout import RunDir
+from nodecert.runs.store import HostLink, HostRun, ValidationRun, record_inputs, write_json
 from nodecert.stack.manifest import Stack, find_stack
 from nodecert.transport.become import BecomeSource, unlock_vault
 from nodecert.transport.bundle import node_bundle
@@ -72,7 +71,8 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
              scratch: str | None, checks: tuple[str, ...],
              host_timeout_s: float | None,
              option_overrides: dict[str, dict[str, Any]] | None,
-             become: BecomeSource | None = None) -> dict[str, HostRun]:
+             become: BecomeSource | None = None
+             ) -> tuple[dict[str, HostRun], dict[str, HostLink]]:
     """Plans for every host; raises NodecertError on any bad input, before any SSH."""
     unknown = [c for c in checks if c not in suite.checks]
     if unknown:
@@ -92,16 +92,18 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
     bmcs = _bmc_specs(specs, hv, source)
     stacks: dict[str, Stack] = {}
     runs: dict[str, HostRun] = {}
+    links: dict[str, HostLink] = {}
     for name, spec in sorted(specs.items()):
         sname = stack or spec.stack
         st = stacks.setdefault(sname, find_stack(sname)) if sname else None
         plan = build_plan(spec, suite, st, run_dir.name, cli_thresholds=cli_thresholds,
                           scratch=scratch, checks=checks, host_timeout_s=host_timeout_s,
                           option_overrides=option_overrides)
-        ep = dataclasses.replace(endpoints[name], become_password=passwords.get(name))
-        runs[name] = HostRun(name, spec, ep, plan, st,
-                             run_dir / name, simulated=spec.simulated, bmc=bmcs.get(name))
-    return runs
+        links[name] = HostLink(
+            dataclasses.replace(endpoints[name], become_password=passwords.get(name)),
+            bmcs.get(name))
+        runs[name] = HostRun(name, spec, plan, st, run_dir / name, simulated=spec.simulated)
+    return runs, links
 
 
 def _bmc_specs(specs: dict[str, HostSpec], hv: dict[str, dict[str, Any]],
@@ -119,16 +121,16 @@ def open_new_run(request: ValidateRequest) -> ValidationRun:
     contacted yet. Raises NodecertError on bad input, before anything is written."""
     r = request
     the_suite = thresholds.suite(r.suite, r.suite_file)
-    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-    run_dir = (r.runs_dir / run_id).resolve()
-    runs = _prepare(r.inventory, the_suite, r.limit, r.stack, run_dir,
+    run = RunDir.new(r.runs_dir)
+    run_dir = run.path
+    runs, links = _prepare(r.inventory, the_suite, r.limit, r.stack, run_dir,
                     cli_thresholds=dict(r.cli_thresholds or {}), scratch=r.scratch, checks=r.checks,
                     host_timeout_s=r.host_timeout_s,
                     option_overrides=dict(r.option_overrides or {}) or None, become=r.become)
-    run_dir.mkdir(parents=True)
+    run.make()
     stacks = {hr.stack.path for hr in runs.values() if hr.stack is not None}
-    RunDir(run_dir).record_inputs(
-        {n: hr.plan for n, hr in runs.items()},
+    record_inputs(
+        run, {n: hr.plan for n, hr in runs.items()},
         suite={"name": the_suite.name, "file": str(r.suite_file) if r.suite_file else None,
                "description": the_suite.description,
                "checks": list(the_suite.checks), "check_timeout_s": the_suite.check_timeout_s,
@@ -137,7 +139,7 @@ def open_new_run(request: ValidateRequest) -> ValidationRun:
         specs={n: hr.spec.as_dict() for n, hr in runs.items()}, stack_files=sorted(stacks))
     for hr in runs.values():
         hr.save(interim=True)  # "pending"; each host's last write is the durable one
-    return ValidationRun(run_dir, r.suite, runs)
+    return ValidationRun(run_dir, r.suite, runs, links=links)
 
 
 def ensure_open_files(need: int) -> None:
@@ -218,7 +220,7 @@ def validate(request: ValidateRequest, *, progress: Progress | None = None,
     view = RunProgress(runs, say, status=status,
                        detail=len(runs) <= DETAIL_MAX_HOSTS if detail is None else detail)
     gate = LoadGate().start()
-    runner = NodeSessions(runs, say, stop, node_bundle(), progress=view, gate=gate)
+    runner = NodeSessions(runs, result.links, say, stop, node_bundle(), progress=view, gate=gate)
     n_checks = len(checks or the_suite.checks)
     say(f"validating {len(runs)} host(s), suite {suite} ({n_checks} checks); "
         f"results in {run_dir}"
@@ -231,7 +233,7 @@ def validate(request: ValidateRequest, *, progress: Progress | None = None,
                 hr.status, hr.error = "interrupted", "interrupted before the host started"
                 hr.finish_missing(hr.error, "NC-NOT-RUN-INTERRUPTED")
                 hr.save()
-    write_json(RunDir(run_dir).summary, result.summary())
+    write_json(result.dir.summary, result.summary())
     return result
 
 

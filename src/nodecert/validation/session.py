@@ -22,7 +22,8 @@ from nodecert.bmc.judge import BMC_CHECKS
 from nodecert.bmc.monitor import BmcMonitor
 from nodecert.core.errors import NodecertError
 from nodecert.core.textsafe import clean
-from nodecert.runs.store import HostRun, RunDir
+from nodecert.runs.layout import RunDir
+from nodecert.runs.store import HostLink, HostRun, record_host_plan
 from nodecert.stack import conformance
 from nodecert.stack.manifest import Stack, find_stack
 from nodecert.transport.bundle import NODE_BASE, install_script
@@ -48,10 +49,12 @@ INSTALL_SLOTS = 32
 
 
 class NodeSessions:
-    def __init__(self, runs: dict[str, HostRun], say: Progress, stop: threading.Event,
+    def __init__(self, runs: dict[str, HostRun], links: dict[str, HostLink], say: Progress,
+                 stop: threading.Event,
                  bundle: tuple[bytes, str], *, progress: RunProgress | None = None,
                  gate: LoadGate | None = None) -> None:
         self.runs = runs
+        self.links = links  # how each host is reached: session state, never saved
         self.stop = stop
         self.bundle, self.sha = bundle
         self.progress = progress or RunProgress(runs, say, detail=True)
@@ -60,6 +63,9 @@ class NodeSessions:
         self.stacks: dict[str, Stack] = {}
         self.stacks_lock = threading.Lock()
         self.gate = gate or LoadGate()  # started by the caller for a real run
+
+    def endpoint(self, hr: HostRun) -> Endpoint:
+        return self.links[hr.host].endpoint
 
     def emit(self, hr: HostRun, text: str, *, alarm: bool = False) -> None:
         self.progress.emit(hr, text, alarm=alarm)
@@ -74,7 +80,7 @@ class NodeSessions:
             client = self._connect(hr)
         except (paramiko.SSHException, OSError) as exc:
             self.progress.connect_done(hr.host)
-            hr.status, hr.error = "unreachable", describe_error(exc, hr.endpoint)
+            hr.status, hr.error = "unreachable", describe_error(exc, self.endpoint(hr))
             hr.finish_missing(f"host unreachable: {hr.error}", "NC-HOST-UNREACHABLE")
             self.emit(hr, f"UNREACHABLE: {hr.error}", alarm=True)
             self._bmc_results(hr, monitor)
@@ -103,7 +109,7 @@ class NodeSessions:
                 self.gate.admit(self.stop)
                 t0 = time.monotonic()
                 try:
-                    return connect(hr.endpoint)
+                    return connect(self.endpoint(hr))
                 except (paramiko.BadHostKeyException, paramiko.AuthenticationException):
                     raise
                 except (paramiko.SSHException, OSError) as exc:
@@ -116,12 +122,13 @@ class NodeSessions:
 
     def _bmc_monitor(self, hr: HostRun) -> BmcMonitor | None:
         """The host's BMC, sampled while its checks run (none without nodecert_bmc)."""
-        if hr.bmc is None:
+        bmc = self.links[hr.host].bmc
+        if bmc is None:
             return None
-        monitor = BmcMonitor(hr.bmc, host_dir=hr.out_dir, limits=hr.plan.limits(),
+        monitor = BmcMonitor(bmc, host_dir=hr.out_dir, limits=hr.plan.limits(),
                              simulated=hr.simulated, current=lambda: hr.current)
         monitor.start()
-        self.emit(hr, f"BMC {hr.bmc.describe()}: sampling every {hr.bmc.sample_s} s")
+        self.emit(hr, f"BMC {bmc.describe()}: sampling every {bmc.sample_s} s")
         return monitor
 
     def _bmc_results(self, hr: HostRun, monitor: BmcMonitor | None) -> None:
@@ -164,7 +171,7 @@ class NodeSessions:
         way the validators role installs it (install_script); as root (sudo for a
         non-root user with become)."""
         with self.install_slots:
-            rc, out = self._exec(client, hr.endpoint, install_script(self.sha[:16], "-"),
+            rc, out = self._exec(client, self.endpoint(hr), install_script(self.sha[:16], "-"),
                                  self.bundle, 60)
         if rc != 0:
             hint = (" (sudo wants a password: give --become-password-file, or a vaulted "
@@ -191,8 +198,8 @@ class NodeSessions:
             self.progress.connect_done(hr.host)
         if hr.stack is None:
             self._adopt_recorded_stack(hr, client)
-        chan = start(client, hr.endpoint,
-                     f"cd {shlex.quote(remote)} && exec {shlex.quote(hr.endpoint.python)} "
+        chan = start(client, self.endpoint(hr),
+                     f"cd {shlex.quote(remote)} && exec {shlex.quote(self.endpoint(hr).python)} "
                      "-m nodecert_node run")
         chan.sendall((json.dumps(hr.plan.as_dict()) + "\n").encode())
         reader = LineReader(chan)
@@ -229,7 +236,7 @@ class NodeSessions:
         against the stack its provisioning recorded (/etc/nodecert/provisioned.json),
         when that stack is known here; otherwise stack.conformance says none is chosen."""
         try:
-            rc, out = self._exec(client, hr.endpoint, f"head -c 65536 {RECORDED_STACK}", None,
+            rc, out = self._exec(client, self.endpoint(hr), f"head -c 65536 {RECORDED_STACK}", None,
                                  15, root=False)
             name = str(json.loads(out).get("stack") or "") if rc == 0 else ""
             if not name:
@@ -244,7 +251,7 @@ class NodeSessions:
         hr.plan = hr.plan.with_(conformance={"stack": stack.name,
                                              "script": conformance.script_for(stack)},
                                 framework=framework_plan(stack))
-        RunDir(hr.out_dir.parent).record_host_plan(hr.host, hr.plan, stack.path)
+        record_host_plan(RunDir(hr.out_dir.parent), hr.host, hr.plan, stack.path)
         self.emit(hr, f"stack {stack.name}: recorded by provisioning on the node")
 
     def _on_event(self, hr: HostRun, ev: dict[str, Any]) -> float | None:

@@ -1,0 +1,162 @@
+"""Where a run's files are: the one run-id recipe and the one layout of every run kind.
+
+    runs/<run id>/                  a validation (validate, revalidate) or a provision run
+      inputs/                       what the run used, recorded when it started (0700/0600)
+        plan-<host>.json            validation: the plan sent to the host
+        stack/<name>.yml            validation: each stack manifest the run used
+        suite.json, inventory.json  validation: the suite; the hosts' order specs
+        <inventory>, <stack>.yml,   provision: the inventory as given, the manifests
+        extravars.json              and the extra variables
+      <host>/results.json           validation: the host's record (see records.py)
+      <host>/progress.log           validation: the host's lines, on a large run
+      validate.json                 validation: the run's summary, written when it ends
+      ansible/                      provision: ansible-runner's private data directory
+      provision.json                provision: each host's outcome
+      reports/                      certify: <host>.intoto.dsse.json, .html, index.html
+    runs/cluster-<run id>/          a cluster run
+      results.json                  the cluster's record
+      reports/cluster.intoto.dsse.json, cluster.html
+
+A run id is `<UTC-less local time YYYYmmdd-HHMMSS>-<6 random hex digits>`, prefixed with
+its kind where the kind is not told by the files (`cluster-`). A run writes only inside
+its own directory; a later run never edits another's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodecert.core.errors import NodecertError
+
+RUN_ID = re.compile(r"^(?:cluster-)?[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
+RESULTS = "results.json"
+CERT_SUFFIX = ".intoto.dsse.json"
+
+
+class RunDirError(NodecertError):
+    """A path that is not the run directory asked for."""
+
+
+def new_run_id(kind: str = "") -> str:
+    """The run id: local time to the second, then 24 random bits (two runs started in one
+    second never share a directory); `kind` prefixes it (cluster runs)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+    return f"{kind}-{stamp}" if kind else stamp
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @classmethod
+    def new(cls, runs_dir: Path, kind: str = "") -> RunDir:
+        """A new run's directory under runs_dir, not made yet: its id is known (plans
+        carry it) before the inputs are checked, and nothing is written for bad input."""
+        return cls((runs_dir / new_run_id(kind)).resolve())
+
+    def make(self) -> RunDir:
+        """Create the (new) run directory, with its parents."""
+        self.path.mkdir(parents=True)
+        return self
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def inputs(self) -> Path:
+        return self.path / "inputs"
+
+    def make_inputs(self) -> Path:
+        self.inputs.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.inputs, 0o700)
+        return self.inputs
+
+    def host_dir(self, host: str) -> Path:
+        return self.path / host
+
+    def results(self, host: str) -> Path:
+        return self.host_dir(host) / RESULTS
+
+    def plan_file(self, host: str) -> Path:
+        return self.inputs / f"plan-{host}.json"
+
+    @property
+    def stack_inputs(self) -> Path:
+        return self.inputs / "stack"
+
+    def stack_input(self, name: str) -> Path:
+        return self.stack_inputs / f"{name}.yml"
+
+    @property
+    def suite_input(self) -> Path:
+        return self.inputs / "suite.json"
+
+    @property
+    def inventory_input(self) -> Path:
+        return self.inputs / "inventory.json"
+
+    @property
+    def extravars_input(self) -> Path:
+        return self.inputs / "extravars.json"
+
+    @property
+    def summary(self) -> Path:
+        """validate.json: a validation run's summary, there once the run ended."""
+        return self.path / "validate.json"
+
+    @property
+    def provision_summary(self) -> Path:
+        return self.path / "provision.json"
+
+    @property
+    def ansible(self) -> Path:
+        return self.path / "ansible"
+
+    @property
+    def cluster_results(self) -> Path:
+        return self.path / RESULTS
+
+    @property
+    def reports(self) -> Path:
+        return self.path / "reports"
+
+    def certificate(self, host: str) -> Path:
+        return self.reports / f"{host}{CERT_SUFFIX}"
+
+    def certificates(self) -> list[Path]:
+        return sorted(self.reports.glob(f"*{CERT_SUFFIX}"))
+
+    def hosts(self) -> list[str]:
+        """The hosts this run holds a record for."""
+        return sorted(p.parent.name for p in self.path.glob(f"*/{RESULTS}"))
+
+    def is_validation(self) -> bool:
+        return self.path.is_dir() and any(self.path.glob(f"*/{RESULTS}"))
+
+
+def runs_under(runs_dir: Path) -> list[RunDir]:
+    """Every directory under runs_dir, by name (run ids sort by time); a directory named
+    otherwise (a run renamed or copied in by hand) is a run too."""
+    if not runs_dir.is_dir():
+        return []
+    return [RunDir(p) for p in sorted(runs_dir.iterdir(), key=lambda p: p.name)
+            if p.is_dir()]
+
+
+def open_run(path: Path) -> RunDir:
+    """An existing validation run (one host record at least), or RunDirError."""
+    run = RunDir(path)
+    if not run.is_validation():
+        raise RunDirError(f"{path} is not a validation run directory (no <host>/{RESULTS})",
+                          hint="pass a directory under runs/ that `nodecert validate` wrote")
+    return run
+
+
+__all__ = ["CERT_SUFFIX", "RESULTS", "RUN_ID", "RunDir", "RunDirError", "new_run_id",
+           "open_run", "runs_under"]

@@ -1,0 +1,152 @@
+"""Reading runs back: a host's saved record, a validation run's records, a host's history
+across runs, a cluster run's record. Every command that reads a run reads it here.
+
+A record is what a run saved (results.json): never trusted to be whole, since a run may
+still be writing, have been interrupted or be damaged. The strict readers (certify, a
+baseline) refuse a damaged record naming its file; the history readers skip it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nodecert.runs.layout import RESULTS, RunDir, RunDirError, runs_under
+from nodecert_node.contract import Plan
+
+SCHEMA = "nodecert.validation/v1"
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    """One host's saved record of one validation run (results.json), as written."""
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def host(self) -> str:
+        return str(self.data.get("host") or self.path.parent.name)
+
+    @property
+    def run_id(self) -> str | None:
+        rid = self.data.get("run_id")
+        return str(rid) if rid else None
+
+    @property
+    def suite(self) -> str | None:
+        return self.data.get("suite")
+
+    @property
+    def verdict(self) -> str | None:
+        return self.data.get("verdict")
+
+    @property
+    def simulated(self) -> bool:
+        return bool(self.data.get("simulated"))
+
+    @property
+    def started(self) -> float:
+        """When the host's checks started (Unix seconds; 0.0 when the record lacks it)."""
+        return _seconds(self.data.get("started"))
+
+    @property
+    def finished(self) -> float:
+        return _seconds(self.data.get("finished"))
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        res = self.data.get("results")
+        return [r for r in res if isinstance(r, dict)] if isinstance(res, list) else []
+
+    def result(self, check: str) -> dict[str, Any] | None:
+        return next((r for r in self.results if r.get("check") == check), None)
+
+    @property
+    def run(self) -> RunDir:
+        return RunDir(self.path.parent.parent)
+
+
+def recorded_plan(run: RunDir, host: str) -> Plan | None:
+    """The plan the run sent to `host`, as recorded at its start (None for runs made
+    before inputs were recorded)."""
+    p = run.plan_file(host)
+    if not p.is_file():
+        return None
+    return Plan.from_dict(json.loads(p.read_text()))
+
+
+def _seconds(value: Any) -> float:
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def read_host_record(path: Path) -> HostRecord:
+    """A host record, or RunDirError naming the file when it is unreadable or not one."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"{path}: not readable JSON ({exc})",
+                          hint="re-run the validation for this host") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise RunDirError(f"{path}: not a nodecert host result (schema "
+                          f"{data.get('schema') if isinstance(data, dict) else None!r})")
+    return HostRecord(path, data)
+
+
+def host_records(run: RunDir) -> list[HostRecord]:
+    """Every host record of a run, strictly: one damaged record is an error."""
+    return [read_host_record(p) for p in sorted(run.path.glob(f"*/{RESULTS}"))]
+
+
+def finished_run(run_dir: Path) -> list[HostRecord]:
+    """The records of a validation run that ended (its summary written): what certify
+    signs. RunDirError when the directory is not that, saying what to run instead."""
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir} is not a directory",
+                          hint="pass the run directory `nodecert validate` printed "
+                               "(runs/<run id>)")
+    run = RunDir(run_dir)
+    if not run.summary.is_file():
+        raise RunDirError(f"{run_dir} has no validate.json: not a finished validation run",
+                          hint="run `nodecert validate` (or wait for it to finish), then "
+                               "certify the directory it prints")
+    records = host_records(run)
+    if not records:
+        raise RunDirError(f"{run_dir} holds no <host>/{RESULTS}",
+                          hint="the validation reached no host; fix that and re-run it")
+    return records
+
+
+def host_history(runs_dir: Path, host: str) -> Iterator[HostRecord]:
+    """The host's record in every run under runs_dir that holds one, by run; a record
+    being written or damaged is not history and is skipped."""
+    for run in runs_under(runs_dir):
+        path = run.results(host)
+        if path.is_file():
+            try:
+                yield read_host_record(path)
+            except RunDirError:
+                continue
+
+
+def read_cluster_record(run_dir: Path) -> dict[str, Any]:
+    """A cluster run's record, or RunDirError."""
+    path = RunDir(run_dir).cluster_results
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"{run_dir} is not a cluster run ({exc})",
+                          hint="pass the directory `nodecert cluster validate` printed") from exc
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: not a cluster run record",
+                          hint="pass the directory `nodecert cluster validate` printed")
+    return data
+
+
+__all__ = ["SCHEMA", "HostRecord", "finished_run", "host_history", "host_records",
+           "read_cluster_record", "read_host_record", "recorded_plan"]
