@@ -221,3 +221,83 @@ def test_inventory_script_source(tmp_path: Path) -> None:
     script.chmod(0o755)
     hosts = load_inventory(script)
     assert sorted(hosts) == ["gpu-31", "gpu-32"] and hosts["gpu-32"].address == "192.0.2.32"
+
+
+# --- the one table of variables ----------------------------------------------------------
+
+def test_the_order_spec_is_the_tables_order_rows() -> None:
+    import dataclasses
+
+    from nodecert.inventory.reader import HostSpec
+    from nodecert.inventory.variables import ORDER
+    fields = {f.name for f in dataclasses.fields(HostSpec)}
+    assert fields - {"name", "address", "port", "groups", "validation"} == {v.key for v in ORDER}
+
+
+def test_every_variable_has_a_known_kind_place_and_docs_page() -> None:
+    from nodecert.inventory.maps import EXAMPLES, MAPPING_KINDS
+    from nodecert.inventory.variables import GOES, KINDS, VARIABLES
+    assert len({v.name for v in VARIABLES}) == len(VARIABLES)
+    for v in VARIABLES:
+        assert v.name.startswith("nodecert_") and v.kind in KINDS and v.goes in GOES, v
+        assert v.doc and v.read_by and (REPO / v.page).is_file(), v
+        assert v.kind not in MAPPING_KINDS or v.kind in EXAMPLES, v
+        assert not (v.required and v.default is not None), v
+
+
+def test_every_table_variable_is_read_and_kept_where_the_table_says(tmp_path: Path) -> None:
+    """One host with every variable set: each reaches its place (HostSpec, its validation
+    settings, the node's plan) and nothing else is added or lost."""
+    from nodecert.profiles import thresholds
+    from nodecert.validation.plan import build_plan
+    inv = tmp_path / "inv"
+    (inv / "host_vars").mkdir(parents=True)
+    (inv / "hosts.ini").write_text("[gpu]\ngpu-01 ansible_host=192.0.2.10\n")
+    (inv / "host_vars" / "gpu-01.yml").write_text("""
+nodecert_gpu_model: H200-SXM
+nodecert_gpu_count: 8
+nodecert_cpu_cores: 112
+nodecert_ram_gb: 2048
+nodecert_nvme_count: 8
+nodecert_nvme_min_gb: 3500
+nodecert_os: ubuntu-24.04
+nodecert_stack: r580-cuda13.0
+nodecert_simulated: true
+nodecert_lab_profile: h200-sxm-8
+nodecert_cpu_model: Xeon
+nodecert_nvme_rated_seq_read_mbps: 7000
+nodecert_nvme_rated_seq_write_mbps: 6000
+nodecert_nvme_rated_rand_read_iops: 1000000
+nodecert_mig_enabled: false
+nodecert_storage_targets: [/data/scratch]
+nodecert_allow_raw_devices: [/dev/nvme7n1]
+nodecert_thresholds: {storage.seq_read_mbps_min: 3000}
+nodecert_fabric: {link_layer: InfiniBand, ports: 8, rate_gbps: 400}
+nodecert_shared_fs: {mounts: [{path: /mnt/data, type: nfs4}]}
+nodecert_container: {image: "nvcr.io/nvidia/cuda@sha256:DIGEST_A"}
+nodecert_bmc: {address: 10.10.0.21, cert_sha256: DIGEST_B, username: nodecert,
+               password_file: /etc/nodecert/bmc.pass}
+nodecert_cluster: {engine: slurm}
+nodecert_engine_name: gpu01
+""".replace("DIGEST_A", "a" * 64).replace("DIGEST_B", "b" * 64))
+    from nodecert.inventory.variables import ORDER, PLAN, VALIDATION, VARIABLES
+    text = (inv / "host_vars" / "gpu-01.yml").read_text()
+    # every variable but the vaulted secret is set above
+    assert {v.name for v in VARIABLES if v.kind != "secret"} <= {
+        line.split(":")[0] for line in text.splitlines() if line.startswith("nodecert_")}
+    spec = load_inventory(inv)["gpu-01"]
+    assert {v.key for v in ORDER} <= set(spec.as_dict())
+    assert set(spec.validation) == {v.key for v in VALIDATION}
+    plan = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
+                      scratch=None, checks=("health.gpu",))
+    assert {v.key for v in PLAN} <= set(plan.spec)
+    assert plan.spec["nvme_rated_rand_read_iops"] == 1000000
+    assert plan.options["storage"]["targets"] == ["/data/scratch"]
+
+
+def test_a_mapping_variable_with_an_unknown_key_names_it(tmp_path: Path) -> None:
+    inv = write(tmp_path, f"[gpu]\ngpu-01 ansible_host=192.0.2.10 {SPEC}\n"
+                "[gpu:vars]\nnodecert_fabric={'link_layer': 'InfiniBand', 'ports': 8, "
+                "'rate_gbps': 400, 'speed': 1}\n")
+    assert any("nodecert_fabric unknown key(s) speed (known: devices, firmware" in p
+               for p in problems(inv))

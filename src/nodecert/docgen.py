@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from nodecert.core.paths import data_root
-from nodecert.inventory.reader import SPEC_VARS
+from nodecert.inventory.variables import ORDER, VARIABLES
 from nodecert.lab.hardware import FAULT_KINDS
 from nodecert.profiles import catalog, thresholds
 from nodecert.stack.compat import default_matrix
@@ -68,9 +68,19 @@ def faults_table() -> str:
 
 
 def inventory_table() -> str:
-    rows = [[f"`{name}`", "yes" if required else "", kind, text]
-            for name, (required, kind, text) in SPEC_VARS.items()]
-    return _table(["variable", "required", "type", "meaning"], rows)
+    rows = [[f"`{v.name}`", "yes" if v.required else "", v.kind,
+             "" if v.default is None else str(v.default).lower() if isinstance(v.default, bool)
+             else v.default, v.read_by, v.doc
+             + ("" if v.page == "docs/inventory.md" else f" ({v.page.removeprefix('docs/')})")]
+            for v in VARIABLES]
+    return _table(["variable", "required", "type", "default", "read by", "meaning"], rows)
+
+
+def order_spec() -> str:
+    """The order spec's variables, required first, as one line of prose."""
+    req = [f"`{v.name}`" for v in ORDER if v.required]
+    opt = [f"`{v.name}`" for v in ORDER if not v.required]
+    return ", ".join(req) + ", optional " + ", ".join(opt) + "\n"
 
 
 def roles_table() -> str:
@@ -122,8 +132,8 @@ def gpu_models_table() -> str:
 
 GENERATORS: dict[str, Callable[[], str]] = {
     "checks": checks_table, "thresholds": thresholds_table, "faults": faults_table,
-    "inventory": inventory_table, "roles": roles_table, "stacks": stacks_table,
-    "gpu_models": gpu_models_table,
+    "inventory": inventory_table, "order_spec": order_spec, "roles": roles_table,
+    "stacks": stacks_table, "gpu_models": gpu_models_table,
 }
 
 

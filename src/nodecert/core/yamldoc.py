@@ -34,6 +34,20 @@ def _compose_lines(node: yaml.Node, key: PathKey, lines: dict[PathKey, int]) -> 
             _compose_lines(item, (*key, i), lines)
 
 
+def keyed(raw: Any, keys: set[str] | frozenset[str]) -> tuple[dict[str, Any] | None,
+                                                                str | None]:
+    """A mapping whose keys are all known: (mapping, None), or (None, what is wrong) for a
+    value that is not a mapping or carries an unknown key -- the strict reading Node.mapping
+    does, for values that arrive without a file position (inventory variables, read by
+    Ansible from INI text or YAML)."""
+    if not isinstance(raw, dict):
+        return None, f"must be a mapping ({', '.join(sorted(keys))}), got {raw!r}"
+    unknown = sorted(set(map(str, raw)) - set(keys))
+    if unknown:
+        return None, f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(keys))})"
+    return raw, None
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate mapping keys (PyYAML keeps the last one)."""
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.core.errors import InventoryError
+from nodecert.core.yamldoc import keyed
 from nodecert.transport.become import Secret, is_vaulted, read_password_file
 
 KEYS = {"address", "protocol", "port", "ca_file", "cert_sha256", "username", "password_file",
@@ -55,11 +56,9 @@ def _int(raw: Any, key: str, low: int, high: int) -> tuple[int | None, str | Non
 
 def parse_bmc(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     """(spec, None) or (None, what is wrong)."""
-    if not isinstance(raw, dict):
-        return None, f"must be a mapping ({', '.join(sorted(KEYS))}), got {raw!r}"
-    unknown = sorted(set(map(str, raw)) - KEYS)
-    if unknown:
-        return None, f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(KEYS))})"
+    raw, why = keyed(raw, KEYS)
+    if raw is None:
+        return None, why
     address = str(raw.get("address") or "")
     if not _ADDRESS.match(address):
         return None, f"address {address!r} is not a host name or an IP address"

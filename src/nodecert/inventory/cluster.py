@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.core.errors import InventoryError
+from nodecert.core.yamldoc import keyed
 
 ENGINES = ("slurm", "mpirun")
 EXTRA_COLLECTIVES = ("all_gather", "alltoall")
@@ -82,11 +83,9 @@ def parse_cluster(raw: Any) -> tuple[ClusterConfig | None, str | None]:
     """(config, None) or (None, what is wrong)."""
     if raw is None:
         return ClusterConfig(), None
-    if not isinstance(raw, dict):
-        return None, f"must be a mapping ({', '.join(sorted(KEYS))}), got {raw!r}"
-    unknown = sorted(set(map(str, raw)) - KEYS)
-    if unknown:
-        return None, f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(KEYS))})"
+    raw, why = keyed(raw, KEYS)
+    if raw is None:
+        return None, why
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key == "engine":

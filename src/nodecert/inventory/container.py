@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nodecert.core.yamldoc import keyed
+
 KEYS = {"engine", "image", "archive", "image_id", "cdi_spec"}
 ENGINES = ("podman", "docker")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -26,11 +28,9 @@ _PATH = re.compile(r"^/[A-Za-z0-9_.@/+-]*$")
 
 def parse_container(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     """(spec, None) or (None, what is wrong)."""
-    if not isinstance(raw, dict):
-        return None, f"must be a mapping ({', '.join(sorted(KEYS))}), got {raw!r}"
-    unknown = sorted(set(map(str, raw)) - KEYS)
-    if unknown:
-        return None, f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(KEYS))})"
+    raw, why = keyed(raw, KEYS)
+    if raw is None:
+        return None, why
     engine = str(raw.get("engine") or "podman")
     if engine not in ENGINES:
         return None, f"engine {engine!r} is not one of {', '.join(ENGINES)}"

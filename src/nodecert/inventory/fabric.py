@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nodecert.core.yamldoc import keyed
+
 KEYS = {"link_layer", "ports", "rate_gbps", "width", "firmware", "devices", "gpu_nic_affinity",
         "roce"}
 ROCE_KEYS = {"gid_type", "pfc_priorities", "trust", "ecn_priorities"}
@@ -32,11 +34,9 @@ LINK_LAYERS = ("InfiniBand", "Ethernet")
 
 def parse_fabric(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     """(spec, None) or (None, what is wrong)."""
-    if not isinstance(raw, dict):
-        return None, f"must be a mapping ({', '.join(sorted(KEYS))}), got {raw!r}"
-    unknown = sorted(set(map(str, raw)) - KEYS)
-    if unknown:
-        return None, f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(KEYS))})"
+    raw, why = keyed(raw, KEYS)
+    if raw is None:
+        return None, why
     missing = sorted({"link_layer", "ports", "rate_gbps"} - set(raw))
     if missing:
         return None, f"lacks {', '.join(missing)}"
@@ -81,12 +81,9 @@ def parse_fabric(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
 def _parse_roce(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     """The RoCE settings the site requires: {gid_type: v2, pfc_priorities: [3],
     trust: dscp, ecn_priorities: [3]} (each optional)."""
-    if not isinstance(raw, dict):
-        return None, f"must be a mapping ({', '.join(sorted(ROCE_KEYS))}), got {raw!r}"
-    unknown = sorted(set(map(str, raw)) - ROCE_KEYS)
-    if unknown:
-        return None, (f"unknown key(s) {', '.join(unknown)} "
-                      f"(known: {', '.join(sorted(ROCE_KEYS))})")
+    raw, why = keyed(raw, ROCE_KEYS)
+    if raw is None:
+        return None, why
     out: dict[str, Any] = {}
     if "gid_type" in raw:
         gid = str(raw["gid_type"]).lower().replace("roce", "").strip()

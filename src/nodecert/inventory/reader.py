@@ -3,12 +3,12 @@
 Parsing is ansible-core's own (INI and YAML inventory plugins, group_vars and
 host_vars through its VariableManager), so a file that works with
 ``ansible-playbook -i`` means the same thing here. On top of it we validate the
-integrator's order spec per host: the ``nodecert_*`` variables documented in
-``inventory/sample/group_vars/all/nodecert.yml``.
+integrator's order spec per host: the ``nodecert_*`` variables of the table in
+variables.py.
 
-Long because the variables' table, their coercion and the per-host safety checks
-(secrets in plain text, host key checking turned off, unsafe names) belong together:
-one place says what an inventory may hold.
+Long because the variables' coercion and the per-host safety checks (secrets in plain
+text, host key checking turned off, unsafe names) belong together: one place says what
+an inventory may hold.
 """
 
 from __future__ import annotations
@@ -27,64 +27,11 @@ from nodecert.core.ansible_env import ansible_quiet
 from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.core.yamldoc import UniqueKeyLoader
 from nodecert.inventory.maps import EXAMPLES, MAPPING_KINDS, parse_mapping
+from nodecert.inventory.variables import BY_NAME, ORDER, REQUIRED, VALIDATION, VARIABLES
 from nodecert.stack.compat import Matrix, default_matrix
 from nodecert.stack.manifest import SUPPORTED_OS, stack_paths
 from nodecert.transport.become import is_vaulted
 
-# Variable -> (required, kind, help). `kind` int means a non-negative integer.
-SPEC_VARS: dict[str, tuple[bool, str, str]] = {
-    "nodecert_gpu_model": (True, "gpu", "GPU model as ordered, e.g. H200-SXM"),
-    "nodecert_gpu_count": (True, "int+", "number of GPUs ordered"),
-    "nodecert_cpu_cores": (True, "int+", "physical CPU cores in total (all sockets)"),
-    "nodecert_ram_gb": (True, "int+", "installed RAM in GB"),
-    "nodecert_nvme_count": (True, "int", "number of NVMe data drives"),
-    "nodecert_nvme_min_gb": (False, "int", "minimum size of each NVMe drive in GB"),
-    "nodecert_os": (False, "os", "expected OS, one of " + ", ".join(SUPPORTED_OS)),
-    "nodecert_stack": (False, "stack", "stack to provision on this host"),
-    "nodecert_simulated": (False, "bool", "set by `nodecert lab` on simulated hosts"),
-    "nodecert_lab_profile": (False, "str", "lab hardware profile (set by `nodecert lab up`)"),
-    # Validation (nodecert validate): optional order details and per-host settings.
-    "nodecert_cpu_model": (False, "str", "CPU model as ordered (substring of lscpu's Model name)"),
-    "nodecert_nvme_rated_seq_read_mbps": (False, "int", "datasheet sequential read, MB/s"),
-    "nodecert_nvme_rated_seq_write_mbps": (False, "int", "datasheet sequential write, MB/s"),
-    "nodecert_nvme_rated_rand_read_iops": (False, "int", "datasheet 4 KiB random read IOPS"),
-    "nodecert_mig_enabled": (False, "bool", "GPUs ordered in MIG mode (default: whole GPUs, "
-                             "MIG disabled)"),
-    "nodecert_storage_targets": (False, "list", "scratch directories (or allowed raw devices) "
-                                 "the storage test may write to"),
-    "nodecert_allow_raw_devices": (False, "list", "raw block devices the storage test may "
-                                   "overwrite when proven empty"),
-    "nodecert_thresholds": (False, "map", "threshold overrides {key: value}, e.g. "
-                            "{storage.seq_read_mbps_min: 3000}"),
-    "nodecert_fabric": (False, "fabric", "the RDMA fabric each node must have: {link_layer: "
-                        "InfiniBand|Ethernet, ports, rate_gbps, width, firmware, devices, "
-                        "gpu_nic_affinity, roce: {gid_type, pfc_priorities, trust, "
-                        "ecn_priorities}}"),
-    "nodecert_shared_fs": (False, "sharedfs", "the shared file system every node reads its "
-                           "data from: {mounts: [{path, type}], read_mbps_min, "
-                           "aggregate_read_mbps_min, checkpoint_mbps_min, "
-                           "small_files_per_s_min, gds_read_mbps_min, checkpoint_mb, "
-                           "size_mb, aggregate_read_s}"),
-    "nodecert_container": (False, "container", "the GPU container every node must run "
-                           "(container.gpu_smoke): {engine: podman|docker, image: "
-                           "NAME@sha256:..., archive, image_id, cdi_spec}"),
-    "nodecert_bmc": (False, "bmc", "the node's BMC, read out of band by the controller: "
-                     "{address, protocol: redfish|ipmi, port, ca_file | cert_sha256, "
-                     "username, password_file, firmware, psu_spares, sample_s, timeout_s}"),
-    "nodecert_bmc_password": (False, "secret", "the BMC password, encrypted with "
-                              "ansible-vault (or password_file in nodecert_bmc)"),
-    # Cluster validation (nodecert cluster validate).
-    "nodecert_cluster": (False, "cluster", "how the site runs multi-node jobs: {engine: "
-                         "slurm|mpirun, launch_host, partition, account, reservation, ...}"),
-    "nodecert_engine_name": (False, "str", "the node's name in Slurm / the mpirun hostfile "
-                             "(default: its inventory name)"),
-}
-VALIDATION_VARS = ("nodecert_cpu_model", "nodecert_mig_enabled",
-                   "nodecert_nvme_rated_seq_read_mbps",
-                   "nodecert_nvme_rated_seq_write_mbps", "nodecert_nvme_rated_rand_read_iops",
-                   "nodecert_storage_targets", "nodecert_allow_raw_devices", "nodecert_thresholds",
-                   "nodecert_fabric", "nodecert_shared_fs", "nodecert_bmc",
-                   "nodecert_container")
 # How Ansible reads booleans written as text (INI [group:vars] values are strings).
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
@@ -105,7 +52,7 @@ class HostSpec:
     os: str | None = None
     stack: str | None = None
     simulated: bool = False
-    # nodecert_* validation settings (VALIDATION_VARS), keyed without the prefix.
+    # nodecert_* validation settings (variables.VALIDATION), keyed without the prefix.
     validation: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -189,7 +136,7 @@ def _parse_errors(path: Path) -> str | None:
 
 
 def _closest(name: str) -> str | None:
-    hits = difflib.get_close_matches(name, list(SPEC_VARS), n=1)
+    hits = difflib.get_close_matches(name, list(BY_NAME), n=1)
     return hits[0] if hits else None
 
 
@@ -299,20 +246,21 @@ def _validate_host(name: str, hv: dict[str, Any], where: str, matrix: Matrix, *,
             "name the interpreter, e.g. /usr/bin/python3")
 
     for var in sorted(k for k in hv if str(k).startswith("nodecert_")):
-        if var not in SPEC_VARS:
+        if var not in BY_NAME:
             guess = _closest(var)
             bad(f"unknown variable {var}", f"did you mean {guess}?" if guess else
-                "see inventory/sample/group_vars/all/nodecert.yml for the variables")
+                "see docs/inventory.md for the variables")
     values: dict[str, Any] = {}
-    for var, (required, kind, help_text) in SPEC_VARS.items():
-        raw = hv.get(var)
+    for v in VARIABLES:
+        raw = hv.get(v.name)
         if raw is None:
-            if required:
-                bad(f"missing {var} ({help_text})", f"set {var} in host vars or group_vars")
+            if v.required:
+                bad(f"missing {v.name} ({v.doc})", f"set {v.name} in host vars or group_vars")
             continue
-        value = _coerce(var, kind, raw, matrix=matrix, known_stacks=known_stacks, bad=bad)
+        value = _coerce(v.name, v.kind, raw, matrix=matrix, known_stacks=known_stacks,
+                        bad=bad)
         if value is not None:
-            values[var] = value
+            values[v.name] = value
     return values
 
 
@@ -393,18 +341,12 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
                 "give each host its own ansible_host, or remove the duplicate"))
         endpoints[(address, port)] = host.name
         safe = HOST_NAME.match(host.name) and ".." not in host.name
-        if safe and all(v in values for v, spec in SPEC_VARS.items() if spec[0]):
+        if safe and all(v in values for v in REQUIRED):
             report.hosts[host.name] = HostSpec(
                 name=host.name, address=address, port=port,
                 groups=tuple(sorted(g.name for g in host.get_groups() if g.name != "all")),
-                gpu_model=values["nodecert_gpu_model"], gpu_count=values["nodecert_gpu_count"],
-                cpu_cores=values["nodecert_cpu_cores"], ram_gb=values["nodecert_ram_gb"],
-                nvme_count=values["nodecert_nvme_count"],
-                nvme_min_gb=values.get("nodecert_nvme_min_gb"), os=values.get("nodecert_os"),
-                stack=values.get("nodecert_stack"),
-                simulated=values.get("nodecert_simulated", False),
-                validation={v.removeprefix("nodecert_"): values[v] for v in VALIDATION_VARS
-                            if v in values})
+                **{v.key: values.get(v.name, v.default) for v in ORDER},
+                validation={v.key: values[v.name] for v in VALIDATION if v.name in values})
     return report
 
 

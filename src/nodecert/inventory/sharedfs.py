@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nodecert.core.yamldoc import keyed
+
 KEYS = {"mounts", "read_mbps_min", "aggregate_read_mbps_min", "checkpoint_mbps_min",
         "small_files_per_s_min", "gds_read_mbps_min", "checkpoint_mb", "size_mb",
         "aggregate_read_s"}
@@ -33,11 +35,9 @@ _PATH = re.compile(r"^/[A-Za-z0-9_.@/+-]*$")
 
 def parse_shared_fs(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     """(spec, None) or (None, what is wrong)."""
-    if not isinstance(raw, dict):
-        return None, f"must be a mapping ({', '.join(sorted(KEYS))}), got {raw!r}"
-    unknown = sorted(set(map(str, raw)) - KEYS)
-    if unknown:
-        return None, f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(KEYS))})"
+    raw, why = keyed(raw, KEYS)
+    if raw is None:
+        return None, why
     mounts = raw.get("mounts")
     if not isinstance(mounts, list) or not mounts:
         return None, "mounts must be a non-empty list of {path, type}"

@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from nodecert.inventory.reader import HostSpec
+from nodecert.inventory.variables import BY_NAME, PLAN
 from nodecert.profiles import thresholds
 from nodecert.stack import conformance
 from nodecert.stack.compat import load_matrix
 from nodecert.stack.manifest import Stack
 from nodecert_node.contract import Plan
 
-DEFAULT_SCRATCH = "/var/lib/nodecert/scratch"
+DEFAULT_SCRATCH = str(BY_NAME["nodecert_storage_targets"].default)
 
 
 def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run_id: str, *,
@@ -33,10 +34,7 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
                  else None,
                  "cpu_cores": spec.cpu_cores, "ram_gb": spec.ram_gb,
                  "nvme_count": spec.nvme_count, "nvme_min_gb": spec.nvme_min_gb,
-                 **{k: v[k] for k in ("cpu_model", "mig_enabled", "fabric", "shared_fs",
-                                      "container", "nvme_rated_seq_read_mbps",
-                                      "nvme_rated_seq_write_mbps", "nvme_rated_rand_read_iops")
-                    if k in v}}
+                 **{var.key: v[var.key] for var in PLAN if var.key in v}}
     chosen = [c for c in suite.checks if not checks or c in checks]  # suite order
     limits = thresholds.resolve(spec.gpu_model, inventory=v.get("thresholds"),
                                 cli=cli_thresholds, host=spec.name)
