@@ -119,7 +119,10 @@ def test_json_dcgm4_and_dcgm3() -> None:
     assert "PCIe replay rate" in r.summary
     p3 = dcgmi.parse_dcgmi_diag(json.dumps(DCGM3_JSON))
     assert p3["tests"] == {"GPU Memory": "Pass"} and p3["meta"]["DCGM Version"] == "3.3.3"
-    assert judge_dcgm(p3, 2).verdict is Verdict.PASS
+    # GPU 1 skipped its memory test, and no PCIe test is reported: not measured
+    r3 = judge_dcgm(p3, 2)
+    assert r3.verdict is Verdict.WARN
+    assert "GPU Memory skipped on GPU 1" in r3.summary and "pcie not reported" in r3.summary
 
 
 @pytest.mark.parametrize("bad", ['{"DCGM Diagnostic": {"test_categories": [', '{"x": 1}',
@@ -168,3 +171,65 @@ def test_property_cut_table_never_passes(cut: int) -> None:
         return
     assert set(parsed["tests"]) <= {"software", "memory", "pcie"}
     assert judge_dcgm(parsed, 2).verdict is not Verdict.PASS
+
+
+# --- skipped is not passed ----------------------------------------------------------------
+
+PASS_DCGM4 = real("a10g-1gpu-dcgm-4.4.2-diag-r2-pass-new-layout.txt")
+SKIP_REASON = "Cannot run test: GPU0 is in use by another process"
+
+
+def _skip(text: str, tests: set[str], reason: str = SKIP_REASON) -> str:
+    """The real DCGM 4 table with `tests` skipped (test row and GPU row), an Info row
+    with DCGM's reason under each."""
+    out, cur = [], None
+    for line in text.splitlines():
+        m = re.match(r"^\| (\w+)\s+\| Pass", line)
+        if m:
+            cur = m.group(1)
+        if cur in tests and "Pass" in line:
+            out.append(line.replace("Pass", "Skip"))
+            if "GPU0" in line:
+                out.append(f"| {'Info':<25} | {reason:<46} |")
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_a_run_where_only_the_software_test_ran_is_not_a_pass() -> None:
+    parsed = dcgmi.parse_dcgmi_diag(_skip(PASS_DCGM4, {"memory", "pcie"}))
+    assert parsed["tests"] == {"software": "Pass", "memory": "Skip", "pcie": "Skip"}
+    r = judge_dcgm(parsed, 2)
+    assert r.verdict is Verdict.WARN and r.fault_code == "NC-DCGM-NOT-MEASURED"
+    assert "not measured: memory skipped" in r.summary and "pcie skipped" in r.summary
+    assert SKIP_REASON in r.summary  # DCGM's own reason, named
+    assert r.value["passed"] == 1 and "tests passed" not in r.summary
+    assert judge_dcgm(parsed, 2, skipped="error").verdict is Verdict.ERROR
+    assert judge_dcgm(dcgmi.parse_dcgmi_diag(PASS_DCGM4), 2).verdict is Verdict.PASS
+
+
+def test_planned_tests_that_are_not_reported_were_not_measured() -> None:
+    only_software = "\n".join(PASS_DCGM4.splitlines()[:12] + PASS_DCGM4.splitlines()[-1:])
+    parsed = dcgmi.parse_dcgmi_diag(only_software)
+    assert parsed["tests"] == {"software": "Pass"} and parsed["complete"]
+    r = judge_dcgm(parsed, 2)
+    assert r.verdict is Verdict.WARN
+    assert "memory not reported (planned at -r 2)" in r.summary
+    assert judge_dcgm(parsed, 1).verdict is Verdict.PASS  # -r 1 plans no more
+    # DCGM 3's names for the same tests count as reported
+    dcgm3 = dcgmi.parse_dcgmi_diag(real("a100-sxm4-80gb-p4de-8gpu-diag-r2-pass.txt"))
+    assert judge_dcgm(dcgm3, 2).verdict is Verdict.PASS
+
+
+@settings(max_examples=40, deadline=None)
+@given(skipped=st.sets(st.sampled_from(["software", "memory", "pcie"]), min_size=1),
+       reason=st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126),
+                      min_size=1, max_size=40).map(str.strip).filter(bool))
+def test_property_any_skipped_test_is_named_never_passed(skipped: set[str],
+                                                         reason: str) -> None:
+    parsed = dcgmi.parse_dcgmi_diag(_skip(PASS_DCGM4, skipped, reason.replace("|", "/")))
+    r = judge_dcgm(parsed, 2)
+    assert r.verdict is Verdict.WARN
+    for t in skipped:
+        assert f"{t} skipped" in r.summary
+    assert r.value["passed"] == 3 - len(skipped)

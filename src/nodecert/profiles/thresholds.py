@@ -168,8 +168,12 @@ def suites(path: Path | None = None) -> dict[str, Suite]:
         storage = f["storage"].mapping(set(), {"size_mb", "runtime_s", "checkpoint_mb",
                                                "iodepth", "numjobs", "ioengine"})
         fabric = f["fabric"].mapping(set(), {"nccl_max_size", "nccl_iters", "timeout_s",
-                                             "dcgm_level", "dcgm_timeout_s"}) \
+                                             "dcgm_level", "dcgm_timeout_s",
+                                             "dcgm_skipped"}) \
             if "fabric" in f else {}
+        if "dcgm_skipped" in fabric and fabric["dcgm_skipped"].text() not in DCGM_SKIPPED:
+            raise fabric["dcgm_skipped"].error(
+                f"dcgm_skipped must be one of {', '.join(DCGM_SKIPPED)}")
         # The checks a suite runs are those that declare it (the node's registry), in
         # their declared order; a suite may list its checks instead.
         listed = tuple(f["checks"].text_list()) if "checks" in f else suite_checks(name)
@@ -181,14 +185,16 @@ def suites(path: Path | None = None) -> dict[str, Suite]:
                           f["check_timeout_s"].integer(),
                           {k: (n.text() if k == "ioengine" else n.integer())
                            for k, n in storage.items()},
-                          {k: (n.text() if k == "nccl_max_size" else n.integer())
-                           for k, n in fabric.items()},
+                          {k: (n.text() if k in ("nccl_max_size", "dcgm_skipped")
+                               else n.integer()) for k, n in fabric.items()},
                           _load_options(f["load"]) if "load" in f else {})
     return out
 
 
 LOAD_ENGINES = ("auto", "torch", "gpu_burn")
 GEMM_DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp32")
+# What a DCGM test that was skipped (not measured) makes of dcgm.diag.
+DCGM_SKIPPED = ("warn", "error")
 
 
 def _load_options(node: yamldoc.Node) -> dict[str, Any]:
@@ -232,7 +238,7 @@ SUITE_SETTINGS: dict[str, dict[str, Any]] = {
     "storage": {"size_mb": int, "runtime_s": int, "checkpoint_mb": int, "iodepth": int,
                 "numjobs": int, "ioengine": str},
     "fabric": {"nccl_max_size": str, "nccl_iters": int, "timeout_s": int, "dcgm_level": int,
-               "dcgm_timeout_s": int},
+               "dcgm_timeout_s": int, "dcgm_skipped": DCGM_SKIPPED},
     "load": {"burnin_s": int, "soak_s": int, "engine": LOAD_ENGINES, "dtype": GEMM_DTYPES,
              "gemm_size": int, "smoke_steps": int, "report_s": int, "scaling_steps": int,
              "scaling_warmup": int, "scaling_timeout_s": int},
