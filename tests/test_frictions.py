@@ -170,9 +170,8 @@ def test_new_profiles_pass_the_real_gpus_they_were_written_from(model: str, fixt
     _, gpus = smi.parse_q_xml(text) if fixture.endswith(".xml") else smi.parse_q(text)
     assert len(gpus) == count
     if model == "GB200":
-        # The publishing repository scrubbed serials to 1650000000001/2, two each;
-        # duplicate serials rightly FAIL, so give each GPU its own for this test.
-        gpus = [dict(g, serial=f"16500000000{i:02d}") for i, g in enumerate(gpus)]
+        # Two GPUs to a board, and both report the board's serial (as the real tray does)
+        assert [g["serial"] for g in gpus] == ["1650000000001"] * 2 + ["1650000000002"] * 2
     limits = Limits(thresholds.resolve(model))
     facts = {"gpus": gpus, "cpu": {"cores": 64 * count, "model": "x"},
              "meminfo_total_gb": 256 * count, "nvme": [],

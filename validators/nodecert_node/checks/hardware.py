@@ -98,9 +98,32 @@ def _judge_gpus(facts: Facts, spec: dict[str, Any], limits: Limits, fails: list[
         if not g.get("serial") or not g.get("uuid"):
             warns.append(f"GPU {g['bus_id']} reports no serial/UUID: it cannot be bound to "
                          "the certificate")
-    serials = [g["serial"] for g in gpus if g.get("serial") and set(g["serial"]) != {"0"}]
-    if len(serials) != len(set(serials)):
-        fails.append("two GPUs report the same serial number")
+    _judge_unique_ids(gpus, limits, fails)
+
+
+def _judge_unique_ids(gpus: list[dict[str, Any]], limits: Limits, fails: list[str]) -> None:
+    """Every GPU has its own UUID. A serial number names the board: one GPU's, or on a
+    Grace-Blackwell tray the module's, which its two GPUs share (the model's profile says
+    how many GPUs one serial may name: gpu.gpus_per_serial_max, default 1)."""
+    by_uuid: dict[str, list[str]] = {}
+    by_serial: dict[str, list[str]] = {}
+    for g in gpus:
+        if g.get("uuid"):
+            by_uuid.setdefault(str(g["uuid"]), []).append(str(g["bus_id"]))
+        if g.get("serial") and set(str(g["serial"])) != {"0"}:
+            by_serial.setdefault(str(g["serial"]), []).append(str(g["bus_id"]))
+    for uuid, buses in sorted(by_uuid.items()):
+        if len(buses) > 1:
+            fails.append(f"GPUs {', '.join(buses)} report the same UUID {uuid}")
+    share = limits.opt("gpu.gpus_per_serial_max")
+    for serial, buses in sorted(by_serial.items()):
+        if len(buses) < 2:
+            continue
+        if share is None:
+            fails.append(f"GPUs {', '.join(buses)} report the same serial number {serial}")
+        elif not share.check(len(buses)).ok:
+            fails.append(f"GPUs {', '.join(buses)} report the same serial number {serial}: "
+                         f"{share.check(len(buses)).message}")
 
 
 def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Result:

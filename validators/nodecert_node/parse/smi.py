@@ -281,6 +281,9 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
         gpus.append({
             "bus_id": _bus(g.get("id", "")),
             "name": _t(g, "product_name"), "serial": _t(g, "serial"), "uuid": _t(g, "uuid"),
+            # Grace-Blackwell trays: where the GPU sits (its module, tray, chassis)
+            "module_id": _t(g, "platformInfo/module_id"),
+            "chassis_serial": _t(g, "platformInfo/chassis_serial_number"),
             "persistence_mode": _yes(_t(g, "persistence_mode")),
             "pstate": _t(g, "performance_state"),
             "memory_total_mib": _int(_t(g, "fb_memory_usage/total")),
