@@ -272,6 +272,23 @@ def test_gpu_nic_affinity_on_real_topologies() -> None:
     assert r.verdict is Verdict.FAIL and "GPU0: nearest fabric NIC mlx5_2 is NODE" in r.summary
 
 
+def test_gpu_nic_affinity_on_the_old_layout_without_a_nic_legend() -> None:
+    """Older drivers name the NIC columns by device (mlx5_N) and print no NIC legend."""
+    from nodecert_node.checks.net import affinity_problems
+    from nodecert_node.parse import topo
+    text = (REAL / "topo" / "dgx-a100-8gpu-12nic-topo-m-nv12-old-format.txt").read_text()
+    matrix, legend = topo.parse_topo_matrix(text), topo.nic_legend(text)
+    assert legend == {} and "mlx5_11" in matrix["GPU0"]
+    compute = ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"]
+    assert affinity_problems(matrix, legend, "PXB", compute) == []
+    assert affinity_problems(matrix, legend, "PXB", None) == []
+    # a GPU pair whose NICs are left out of the order is named, with its nearest
+    far = affinity_problems(matrix, legend, "PXB", ["mlx5_0", "mlx5_1"])
+    assert far[0] == ("GPU2: nearest fabric NIC mlx5_0 is SYS, the order wants PXB or "
+                      "nearer (traffic crosses the CPU)")
+    assert len(far) == 6
+
+
 @pytest.mark.integration
 def test_a_missing_hca_leaves_its_gpu_without_a_near_nic(tmp_path: Path) -> None:
     from support.simnode import SimNode

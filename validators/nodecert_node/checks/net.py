@@ -35,7 +35,12 @@ NEAR = ("PIX", "PXB", "PHB", "NODE", "SYS")
 
 def affinity_problems(matrix: dict[str, dict[str, str]], legend: dict[str, str], want: str,
                       devices: list[str] | None) -> list[str]:
-    """Pure: each GPU whose nearest compute NIC is farther than `want` (PIX ... NODE)."""
+    """Pure: each GPU whose nearest compute NIC is farther than `want` (PIX ... NODE).
+    legend: the new layout's NICn -> device; in the old layout (no legend) the NIC
+    columns are named by their device (mlx5_0, ...)."""
+    if not legend:
+        legend = {col: col for row in matrix.values() for col in row
+                  if not col.startswith("GPU")}
     nics = {col: dev for col, dev in legend.items() if not devices or dev in devices}
     if not nics:
         return [f"`nvidia-smi topo -m` lists none of the order's NICs "
