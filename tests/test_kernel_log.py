@@ -274,3 +274,42 @@ def test_property_truncated_log_never_invents_or_downgrades(cut: int) -> None:
     assert set(codes) <= {48, 63, 94} and all(e["kind"] == "xid" for e in ev)
     if 48 in codes:  # a fatal Xid read from a cut file still fails the node
         assert judge(ev, now=max(e["time"] for e in ev) + 60).verdict is Verdict.FAIL
+
+
+# --- dmesg --decode and raw level prefixes before every stamp style ----------------------
+
+PREFIXES = {
+    "none": "",
+    "raw": "<4>",
+    "decode": "kern  :warn  : ",
+    "decode-err": "kern  :err   : ",
+    "decode-user": "user  :info  : ",
+}
+BOOT = NOW - 40 * 86400  # up for 40 days: a relative stamp reaches back that far
+DECODE_STYLES = {"rel": lambda t: f"[{t - BOOT:12.6f}] ", "ctime": STAMPS["ctime"],
+                 "iso": STAMPS["iso"]}
+
+
+def test_an_old_fatal_xid_behind_a_decode_prefix_keeps_its_time() -> None:
+    """`dmesg --decode --time-format=iso`: the facility/level prefix before the ISO stamp.
+    The Xid is a week old: out of the window, never read as recent."""
+    week_ago = NOW - 7 * 86400
+    line = (PREFIXES["decode"] + STAMPS["iso"](week_ago)
+            + "NVRM: Xid (PCI:0000:19:00): 79, pid=1234, GPU has fallen off the bus.")
+    (e,) = kernel.parse_xids(line, now=NOW)
+    assert e["time"] == week_ago and e["xid"] == 79
+    r = judge([e])
+    assert r.verdict is Verdict.WARN and "before the window" in r.summary
+
+
+@settings(max_examples=60, deadline=None)
+@given(prefix=st.sampled_from(sorted(PREFIXES)), style=st.sampled_from(sorted(DECODE_STYLES)),
+       age_h=st.integers(min_value=0, max_value=24 * 30))
+def test_property_every_prefix_before_every_stamp_keeps_the_time(prefix: str, style: str,
+                                                                 age_h: int) -> None:
+    t = NOW - age_h * 3600
+    text = "\n".join(PREFIXES[prefix] + DECODE_STYLES[style](t) + body for body in BODIES)
+    ev = kernel.parse_xids(text, boot_time=BOOT, now=NOW)
+    assert len(ev) == len(BODIES)
+    assert all(e["time"] is not None and abs(e["time"] - t) < 1 for e in ev)
+    assert judge(ev).verdict is (Verdict.FAIL if age_h <= 24 else Verdict.WARN)

@@ -35,6 +35,7 @@ _PCI = re.compile(r"(?:PCI:)?\b((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]
                   r"(?:\.[0-7])?\b")
 
 _LEVEL = r"(?:<\d{1,3}>)?(?:[a-z]+\s*:[a-z]+\s*: )?"
+_LEVEL_ONLY = re.compile(_LEVEL)
 _REL = re.compile(_LEVEL + r"\[\s*(\d+\.\d+)\] ?(.*)$")
 _CTIME = re.compile(_LEVEL + r"\[(\w{3} \w{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4})\] ?(.*)$")
 _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?"
@@ -79,7 +80,19 @@ def _syslog_epoch(m: re.Match[str], now: float) -> float | None:
 
 
 def _split(line: str, boot_time: float | None, now: float) -> tuple[bool, float | None, str]:
-    """(has a timestamp prefix, epoch seconds or None, message text)."""
+    """(has a timestamp prefix, epoch seconds or None, message text). The stamp may stand
+    behind a level prefix: the raw `<4>` of /dev/kmsg and `dmesg -r`, or the
+    facility:level of `dmesg --decode` (`kern  :warn  : `), in front of any stamp style."""
+    stamped = _split_stamp(line, boot_time, now)
+    if not stamped[0]:
+        lv = _LEVEL_ONLY.match(line)
+        if lv and lv.end():
+            stamped = _split_stamp(line[lv.end():], boot_time, now)
+    return stamped
+
+
+def _split_stamp(line: str, boot_time: float | None,
+                 now: float) -> tuple[bool, float | None, str]:
     m = _REL.match(line)
     if m:
         return True, (boot_time + float(m.group(1)) if boot_time is not None else None), \
