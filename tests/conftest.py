@@ -56,17 +56,24 @@ LAB_FILES = frozenset(
     if re.search(r"mark\.lab\b|\b(?:lab|fresh_h1)\s*:", f.read_text()))
 
 
+# CI's first phase (.ci/run): every test but the lab's, on one worker per CPU; the lab
+# tier follows alone (`-m lab`, one process, one lab at a time): beside CPU-heavy tests
+# the lab's hosts starve and its tests take twice as long.
+NOT_LAB = "not lab and not gpu"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """`pytest -m unit` (the development loop) runs on one worker per CPU (pytest-xdist):
-    unit tests share nothing. The whole suite (plain `pytest`, what CI runs) runs on two
-    workers: every file with lab tests on one of them, in order (one lab at a time,
-    session fixtures in one process), the other files beside it. `-n 0`: one process."""
+    """`pytest -m unit` (the development loop), `-m integration` and `-m "not lab and not
+    gpu"` (CI's first phase) run on one worker per CPU (pytest-xdist): those tests share
+    nothing. The whole suite (plain `pytest`) runs on two workers: every file with lab
+    tests on one of them, in order (one lab at a time, session fixtures in one process),
+    the other files beside it. `-n 0`: one process."""
     if (not hasattr(config.option, "numprocesses") or config.option.numprocesses is not None
             or hasattr(config, "workerinput")):
         return
     markexpr = config.getoption("markexpr", "")
-    if markexpr in ("unit", "integration"):
+    if markexpr in ("unit", "integration", NOT_LAB):
         config.option.numprocesses = "auto"
     elif markexpr == "not gpu":  # the default: both tiers
         config.option.numprocesses = 2
