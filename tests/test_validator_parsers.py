@@ -7,6 +7,8 @@ SOURCES.md names where each came from).
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodecert_node.parse import ParseError, bench, dcgmi, fio, kernel, pci, smi, system, topo
 from support.env import REPO
@@ -284,7 +286,33 @@ def test_fio_text_output(name: str, version: str, bw: int, iops: int, io: int,
     assert job["fio_version"] == version and job["error"] == 0
     assert job["read"] == {"bw_bytes": bw, "iops": iops, "io_bytes": io,
                            "lat_mean_us": pytest.approx(lat_us)}
-    assert job["write"]["bw_bytes"] == 0
+    # the job did not write: its write figures were not measured, never 0
+    assert job["write"] == dict.fromkeys(("bw_bytes", "iops", "io_bytes", "lat_mean_us"))
+
+
+def test_fio_figures_the_output_leaves_out_are_absent_not_zero() -> None:
+    import json as _json
+    plain = text("fio/nvme-seqread-4k-libaio-qd64-fio3.28-text.txt")
+    no_lat = "\n".join(ln for ln in plain.splitlines() if "lat (" not in ln)
+    (job,) = fio.parse_fio(no_lat)
+    assert job["read"]["lat_mean_us"] is None and job["read"]["iops"] == 173000
+    data = _json.loads(text("fio/nvme0n1-randrw-4k-qd64-j4-fio3.16.json"))
+    for j in data["jobs"]:
+        del j["read"]["lat_ns"], j["read"]["iops"]
+    (job,) = fio.parse_fio(_json.dumps(data))
+    assert job["read"]["lat_mean_us"] is None and job["read"]["iops"] is None
+    assert job["read"]["bw_bytes"] > 0
+
+
+def test_storage_check_refuses_a_figure_fio_did_not_report() -> None:
+    from nodecert_node.checks.storage import _figure
+    from nodecert_node.contract import Evidence
+    from nodecert_node.tools import Output, ToolError
+    out = Output("", Evidence.of("fio", "fio", 0, ""))
+    job = {"read": {"iops": None, "bw_bytes": 5e8}, "write": {"bw_bytes": None}}
+    assert _figure(job, "read", "bw_bytes", "seq_read", out) == 5e8
+    with pytest.raises(ToolError, match="reported no write bw_bytes: nothing was measured"):
+        _figure(job, "write", "bw_bytes", "checkpoint", out)
 
 
 def test_every_fixture_the_validators_read_is_covered() -> None:
@@ -378,3 +406,22 @@ def test_gpu_burn() -> None:
     assert r["reports"][-1]["pct"] == 100.0
     with pytest.raises(ParseError, match="not gpu_burn output"):
         bench.parse_gpu_burn("Burning nothing\n")
+
+
+FIO_TEXT = text("fio/nvme-seqread-4k-libaio-qd64-fio3.28-text.txt")
+
+
+@settings(max_examples=60, deadline=None)
+@given(drop=st.sets(st.integers(min_value=0, max_value=len(FIO_TEXT.splitlines()) - 1)))
+def test_property_fio_lines_left_out_read_as_absent_never_zero(drop: set[int]) -> None:
+    (whole,) = fio.parse_fio(FIO_TEXT)
+    lines = [ln for n, ln in enumerate(FIO_TEXT.splitlines()) if n not in drop]
+    try:
+        jobs = fio.parse_fio("\n".join(lines) + "\n")
+    except ParseError:
+        return  # refused, naming what is missing: fine
+    for job in jobs:
+        for side in ("read", "write"):
+            for key, value in job[side].items():
+                # a figure is what the full output says, or absent: never a made-up 0
+                assert value is None or value == whole[side][key], (side, key, value)

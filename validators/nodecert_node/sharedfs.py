@@ -136,8 +136,11 @@ def measure(mount: str, work_name: str, *, sizes: tuple[int, int], timeout: floa
             if job["error"]:
                 raise ToolError(f"fio {argv[1][7:]} on {mount} reported error {job['error']}",
                                 res.evidence)
-            out[key] = (job[side]["iops"] if key == "small_files_per_s"
-                        else job[side]["bw_bytes"] / 1e6)
+            value = job[side]["iops" if key == "small_files_per_s" else "bw_bytes"]
+            if value is None:  # absent is never 0
+                raise ToolError(f"fio {argv[1][7:]} on {mount} reported no {side} figure: "
+                                "nothing was measured", res.evidence)
+            out[key] = value if key == "small_files_per_s" else value / 1e6
         if gds:
             figures, why = measure_gds(gds, work, size_mb, timeout, ev)
             out.update(figures)

@@ -52,9 +52,10 @@ def read_rates(by_rank: dict[int | None, str], ranks: list[str]) -> dict[str, fl
     out: dict[str, float | None] = {}
     for k, node in enumerate(ranks):
         try:
-            out[node] = parse_fio(by_rank.get(k, ""))[0]["read"]["bw_bytes"] / 1e6
+            bw = parse_fio(by_rank.get(k, ""))[0]["read"]["bw_bytes"]
         except (ParseError, IndexError, KeyError):
-            out[node] = None
+            bw = None
+        out[node] = bw / 1e6 if bw is not None else None
     return out
 
 

@@ -253,7 +253,7 @@ def _measure_dir(target: str, opts: dict[str, Any], timeout: float,
         ev.append(out.evidence)
         job = fio.parse_fio(out.text)[0]
         # fio's bandwidth for a job with end_fsync covers the fsync: the data is on disk.
-        m["checkpoint_mbps"] = job["write"]["bw_bytes"] / 1e6
+        m["checkpoint_mbps"] = _figure(job, "write", "bw_bytes", "checkpoint", out) / 1e6
         return m
     finally:
         shutil.rmtree(work, ignore_errors=False)
@@ -272,10 +272,19 @@ def _run_jobs(target: str, opts: dict[str, Any], timeout: float, ev: list[Eviden
         if r["error"]:
             raise ToolError(f"fio {job} reported error {r['error']}", out.evidence)
         if job == "rand_read_4k":
-            m["rand_read_iops"] = r["read"]["iops"]
+            m["rand_read_iops"] = _figure(r, "read", "iops", job, out)
         else:
-            m[f"{job}_mbps"] = r[side]["bw_bytes"] / 1e6
+            m[f"{job}_mbps"] = _figure(r, side, "bw_bytes", job, out) / 1e6
     return m
+
+
+def _figure(job: dict[str, Any], side: str, key: str, name: str, out: Any) -> float:
+    """A figure fio reported for the job, or ToolError: an absent figure is never 0."""
+    value = job[side][key]
+    if value is None:
+        raise ToolError(f"fio {name} reported no {side} {key}: nothing was measured",
+                        out.evidence)
+    return float(value)
 
 
 @check("storage.fio", order=40, suites=("quick", "standard", "full"),

@@ -26,8 +26,17 @@ def _json_object(text: str) -> dict[str, Any]:
     return obj
 
 
+def _num(value: Any) -> float | None:
+    """A number fio reported, or None (absent, null or not a number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
 def parse_fio(text: str) -> list[dict[str, Any]]:
-    """Per job: name, read/write bandwidth (bytes/s), IOPS, mean latency (us), errors."""
+    """Per job: name, read/write bandwidth (bytes/s), IOPS, bytes moved, mean latency (us),
+    errors. A figure the output does not carry (a side the job did not run in the text
+    output, a latency section left out) is None, never 0."""
     if "{" not in text and "(groupid=" in text:
         return parse_fio_text(text)
     data = _json_object(text)
@@ -36,12 +45,17 @@ def parse_fio(text: str) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"name": job.get("jobname"), "error": int(job.get("error", 0)),
                                "fio_version": data.get("fio version", "")}
         for side in ("read", "write"):
-            s = job.get(side, {})
+            s = job.get(side) or {}
             lat = s.get("lat_ns") or {}
-            row[side] = {"bw_bytes": float(s.get("bw_bytes", s.get("bw", 0) * 1024)),
-                         "iops": float(s.get("iops", 0.0)),
-                         "io_bytes": int(s.get("io_bytes", 0)),
-                         "lat_mean_us": float(lat.get("mean", 0.0)) / 1000.0}
+            bw = _num(s.get("bw_bytes"))
+            if bw is None and _num(s.get("bw")) is not None:  # older fio: KiB/s only
+                bw = float(s["bw"]) * 1024
+            mean_ns = _num(lat.get("mean"))
+            io = _num(s.get("io_bytes"))
+            # absent is None, never 0: a figure fio did not report was not measured
+            row[side] = {"bw_bytes": bw, "iops": _num(s.get("iops")),
+                         "io_bytes": int(io) if io is not None else None,
+                         "lat_mean_us": mean_ns / 1000.0 if mean_ns is not None else None}
         out.append(row)
     return out
 
@@ -84,7 +98,8 @@ def parse_fio_text(text: str) -> list[dict[str, Any]]:
             cur = {"name": j.group("name"), "error": int(j.group("err")),
                    "fio_version": version.group(1) if version else "", "_line": n}
             for s in ("read", "write"):
-                cur[s] = {"bw_bytes": 0.0, "iops": 0.0, "io_bytes": 0, "lat_mean_us": 0.0}
+                cur[s] = {"bw_bytes": None, "iops": None, "io_bytes": None,
+                          "lat_mean_us": None}
             jobs.append(cur)
             side = None
             continue
