@@ -57,8 +57,8 @@ LAB_FILES = frozenset(
 
 
 # CI's first phase (.ci/run): every test but the lab's, on one worker per CPU; the lab
-# tier follows alone (`-m lab`, one process, one lab at a time): beside CPU-heavy tests
-# the lab's hosts starve and its tests take twice as long.
+# tier follows alone (`-m lab`, one process, one lab at a time), never beside CPU-heavy
+# tests: a lab verdict must not depend on how busy the machine is.
 NOT_LAB = "not lab and not gpu"
 
 
