@@ -129,16 +129,6 @@ class RunDir:
     def certificate(self, host: str) -> Path:
         return self.reports / f"{host}{CERT_SUFFIX}"
 
-    def certificates(self) -> list[Path]:
-        return sorted(self.reports.glob(f"*{CERT_SUFFIX}"))
-
-    def hosts(self) -> list[str]:
-        """The hosts this run holds a record for."""
-        return sorted(p.parent.name for p in self.path.glob(f"*/{RESULTS}"))
-
-    def is_validation(self) -> bool:
-        return self.path.is_dir() and any(self.path.glob(f"*/{RESULTS}"))
-
 
 def runs_under(runs_dir: Path) -> list[RunDir]:
     """Every directory under runs_dir, by name (run ids sort by time); a directory named
@@ -149,14 +139,5 @@ def runs_under(runs_dir: Path) -> list[RunDir]:
             if p.is_dir()]
 
 
-def open_run(path: Path) -> RunDir:
-    """An existing validation run (one host record at least), or RunDirError."""
-    run = RunDir(path)
-    if not run.is_validation():
-        raise RunDirError(f"{path} is not a validation run directory (no <host>/{RESULTS})",
-                          hint="pass a directory under runs/ that `nodecert validate` wrote")
-    return run
-
-
 __all__ = ["CERT_SUFFIX", "RESULTS", "RUN_ID", "RunDir", "RunDirError", "new_run_id",
-           "open_run", "runs_under"]
+           "runs_under"]

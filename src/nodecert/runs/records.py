@@ -61,9 +61,6 @@ class HostRecord:
         res = self.data.get("results")
         return [r for r in res if isinstance(r, dict)] if isinstance(res, list) else []
 
-    def result(self, check: str) -> dict[str, Any] | None:
-        return next((r for r in self.results if r.get("check") == check), None)
-
     @property
     def run(self) -> RunDir:
         return RunDir(self.path.parent.parent)
