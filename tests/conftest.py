@@ -56,9 +56,15 @@ LAB_FILES = frozenset(
     if re.search(r"mark\.lab\b|\b(?:lab|fresh_h1)\s*:", f.read_text()))
 
 
+# The lab files that bring up labs of their own (their own subnet, bridge and names) and
+# never use the shared one (`lab`, `fresh_h1`): the lab tier runs them on a second worker
+# beside the files that share the session's lab. Collection checks the claim.
+OWN_LAB_FILES = frozenset({"test_cluster_lab.py", "test_bmc_container_lab.py"})
+
 # CI's first phase (.ci/run): every test but the lab's, on one worker per CPU; the lab
-# tier follows alone (`-m lab`, one process, one lab at a time), never beside CPU-heavy
-# tests: a lab verdict must not depend on how busy the machine is.
+# tier follows (`-m lab`), never beside CPU-heavy tests: a lab verdict must not depend
+# on how busy the machine is. It runs on two workers: one takes every file that shares
+# the session's lab, the other the files with labs of their own.
 NOT_LAB = "not lab and not gpu"
 
 
@@ -75,23 +81,35 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     markexpr = config.getoption("markexpr", "")
     if markexpr in ("unit", "integration", NOT_LAB):
         config.option.numprocesses = "auto"
-    elif markexpr == "not gpu":  # the default: both tiers
+    elif markexpr in ("not gpu", "lab"):  # the default (both tiers), or the lab tier
         config.option.numprocesses = 2
         config.option.dist = "loadscope"
 
 
+def _lab_scope(nodeid: str, markexpr: str) -> str:
+    """The unit of work a test belongs to when the suite runs on two workers.
+
+    Whole suite: every lab file is one unit (one lab at a time), each other test its own.
+    Lab tier: the files sharing the session's lab are one unit, those with labs of their
+    own the other."""
+    name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    if markexpr == "lab":
+        return "own labs" if name in OWN_LAB_FILES else "the shared lab"
+    return "lab" if name in LAB_FILES else nodeid
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """With the whole suite on two workers: the lab files as one unit of work."""
-    if config.getvalue("dist") != "loadscope" or config.getoption("markexpr", "") != "not gpu":
+    """On two workers: the lab files in the units `_lab_scope` names."""
+    markexpr = config.getoption("markexpr", "")
+    if config.getvalue("dist") != "loadscope" or markexpr not in ("not gpu", "lab"):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class LabFilesTogether(LoadScopeScheduling):  # type: ignore[misc]
+    class LabUnits(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            return "lab" if nodeid.split("::", 1)[0].rsplit("/", 1)[-1] in LAB_FILES \
-                else nodeid
+            return _lab_scope(nodeid, markexpr)
 
-    return LabFilesTogether(config, log)
+    return LabUnits(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -106,6 +124,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"{item.nodeid} is a lab test outside the files known to hold them: "
                     "mark the file (pytestmark = pytest.mark.lab) so that it runs with the "
                     "lab tier, never beside it")
+            if item.path.name in OWN_LAB_FILES and LAB_FIXTURES & set(
+                    getattr(item, "fixturenames", ())):
+                raise pytest.UsageError(
+                    f"{item.nodeid} uses the shared lab, but its file is in OWN_LAB_FILES "
+                    "(it runs beside the shared lab's files, in another process): use a "
+                    "lab of its own, or take the file out of OWN_LAB_FILES")
         elif not item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.unit)
 

@@ -457,6 +457,36 @@ def test_lab_root_at_a_fixed_name_is_used_only_when_ours(tmp_path: Path) -> None
         LabConfig(root=shared).claim_root()
 
 
+def test_two_labs_build_what_they_share_one_at_a_time(tmp_path: Path) -> None:
+    """Two labs on one machine share the base and mirror: while one builds them the
+    other waits for it, and past its wait says which lock it waited on (no half-built
+    tree is ever read)."""
+    import threading
+
+    from nodecert.core.errors import NodecertError
+    from nodecert.lab.config import LabConfig
+    one, two = LabConfig(root=tmp_path / "lab"), LabConfig(root=tmp_path / "lab",
+                                                          state_name="state-b")
+    order: list[str] = []
+    with one.shared_build():
+        with pytest.raises(NodecertError, match="another lab on this machine has been "
+                                                "building") as e:
+            with two.shared_build(wait_s=0.3):
+                order.append("two inside while one held the lock")
+        assert "lab up" in str(e.value.hint)
+
+        def second() -> None:
+            with two.shared_build(wait_s=30):
+                order.append("two")
+        t = threading.Thread(target=second)
+        t.start()
+        t.join(1.5)
+        order.append("one done")
+    t.join(30)
+    assert order == ["one done", "two"]
+    assert (tmp_path / "lab/.build.lock").stat().st_mode & 0o777 == 0o600
+
+
 @pytest.mark.lab
 def test_provisioning_a_host_with_an_unknown_key_fails(lab: object, tmp_path: Path) -> None:
     """An inventory whose known_hosts lacks the host (and asks nothing weaker): Ansible

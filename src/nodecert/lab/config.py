@@ -8,9 +8,13 @@ namespaces are ``<prefix>-h<N>``, overlay mounts have source ``<prefix>-h<N>``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import os
 import stat
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +36,9 @@ BASE_PACKAGES = ("openssh-server", "python3", "python3-apt", "systemd", "systemd
 CLUSTER_PACKAGES = ("munge", "slurmd", "slurmctld", "slurm-client", "openmpi-bin")
 CLUSTER_UNITS = ("munge.service", "slurmd.service", "slurmctld.service")
 MAX_HOSTS = 200
+# How long a lab waits for another lab on this machine to finish building the shared
+# base and mirror (a cold build takes about ten minutes).
+SHARED_BUILD_WAIT_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,31 @@ class LabConfig:
                                 hint="remove it (it is not the lab's), or set "
                                      "NODECERT_LAB_DIR to a directory of your own")
         return root
+
+    @contextlib.contextmanager
+    def shared_build(self, wait_s: float = SHARED_BUILD_WAIT_S) -> Iterator[None]:
+        """Hold the lock on what labs share (base, mirror, package cache) while building
+        or checking it: two labs coming up at once must not both build, or one read the
+        other's half-built tree."""
+        root = self.claim_root()
+        fd = os.open(root / ".build.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
+        try:
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise NodecertError(
+                            f"another lab on this machine has been building {root}'s base "
+                            f"and mirror for over {wait_s:.0f} s", hint="wait for it to "
+                            "finish, or stop it (its `lab up` holds the lock)") from None
+                    time.sleep(1.0)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
 
     @property
     def base(self) -> Path:

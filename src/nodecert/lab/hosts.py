@@ -237,10 +237,11 @@ class Lab:
         check_inotify(nodes)
         timings: dict[str, float] = {}
         started = time.monotonic()
-        timings["base_s"] = build_base(self.cfg, log=self.log)
-        tm = time.monotonic()
-        mirror = build_mirror(self.cfg, log=self.log)
-        timings["mirror_s"] = time.monotonic() - tm
+        with self.cfg.shared_build():
+            timings["base_s"] = build_base(self.cfg, log=self.log)
+            tm = time.monotonic()
+            mirror = build_mirror(self.cfg, log=self.log)
+            timings["mirror_s"] = time.monotonic() - tm
         t0 = time.monotonic()
         self.cfg.state.mkdir(parents=True, exist_ok=True)
         (self.cfg.state / "nfs-export").mkdir(mode=0o755, exist_ok=True)
