@@ -469,10 +469,10 @@ def test_two_labs_build_what_they_share_one_at_a_time(tmp_path: Path) -> None:
                                                           state_name="state-b")
     order: list[str] = []
     with one.shared_build():
-        with pytest.raises(NodecertError, match="another lab on this machine has been "
-                                                "building") as e:
-            with two.shared_build(wait_s=0.3):
-                order.append("two inside while one held the lock")
+        with (pytest.raises(NodecertError, match="another lab on this machine has been "
+                                                 "building") as e,
+              two.shared_build(wait_s=0.3)):
+            order.append("two inside while one held the lock")
         assert "lab up" in str(e.value.hint)
 
         def second() -> None:

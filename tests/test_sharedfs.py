@@ -163,6 +163,61 @@ def test_a_slow_reader_is_named_only_when_the_repeat_confirms_it() -> None:
             "limit") in r.findings
 
 
+def test_a_node_below_its_floor_at_once_is_measured_alone_and_judged_by_that(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a cluster run every node's storage.shared reads one server at the same
+    moment: four healthy nodes each got a quarter of it and fell below the one-node
+    floor. Each is measured again alone, one after another, and judged by that; a node
+    slow alone stays FAIL; the cluster result says which figures were taken alone."""
+    from types import SimpleNamespace
+
+    from nodecert.cluster import validate as cv
+    from nodecert_node.contract import Result
+
+    def shared(verdict: Verdict, mbps: int) -> Result:
+        return Result("storage.shared", verdict, f"/mnt/nodecert-shared: read {mbps} MB/s",
+                      value={"/mnt/nodecert-shared": {"read_mbps": mbps}})
+
+    calls: list[Any] = []
+    solo = {"h1": 160, "h2": 8, "h3": 155}  # h2 is slow on its own path
+
+    def fake_validate(request: Any, progress: Any) -> Any:
+        calls.append(request)
+        if len(calls) == 1:  # all at once: everyone below the 25 MB/s floor but h4
+            rates = {"h1": 20, "h2": 4, "h3": 21, "h4": 30}
+            return SimpleNamespace(hosts={n: SimpleNamespace(results=[shared(
+                Verdict.PASS if v >= 25 else Verdict.FAIL, v)], error="")
+                for n, v in rates.items()})
+        return SimpleNamespace(hosts={n: SimpleNamespace(results=[shared(
+            Verdict.PASS if solo[n] >= 25 else Verdict.FAIL, solo[n])], error="")
+            for n in request.limit})
+
+    monkeypatch.setattr(cv, "validate", fake_validate)
+    request = cv.ValidateRequest(Path("inv"), suite="standard", limit=("h1", "h2", "h3", "h4"),
+                                 checks=("net.ib", "storage.shared"))
+    first = fake_validate(request, None)
+    alone = cv._storage_alone(request, first, lambda line: None)
+    again = calls[-1]
+    assert again.limit == ("h1", "h2", "h3") and again.forks == 1
+    assert again.checks == ("storage.shared",) and again.suite == "standard"
+    assert {n: r["verdict"] for n, r in alone.items()} == {"h1": "PASS", "h2": "FAIL",
+                                                           "h3": "PASS"}
+    assert alone["h1"]["measured"] == ("alone (with all 4 nodes at once: "
+                                       "/mnt/nodecert-shared: read 20 MB/s)")
+    per_node = {n: alone.get(n) or first.hosts[n].results[0].as_dict()
+                for n in ("h1", "h2", "h3", "h4")}
+    spec = {"mounts": [{"path": "/mnt/nodecert-shared"}]}
+    r, named = judge(per_node, {"h1": 150.0, "h2": 140.0, "h3": 150.0, "h4": 155.0}, "",
+                     spec=spec, peer=PEER, simulated=True)
+    assert r.verdict is Verdict.FAIL and named == ["h2"]
+    assert "h1: storage.shared measured alone (with all 4 nodes at once" in r.findings[-3]
+    # nothing below a floor: nothing is measured again
+    calls.clear()
+    ok = SimpleNamespace(hosts={"h1": SimpleNamespace(results=[shared(Verdict.PASS, 90)],
+                                                      error="")})
+    assert cv._storage_alone(request, ok, lambda line: None) == {} and calls == []
+
+
 def test_the_jobs_write_only_their_own_directory_and_remove_it() -> None:
     prep = script(PREP, "/mnt/data", "abc123", 64)
     assert prep.startswith("set -e; mkdir -m 0700 /mnt/data/nodecert-agg-abc123-$(hostname -s);")

@@ -9,7 +9,7 @@ import json
 import sys
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,10 @@ from nodecert.inventory.cluster import ClusterConfig, inventory_cluster
 from nodecert.inventory.reader import hostvars, load_inventory
 from nodecert.profiles.thresholds import suite
 from nodecert.runs.layout import RunDir
+from nodecert.runs.store import ValidationRun
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidateRequest, validate
-from nodecert_node.contract import Threshold
+from nodecert_node.contract import Threshold, Verdict
 
 FABRIC_CHECK = {"InfiniBand": "net.ib", "Ethernet": "net.roce"}
 SUITE = "standard"  # the node runs' settings and limits when they include load.scaling
@@ -97,6 +98,8 @@ def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
                               else "quick", limit=tuple(ctx.nodes), checks=checks,
                               runs_dir=run_dir / "nodes", become=become)
     vr = validate(request, progress=say)
+    alone = (_storage_alone(request, vr, say) if ctx.shared_fs and len(ctx.nodes) > 1
+             else {})
     out: dict[str, dict[str, Any]] = {}
     for name, hr in vr.hosts.items():
         r = next((x for x in hr.results if x.check == check), None)
@@ -112,6 +115,39 @@ def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
             if wanted:
                 out[name][key] = got.as_dict() if got else {
                     "verdict": "ERROR", "summary": hr.error or f"{check_name} did not run"}
+        if name in alone:
+            out[name]["storage"] = alone[name]
+    return out
+
+
+def _storage_alone(request: ValidateRequest, vr: ValidationRun, say: Progress
+                   ) -> dict[str, dict[str, Any]]:
+    """Every node's storage.shared ran at the same moment against one server, so each
+    figure is a share of what the server gave all of them, while the order's floors are
+    what one node must get. A node below its floor then is measured again alone, one
+    node after another, and judged by that: concurrency only lowers a figure, so a node
+    that passed at once passes alone, and one that is slow alone is slow for itself.
+    node -> its storage.shared as measured alone, saying so."""
+    below = {name: r for name, hr in vr.hosts.items()
+             for r in hr.results if r.check == "storage.shared" and r.verdict == Verdict.FAIL}
+    if not below:
+        return {}
+    say(f"{', '.join(sorted(below))}: below the shared file system's floor with "
+        f"{len(vr.hosts)} nodes reading at once; measuring each alone")
+    again = validate(replace(request, limit=tuple(sorted(below)), forks=1,
+                             checks=("storage.shared",)), progress=say)
+    out: dict[str, dict[str, Any]] = {}
+    for name, first in below.items():
+        hr = again.hosts.get(name)
+        got = next((x for x in hr.results if x.check == "storage.shared"), None) if hr \
+            else None
+        was = (f"with all {len(vr.hosts)} nodes at once: {first.summary}")
+        if got is None:
+            out[name] = {**first.as_dict(), "measured": f"at once ({len(vr.hosts)} nodes); "
+                         "measuring it alone did not give a result: "
+                         + ((hr.error if hr else "") or "not run")}
+            continue
+        out[name] = {**got.as_dict(), "measured": f"alone ({was})"}
     return out
 
 
