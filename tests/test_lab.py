@@ -332,6 +332,31 @@ def test_never_touches_a_bridge_it_did_not_create() -> None:
         Lab(cfg, log=lambda m: None).down(drop_guard=True)
 
 
+def test_never_takes_another_labs_objects_for_its_own_leftovers() -> None:
+    """A lab whose names another lab on this machine already uses (its bridge carries
+    the other lab's identity) refuses `up` and `down` before touching anything: no
+    netns, mount or process of the other lab is taken for a crashed run's leftovers."""
+    require_root()
+    import dataclasses
+    mine = lab_config("fb", 4)
+    other = dataclasses.replace(mine, state_name="state-other")
+    assert other.alias != mine.alias and other.bridge == mine.bridge
+    subprocess.run(["ip", "link", "add", other.bridge, "type", "bridge"], check=True, timeout=10)
+    subprocess.run(["ip", "link", "set", "dev", other.bridge, "alias", other.alias], check=True,
+                   timeout=10)
+    subprocess.run(["ip", "netns", "add", other.netns(1)], check=True, timeout=10)
+    try:
+        for act in (lambda: Lab(mine, log=lambda m: None).up(nodes=1),
+                    lambda: Lab(mine, log=lambda m: None).down()):
+            with pytest.raises(NodecertError, match="belongs to another lab on this machine"):
+                act()
+        assert net.link_exists(other.bridge) and other.netns(1) in net.owned_netns(mine)
+    finally:
+        subprocess.run(["ip", "netns", "del", other.netns(1)], check=False, timeout=10)
+        subprocess.run(["ip", "link", "del", other.bridge], check=False, timeout=10)
+        Lab(mine, log=lambda m: None).down(drop_guard=True)
+
+
 def test_lab_needs_root_and_tools_message(monkeypatch: pytest.MonkeyPatch) -> None:
     from nodecert.lab import hosts
     real_which = shutil.which

@@ -457,6 +457,33 @@ def test_lab_root_at_a_fixed_name_is_used_only_when_ours(tmp_path: Path) -> None
         LabConfig(root=shared).claim_root()
 
 
+def test_a_second_lab_gets_names_of_its_own(tmp_path: Path) -> None:
+    """NODECERT_LAB_DIR or NODECERT_LAB_SUBNET gives a lab its own bridge, namespace,
+    veth and machine names and its own state, so it never meets the standard lab's."""
+    import ipaddress
+
+    from nodecert.lab.config import LabConfig
+    from nodecert.lab.hosts import Lab
+    standard = LabConfig(root=Path("/var/tmp/nodecert-lab"),
+                         subnet=ipaddress.IPv4Network("10.78.0.0/24"))
+    assert (standard.prefix, standard.bridge, standard.state_name) == ("nclab", "nclab0",
+                                                                         "state")
+    elsewhere = LabConfig(root=tmp_path / "lab", subnet=standard.subnet)
+    other_net = LabConfig(root=standard.root, subnet=ipaddress.IPv4Network("10.78.9.0/24"))
+    names = {(c.prefix, c.bridge, c.netns(1), c.veth(1), c.alias)
+             for c in (standard, elsewhere, other_net)}
+    assert len({n for name in names for n in name}) == 15  # nothing shared
+    assert standard.state not in (other_net.state, elsewhere.state)
+    assert all(len(c.veth(200)) <= 15 and len(c.bridge) <= 15
+               for c in (standard, elsewhere, other_net))  # the kernel's limit
+    # the same settings give the same names (a later `down` finds what `up` made)
+    assert LabConfig(root=tmp_path / "lab", subnet=standard.subnet) == elsewhere
+    # a recorded PID is never signalled unless it is still that host's boot loop
+    lab = Lab(elsewhere, log=lambda m: None)
+    assert not lab._ours(os.getpid(), elsewhere.netns(1))
+    assert not lab._ours(None, elsewhere.netns(1))
+
+
 def test_two_labs_build_what_they_share_one_at_a_time(tmp_path: Path) -> None:
     """Two labs on one machine share the base and mirror: while one builds them the
     other waits for it, and past its wait says which lock it waited on (no half-built

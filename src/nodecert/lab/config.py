@@ -2,14 +2,18 @@
 
 Every kernel object the lab creates carries its prefix, so a later run (or
 `nodecert lab down` after a crash) can find and remove exactly its own leftovers
-and nothing else: the bridge has the interface alias ``nodecert-lab``, network
-namespaces are ``<prefix>-h<N>``, overlay mounts have source ``<prefix>-h<N>``.
+and nothing else: the bridge has the interface alias ``nodecert-lab <identity>``,
+network namespaces are ``<prefix>-h<N>``, overlay mounts have source
+``<prefix>-h<N>``. The names derive from the lab's identity (its directory, state and
+subnet), so a second lab set up with ``NODECERT_LAB_DIR`` or ``NODECERT_LAB_SUBNET``
+gets names of its own and never takes the first one's objects for leftovers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import ipaddress
 import os
 import stat
@@ -21,8 +25,11 @@ from pathlib import Path
 from nodecert.core.errors import NodecertError
 
 BRIDGE_ALIAS = "nodecert-lab"
-DEFAULT_ROOT = Path(os.environ.get("NODECERT_LAB_DIR", "/var/tmp/nodecert-lab"))
-DEFAULT_SUBNET = ipaddress.IPv4Network(os.environ.get("NODECERT_LAB_SUBNET", "10.78.0.0/24"))
+STANDARD_ROOT = Path("/var/tmp/nodecert-lab")
+STANDARD_SUBNET = ipaddress.IPv4Network("10.78.0.0/24")
+DEFAULT_ROOT = Path(os.environ.get("NODECERT_LAB_DIR", str(STANDARD_ROOT)))
+DEFAULT_SUBNET = ipaddress.IPv4Network(os.environ.get("NODECERT_LAB_SUBNET",
+                                                      str(STANDARD_SUBNET)))
 # Bumped whenever the base recipe changes, so an old base is rebuilt, not reused.
 BASE_RECIPE = "bookworm-minbase-v6-podman-quiet"
 BASE_PACKAGES = ("openssh-server", "python3", "python3-apt", "systemd", "systemd-sysv", "dbus",
@@ -45,12 +52,31 @@ SHARED_BUILD_WAIT_S = 1800.0
 class LabConfig:
     root: Path = DEFAULT_ROOT
     subnet: ipaddress.IPv4Network = field(default=DEFAULT_SUBNET)
-    bridge: str = "nclab0"
-    prefix: str = "nclab"
+    # "" (the default): derived from the identity, "nclab0"/"nclab" for the standard one
+    bridge: str = ""
+    prefix: str = ""
     suite: str = "bookworm"
     # Several labs can share one base and mirror (tests run their own lab next to a
     # user's) as long as each has its own state directory, bridge, prefix and subnet.
-    state_name: str = "state"
+    # "" (the default): "state", or "state-<tag>" for a lab on another subnet.
+    state_name: str = ""
+
+    def __post_init__(self) -> None:
+        standard = self.root == STANDARD_ROOT and self.subnet == STANDARD_SUBNET
+        tag = hashlib.sha256(f"{self.root}|{self.subnet}".encode()).hexdigest()[:5]
+        if not self.prefix:
+            object.__setattr__(self, "prefix", "nclab" if standard else f"nc{tag}")
+        if not self.bridge:
+            object.__setattr__(self, "bridge", f"{self.prefix}0")
+        if not self.state_name:
+            object.__setattr__(self, "state_name", "state" if self.subnet == STANDARD_SUBNET
+                               else f"state-{tag}")
+
+    @property
+    def alias(self) -> str:
+        """The bridge's interface alias: the lab's tag and which lab (its state) made it."""
+        who = hashlib.sha256(f"{self.root}|{self.state_name}".encode()).hexdigest()[:12]
+        return f"{BRIDGE_ALIAS} {who}"
 
     def claim_root(self) -> Path:
         """The lab's directory, proven ours before anything is read from or built in it.

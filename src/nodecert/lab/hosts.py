@@ -581,8 +581,21 @@ class Lab:
         self._wait_ready([new])
         return time.monotonic() - t0
 
+    def _ours(self, pid: int | None, netns: str) -> bool:
+        """pid is alive and still the boot loop this lab started for netns (a recorded
+        PID may have been reused by any other process since)."""
+        if not self._alive(pid):
+            return False
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        n = int(netns.rsplit("-h", 1)[1])
+        return (b"nodecert-lab-boot" in argv and netns.encode() in argv
+                and str(self.cfg.host_dir(n) / "root").encode() in argv)
+
     def _signal_host(self, h: LabHost) -> None:
-        if self._alive(h.pid):
+        if self._ours(h.pid, h.netns):
             assert h.pid is not None
             # nspawn --boot powers the container off on SIGTERM (~1.5-2 s).
             os.kill(h.pid, signal.SIGTERM)
@@ -604,7 +617,9 @@ class Lab:
         self._alive(pid)  # reaps it when it is our own child
 
     def _finish_stop(self, netns: str, pid: int | None) -> None:
-        if pid and self._alive(pid):
+        if not self._ours(pid, netns):
+            pid = None  # gone, or no longer the host's: never waited on, never killed
+        if pid:
             self._wait_exit(pid, STOP_TIMEOUT_S)
         # Whatever still runs inside the lab's own namespace was started by the lab.
         if netns in net.owned_netns(self.cfg):
@@ -631,6 +646,7 @@ class Lab:
 
     def down(self, *, drop_guard: bool = False) -> dict[str, int]:
         """Stop every lab host and remove every object the lab created."""
+        net.refuse_foreign_bridge(self.cfg)  # its names are another lab's: touch nothing
         hosts = self.hosts()
         by_ns = {h.netns: h for h in hosts}
         for h in hosts:

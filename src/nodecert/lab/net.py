@@ -76,11 +76,7 @@ def drop_guard(cfg: LabConfig) -> None:
 
 def bridge_up(cfg: LabConfig) -> None:
     if link_exists(cfg.bridge):
-        if link_alias(cfg.bridge) != BRIDGE_ALIAS:
-            raise NodecertError(
-                f"an interface named {cfg.bridge} exists but was not created by the lab",
-                hint="remove it yourself or set another bridge name; the lab never touches "
-                     "what it did not create")
+        refuse_foreign_bridge(cfg)
     else:
         conflict = subnet_conflict(cfg)
         if conflict:
@@ -88,15 +84,37 @@ def bridge_up(cfg: LabConfig) -> None:
                 f"the lab subnet {cfg.subnet} is already in use on this machine ({conflict})",
                 hint="choose a free private /24 with --subnet or NODECERT_LAB_SUBNET")
         run(["ip", "link", "add", cfg.bridge, "type", "bridge"], timeout=15)
-        run(["ip", "link", "set", "dev", cfg.bridge, "alias", BRIDGE_ALIAS], timeout=15)
+        run(["ip", "link", "set", "dev", cfg.bridge, "alias", cfg.alias], timeout=15)
         run(["ip", "addr", "add", f"{cfg.gateway}/{cfg.subnet.prefixlen}", "dev", cfg.bridge],
             timeout=15)
         run(["ip", "link", "set", cfg.bridge, "up"], timeout=15)
     ensure_guard(cfg)
 
 
+def refuse_foreign_bridge(cfg: LabConfig) -> None:
+    """NodecertError when an interface has the lab's bridge name but this lab did not
+    create it: another program's, or another lab's (whose hosts then share the names
+    this lab would give its own: nothing of them may be taken for leftovers)."""
+    if not link_exists(cfg.bridge):
+        return
+    alias = link_alias(cfg.bridge) or ""
+    if alias in (cfg.alias, BRIDGE_ALIAS):  # this lab's, or one made before labs had ids
+        return
+    if alias.startswith(BRIDGE_ALIAS):
+        raise NodecertError(
+            f"the bridge {cfg.bridge} belongs to another lab on this machine (alias "
+            f"{alias!r}, not this lab's {cfg.alias!r}): its hosts carry the names this lab "
+            "would use", hint="give this lab its own subnet (NODECERT_LAB_SUBNET) or "
+                              "directory (NODECERT_LAB_DIR), or stop the other lab with its "
+                              "own settings")
+    raise NodecertError(
+        f"an interface named {cfg.bridge} exists but was not created by the lab",
+        hint="remove it yourself or set another bridge name; the lab never touches "
+             "what it did not create")
+
+
 def bridge_down(cfg: LabConfig) -> None:
-    if link_exists(cfg.bridge) and link_alias(cfg.bridge) == BRIDGE_ALIAS:
+    if link_exists(cfg.bridge) and link_alias(cfg.bridge) in (cfg.alias, BRIDGE_ALIAS):
         run(["ip", "link", "del", cfg.bridge], timeout=15)
 
 
