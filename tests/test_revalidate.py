@@ -214,3 +214,33 @@ def test_newer_certificate_supersedes_older_in_history_and_fleet_page(tmp_path: 
     assert superseded == {"n1": 1}
     page = fleet_page([old, new], keyid="k")
     assert "1 of 1 nodes READY" in page and "supersedes 1 older" in page
+
+
+def test_a_partial_run_never_becomes_the_schedules_plan(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`validate --only X` sends a plan of some of the suite's checks: the node keeps it
+    out of plans/<suite>.json, so the timer and the apt hook still judge the whole suite
+    (a held driver's change is still seen right after an ad-hoc run)."""
+    from nodecert.inventory.reader import HostSpec
+    from nodecert.validation.plan import build_plan
+    from nodecert_node import state
+    from nodecert_node.contract import Plan
+    spec = HostSpec(name="h1", address="127.0.0.1", port=22, groups=(), gpu_model="H200-SXM",
+                    gpu_count=8, cpu_cores=112, ram_gb=2048, nvme_count=8, nvme_min_gb=3500,
+                    simulated=True, validation={})
+    quick = thresholds.suite("quick")
+
+    def plan(checks: tuple[str, ...]) -> dict[str, Any]:
+        return build_plan(spec, quick, None, "r", cli_thresholds={}, scratch=None,
+                          checks=checks).as_dict()
+
+    whole, only = plan(()), plan(("health.xid",))
+    assert whole["partial"] is False and only["partial"] is True
+    assert plan(tuple(quick.checks))["partial"] is False  # every check named: whole
+    assert Plan.from_dict(only).checks == ["health.xid"]
+    monkeypatch.setattr(state, "STATE", str(tmp_path))
+    state.save_plan(whole)
+    kept = json.loads((tmp_path / "plans/quick.json").read_text())
+    assert kept["checks"] == list(quick.checks)
+    state.save_plan(only)  # the ad-hoc run after it
+    assert json.loads((tmp_path / "plans/quick.json").read_text()) == kept

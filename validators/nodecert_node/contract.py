@@ -279,6 +279,9 @@ class Plan:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     conformance: dict[str, Any] = field(default_factory=dict)
     framework: dict[str, Any] = field(default_factory=dict)
+    # Only some of the suite's checks (an operator's --only): such a plan is never kept
+    # as the one the node's scheduled runs judge with.
+    partial: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         # A deep copy through json (C) rather than dataclasses.asdict (Python, recursive):

@@ -34,8 +34,10 @@ def for_schedule(plan: dict[str, Any]) -> dict[str, Any]:
 
 def save_plan(plan: dict[str, Any]) -> None:
     """Keep the control side's plan for scheduled runs (only where the schedule is
-    installed: the state directory exists), without raw-device targets or permission."""
-    if not os.path.isdir(STATE) or not plan.get("suite"):
+    installed: the state directory exists), without raw-device targets or permission.
+    A partial plan (some of the suite's checks) is never kept: the schedule would then
+    judge only those."""
+    if not os.path.isdir(STATE) or not plan.get("suite") or plan.get("partial"):
         return
     plan = for_schedule(plan)
     with contextlib.suppress(OSError):

@@ -51,6 +51,7 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
         conformance={"stack": stack.name, "script": conformance.script_for(stack)}
         if stack else {},
         framework=framework_plan(stack) if stack else {},
+        partial=len(chosen) < len(suite.checks),
     )
 
 
