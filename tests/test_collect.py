@@ -122,6 +122,76 @@ def test_incomplete_node_runs_are_error(tmp_path: Path, monkeypatch: pytest.Monk
     assert {r.check for r in hr.results} == set(CHECKS)  # every planned check accounted
 
 
+class NodeClient:
+    """An SSH client answering each command by what it asks: the history fetch with the
+    record, the provisioning record with the stack provisioning wrote."""
+
+    def __init__(self, history: bytes, provisioned: bytes) -> None:
+        self.answers = {"/var/lib/nodecert/history": history,
+                        "/etc/nodecert/provisioned.json": provisioned}
+        self.commands: list[str] = []
+        self.data = io.BytesIO(b"")
+
+    def get_transport(self) -> NodeClient:
+        return self
+
+    def open_session(self) -> NodeClient:
+        return self
+
+    def exec_command(self, cmd: str) -> None:
+        self.commands.append(cmd)
+        self.data = io.BytesIO(next(v for k, v in self.answers.items() if k in cmd))
+
+    def settimeout(self, timeout: float) -> None:
+        pass
+
+    def recv(self, n: int) -> bytes:
+        return self.data.read(n)
+
+    def sendall(self, data: bytes) -> None:
+        pass
+
+    def shutdown_write(self) -> None:
+        pass
+
+    def recv_exit_status(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_host_given_no_stack_is_judged_against_the_one_its_provisioning_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`revalidate --collect` without --stack resolves the stack as validate does: the
+    node's provisioning record. A held driver that changed under the schedule is then
+    drift (FAIL), not a conformance result nobody judged."""
+    recorded = (REPO / "tests/fixtures/recorded/conformance-lab-h1-r580-debian12.txt"
+                ).read_text().replace("##smi\n580.173.02", "##smi\n570.211.01")
+    gathered = Result("stack.conformance", Verdict.PASS, "gathered on the node",
+                      facts={"conformance_output": recorded}).as_dict()
+    rec = record(results=[*record()["results"], gathered])
+    spec = next(iter(load_inventory(REPO / "inventory" / "sample" / "lab.ini").values()))
+    plan = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
+                      scratch=None, checks=(*CHECKS, "stack.conformance"))
+    hr = HostRun(spec.name, spec, plan, None, tmp_path / "h1")
+    (tmp_path / "h1").mkdir()
+    client = NodeClient(raw(rec), b'{"stack": "r580-cuda13.0"}')
+    monkeypatch.setattr(collect_mod, "connect", lambda ep: client)
+    collect_host(hr, ep(hr), "any")
+    assert hr.stack is not None and hr.stack.name == "r580-cuda13.0"
+    conf = next(r for r in hr.results if r.check == "stack.conformance")
+    assert conf.verdict is Verdict.FAIL and conf.fault_code == "NC-STACK-DRIFT"
+    assert "nvidia-smi reports driver '570.211.01'" in " ".join(conf.findings)
+    assert hr.plan.conformance["stack"] == "r580-cuda13.0"
+    # no provisioning record: nothing is invented, the result stays unjudged
+    hr2 = HostRun(spec.name, spec, plan, None, tmp_path / "h1")
+    monkeypatch.setattr(collect_mod, "connect",
+                        lambda ep: NodeClient(raw(rec), b"not json"))
+    collect_host(hr2, ep(hr2), "any")
+    assert hr2.stack is None
+
+
 def test_unreachable_host_is_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(ep: Endpoint) -> Any:
         raise OSError(111, "Connection refused")

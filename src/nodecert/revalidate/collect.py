@@ -23,6 +23,7 @@ from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
 from nodecert.transport.ssh import Endpoint, connect, describe_error, start
 from nodecert.validation.run import ValidateRequest, open_new_run
+from nodecert.validation.session import adopt_stack, recorded_stack
 
 HISTORY = "/var/lib/nodecert/history"
 RECORD_SCHEMA = "nodecert.local-run/v1"
@@ -86,6 +87,9 @@ def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None)
                 break
             raw += chunk
         path, rec = read_record(raw, hr.checks)
+        # as validate does: a host given no stack is judged against the one its
+        # provisioning recorded on it (a held driver that changed is then drift)
+        recorded = recorded_stack(client, ep) if hr.stack is None else None
     except (paramiko.SSHException, OSError, TimeoutError) as exc:
         hr.status, hr.error = "lost", f"reading the node's history failed: {exc}"
         hr.finish_missing(hr.error, "NC-HOST-LOST")
@@ -102,6 +106,8 @@ def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None)
                     f"is {'of job ' + str(rec.get('job')) if rec.get('job') else 'no job'}'s)")
         hr.finish_missing(hr.error, "NC-NOT-COLLECTED")
         return
+    if recorded is not None:
+        adopt_stack(hr, recorded)
     hr.started, hr.finished = float(rec["started"]), float(rec["finished"])
     hr.simulated = bool(rec.get("simulated"))
     hr.node = {"collected_from": path, "reason": rec.get("reason"), "host": rec.get("host")}

@@ -48,6 +48,60 @@ CONNECT_SLOTS = 64
 INSTALL_SLOTS = 32
 
 
+def exec_command(client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
+                 timeout: float, *, root: bool = True) -> tuple[int, str]:
+    """(exit code, output; stderr too when it failed) of one command on the node."""
+    chan = start(client, ep, cmd, root=root, timeout=timeout)
+    chan.settimeout(timeout)
+    if data is not None:
+        chan.sendall(data)
+    chan.shutdown_write()
+    out = b""
+    while True:
+        chunk = chan.recv(65536)
+        if not chunk:
+            break
+        out += chunk
+    rc = chan.recv_exit_status()
+    err = b""
+    while rc != 0 and chan.recv_stderr_ready() and len(err) < 65536:
+        err += chan.recv_stderr(65536)  # why it failed (sudo's message, a shell error)
+    chan.close()
+    return rc, (out + err).decode(errors="replace")
+
+
+def recorded_stack(client: paramiko.SSHClient, ep: Endpoint,
+                   cache: dict[str, Stack] | None = None,
+                   lock: threading.Lock | None = None) -> Stack | None:
+    """The stack the node's provisioning recorded (/etc/nodecert/provisioned.json), when
+    that stack is known here; None otherwise (no record, an unreadable one, a stack this
+    control side does not ship). cache/lock: a fleet shares a few stacks, each read once."""
+    try:
+        rc, out = exec_command(client, ep, f"head -c 65536 {RECORDED_STACK}", None, 15,
+                               root=False)
+        name = str(json.loads(out).get("stack") or "") if rc == 0 else ""
+        if not name:
+            return None
+        if cache is None:
+            return find_stack(name)
+        with lock or threading.Lock():
+            if name not in cache:
+                cache[name] = find_stack(name)
+            return cache[name]
+    except (ValueError, OSError, paramiko.SSHException, NodecertError, AttributeError):
+        return None
+
+
+def adopt_stack(hr: HostRun, stack: Stack) -> None:
+    """Judge hr against stack (a host the inventory and the command line gave none):
+    its plan carries the stack's conformance script and framework, and is recorded."""
+    hr.stack = stack
+    hr.plan = hr.plan.with_(conformance={"stack": stack.name,
+                                         "script": conformance.script_for(stack)},
+                            framework=framework_plan(stack))
+    record_host_plan(RunDir(hr.out_dir.parent), hr.host, hr.plan, stack.path)
+
+
 class NodeSessions:
     def __init__(self, runs: dict[str, HostRun], links: dict[str, HostLink], say: Progress,
                  stop: threading.Event,
@@ -148,23 +202,7 @@ class NodeSessions:
 
     def _exec(self, client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
               timeout: float, *, root: bool = True) -> tuple[int, str]:
-        chan = start(client, ep, cmd, root=root, timeout=timeout)
-        chan.settimeout(timeout)
-        if data is not None:
-            chan.sendall(data)
-        chan.shutdown_write()
-        out = b""
-        while True:
-            chunk = chan.recv(65536)
-            if not chunk:
-                break
-            out += chunk
-        rc = chan.recv_exit_status()
-        err = b""
-        while rc != 0 and chan.recv_stderr_ready() and len(err) < 65536:
-            err += chan.recv_stderr(65536)  # why it failed (sudo's message, a shell error)
-        chan.close()
-        return rc, (out + err).decode(errors="replace")
+        return exec_command(client, ep, cmd, data, timeout, root=root)
 
     def _install_code(self, client: paramiko.SSHClient, hr: HostRun) -> str:
         """Ship the node code once per version (content-addressed directory), the same
@@ -232,27 +270,10 @@ class NodeSessions:
         self._close(hr)
 
     def _adopt_recorded_stack(self, hr: HostRun, client: paramiko.SSHClient) -> None:
-        """A host without a stack in the inventory or on the command line is judged
-        against the stack its provisioning recorded (/etc/nodecert/provisioned.json),
-        when that stack is known here; otherwise stack.conformance says none is chosen."""
-        try:
-            rc, out = self._exec(client, self.endpoint(hr), f"head -c 65536 {RECORDED_STACK}", None,
-                                 15, root=False)
-            name = str(json.loads(out).get("stack") or "") if rc == 0 else ""
-            if not name:
-                return
-            with self.stacks_lock:  # a fleet shares a few stacks: each file read once
-                if name not in self.stacks:
-                    self.stacks[name] = find_stack(name)
-                stack = self.stacks[name]
-        except (ValueError, OSError, paramiko.SSHException, NodecertError, AttributeError):
-            return
-        hr.stack = stack
-        hr.plan = hr.plan.with_(conformance={"stack": stack.name,
-                                             "script": conformance.script_for(stack)},
-                                framework=framework_plan(stack))
-        record_host_plan(RunDir(hr.out_dir.parent), hr.host, hr.plan, stack.path)
-        self.emit(hr, f"stack {stack.name}: recorded by provisioning on the node")
+        stack = recorded_stack(client, self.endpoint(hr), self.stacks, self.stacks_lock)
+        if stack is not None:
+            adopt_stack(hr, stack)
+            self.emit(hr, f"stack {stack.name}: recorded by provisioning on the node")
 
     def _on_event(self, hr: HostRun, ev: dict[str, Any]) -> float | None:
         """Apply one node event; returns the new read deadline when it changes."""
