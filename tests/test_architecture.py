@@ -270,7 +270,8 @@ def test_suites_come_from_the_declarations_in_order() -> None:
     s = thresholds.suites()
     assert s["quick"].checks == ("hardware.inventory", "hardware.pcie", "hardware.topology",
                                  "net.ib", "net.roce", "health.gpu", "health.xid",
-                                 "stack.conformance", "container.gpu_smoke", "storage.fio")
+                                 "power.limit", "stack.conformance", "container.gpu_smoke",
+                                 "storage.fio")
     assert s["standard"].checks == s["full"].checks == (
         "hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net.roce",
         "health.gpu",

@@ -70,7 +70,7 @@ def test_healthy_lab_passes_every_check_with_live_progress(plab: Lab, tmp_path: 
                                   "--runs-dir", str(tmp_path)])
     assert r.exit_code == 0, r.output + r.stderr
     for h in ("h1", "h2", "h3"):
-        assert f"{h:<14} [1/10] hardware.inventory ..." in r.stderr
+        assert f"{h:<14} [1/11] hardware.inventory ..." in r.stderr
         assert f"{h:<14} [4/10] net.ib PASS (SIMULATED)" in r.stderr
         assert f"{h:<14} [10/10] storage.fio PASS (SIMULATED)" in r.stderr
         assert f"{h:<14} finished: PASS (10 PASS)" in r.stderr
@@ -537,7 +537,7 @@ def test_ctrl_c_keeps_finished_results_and_marks_the_rest(plab: Lab, tmp_path: P
     assert proc.stderr is not None
     try:
         for line in proc.stderr:  # block until the first result has arrived
-            if "[1/10] hardware.inventory PASS" in line:
+            if "[1/11] hardware.inventory PASS" in line:
                 break
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
@@ -549,7 +549,7 @@ def test_ctrl_c_keeps_finished_results_and_marks_the_rest(plab: Lab, tmp_path: P
     assert data["status"] == "interrupted"
     res = {x["check"]: x for x in data["results"]}
     assert res["hardware.inventory"]["verdict"] == "PASS"
-    assert len(res) == 10  # the quick suite
+    assert len(res) == 11  # the quick suite
     not_run = [x for x in data["results"] if x["fault_code"] == "NC-NOT-RUN-INTERRUPTED"]
     assert not_run and all(x["verdict"] == "ERROR" for x in not_run)
     assert "interrupted" in out

@@ -45,7 +45,7 @@ KINDS = ("ok", "slow", "failing", "dropped", "unreachable")
 # A node's own time for the checks that have no recording: what they take on a lab host
 # in the quick suite (three 3 s fio jobs; dpkg/apt queries; one nvidia-ctk call).
 PACE_S = {"hardware.topology": 0.2, "storage.fio": 10.0, "stack.conformance": 1.5,
-          "container.gpu_smoke": 0.8, "net.ib": 0.2, "net.roce": 0.2}
+          "container.gpu_smoke": 0.8, "net.ib": 0.2, "net.roce": 0.2, "power.limit": 0.3}
 SLOW_FACTOR = 4.0
 
 
