@@ -211,3 +211,50 @@ def test_validate_json_is_written_when_a_host_handler_crashes(
     first, *others = sorted(verdicts)
     assert verdicts[first] == "ERROR" and all(verdicts[o] == "PASS" for o in others)
     assert "RuntimeError('boom')" in run.hosts[first].error
+
+
+# --- what a node echoes of its plan is held against the plan --------------------------------
+
+def burnin_line(**value: Any) -> bytes:
+    v = {"tflops_per_gpu": {"0": 663.2}, "dtype": "bf16", "n": 8192, "seconds": 120.4,
+         "load": "torch", **value}
+    d = Result("load.burnin", Verdict.PASS, f"1 GPUs, {v['dtype']} GEMM 8192^3 for 120 s: "
+               "663-663 TFLOPS sustained, results bit-exact vs the reference",
+               value=v).as_dict()
+    return json.dumps({"event": "result", "result": d}).encode()
+
+
+@pytest.mark.parametrize(("echo", "why"), [
+    ({"dtype": "fp8\x1b[31m"},
+     "the node reported dtype 'fp8\\x1b[31m', the plan asked 'bf16' (load.dtype)"),
+    ({"n": 1024}, "the node reported n 1024, the plan asked 8192 (load.gemm_size)"),
+    ({"seconds": 12.0}, "the node reported seconds 12.0, the plan asked 120 (load.burnin_s)"),
+    ({"seconds": "120"},
+     "the node reported seconds '120', the plan asked 120 (load.burnin_s)"),
+])
+def test_a_result_echoing_another_test_than_planned_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, echo: dict[str, Any],
+        why: str) -> None:
+    """A node that reports a dtype, size or duration other than the plan's ran another
+    test: the result FAILs (its figures are not evidence of the planned one), whatever
+    verdict the node gave it, and the node's text reaches no summary unescaped."""
+    spec = next(iter(load_inventory(REPO / "inventory" / "sample" / "lab.ini").values()))
+    plan = build_plan(spec, thresholds.suite("standard"), None, "rid", cli_thresholds={},
+                      scratch=None, checks=("load.burnin",))
+    runs = {spec.name: HostRun(spec.name, spec, plan, None, tmp_path / spec.name)}
+    hello = b'{"event": "hello", "python": "3.12", "version": "x", "host": "n"}'
+    start = b'{"event": "start", "check": "load.burnin"}'
+    for lines, verdict in (([hello, start, burnin_line(), b'{"event": "done"}'], Verdict.PASS),
+                           ([hello, start, burnin_line(**echo), b'{"event": "done"}'],
+                            Verdict.FAIL)):
+        runs[spec.name] = HostRun(spec.name, spec, plan, None, tmp_path / spec.name)
+        monkeypatch.setattr(nodesession, "connect", lambda ep, lines=lines: Client(lines))
+        monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c, hr: "/opt/x")
+        said: list[str] = []
+        NodeSessions(runs, links(runs), said.append, threading.Event(),
+                     (b"", "0" * 64)).run_host(runs[spec.name])
+        (res,) = runs[spec.name].results
+        assert res.verdict is verdict, res.summary
+    assert res.summary == f"not the planned test: {why}"
+    assert res.fault_code == "NC-PLAN-MISMATCH" and "\x1b" not in " ".join(res.findings)
+    assert all("\x1b" not in line for line in said)

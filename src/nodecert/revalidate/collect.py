@@ -22,6 +22,7 @@ from nodecert.stack import conformance
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
 from nodecert.transport.ssh import Endpoint, connect, describe_error, start
+from nodecert.validation.echoes import held_to_plan
 from nodecert.validation.run import ValidateRequest, open_new_run
 from nodecert.validation.session import adopt_stack, recorded_stack
 
@@ -112,7 +113,8 @@ def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None)
     hr.simulated = bool(rec.get("simulated"))
     hr.node = {"collected_from": path, "reason": rec.get("reason"), "host": rec.get("host")}
     hr.results = [conformance.judge_result(r, hr.host, hr.stack)
-                  if r.check == "stack.conformance" else r for r in rec["results"]]
+                  if r.check == "stack.conformance" else held_to_plan(r, hr.plan)
+                  for r in rec["results"]]
     if rec.get("skipped") or rec.get("crashed") or rec.get("error"):
         hr.status = "lost"
         hr.error = f"the node's run of {path} did not complete: " + str(

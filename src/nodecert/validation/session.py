@@ -30,6 +30,7 @@ from nodecert.transport.bundle import NODE_BASE, install_script
 from nodecert.transport.events import BadEvent, LineReader, decode_event
 from nodecert.transport.loadgate import LoadGate
 from nodecert.transport.ssh import BecomeError, Endpoint, connect, describe_error, start
+from nodecert.validation.echoes import held_to_plan
 from nodecert.validation.plan import framework_plan
 from nodecert.validation.progress import RunProgress
 from nodecert_node.contract import Evidence, Verdict, error_result
@@ -291,7 +292,7 @@ class NodeSessions:
             self.emit(hr, f"[{len(hr.results) + 1}/{total}] {hr.current} ...")
             return time.monotonic() + limit + 30  # the node enforces limit; +30 for transit
         elif kind == "result":
-            res = ev["result"]
+            res = held_to_plan(ev["result"], hr.plan)
             if res.check == "stack.conformance":
                 res = conformance.judge_result(res, hr.host, hr.stack)
             hr.results.append(res)
