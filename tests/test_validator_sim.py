@@ -124,6 +124,43 @@ def test_suite_runner_stamps_simulated_and_isolates_hangs(tmp_path: Path) -> Non
     assert left.stdout == ""
 
 
+def test_a_checks_limit_reaches_every_process_it_started(tmp_path: Path) -> None:
+    """A tool whose workers leave its session (setsid, as fio's job processes do) is
+    killed whole at its limit; and what a check left running when it ended is killed
+    before the next check starts, and named in the check's result."""
+    node = SimNode(tmp_path)
+    smi = node.bin / "nvidia-smi"
+    real = smi.read_text()
+    plan = node.plan(["health.xid", "health.gpu", "hardware.inventory"])
+    plan["check_timeouts_s"] = {"health.gpu": 60, "hardware.inventory": 60, "health.xid": 60}
+    plan["tool_timeout_s"] = 3
+    pause = 'python3 -c "import signal; signal.pause()"'
+    # nvidia-smi hangs, its setsid'd worker with it: the tool limit kills both
+    smi.write_text(f"#!/bin/sh\nsetsid {pause} nodecert-setsid-worker >/dev/null 2>&1 &\n"
+                   f"exec {pause} nodecert-hung-smi\n")
+    try:
+        events = node.suite(plan)
+    finally:
+        smi.write_text(real)
+    results = {e["result"]["check"]: e["result"] for e in events if e["event"] == "result"}
+    assert "killed after 3 s" in results["health.xid"]["evidence"][0]["output"]
+
+    def left(marker: str) -> str:
+        return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True,
+                              timeout=30, check=False).stdout
+    assert left("nodecert-setsid-worke[r]") == "" and left("nodecert-hung-sm[i]") == ""
+    smi.write_text(f"#!/bin/sh\nsetsid {pause} nodecert-left-behind >/dev/null 2>&1 &\n"
+                   + real.split("\n", 1)[1])
+    try:
+        events = node.suite(node.plan(["health.gpu"]))
+    finally:
+        smi.write_text(real)
+    (gpu,) = [e["result"] for e in events if e["event"] == "result"]
+    assert any("outlived it and were killed before the next check" in f
+               for f in gpu["findings"]), gpu["findings"]
+    assert left("nodecert-left-behin[d]") == ""
+
+
 def test_crashing_check_is_an_error_and_the_suite_goes_on(tmp_path: Path) -> None:
     node = SimNode(tmp_path)
     plan = node.plan(["hardware.inventory", "health.gpu"])

@@ -3,7 +3,10 @@
 `python3 -m nodecert_node run` reads the plan (one JSON line) on stdin and
 writes one JSON event per line on stdout: hello, start, result, done. Each
 check runs in its own process group with its own timeout, so a hung tool or a
-crashed check becomes an ERROR result and the suite goes on. When stdin closes
+crashed check becomes an ERROR result and the suite goes on. The runner adopts every
+orphan of its checks (a child subreaper): whatever a check started that outlived it (a
+tool's setsid'd workers, fio's job processes) is killed before the next check starts,
+and the result says so. When stdin closes
 (the control side went away or was interrupted), the running check is killed
 and the runner exits: nothing keeps loading the GPUs behind the operator's back.
 """
@@ -11,6 +14,7 @@ and the runner exits: nothing keeps loading the GPUs behind the operator's back.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import platform
@@ -40,6 +44,62 @@ def emit(out: TextIO, event: dict[str, Any]) -> None:
     with _lock:
         out.write(json.dumps(event, sort_keys=True) + "\n")
         out.flush()
+
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def adopt_orphans() -> bool:
+    """Make this process the child subreaper of everything it starts (Linux 3.4+): a
+    process whose parent died is reparented here, not to init, so it stays findable and
+    killable. False where the kernel or libc does not allow it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def sweep(name: str, res: Result, before: set[int] | frozenset[int] = frozenset()) -> Result:
+    """Kill whatever the check started that is still running (below this process now:
+    its orphans were reparented here; `before`: what ran below it before the check, left
+    alone), reap it, and say so in the result."""
+    left = [p for p in tools.descendants(os.getpid()) if p not in before]
+    if not left:
+        return res
+    names = []
+    for p in left:
+        try:
+            with open(f"/proc/{p}/comm") as f:
+                names.append(f"{f.read().strip()} ({p})")
+        except OSError:
+            names.append(f"({p})")
+    for p in left:
+        tools.kill_tree(p)
+    deadline = time.monotonic() + 10
+    for p in left:
+        while time.monotonic() < deadline:
+            try:
+                if os.waitpid(p, os.WNOHANG)[0] == p:
+                    break
+            except ChildProcessError:  # not our child (its own parent reaps it) or gone
+                if not os.path.exists(f"/proc/{p}"):
+                    break
+            time.sleep(0.05)
+    still = [p for p in left if os.path.exists(f"/proc/{p}")
+             and not _zombie(p)]
+    note = (f"{len(left)} process(es) {name} started outlived it and were killed before "
+            f"the next check: {', '.join(names[:8])}"
+            + (f"; still running: {still}" if still else ""))
+    return res.with_(findings=(*res.findings, note))
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def run_one(name: str, plan: Plan, timeout: float,
@@ -99,6 +159,7 @@ def _killpg(proc: subprocess.Popen[bytes]) -> None:
 
 def run_suite(plan: Plan, out: TextIO, stdin: TextIO | None) -> int:
     sim = simulated(plan)
+    adopt_orphans()
     emit(out, {"event": "hello", "version": __version__, "python": platform.python_version(),
                "host": platform.node(), "simulated": sim, "checks": list(plan.checks)})
     current: dict[str, Any] = {"proc": None}
@@ -116,7 +177,8 @@ def run_suite(plan: Plan, out: TextIO, stdin: TextIO | None) -> int:
         if stop.is_set():
             break
         emit(out, {"event": "start", "check": name, "t": time.time()})
-        res = run_one(name, plan, plan.timeout_for(name), current)
+        before = set(tools.descendants(os.getpid()))
+        res = sweep(name, run_one(name, plan, plan.timeout_for(name), current), before)
         if stop.is_set():
             break
         res = res.with_(simulated=sim)

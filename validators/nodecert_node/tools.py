@@ -29,8 +29,7 @@ def remove_on_stop(path: str) -> None:
 
 def kill_all() -> None:
     for pgid in list(_ACTIVE):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
+        kill_tree(pgid)
     for path in reversed(_CLEANUP):
         shutil.rmtree(path, ignore_errors=True)
     _CLEANUP.clear()
@@ -100,8 +99,58 @@ def run(argv: Sequence[str], *, timeout: float, name: str = "", ok_codes: Sequen
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    kill_tree(proc.pid)
+
+
+def _parents() -> dict[int, list[int]]:
+    """parent pid -> its children's pids, from /proc (a snapshot)."""
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            # the command name is in parentheses and may hold anything: split after it
+            ppid = int(stat.rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        kids.setdefault(ppid, []).append(int(entry))
+    return kids
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below pid now, whatever session or group it moved to (fio's job
+    processes call setsid: a process-group kill misses them)."""
+    kids = _parents()
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL pid's process group and every descendant of pid; returns the descendants
+    killed. The tree is frozen first (SIGSTOP, top down, until no new process appears),
+    so that nothing forks or is reparented out of reach between the look and the kill."""
+    seen: list[int] = []
+    for _ in range(20):
+        new = [p for p in descendants(pid) if p not in seen]
+        if not new:
+            break
+        for p in new:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGSTOP)
+        seen += new
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    for p in seen:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGKILL)
+    return seen
 
 
 def read_file(path: str, name: str = "") -> Output:
@@ -110,4 +159,5 @@ def read_file(path: str, name: str = "") -> Output:
     return Output(text, Evidence.of(name or path, f"cat {shlex.quote(path)}", 0, text))
 
 
-__all__: list[str] = ["Output", "ToolError", "read_file", "run", "which"]
+__all__: list[str] = ["Output", "ToolError", "descendants", "kill_tree", "read_file", "run",
+                      "which"]
