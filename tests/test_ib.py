@@ -298,3 +298,38 @@ def test_a_missing_hca_leaves_its_gpu_without_a_near_nic(tmp_path: Path) -> None
     assert r.findings[:2] == ("7 InfiniBand ports, the order has 8",
                               "GPU3: nearest fabric NIC mlx5_0 is NODE, the order wants PIX or "
                               "nearer (traffic crosses the CPU)")
+
+
+def test_what_ibstat_does_not_print_is_refused_not_skipped() -> None:
+    """ibstat aborting after the last adapter it could read (`ibpanic`) leaves a listing
+    that looks whole: it is refused, naming the line, and so is any field ibstat does
+    not print (another tool's text glued in), at the CA level and at the port level."""
+    text = (IB / NDR).read_text()
+    assert len(ib.parse_ibstat(text)) == 9
+    panic = ("ibpanic: [2917] main: stat of IB device 'mlx5_9' failed: No such file or "
+             "directory")
+    with pytest.raises(ParseError, match=r"line \d+: ibstat reported an error, so its "
+                                         r"listing is not complete: .ibpanic: \[2917\]"):
+        ib.parse_ibstat(text + "\n" + panic + "\n")
+    with pytest.raises(ParseError, match="ibstat reported an error"):
+        ib.parse_ibstat(text.replace("CA 'mlx5_1'", "ibwarn: [77] umad_init: failed\nCA 'mlx5_1'",
+                                     1))
+    for old, new, where in (("Hardware version", "Transport", "CA"),
+                            ("Capability mask", "Capabilities", "port")):
+        with pytest.raises(ParseError, match=f"is not a {where} field ibstat prints"):
+            ib.parse_ibstat(text.replace(old, new, 1))
+
+
+@given(st.sampled_from(["ibpanic: [1] main: stat of IB device 'mlx5_4' failed: No such "
+                        "file or directory", "ibwarn: [9] mad_rpc: _do_madrpc failed",
+                        "Error: something: else", "Transport type: InfiniBand"]),
+       st.integers(min_value=0, max_value=200))
+def test_a_foreign_line_anywhere_is_refused(line: str, at: int) -> None:
+    lines = (IB / NDR).read_text().splitlines()
+    k = 1 + at % (len(lines) - 1)  # after the first CA line
+    if lines[k].strip() and not lines[k].strip().startswith(("CA '", "Port ")):
+        lines.insert(k, "\t" + line)
+    else:
+        lines.insert(k + 1, "\t" + line)
+    with pytest.raises(ParseError):
+        ib.parse_ibstat("\n".join(lines))

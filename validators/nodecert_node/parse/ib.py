@@ -80,6 +80,17 @@ def _port_field(port: Port, key: str, value: str) -> None:
         port["lid"] = _int(value, f"{port['ca']} port {port['port']} base lid")
 
 
+# Every field ibstat prints (infiniband-diags ibstat.c: ca_dump, port_dump): a line with
+# another name is not ibstat's (an error message, another tool's text), never skipped.
+CA_FIELDS = frozenset({"CA type", "Number of ports", "Firmware version", "Hardware version",
+                       "Node GUID", "System image GUID"})
+PORT_FIELDS = frozenset({"State", "Physical state", "Rate", "Base lid", "LMC", "SM lid",
+                         "Capability mask", "Port GUID", "Link layer"})
+# infiniband-diags' own messages (ibpanic aborts the tool; ibwarn/iberror report a
+# failure): the listing after them, or instead of them, is not complete.
+DIAG_PREFIXES = ("ibpanic:", "ibwarn:", "iberror:")
+
+
 def parse_ibstat(text: str) -> list[Port]:
     """Every port of every HCA `ibstat` lists: ca, port, ca_type, firmware, node_guid,
     state, phys_state, rate_gbps, link_layer, port_guid, lid."""
@@ -108,13 +119,20 @@ def parse_ibstat(text: str) -> list[Port]:
             ports.append(port)
             ca["seen"] += 1
             continue
+        if line.startswith(DIAG_PREFIXES):
+            raise ParseError(f"line {n}: ibstat reported an error, so its listing is not "
+                             f"complete: {line[:200]!r}")
         key, sep, value = line.partition(":")
         if not sep:
             raise ParseError(f"line {n}: {line[:60]!r} is not a 'Field: value' line")
+        key = key.strip()
+        if key not in (CA_FIELDS if port is None else PORT_FIELDS):
+            raise ParseError(f"line {n}: {line[:60]!r}: {key[:40]!r} is not a "
+                             f"{'CA' if port is None else 'port'} field ibstat prints")
         if port is None:
-            _ca_field(ca, key.strip(), value.strip())
+            _ca_field(ca, key, value.strip())
         else:
-            _port_field(port, key.strip(), value.strip())
+            _port_field(port, key, value.strip())
     if ca is not None and ca["seen"] < ca["ports"]:
         raise ParseError(f"CA {ca['name']} lists {ca['seen']} of its {ca['ports']} ports: "
                          "the output is cut short")
