@@ -313,3 +313,58 @@ def test_property_every_prefix_before_every_stamp_keeps_the_time(prefix: str, st
     assert len(ev) == len(BODIES)
     assert all(e["time"] is not None and abs(e["time"] - t) < 1 for e in ev)
     assert judge(ev).verdict is (Verdict.FAIL if age_h <= 24 else Verdict.WARN)
+
+
+# The driver's GPU-loss message as one record (continuation lines) and split into one
+# record per line, as a journal or a re-flowed capture delivers it.
+FELL_OFF = ["NVRM: The NVIDIA GPU 0000:b3:00.0",
+            "NVRM: (PCI ID: 10de:26b5) installed in this system has",
+            "NVRM: fallen off the bus and is not responding to commands."]
+
+
+@pytest.mark.parametrize("text", [
+    "[ 1843.308145] " + "\n               ".join(FELL_OFF) + "\n",
+    "".join(f"[ 1843.30814{k}] {line}\n" for k, line in enumerate(FELL_OFF)),
+    "".join(f"Dec 01 10:0{k}:01 node7 kernel: {line}\n" for k, line in enumerate(FELL_OFF[:1]))
+    + "".join(f"Dec 01 10:00:02 node7 kernel: {line}\n" for line in FELL_OFF[1:]),
+    "".join(f"<3>[ 1843.30814{k}] {line}\n" for k, line in enumerate(FELL_OFF)),
+])
+def test_a_gpu_loss_split_over_records_names_its_gpu(text: str) -> None:
+    """Split over records, the message still FAILs, and it names the GPU its neighbouring
+    NVRM record of the same burst gives, not "GPU at unknown"."""
+    ev = [e for e in kernel.parse_kernel_log(text, boot_time=NOW - 2000, now=NOW)
+          if e["kind"] == "gpu_lost"]
+    assert [e["pci"] for e in ev] == ["0000:b3:00"], ev
+    r = judge_xids(ev, CAT, [{"bus_id": "00000000:B3:00.0"}], now=NOW, window_h=24,
+                   limits=LIMITS)
+    assert r.verdict is Verdict.FAIL and "00000000:B3:00.0" in r.summary, r.summary
+
+
+def test_a_split_gpu_loss_takes_no_address_from_another_burst_or_an_ambiguous_one() -> None:
+    far = (f"[  100.000000] {FELL_OFF[0]}\n"
+           + "".join(f"[  200.00000{k}] {line}\n" for k, line in enumerate(FELL_OFF[1:])))
+    (e,) = kernel.parse_kernel_log(far, boot_time=NOW - 2000, now=NOW)
+    assert e["pci"] == "unknown"  # 100 s apart: another burst
+    two = (f"[  100.000000] NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+           f"[  100.000001] {FELL_OFF[2]}\n"
+           f"[  100.000002] NVRM: The NVIDIA GPU 0000:c3:00.0\n")
+    (e,) = kernel.parse_kernel_log(two, boot_time=NOW - 2000, now=NOW)
+    assert e["pci"] == "unknown"  # two GPUs named as near: which one fell is not known
+
+
+@given(st.lists(st.sampled_from(["[  500.1] usb 1-1: new device", "[  500.1] eth0: link up",
+                                 "[  500.1] mlx5_core 0000:19:00.0: port up"]), max_size=4),
+       st.lists(st.sampled_from(["[  500.2] NVRM: The NVIDIA probe routine failed for 1 "
+                                 "device(s).", "[  500.2] NVRM: loading NVIDIA UNIX Open "
+                                 "Kernel Module for x86_64  570.158.01"]), max_size=2))
+def test_unrelated_records_between_do_not_lose_the_address(noise: list[str],
+                                                           after: list[str]) -> None:
+    """Other drivers' records between the pieces, the driver's next messages after them
+    (as the real burst has): the address is still the one the message gave."""
+    lines = [f"[  500.1] {FELL_OFF[0]}", *noise, f"[  500.1] {FELL_OFF[1]}",
+             f"[  500.1] {FELL_OFF[2]}", *after]
+    ev = [e for e in kernel.parse_kernel_log("\n".join(lines) + "\n", boot_time=NOW - 2000,
+                                             now=NOW) if e["kind"] == "gpu_lost"]
+    assert (ev[0]["message"], ev[0]["pci"]) == ("fallen off the bus", "0000:b3:00")
+    # the driver's probe failures after it name the same GPU, or none: never another
+    assert {e["pci"] for e in ev[1:]} <= {"0000:b3:00", "unknown"}

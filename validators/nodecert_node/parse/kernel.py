@@ -205,10 +205,48 @@ def parse_kernel_log(text: str, boot_time: float | None = None,
             continue
         for what, pattern in GPU_LOSS:
             if pattern.search(msg):
-                out.append({"kind": "gpu_lost", "pci": _pci(msg) or "unknown", "xid": None,
-                            "message": what, "time": t, "line": msg})
+                out.append({"kind": "gpu_lost", "pci": _pci(msg) or _burst_pci(recs, n)
+                            or "unknown", "xid": None, "message": what, "time": t,
+                            "line": msg})
                 break
     return out
+
+
+# How far the driver's one message may be spread when it arrives as separate records
+# ("NVRM: The NVIDIA GPU 0000:b3:00.0" / "NVRM: (PCI ID: 10de:26b5) installed in this
+# system has" / "NVRM: fallen off the bus and is not responding to commands."): NVRM
+# records either side (other drivers' records between them are passed over, at most
+# BURST_SCAN of them), and seconds apart.
+BURST_RECORDS, BURST_SCAN, BURST_S = 3, 10, 2.0
+
+
+def _burst_pci(recs: list[tuple[float | None, str]], n: int) -> str | None:
+    """The PCI address a neighbouring NVRM record of the same burst names, nearest first;
+    None when none does, or two at the same distance name different GPUs."""
+    t = recs[n][0]
+
+    def side(step: int) -> list[str | None]:
+        """Each NVRM record's address (or None) going one way, nearest first."""
+        out: list[str | None] = []
+        k = n + step
+        while 0 <= k < len(recs) and abs(k - n) <= BURST_SCAN and len(out) < BURST_RECORDS:
+            tk, msg = recs[k]
+            if t is not None and tk is not None and abs(tk - t) > BURST_S:
+                break
+            if "NVRM:" in msg:
+                if _XID_ANY.search(msg):
+                    break  # an Xid record: another event of its own
+                out.append(_pci(msg.split("NVRM:", 1)[1]))
+            k += step
+        return out
+
+    before, after = side(-1), side(1)
+    for d in range(BURST_RECORDS):
+        found = {p for p in (before[d] if d < len(before) else None,
+                             after[d] if d < len(after) else None) if p}
+        if found:
+            return found.pop() if len(found) == 1 else None
+    return None
 
 
 def parse_xids(text: str, boot_time: float | None = None,
