@@ -60,6 +60,20 @@ LAB_FILES = frozenset(
 # never use the shared one (`lab`, `fresh_h1`): the lab tier runs them on a second worker
 # beside the files that share the session's lab. Collection checks the claim.
 OWN_LAB_FILES = frozenset({"test_cluster_lab.py", "test_bmc_container_lab.py"})
+# Single tests with labs of their own in files that otherwise share the session's lab.
+OWN_LAB_TESTS = frozenset({
+    "test_lab.py::test_down_after_a_crash_leaves_nothing_behind",
+    "test_lab.py::test_refuses_a_subnet_already_in_use",
+    "test_lab.py::test_never_touches_a_bridge_it_did_not_create",
+    "test_lab.py::test_never_takes_another_labs_objects_for_its_own_leftovers",
+    "test_lab.py::test_lab_up_grows_and_shrinks_a_running_lab",
+    "test_lab.py::test_validate_as_a_non_root_user_through_a_jump_host"})
+
+
+def _own_lab(nodeid: str) -> bool:
+    path, _, test = nodeid.partition("::")
+    name = path.rsplit("/", 1)[-1]
+    return name in OWN_LAB_FILES or f"{name}::{test.split('[', 1)[0]}" in OWN_LAB_TESTS
 
 # CI's first phase (.ci/run): every test but the lab's, on one worker per CPU; the lab
 # tier follows (`-m lab`), never beside CPU-heavy tests: a lab verdict must not depend
@@ -94,7 +108,7 @@ def _lab_scope(nodeid: str, markexpr: str) -> str:
     own the other."""
     name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
     if markexpr == "lab":
-        return "own labs" if name in OWN_LAB_FILES else "the shared lab"
+        return "own labs" if _own_lab(nodeid) else "the shared lab"
     return "lab" if name in LAB_FILES else nodeid
 
 
@@ -124,12 +138,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"{item.nodeid} is a lab test outside the files known to hold them: "
                     "mark the file (pytestmark = pytest.mark.lab) so that it runs with the "
                     "lab tier, never beside it")
-            if item.path.name in OWN_LAB_FILES and LAB_FIXTURES & set(
+            if _own_lab(item.nodeid) and LAB_FIXTURES & set(
                     getattr(item, "fixturenames", ())):
                 raise pytest.UsageError(
-                    f"{item.nodeid} uses the shared lab, but its file is in OWN_LAB_FILES "
-                    "(it runs beside the shared lab's files, in another process): use a "
-                    "lab of its own, or take the file out of OWN_LAB_FILES")
+                    f"{item.nodeid} uses the shared lab, but it is in OWN_LAB_FILES or "
+                    "OWN_LAB_TESTS (it runs beside the shared lab's tests, in another "
+                    "process): use a lab of its own, or take it out of those")
         elif not item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.unit)
 

@@ -72,6 +72,15 @@ def faults(lab: Lab, tmp_path: Path, *items: str) -> None:
     lab.apply_faults(f)
 
 
+def site_suite(tmp_path: Path, *checks: str) -> tuple[str, ...]:
+    """The options that run a site's own quick suite of these checks (--suite-file)."""
+    f = tmp_path / "site-suites.yml"
+    f.write_text("schema: nodecert.suites/v1\nsuites:\n  quick:\n    description: the "
+                 "site's health checks\n    check_timeout_s: 120\n    storage: {}\n"
+                 f"    checks: [{', '.join(checks)}]\n")
+    return ("--suite-file", str(f), "--suite", "quick")
+
+
 def nothing_left(lab: Lab) -> None:
     """No job of nodecert's on any node, nothing in Slurm's queue."""
     assert lab.ssh("h1", "squeue -h").stdout.strip() == ""
@@ -252,11 +261,15 @@ def test_slurm_health_check_drains_and_resumes_through_the_real_slurm(
         cluster_lab: Lab, tmp_path: Path) -> None:
     # What the validators role sets up on a node: the state directory (the plan of the
     # last quick run is kept there) and the node code, shipped by a quick run.
+    # The site's quick suite is its health checks (a plan of some of a suite's checks,
+    # --only, is never kept for the schedule: a whole suite's is).
     cluster_lab.ssh("h2", "mkdir -p -m 0750 /var/lib/nodecert")
     p = nodecert("validate", "-i", str(cluster_lab.cfg.state / "inventory.ini"), "--limit",
-                 "h2", "--suite", "quick", "--only", "health.gpu", "--only", "health.xid",
+                 "h2", *site_suite(tmp_path, "health.gpu", "health.xid"),
                  "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
+    assert '"checks": ["health.gpu", "health.xid"]' in cluster_lab.ssh(
+        "h2", "cat /var/lib/nodecert/plans/quick.json").stdout
     # The entry the role installs, as slurmd runs it (root, on the node).
     entry = ("cd /opt/nodecert/node/current && PYTHONPATH=. /usr/bin/python3 -m nodecert_node "
              "slurm-health --mode {}")
@@ -293,11 +306,11 @@ def test_slurm_health_check_drains_and_resumes_through_the_real_slurm(
 
 def test_fleet_revalidation_as_slurm_jobs(cluster_lab: Lab, tmp_path: Path) -> None:
     inv = str(cluster_lab.cfg.state / "inventory.ini")
-    checks = ("--only", "hardware.inventory", "--only", "health.gpu", "--only", "health.xid")
+    checks = site_suite(tmp_path, "hardware.inventory", "health.gpu", "health.xid")
     for h in ("h3", "h4"):
         cluster_lab.ssh(h, "mkdir -p -m 0750 /var/lib/nodecert")
     # The baseline: a certified quick run (it also leaves the plan and node code on the nodes).
-    p = nodecert("validate", "-i", inv, "--limit", "h3,h4", "--suite", "quick", *checks,
+    p = nodecert("validate", "-i", inv, "--limit", "h3,h4", *checks,
                  "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     kp = init_key(tmp_path / "keys")

@@ -71,9 +71,9 @@ def test_healthy_lab_passes_every_check_with_live_progress(plab: Lab, tmp_path: 
     assert r.exit_code == 0, r.output + r.stderr
     for h in ("h1", "h2", "h3"):
         assert f"{h:<14} [1/11] hardware.inventory ..." in r.stderr
-        assert f"{h:<14} [4/10] net.ib PASS (SIMULATED)" in r.stderr
-        assert f"{h:<14} [10/10] storage.fio PASS (SIMULATED)" in r.stderr
-        assert f"{h:<14} finished: PASS (10 PASS)" in r.stderr
+        assert f"{h:<14} [4/11] net.ib PASS (SIMULATED)" in r.stderr
+        assert f"{h:<14} [11/11] storage.fio PASS (SIMULATED)" in r.stderr
+        assert f"{h:<14} finished: PASS (11 PASS)" in r.stderr
     assert "PASS     done" in r.stdout and "SIMULATED" in r.stdout
     (run_dir,) = tmp_path.iterdir()
     data = json.loads((run_dir / "h2" / "results.json").read_text())

@@ -112,6 +112,10 @@ runs_dir_option = click.option("--runs-dir", type=click.Path(path_type=Path),
                                help="Where run directories are kept.")
 suite_option = click.option("--suite", default="quick", show_default=True,
                             help="quick | standard | full (validators/suites.yml).")
+suite_file_option = click.option(
+    "--suite-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="A site's own suites file (the schema of validators/suites.yml); --suite names "
+         "one of its suites. Recorded in the run's inputs.")
 stack_option = click.option("--stack", "stack_name",
                             help="The pinned stack: what provision installs and validate checks "
                                  "conformance against (default: each host's nodecert_stack).")

@@ -21,6 +21,7 @@ from nodecert.cli.common import (
     runs_dir_option,
     signing_key_option,
     stack_option,
+    suite_file_option,
     suite_option,
     threshold_option,
     verdict_text,
@@ -69,6 +70,7 @@ Examples:
               help="Reports or run directory to compare with (default: newest under "
                    "--runs-dir).")
 @suite_option
+@suite_file_option
 @limit_option
 @checks_option
 @stack_option
@@ -89,7 +91,8 @@ Examples:
 @json_option
 @become_options
 @handle_errors
-def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[str, ...],
+def revalidate_cmd(path: Path, baseline: Path | None, suite: str, suite_file: Path | None,
+                   limit: tuple[str, ...],
                    checks: tuple[str, ...], stack_name: str | None,
                    threshold_items: tuple[str, ...], key_path: Path | None,
                    pubkeys: tuple[Path, ...], runs_dir: Path,
@@ -109,7 +112,7 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, limit: tuple[s
     trusted = [key.public_key(), *(load_public_key(p) for p in pubkeys)]
     limit = tuple(h for item in limit for h in item.split(",") if h)
     validation = ValidateRequest(path, suite=suite, limit=limit, stack=stack_name,
-                                 runs_dir=runs_dir, checks=checks,
+                                 runs_dir=runs_dir, checks=checks, suite_file=suite_file,
                                  cli_thresholds=parse_cli_thresholds(threshold_items),
                                  become=become_source(become_file, vault_file))
     rv = revalidate(RevalidateRequest(validation, key=key, trusted=trusted, baseline=baseline,

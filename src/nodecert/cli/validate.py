@@ -21,6 +21,7 @@ from nodecert.cli.common import (
     print_validation,
     runs_dir_option,
     stack_option,
+    suite_file_option,
     suite_option,
     threshold_option,
 )
@@ -63,9 +64,7 @@ Examples:
 @checks_option
 @stack_option
 @threshold_option
-@click.option("--suite-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="A site's own suites file (the schema of validators/suites.yml); "
-                   "--suite names one of its suites. Recorded in the run's inputs.")
+@suite_file_option
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Change a suite setting for this run: load.burnin_s=300, "
                    "load.soak_s=1800, fabric.nccl_iters=50, storage.size_mb=2048, ... "

@@ -127,7 +127,8 @@ def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None)
 
 def collect(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (),
             stack: str | None = None, runs_dir: Path = Path("runs"),
-            checks: tuple[str, ...] = (), reason: str = "any",
+            checks: tuple[str, ...] = (), suite_file: Path | None = None,
+            reason: str = "any",
             progress: Callable[[str], None] | None = None,
             become: BecomeSource | None = None, jobs: dict[str, str] | None = None,
             failures: dict[str, str] | None = None) -> ValidationRun:
@@ -137,7 +138,8 @@ def collect(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (
     jobs: host -> the scheduler job whose record alone will do for it; failures: host ->
     why its job did not run (that host is ERROR with the reason, nothing is fetched)."""
     run = open_new_run(ValidateRequest(inventory, suite=suite, limit=limit, stack=stack,
-                       runs_dir=runs_dir, checks=checks, become=become))
+                       runs_dir=runs_dir, checks=checks, become=become,
+                       suite_file=suite_file))
     say = progress or (lambda line: None)
     for name, hr in sorted(run.hosts.items()):
         if failures and name in failures:

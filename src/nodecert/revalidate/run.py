@@ -133,12 +133,13 @@ def revalidate(request: RevalidateRequest, *,
                      progress=progress)
         failures = {h: why for h in engine_names if (why := sub.failure(h))}
         run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
-                      checks=checks, reason=SLURM_REASON, progress=progress, become=become,
+                      checks=checks, suite_file=v.suite_file, reason=SLURM_REASON,
+                      progress=progress, become=become,
                       jobs={h: r.job.name for h, r in sub.jobs.items()}, failures=failures)
     elif request.collect_reason:
         run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
-                      checks=checks, reason=request.collect_reason, progress=progress,
-                      become=become)
+                      checks=checks, suite_file=v.suite_file,
+                      reason=request.collect_reason, progress=progress, become=become)
     else:
         run = validate(v, progress=progress)
     out = Revalidation(run, base_dir)
