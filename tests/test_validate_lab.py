@@ -79,7 +79,7 @@ def test_healthy_lab_passes_every_check_with_live_progress(plab: Lab, tmp_path: 
     data = json.loads((run_dir / "h2" / "results.json").read_text())
     assert data["schema"] == "nodecert.validation/v1" and data["verdict"] == "PASS"
     assert data["simulated"] is True and all(x["simulated"] for x in data["results"])
-    assert [x["check"] for x in data["results"]] == [*HW, "stack.conformance",
+    assert [x["check"] for x in data["results"]] == [*HW, "power.limit", "stack.conformance",
                                                      "container.gpu_smoke", "storage.fio"]
     # Thresholds say where they came from: the L40S profile, the lab inventory.
     assert data["thresholds"]["pcie.gen"]["origin"] == "profile L40S (profiles/L40S.yml)"

@@ -646,7 +646,8 @@ class Lab:
 
     def down(self, *, drop_guard: bool = False) -> dict[str, int]:
         """Stop every lab host and remove every object the lab created."""
-        net.refuse_foreign_bridge(self.cfg)  # its names are another lab's: touch nothing
+        # the bridge's name is another lab's, and so are its hosts' names: touch nothing
+        net.refuse_foreign_bridge(self.cfg, other_labs_only=True)
         hosts = self.hosts()
         by_ns = {h.netns: h for h in hosts}
         for h in hosts:

@@ -91,10 +91,11 @@ def bridge_up(cfg: LabConfig) -> None:
     ensure_guard(cfg)
 
 
-def refuse_foreign_bridge(cfg: LabConfig) -> None:
+def refuse_foreign_bridge(cfg: LabConfig, *, other_labs_only: bool = False) -> None:
     """NodecertError when an interface has the lab's bridge name but this lab did not
-    create it: another program's, or another lab's (whose hosts then share the names
-    this lab would give its own: nothing of them may be taken for leftovers)."""
+    create it: another lab's (whose hosts then share the names this lab would give its
+    own: nothing of them may be taken for leftovers), or, unless other_labs_only,
+    another program's (`down` leaves such an interface alone and goes on)."""
     if not link_exists(cfg.bridge):
         return
     alias = link_alias(cfg.bridge) or ""
@@ -107,6 +108,8 @@ def refuse_foreign_bridge(cfg: LabConfig) -> None:
             "would use", hint="give this lab its own subnet (NODECERT_LAB_SUBNET) or "
                               "directory (NODECERT_LAB_DIR), or stop the other lab with its "
                               "own settings")
+    if other_labs_only:
+        return
     raise NodecertError(
         f"an interface named {cfg.bridge} exists but was not created by the lab",
         hint="remove it yourself or set another bridge name; the lab never touches "
