@@ -83,9 +83,9 @@ def recorded_stack(client: paramiko.SSHClient, ep: Endpoint,
         name = str(json.loads(out).get("stack") or "") if rc == 0 else ""
         if not name:
             return None
-        if cache is None:
+        if cache is None or lock is None:
             return find_stack(name)
-        with lock or threading.Lock():
+        with lock:
             if name not in cache:
                 cache[name] = find_stack(name)
             return cache[name]
