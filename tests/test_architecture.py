@@ -240,11 +240,21 @@ def test_long_modules_say_why() -> None:
     assert unexplained == []
 
 
-def test_tests_take_helpers_from_support_never_from_conftest() -> None:
-    bad = [f"{p.relative_to(REPO)}:{n}" for p in sorted((REPO / "tests").rglob("*.py"))
-           for n, line in enumerate(p.read_text().splitlines(), 1)
-           if re.match(r"\s*(from conftest import|import conftest)", line)]
-    assert bad == []
+def helper_imports_outside_support(root: Path) -> list[str]:
+    """Lines that take a helper from conftest or from another test file: helpers that more
+    than one file uses live in tests/support."""
+    return [f"{p.relative_to(root)}:{n}" for p in sorted((root / "tests").rglob("*.py"))
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if re.match(r"\s*(from (conftest|test_\w+) import|import (conftest|test_\w+))",
+                        line)]
+
+
+def test_tests_take_helpers_from_support_never_from_conftest_or_each_other(
+        tmp_path: Path) -> None:
+    assert helper_imports_outside_support(REPO) == []
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_b.py").write_text("x = 1\n    from test_a import helper\n")
+    assert helper_imports_outside_support(tmp_path) == ["tests/test_b.py:2"]
 
 
 # --- the check registry ---------------------------------------------------------------------

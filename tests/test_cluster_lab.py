@@ -20,9 +20,9 @@ import pytest
 
 from nodecert.certs.signing import init_key
 from nodecert.lab.hosts import Lab
+from support.cluster import model_efficiency
 from support.env import require_root
 from support.lab import lab_config
-from test_scaling import model_efficiency
 
 pytestmark = pytest.mark.lab
 NODES = ["h1", "h2", "h3", "h4"]

@@ -38,7 +38,7 @@ def test_the_page_prints_a_verify_command_that_works(tmp_path: Path) -> None:
 
     from nodecert.certs.certify import certify
     from nodecert.certs.signing import init_key, load_private_key
-    from test_certify import make_run, passing, recorded_results
+    from support.runs import make_run, passing, recorded_results
     kp = init_key(tmp_path / "keys")
     for simulated in (False, True):
         run = make_run(tmp_path / str(simulated), {"n1": {
@@ -77,7 +77,7 @@ def test_certify_prints_json(tmp_path: Path) -> None:
     import json
 
     from nodecert.certs.signing import init_key
-    from test_certify import make_run, passing, recorded_results
+    from support.runs import make_run, passing, recorded_results
     kp = init_key(tmp_path / "keys")
     run = make_run(tmp_path, {"n1": {"results": passing(recorded_results())}})
     r = CliRunner().invoke(main, ["certify", str(run), "--key", str(kp.private), "--json"])

@@ -190,8 +190,7 @@ def test_fabric_specs_are_read_or_refused() -> None:
 ])
 @pytest.mark.integration
 def test_lab_hca_faults_fail_net_ib(tmp_path: Path, fault: dict[str, Any], words: str) -> None:
-    from support.simnode import SimNode
-    from test_validator_sim import failing
+    from support.simnode import SimNode, failing
     got = failing(SimNode(tmp_path, "h200-sxm-8", faults=[fault]))
     assert list(got) == ["net.ib"], got
     assert words in got["net.ib"], got["net.ib"]

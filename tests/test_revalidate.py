@@ -20,7 +20,7 @@ from nodecert.revalidate.drift import compare, metrics, record_of
 from nodecert.revalidate.history import history
 from nodecert.revalidate.run import BaselineError, load_baseline
 from nodecert_node.contract import Limits, Verdict
-from test_certify import make_run, passing, recorded_results
+from support.runs import make_run, passing, recorded_results
 
 SOFTWARE = {"os": "ubuntu-24.04", "driver_reported": "580.173.02",
             "kernel_module": "580.173.02",

@@ -21,6 +21,7 @@ from nodecert_node.contract import Limits, Threshold, Verdict
 from nodecert_node.parse.events import events
 from nodecert_node.scaling import judge_scaling, model_size, topology
 from nodecert_node.workers.scaling import build, params
+from support.cluster import ModelLauncher, model_efficiency, run_model
 from support.env import REPO
 from support.simnode import SimNode
 
@@ -132,17 +133,6 @@ def test_node_judge_errors_when_a_figure_is_missing() -> None:
 
 # --- the check on the simulator -------------------------------------------------------------
 
-def model_efficiency(profile: str, gpus: int, busbw: float, slow: float = 1.0) -> float:
-    """The lab's model as documented (nodecert_simhw/scaling.py), computed here from the
-    profile's figures: compute alone / (compute of the slowest GPU + 30% of the gradient
-    all-reduce at its algorithm bandwidth)."""
-    g = PROFILES["profiles"][profile]["gpu"]
-    size = model_size(g["memory_mib"])
-    p = params(size["layers"], size["d_model"])
-    rate = g["bf16_tflops"] * 0.84 * 0.45 * 1e12
-    one = 6 * p * size["batch"] * size["seq"] / rate
-    comm = 4 * p / (busbw * gpus / (2 * (gpus - 1)) * 1e9)
-    return one / (one / slow + 0.3 * comm)
 
 
 def sim_scaling(tmp: Path, profile: str = "h200-sxm-8",
@@ -290,7 +280,6 @@ def test_the_cluster_certificate_carries_the_scaling_curve_and_its_floors(
 
     from nodecert.certs.cluster import certify_cluster, statement
     from nodecert.certs.signing import init_key, load_private_key
-    from test_cluster import ModelLauncher, run_model
     data = run_model(tmp_path, 2, ModelLauncher())
     res, _ = judge({"h1": node(), "h2": node()}, rank0(15400.0), "", gpus=8,
                    limits=cluster_limits(), link_layer="InfiniBand", simulated=True)

@@ -200,7 +200,7 @@ def hostile_page(tmp_path: Path) -> Path:
 
     from nodecert.certs.certify import certify
     from nodecert.certs.signing import init_key, load_private_key
-    from test_certify import make_run, passing, recorded_results
+    from support.runs import make_run, passing, recorded_results
     results = passing(recorded_results())
     burn = next(r for r in results if r["check"] == "load.burnin")
     burn["value"]["dtype"] = HOSTILE
@@ -225,7 +225,8 @@ def test_svg_labels_escape_quotes_and_enumerations_are_checked(tmp_path: Path) -
 
 @pytest.mark.lab  # root: the browser runs in its own network namespace (unshare --net)
 def test_hostile_node_text_runs_no_script_in_a_browser(tmp_path: Path) -> None:
-    from test_certify import headless, require_root
+    from support.browser import headless
+    from support.env import require_root
     require_root()
     page = hostile_page(tmp_path)
     dom = headless(page.as_uri(), "--dump-dom")

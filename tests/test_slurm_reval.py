@@ -14,8 +14,8 @@ from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.revalidate.collect import collect_host
 from nodecert.revalidate.slurm import Submission, job_script, jobs_for, submit, unschedulable
 from nodecert_node.contract import Verdict
-from test_cluster import ScriptedLauncher
-from test_collect import Client, ep, host, raw, record
+from support.cluster import ScriptedLauncher
+from support.nodeclient import Client, ep, host, raw, record
 
 
 def test_only_nodes_slurm_will_start_a_job_on_are_submitted() -> None:

@@ -141,7 +141,7 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
     import tarfile
 
     from nodecert.certs.signing import init_key
-    from test_wheel import build_wheel, install_wheel
+    from support.wheel import build_wheel, install_wheel
     env = install_wheel(build_wheel(tmp_path / "build"), tmp_path / "site")
     key = init_key(tmp_path / "keys").private
     st = plab.cfg.state

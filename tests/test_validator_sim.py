@@ -17,26 +17,16 @@ import pytest
 
 from nodecert_node.contract import Verdict
 from support.env import require_root, require_tool
-from support.simnode import VALIDATORS, SimNode
+from support.simnode import VALIDATORS, SimNode, failing, verdicts
 
 pytestmark = pytest.mark.integration
 
-HW_CHECKS = ["hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net.roce",
-             "health.gpu", "health.xid"]
 LOW_FLOORS = {"storage.seq_read_mbps_min": 1, "storage.seq_write_mbps_min": 1,
               "storage.rand_read_iops_min": 1, "storage.checkpoint_mbps_min": 1}
 
 
-def verdicts(node: SimNode) -> dict[str, tuple[Verdict, str]]:
-    out = {}
-    for name in HW_CHECKS:
-        r = node.check(name)
-        out[name] = (r.verdict, r.summary)
-    return out
 
 
-def failing(node: SimNode) -> dict[str, str]:
-    return {k: s for k, (v, s) in verdicts(node).items() if v is not Verdict.PASS}
 
 
 @pytest.mark.parametrize("profile", ["h200-sxm-8", "h100-sxm-8", "a100-sxm-8", "l40s-pcie-4"])

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.lab.hardware import Fault, hardware_description, spec_vars
-from nodecert_node.contract import Result
+from nodecert_node.contract import Result, Verdict
 from support.env import REPO
 
 SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
@@ -155,3 +155,20 @@ class SimNode:
                            timeout=600, check=False)
         assert p.returncode == 0, p.stderr
         return [json.loads(line) for line in p.stdout.splitlines()]
+
+
+HW_CHECKS = ["hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net.roce",
+             "health.gpu", "health.xid"]
+
+
+def verdicts(node: SimNode) -> dict[str, tuple[Verdict, str]]:
+    out = {}
+    for name in HW_CHECKS:
+        r = node.check(name)
+        out[name] = (r.verdict, r.summary)
+    return out
+
+
+def failing(node: SimNode) -> dict[str, str]:
+    return {k: s for k, (v, s) in verdicts(node).items() if v is not Verdict.PASS}
+
