@@ -57,9 +57,12 @@ LAB_FILES = frozenset(
 
 
 # The lab files that bring up labs of their own (their own subnet, bridge and names) and
-# never use the shared one (`lab`, `fresh_h1`): the lab tier runs them on a second worker
-# beside the files that share the session's lab. Collection checks the claim.
-OWN_LAB_FILES = frozenset({"test_cluster_lab.py", "test_bmc_container_lab.py"})
+# never use the shared one (`lab`, `fresh_h1`), each named for the unit of work it is in:
+# the lab tier runs these units beside the files that share the session's lab, on other
+# workers. Collection checks the claim.
+OWN_LAB_FILES = {"test_cluster_lab.py": "the cluster lab",
+                 "test_validate_lab.py": "the validation lab",
+                 "test_bmc_container_lab.py": "small own labs"}
 # Single tests with labs of their own in files that otherwise share the session's lab.
 OWN_LAB_TESTS = frozenset({
     "test_lab.py::test_down_after_a_crash_leaves_nothing_behind",
@@ -68,17 +71,27 @@ OWN_LAB_TESTS = frozenset({
     "test_lab.py::test_never_takes_another_labs_objects_for_its_own_leftovers",
     "test_lab.py::test_lab_up_grows_and_shrinks_a_running_lab",
     "test_lab.py::test_validate_as_a_non_root_user_through_a_jump_host"})
+# The lab tier's workers: the shared lab, the cluster's and the validation's labs each
+# keep one busy from the start; the small own labs go to whichever frees first. Labs wait
+# mostly on their hosts (boots, apt, SSH, jobs' time limits), so three share two cores.
+LAB_WORKERS = 3
+
+
+def _own_lab_unit(nodeid: str) -> str | None:
+    path, _, test = nodeid.partition("::")
+    name = path.rsplit("/", 1)[-1]
+    if name in OWN_LAB_FILES:
+        return OWN_LAB_FILES[name]
+    return "small own labs" if f"{name}::{test.split('[', 1)[0]}" in OWN_LAB_TESTS else None
 
 
 def _own_lab(nodeid: str) -> bool:
-    path, _, test = nodeid.partition("::")
-    name = path.rsplit("/", 1)[-1]
-    return name in OWN_LAB_FILES or f"{name}::{test.split('[', 1)[0]}" in OWN_LAB_TESTS
+    return _own_lab_unit(nodeid) is not None
 
 # CI's first phase (.ci/run): every test but the lab's, on one worker per CPU; the lab
 # tier follows (`-m lab`), never beside CPU-heavy tests: a lab verdict must not depend
-# on how busy the machine is. It runs on two workers: one takes every file that shares
-# the session's lab, the other the files with labs of their own.
+# on how busy the machine is. It runs on LAB_WORKERS workers: one takes every file that
+# shares the session's lab, the others the files with labs of their own.
 NOT_LAB = "not lab and not gpu"
 
 
@@ -96,24 +109,24 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     if markexpr in ("unit", "integration", NOT_LAB):
         config.option.numprocesses = "auto"
     elif markexpr in ("not gpu", "lab"):  # the default (both tiers), or the lab tier
-        config.option.numprocesses = 2
+        config.option.numprocesses = LAB_WORKERS if markexpr == "lab" else 2
         config.option.dist = "loadscope"
 
 
 def _lab_scope(nodeid: str, markexpr: str) -> str:
-    """The unit of work a test belongs to when the suite runs on two workers.
+    """The unit of work a test belongs to when the suite runs on several workers.
 
     Whole suite: every lab file is one unit (one lab at a time), each other test its own.
-    Lab tier: the files sharing the session's lab are one unit, those with labs of their
-    own the other."""
+    Lab tier: the files sharing the session's lab are one unit; those with labs of their
+    own are in the units OWN_LAB_FILES names."""
     name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
     if markexpr == "lab":
-        return "own labs" if _own_lab(nodeid) else "the shared lab"
+        return _own_lab_unit(nodeid) or "the shared lab"
     return "lab" if name in LAB_FILES else nodeid
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """On two workers: the lab files in the units `_lab_scope` names."""
+    """On the lab's workers: the lab files in the units `_lab_scope` names."""
     markexpr = config.getoption("markexpr", "")
     if config.getvalue("dist") != "loadscope" or markexpr not in ("not gpu", "lab"):
         return None

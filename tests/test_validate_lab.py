@@ -1,8 +1,9 @@
 """`nodecert validate` end to end on the lab: real SSH (paramiko, strict host keys),
 real systemd/apt hosts, simulated GPUs, real fio.
 
-Needs root (CI runs as root). Uses the session lab (h1, h3: HGX H200; h2: L40S),
-provisioned once for this module with r580-cuda13.0.
+Needs root (CI runs as root). Brings up a lab of its own, shaped like the session's (h1,
+h3: HGX H200; h2: L40S), provisioned once for this module with r580-cuda13.0: the lab
+tier runs this file beside the shared lab's files, on another worker.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,8 @@ from nodecert.cli import main
 from nodecert.lab.hosts import Lab
 from nodecert.provision.run import ProvisionRequest, provision
 from nodecert.validation.run import ValidateRequest, ValidationRun, validate
+from support.env import require_root
+from support.lab import lab_config
 
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
 
@@ -33,15 +37,19 @@ HW = ("hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net
 
 
 @pytest.fixture(scope="module")
-def plab(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    lab.apply_faults(None)
-    for h in ("h1", "h2", "h3"):
-        lab.reset(h)
-    report = provision(ProvisionRequest(lab.cfg.state / "inventory.ini", stack=STACK,
-                       runs_dir=tmp_path_factory.mktemp("prov")), progress=lambda line: None)
-    assert all(h.conformance is not None and h.conformance.ok for h in report.hosts.values()), \
-        report.as_dict()
-    return lab
+def plab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    require_root()
+    lab = Lab(lab_config("vl", 6), log=lambda m: None)
+    try:
+        lab.up(nodes=3, profiles=("h200-sxm-8", "l40s-pcie-4"))
+        report = provision(ProvisionRequest(lab.cfg.state / "inventory.ini", stack=STACK,
+                           runs_dir=tmp_path_factory.mktemp("prov")),
+                           progress=lambda line: None)
+        assert all(h.conformance is not None and h.conformance.ok
+                   for h in report.hosts.values()), report.as_dict()
+        yield lab
+    finally:
+        lab.down()  # runs even when tests failed: nothing is left behind
 
 
 def inv(lab: Lab) -> Path:
@@ -503,8 +511,9 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
 
 
 def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> None:
+    nobody = plab.cfg.subnet[99]  # in the lab's subnet, no host there
     text = inv(plab).read_text().replace(
-        "[lab]\n", "[lab]\nghost ansible_host=10.78.1.99 nodecert_gpu_model=H200-SXM "
+        "[lab]\n", f"[lab]\nghost ansible_host={nobody} nodecert_gpu_model=H200-SXM "
         "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
         "nodecert_nvme_count=8\n")
     path = tmp_path / "with-ghost.ini"
@@ -512,7 +521,7 @@ def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> Non
     r = validate(ValidateRequest(path, stack=STACK, runs_dir=tmp_path, checks=("health.gpu",)),
                  progress=lambda line: None)
     ghost = r.hosts["ghost"]
-    assert ghost.status == "unreachable" and "cannot reach 10.78.1.99:22" in ghost.error
+    assert ghost.status == "unreachable" and f"cannot reach {nobody}:22" in ghost.error
     assert [x.fault_code for x in ghost.results] == ["NC-HOST-UNREACHABLE"]
     assert {h: r.hosts[h].status for h in ("h1", "h2", "h3")} == dict.fromkeys(
         ("h1", "h2", "h3"), "done")
