@@ -196,8 +196,19 @@ def test_init_scaffolds_a_site_project_that_checks(tmp_path: Path) -> None:
     assert (target / "inventory" / "group_vars" / "all" / "nodecert.yml").is_file()
     assert stat.S_IMODE((target / "keys").stat().st_mode) == 0o700
     assert "provision -i inventory" in (target / "README.txt").read_text()
+    hosts = (target / "inventory" / "hosts.ini").read_text()
+    assert "inventory/sample" not in hosts and "--inventory inventory\n" in hosts
+    host_vars = (target / "inventory" / "host_vars" / "gpu-h200-01.yml").read_text()
+    assert "nodecert_bmc:" in host_vars and "ansible_become_password: !vault" in host_vars
+    assert "host_vars/<host>.yml" in (target / "README.txt").read_text()
     report = check_inventory(target / "inventory")
     assert report.ok and len(report.hosts) == 3, [p.what for p in report.problems]
+    # the host's BMC block, uncommented as a user would, is a valid setting
+    bmc = host_vars.split("# nodecert_bmc:", 1)[1].split("\n#\n", 1)[0]
+    (target / "inventory" / "host_vars" / "gpu-h200-01.yml").write_text(
+        "nodecert_bmc:" + bmc.replace("\n# ", "\n") + "\n")
+    report = check_inventory(target / "inventory")
+    assert report.ok, [p.what for p in report.problems]
     again = CliRunner().invoke(main, ["init", str(target)])
     assert again.exit_code == 2 and "not empty" in again.output
 
