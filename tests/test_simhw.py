@@ -367,3 +367,41 @@ def test_fault_sdc_makes_gpu_burn_report_faulty(tmp_path: Path) -> None:
     sim = Sim(tmp_path, faults=[{"kind": "sdc", "gpu": 5}])
     out = sim("gpu_burn", "1", timeout=60).stdout
     assert "GPU 5: FAULTY" in out and out.count(": OK") == 7
+
+
+# --- nvidia-smi -q -x: the real tags, the same facts as -q ----------------------------------
+
+def xml_paths(text: str) -> set[str]:
+    """Every element path under a <gpu> of an `nvidia-smi -q -x` document."""
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(text.split("\n", 2)[2] if text.startswith("<?xml") else text)
+    out: set[str] = set()
+
+    def walk(el: Any, path: str) -> None:
+        for child in el:
+            out.add(f"{path}/{child.tag}")
+            walk(child, f"{path}/{child.tag}")
+    for gpu in root.iter("gpu"):
+        walk(gpu, "gpu")
+    return out
+
+
+REAL_XML_PATHS = set().union(*(xml_paths(f.read_text()) for f in sorted(
+    (REPO / "tests" / "fixtures" / "real" / "nvidia-smi").glob("*.xml"))))
+# Readings that move between two calls (the simulated GPUs warm and draw as real ones do).
+LIVE = {"temp_gpu", "temp_memory", "temp_headroom", "temp_tlimit_margin", "power_draw_w"}
+
+
+@pytest.mark.parametrize("profile", ["h200-sxm-8", "h100-sxm-8", "a100-sxm-8", "l40s-pcie-4",
+                                     "b200-hgx-8", "gb200-nvl-4"])
+def test_q_x_writes_real_tags_and_the_facts_q_prints(tmp_path: Path, profile: str) -> None:
+    from nodecert_node.parse import smi
+    sim = Sim(tmp_path, profile)
+    xml = sim("nvidia-smi", "-q", "-x").stdout
+    assert xml_paths(xml) - REAL_XML_PATHS == set()
+    _, from_text = smi.parse_q(sim("nvidia-smi", "-q").stdout)
+    _, from_xml = smi.parse_q_xml(xml)
+    assert from_xml[0]["mig_current"] == "Disabled" and from_xml[0]["pcie_gen_max"]
+    for a, b in zip(from_text, from_xml, strict=True):
+        assert {k: v for k, v in a.items() if k not in LIVE} == \
+            {k: v for k, v in b.items() if k not in LIVE}

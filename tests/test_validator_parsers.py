@@ -6,6 +6,8 @@ SOURCES.md names where each came from).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -94,22 +96,30 @@ def test_q_text_real_failure_cases() -> None:
         smi.parse_q("Mon Jan 1 00:00:00 2024\n+------+\n| NVIDIA-SMI 550 |\n")
 
 
-@pytest.mark.parametrize(("name", "driver", "product", "reasons_key", "gen_cur", "width"), [
-    ("a100-sxm4-80gb-mig-535.54.03-q.xml", "535.54.03", "NVIDIA A100-SXM4-80GB", "gpu_idle",
-     4, 16),
-    ("a10g-1gpu-515.105.01-q-x-v11.xml", "515.105.01", "NVIDIA A10G", "gpu_idle", 1, 8),
-    ("tesla-t4-1gpu-515.105.01-q-x-v11.xml", "515.105.01", "Tesla T4", "gpu_idle", 3, 8),
+@pytest.mark.parametrize(("name", "driver", "product", "gen_cur", "width", "max_op"), [
+    ("a100-sxm4-80gb-mig-535.54.03-q.xml", "535.54.03", "NVIDIA A100-SXM4-80GB", 4, 16, 85),
+    ("a10g-1gpu-515.105.01-q-x-v11.xml", "515.105.01", "NVIDIA A10G", 1, 8, 88),
+    ("tesla-t4-1gpu-515.105.01-q-x-v11.xml", "515.105.01", "Tesla T4", 3, 8, 85),
 ])
-def test_nvidia_smi_q_xml(name: str, driver: str, product: str, reasons_key: str,
-                          gen_cur: int, width: int) -> None:
-    # v12 uses <clocks_event_reasons>, v11 <clocks_throttle_reasons>: both read.
-    header, gpus = smi.parse_q_xml(text(f"nvidia-smi/{name}"))
+def test_nvidia_smi_q_xml(name: str, driver: str, product: str, gen_cur: int, width: int,
+                          max_op: int) -> None:
+    # v12 uses <clocks_event_reasons>, v11 <clocks_throttle_reasons>: both read, under
+    # the keys -q's labels give (the XML's "display_clocks_setting" included).
+    raw = text(f"nvidia-smi/{name}")
+    header, gpus = smi.parse_q_xml(raw)
     g = gpus[0]
     assert header["Driver Version"] == driver and g["name"] == product
-    assert reasons_key in g["clock_reasons"]
+    assert set(g["clock_reasons"]) == set(smi.REASON_LABELS.values())
     assert g["clock_reasons"].get("hw_slowdown") is False
     assert (g["pcie_gen_current"], g["pcie_width_current"]) == (gen_cur, width)
     assert g["ecc_current"] is True and g["ecc_volatile_uncorrectable"] == 0
+    assert g["temp_max_operating"] == max_op
+    # Without a max operating temperature there is none: the shutdown temperature
+    # (gpu_temp_max_threshold) is never taken for it.
+    unknown = re.sub(r"<gpu_temp_max_gpu_threshold>[^<]*<", "<gpu_temp_max_gpu_threshold>N/A<",
+                     raw)
+    g2 = smi.parse_q_xml(unknown)[1][0]
+    assert g2["temp_max_operating"] is None and g2["temp_headroom"] is None
 
 
 def test_xml_errors() -> None:

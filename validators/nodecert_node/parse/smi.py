@@ -180,6 +180,10 @@ def gpu_from_q(bus: str, d: dict[str, str]) -> Gpu:
                                      "Power Readings/Power Limit")),
         "power_default_w": _num(_first(d, "GPU Power Readings/Default Power Limit",
                                        "Power Readings/Default Power Limit")),
+        # Grace-Blackwell trays: where the GPU sits (its module, the chassis)
+        "module_id": _first(d, "Platform Info/Module Id", "Platform Info/Module ID"),
+        "chassis_serial": _first(d, "Platform Info/Chassis Serial Number",
+                                 "Platform Info/RACK Serial Number"),
         "mig_current": _first(d, "MIG Mode/Current"),
         "mig_pending": _first(d, "MIG Mode/Pending"),
         "app_clock_mhz": _int(_first(d, "Applications Clocks/Graphics")),
@@ -196,10 +200,18 @@ def _temps(d: dict[str, str]) -> dict[str, int | None]:
     margin is not relative to "GPU Current Temp" (a different sensor), so no
     absolute limit is derived; headroom = margin + offset in both forms.
     """
-    cur = _int(_first(d, "Temperature/GPU Current Temp"))
-    max_abs = _int(_first(d, "Temperature/GPU Max Operating Temp"))
-    margin = _int(_first(d, "Temperature/GPU T.Limit Temp"))
-    offset = _int(_first(d, "Temperature/GPU Max Operating T.Limit Temp"))
+    return _temp_facts(_int(_first(d, "Temperature/GPU Current Temp")),
+                       _int(_first(d, "Temperature/GPU Max Operating Temp")),
+                       _int(_first(d, "Temperature/GPU T.Limit Temp")),
+                       _int(_first(d, "Temperature/GPU Max Operating T.Limit Temp")),
+                       _int(_first(d, "Temperature/Memory Current Temp")),
+                       _int(_first(d, "Temperature/Memory Max Operating Temp")))
+
+
+def _temp_facts(cur: int | None, max_abs: int | None, margin: int | None,
+                offset: int | None, mem: int | None, mem_max: int | None
+                ) -> dict[str, int | None]:
+    """The temperature facts of either format, from the same six readings."""
     headroom = None
     if max_abs is not None and cur is not None:
         headroom = max_abs - cur
@@ -207,8 +219,7 @@ def _temps(d: dict[str, str]) -> dict[str, int | None]:
         headroom = margin + (offset or 0)
     return {"temp_gpu": cur, "temp_max_operating": max_abs, "temp_tlimit_margin": margin,
             "temp_max_operating_tlimit_offset": offset, "temp_headroom": headroom,
-            "temp_memory": _int(_first(d, "Temperature/Memory Current Temp")),
-            "temp_memory_max": _int(_first(d, "Temperature/Memory Max Operating Temp"))}
+            "temp_memory": mem, "temp_memory_max": mem_max}
 
 
 def parse_q(text: str) -> tuple[dict[str, str], list[Gpu]]:
@@ -263,8 +274,8 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
                 continue
             for child in el:
                 key = re.sub(r"^clocks?_(event|throttle)_reason_", "", child.tag)
-                key = {"hw_power_brake_slowdown": "hw_power_brake_slowdown",
-                       "applications_clocks_setting": "applications_clocks_setting"}.get(key, key)
+                # the XML's plural "display_clocks_setting" is -q's "Display Clock Setting"
+                key = {"display_clocks_setting": "display_clock_setting"}.get(key, key)
                 v = _yes(child.text)
                 if v is not None:
                     reasons.setdefault(key, v)
@@ -311,13 +322,14 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
             "pcie_width_current": _int(_t(g, "pci/pci_gpu_link_info/link_widths/"
                                              "current_link_width")),
             "fabric_state": _t(g, "fabric/state"), "fabric_status": _t(g, "fabric/status"),
-            "temp_gpu": _int(_t(g, "temperature/gpu_temp")),
-            "temp_max_operating": _int(_t(g, "temperature/gpu_temp_max_gpu_threshold")
-                                       or _t(g, "temperature/gpu_temp_max_threshold")),
-            "temp_tlimit_margin": _int(_t(g, "temperature/gpu_temp_tlimit")),
-            "temp_headroom": _headroom_xml(g),
-            "temp_memory": _int(_t(g, "temperature/memory_temp")),
-            "temp_memory_max": _int(_t(g, "temperature/gpu_temp_max_mem_threshold")),
+            # the same readings as -q's Temperature section; gpu_temp_max_threshold is
+            # the shutdown temperature, never the max operating one
+            **_temp_facts(_int(_t(g, "temperature/gpu_temp")),
+                          _int(_t(g, "temperature/gpu_temp_max_gpu_threshold")),
+                          _int(_t(g, "temperature/gpu_temp_tlimit")),
+                          _int(_t(g, "temperature/gpu_temp_max_gpu_tlimit_threshold")),
+                          _int(_t(g, "temperature/memory_temp")),
+                          _int(_t(g, "temperature/gpu_temp_max_mem_threshold"))),
             "inforom_image": _t(g, "inforom_version/img_version"),
             "inforom_ecc": _t(g, "inforom_version/ecc_object"),
             "recovery_action": _t(g, "gpu_recovery_action"),
@@ -336,15 +348,6 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
             "app_clock_default_mhz": _int(_t(g, "default_applications_clocks/graphics_clock")),
         })
     return header, gpus
-
-
-def _headroom_xml(g: ET.Element) -> int | None:
-    cur = _int(_t(g, "temperature/gpu_temp"))
-    mx = _int(_t(g, "temperature/gpu_temp_max_gpu_threshold")
-              or _t(g, "temperature/gpu_temp_max_threshold"))
-    if cur is not None and mx is not None:
-        return mx - cur
-    return _int(_t(g, "temperature/gpu_temp_tlimit"))
 
 
 # --- --query-gpu CSV ----------------------------------------------------------------------

@@ -14,6 +14,7 @@ import re
 import sys
 import time
 
+from nodecert_simhw.smixml import xml_tag
 from nodecert_simhw.state import (
     DRIVER_CUDA,
     GpuState,
@@ -275,23 +276,20 @@ def smi_qx(hw, drv, argv):
            f"\t<driver_version>{drv}</driver_version>",
            f"\t<cuda_version>{cuda_for(drv)}</cuda_version>",
            f"\t<attached_gpus>{len(vis)}</attached_gpus>"]
-    renames = {"product_name": "product_name", "serial_number": "serial", "gpu_uuid": "uuid",
-               "gpu_current_temp": "gpu_temp", "gpu_t_limit_temp": "gpu_temp_tlimit",
-               "gpu_shutdown_t_limit_temp": "gpu_temp_max_tlimit_threshold",
-               "gpu_slowdown_t_limit_temp": "gpu_temp_slow_tlimit_threshold",
-               "gpu_max_operating_t_limit_temp": "gpu_temp_max_gpu_tlimit_threshold",
-               "memory_current_temp": "memory_temp", "power_draw": "power_draw",
-               "performance_state": "performance_state", "bus_id": "pci_bus_id",
-               "device_id": "pci_device_id", "sub_system_id": "pci_sub_system_id",
-               "fb_memory_usage": "fb_memory_usage", "dram_uncorrectable": "dram_uncorrectable"}
     for i in sel:
         out.append(f'\t<gpu id="{bus_id(hw, i)}">')
         stack = []
         for depth, label, value in _q_lines(hw, i, vis.index(i), drv):
             while stack and stack[-1][0] >= depth:
                 out.append("\t" * (stack[-1][0] + 1) + f"</{stack.pop()[1]}>")
-            tag = renames.get(_xml_tag(label), _xml_tag(label))
-            if value is None:
+            tag = xml_tag(stack[-1][1] if stack else "gpu", _xml_tag(label))
+            if value is not None and "/" in tag:  # a section in the XML, a line in -q
+                section, tag = tag.split("/")
+                val = value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+                out += ["\t" * (depth + 1) + f"<{section}>",
+                        "\t" * (depth + 2) + f"<{tag}>{val}</{tag}>",
+                        "\t" * (depth + 1) + f"</{section}>"]
+            elif value is None:
                 out.append("\t" * (depth + 1) + f"<{tag}>")
                 stack.append((depth, tag))
             else:
