@@ -28,7 +28,8 @@ REAL = REPO / "tests" / "fixtures" / "real"
 class Sim:
     def __init__(self, tmp: Path, profile: str = "h200-sxm-8",
                  faults: list[dict[str, Any]] | None = None,
-                 installed: dict[str, tuple[str, str]] | None = None) -> None:
+                 installed: dict[str, tuple[str, str]] | None = None,
+                 boot_time: float | None = None) -> None:
         self.dir = tmp
         self.hw = tmp / "hardware.json"
         self.inst = tmp / "installed"
@@ -38,7 +39,8 @@ class Sim:
               for f in faults or []]
         desc = hardware_description(lab_seed="test", host="h1", profile_name=profile,
                                     mac="02:6e:63:00:00:01", faults=fl,
-                                    boot_time=time.time() - 600)
+                                    boot_time=time.time() - 600 if boot_time is None
+                                    else boot_time)
         self.hw.write_text(json.dumps(desc))
         for comp, (name, version) in (STACK_580 if installed is None else installed).items():
             (self.inst / f"{name}.json").write_text(json.dumps(
@@ -340,6 +342,18 @@ def test_fault_xid_in_kernel_log(tmp_path: Path) -> None:
                          .read_text())
     assert real[0] == ("0000:9b:00", 119)  # the same regex reads the real log
     assert tp.parse_xids(sim("dmesg", "-T").stdout) == [("0000:3a:00", 79)]
+
+
+def test_dmesg_T_pads_the_day_with_a_space_as_util_linux_does(tmp_path: Path) -> None:
+    # util-linux prints ctime stamps ("%a %b %e ..."): "[Sun Feb  2 ...]", never "Feb 02"
+    import calendar
+    boot = calendar.timegm((2026, 2, 1, 23, 58, 0, 0, 0, 0))
+    sim = Sim(tmp_path, faults=[{"kind": "xid", "gpu": 2, "code": 79, "at_s": 300}],
+              boot_time=boot)
+    p = subprocess.run([sys.executable, str(SIMHW), "dmesg", "-T"], env=dict(sim.env(), TZ="UTC"),
+                       capture_output=True, text=True, timeout=30, check=True)
+    assert "[Mon Feb  2 00:03:00 2026] NVRM: Xid (PCI:0000:3a:00): 79," in p.stdout
+    assert tp.parse_xids(p.stdout) == [("0000:3a:00", 79)]
 
 
 def test_fault_busbw_low_and_wrong_values(tmp_path: Path) -> None:

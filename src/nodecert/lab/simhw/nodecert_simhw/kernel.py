@@ -42,7 +42,8 @@ def cmd_dmesg(argv):
     human = "-T" in argv or "--ctime" in argv
     for ts, msg in sorted(lines):
         if human:
-            stamp = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(boot + ts))
+            # util-linux prints ctime stamps: the day padded with a space ("Feb  2")
+            stamp = time.strftime("%a %b %e %H:%M:%S %Y", time.localtime(boot + ts))
             print(f"[{stamp}] {msg}")
         else:
             print(f"[{ts:12.6f}] {msg}")
