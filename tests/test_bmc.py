@@ -282,3 +282,24 @@ def test_the_inventory_refuses_a_plain_text_bmc_password(tmp_path: Path) -> None
     text = "\n".join(p.render() for p in report.problems)
     assert "nodecert_bmc_password is set in plain text" in text
     assert "canary-7f3a" not in text
+
+
+def test_lab_bmcs_without_sushy_tools_name_the_lab_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    import shutil
+
+    from nodecert.core.errors import NodecertError
+    from nodecert.lab import bmc as labbmc
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "sushy_tools" else real(name, *a))
+    with pytest.raises(NodecertError, match="sushy-tools") as e:
+        labbmc.preflight()
+    assert "nodecert[lab]" in (e.value.hint or "")
+    # and the extra exists: the package's metadata offers it, with sushy-tools in it
+    import re
+    from importlib.metadata import metadata
+    reqs = metadata("nodecert").get_all("Requires-Dist") or []
+    assert any(r.startswith("sushy-tools") and re.search(r"extra == [\"']lab", r)
+               for r in reqs), reqs

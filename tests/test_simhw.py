@@ -419,3 +419,24 @@ def test_q_x_writes_real_tags_and_the_facts_q_prints(tmp_path: Path, profile: st
     for a, b in zip(from_text, from_xml, strict=True):
         assert {k: v for k, v in a.items() if k not in LIVE} == \
             {k: v for k, v in b.items() if k not in LIVE}
+
+
+def test_new_faults_on_a_running_host_keep_its_boot_time(tmp_path: Path) -> None:
+    """`lab faults` rewrites a host's hardware whole (faults replace faults), but the
+    host did not reboot: its uptime and its kernel log's times stay."""
+    from nodecert.lab.config import LabConfig
+    from nodecert.lab.hosts import Lab
+    lab = Lab(LabConfig(root=tmp_path), log=lambda m: None)
+    root = lab.cfg.host_dir(1) / "root"
+    (root / "usr" / "local" / "bin").mkdir(parents=True)
+    hw = root / "etc" / "nodecert-lab" / "hardware.json"
+    lab._install_hardware(1, "h1", "h200-sxm-8", [], "seed")
+    booted = json.loads(hw.read_text())
+    booted["boot_time"] -= 3600  # up an hour
+    hw.write_text(json.dumps(booted))
+    lab._install_hardware(1, "h1", "h200-sxm-8", [Fault("h1", "xid", {"gpu": 2, "code": 79})],
+                          "seed", keep_boot=True)
+    after = json.loads(hw.read_text())
+    assert after["boot_time"] == booted["boot_time"] and after["faults"]
+    lab._install_hardware(1, "h1", "h200-sxm-8", [], "seed")  # a boot (up, reset): now
+    assert json.loads(hw.read_text())["boot_time"] > booted["boot_time"] + 3000

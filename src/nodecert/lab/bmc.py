@@ -88,8 +88,9 @@ def preflight() -> None:
                             hint=f"apt-get install {' '.join(missing)}")
     if importlib.util.find_spec("sushy_tools") is None:
         raise NodecertError("the lab's Redfish BMCs need sushy-tools in nodecert's "
-                            "environment", hint="pip install sushy-tools (or install "
-                                                "nodecert with its dev extra)") from None
+                            "environment", hint="install nodecert with its lab extra: "
+                                                "pip install 'nodecert[lab]' (from a clone: "
+                                                "pip install -e '.[lab]')") from None
 
 
 # --- the namespace ---------------------------------------------------------------------------

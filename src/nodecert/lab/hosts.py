@@ -400,11 +400,18 @@ class Lab:
             cluster.prepare_host(self.cfg, root, total)
 
     def _install_hardware(self, n: int, name: str, profile_name: str, faults: list[Fault],
-                          seed: str) -> None:
+                          seed: str, *, keep_boot: bool = False) -> None:
+        """The host's simulated hardware (hardware.json), written whole. `keep_boot`:
+        the host did not reboot (new faults on a running host), so its boot time, and
+        with it its uptime and the kernel log's times, stay as they were."""
         root = self.cfg.host_dir(n) / "root"
-        hw = hardware_description(lab_seed=seed, host=name, profile_name=profile_name,
-                                  mac=self.cfg.mac(n), faults=faults, boot_time=time.time())
         etc = root / "etc/nodecert-lab"
+        boot = time.time()
+        if keep_boot:
+            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                boot = float(json.loads((etc / "hardware.json").read_text())["boot_time"])
+        hw = hardware_description(lab_seed=seed, host=name, profile_name=profile_name,
+                                  mac=self.cfg.mac(n), faults=faults, boot_time=boot)
         etc.mkdir(parents=True, exist_ok=True)
         tmp = etc / "hardware.json.tmp"
         tmp.write_text(json.dumps(hw, indent=1))
@@ -509,7 +516,11 @@ class Lab:
     # --- faults -------------------------------------------------------------------------
 
     def apply_faults(self, faults_file: Path | None) -> list[Fault]:
-        """Replace the injected faults on the running hosts (the tools read them live)."""
+        """Replace the injected faults on the running hosts (the tools read them live).
+
+        Each host's simulated hardware is written anew from its profile and these faults
+        (faults replace those before, never add to them; a hand edit of hardware.json is
+        not kept); its boot time is kept: the host did not reboot."""
         hosts = self.hosts()
         if not hosts:
             raise NodecertError("the lab is not up", hint="run `nodecert lab up` first")
@@ -518,7 +529,8 @@ class Lab:
                   if faults_file else [])
         state = self._read_state() or {}
         for h in hosts:
-            self._install_hardware(h.n, h.name, h.profile, faults, state["seed"])
+            self._install_hardware(h.n, h.name, h.profile, faults, state["seed"],
+                                   keep_boot=True)
         self._apply_storage_faults(hosts, faults)
         self._apply_container_faults(hosts, faults, [Fault(**f) for f in state.get("faults", [])])
         if state.get("bmc"):
