@@ -145,6 +145,8 @@ def verify_validators(host: Any) -> None:
     assert timer.is_enabled
     hook = host.file("/etc/apt/apt.conf.d/99nodecert-revalidate")
     assert hook.is_file and "DPkg::Post-Invoke" in hook.content_string
+    watch = host.service("nodecert-hold-watch.path")  # holds make no apt transaction
+    assert watch.is_enabled and watch.is_running
     state = host.file("/var/lib/nodecert")
     assert state.is_directory and state.mode == 0o750
 

@@ -433,8 +433,32 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     finally:
         plab.ssh(h, "apt-get purge -y -q nvidia-nodecert-probe nodecert-unrelated-probe "
                     ">/dev/null 2>&1", timeout=180)
-    # Changing a pinned (held) package with apt queues a run as well.
+    # An unhold makes no apt transaction: the watch on dpkg's status file queues a run,
+    # which FAILs stack.conformance for the pinned package no longer held.
     count = "ls /var/lib/nodecert/history | grep -c -- -after-update-"
+    assert plab.ssh(h, "systemctl is-enabled nodecert-hold-watch.path; "
+                       "systemctl is-active nodecert-hold-watch.path").stdout.split() == [
+        "enabled", "active"]
+    before = int(plab.ssh(h, count, check=False).stdout.strip() or 0)
+    plab.ssh(h, "apt-mark unhold nvidia-open >/dev/null")
+    try:
+        wait_on(plab, h, f"[ $({count}) -gt {before} ]")
+        wait_on(plab, h, "! test -e /var/lib/nodecert/revalidate-pending")
+        r = CliRunner().invoke(main, [
+            "revalidate", "-i", str(inv(plab)), "--stack", STACK, "--limit", h,
+            "--baseline", str(reports), "--key", str(kp.private),
+            "--runs-dir", str(tmp_path / "unheld"), "--collect", "after-update"])
+        assert r.exit_code == 1, r.output
+        col = json.loads(next((tmp_path / "unheld").glob(f"*/{h}/results.json")).read_text())
+        conf = next(x for x in col["results"] if x["check"] == "stack.conformance")
+        assert conf["verdict"] == "FAIL", conf
+        assert "nvidia-open 580.173.02-1 is not held against upgrades" in conf["findings"], conf
+    finally:
+        plab.ssh(h, "apt-mark hold nvidia-open >/dev/null")
+    # holding it again is a change as well: its run ends before the next step
+    wait_on(plab, h, f"[ $({count}) -gt {before + 1} ]")
+    wait_on(plab, h, "! test -e /var/lib/nodecert/revalidate-pending")
+    # Changing a pinned (held) package with apt queues a run as well.
     before = int(plab.ssh(h, count, check=False).stdout.strip() or 0)
     plab.ssh(h, "apt-get install -y -q --allow-downgrades --allow-change-held-packages "
                 "nvidia-open=570.211.01-1 >/dev/null", timeout=300)
