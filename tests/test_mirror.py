@@ -22,6 +22,7 @@ from nodecert.core.errors import InventoryError, ManifestError
 from nodecert.lab.wheelhouse import build_wheelhouse
 from nodecert.provision import aptrepo, mirror
 from nodecert.stack.manifest import find_stack
+from support.env import REPO
 
 STACK, OS = "r580-cuda13.0", "debian-12"
 
@@ -62,6 +63,9 @@ DEPS = {  # extra structure on top of the stack's pins
 EXTRA = [("cuda-cudart-13-0", "13.0.0-1"), ("cuda-cudart-13-0", "13.0.48-1"),
          ("cuda-nvrtc-alt", "1.0-1"), ("nvidia-open", "590.44.01-1"),
          ("nccl-tests", "2.17.8-1"), ("unrelated", "1.0-1")]
+# The container toolkit role's own pins (not the stack's): NVIDIA's repository has them.
+TOOLKIT = [(name, "1.17.8-1") for name in ("nvidia-container-toolkit",
+           "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1")]
 
 
 def make_upstream(root: Path, *, drop: str = "") -> Path:
@@ -71,7 +75,7 @@ def make_upstream(root: Path, *, drop: str = "") -> Path:
     repo.mkdir(parents=True)
     pins = [(p.name, str(p.version)) for p in find_stack(STACK).os[OS].packages]
     stanzas = []
-    for name, version in pins + EXTRA:
+    for name, version in pins + EXTRA + TOOLKIT:
         if name == drop:
             continue
         deb = f"{name}_{version.split(':')[-1]}_amd64.deb"
@@ -111,8 +115,10 @@ def test_a_mirror_holds_the_pins_and_what_they_need(upstreams: tuple[Path, str],
     assert ("cuda-cudart-13-0", "13.0.48-1", "dependency") in got  # highest that fits
     assert ("cuda-nvrtc-alt", "1.0-1", "dependency") in got  # the alternative present
     assert ("nccl-tests", "2.17.8-1", "extra") in got
+    # what the container toolkit role installs, from its own defaults
+    assert {(n, v, "role:container_toolkit") for n, v in TOOLKIT} <= got
     assert not any(n in ("unrelated",) for n, _, _ in got)
-    assert len(got) == 11  # 8 pins, 2 dependencies, 1 extra
+    assert len(got) == 15  # 8 pins, 4 toolkit packages, 2 dependencies, 1 extra
     assert m["from_os_archive"] == ["libc6 (>= 2.17)"]
     assert m["wheels"] == {"torch==2.9.1+cu130": [mirror.sha256_file(
         next((out / "wheels").glob("torch-*.whl")))]}
@@ -157,6 +163,37 @@ def test_an_index_that_does_not_match_its_release_stops_the_build(
         f.write("\n")
     with pytest.raises(mirror.MirrorError, match="does not match the Release file's SHA256"):
         _build(upstreams, tmp_path / "m")
+
+
+def test_a_missing_role_package_is_named(tmp_path: Path) -> None:
+    up = make_upstream(tmp_path, drop="libnvidia-container1")
+    with pytest.raises(mirror.MirrorError,
+                       match=r"libnvidia-container1=1.17.8-1 \(the container_toolkit role's\)"):
+        mirror.build(STACK, OS, tmp_path / "m", apt_upstream=str(up),
+                     index_url="file:///nonexistent", allow_unsigned=True)
+
+
+def test_every_package_a_role_installs_has_a_known_source() -> None:
+    """A role that starts installing another list of packages must say where the list
+    comes from (the stack, its own pins, the OS archive), or the mirror may lack it."""
+    import re
+
+    from nodecert.provision.rolepkgs import APT_SOURCES, role_pins
+    lists = set()
+    for tasks in sorted((REPO / "roles").glob("*/tasks/*.yml")):
+        text = tasks.read_text()
+        for block in re.findall(r"ansible\.builtin\.apt:\n((?:    .*\n)+)", text):
+            expr = re.search(r"name: (.*)", block)
+            if expr is None and "update_cache" in block:
+                continue  # refreshes the lists, installs nothing
+            assert expr and "{{" in expr.group(1), \
+                f"{tasks}: an apt task whose package list is not a role variable"
+            lists |= set(re.findall(r"\b(\w+_(?:packages|selected|retired))\b", expr.group(1)))
+        lists |= set(re.findall(r"nodecert_common_pins: \"\{\{ (\w+)", text))
+    assert len(lists) >= 6, lists  # the tasks were read
+    unknown = lists - set(APT_SOURCES)
+    assert unknown == set(), f"package lists with no known source: {unknown}"
+    assert {p.role for p in role_pins()} == {"container_toolkit"}
 
 
 def test_a_missing_pin_is_named(tmp_path: Path) -> None:

@@ -162,12 +162,16 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200, check=False)
 
     site_mirror = tmp_path / "site-mirror"
+    # The lab's one repository also plays the OS archive: what a real site's OS mirror
+    # gives the roles (fio, python3-venv, python3-packaging) comes in as extra packages
+    # here, with the site's GPU tools. The container toolkit is not named: the mirror
+    # carries what the roles pin on its own.
+    os_archive = ("fio", "python3-venv", "python3-packaging", "infiniband-diags", "perftest")
+    gpu_tools = ("nccl-tests", "nvbandwidth", "gpu-burn", "mlnx-tools")
     r = wheel_cli("main", "mirror", "build", "--stack", STACK, "--os", "debian-12",
                   "--out", str(site_mirror), "--apt-upstream", str(upstream / "nvidia"),
                   "--index-url", f"file://{upstream / 'simple'}", "--allow-unsigned-upstream",
-                  "--extra-package", "nccl-tests", "--extra-package", "nvbandwidth",
-                  "--extra-package", "gpu-burn", "--extra-package", "infiniband-diags",
-                  "--extra-package", "mlnx-tools")
+                  *(a for name in os_archive + gpu_tools for a in ("--extra-package", name)))
     assert r.returncode == 0, r.stdout + r.stderr
     assert wheel_cli("main", "mirror", "verify", str(site_mirror)).returncode == 0
     # an inventory directory: the hosts file, group_vars that pick the stack, host_vars
@@ -191,6 +195,10 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
         f"{st / 'known_hosts'} -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes "
         f"-o ProxyJump=root@{h1_ip}'\n"
         "ansible_become_password: !vault |\n" + "".join(f"  {ln}\n" for ln in blob.splitlines()))
+    # h2 as it came from the factory: everything provisioning installs must come from
+    # the site's mirror alone
+    plab.reset("h2")
+    assert plab.ssh("h2", "dpkg-query -W nvidia-container-toolkit", check=False).returncode
     plab.ssh("h2", f"id ops >/dev/null 2>&1 || useradd -m -s /bin/sh ops; echo 'ops:{password}' "
              "| chpasswd && install -d -m 700 -o ops -g ops /home/ops/.ssh && install -m 600 "
              "-o ops -g ops /root/.ssh/authorized_keys /home/ops/.ssh/authorized_keys && "
@@ -224,6 +232,8 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
         # pip installed with --require-hashes from the mirror's digests
         reqs = plab.ssh("h2", f"cat /opt/nodecert/envs/{STACK}.requirements.txt").stdout
         assert "torch==2.9.1+cu130 --hash=sha256:" in reqs, reqs
+        toolkit = plab.ssh("h2", "dpkg-query -W -f '${Version}' nvidia-container-toolkit")
+        assert toolkit.stdout == "1.17.8-1"  # from the site's mirror
     finally:
         plab.ssh("h2", "rm -f /etc/sudoers.d/ops; "
                  "for d in nvidia simple wheels; do umount /srv/nodecert-mirror/$d; "

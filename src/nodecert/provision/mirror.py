@@ -44,6 +44,7 @@ from nodecert.provision.mirror_fetch import (
     join_url,
     sha256_file,
 )
+from nodecert.provision.rolepkgs import role_pins
 from nodecert.stack.manifest import Stack, find_stack, load_stack
 
 SCHEMA = "nodecert.mirror/v1"
@@ -133,19 +134,25 @@ def build_apt(stack: Stack, os_name: str, upstream: str, repo: Path, *, key: Pat
                                                 allow_unsigned))
     pins = stack.os[os_name].packages
     wanted: list[tuple[str, str | None]] = [(p.name, str(p.version)) for p in pins]
+    # What the roles pin besides the stack (the container toolkit): provisioning installs
+    # it from this repository too, so a host that never saw another one needs it here.
+    by_role = {(r.name, r.version): r.role for r in role_pins()}
+    role_wanted = [nv for nv in by_role if nv not in wanted]
+    wanted += role_wanted
     for item in extra:  # site tools from the same repository: NAME or NAME=VERSION
         name, _, version = item.partition("=")
         wanted.append((name, version or None))
     res = aptrepo.resolve(stanzas, wanted, upstream)
     distro = {p.name for p in pins if p.origin == "distro"}
-    lost = [f"{n}={v}" for n, v in res.missing_pins if n not in distro]
+    lost = [f"{n}={v}" + (f" (the {by_role[(n, v)]} role's)" if (n, v) in by_role else "")
+            for n, v in res.missing_pins if n not in distro]
     if lost:
         raise MirrorError(f"the upstream lacks pinned package(s): {', '.join(lost)}",
                           hint=f"check the stack's strings with `apt-cache madison` against "
                                f"{upstream}")
     out.external = res.external + [f"{n} (= {v})" for n, v in res.missing_pins]
     pinned = {(p.name, str(p.version)) for p in pins}
-    extra_names = {n for n, _ in wanted[len(pins):]}
+    extra_names = {n for n, _ in wanted[len(pins) + len(role_wanted):]}
     for s in res.selected:
         rel = s.get("Filename", "")
         sha = s.get("SHA256", "")
@@ -159,6 +166,8 @@ def build_apt(stack: Stack, os_name: str, upstream: str, repo: Path, *, key: Pat
                              "file": str(PurePosixPath("nvidia") / PurePosixPath(rel)),
                              "sha256": sha,
                              "role": "pinned" if (s["Package"], s.get("Version")) in pinned
+                             else f"role:{by_role[(s['Package'], s.get('Version', ''))]}"
+                             if (s["Package"], s.get("Version", "")) in by_role
                              else "extra" if s["Package"] in extra_names else "dependency"})
     return out
 
