@@ -303,3 +303,42 @@ def test_lab_bmcs_without_sushy_tools_name_the_lab_extra(monkeypatch: pytest.Mon
     reqs = metadata("nodecert").get_all("Requires-Dist") or []
     assert any(r.startswith("sushy-tools") and re.search(r"extra == [\"']lab", r)
                for r in reqs), reqs
+
+
+# Rows of `ipmitool sdr type "Power Supply"` as two servers print them (published in
+# public bug reports and tools' test data): a supply's own states, its watts and
+# power-good sensors, an absent supply (no state asserted) and the redundancy row in
+# IPMI's generic redundancy states (ipmitool's ipmi_sel table, type 0Bh).
+SDR_PSU_SUPERMICRO = """\
+PSU1_STATUS      | 26h | ok  | 10.1 | Presence detected
+PSU1_PWRGD       | 28h | ok  | 10.1 | State Asserted
+PSU1_POUT        | 2Bh | ok  | 10.1 | 120 Watts
+PSU2_STATUS      | 2Ch | ok  | 10.2 |
+PSU2_PWRGD       | 2Eh | ns  | 10.2 | No Reading
+PSU2_POUT        | 31h | ns  | 10.2 | No Reading
+PS_RDNDNT_MODE   | ADh | ok  | 20.0 | Non-Redundant: Sufficient from Redundant
+POWER_USAGE      | AEh | ok  |  7.0 | 128 Watts
+"""
+SDR_PSU_HP = """\
+Power Supply 1   | 06h | ok  | 10.1 | 0 Watts, Presence detected, Failure detected
+Power Supply 2   | 07h | ok  | 10.2 | 95 Watts, Presence detected
+Power Supplies   | 08h | ok  | 10.3 | Fully Redundant
+"""
+
+
+def test_ipmi_power_supply_rows_are_supplies_redundancy_or_other_sensors() -> None:
+    from nodecert.bmc.gather import ipmi_supplies
+    psus, red = ipmi_supplies(ipmi.parse_sdr_elist(SDR_PSU_SUPERMICRO), 1600.0)
+    assert [(p["name"], p["state"], p["health"]) for p in psus] == [
+        ("PSU1_STATUS", "Enabled", "OK"), ("PSU2_STATUS", "Absent", "OK")]
+    assert red == [{"name": "PS_RDNDNT_MODE", "mode": "Non-Redundant: Sufficient from Redundant",
+                    "health": "Warning", "state": "Enabled"}]
+    res = judge_power({"consumed_w": 128.0, "psus": psus, "redundancy": red}, [], spares=1,
+                      limits=LIMITS, loaded_checks=[])
+    assert res.verdict is Verdict.FAIL
+    assert any("PS_RDNDNT_MODE: redundancy Warning" in f for f in res.findings), res.findings
+    # HP: a supply row carries its watts beside its states; the group is fully redundant
+    psus, red = ipmi_supplies(ipmi.parse_sdr_elist(SDR_PSU_HP), 460.0)
+    assert [(p["name"], p["health"]) for p in psus] == [("Power Supply 1", "Critical"),
+                                                       ("Power Supply 2", "OK")]
+    assert [(r["name"], r["health"]) for r in red] == [("Power Supplies", "OK")]

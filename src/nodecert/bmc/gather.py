@@ -10,6 +10,7 @@ and one power/temperature sample at a time while the node's checks run.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from typing import Any, Protocol
@@ -20,6 +21,58 @@ from nodecert_node.contract import Evidence
 from nodecert_node.parse import ParseError
 from nodecert_node.parse import ipmitool as ipmi
 from nodecert_node.parse import redfish as rf
+
+# IPMI's generic redundancy states (event/reading type 0Bh), as ipmitool prints them: a
+# power-supply sensor with one of these is the supplies' redundancy, never a supply.
+REDUNDANCY_STATES = {
+    "fully redundant": "OK",
+    "redundancy lost": "Critical",
+    "redundancy degraded": "Warning",
+    "non-redundant: sufficient from redundant": "Warning",
+    "non-redundant: sufficient from insufficient": "Warning",
+    "non-redundant: insufficient resources": "Critical",
+    "redundancy degraded from fully redundant": "Warning",
+    "redundancy degraded from non-redundant": "Warning",
+}
+READING = re.compile(r"^-?\d+(?:\.\d+)? (?:Watts|Volts|Amps|degrees C|RPM|percent)$")
+# The power supply's own sensor-specific states (sensor type 08h, offsets 0-6).
+SUPPLY_STATES = ("presence detected", "failure detected", "predictive failure",
+                 "power supply ac lost", "ac lost or out-of-range",
+                 "ac out-of-range, but present", "config error")
+
+
+def ipmi_supplies(rows: list[dict[str, Any]], capacity_w: float | None
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`sdr type "Power Supply"` rows into supplies and redundancy groups.
+
+    A row with a redundancy state is the supplies' redundancy; a row with the supply's
+    own states (or none asserted: nothing present) is a supply; every other row (a
+    reading in watts or volts, "State Asserted", "No Reading") is another sensor of the
+    supplies and judged with the sensors, never taken for a supply."""
+    psus: list[dict[str, Any]] = []
+    redundancy: list[dict[str, Any]] = []
+    for r in rows:
+        # a reading printed beside the states ("95 Watts, Presence detected") is set apart
+        named = [s for s in r["states"] if not READING.match(s)]
+        states = [s.lower() for s in named]
+        modes = [s for s in named if s.lower() in REDUNDANCY_STATES]
+        if modes:
+            worst = max((REDUNDANCY_STATES[m.lower()] for m in modes),
+                        key=("OK", "Warning", "Critical").index)
+            redundancy.append({"name": r["name"], "mode": ", ".join(modes), "health": worst,
+                               "state": "Enabled"})
+        elif (r.get("status") != "ns" and all(s in SUPPLY_STATES for s in states)
+              and (states or len(named) == len(r["states"]))):
+            psus.append({
+                "name": r["name"], "capacity_w": capacity_w, "input_w": None,
+                "output_w": None, "firmware": "",
+                "state": "Enabled" if "presence detected" in states else "Absent",
+                "health": "Critical" if any(s in states for s in (
+                    "failure detected", "power supply ac lost", "ac lost or out-of-range"))
+                else "Warning" if any(s in states for s in (
+                    "predictive failure", "ac out-of-range, but present", "config error"))
+                else "OK"})
+    return psus, redundancy
 
 
 class BmcSource(Protocol):
@@ -178,17 +231,9 @@ class IpmiSource:
             raise BmcError(f"BMC {self.spec.describe()}: ipmitool's output is not what "
                            f"nodecert reads: {exc}") from None
         watts = [s for s in sensors if s["kind"] == "power" and s["reading"] is not None]
-        # IPMI reports no supply's rating: the site's, from nodecert_bmc.psu_capacity_w
-        psus = [{"name": r["name"], "capacity_w": self.spec.psu_capacity_w, "input_w": None,
-                 "output_w": None,
-                 "firmware": "", "state": "Absent" if "Presence detected" not in r["states"]
-                 else "Enabled",
-                 "health": "Critical" if any(s in r["states"] for s in (
-                     "Failure detected", "Power Supply AC lost", "AC lost or out-of-range"))
-                 else "Warning" if "Predictive failure" in r["states"] else "OK"}
-                for r in psu_rows]
+        psus, redundancy = ipmi_supplies(psu_rows, self.spec.psu_capacity_w)
         power = {"consumed_w": max((s["reading"] for s in watts), default=None),
-                 "psus": psus, "redundancy": [], "voltages": []}
+                 "psus": psus, "redundancy": redundancy, "voltages": []}
         return {"sensors": sensors, "power": power, "sel": sel,
                 "firmware": mc.get("Firmware Revision"), "gpus": None, "nics": None}
 
@@ -208,4 +253,5 @@ def source_for(spec: BmcSpec) -> BmcSource:
     return RedfishSource(spec) if spec.protocol == "redfish" else IpmiSource(spec)
 
 
-__all__ = ["BmcSource", "IpmiSource", "RedfishSource", "source_for"]
+__all__ = ["REDUNDANCY_STATES", "SUPPLY_STATES", "BmcSource", "IpmiSource", "RedfishSource",
+           "ipmi_supplies", "source_for"]
