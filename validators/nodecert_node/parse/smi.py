@@ -204,12 +204,12 @@ def _temps(d: dict[str, str]) -> dict[str, int | None]:
                        _int(_first(d, "Temperature/GPU Max Operating Temp")),
                        _int(_first(d, "Temperature/GPU T.Limit Temp")),
                        _int(_first(d, "Temperature/GPU Max Operating T.Limit Temp")),
-                       _int(_first(d, "Temperature/Memory Current Temp")),
-                       _int(_first(d, "Temperature/Memory Max Operating Temp")))
+                       mem=_int(_first(d, "Temperature/Memory Current Temp")),
+                       mem_max=_int(_first(d, "Temperature/Memory Max Operating Temp")))
 
 
 def _temp_facts(cur: int | None, max_abs: int | None, margin: int | None,
-                offset: int | None, mem: int | None, mem_max: int | None
+                offset: int | None, *, mem: int | None, mem_max: int | None
                 ) -> dict[str, int | None]:
     """The temperature facts of either format, from the same six readings."""
     headroom = None
@@ -328,8 +328,8 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
                           _int(_t(g, "temperature/gpu_temp_max_gpu_threshold")),
                           _int(_t(g, "temperature/gpu_temp_tlimit")),
                           _int(_t(g, "temperature/gpu_temp_max_gpu_tlimit_threshold")),
-                          _int(_t(g, "temperature/memory_temp")),
-                          _int(_t(g, "temperature/gpu_temp_max_mem_threshold"))),
+                          mem=_int(_t(g, "temperature/memory_temp")),
+                          mem_max=_int(_t(g, "temperature/gpu_temp_max_mem_threshold"))),
             "inforom_image": _t(g, "inforom_version/img_version"),
             "inforom_ecc": _t(g, "inforom_version/ecc_object"),
             "recovery_action": _t(g, "gpu_recovery_action"),
