@@ -17,6 +17,7 @@ from nodecert.cli.common import echo, handle_errors
 from nodecert.cli.inventory import inventory
 from nodecert.cli.lab import lab
 from nodecert.cli.mirror import mirror
+from nodecert.cli.parse import parse_cmd
 from nodecert.cli.provision import provision
 from nodecert.cli.revalidate import history_cmd, revalidate_cmd
 from nodecert.cli.stack import stack
@@ -52,7 +53,7 @@ def init_cmd(directory: Path) -> None:
 
 
 for _command in (stack, inventory, lab, provision, validate_cmd, keys, certify_cmd, verify_cmd,
-                 revalidate_cmd, history_cmd, mirror, cluster):
+                 revalidate_cmd, history_cmd, mirror, cluster, parse_cmd):
     main.add_command(_command)
 
 
