@@ -162,11 +162,11 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200, check=False)
 
     site_mirror = tmp_path / "site-mirror"
-    # The lab's one repository also plays the OS archive: what a real site's OS mirror
-    # gives the roles (fio, python3-venv, python3-packaging) comes in as extra packages
-    # here, with the site's GPU tools. The container toolkit is not named: the mirror
-    # carries what the roles pin on its own.
-    os_archive = ("fio", "python3-venv", "python3-packaging", "infiniband-diags", "perftest")
+    # The lab's Debian repository (fio, python3-venv, ...) stays visible as the OS
+    # archive; its simulated RDMA tools sit in the lab's NVIDIA repository, so they come in
+    # as extra packages here, with the site's GPU tools. The container toolkit is not
+    # named: the mirror carries what the roles pin on its own.
+    os_archive = ("infiniband-diags", "perftest")
     gpu_tools = ("nccl-tests", "nvbandwidth", "gpu-burn", "mlnx-tools")
     r = wheel_cli("main", "mirror", "build", "--stack", STACK, "--os", "debian-12",
                   "--out", str(site_mirror), "--apt-upstream", str(upstream / "nvidia"),
