@@ -72,8 +72,9 @@ OWN_LAB_TESTS = frozenset({
     "test_lab.py::test_lab_up_grows_and_shrinks_a_running_lab",
     "test_lab.py::test_validate_as_a_non_root_user_through_a_jump_host"})
 # The lab tier's workers: the shared lab, the cluster's and the validation's labs each
-# keep one busy from the start; the small own labs go to whichever frees first. Labs wait
-# mostly on their hosts (boots, apt, SSH, jobs' time limits), so three share two cores.
+# keep one busy from the start; the small own labs go to whichever frees first. On two
+# cores each lab test then runs about 1.5 times as long, and the tier still ends sooner
+# (docs/benchmarks.md).
 LAB_WORKERS = 3
 
 
