@@ -443,6 +443,17 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     finally:
         plab.ssh(h, "apt-get purge -y -q nvidia-nodecert-probe nodecert-unrelated-probe "
                     ">/dev/null 2>&1", timeout=180)
+    def collect(runs: Path) -> tuple[Any, dict[str, Any]]:
+        """`revalidate --collect after-update` against the certificate: its result and the
+        collected run's record."""
+        r = CliRunner().invoke(main, [
+            "revalidate", "-i", str(inv(plab)), "--stack", STACK, "--limit", h,
+            "--baseline", str(reports), "--key", str(kp.private),
+            "--runs-dir", str(runs), "--collect", "after-update"])
+        record = json.loads(next(runs.glob(f"*/{h}/results.json")).read_text()) \
+            if r.exit_code in (0, 1) else {}
+        return r, record
+
     # An unhold makes no apt transaction: the watch on dpkg's status file queues a run,
     # which FAILs stack.conformance for the pinned package no longer held.
     count = "ls /var/lib/nodecert/history | grep -c -- -after-update-"
@@ -454,12 +465,8 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     try:
         wait_on(plab, h, f"[ $({count}) -gt {before} ]")
         wait_on(plab, h, "! test -e /var/lib/nodecert/revalidate-pending")
-        r = CliRunner().invoke(main, [
-            "revalidate", "-i", str(inv(plab)), "--stack", STACK, "--limit", h,
-            "--baseline", str(reports), "--key", str(kp.private),
-            "--runs-dir", str(tmp_path / "unheld"), "--collect", "after-update"])
+        r, col = collect(tmp_path / "unheld")
         assert r.exit_code == 1, r.output
-        col = json.loads(next((tmp_path / "unheld").glob(f"*/{h}/results.json")).read_text())
         conf = next(x for x in col["results"] if x["check"] == "stack.conformance")
         assert conf["verdict"] == "FAIL", conf
         assert "nvidia-open 580.173.02-1 is not held against upgrades" in conf["findings"], conf
@@ -475,13 +482,9 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     wait_on(plab, h, f"[ $({count}) -gt {before} ]")
     wait_on(plab, h, "! test -e /var/lib/nodecert/revalidate-pending")
     # The control side collects that run: conformance judged, drift against the certificate.
-    r = CliRunner().invoke(main, [
-        "revalidate", "-i", str(inv(plab)), "--stack", STACK, "--limit", h,
-        "--baseline", str(reports), "--key", str(kp.private),
-        "--runs-dir", str(tmp_path / "collected"), "--collect", "after-update"])
+    r, col = collect(tmp_path / "collected")
     assert r.exit_code == 1, r.output
     assert "drift.stack" in r.output and "nvidia-open 580.173.02-1 -> 570.211.01-1" in r.output
-    col = json.loads(next((tmp_path / "collected").glob(f"*/{h}/results.json")).read_text())
     assert col["node"]["reason"] == "after-update"
     conf = next(x for x in col["results"] if x["check"] == "stack.conformance")
     assert conf["verdict"] == "FAIL"

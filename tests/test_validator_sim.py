@@ -84,18 +84,12 @@ def test_no_driver_and_no_gpu_fail_plainly(tmp_path: Path) -> None:
 def test_suite_runner_stamps_simulated_and_isolates_hangs(tmp_path: Path) -> None:
     node = SimNode(tmp_path)
     # A hung nvidia-smi (the GPU stopped answering): only health.gpu is affected.
-    hung = node.bin / "nvidia-smi"
-    real = hung.read_text()
     plan = node.plan(["health.xid", "health.gpu", "hardware.inventory"])
     # The checks' own limits (3 s) stop them before the tool's (5 s) would.
     plan["check_timeouts_s"] = {"health.gpu": 3, "hardware.inventory": 3, "health.xid": 60}
     plan["tool_timeout_s"] = 5
-    hung.write_text('#!/bin/sh\nexec python3 -c "import signal; signal.pause()" '
-                    'nodecert-hung-smi\n')
-    try:
-        events = node.suite(plan)
-    finally:
-        hung.write_text(real)
+    events = node.suite_with_tool("nvidia-smi", '#!/bin/sh\nexec python3 -c "import signal; '
+                                  'signal.pause()" nodecert-hung-smi\n', plan)
     kinds = [e["event"] for e in events]
     assert kinds[0] == "hello" and kinds[-1] == "done" and events[0]["simulated"] is True
     results = {e["result"]["check"]: e["result"] for e in events if e["event"] == "result"}
@@ -119,19 +113,14 @@ def test_a_checks_limit_reaches_every_process_it_started(tmp_path: Path) -> None
     killed whole at its limit; and what a check left running when it ended is killed
     before the next check starts, and named in the check's result."""
     node = SimNode(tmp_path)
-    smi = node.bin / "nvidia-smi"
-    real = smi.read_text()
     plan = node.plan(["health.xid", "health.gpu", "hardware.inventory"])
     plan["check_timeouts_s"] = {"health.gpu": 60, "hardware.inventory": 60, "health.xid": 60}
     plan["tool_timeout_s"] = 3
     pause = 'python3 -c "import signal; signal.pause()"'
     # nvidia-smi hangs, its setsid'd worker with it: the tool limit kills both
-    smi.write_text(f"#!/bin/sh\nsetsid {pause} nodecert-setsid-worker >/dev/null 2>&1 &\n"
-                   f"exec {pause} nodecert-hung-smi\n")
-    try:
-        events = node.suite(plan)
-    finally:
-        smi.write_text(real)
+    events = node.suite_with_tool(
+        "nvidia-smi", f"#!/bin/sh\nsetsid {pause} nodecert-setsid-worker >/dev/null 2>&1 &\n"
+                      f"exec {pause} nodecert-hung-smi\n", plan)
     results = {e["result"]["check"]: e["result"] for e in events if e["event"] == "result"}
     assert "killed after 3 s" in results["health.xid"]["evidence"][0]["output"]
 
@@ -139,12 +128,10 @@ def test_a_checks_limit_reaches_every_process_it_started(tmp_path: Path) -> None
         return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True,
                               timeout=30, check=False).stdout
     assert left("nodecert-setsid-worke[r]") == "" and left("nodecert-hung-sm[i]") == ""
-    smi.write_text(f"#!/bin/sh\nsetsid {pause} nodecert-left-behind >/dev/null 2>&1 &\n"
-                   + real.split("\n", 1)[1])
-    try:
-        events = node.suite(node.plan(["health.gpu"]))
-    finally:
-        smi.write_text(real)
+    real = node.tool_script("nvidia-smi")
+    events = node.suite_with_tool(
+        "nvidia-smi", f"#!/bin/sh\nsetsid {pause} nodecert-left-behind >/dev/null 2>&1 &\n"
+                      + real.split("\n", 1)[1], node.plan(["health.gpu"]))
     (gpu,) = [e["result"] for e in events if e["event"] == "result"]
     assert any("outlived it and were killed before the next check" in f
                for f in gpu["findings"]), gpu["findings"]

@@ -156,6 +156,22 @@ class SimNode:
         assert p.returncode == 0, p.stderr
         return [json.loads(line) for line in p.stdout.splitlines()]
 
+    def suite_with_tool(self, tool: str, script: str,
+                        plan: dict[str, Any]) -> list[dict[str, Any]]:
+        """The suite with one simulated tool replaced by a shell script (a hung or
+        misbehaving tool), the tool put back after."""
+        path = self.bin / tool
+        real = path.read_text()
+        path.write_text(script)
+        try:
+            return self.suite(plan)
+        finally:
+            path.write_text(real)
+
+    def tool_script(self, tool: str) -> str:
+        """The simulated tool's own script."""
+        return (self.bin / tool).read_text()
+
 
 HW_CHECKS = ["hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib", "net.roce",
              "health.gpu", "health.xid"]
