@@ -406,6 +406,30 @@ def test_bandwidth_judge_on_real_matrices() -> None:
     assert judge_bandwidth(az, limits("H100-SXM")).verdict is Verdict.PASS
 
 
+def test_bandwidth_judge_waived_case_is_not_measured() -> None:
+    """The GPU<->GPU case planned on an NVLink node and waived by nvbandwidth is not a
+    pass on the host<->GPU figures alone; nothing measured at all is an ERROR."""
+    from nodecert_node.checks.fabric import judge_bandwidth
+    from nodecert_node.parse import bench
+    real = real_bench("nvbandwidth/h100-sxm-8gpu-h2d-ce-v0.10-drv595.txt")
+    head, note = real.split("NOTE:", 1)
+    planned = ["host_to_device_memcpy_ce", "device_to_device_memcpy_read_ce"]
+    r = judge_bandwidth(bench.parse_nvbandwidth(head + "Waived: \n\nNOTE:" + note),
+                        limits("H100-SXM"), planned)
+    assert r.verdict is Verdict.WARN and r.fault_code == "NC-BANDWIDTH-NOT-MEASURED"
+    assert r.summary.startswith("copy bandwidth not measured: "
+                                "device_to_device_memcpy_read_ce waived by nvbandwidth")
+    assert r.value["not_measured"] and r.value["host_to_device_memcpy_ce"]
+    # Run as planned (both cases measured): no warning.
+    d2d = real_bench("nvbandwidth/h100-sxm-8gpu-d2d-read-ce-v0.10-drv595.txt")
+    both = bench.parse_nvbandwidth(head + d2d.split("\n\n", 2)[2])
+    assert judge_bandwidth(both, limits("H100-SXM"), planned).verdict is Verdict.PASS
+    nothing = judge_bandwidth(bench.parse_nvbandwidth(
+        "nvbandwidth Version: v0.10.0\n\nWaived: \nWaived: \n"), limits("H100-SXM"),
+        planned)
+    assert nothing.verdict is Verdict.ERROR and "measured nothing" in nothing.summary
+
+
 def test_dcgm_judge() -> None:
     from nodecert_node.checks.dcgm import judge_dcgm
     from nodecert_node.parse import dcgmi

@@ -401,6 +401,65 @@ def test_nvbandwidth(name: str, test: str, version: str, cell: float,
         assert t["matrix"][3][3] is None and len(t["matrix"]) == 8
 
 
+def _nvb_waived_after_h2d() -> str:
+    """The real H100 h2d run as nvbandwidth prints it when also asked for a GPU<->GPU case
+    its filter waives (a bare "Waived: " line, without the case's name)."""
+    real = text("nvbandwidth/h100-sxm-8gpu-h2d-ce-v0.10-drv595.txt")
+    head, note = real.split("NOTE:", 1)
+    return head + "Waived: \n\nNOTE:" + note
+
+
+def test_nvbandwidth_waived_and_error_cases() -> None:
+    planned = ["host_to_device_memcpy_ce", "device_to_device_memcpy_read_ce"]
+    r = bench.parse_nvbandwidth(_nvb_waived_after_h2d())
+    assert [s["status"] for s in r["statuses"]] == ["running", "waived"]
+    assert bench.nvbandwidth_unmeasured(r, planned) == [
+        "device_to_device_memcpy_read_ce waived by nvbandwidth (nothing it could measure on "
+        "this node, e.g. no GPU pair with peer access)"]
+    # A case that errors while running is that case's error, not a new one.
+    broken = text("nvbandwidth/h100-sxm-8gpu-h2d-ce-v0.10-drv595.txt").replace(
+        "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+        "ERROR: CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc")
+    r = bench.parse_nvbandwidth(broken)
+    assert r["statuses"] == [{"test": "host_to_device_memcpy_ce", "status": "error",
+                              "message": "CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc"}]
+    assert bench.nvbandwidth_unmeasured(r, planned[:1]) == [
+        "host_to_device_memcpy_ce ended in an error: CUDA_ERROR_OUT_OF_MEMORY in cuMemAlloc"]
+    # Status lines alone, without nvbandwidth's header, are not nvbandwidth output.
+    with pytest.raises(ParseError, match="not nvbandwidth output"):
+        bench.parse_nvbandwidth("Waived: \nERROR: something\n")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["run", "waive", "error", "absent"]), min_size=1,
+                max_size=4))
+def test_nvbandwidth_every_planned_case_is_accounted(kinds: list[str]) -> None:
+    names = ["host_to_device_memcpy_ce", "device_to_host_memcpy_ce",
+             "device_to_device_memcpy_read_ce", "device_to_device_memcpy_write_ce"]
+    planned = names[:len(kinds)]
+    out = ["nvbandwidth Version: v0.10.0", ""]
+    for name, kind in zip(planned, kinds, strict=True):
+        if kind == "run":
+            out += [f"Running {name}.", "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+                    "           0         1", " 0     55.37     55.36", "",
+                    f"SUM {name} 110.73", ""]
+        elif kind == "waive":
+            out.append("Waived: ")
+        elif kind == "error":
+            out.append(f"ERROR: Testcase {name} failed")
+    if "run" not in kinds and len(out) == 2:
+        out.append("Waived: ")  # nothing printed at all is another test
+    r = bench.parse_nvbandwidth("\n".join(out) + "\n")
+    missing = bench.nvbandwidth_unmeasured(r, planned)
+    # Every case that did not run is named, none that ran is; a status is never moved
+    # onto another case's name.
+    assert [m.split()[0] for m in missing] == [n for n, k in zip(planned, kinds, strict=True)
+                                               if k != "run"]
+    if "absent" not in kinds:
+        for m, k in zip(missing, [k for k in kinds if k != "run"], strict=True):
+            assert ("waived" in m) == (k == "waive") and ("error" in m) == (k == "error")
+
+
 def test_dcgmi_diag() -> None:
     r = dcgmi.parse_dcgmi_diag(text("dcgmi/a100-sxm4-80gb-p4de-8gpu-diag-r2-pass.txt"))
     assert r["meta"]["DCGM Version"] == "3.3.3"

@@ -224,6 +224,18 @@ class Result:
     def with_(self, **changes: Any) -> Result:
         return replace(self, **changes)
 
+    def noted(self, source: str, notes: Iterable[str]) -> Result:
+        """This result with what a tool said beside its figures (NCCL's root causes,
+        perftest's warnings) in its message and in facts["tool_notes"]; the verdict is
+        the figures' and stays as it is."""
+        notes = [n for n in notes if n]
+        if not notes:
+            return self
+        shown = "; ".join(notes[:3]) + (f" (+{len(notes) - 3} more)" if len(notes) > 3 else "")
+        return replace(self, summary=f"{self.summary} [{source} says: {shown}]",
+                       facts={**self.facts, "tool_notes": {
+                           **self.facts.get("tool_notes", {}), source: list(notes)}})
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "schema": RESULT_SCHEMA, "check": self.check, "verdict": self.verdict.name,

@@ -10,13 +10,14 @@ and ib_write_bw's average on every rail >= cluster.rail_bw_fraction_min x the ra
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nodecert_node.contract import Threshold
 from nodecert_node.parse import ParseError
 from nodecert_node.parse.bench import parse_nccl
 from nodecert_node.parse.perftest import parse_perftest
+from nodecert_node.parse.toolnotes import perftest_notes
 
 RANK = 'r="${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:-0}}"'
 RAIL_MARK = "=== nodecert rail "
@@ -59,7 +60,9 @@ def prelude(first: str, port: int) -> str:
     # distribution), under mpirun the hostfile's first line.
     return (f"{RANK}; if [ -n \"${{SLURM_STEP_NODELIST:-}}\" ]; then "
             f"first=$(scontrol show hostnames \"$SLURM_STEP_NODELIST\" | head -n1); "
-            f"else first={shlex.quote(first)}; fi; export NCCL_COMM_ID=\"$first:{port}\"")
+            f"else first={shlex.quote(first)}; fi; export NCCL_COMM_ID=\"$first:{port}\" "
+            # NCCL's INIT and NET lines name the transport it chose and why a run hung.
+            "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET")
 
 
 def allreduce_script(first: str, port: int, gpus: int, max_bytes: str,
@@ -100,6 +103,7 @@ class Reading:
     oob: int | None = None
     rails: dict[str, float | None] | None = None  # device -> Gb/s average
     problem: str = ""  # why a figure is missing
+    notes: list[str] = field(default_factory=list)  # what NCCL/perftest said beside it
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -112,13 +116,13 @@ def read_allreduce(rank0: str) -> Reading:
         return Reading(problem=f"all_reduce_perf output unreadable: {exc}")
     if not p["rows"]:
         why = "; ".join(p["failures"][:3]) or "no result rows (hung or killed?)"
-        return Reading(problem=f"all_reduce_perf gave no figures: {why}")
+        return Reading(problem=f"all_reduce_perf gave no figures: {why}",
+                       notes=list(p["notes"]))
     last = max(p["rows"], key=lambda r: r["size"])
-    return Reading(busbw=float(last["busbw"]), oob=p["oob"])
+    return Reading(busbw=float(last["busbw"]), oob=p["oob"], notes=list(p["notes"]))
 
 
-def read_rails(rank1: str, devices: tuple[str, ...]) -> dict[str, float | None]:
-    """Each rail's ib_write_bw average (Gb/s) at its largest size; None where unreadable."""
+def _rail_parts(rank1: str) -> dict[str, str]:
     parts: dict[str, str] = {}
     cur = None
     for line in rank1.splitlines():
@@ -127,6 +131,19 @@ def read_rails(rank1: str, devices: tuple[str, ...]) -> dict[str, float | None]:
             parts[cur] = ""
         elif cur is not None:
             parts[cur] += line + "\n"
+    return parts
+
+
+def rail_notes(rank1: str) -> list[str]:
+    """perftest's warnings on each rail (relaxed ordering off, a lower MTU, the CPU not at
+    its maximum frequency), named by rail."""
+    return [f"rail {dev}: {note}" for dev, part in _rail_parts(rank1).items()
+            for note in perftest_notes(part)["notes"]]
+
+
+def read_rails(rank1: str, devices: tuple[str, ...]) -> dict[str, float | None]:
+    """Each rail's ib_write_bw average (Gb/s) at its largest size; None where unreadable."""
+    parts = _rail_parts(rank1)
     out: dict[str, float | None] = {}
     for dev in devices:
         try:
@@ -139,4 +156,4 @@ def read_rails(rank1: str, devices: tuple[str, ...]) -> dict[str, float | None]:
 
 
 __all__ = ["Expectation", "Reading", "allreduce_script", "expectation", "pair_script",
-           "read_allreduce", "read_rails"]
+           "rail_notes", "read_allreduce", "read_rails"]

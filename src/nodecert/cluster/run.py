@@ -40,6 +40,7 @@ from nodecert.cluster.judge import (
     allreduce_script,
     expectation,
     pair_script,
+    rail_notes,
     read_allreduce,
     read_rails,
 )
@@ -182,6 +183,7 @@ class ClusterRun:
         ranks = res.by_rank()
         reading = read_allreduce(ranks.get(0, ""))
         reading.rails = read_rails(ranks.get(1, ""), self.ctx.exp.devices)
+        reading.notes += rail_notes(ranks.get(1, ""))
         ar_ok = (reading.busbw is not None and bool(self.ctx.exp.busbw.check(reading.busbw))
                  and not reading.oob)
         rails_ok = {d: v is not None and bool(self.ctx.exp.rail.check(v))
@@ -437,7 +439,9 @@ class ClusterRun:
                       findings=tuple(findings),
                       evidence=self._evidence({p.job for p in pairs if not p.ok}),
                       fault_code="NC-CLUSTER-PAIR" if v != Verdict.PASS else "",
-                      simulated=self.ctx.simulated)
+                      simulated=self.ctx.simulated).noted(
+            "NCCL/perftest", [f"{' + '.join(p.nodes)}: {n}" for p in pairs
+                              for n in p.reading.notes])
 
     def _allreduce_result(self, reading: Reading, whole: JobResult,
                           bis: clusterplan.Bisection | None) -> Result:
@@ -467,7 +471,7 @@ class ClusterRun:
         return Result("cluster.allreduce", v, summary, value=reading.busbw, unit="GB/s",
                       thresholds={"busbw": exp}, findings=tuple(findings),
                       evidence=self._evidence({whole.job.name}) if v != Verdict.PASS else (),
-                      simulated=self.ctx.simulated)
+                      simulated=self.ctx.simulated).noted("NCCL", reading.notes)
 
 
 def new_run_dir(runs_dir: Path) -> Path:

@@ -95,7 +95,7 @@ def judge_nccl(parsed: dict[str, Any], gpus: int, limits: Limits) -> Result:
     if busbw is not None and within(limits, "fabric.allreduce_busbw_gbs_min", busbw,
                                     f"bus bandwidth at {size} B", fails) is None:
         warns.append(f"no bus-bandwidth reference for this model; measured {busbw:g} GB/s")
-    return judge_findings(
+    res = judge_findings(
         name, fails, warns, f"all-reduce over {parsed['ranks'] or gpus} GPUs: busbw {busbw:g} "
         f"GB/s at {size} B, 0 wrong values" if busbw is not None else "no result",
         value={"busbw_gbs": busbw, "size_bytes": size, "nccl": parsed["nccl_version"],
@@ -105,6 +105,7 @@ def judge_nccl(parsed: dict[str, Any], gpus: int, limits: Limits) -> Result:
         remediation="Check NVLink/NVSwitch (hardware.topology), Fabric Manager and "
                     "`dmesg | grep NVRM`; wrong values mean a GPU or link corrupts data: RMA."
                     if fails else "")
+    return res.noted("NCCL", parsed.get("notes") or ())
 
 
 @check("fabric.nccl_allreduce", order=50, suites=("standard", "full"),
@@ -124,7 +125,9 @@ def nccl_allreduce(ctx: Ctx) -> Result:
     argv = ["all_reduce_perf", "-b", "8", "-e", str(opts.get("nccl_max_size", "8G")),
             "-f", "2", "-g", str(len(gpus)), "-c", "1", "-n", str(opts.get("nccl_iters", 20))]
     # A hung collective is killed at the limit and becomes ERROR with its partial log.
-    out = run(argv, timeout=timeout, name="all_reduce_perf", ok_codes=range(0, 256))
+    # NCCL's INIT and NET lines say which transport it chose and why a run hung.
+    out = run(argv, timeout=timeout, name="all_reduce_perf", ok_codes=range(0, 256),
+              env_extra={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
     ev.append(out.evidence)
     return judge_nccl(bench.parse_nccl(out.text), len(gpus), ctx.limits).with_(
         evidence=tuple(ev))
@@ -132,9 +135,14 @@ def nccl_allreduce(ctx: Ctx) -> Result:
 
 # --- fabric.bandwidth -------------------------------------------------------------------
 
-def judge_bandwidth(parsed: dict[str, Any], limits: Limits) -> Result:
+def judge_bandwidth(parsed: dict[str, Any], limits: Limits,
+                    planned: list[str] | None = None) -> Result:
+    """Each GPU's and pair's copy bandwidth against its floor and its peers' median. A
+    planned test case nvbandwidth waived, failed or left out was not measured: WARN naming
+    it and why, never a pass on the cases that did run; nothing measured is an ERROR."""
     name = "fabric.bandwidth"
     fails: list[str] = []
+    unmeasured = bench.nvbandwidth_unmeasured(parsed, planned) if planned else []
     value: dict[str, Any] = {}
     for test, key, label in (("host_to_device_memcpy_ce", "fabric.h2d_gbs_min", "host->GPU"),
                              ("device_to_host_memcpy_ce", "fabric.h2d_gbs_min", "GPU->host")):
@@ -168,17 +176,29 @@ def judge_bandwidth(parsed: dict[str, Any], limits: Limits) -> Result:
                        f"GPU{a}->GPU{b} {v:g} GB/s as a fraction of the other pairs' median "
                        f"({med:g} GB/s)", fails)
     if not value:
-        fails.append("nvbandwidth reported no host<->GPU or GPU<->GPU matrix")
+        return Result(name, Verdict.ERROR, "nvbandwidth measured nothing: "
+                      + ("; ".join(unmeasured) or "no host<->GPU or GPU<->GPU matrix"),
+                      value={"not_measured": unmeasured}, unit="GB/s",
+                      fault_code="NC-BANDWIDTH-NOT-MEASURED",
+                      remediation="Run nvbandwidth by hand on the node and read its "
+                                  "errors (driver, CUDA runtime, peer access).")
+    if unmeasured:
+        value["not_measured"] = unmeasured
+    warns = [f"copy bandwidth not measured: {'; '.join(unmeasured)}"] if unmeasured else []
     h2d = value.get("host_to_device_memcpy_ce") or {}
     return judge_findings(
-        name, fails, [], f"host->GPU {min(h2d.values()):g}-{max(h2d.values()):g} GB/s per GPU"
+        name, fails, warns, f"host->GPU {min(h2d.values()):g}-{max(h2d.values()):g} GB/s per GPU"
         + (", GPU<->GPU measured" if d2d else "") if h2d else "measured",
         value=value, unit="GB/s",
         thresholds=limits.pick("fabric.h2d_gbs_min", "fabric.d2d_gbs_min",
                                "fabric.peer_fraction_min"),
-        fault_code="NC-BANDWIDTH" if fails else "",
+        fault_code="NC-BANDWIDTH" if fails else "NC-BANDWIDTH-NOT-MEASURED" if warns
+        else "",
         remediation="Compare with hardware.pcie and hardware.topology for the named GPU; "
-                    "reseat or check the PCIe switch / NVLink." if fails else "")
+                    "reseat or check the PCIe switch / NVLink." if fails else
+                    "A waived GPU<->GPU case means nvbandwidth found no GPU pair with peer "
+                    "access: check hardware.topology, the NVLink state and that IOMMU/ACS "
+                    "do not block peer-to-peer." if warns else "")
 
 
 @check("fabric.bandwidth", order=51, suites=("standard", "full"),
@@ -198,12 +218,12 @@ def bandwidth(ctx: Ctx) -> Result:
         if any(e["event"] == "error" for e in evs):
             msg = next(str(e.get("message")) for e in evs if e["event"] == "error")
             raise ToolError(f"the torch copy test failed: {msg[:300]}", wev)
-        res = judge_bandwidth(nvbandwidth_from_events(evs), ctx.limits)
+        res = judge_bandwidth(nvbandwidth_from_events(evs), ctx.limits, tests)
         return res.with_(evidence=(*ev, wev), value={**res.value, "tool": "torch copy test"})
     argv = ["nvbandwidth"]
     for t in tests:
         argv += ["-t", t]
     out = run(argv, timeout=float(opts.get("timeout_s", 300)), name="nvbandwidth")
     ev.append(out.evidence)
-    return judge_bandwidth(bench.parse_nvbandwidth(out.text), ctx.limits).with_(
+    return judge_bandwidth(bench.parse_nvbandwidth(out.text), ctx.limits, tests).with_(
         evidence=tuple(ev))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nodecert_node.parse import ParseError
+from nodecert_node.parse import ParseError, toolnotes
 
 # size count type redop [root] | time algbw busbw #wrong | time algbw busbw #wrong
 # (nccl-tests before 2.13 had no root column; with validation off #wrong is N/A).
@@ -60,8 +60,9 @@ def parse_nccl(text: str) -> dict[str, Any]:
     version = re.search(r"^NCCL version (\S+)", body, re.MULTILINE)
     library = re.search(r"^# nccl-tests version (\S+).*?nccl-library=(\d+)", body,
                         re.MULTILINE)
+    info = toolnotes.nccl_notes(body)
     nccl_version = version.group(1) if version else (
-        nccl_code_version(int(library.group(2))) if library else None)
+        nccl_code_version(int(library.group(2))) if library else info["nccl_version"])
     n_ranks = len(ranks) or len(re.findall(r"^#\s+Rank\s+\d+ ", body, re.MULTILINE))
     failures = [ln.strip() for ln in lines
                 if "Test CUDA failure" in ln or "Test NCCL failure" in ln
@@ -77,12 +78,19 @@ def parse_nccl(text: str) -> dict[str, Any]:
             "ranks": n_ranks, "hosts": sorted({r["host"] for r in ranks}),
             "rank_table": ranks,
             "validation": int(validation.group(1)) if validation else None,
-            "failures": failures}
+            "failures": failures, "network": info["network"], "gdrdma": info["gdrdma"],
+            "notes": info["notes"]}
 
 
 def parse_nvbandwidth(text: str) -> dict[str, Any]:
-    """Per test: the bandwidth matrix (GB/s; None for N/A) and its SUM line when given."""
+    """Per test: the bandwidth matrix (GB/s; None for N/A) and its SUM line when given;
+    "statuses", one per test case nvbandwidth took up, in its order: {"test": name or
+    None, "status": "running" | "waived" | "error", "message"}. nvbandwidth prints a
+    waived case as a bare "Waived: " line without its name (its filter found nothing to
+    measure, e.g. no GPU pair with peer access) and a case it could not find or run as
+    "ERROR: ..."; the caller, which knows the order it asked for, maps them to names."""
     tests: dict[str, Any] = {}
+    statuses: list[dict[str, Any]] = []
     cur: str | None = None
     header: list[int] | None = None
     for line in text.splitlines():
@@ -90,6 +98,21 @@ def parse_nvbandwidth(text: str) -> dict[str, Any]:
         if m:
             cur, header = m.group(1), None
             tests[cur] = {"matrix": {}, "sum": None}
+            statuses.append({"test": cur, "status": "running", "message": ""})
+            continue
+        st = re.match(r"^(Waived|ERROR|Error):\s*(.*)$", line)
+        if st:
+            status = "waived" if st.group(1) == "Waived" else "error"
+            last = statuses[-1] if statuses else None
+            if (status == "error" and last is not None and last["status"] == "running"
+                    and cur is not None and not tests[cur]["matrix"]):
+                # The case that was running ended in this error before its matrix.
+                last.update(status="error", message=st.group(2).strip()[:300])
+                cur, header = None, None  # nothing after it is that case's matrix
+            else:
+                statuses.append({"test": None, "status": status,
+                                 "message": st.group(2).strip()[:300]})
+                cur, header = None, None
             continue
         if cur is None:
             continue
@@ -104,10 +127,36 @@ def parse_nvbandwidth(text: str) -> dict[str, Any]:
         s = re.match(rf"^SUM {cur} ([\d.]+)", line)
         if s:
             tests[cur]["sum"] = float(s.group(1))
-    if not tests:
-        raise ParseError("no 'Running <test>.' line: not nvbandwidth output")
     version = re.search(r"^nvbandwidth Version: (\S+)", text, re.MULTILINE)
-    return {"version": version.group(1) if version else None, "tests": tests}
+    if not tests and not (statuses and version):
+        raise ParseError("no 'Running <test>.' line: not nvbandwidth output")
+    return {"version": version.group(1) if version else None, "tests": tests,
+            "statuses": statuses}
+
+
+def nvbandwidth_unmeasured(parsed: dict[str, Any], planned: list[str]) -> list[str]:
+    """The planned test cases with no matrix, each with what nvbandwidth said of it. A
+    status line without a name is matched to the planned case in its position only when
+    the named ones line up with the plan; otherwise the case is "not reported"."""
+    statuses = parsed.get("statuses") or []
+    aligned = len(statuses) == len(planned) and all(
+        st["test"] in (None, want) for st, want in zip(statuses, planned))
+    out = []
+    for k, test in enumerate(planned):
+        if parsed["tests"].get(test, {}).get("matrix"):
+            continue
+        st = statuses[k] if aligned else next(
+            (s for s in statuses if s["test"] == test), None)
+        if st is None:
+            out.append(f"{test} not reported")
+        elif st["status"] == "waived":
+            out.append(f"{test} waived by nvbandwidth (nothing it could measure on this "
+                       "node, e.g. no GPU pair with peer access)")
+        elif st["status"] == "error":
+            out.append(f"{test} ended in an error: {st['message'] or '(no message)'}")
+        else:
+            out.append(f"{test} printed no matrix (cut short?)")
+    return out
 
 
 _BURN_LINE = re.compile(r"^\s*([\d.]+)%\s+proc'd: (.*?)\s+errors: (.*?)\s+temps: (.*?)\s*$")

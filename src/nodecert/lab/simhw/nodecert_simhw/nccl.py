@@ -136,6 +136,28 @@ def _banner(nccl, ngpus, opts, test="all_reduce_perf"):
     print("# Using devices")
 
 
+def _info_lines(ranks, nccl):
+    """NCCL's own INFO lines (NCCL_DEBUG=INFO) on rank 0: its version and, across nodes,
+    the network it chose; a rank without an HCA makes NCCL fall back to sockets."""
+    me = ranks[0]
+    tag = f"{me['host']}:{me['pid']}:{me['pid']} [0] NCCL INFO"
+    print(f"{tag} NCCL version {nccl}")
+    if len(ranks) == 1:
+        return
+    up = [k for k, g in enumerate(me["rails"]) if g > 0]
+    if all(any(g > 0 for g in r["rails"]) for r in ranks):
+        devs = " ".join(f"[{k}]mlx5_{k}:1/IB" for k in up)
+        print(f"{tag} NET/IB : Using {devs} ; OOB eth0")
+        print(f"{tag} Using network IB")
+        for c, k in enumerate(up):
+            print(f"{tag} Channel {c:02d}/0 : 0[0] -> {len(me['buses'])}[0] [send] via "
+                  f"NET/IB/{k}/GDRDMA")
+    else:
+        print(f"{tag} NET/IB : No device found.")
+        print(f"{tag} NET/Socket : Using [0]eth0")
+        print(f"{tag} Using network Socket")
+
+
 def combined_peak(ranks):
     """Large-message bus bandwidth of a run over these hosts: the slowest host's GPUs, or
     across hosts the slowest channel on every rail (multinode's fabric model)."""
@@ -157,6 +179,8 @@ def _report(ranks, nccl, ngpus, opts, test="all_reduce_perf"):
                   f"[{bus}] {r['product']}")
             n += 1
     print(f"NCCL version {nccl}")
+    if os.environ.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
+        _info_lines(ranks, nccl)
     print("#")
     sys.stdout.flush()
     if any(r["hang"] for r in ranks):
