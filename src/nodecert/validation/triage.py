@@ -14,7 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.core.errors import NodecertError
-from nodecert_node.parse import ParseError, bench, cudasamples, dcgmi, fio, ib, kernel, smi
+from nodecert_node.parse import (
+    ParseError,
+    bench,
+    cudasamples,
+    dcgmi,
+    engine,
+    fio,
+    ib,
+    kernel,
+    smi,
+    smitable,
+)
 from nodecert_node.parse import perftest as perftest_parse
 from nodecert_node.parse import topo as topo_parse
 
@@ -37,6 +48,7 @@ def _fio(text: str) -> Any:
 
 # tool name -> (what it reads, parser)
 TOOLS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "nvidia-smi": ("the plain nvidia-smi table", smitable.parse_smi_table),
     "nvidia-smi-q": ("nvidia-smi -q", _smi_q),
     "nvidia-smi-q-x": ("nvidia-smi -q -x", _smi_q_xml),
     "nvidia-smi-query-gpu": ("nvidia-smi --query-gpu=... --format=csv",
@@ -54,6 +66,9 @@ TOOLS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "bandwidthTest": ("the CUDA samples' bandwidthTest", cudasamples.parse_bandwidth_test),
     "p2pBandwidthLatencyTest": ("the CUDA samples' p2pBandwidthLatencyTest",
                                 cudasamples.parse_p2p),
+    "container-gpu-error": ("a container engine's GPU error (docker run --gpus, podman "
+                            "--device nvidia.com/gpu=all, a pod's nvidia-smi)",
+                            engine.parse_engine_error),
 }
 
 

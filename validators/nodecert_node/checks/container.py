@@ -19,6 +19,7 @@ from typing import Any
 from nodecert_node.context import Ctx, judge_findings, try_text
 from nodecert_node.contract import Evidence, Result, Verdict
 from nodecert_node.parse import ParseError, cdi
+from nodecert_node.parse import engine as engine_errors
 from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
 
@@ -112,7 +113,11 @@ def _inside(ctx: Ctx, ordered: dict[str, Any], ev: list[Evidence]
                    "nvidia-smi", "-L"], timeout=timeout, name=f"{engine} run nvidia-smi -L")
     except ToolError as exc:
         ev.extend([exc.evidence] if exc.evidence else [])
-        tail = (exc.evidence.output.strip().splitlines() or [""])[-1] if exc.evidence else ""
+        said = exc.evidence.output if exc.evidence else ""
+        known = engine_errors.classify_engine_error(said)
+        if known:
+            return None, f"{exc}: {known['cause']} -- {known['fix']}"
+        tail = (said.strip().splitlines() or [""])[-1]
         return None, f"{exc}" + (f": {tail[:200]}" if tail else "")
     ev.append(out.evidence)
     try:
