@@ -342,3 +342,120 @@ def test_ipmi_power_supply_rows_are_supplies_redundancy_or_other_sensors() -> No
     assert [(p["name"], p["health"]) for p in psus] == [("Power Supply 1", "Critical"),
                                                        ("Power Supply 2", "OK")]
     assert [(r["name"], r["health"]) for r in red] == [("Power Supplies", "OK")]
+
+
+# --- discrete states, chassis status, GPUs a BMC lists only as PCIe devices -----------------
+
+# `ipmitool sdr elist` rows as the tool prints them (name | id | status | entity | states);
+# the memory state is the one the real HP SEL capture asserts
+# (hp-proliant-dl360-sel-list-memory-correctable-ecc-limit.txt).
+SDR_DISCRETE = """\
+Inlet Ambient    | 01h | ok  |  7.1 | 23 degrees C
+Memory           | 2Bh | ok  | 32.1 | Correctable ECC logging limit reached
+Drive 0          | 60h | ok  |  4.1 | Drive Present
+CPU Fail         | 68h | ok  |  3.1 | Device Absent
+PS2 Status       | 0Bh | ok  | 10.2 | Presence detected, Failure detected
+"""
+CHASSIS_OK = """\
+System Power         : on
+Power Overload       : false
+Power Interlock      : inactive
+Main Power Fault     : false
+Power Control Fault  : false
+Power Restore Policy : always-off
+Last Power Event     :
+Chassis Intrusion    : inactive
+Front-Panel Lockout  : inactive
+Drive Fault          : false
+Cooling/Fan Fault    : false
+Sleep Button Disabled: false
+"""
+
+
+def _ok_sensors() -> list[dict[str, Any]]:
+    return ipmi.parse_sensor(_row("Inlet Temp", "23.000", "degrees C", "ok", "na", "na",
+                                  "na", "40.000", "45.000", "50.000"))
+
+
+def test_discrete_states_asserted_now_are_judged() -> None:
+    rows = ipmi.parse_sdr_elist(SDR_DISCRETE)
+    res = judge_sensors(_ok_sensors(), discrete=rows, rules=event_rules())
+    # The memory's logging limit warns; the supply is bmc.power's; a sensor's name
+    # ("CPU Fail") is not an event.
+    assert res.verdict is Verdict.WARN, res.findings
+    assert res.findings == ("Memory: Correctable ECC logging limit reached (asserted now)",)
+    assert res.facts["discrete_states"]["Memory"] == ["Correctable ECC logging limit reached"]
+    ierr = ipmi.parse_sdr_elist(SDR_DISCRETE.replace("Device Absent", "IERR"))
+    assert judge_sensors(_ok_sensors(), discrete=ierr, rules=event_rules()).verdict \
+        is Verdict.FAIL
+    # Without the discrete rows the same sensors pass: the states were what failed.
+    assert judge_sensors(_ok_sensors()).verdict is Verdict.PASS
+
+
+def test_chassis_status_faults_and_last_power_event() -> None:
+    ok = ipmi.parse_chassis_status(CHASSIS_OK)
+    assert ok["Cooling/Fan Fault"] == "false" and ok["Last Power Event"] == ""
+    assert judge_sensors(_ok_sensors(), chassis=ok).verdict is Verdict.PASS
+    fan = ipmi.parse_chassis_status(CHASSIS_OK.replace("Cooling/Fan Fault    : false",
+                                                       "Cooling/Fan Fault    : true"))
+    res = judge_sensors(_ok_sensors(), chassis=fan)
+    assert res.verdict is Verdict.FAIL and res.findings == (
+        "chassis status: Cooling/Fan Fault is set",)
+    lost = ipmi.parse_chassis_status(CHASSIS_OK.replace("Last Power Event     :",
+                                                        "Last Power Event     : ac-failed"))
+    res = judge_sensors(_ok_sensors(), chassis=lost)
+    assert res.verdict is Verdict.WARN
+    assert res.findings == ("chassis status: the last power event was ac-failed",)
+    with pytest.raises(ParseError, match="no 'System Power' line"):
+        ipmi.parse_chassis_status("Power Overload       : false\n")
+    with pytest.raises(ParseError, match="line 1: expected 'Key : value'"):
+        ipmi.parse_chassis_status("Chassis Power is on\n")
+
+
+class _Docs:
+    """A Redfish service as a dict of documents (what RedfishClient.get returns)."""
+
+    def __init__(self, docs: dict[str, Any]) -> None:
+        self.docs = docs
+
+    def get(self, path: str) -> Any:
+        return self.docs[path]
+
+
+def _pcie(n: int, maker: str, model: str, serial: str) -> dict[str, Any]:
+    return {"@odata.type": "#PCIeDevice.v1_9_0.PCIeDevice", "Id": f"0-{n}",
+            "Manufacturer": maker, "Model": model, "SerialNumber": serial,
+            "Status": {"State": "Enabled", "Health": "OK"}}
+
+
+@pytest.mark.parametrize("collection", [False, True])
+def test_gpus_listed_only_as_pcie_devices_are_compared(collection: bool) -> None:
+    from nodecert.bmc.gather import RedfishSource
+    sysp = "/redfish/v1/Systems/1"
+    links = [{"@odata.id": f"{sysp}/PCIeDevices/0-{n}"} for n in range(3)]
+    docs: dict[str, Any] = {
+        f"{sysp}/Processors": {"Members": [{"@odata.id": f"{sysp}/Processors/CPU.1"}]},
+        f"{sysp}/Processors/CPU.1": {"@odata.type": "#Processor.v1_7_0.Processor", "Id": "CPU.1",
+                                     "ProcessorType": "CPU", "Model": "Xeon"},
+        f"{sysp}/PCIeDevices/0-0": _pcie(0, "NVIDIA Corporation", "NVIDIA H100 80GB HBM3",
+                                         "1654922004567"),
+        f"{sysp}/PCIeDevices/0-1": _pcie(1, "Mellanox Technologies",
+                                         "ConnectX-7 NDR 400Gb/s", "MT2245X"),
+        f"{sysp}/PCIeDevices/0-2": _pcie(2, "NVIDIA", "NVIDIA BlueField-3 DPU", "MT2301"),
+    }
+    system: dict[str, Any] = {"Processors": {"@odata.id": f"{sysp}/Processors"}}
+    if collection:
+        system["PCIeDevices"] = {"@odata.id": f"{sysp}/PCIeDevices"}
+        docs[f"{sysp}/PCIeDevices"] = {"Members": links}
+    else:
+        system["PCIeDevices"] = links  # the older schema: an array of links on the system
+    docs[sysp] = system
+    src = RedfishSource.__new__(RedfishSource)
+    src.client = _Docs(docs)  # type: ignore[assignment]
+    gpus = src._gpus(sysp)
+    assert gpus is not None and [(g["model"], g["serial"]) for g in gpus] == [
+        ("NVIDIA H100 80GB HBM3", "1654922004567")]
+    os_gpus = [{"serial": "1654922004567"}, {"serial": "1654922004999"}]
+    res = judge_inventory("1.0", (), bmc_gpus=gpus, os_gpus=os_gpus, bmc_nics=None,
+                          os_nics=None)
+    assert res.verdict is Verdict.FAIL and "the BMC sees 1 GPUs, the OS 2" in res.findings

@@ -136,13 +136,27 @@ class RedfishSource:
 
     def _gpus(self, system: str) -> list[dict[str, Any]] | None:
         doc = self.client.get(system)
-        procs = _link(doc, "Processors") if isinstance(doc, dict) else None
-        if not procs:
+        if not isinstance(doc, dict):
             return None
+        procs = _link(doc, "Processors")
         out = [rf.parse_processor(self.client.get(p))
-               for p in rf.member_links(self.client.get(procs), "Processors")]
+               for p in rf.member_links(self.client.get(procs), "Processors")] if procs else []
         gpus = [p for p in out if p["type"] == "GPU"]
-        return gpus or None
+        return gpus or self._pcie_gpus(doc) or None
+
+    def _pcie_gpus(self, system: dict[str, Any]) -> list[dict[str, Any]]:
+        """GPUs a BMC lists only as PCIe devices: the system's PCIeDevices (an array of
+        links in older schemas, a collection in newer ones) that are NVIDIA GPUs."""
+        raw = system.get("PCIeDevices")
+        if isinstance(raw, list):
+            links = [str(m.get("@odata.id")) for m in raw
+                     if isinstance(m, dict) and m.get("@odata.id")]
+        elif isinstance(raw, dict) and raw.get("@odata.id"):
+            links = rf.member_links(self.client.get(str(raw["@odata.id"])), "PCIeDevices")
+        else:
+            return []
+        devices = [rf.parse_pcie_device(self.client.get(link)) for link in links[:512]]
+        return [{**d, "type": "GPU"} for d in devices if d["gpu"]]
 
     def _nics(self, chassis: str) -> list[dict[str, Any]] | None:
         doc = self.client.get(chassis)
@@ -235,7 +249,23 @@ class IpmiSource:
         power = {"consumed_w": max((s["reading"] for s in watts), default=None),
                  "psus": psus, "redundancy": redundancy, "voltages": []}
         return {"sensors": sensors, "power": power, "sel": sel,
-                "firmware": mc.get("Firmware Revision"), "gpus": None, "nics": None}
+                "firmware": mc.get("Firmware Revision"), "gpus": None, "nics": None,
+                "discrete": self._optional("sdr elist", ipmi.parse_sdr_elist, "sdr", "elist"),
+                "chassis": self._optional("chassis status", ipmi.parse_chassis_status,
+                                          "chassis", "status")}
+
+    def _optional(self, what: str, parse: Any, *args: str) -> Any:
+        """A reading some BMCs do not implement: None (and said in the result's facts)
+        when the BMC refuses it; output that answers but does not read is an error."""
+        try:
+            text = self._run(*args)
+        except BmcError:
+            return None
+        try:
+            return parse(text)
+        except ParseError as exc:
+            raise BmcError(f"BMC {self.spec.describe()}: ipmitool {what}'s output is not what "
+                           f"nodecert reads: {exc}") from None
 
     def sample(self) -> dict[str, Any]:
         sensors = ipmi.parse_sensor(self._run("sensor", keep=False))

@@ -73,11 +73,61 @@ def sensor_state(s: dict[str, Any]) -> tuple[str, str]:
     return "ok", ""
 
 
+# `ipmitool chassis status` (IPMI Get Chassis Status, section 28.2): a fault flag that is
+# set now fails; an active intrusion or interlock, or a last power event that was a
+# failure, is worth a look.
+_CHASSIS_FAULTS = ("Power Overload", "Main Power Fault", "Power Control Fault", "Drive Fault",
+                   "Cooling/Fan Fault")
+_CHASSIS_ACTIVE = ("Chassis Intrusion", "Power Interlock")
+_LAST_EVENTS_BAD = ("ac-failed", "overload", "fault", "interlock")
+
+
+def judge_chassis(status: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(fails, warns) from `ipmitool chassis status`."""
+    fails = [f"chassis status: {k} is set" for k in _CHASSIS_FAULTS
+             if status.get(k, "").lower() == "true"]
+    warns = [f"chassis status: {k} {status[k]}" for k in _CHASSIS_ACTIVE
+             if status.get(k, "").lower() == "active"]
+    last = [e.strip() for e in status.get("Last Power Event", "").split(",") if e.strip()]
+    bad = [e for e in last if e.lower() in _LAST_EVENTS_BAD]
+    if bad:
+        warns.append(f"chassis status: the last power event was {', '.join(bad)}")
+    return fails, warns
+
+
+def judge_discrete(rows: list[dict[str, Any]], rules: EventRules
+                   ) -> tuple[list[str], list[str]]:
+    """(fails, warns) from discrete sensors' states asserted now (`ipmitool sdr elist`),
+    classed by the same rules as the event log; power supplies are bmc.power's."""
+    fails: list[str] = []
+    warns: list[str] = []
+    for row in rows:
+        if str(row.get("entity", "")).startswith("10.") or row.get("status") == "ns":
+            continue
+        for state in row.get("states") or ():
+            # The state alone is classed: a sensor's name ("CPU Fail") is not an event.
+            cls, _ = rules.classify({"message": state})
+            if cls != "info":
+                (fails if cls == "critical" else warns).append(
+                    f"{row['name']}: {state} (asserted now)")
+    return fails, warns
+
+
 def judge_sensors(sensors: list[dict[str, Any]], *, evidence: tuple[Evidence, ...] = (),
-                  simulated: bool = False) -> Result:
+                  simulated: bool = False, discrete: list[dict[str, Any]] | None = None,
+                  chassis: dict[str, str] | None = None,
+                  rules: EventRules | None = None) -> Result:
     fails: list[str] = []
     warns: list[str] = []
     judged = 0
+    if discrete and rules is not None:
+        f, w = judge_discrete(discrete, rules)
+        fails += f
+        warns += w
+    if chassis:
+        f, w = judge_chassis(chassis)
+        fails += f
+        warns += w
     for s in sensors:
         if s.get("kind") in ("discrete", "power", "other"):
             continue  # supplies and power are bmc.power's; discrete bits have no threshold
@@ -102,7 +152,10 @@ def judge_sensors(sensors: list[dict[str, Any]], *, evidence: tuple[Evidence, ..
         value=judged, evidence=evidence, simulated=simulated,
         facts={"sensors": [{k: s.get(k) for k in ("name", "kind", "reading", "unit",
                                                   "health", "upper_critical",
-                                                  "lower_critical")} for s in sensors]},
+                                                  "lower_critical")} for s in sensors],
+               "chassis_status": chassis,
+               "discrete_states": None if discrete is None else {
+                   r["name"]: r["states"] for r in discrete if r.get("states")}},
         fault_code="NC-BMC-SENSOR" if fails else "",
         remediation="Find the part the sensor watches (a failed fan, a blocked inlet, a "
                     "failing regulator) and fix it before the node ships; then re-run "
@@ -307,5 +360,5 @@ def judge_inventory(firmware: str | None, golden: tuple[str, ...], *,
                     "`nodecert validate`." if fails else "")
 
 
-__all__ = ["BMC_CHECKS", "EventRules", "event_rules", "judge_inventory", "judge_power",
-           "judge_sel", "judge_sensors", "sensor_state"]
+__all__ = ["BMC_CHECKS", "EventRules", "event_rules", "judge_chassis", "judge_discrete",
+           "judge_inventory", "judge_power", "judge_sel", "judge_sensors", "sensor_state"]

@@ -107,8 +107,10 @@ class BmcMonitor:
                          if str(s.get("check") or "").startswith(LOAD_PREFIXES)})
         os_gpus, os_nics = self._os_view()
         results = [
-            judge_sensors(snap["sensors"], evidence=pick("thermal", "ipmitool sensor"),
-                          simulated=self.simulated),
+            judge_sensors(snap["sensors"], evidence=pick(
+                "thermal", "ipmitool sensor", "ipmitool sdr elist", "ipmitool chassis status"),
+                          simulated=self.simulated, discrete=snap.get("discrete"),
+                          chassis=snap.get("chassis"), rules=event_rules()),
             judge_sel(snap["sel"], since=since[0] if since else None,
                       since_what=f"the last certification (run {since[1]})" if since else "",
                       rules=event_rules(), evidence=pick("sel", "ipmitool sel elist"),

@@ -162,4 +162,23 @@ def parse_sdr_elist(text: str) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["parse_mc_info", "parse_sdr_elist", "parse_sel", "parse_sensor", "sel_time"]
+def parse_chassis_status(text: str) -> dict[str, str]:
+    """`ipmitool chassis status`: its `Key : value` lines (System Power, Power Overload,
+    Main Power Fault, Power Control Fault, Last Power Event, Chassis Intrusion, Drive
+    Fault, Cooling/Fan Fault, ...). A line that is not `Key : value` is refused."""
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        key, sep, value = line.partition(":")
+        if not sep or not key.strip():
+            raise ParseError(f"ipmitool chassis status line {n}: expected 'Key : value', "
+                             f"got {line[:120]!r}")
+        out[key.strip()] = value.strip()
+    if "System Power" not in out:
+        raise ParseError("ipmitool chassis status: no 'System Power' line")
+    return out
+
+
+__all__ = ["parse_chassis_status", "parse_mc_info", "parse_sdr_elist", "parse_sel",
+           "parse_sensor", "sel_time"]

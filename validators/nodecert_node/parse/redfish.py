@@ -173,6 +173,21 @@ def parse_network_adapter(doc: Any) -> dict[str, Any]:
     return _part(doc, "NetworkAdapter", {"model": "Model", "manufacturer": "Manufacturer"})
 
 
+# Parts an NVIDIA PCIe device can be that are not GPUs: NICs/DPUs and switches.
+_NOT_GPU = re.compile(r"connectx|bluefield|mellanox|nvswitch|switch|ethernet|infiniband|"
+                      r"network|nic\b", re.IGNORECASE)
+
+
+def parse_pcie_device(doc: Any) -> dict[str, Any]:
+    """A Redfish PCIeDevice: id, manufacturer, model, serial, status, and "gpu": whether it
+    is an NVIDIA GPU (an NVIDIA device that is not a NIC, DPU or switch by its model)."""
+    part = _part(doc, "PCIeDevice", {"model": "Model", "manufacturer": "Manufacturer",
+                                      "serial": "SerialNumber"})
+    part["gpu"] = ("nvidia" in part["manufacturer"].lower() and bool(part["model"])
+                   and not _NOT_GPU.search(part["model"]))
+    return part
+
+
 def member_links(doc: Any, what: str) -> list[str]:
     """The @odata.id of each member of a collection."""
     out = []
