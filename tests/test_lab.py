@@ -350,7 +350,12 @@ def test_never_takes_another_labs_objects_for_its_own_leftovers() -> None:
                     lambda: Lab(mine, log=lambda m: None).down()):
             with pytest.raises(NodecertError, match="belongs to another lab on this machine"):
                 act()
-        assert net.link_exists(other.bridge) and other.netns(1) in net.owned_netns(mine)
+        # The other lab's namespace carries this lab's name, but no record of this lab's
+        # proves it this lab's: it is never counted as a leftover of its own.
+        assert net.link_exists(other.bridge) and other.netns(1) not in net.owned_netns(mine)
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                check=True, timeout=10).stdout
+        assert other.netns(1) in listed
     finally:
         subprocess.run(["ip", "netns", "del", other.netns(1)], check=False, timeout=10)
         subprocess.run(["ip", "link", "del", other.bridge], check=False, timeout=10)

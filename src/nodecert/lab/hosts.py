@@ -633,8 +633,10 @@ class Lab:
             pid = None  # gone, or no longer the host's: never waited on, never killed
         if pid:
             self._wait_exit(pid, STOP_TIMEOUT_S)
-        # Whatever still runs inside the lab's own namespace was started by the lab.
-        if netns in net.owned_netns(self.cfg):
+        # Whatever still runs inside the lab's own namespace was started by the lab; a
+        # namespace its records do not prove its own is left alone, name or not.
+        owned = netns in net.owned_netns(self.cfg)
+        if owned:
             for p in net.netns_pids(netns):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
@@ -646,7 +648,8 @@ class Lab:
         for m in net.owned_mounts(self.cfg):
             if m == root or root in m.parents:
                 self._umount(m)
-        net.netns_del(self.cfg, netns)
+        if owned:
+            net.netns_del(self.cfg, netns)
         blkio.remove(self.cfg, netns)
 
     @staticmethod

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -121,11 +122,36 @@ def bridge_down(cfg: LabConfig) -> None:
         run(["ip", "link", "del", cfg.bridge], timeout=15)
 
 
+def _netns_identity(name: str) -> str | None:
+    """The namespace behind /run/netns/NAME (device and inode of its nsfs file), or None."""
+    try:
+        st = os.stat(f"/run/netns/{name}")
+    except OSError:
+        return None
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def _netns_record(cfg: LabConfig, name: str) -> Path:
+    return cfg.state / "netns" / name
+
+
 def owned_netns(cfg: LabConfig) -> list[str]:
+    """The network namespaces this lab created: its names, and the very namespace its
+    own record (written when it was created) names. A namespace that merely carries
+    this lab's name (another lab's, or one somebody made by hand) is not its."""
     out = run(["ip", "netns", "list"], timeout=15).stdout
     names = [line.split()[0] for line in out.splitlines() if line.strip()]
-    return sorted(n for n in names if n.startswith(f"{cfg.prefix}-h") and n[len(cfg.prefix) + 2:]
-                  .isdigit())
+    mine = []
+    for n in names:
+        if not (n.startswith(f"{cfg.prefix}-h") and n[len(cfg.prefix) + 2:].isdigit()):
+            continue
+        try:
+            recorded = _netns_record(cfg, n).read_text().strip()
+        except OSError:
+            continue
+        if recorded and recorded == _netns_identity(n):
+            mine.append(n)
+    return sorted(mine)
 
 
 def netns_pids(name: str) -> list[int]:
@@ -136,6 +162,12 @@ def netns_pids(name: str) -> list[int]:
 def netns_add(cfg: LabConfig, n: int) -> None:
     ns, veth = cfg.netns(n), cfg.veth(n)
     run(["ip", "netns", "add", ns], timeout=15)
+    ident = _netns_identity(ns)
+    if ident is None:
+        raise NodecertError(f"ip netns add {ns} made no /run/netns/{ns}")
+    record = _netns_record(cfg, ns)
+    record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    record.write_text(ident + "\n")
     run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
         timeout=15)
     run(["ip", "link", "set", veth, "master", cfg.bridge, "up"], timeout=15)
@@ -166,6 +198,7 @@ def shape(cfg: LabConfig, n: int, mbps: float) -> None:
 
 def netns_del(cfg: LabConfig, name: str) -> None:
     run(["ip", "netns", "del", name], timeout=15, check=False)
+    _netns_record(cfg, name).unlink(missing_ok=True)
     n = name.rsplit("-h", 1)[-1]
     if n.isdigit() and link_exists(cfg.veth(int(n))):
         run(["ip", "link", "del", cfg.veth(int(n))], timeout=15, check=False)
