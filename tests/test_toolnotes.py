@@ -147,3 +147,22 @@ def test_cluster_rails_carry_perftest_notes() -> None:
         real("perftest/dgx-spark-gb10-cx7-roce-ib_write_bw-4qp-gbits.txt")
     notes = rail_notes(rank1)
     assert len(notes) == 1 and notes[0].startswith("rail mlx5_0: the CPU frequency")
+
+
+def test_a_warning_beside_good_results_is_a_note_not_a_failure() -> None:
+    """With NCCL_DEBUG=INFO, NCCL prints its warnings; one beside a complete, valid result
+    table does not fail a healthy node. Without results, the warning is the failure."""
+    from nodecert.profiles import thresholds
+    from nodecert_node.checks.fabric import judge_nccl
+    from nodecert_node.contract import Limits
+    h200 = Limits(thresholds.resolve("H200-SXM"))
+    base = real("nccl-tests/h200-azure-8gpu-all-reduce-8g-single-size.log")
+    warn = "h:1:2 [0] NCCL WARN NUMA auto balancing enabled which can lead to variability\n"
+    r = judge_nccl(bench.parse_nccl(warn + base), 8, h200)
+    assert r.verdict is Verdict.PASS
+    assert r.facts["tool_notes"]["NCCL"] == [
+        "NCCL WARN NUMA auto balancing enabled which can lead to variability"]
+    head = base.split("#       size")[0]
+    dead = bench.parse_nccl(head + "h:1:2 [0] NCCL WARN Cuda failure 'out of memory'\n")
+    assert dead["failures"] == ["h:1:2 [0] NCCL WARN Cuda failure 'out of memory'"]
+    assert judge_nccl(dead, 8, h200).verdict is Verdict.FAIL
