@@ -7,9 +7,9 @@ InfiniBand device and fell back to TCP sockets, GPUDirect RDMA disabled for an H
 bootstrap connection that timed out; perftest running with relaxed ordering off, a lower
 MTU than asked for, or the CPU frequency not at its maximum.
 
-The line texts are NCCL's and perftest's own (NCCL src/transport/net_ib.cc, net_socket.cc,
-misc/socket.cc, init.cc; perftest src/perftest_parameters.c), matched after any launcher
-prefix ("host:pid:tid [dev] NCCL INFO ...", mpirun's "[1,0]<stdout>:", srun's "0: ").
+The line texts are NCCL's and perftest's own (NCCL's IB and socket transports, its
+socket and init code; perftest's parameter report), matched after any launcher prefix
+("host:pid:tid [dev] NCCL INFO ...", mpirun's "[1,0]<stdout>:", srun's "0: ").
 """
 
 from __future__ import annotations
