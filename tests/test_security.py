@@ -458,6 +458,41 @@ def test_lab_root_at_a_fixed_name_is_used_only_when_ours(tmp_path: Path) -> None
         LabConfig(root=shared).claim_root()
 
 
+def test_labs_claiming_a_new_root_at_the_same_moment_all_get_it(tmp_path: Path) -> None:
+    """Three labs coming up at once on a fresh machine: each sees no root, one makes it,
+    the others' mkdir finds it made; every one of them claims it (each checks it as any)."""
+    import threading
+
+    from nodecert.lab.config import LabConfig
+    root = tmp_path / "lab"
+    start = threading.Barrier(3)
+    got: list[object] = []
+
+    def claim() -> None:
+        start.wait()
+        try:
+            got.append(LabConfig(root=root).claim_root())
+        except Exception as exc:  # what the race raised is the finding
+            got.append(exc)
+    # The window between "no root" and mkdir, held open for all three.
+    real_lexists = os.path.lexists
+    seen = threading.Barrier(3)
+
+    def lexists(p: object) -> bool:
+        there = real_lexists(p)  # type: ignore[arg-type]
+        if p == root:
+            seen.wait()
+        return there
+    import unittest.mock
+    with unittest.mock.patch("nodecert.lab.config.os.path.lexists", lexists):
+        threads = [threading.Thread(target=claim) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+    assert got == [root, root, root]
+
+
 def test_a_second_lab_gets_names_of_its_own(tmp_path: Path) -> None:
     """NODECERT_LAB_DIR or NODECERT_LAB_SUBNET gives a lab its own bridge, namespace,
     veth and machine names and its own state, so it never meets the standard lab's."""

@@ -86,7 +86,9 @@ class LabConfig:
         for others, or put a link there, the lab refuses to use it."""
         root = self.root
         if not os.path.lexists(root):
-            root.mkdir(mode=0o755, parents=True)
+            # A lab coming up at the same moment may make it first: checked below as any.
+            with contextlib.suppress(FileExistsError):
+                root.mkdir(mode=0o755, parents=True)
         st = os.lstat(root)
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
             raise NodecertError(f"{root} is not a directory (a link?): the lab will not "
