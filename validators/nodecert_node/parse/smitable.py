@@ -56,6 +56,16 @@ def _gpu_row1(cells: list[str], n: int) -> dict[str, Any]:
             "ecc_cell": ecc}
 
 
+def _memory(cell: str, n: int) -> tuple[float | None, float | None]:
+    """A 'used / total' MiB cell (the GPU block's and a MIG device's)."""
+    mem = re.fullmatch(r"(\S+)\s*/\s*(\S+)", cell)
+    if not mem:
+        raise ParseError(f"nvidia-smi table line {n}: expected 'used / total' memory, got "
+                         f"{cell!r}")
+    return (_num(mem.group(1), "MiB", "memory used", n),
+            _num(mem.group(2), "MiB", "memory total", n))
+
+
 _ROW2 = re.compile(r"^(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>P\d+|\S+)\s+"
                    r"(?P<pwr>\S+)\s*/\s*(?P<cap>\S+)$")
 
@@ -65,10 +75,7 @@ def _gpu_row2(cells: list[str], n: int) -> dict[str, Any]:
     if not m:
         raise ParseError(f"nvidia-smi table line {n}: expected 'fan temp perf power / cap', "
                          f"got {cells[0]!r}")
-    mem = re.fullmatch(r"(\S+)\s*/\s*(\S+)", cells[1])
-    if not mem:
-        raise ParseError(f"nvidia-smi table line {n}: expected 'used / total' memory, got "
-                         f"{cells[1]!r}")
+    used, total = _memory(cells[1], n)
     util = cells[2].split(None, 1)
     if not util:
         raise ParseError(f"nvidia-smi table line {n}: the GPU-Util cell is empty")
@@ -78,8 +85,7 @@ def _gpu_row2(cells: list[str], n: int) -> dict[str, Any]:
             "perf_state": m.group("perf"),
             "power_w": _num(m.group("pwr"), "W", "power draw", n),
             "power_cap_w": _num(m.group("cap"), "W", "power cap", n),
-            "memory_used_mib": _num(mem.group(1), "MiB", "memory used", n),
-            "memory_total_mib": _num(mem.group(2), "MiB", "memory total", n),
+            "memory_used_mib": used, "memory_total_mib": total,
             "util_pct": _num(util[0], "%", "GPU-Util", n),
             "compute_mode": util[1].strip() if len(util) > 1 else None}
 
@@ -202,14 +208,10 @@ def _mig_section(rows: list[tuple[int, str]]) -> list[dict[str, Any]]:
         if len(ids) != 4 or not all(i.isdigit() for i in ids):
             raise ParseError(f"nvidia-smi table line {n}: expected 'GPU GI CI MIG-dev', got "
                              f"{cells[0]!r}")
-        mem = re.fullmatch(r"(\S+)\s*/\s*(\S+)", cells[1])
-        if not mem:
-            raise ParseError(f"nvidia-smi table line {n}: expected 'used / total' memory, "
-                             f"got {cells[1]!r}")
+        used, total = _memory(cells[1], n)
         out.append({"gpu": int(ids[0]), "gi": int(ids[1]), "ci": int(ids[2]),
-                    "device": int(ids[3]),
-                    "memory_used_mib": _num(mem.group(1), "MiB", "memory used", n),
-                    "memory_total_mib": _num(mem.group(2), "MiB", "memory total", n)})
+                    "device": int(ids[3]), "memory_used_mib": used,
+                    "memory_total_mib": total})
     return out
 
 
