@@ -1,6 +1,6 @@
 """Benchmark one controller against an emulated fleet (nodecert.lab.fleet).
 
-Run on demand:   .venv/bin/python benchmarks/fleet.py [--nodes 1000 5000] [--json OUT]
+Run on demand:   .venv/bin/python benchmarks/fleet.py [--nodes 1000 5000] [--hog N] [--json OUT]
 
 Per size: the emulator serves N nodes over real SSH on loopback (1% slow, 0.5% each
 failing, dropped and unreachable, at least one of each), then a fresh controller
@@ -63,10 +63,12 @@ def controller(inventory: Path, runs: Path) -> dict[str, Any]:
             "cpu_s": round(cpu, 2), "base_rss_mb": round(base_kb / 1024, 1),
             "peak_rss_mb": round(_status_kb("VmHWM") / 1024, 1),
             "status": {h: hr.status for h, hr in run.hosts.items()},
+            "errors": {h: hr.error for h, hr in run.hosts.items() if hr.error},
             "verdict": {h: hr.verdict.name for h, hr in run.hosts.items()},
             "failed_checks": {h: sorted(r.check for r in hr.results
                                         if r.verdict.name == "FAIL")
                               for h, hr in run.hosts.items()},
+            "controller_late": next((ln for ln in lines if "to its own load" in ln), ""),
             "summary_lines": len(lines), "run_dir": str(run.run_dir)}
 
 
@@ -75,7 +77,14 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_size(n: int, time_scale: float) -> dict[str, Any]:
+def cpu_hogs(count: int) -> list[subprocess.Popen[bytes]]:
+    """`count` processes that only spin, at the controller's own priority: other work on
+    the same cores (the controller then gets a share of them, not all)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(count)]
+
+
+def one_size(n: int, time_scale: float, hog: int = 0) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="nodecert-fleet-"))
     faults = max(1, n // 200)
     emu = subprocess.Popen(
@@ -91,9 +100,16 @@ def one_size(n: int, time_scale: float) -> dict[str, Any]:
             raise RuntimeError(f"the emulator did not start: {ready!r}")
         setup_s = time.monotonic() - t
         emu_cpu0 = _proc_cpu_s(emu.pid)
-        out = subprocess.run(
-            [sys.executable, __file__, "--controller", str(work / "inventory.ini"),
-             str(work / "runs")], capture_output=True, text=True, timeout=3600, check=True)
+        hogs = cpu_hogs(hog)
+        try:
+            out = subprocess.run(
+                [sys.executable, __file__, "--controller", str(work / "inventory.ini"),
+                 str(work / "runs")], capture_output=True, text=True, timeout=3600,
+                check=True)
+        finally:
+            for h in hogs:
+                h.kill()
+                h.wait()
         emu_cpu = _proc_cpu_s(emu.pid) - emu_cpu0
     finally:
         if emu.stdin:
@@ -102,11 +118,13 @@ def one_size(n: int, time_scale: float) -> dict[str, Any]:
     fig = json.loads(out.stdout)
     kinds = json.loads((work / "kinds.json").read_text())
     wrong = [f"{h}: {kinds[h]} node ended {fig['status'][h]}"
+             + (f" ({fig['errors'][h]})" if h in fig["errors"] else "")
              for h in kinds if fig["status"][h] != EXPECT[kinds[h]]]
     wrong += [f"{h}: failed {fig['failed_checks'][h]}" for h in kinds
               if (fig["failed_checks"][h] == ["health.gpu"]) != (kinds[h] == "failing")]
     per_rss = (fig["peak_rss_mb"] - fig["base_rss_mb"]) / n
-    return {"nodes": n, "emulator_setup_s": round(setup_s, 1), "wall_s": fig["wall_s"],
+    return {"nodes": n, "cpu_hogs": hog, "emulator_setup_s": round(setup_s, 1),
+            "wall_s": fig["wall_s"],
             "slowest_node_s": fig["slowest_node_s"],
             "wall_minus_slowest_s": round(fig["wall_s"] - fig["slowest_node_s"], 2),
             "controller_cpu_s": fig["cpu_s"],
@@ -116,6 +134,7 @@ def one_size(n: int, time_scale: float) -> dict[str, Any]:
             "rss_mb_per_node": round(per_rss, 3), "emulator_cpu_s": round(emu_cpu, 1),
             "kinds": {k: list(kinds.values()).count(k) for k in EXPECT},
             "wrong": wrong[:20], "wrong_count": len(wrong),
+            "controller_late": fig["controller_late"],
             "summary_lines": fig["summary_lines"]}
 
 
@@ -123,6 +142,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
     ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--hog", type=int, default=0, metavar="N",
+                    help="run N busy processes beside the controller (a starved machine)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--controller", nargs=2, type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -135,7 +156,7 @@ def main() -> None:
                                            * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)},
                "sizes": []}
     for n in a.nodes:
-        res = one_size(n, a.time_scale)
+        res = one_size(n, a.time_scale, a.hog)
         print(json.dumps(res), flush=True)
         results["sizes"].append(res)  # type: ignore[attr-defined]
     if a.json:

@@ -8,14 +8,19 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nodecert.lab.fleet import FleetSpec, address, node_result, recorded_results
+from nodecert.runs.store import HostRun
+from nodecert.validation import session as nodesession
 from nodecert.validation.progress import RunProgress, Snapshot
 from nodecert.validation.run import ValidateRequest, validate
+from nodecert.validation.session import NodeSessions
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +220,47 @@ def test_connections_prefer_aes_gcm_and_check_the_host_key(fleet: Path) -> None:
     with pytest.raises(paramiko.BadHostKeyException):
         connect(Endpoint("n00000", "127.43.0.1", port, "root", str(fleet / "client_key"),
                          (str(other),), "python3"))
+
+
+@pytest.mark.integration
+def test_a_starved_controller_calls_no_healthy_node_silent(
+        fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mid-run, one thread of the controller holds the interpreter (no thread switch)
+    for longer than a node may stay silent: every other thread, the SSH transports
+    too, waits. The nodes kept sending meanwhile; that the controller read them late is
+    its own lateness, not their silence: every healthy node ends done, and the run says
+    what the controller lost."""
+    silent_s, hold_s = 3.0, 8.0
+    kinds = json.loads((fleet / "kinds.json").read_text())
+    hosts = tuple(h for h, k in kinds.items() if k == "ok")[:4]
+    on_event = NodeSessions._on_event
+
+    def short(self: NodeSessions, hr: HostRun, ev: dict[str, Any]) -> float | None:
+        quiet = on_event(self, hr, ev)
+        return None if quiet is None else silent_s  # every silence limit: 3 s
+    monkeypatch.setattr(NodeSessions, "_on_event", short)
+    monkeypatch.setattr(nodesession, "EVENT_SILENCE_S", silent_s)
+    held = threading.Event()
+
+    def hold() -> None:
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(hold_s + 5)
+        try:
+            end = time.monotonic() + hold_s
+            while time.monotonic() < end:
+                sum(range(1000))
+        finally:
+            sys.setswitchinterval(switch)
+            held.set()
+    said: list[str] = []
+
+    def progress(line: str) -> None:
+        said.append(line)
+        if "[2/" in line and not any("[2/" in s for s in said[:-1]):
+            threading.Thread(target=hold, daemon=True).start()
+    run = validate(ValidateRequest(fleet / "inventory.ini", runs_dir=tmp_path, limit=hosts,
+                                   detail=True), progress=progress)
+    assert held.is_set()
+    assert {h: hr.status for h, hr in run.hosts.items()} == dict.fromkeys(hosts, "done"), \
+        [hr.error for hr in run.hosts.values()]
+    assert any("lost" in line and "to its own load" in line for line in said), said[-3:]

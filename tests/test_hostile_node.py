@@ -17,10 +17,11 @@ from nodecert.inventory.reader import load_inventory
 from nodecert.profiles import thresholds
 from nodecert.runs.store import HostLink, HostRun
 from nodecert.transport.events import MAX_LINE, BadEvent, LineReader, decode_event
+from nodecert.transport.silence import NodeLimit
 from nodecert.transport.ssh import Endpoint
 from nodecert.validation import session as nodesession
 from nodecert.validation.plan import build_plan
-from nodecert.validation.session import NodeSessions
+from nodecert.validation.session import MAX_ANSWER, NodeAnswerTooLarge, NodeSessions, exec_command
 from nodecert_node.contract import Result, Verdict
 from support.env import REPO
 
@@ -88,7 +89,7 @@ class Chan:
 def test_reader_splits_lines_across_chunks() -> None:
     r = LineReader(Chan([b'{"a"', b': 1}\n{"b": 2}\n{"c"', b": 3}\n"]))  # type: ignore[arg-type]
     stop = threading.Event()
-    got = [r.line(1e18, stop) for _ in range(4)]
+    got = [r.line((NodeLimit(1e9),), stop) for _ in range(4)]
     assert got == [b'{"a": 1}', b'{"b": 2}', b'{"c": 3}', None]
 
 
@@ -97,7 +98,7 @@ def test_reader_caps_a_line_and_scans_each_byte_once() -> None:
     n = MAX_LINE // len(chunk) + 2
     r = LineReader(Chan([chunk] * n))  # type: ignore[arg-type]
     with pytest.raises(BadEvent, match="longer than 16 MiB"):
-        r.line(1e18, threading.Event())
+        r.line((NodeLimit(1e9),), threading.Event())
     assert r.scanned == len(r.buf) <= MAX_LINE + len(chunk)
 
 
@@ -258,3 +259,81 @@ def test_a_result_echoing_another_test_than_planned_fails(
     assert res.summary == f"not the planned test: {why}"
     assert res.fault_code == "NC-PLAN-MISMATCH" and "\x1b" not in " ".join(res.findings)
     assert all("\x1b" not in line for line in said)
+
+
+# --- a node's answer to the controller's own commands is bounded ---------------------------
+
+class Flood:
+    """A channel whose node answers with `size` bytes, in 64 kB chunks."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+        self.read = 0
+        self.status_event = threading.Event()
+        self.status_event.set()
+
+    def exec_command(self, cmd: str) -> None:
+        pass
+
+    def settimeout(self, t: float) -> None:
+        pass
+
+    def sendall(self, data: bytes) -> None:
+        pass
+
+    def shutdown_write(self) -> None:
+        pass
+
+    def recv(self, n: int) -> bytes:
+        n = min(n, self.left)
+        self.left -= n
+        self.read += n
+        return b"x" * n
+
+    def recv_exit_status(self) -> int:
+        return 0
+
+    def recv_stderr_ready(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class FloodClient:
+    def __init__(self, chan: Flood) -> None:
+        self.chan = chan
+
+    def get_transport(self) -> Any:
+        chan = self.chan
+
+        class T:
+            def open_session(self) -> Flood:
+                return chan
+        return T()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_node_answering_32_mib_to_a_64_kb_read_is_refused_at_1_mib() -> None:
+    flood = Flood(32 * 2**20)
+    ep = Endpoint.from_hostvars("n1", {})
+    with pytest.raises(NodeAnswerTooLarge, match="more than 1 MiB to 'head'"):
+        exec_command(FloodClient(flood), ep,  # type: ignore[arg-type]
+                     "head -c 65536 /etc/nodecert/provisioned.json", None, 15, root=False)
+    assert flood.read <= MAX_ANSWER + 65536  # stopped reading there
+    assert exec_command(FloodClient(Flood(1000)), ep,  # type: ignore[arg-type]
+                        "true", None, 15) == (0, "x" * 1000)
+
+
+def test_a_flooding_node_is_lost_with_its_reason_and_the_run_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = _runs(tmp_path)
+    hr = next(iter(runs.values()))
+    monkeypatch.setattr(nodesession, "connect", lambda ep: FloodClient(Flood(32 * 2**20)))
+    monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c, hr: "/opt/x")
+    ns = NodeSessions({hr.host: hr}, links(runs), [].append, threading.Event(), (b"", "0" * 64))
+    ns.run_host(hr)
+    assert hr.status == "lost" and "more than 1 MiB" in hr.error
+    assert hr.verdict is Verdict.ERROR and all(r.verdict is Verdict.ERROR for r in hr.results)

@@ -1,5 +1,6 @@
-"""Back-pressure from the controller's own load: a failed handshake is retried once
-only when the controller itself was saturated, never for a refused key or login."""
+"""Back-pressure from the controller's own load: a failed handshake is retried only
+when the controller itself was late, never for a refused key or login; the limits on a
+node's silence count the node's clock, which leaves out the controller's own lateness."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import paramiko
 import pytest
@@ -14,7 +16,9 @@ import pytest
 from nodecert.inventory.reader import load_inventory
 from nodecert.profiles import thresholds
 from nodecert.runs.store import HostLink, HostRun
-from nodecert.transport.loadgate import OVERLOAD_LAG_S, LoadGate
+from nodecert.transport.events import LineReader
+from nodecert.transport.loadgate import OVERLOAD_LAG_S, TICK_S, LoadGate
+from nodecert.transport.silence import UNREAD_GRACE, NodeLimit
 from nodecert.transport.ssh import Endpoint
 from nodecert.validation import session as nodesession
 from nodecert.validation.plan import build_plan
@@ -46,7 +50,7 @@ def _sessions(hr: HostRun, gate: LoadGate) -> tuple[NodeSessions, list[str]]:
 
 
 @pytest.mark.parametrize(("saturated", "exc", "attempts"), [
-    (True, TimeoutError("timed out"), 2),              # the controller's fault: once more
+    (True, TimeoutError("timed out"), 3),              # the controller's fault: again
     (False, TimeoutError("timed out"), 1),             # the host's: reported at once
     (True, paramiko.AuthenticationException("no"), 1),  # a refused login: never again
     (True, paramiko.SSHException("Server 'x' not found in known_hosts"), 1),
@@ -66,7 +70,7 @@ def test_a_handshake_is_retried_only_for_the_controllers_own_load(
     assert len(calls) == attempts
     assert hr.status == "unreachable" and hr.verdict.name == "ERROR"
     assert any("UNREACHABLE" in line for line in said)
-    assert any("trying once more" in line for line in said) == (attempts == 2)
+    assert sum("trying again" in line for line in said) == attempts - 1
 
 
 def test_the_gate_measures_its_own_lateness() -> None:
@@ -91,3 +95,112 @@ def test_the_gate_measures_its_own_lateness() -> None:
         assert gate.overloaded_since(t0)
     finally:
         gate.stop()
+
+
+# --- the node's clock: the controller's lateness is not a node's silence --------------------
+
+class Now:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_node_clock_leaves_out_what_the_controller_lost() -> None:
+    now = Now()
+    gate = LoadGate(now=now)
+    assert gate.clock() == 1000.0  # not watching: plain time
+    gate._last_wake = now.t  # as start() does, without the thread
+    seen = [gate.clock()]
+    # On time: the clock runs with the wall.
+    for _ in range(4):
+        slept = now.t
+        now.t += TICK_S
+        gate.record_wake(slept, now.t)
+        seen.append(gate.clock())
+    assert seen[-1] - seen[0] == pytest.approx(4 * TICK_S)
+    # Starved: the watcher's wake-up is 30 s overdue. While it is, the clock stands
+    # still; once it wakes, it has advanced one tick for the 30 s of wall time.
+    slept = now.t
+    for _ in range(30):
+        now.t += 1.0
+        seen.append(gate.clock())
+    gate.record_wake(slept, now.t)
+    seen.append(gate.clock())
+    assert seen == sorted(seen)  # never runs backwards
+    assert seen[-1] - seen[4] == pytest.approx(TICK_S)
+    assert gate.late_s == pytest.approx(30 - TICK_S) and gate.worst_lag_s == gate.late_s
+    mark = (1000.0, seen[0])  # what gate.mark() gave before the first tick
+    assert gate.late_since(mark) == pytest.approx(30 - TICK_S)
+    gate.stop()
+    assert gate.clock() == now.t  # nobody measures any more
+
+
+class Chan:
+    """A channel with `ready` bytes the reader has not taken yet."""
+
+    def __init__(self, ready: bytes = b"", socket_unread: bool = False) -> None:
+        self.ready = ready
+        self.socket_unread = socket_unread
+        self.timeouts: list[float] = []
+
+    def recv_ready(self) -> bool:
+        return bool(self.ready)
+
+    def recv_stderr_ready(self) -> bool:
+        return False
+
+    def get_transport(self) -> Any:
+        unread = self.socket_unread
+
+        class Sock(paramiko.Channel):
+            def __init__(self) -> None:
+                pass
+
+            def recv_ready(self) -> bool:
+                return unread
+
+        class T:
+            sock = Sock()
+        return T()
+
+    def settimeout(self, t: float) -> None:
+        self.timeouts.append(t)
+
+    def recv(self, n: int) -> bytes:
+        chunk, self.ready = self.ready[:n], self.ready[n:]
+        if not chunk:
+            raise TimeoutError
+        return chunk
+
+
+def test_a_late_reader_reads_what_the_node_sent_before_calling_it_silent() -> None:
+    """The limit ran out while the node's line sat unread (the reader was starved): the
+    line is read, not the host lost."""
+    now = Now()
+    chan = Chan(b'{"event": "start", "check": "health.gpu"}\n')
+    limit = NodeLimit(60, now)
+    now.t += 61  # the reader comes back too late
+    line = LineReader(chan).line((limit,), threading.Event())  # type: ignore[arg-type]
+    assert line == b'{"event": "start", "check": "health.gpu"}'
+
+
+@pytest.mark.parametrize(("chan", "grace"), [
+    (Chan(), 0),                            # nothing sent: silent at the limit
+    (Chan(socket_unread=True), UNREAD_GRACE),  # bytes not yet taken off the connection
+])
+def test_a_silent_node_is_silent_and_unread_bytes_earn_a_bounded_grace(
+        chan: Chan, grace: int) -> None:
+    now = Now()
+    limit = NodeLimit(60, now)
+    now.t += 59
+    assert not limit.expired(chan)  # type: ignore[arg-type]
+    now.t += 1
+    reader = LineReader(chan)  # type: ignore[arg-type]
+    with pytest.raises(TimeoutError):
+        reader.line((limit,), threading.Event())
+    # each grace was one more read of up to a second; then the node is silent
+    assert len(chan.timeouts) == grace and set(chan.timeouts) <= {1.0}
+    limit.reset()
+    assert not limit.expired(chan)  # type: ignore[arg-type]  # it spoke: a full limit again

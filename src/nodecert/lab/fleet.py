@@ -213,7 +213,7 @@ async def serve(spec: FleetSpec, out: Path) -> list[asyncssh.SSHAcceptor]:
         acceptors.append(await asyncssh.listen(
             n.address, spec.port, server_host_keys=[n.key], authorized_client_keys=authorized,
             process_factory=n.session, encoding=None, reuse_address=True, backlog=128,
-            keepalive_interval=0, login_timeout=60))
+            keepalive_interval=0, login_timeout=120))  # OpenSSH's LoginGraceTime
     return acceptors
 
 

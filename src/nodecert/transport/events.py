@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import threading
-import time
+from collections.abc import Sequence
 from typing import Any
 
 import paramiko
 
+from nodecert.transport.silence import NodeLimit
 from nodecert_node.contract import Result
 
 MAX_LINE = 16 * 1024 * 1024  # one event from a node; beyond this the host is ERROR
@@ -83,9 +84,10 @@ class LineReader:
         self.scanned = 0  # bytes of buf already searched for a newline
         self.limit = limit
 
-    def line(self, deadline: float, stop: threading.Event) -> bytes | None:
-        """The next line, or None at EOF; TimeoutError past deadline; stops on `stop`;
-        BadEvent when a line grows past the limit. Each byte is scanned once."""
+    def line(self, limits: Sequence[NodeLimit], stop: threading.Event) -> bytes | None:
+        """The next line, or None at EOF; TimeoutError once any of `limits` has expired
+        with nothing unread from the node; stops on `stop`; BadEvent when a line grows
+        past the size limit. Each byte is scanned once."""
         while True:
             nl = self.buf.find(b"\n", self.scanned)
             if nl >= 0:
@@ -99,10 +101,9 @@ class LineReader:
                                bytes(self.buf[:2000]).decode("utf-8", "replace"))
             if stop.is_set():
                 raise InterruptedError
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if any(lim.expired(self.chan) for lim in limits):
                 raise TimeoutError
-            self.chan.settimeout(min(left, 1.0))
+            self.chan.settimeout(min(lim.wait_s() for lim in limits))
             try:
                 chunk = self.chan.recv(65536)
             except TimeoutError:

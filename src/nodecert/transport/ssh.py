@@ -16,6 +16,7 @@ import secrets
 import select
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,9 +128,11 @@ def bastion(ep: Endpoint) -> Endpoint:
 
 
 def start(client: paramiko.SSHClient, ep: Endpoint, command: str, *, root: bool = True,
-          timeout: float = 30.0) -> paramiko.Channel:
+          timeout: float = 30.0,
+          clock: Callable[[], float] = time.monotonic) -> paramiko.Channel:
     """A channel running `command` on the node (as root when `root`), its standard input
-    free for the caller. BecomeError when sudo refuses."""
+    free for the caller. BecomeError when sudo refuses, or does not answer within
+    `timeout` seconds on `clock` (the node's clock, LoadGate.clock)."""
     chan = client.get_transport().open_session()  # type: ignore[union-attr]
     if not (root and ep.become and ep.become_password is not None):
         chan.exec_command(ep.as_root(command) if root else command)
@@ -139,7 +142,7 @@ def start(client: paramiko.SSHClient, ep: Endpoint, command: str, *, root: bool 
     chan.exec_command(f"sudo -S -p {shlex.quote(prompt)} -- sh -c "
                       f"{shlex.quote(f'echo {ok}; {command}')}")
     try:
-        _become(chan, ep, prompt.encode(), ok.encode(), timeout)
+        _become(chan, ep, prompt.encode(), ok.encode(), timeout, clock=clock)
     except BaseException:
         chan.close()
         raise
@@ -147,11 +150,11 @@ def start(client: paramiko.SSHClient, ep: Endpoint, command: str, *, root: bool 
 
 
 def _become(chan: paramiko.Channel, ep: Endpoint, prompt: bytes, ok: bytes,
-            timeout: float) -> None:
+            timeout: float, *, clock: Callable[[], float]) -> None:
     """Answer sudo's prompt once; return when the command has started (its first line
     is this session's key), BecomeError on a second prompt, an exit or the time limit."""
     assert ep.become_password is not None
-    end = time.monotonic() + timeout
+    end = clock() + timeout
     err, out, sent = b"", b"", False
     while True:
         if chan.recv_stderr_ready():
@@ -174,7 +177,7 @@ def _become(chan: paramiko.Channel, ep: Endpoint, prompt: bytes, ok: bytes,
             tail = clean(err.replace(prompt, b"").decode("utf-8", "replace"))[-300:].strip()
             raise BecomeError(f"sudo failed for {ep.user} on {ep.host}: "
                               f"{tail or 'no sudo rights'}")
-        left = end - time.monotonic()
+        left = end - clock()
         if left <= 0:
             raise BecomeError(f"sudo on {ep.host} gave no prompt and no start within "
                               f"{timeout:g} s")
@@ -192,6 +195,11 @@ def _jump_channel(ep: Endpoint, timeout: float) -> tuple[paramiko.SSHClient, Any
     return jump, chan
 
 
+# Each of the TCP connect, the SSH banner and the authentication (nodecert policy: a
+# node on a working network answers each in well under a second).
+HANDSHAKE_TIMEOUT_S = 15.0
+
+
 def _quiet_transport(sock: Any, **kwargs: Any) -> paramiko.Transport:
     """paramiko's transport thread wakes every 0.1 s to see whether it was closed: a
     thousand idle connections cost a core. Once a second is enough (the keep-alive is
@@ -207,7 +215,7 @@ def _quiet_transport(sock: Any, **kwargs: Any) -> paramiko.Transport:
     return transport
 
 
-def connect(ep: Endpoint, timeout: float = 15.0) -> paramiko.SSHClient:
+def connect(ep: Endpoint, timeout: float = HANDSHAKE_TIMEOUT_S) -> paramiko.SSHClient:
     """An authenticated client; raises paramiko/OSError exceptions on failure."""
     client = paramiko.SSHClient()
     # Only this host's keys, from files parsed once per run (knownhosts); an unknown or

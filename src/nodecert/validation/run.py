@@ -151,6 +151,10 @@ def ensure_open_files(need: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, top), hard))
 
 
+# Controller lateness worth a line at the end of the run (seconds in all).
+LATE_NOTE_S = 5.0
+
+
 def _supervise(runner: NodeSessions, forks: int, say: Progress) -> None:
     """Run every host's session on a pool of threads until all end (or Ctrl-C)."""
     runs, stop, view = runner.runs, runner.stop, runner.progress
@@ -226,6 +230,10 @@ def validate(request: ValidateRequest, *, progress: Progress | None = None,
         f"results in {run_dir}"
         + ("" if view.detail else "; each host's progress in <host>/progress.log"))
     _supervise(runner, request.forks, say)
+    if gate.late_s >= LATE_NOTE_S:
+        say(f"note: this controller lost {gate.late_s:.0f} s to its own load during the run "
+            f"(at worst {gate.worst_lag_s:.1f} s at once): other work on its machine; the "
+            "nodes' time limits counted only their own silence")
     if stop.is_set():
         result.interrupted = True
         for hr in runs.values():

@@ -29,7 +29,15 @@ from nodecert.stack.manifest import Stack, find_stack
 from nodecert.transport.bundle import NODE_BASE, install_script
 from nodecert.transport.events import BadEvent, LineReader, decode_event
 from nodecert.transport.loadgate import LoadGate
-from nodecert.transport.ssh import BecomeError, Endpoint, connect, describe_error, start
+from nodecert.transport.silence import Clock, NodeLimit
+from nodecert.transport.ssh import (
+    HANDSHAKE_TIMEOUT_S,
+    BecomeError,
+    Endpoint,
+    connect,
+    describe_error,
+    start,
+)
 from nodecert.validation.echoes import held_to_plan
 from nodecert.validation.plan import framework_plan
 from nodecert.validation.progress import RunProgress
@@ -39,6 +47,9 @@ Progress = Callable[[str], None]
 # What provisioning leaves on a node (roles/nodecert_common, record.yml).
 RECORDED_STACK = "/etc/nodecert/provisioned.json"
 HEARTBEAT_S = 15.0
+# How long a node may stay silent between checks (after its hello or a result, before
+# the next start); during a check, the check's own limit and 30 s of transit.
+EVENT_SILENCE_S = 60.0
 
 
 # Back-pressure: at most this many SSH handshakes, and node-code installs, at a time
@@ -47,39 +58,70 @@ HEARTBEAT_S = 15.0
 # while connections wait for their first byte and risk the login timeout).
 CONNECT_SLOTS = 64
 INSTALL_SLOTS = 32
+CONNECT_TRIES = 3  # a handshake failed by the controller's own lateness: tried again
+
+
+# The most a node may answer to one of the controller's own commands (the install's
+# lines, a 64 kB record); more is a broken or hostile node, not an answer to read.
+MAX_ANSWER = 2**20
+
+
+class NodeAnswerTooLarge(OSError):
+    """A node answered a command with more than MAX_ANSWER bytes."""
 
 
 def exec_command(client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
-                 timeout: float, *, root: bool = True) -> tuple[int, str]:
-    """(exit code, output; stderr too when it failed) of one command on the node."""
-    chan = start(client, ep, cmd, root=root, timeout=timeout)
-    chan.settimeout(timeout)
-    if data is not None:
-        chan.sendall(data)
-    chan.shutdown_write()
-    out = b""
-    while True:
-        chunk = chan.recv(65536)
-        if not chunk:
-            break
-        out += chunk
-    rc = chan.recv_exit_status()
-    err = b""
-    while rc != 0 and chan.recv_stderr_ready() and len(err) < 65536:
-        err += chan.recv_stderr(65536)  # why it failed (sudo's message, a shell error)
-    chan.close()
-    return rc, (out + err).decode(errors="replace")
+                 timeout: float, *, root: bool = True,
+                 clock: Clock = time.monotonic) -> tuple[int, str]:
+    """(exit code, output; stderr too when it failed) of one command on the node.
+    TimeoutError when the node stays silent for `timeout` seconds on `clock` (the node's
+    clock: the controller's own lateness is not the node's silence)."""
+    chan = start(client, ep, cmd, root=root, timeout=timeout, clock=clock)
+    try:
+        chan.settimeout(timeout)
+        if data is not None:
+            chan.sendall(data)
+        chan.shutdown_write()
+        silence = NodeLimit(timeout, clock)
+        out = bytearray()
+        while True:
+            if silence.expired(chan):
+                raise TimeoutError(f"no answer from the node within {timeout:g} s")
+            chan.settimeout(silence.wait_s())
+            try:
+                chunk = chan.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                break
+            out += chunk
+            if len(out) > MAX_ANSWER:
+                raise NodeAnswerTooLarge(f"the node answered more than {MAX_ANSWER // 2**20} "
+                                         f"MiB to {cmd.split(maxsplit=1)[0]!r}: refused")
+            silence.reset()
+        # The exit status follows the end of the output; it too may only be late.
+        while not chan.status_event.wait(silence.wait_s()):
+            if silence.expired(chan):
+                raise TimeoutError(f"no exit status from the node within {timeout:g} s")
+        rc = chan.recv_exit_status()
+        err = b""
+        while rc != 0 and chan.recv_stderr_ready() and len(err) < 65536:
+            err += chan.recv_stderr(65536)  # why it failed (sudo's message, a shell error)
+    finally:
+        chan.close()
+    return rc, (bytes(out) + err).decode(errors="replace")
 
 
 def recorded_stack(client: paramiko.SSHClient, ep: Endpoint,
                    cache: dict[str, Stack] | None = None,
-                   lock: threading.Lock | None = None) -> Stack | None:
+                   lock: threading.Lock | None = None,
+                   clock: Clock = time.monotonic) -> Stack | None:
     """The stack the node's provisioning recorded (/etc/nodecert/provisioned.json), when
     that stack is known here; None otherwise (no record, an unreadable one, a stack this
     control side does not ship). cache/lock: a fleet shares a few stacks, each read once."""
     try:
         rc, out = exec_command(client, ep, f"head -c 65536 {RECORDED_STACK}", None, 15,
-                               root=False)
+                               root=False, clock=clock)
         name = str(json.loads(out).get("stack") or "") if rc == 0 else ""
         if not name:
             return None
@@ -89,6 +131,8 @@ def recorded_stack(client: paramiko.SSHClient, ep: Endpoint,
             if name not in cache:
                 cache[name] = find_stack(name)
             return cache[name]
+    except NodeAnswerTooLarge:
+        raise  # a hostile answer is the host's fault, not "no record"
     except (ValueError, OSError, paramiko.SSHException, NodecertError, AttributeError):
         return None
 
@@ -157,22 +201,26 @@ class NodeSessions:
 
     def _connect(self, hr: HostRun) -> paramiko.SSHClient:
         """Connect within the back-pressure: a slot, then the controller keeping up. A
-        failure while the controller itself was saturated is tried once more (the
-        time limit was spent waiting here); a refused key or login never is."""
-        for attempt in (1, 2):
+        handshake that failed while the controller itself was late (saturated, or a
+        third of the handshake's limit lost to its own lateness) is tried again, up to
+        CONNECT_TRIES in all: the time limit was spent waiting here, not on the host. A
+        refused key or login never is."""
+        for attempt in range(1, CONNECT_TRIES + 1):
             with self.connect_slots:
                 self.gate.admit(self.stop)
-                t0 = time.monotonic()
+                t0, mark = time.monotonic(), self.gate.mark()
                 try:
                     return connect(self.endpoint(hr))
                 except (paramiko.BadHostKeyException, paramiko.AuthenticationException):
                     raise
                 except (paramiko.SSHException, OSError) as exc:
-                    if attempt == 2 or "known_hosts" in str(exc) or \
-                            not self.gate.overloaded_since(t0):
+                    late = self.gate.late_since(mark)
+                    if attempt == CONNECT_TRIES or "known_hosts" in str(exc) or not (
+                            self.gate.overloaded_since(t0) or late >= HANDSHAKE_TIMEOUT_S / 3):
                         raise
-                    self.emit(hr, f"connection failed while the controller was saturated "
-                                  f"({type(exc).__name__}: {exc}); trying once more")
+                    self.emit(hr, f"connection failed while the controller was late "
+                                  f"({late:.1f} s of its own; {type(exc).__name__}: {exc}); "
+                                  f"trying again ({attempt + 1}/{CONNECT_TRIES})")
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _bmc_monitor(self, hr: HostRun) -> BmcMonitor | None:
@@ -203,7 +251,7 @@ class NodeSessions:
 
     def _exec(self, client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
               timeout: float, *, root: bool = True) -> tuple[int, str]:
-        return exec_command(client, ep, cmd, data, timeout, root=root)
+        return exec_command(client, ep, cmd, data, timeout, root=root, clock=self.gate.clock)
 
     def _install_code(self, client: paramiko.SSHClient, hr: HostRun) -> str:
         """Ship the node code once per version (content-addressed directory), the same
@@ -220,42 +268,56 @@ class NodeSessions:
                           f"{clean(out[-300:])}{hint}")
         return f"{NODE_BASE}/{self.sha[:16]}"
 
-    def _session(self, hr: HostRun, client: paramiko.SSHClient) -> None:
+    def _prepare(self, hr: HostRun, client: paramiko.SSHClient) -> str | None:
+        """Install the node code and read the recorded stack; the code's directory, or
+        None when the host ended here (lost, with its reason)."""
         try:
             remote = self._install_code(client, hr)
-        except BecomeError as exc:
+            if hr.stack is None:
+                try:
+                    self._adopt_recorded_stack(hr, client)
+                except NodeAnswerTooLarge as exc:
+                    raise NodeAnswerTooLarge(f"reading the node's recorded stack: {exc}") \
+                        from exc
+            return remote
+        except (BecomeError, NodeAnswerTooLarge) as exc:
             hr.status, hr.error = "lost", str(exc)
-            hr.finish_missing(hr.error, "NC-HOST-LOST")
-            self.emit(hr, f"ERROR: {hr.error}", alarm=True)
-            return
         except (paramiko.SSHException, OSError, TimeoutError) as exc:
             hr.status, hr.error = "lost", f"setting up the node code failed: {exc}"
-            hr.finish_missing(hr.error, "NC-HOST-LOST")
-            self.emit(hr, f"ERROR: {hr.error}", alarm=True)
-            return
         finally:
             self.progress.connect_done(hr.host)
-        if hr.stack is None:
-            self._adopt_recorded_stack(hr, client)
+        hr.finish_missing(hr.error, "NC-HOST-LOST")
+        self.emit(hr, f"ERROR: {hr.error}", alarm=True)
+        return None
+
+    def _session(self, hr: HostRun, client: paramiko.SSHClient) -> None:
+        remote = self._prepare(hr, client)
+        if remote is None:
+            return
+        clock = self.gate.clock
         chan = start(client, self.endpoint(hr),
                      f"cd {shlex.quote(remote)} && exec {shlex.quote(self.endpoint(hr).python)} "
-                     "-m nodecert_node run")
+                     "-m nodecert_node run", clock=clock)
         chan.sendall((json.dumps(hr.plan.as_dict()) + "\n").encode())
         reader = LineReader(chan)
-        deadline = time.monotonic() + 60
-        host_end = time.monotonic() + float(hr.plan.host_timeout_s)
+        # Both limits count on the node's clock: a starved controller reads late, and
+        # that lateness is its own, not the node's silence.
+        silence = NodeLimit(EVENT_SILENCE_S, clock)
+        host_limit = NodeLimit(float(hr.plan.host_timeout_s), clock)
         try:
             while hr.status == "running":
-                raw = reader.line(min(deadline, host_end), self.stop)
+                raw = reader.line((silence, host_limit), self.stop)
                 if raw is None:
                     break
-                deadline = self._on_event(hr, decode_event(raw, hr.checks)) or deadline
+                quiet = self._on_event(hr, decode_event(raw, hr.checks))
+                if quiet is not None:
+                    silence.reset(quiet)
         except TimeoutError:
             hr.status = "lost"
-            what = hr.current or "between checks"
-            hr.error = (f"host time limit of {hr.plan.host_timeout_s:g} s reached during "
-                        f"{what}" if time.monotonic() >= host_end else
-                        f"no answer from the node during {what} within its time limit")
+            what = f"during {hr.current}" if hr.current else "between checks"
+            hr.error = (f"host time limit of {hr.plan.host_timeout_s:g} s reached {what}"
+                        if host_limit.left() <= 0 else
+                        f"no answer from the node {what} within its time limit")
         except InterruptedError:
             hr.status, hr.error = "interrupted", "interrupted by the operator (Ctrl-C)"
         except (OSError, paramiko.SSHException) as exc:
@@ -271,13 +333,15 @@ class NodeSessions:
         self._close(hr)
 
     def _adopt_recorded_stack(self, hr: HostRun, client: paramiko.SSHClient) -> None:
-        stack = recorded_stack(client, self.endpoint(hr), self.stacks, self.stacks_lock)
+        stack = recorded_stack(client, self.endpoint(hr), self.stacks, self.stacks_lock,
+                               self.gate.clock)
         if stack is not None:
             adopt_stack(hr, stack)
             self.emit(hr, f"stack {stack.name}: recorded by provisioning on the node")
 
     def _on_event(self, hr: HostRun, ev: dict[str, Any]) -> float | None:
-        """Apply one node event; returns the new read deadline when it changes."""
+        """Apply one node event; returns how long the node may now stay silent, when
+        that changes."""
         kind = ev.get("event")
         total = len(hr.checks)
         if kind == "hello":
@@ -290,7 +354,7 @@ class NodeSessions:
             hr.current, hr.current_since = str(ev["check"]), time.monotonic()
             limit = hr.plan.timeout_for(hr.current)
             self.emit(hr, f"[{len(hr.results) + 1}/{total}] {hr.current} ...")
-            return time.monotonic() + limit + 30  # the node enforces limit; +30 for transit
+            return limit + 30  # the node enforces limit; +30 for transit
         elif kind == "result":
             res = held_to_plan(ev["result"], hr.plan)
             if res.check == "stack.conformance":
@@ -302,7 +366,7 @@ class NodeSessions:
                       f"{' (SIMULATED)' if res.simulated else ''} {res.duration_s:.1f}s"
                       f" - {res.summary[:110]}  | {hr.counts()}, "
                       f"{time.time() - hr.started:.0f}s", alarm=res.verdict >= Verdict.FAIL)
-            return time.monotonic() + 60
+            return EVENT_SILENCE_S
         elif kind == "done":
             hr.status = "interrupted" if ev.get("interrupted") else "done"
             if ev.get("interrupted"):
