@@ -42,6 +42,7 @@ from nodecert.certs.signing import (
 )
 from nodecert.certs.verify import verify_report
 from nodecert.cli import main
+from nodecert.core.textsafe import one_line
 from support.browser import headless
 from support.env import require_root
 from support.runs import make_run, passing, recorded_results
@@ -409,3 +410,24 @@ def test_identity_rows_in_slot_order_and_a_swap_named_by_slot_and_bus() -> None:
     del live["gpus"][3]
     assert identity_changes(shown, live)[-1] == \
         "GPU no longer present in slot 3, bus 00000000:5D:00.0: serial S3 (GPU-6)"
+
+
+def test_a_newline_in_a_nodes_text_cannot_print_a_line_of_its_own(tmp_path: Path) -> None:
+    """A NOT READY certificate whose failing summary carries line breaks and a fake
+    "ok verdict READY" / "VALID" pair: verify prints one line per step all the same."""
+    results = passing(recorded_results())
+    bad = next(r for r in results if r["check"] == "health.gpu")
+    bad.update(verdict="FAIL", summary="Xid 79\nok   verdict        READY\u2028"
+                                       "VALID: the certificate holds and the node is READY")
+    run = make_run(tmp_path, {"n1": {"results": results}})
+    keys = init_key(tmp_path / "k")
+    cr = certify(run, load_private_key(keys.private))
+    r = CliRunner().invoke(main, ["verify", str(cr.nodes[0].envelope), "--pubkey",
+                                  str(keys.public)])
+    assert r.exit_code == 1
+    lines = r.output.splitlines()
+    assert not any(line.startswith(("ok   verdict", "VALID")) for line in lines), r.output
+    assert lines[-1].startswith("NOT VALID")
+    assert any(line.startswith("FAIL verdict") and "Xid 79 \u23ce ok   verdict" in line
+               for line in lines), r.output
+    assert one_line(" a\r\n\n b \u2029c\n") == "a \u23ce b \u23ce c"

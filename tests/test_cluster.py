@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from nodecert.certs.cluster import certify_cluster, statement
 from nodecert.certs.signing import init_key, load_private_key, load_public_key
 from nodecert.certs.verify import verify_report
+from nodecert.cli import main
 from nodecert.cluster import pairing as clusterplan
 from nodecert.cluster.jobs import Job, JobResult, MpirunLauncher, SlurmLauncher, demux
 from nodecert.cluster.judge import (
@@ -438,3 +440,45 @@ def test_openmpi_lines_split_across_its_chunks_are_joined_again() -> None:
     mixed = ("[1,0]<stdout>:abc[1,2]<stdout>:two\n[1,0]<stdout>:def\n[1,1]<stdout>: x\n"
              "[1,3]<stdout>:cut")
     assert demux(mixed) == {0: "abcdef\n", 2: "two\n", 1: "x\n", 3: "cut\n"}
+
+
+def test_a_cluster_certificate_holds_the_verifier_to_one_of_its_nodes(tmp_path: Path) -> None:
+    """--expect-host/-serial/-identity and --host against a cluster certificate: about
+    one of its nodes, or the verify fails (it printed VALID for any host before)."""
+    from nodecert.certs.identity import identity_digest
+    data = run_model(tmp_path, 3, ModelLauncher())
+    run_dir = tmp_path / "cluster-run-abcdef"
+    (run_dir / "results.json").write_text(json.dumps(data))
+    keys = init_key(tmp_path / "keys")
+    env, _, _ = certify_cluster(run_dir, load_private_key(keys.private))
+    h2 = data["fabric"]["h2"]["identity"]
+
+    def check(expect: dict[str, str | None] | None = None, live: dict[str, Any] | None = None,
+              host: str | None = None) -> tuple[bool, str]:
+        v = verify_report(env, [keys.public], allow_simulated=True, expect=expect,
+                          live_identity=live, live_host=host)
+        assert v.kind == "cluster"
+        return v.ok, " | ".join(d for _, ok, d in v.steps if not ok)
+    assert check({"host": "h2", "serial": "SN-h2", "identity": identity_digest(h2)})[0]
+    assert check({"serial": "G-h3-0"})[0]  # no host: any node's serial
+    ok, why = check({"host": "gpu-99", "serial": "NOPE"})
+    assert not ok and "host 'gpu-99' is not a node of this cluster certificate" in why
+    ok, why = check({"host": "h1", "serial": "SN-h2"})
+    assert not ok and "serial 'SN-h2' is not in h1's identity" in why
+    assert not check({"host": "h1", "identity": identity_digest(h2)})[0]
+    assert check(live=h2, host="h2")[0]
+    ok, why = check(live=h2, host="h1")
+    assert not ok and "h1's hardware differs from the certificate" in why
+    swapped = {**h2, "gpus": [{**h2["gpus"][0], "serial": "G-swapped"}, *h2["gpus"][1:]]}
+    assert not check(live=swapped, host="h2")[0]
+    assert not check(live=h2, host="gpu-99")[0]
+    # the command line: exit 1, and never "the node is READY" for a cluster
+    r = CliRunner().invoke(main, ["verify", str(env), "--pubkey", str(keys.public),
+                                  "--allow-simulated", "--expect-host", "gpu-99",
+                                  "--expect-serial", "NOPE"])
+    assert r.exit_code == 1 and "NOT VALID" in r.output and "node is READY" not in r.output
+    r = CliRunner().invoke(main, ["verify", str(env), "--pubkey", str(keys.public),
+                                  "--allow-simulated", "--expect-host", "h3"])
+    assert r.exit_code == 0, r.output
+    assert "VALID: the certificate holds and the cluster is READY" in r.output
+

@@ -34,6 +34,7 @@ class ReportError(NodecertError):
 class Verification:
     steps: list[tuple[str, bool, str]] = field(default_factory=list)
     statement: dict[str, Any] | None = None
+    kind: str = "node"  # or "cluster": what the certificate is about
 
     def step(self, name: str, ok: bool, detail: str) -> bool:
         self.steps.append((name, ok, detail))
@@ -88,28 +89,46 @@ def subject_line(st: dict[str, Any] | None) -> str:
             + (f" (serial {serial})" if serial else ""))
 
 
+def _serials(ident: dict[str, Any]) -> set[str]:
+    """The serials an identity names: system, baseboard, and every GPU's."""
+    return {str(ident[k]) for k in ("system_serial", "baseboard_serial") if ident.get(k)} \
+        | {str(g["serial"]) for g in ident.get("gpus") or [] if g.get("serial")}
+
+
 def expectation_problems(st: dict[str, Any], *, host: str | None = None,
                          serial: str | None = None, identity: str | None = None) -> list[str]:
     """What the certificate says against what the verifier expects it to be about: the
     node name, a serial (system, baseboard, chassis or any GPU's) or the identity digest.
+    A cluster certificate is about each of its nodes: the host must be one of its
+    subjects, and the serial and digest that host's (any node's, without a host).
     Pure; an empty list when every expectation given holds."""
     p = st["predicate"]
+    if st.get("predicateType") == CLUSTER_PREDICATE_TYPE:
+        digests = {str(s["name"])[5:]: s["digest"]["sha256"] for s in st["subject"]}
+        idents = {n: (p["nodes"].get(n) or {}).get("identity") or {} for n in digests}
+        if host is not None and host not in digests:
+            return [f"host {host!r} is not a node of this cluster certificate (nodes: "
+                    f"{', '.join(sorted(digests))})"]
+        about = [host] if host is not None else sorted(digests)
+        whose = f"{host}'s" if host is not None else "any node's"
+    else:
+        digests = {str(p.get("host")): st["subject"][0]["digest"]["sha256"]}
+        idents = {str(p.get("host")): p.get("identity") or {}}
+        about, whose = list(digests), "the certified"
+        if host is not None and p.get("host") != host:
+            return [f"the certificate is for host {p.get('host')!r}, not {host!r}"]
     problems = []
-    if host is not None and p.get("host") != host:
-        problems.append(f"the certificate is for host {p.get('host')!r}, not {host!r}")
     if serial is not None:
-        ident = p.get("identity") or {}
-        serials = {str(ident[k]) for k in ("system_serial", "baseboard_serial")
-                   if ident.get(k)} | {str(g["serial"]) for g in ident.get("gpus") or []
-                                       if g.get("serial")}
+        serials = set().union(*(_serials(idents[n]) for n in about))
         if serial not in serials:
-            problems.append(f"serial {serial!r} is not in the certified identity "
+            problems.append(f"serial {serial!r} is not in {whose} identity "
                             f"(serials: {', '.join(sorted(serials)) or 'none'})")
     if identity is not None:
-        digest = st["subject"][0]["digest"]["sha256"]
         want = identity.removeprefix("sha256:").lower()
-        if not want or digest != want:
-            problems.append(f"identity digest is sha256:{digest}, not {identity!r}")
+        have = [digests[n] for n in about]
+        if not want or want not in have:
+            problems.append(f"identity digest is sha256:{', sha256:'.join(have)}, not "
+                            f"{identity!r}")
     return problems
 
 
@@ -167,7 +186,11 @@ def read_envelope(path: Path) -> Any:
 def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = None,
                   allow_simulated: bool = False,
                   live_identity: dict[str, Any] | None = None,
+                  live_host: str | None = None,
                   expect: dict[str, str | None] | None = None) -> Verification:
+    """Verify a node or cluster certificate. live_identity: the hardware identity read
+    from live_host now (a cluster certificate needs the host, to know which subject);
+    expect: host/serial/identity the certificate must be about."""
     if not pubkeys:
         raise ReportError("no trusted public key given", hint="pass --pubkey nodecert.pub "
                           "(the public key of the signer you trust)")
@@ -188,8 +211,11 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     except (ValueError, UnicodeError, RecursionError) as exc:
         v.step("statement", False, f"signed payload is not usable JSON: {_why(exc)}")
         return v
+    wanted = {k: val for k, val in (expect or {}).items() if val is not None}
     if isinstance(st, dict) and st.get("predicateType") == CLUSTER_PREDICATE_TYPE:
-        return _verify_cluster(v, st, now or dt.datetime.now(dt.UTC), allow_simulated)
+        v.kind = "cluster"
+        return _verify_cluster(v, st, now or dt.datetime.now(dt.UTC), allow_simulated,
+                               wanted=wanted, live=(live_host, live_identity))
     problems = statement_problems(st)
     if not v.step("statement", not problems, "; ".join(problems) or
                   f"in-toto Statement v1, {PREDICATE_TYPE}"):
@@ -199,11 +225,7 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     now = now or dt.datetime.now(dt.UTC)
     _validity_step(v, p, now)
     digest = subj[0]["digest"]["sha256"]
-    wanted = {k: val for k, val in (expect or {}).items() if val is not None}
-    if wanted:
-        issues = expectation_problems(st, **wanted)
-        v.step("expected", not issues, "; ".join(issues) or "host/serial/identity as "
-               "expected: " + ", ".join(f"{k} {val}" for k, val in wanted.items()))
+    _expected_step(v, st, wanted)
     v.step("subject", identity_digest(p["identity"]) == digest,
            f"{subj[0].get('name')} sha256:{digest[:16]}... "
            + ("matches the certified identity" if identity_digest(p["identity"]) == digest
@@ -245,10 +267,19 @@ def _verdict_steps(v: Verification, p: dict[str, Any], allow_simulated: bool, wh
     return v
 
 
+def _expected_step(v: Verification, st: dict[str, Any], wanted: dict[str, str]) -> None:
+    if wanted:
+        issues = expectation_problems(st, **wanted)
+        v.step("expected", not issues, "; ".join(issues) or "host/serial/identity as "
+               "expected: " + ", ".join(f"{k} {val}" for k, val in wanted.items()))
+
+
 def _verify_cluster(v: Verification, st: dict[str, Any], now: dt.datetime,
-                    allow_simulated: bool) -> Verification:
-    """A cluster certificate: its statement, validity, every subject against its node's
-    identity, the verdict, SIMULATED."""
+                    allow_simulated: bool, *, wanted: dict[str, str],
+                    live: tuple[str | None, dict[str, Any] | None]) -> Verification:
+    """A cluster certificate: its statement, validity, what the verifier expects, every
+    subject against its node's identity, the live host against its subject, the
+    verdict, SIMULATED."""
     problems = ([] if st.get("_type") == STATEMENT_TYPE else
                 [f"_type {st.get('_type')!r}, expected {STATEMENT_TYPE}"]) + cluster_problems(st)
     if not v.step("statement", not problems, "; ".join(problems) or
@@ -257,9 +288,22 @@ def _verify_cluster(v: Verification, st: dict[str, Any], now: dt.datetime,
     v.statement = st
     p = st["predicate"]
     _validity_step(v, p, now)
+    _expected_step(v, st, wanted)
     bad = subject_problems(st)
     v.step("subject", not bad, "; ".join(bad) or f"{len(st['subject'])} nodes, each digest "
            "matches its certified identity")
+    host, ident = live
+    if ident is not None:
+        digests = {str(s["name"])[5:]: s["digest"]["sha256"] for s in st["subject"]}
+        if host not in digests:
+            v.step("hardware", False, f"host {host!r} is not a node of this cluster "
+                   "certificate: its live hardware cannot be compared")
+        else:
+            same = identity_digest(ident) == digests[host]
+            changes = identity_changes(p["nodes"][host]["identity"], ident)
+            v.step("hardware", same, f"{host}'s live hardware identity matches its subject"
+                   if same else f"{host}'s hardware differs from the certificate: "
+                   + ("; ".join(changes) or "identity digest differs"))
     return _verdict_steps(v, p, allow_simulated, "cluster ", "GPUs and HCAs")
 
 

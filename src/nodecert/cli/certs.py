@@ -20,7 +20,7 @@ from nodecert.cli.common import (
     style,
 )
 from nodecert.core.errors import ExitCode
-from nodecert.core.textsafe import clean
+from nodecert.core.textsafe import one_line
 
 _KEYS_INIT_HELP = """Create a signing key pair: NAME.key (private, mode 0600) and NAME.pub.
 
@@ -140,15 +140,18 @@ def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_d
     sys.exit(int(ExitCode.OK if run.all_ready else ExitCode.FAILED))
 
 
-_VERIFY_HELP = """Verify a node certificate offline, and optionally against the live host.
+_VERIFY_HELP = """Verify a node or cluster certificate offline, and optionally against
+the live host.
 
 Checks, in order: the DSSE signature against the trusted public key(s) given
 with --pubkey (nothing else is trusted), the payload type and in-toto Statement
 schema, the validity window, --expect-host/--expect-serial/--expect-identity against what
 the certificate names, the subject digest against the certified hardware
 identity, with --host the host's hardware now (read over SSH: a swapped GPU or
-board fails), and the verdict. A SIMULATED certificate is refused unless
---allow-simulated. Every step is printed.
+board fails), and the verdict. A cluster certificate is about each of its nodes:
+--expect-host must be one of them, --expect-serial/--expect-identity that node's
+(any node's without --expect-host), and --host is compared with its own subject.
+A SIMULATED certificate is refused unless --allow-simulated. Every step is printed.
 
 \b
 Exit codes: 0 valid and READY, 1 invalid, expired, altered, for other hardware
@@ -193,18 +196,19 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
     live = live_identity(host, inventory, become=become_source(become_file, vault_file)) \
         if host and inventory else None
     v = verify_report(report, list(pubkeys), allow_simulated=allow_simulated,
-                      live_identity=live, expect={"host": expect_host, "serial": expect_serial,
-                                                  "identity": expect_identity})
+                      live_identity=live, live_host=host,
+                      expect={"host": expect_host, "serial": expect_serial,
+                              "identity": expect_identity})
     subject = subject_line(v.statement)
     if as_json:
-        emit_json({"report": str(report), "valid": v.ok, "subject": subject,
+        emit_json({"report": str(report), "valid": v.ok, "kind": v.kind, "subject": subject,
                     "steps": [{"step": n, "ok": ok, "detail": d} for n, ok, d in v.steps]})
         sys.exit(int(v.exit_code))
     echo(f"subject: {subject}")  # first: whom this certificate is about
     for name, ok, detail in v.steps:
         mark = style("ok  ", fg="green") if ok else style("FAIL", fg="red",
                                                                           bold=True)
-        click.echo(f"{mark} {name:<14} {clean(detail)}")  # the mark keeps its colour
-    echo("VALID: the certificate holds and the node is READY" if v.ok else
+        click.echo(f"{mark} {name:<14} {one_line(detail)}")  # the mark keeps its colour
+    echo(f"VALID: the certificate holds and the {v.kind} is READY" if v.ok else
                "NOT VALID: see the failed step(s) above")
     sys.exit(int(v.exit_code))

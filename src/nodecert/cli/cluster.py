@@ -22,6 +22,7 @@ from nodecert.cli.common import (
     split_hosts,
 )
 from nodecert.core.errors import ExitCode
+from nodecert.core.textsafe import one_line
 
 
 @click.group("cluster")
@@ -121,9 +122,9 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                    "culprits": data["culprits"], "results": data["results"], **cert})
         sys.exit(int(code))
     for r in data["results"]:
-        echo(f"{r['check']:<18} {r['verdict']:<6} {r['summary']}")
+        echo(one_line(f"{r['check']:<18} {r['verdict']:<6} {r['summary']}"))
         for f in r["findings"]:
-            echo(f"    {f}")
+            echo(f"    {one_line(f)}")
     echo(f"cluster: {data['verdict']}" + (f"  named: {', '.join(data['culprits'])}"
                                           if data["culprits"] else "")
          + ("  (SIMULATED)" if data["simulated"] else ""))

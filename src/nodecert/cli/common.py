@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from nodecert.core.errors import ExitCode, NodecertError
-from nodecert.core.textsafe import clean
+from nodecert.core.textsafe import clean, one_line
 from nodecert.core.verdict import Verdict
 
 
@@ -169,7 +169,7 @@ def print_validation(run: Any) -> None:
         bad = [r for r in h.results if r.verdict.value >= Verdict.FAIL.value]
         detail = h.error or "; ".join(f"{r.check}: {r.summary}" for r in bad[:3]) or h.counts()
         sim = " SIMULATED" if h.simulated else ""
-        echo(f"{name:<14} {verdicts[name].name:<8} {h.status:<12} {detail}{sim}")
+        echo(one_line(f"{name:<14} {verdicts[name].name:<8} {h.status:<12} {detail}{sim}"))
     if len(shown) < len(hosts) or len(shown) > TABLE_MAX_SHOWN:
         counts = {v.name: sum(1 for x in verdicts.values() if x == v) for v in Verdict}
         echo(f"{len(hosts)} hosts: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress_bar import ProgressBar
 from rich.text import Text
 
-from nodecert.core.textsafe import clean
+from nodecert.core.textsafe import one_line
 from nodecert.validation.progress import Snapshot
 
 
@@ -31,12 +31,12 @@ class LiveView:
                          transient=False, redirect_stdout=False, redirect_stderr=False)
 
     def say(self, line: str) -> None:
-        self.console.print(escape(clean(line)), soft_wrap=True)
+        self.console.print(escape(one_line(line)), soft_wrap=True)
 
     def status(self, snap: Snapshot) -> None:
         done = snap.states.get("finished", 0)
         bar = ProgressBar(total=max(snap.total, 1), completed=done, width=40)
-        alarms = [Text(clean(a), style="red", overflow="ellipsis", no_wrap=True)
+        alarms = [Text(one_line(a), style="red", overflow="ellipsis", no_wrap=True)
                   for a in snap.failures[-5:]]
         self.live.update(Group(Text(snap.line()), bar, *alarms))
 

@@ -27,7 +27,7 @@ from nodecert.cli.common import (
     verdict_text,
 )
 from nodecert.core.errors import ExitCode
-from nodecert.core.textsafe import clean
+from nodecert.core.textsafe import one_line
 
 _REVALIDATE_HELP = """Validate again and compare each node with its certified baseline.
 
@@ -130,8 +130,8 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, suite_file: Pa
     echo(f"baseline: {rv.baseline or '(none found)'}")
     for host, results in sorted(rv.drift.items()):
         for r in results:
-            click.echo(f"{clean(host):<14} {verdict_text(r.verdict)} {r.check:<34} "
-                       f"{clean(r.summary)}")
+            click.echo(f"{one_line(host):<14} {verdict_text(r.verdict)} {r.check:<34} "
+                       f"{one_line(r.summary)}")
     assert rv.cert is not None
     for n in rv.cert.nodes:
         echo(f"{n.host:<14} {n.verdict}{' (SIMULATED)' if n.simulated else ''}")

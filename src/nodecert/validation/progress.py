@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nodecert.core.textsafe import clean
+from nodecert.core.textsafe import one_line
 from nodecert.core.verdict import Verdict
 from nodecert.runs.store import HostRun
 
@@ -65,11 +65,11 @@ class RunProgress:
     def emit(self, hr: HostRun, text: str, *, alarm: bool = False) -> None:
         """One line about a host: to its log; to the operator in detail mode, or when it
         is an alarm (a FAIL/ERROR, a lost host)."""
-        line = clean(f"{hr.host:<14} {text}")
+        line = one_line(f"{hr.host:<14} {text}")
         try:
             hr.out_dir.mkdir(parents=True, exist_ok=True)
             with (hr.out_dir / "progress.log").open("a", encoding="utf-8") as f:
-                f.write(f"{time.strftime('%H:%M:%S')} {clean(text)}\n")
+                f.write(f"{time.strftime('%H:%M:%S')} {one_line(text)}\n")
         except OSError:
             pass  # the results file is the record; a log that cannot grow is not fatal
         with self.lock:
