@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,24 @@ def test_write_atomic_is_whole_or_nothing(tmp_path: Path, monkeypatch: pytest.Mo
         write_atomic(str(target), b"two")
     assert target.read_bytes() == b"one"  # the old file stands
     assert sorted(os.listdir(tmp_path)) == ["results.json"]  # no temp file left behind
+
+
+def test_write_atomic_sets_the_mode_on_its_descriptor_not_by_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link swapped in for the temp file by whoever can write the directory cannot
+    make chmod change another file: the mode is set on the open descriptor."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"secret")
+    victim.chmod(0o600)
+    real_mkstemp = tempfile.mkstemp
+
+    def racing_mkstemp(prefix: str = "", dir: str | None = None) -> tuple[int, str]:
+        fd, name = real_mkstemp(prefix=prefix, dir=dir)
+        os.rename(name, name + ".moved")  # the attacker: the name now a link to the victim
+        os.symlink(victim, name)
+        fd2 = os.open(name + ".moved", os.O_RDWR)
+        os.close(fd)
+        return fd2, name
+    monkeypatch.setattr(tempfile, "mkstemp", racing_mkstemp)
+    write_atomic(str(tmp_path / "nodecert.prom"), b"metrics", mode=0o644)
+    assert (victim.stat().st_mode & 0o777) == 0o600  # untouched

@@ -5,6 +5,7 @@ GPU-busy skip, and the Slurm drain policy against a fake scontrol."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -241,3 +242,46 @@ def test_keep_history_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     for k in range(5):
         keep_history({"finished": 1764460000 + k, "reason": "timer"}, 3)
     assert len(list((tmp_path / "history").glob("*.json"))) == 3
+
+
+def test_a_failing_scontrol_keeps_history_and_metrics_and_fails_the_unit(
+        tmp_path: Path) -> None:
+    """Slurm is touched after the verdict is kept: a broken scontrol is recorded in the
+    history and gives the crash exit code (it was a traceback, no history, exit 1)."""
+    node, state, prom = setup(tmp_path, faults=[{"kind": "ecc_uncorrectable", "gpu": 2}])
+    fake = node.bin / "scontrol"
+    fake.write_text("#!/bin/sh\necho 'slurm_load_node error: Unable to contact slurm "
+                    "controller' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    r = local_run(node, state, prom, "--slurm-drain", "--slurm-node", "gpu01")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    hist = sorted((state / "history").glob("*.json"))
+    rec = json.loads(hist[0].read_text())
+    assert rec["verdict"] == "FAIL" and rec["slurm_failed"] is True
+    assert rec["slurm"].startswith("failed: ") and "slurm: failed: " in r.stdout
+    assert (prom / "nodecert.prom").exists()
+
+
+@pytest.mark.parametrize("how", ["group-writable", "another owner", "a link"])
+def test_metrics_go_only_into_a_directory_this_user_owns_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    from nodecert_node import local
+    textfile = tmp_path / "textfile"
+    textfile.mkdir(mode=0o755)
+    where = textfile
+    if how == "group-writable":
+        textfile.chmod(0o775)
+    elif how == "another owner":
+        monkeypatch.setattr(local.os, "geteuid", lambda: os.getuid() + 1)
+    else:
+        where = tmp_path / "link"
+        where.symlink_to(textfile)
+    record = {"suite": "quick", "verdict": "PASS", "started": 1.0, "finished": 2.0,
+              "results": []}
+    with pytest.raises(local.MetricsDirError, match=r"metrics|not a directory"):
+        local.write_metrics(record, str(where))
+    assert not list(textfile.iterdir())
+    textfile.chmod(0o755)
+    monkeypatch.undo()
+    assert local.write_metrics(record, str(textfile)) == str(textfile / "nodecert.prom")

@@ -428,11 +428,13 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
+            # On the descriptor, never by name: whoever can write the directory could
+            # have put a link where the temp file was (chmod would follow it).
+            os.fchmod(f.fileno(), mode)
             f.write(data)
             f.flush()
             if durable:
                 os.fsync(f.fileno())
-        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

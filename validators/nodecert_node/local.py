@@ -28,6 +28,7 @@ import io
 import json
 import os
 import socket
+import stat
 import time
 from typing import Any
 
@@ -127,10 +128,26 @@ def metrics_text(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+class MetricsDirError(OSError):
+    """The textfile directory is not one nodecert may write into as root."""
+
+
 def write_metrics(record: dict[str, Any], directory: str = "") -> str | None:
+    """nodecert.prom in node_exporter's textfile directory (None when there is none).
+    MetricsDirError for a directory this user does not own, or that group or others can
+    write: whoever can write it could swap nodecert's files for links."""
     directory = directory or TEXTFILE
-    if not os.path.isdir(directory):
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
         return None
+    if not stat.S_ISDIR(st.st_mode):
+        raise MetricsDirError(f"{directory} is not a directory (a link?): metrics not written")
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise MetricsDirError(
+            f"{directory} is owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}: "
+            f"metrics are written only into a directory owned by uid {os.geteuid()} that "
+            "group and others cannot write (chown root:root; chmod 0755)")
     path = os.path.join(directory, "nodecert.prom")
     # node_exporter never reads a half-written file.
     write_atomic(path, metrics_text(record).encode())
@@ -242,19 +259,29 @@ def local_run(args: argparse.Namespace) -> int:
             record.update(verdict="ERROR", crashed=True,
                           error=f"the scheduled run crashed: {type(exc).__name__}: {exc}")
         record["finished"] = time.time()
-        if args.slurm_drain and not record.get("skipped"):
-            record["slurm"] = slurm(record, args.slurm_node or socket.gethostname().split(".")[0],
-                                    args.slurm_resume)
+        try:
+            prom = write_metrics(record, args.textfile_dir)
+        except OSError as exc:
+            prom, record["metrics_error"] = None, str(exc)
+        # History and metrics first: whatever Slurm does, the verdict is kept.
         path = keep_history(record, args.keep)
-        prom = write_metrics(record, args.textfile_dir)
+        if args.slurm_drain and not record.get("skipped"):
+            try:
+                record["slurm"] = slurm(record, args.slurm_node
+                                        or socket.gethostname().split(".")[0], args.slurm_resume)
+            except Exception as exc:  # any failure here is the run's crash
+                record.update(slurm=f"failed: {type(exc).__name__}: {exc}", slurm_failed=True)
+            write_atomic(path, json.dumps(record).encode())  # what Slurm did, in the history
         if not record.get("skipped") and not record.get("crashed"):
             with contextlib.suppress(OSError):  # a crashed run leaves the queued run queued
                 os.unlink(os.path.join(STATE, PENDING))
         print(f"nodecert: {record.get('skipped') or record['verdict']}"
               + (f" ({record['error']})" if record.get("error") else "") + f"; history {path}"
               + (f"; metrics {prom}" if prom else "")
+              + (f"; metrics not written: {record['metrics_error']}"
+                 if record.get("metrics_error") else "")
               + (f"; slurm: {record['slurm']}" if record.get("slurm") else ""))
-        if record.get("crashed"):
+        if record.get("crashed") or record.get("slurm_failed"):
             return EXIT_CRASH
         return 0 if record["verdict"] in ("PASS", "WARN") else EXIT_FINDING
 
