@@ -184,6 +184,9 @@ def test_a_sensor_row_with_cells_missing_is_refused_not_shifted() -> None:
         ipmi.parse_sensor("FAN1 | 3000 | RPM | ok | na | na\n")
     with pytest.raises(ParseError, match="not a number"):
         ipmi.parse_sensor("FAN1 | 3000 | RPM | ok | na | x | na | na | na | na\n")
+    for odd in ("nan", "inf", "-Infinity"):  # float() reads them; no sensor does
+        with pytest.raises(ParseError, match="not a finite reading"):
+            ipmi.parse_sensor(f"FAN1 | {odd} | RPM | ok | na | na | na | na | na | na\n")
 
 
 def test_real_sel_lists_in_both_time_formats() -> None:

@@ -158,3 +158,43 @@ def test_an_unreachable_bmc_is_error_not_pass(bmc: Bmc, tmp_path: Path) -> None:
     r = _judge(bmc, tmp_path / "r" / "h1")
     assert {x.verdict for x in r.values()} == {Verdict.ERROR}
     assert "unreachable" in r["bmc.sensors"].summary
+
+
+class _Resp:
+    status = 200
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def read(self, n: int) -> bytes:
+        return self.body[:n]
+
+
+class _Conn:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def request(self, method: str, path: str, headers: dict[str, str]) -> None:
+        pass
+
+    def getresponse(self) -> _Resp:
+        return _Resp(self.body)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("reading", ["NaN", "Infinity", "-Infinity"])
+def test_a_non_finite_reading_from_a_bmc_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                    reading: str) -> None:
+    """A NaN sensor passed every threshold, and the signed certificate then failed
+    verify: a BMC's document with a non-finite number is not JSON it may send."""
+    body = ('{"Name": "GPU0 Temp", "ReadingCelsius": ' + reading + "}").encode()
+    spec = BmcSpec("h1", "127.0.0.1", "redfish", 443, "nodecert", Secret(PASSWORD),
+                   cert_sha256="0" * 64)
+    client = RedfishClient(spec)
+    monkeypatch.setattr(client, "_connect", lambda: _Conn(body))
+    with pytest.raises(BmcError, match=f"{reading.lstrip('-')} is not a number a BMC may send"):
+        client.get("/redfish/v1/Chassis/1/Sensors/GPU0")
+    monkeypatch.setattr(client, "_connect", lambda: _Conn(b'{"ReadingCelsius": 41.5}'))
+    assert client.get("/redfish/v1/Chassis/1/Sensors/GPU0") == {"ReadingCelsius": 41.5}

@@ -369,21 +369,28 @@ def test_mirror_credentials_are_refused_before_anything_is_written(tmp_path: Pat
 
 # --- host keys are checked whatever an inventory says -----------------------------------
 
-@pytest.mark.parametrize("extra", [
-    "ansible_ssh_common_args='-o StrictHostKeyChecking=no'",
-    "ansible_ssh_extra_args='-o UserKnownHostsFile=/dev/null'",
-    "ansible_ssh_args='-o StrictHostKeyChecking=accept-new'",
-    "ansible_host_key_checking=false",
+@pytest.mark.parametrize(("extra", "refused"), [
+    ("ansible_ssh_common_args='-o StrictHostKeyChecking=no'", True),
+    ("ansible_ssh_extra_args='-o UserKnownHostsFile=/dev/null'", True),
+    ("ansible_ssh_args='-o StrictHostKeyChecking=accept-new'", True),
+    ("ansible_ssh_common_args='-o StrictHostKeyChecking=false'", True),
+    ("ansible_ssh_common_args='-o StrictHostKeyChecking ask'", True),
+    ("ansible_ssh_common_args='-oStrictHostKeyChecking=No'", True),
+    ("ansible_ssh_common_args='-o \"StrictHostKeyChecking=yesno\"'", True),
+    ("ansible_host_key_checking=false", True),
+    ("ansible_ssh_common_args='-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes'", False),
+    ("ansible_ssh_common_args='-o StrictHostKeyChecking=True'", False),
+    ("ansible_ssh_common_args='-o StrictHostKeyChecking yes'", False),
 ])
-def test_inventory_that_turns_host_key_checking_off_is_refused(tmp_path: Path,
-                                                               extra: str) -> None:
+def test_inventory_that_turns_host_key_checking_off_is_refused(tmp_path: Path, extra: str,
+                                                               refused: bool) -> None:
     from nodecert.inventory.reader import check_inventory
     ini = tmp_path / "inv.ini"
     ini.write_text(f"[g]\ngpu-01 ansible_host=192.0.2.10 {SPEC} {extra}\n")
     report = check_inventory(ini)
-    assert not report.ok
+    assert report.ok is not refused, [p.what for p in report.problems]
     assert any("host key checking off" in p.what or "is false" in p.what
-               for p in report.problems), [p.what for p in report.problems]
+               for p in report.problems) is refused
 
 
 def test_provisioning_puts_strict_host_key_checking_first() -> None:

@@ -39,6 +39,12 @@ def _context(spec: BmcSpec) -> ssl.SSLContext:
     return ctx
 
 
+def _refuse_constant(name: str) -> Any:
+    """NaN and Infinity parse in Python's json but are not JSON: a reading that is one
+    would pass a threshold comparison it cannot pass, and no signed statement holds it."""
+    raise ValueError(f"{name} is not a number a BMC may send")
+
+
 class RedfishClient:
     def __init__(self, spec: BmcSpec) -> None:
         self.spec = spec
@@ -124,9 +130,10 @@ class RedfishClient:
             raise BmcError(f"BMC {self.spec.describe()}: GET {path} sent more than "
                            f"{MAX_BODY} bytes")
         try:
-            return json.loads(body)
-        except ValueError:
-            raise BmcError(f"BMC {self.spec.describe()}: GET {path} is not JSON") from None
+            return json.loads(body, parse_constant=_refuse_constant)
+        except ValueError as exc:
+            raise BmcError(f"BMC {self.spec.describe()}: GET {path} is not JSON a BMC may "
+                           f"send ({str(exc)[:120]})") from None
 
     def evidence(self, name: str, path: str, doc: Any) -> Evidence:
         return Evidence.of(name, f"GET https://{self.spec.address}:{self.spec.port}{path}",

@@ -205,9 +205,12 @@ HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 # like a password, secret or token).
 SECRET_VAR = re.compile(r"(pass(word|wd)?|secret|token|api_?key)$|_pass_|password",
                         re.IGNORECASE)
-# SSH options that would accept any host key.
-WEAK_SSH = re.compile(r"StrictHostKeyChecking[= ]+(no|off|accept-new)\b"
-                      r"|UserKnownHostsFile[= ]+/dev/null", re.IGNORECASE)
+# SSH options that would accept any host key: StrictHostKeyChecking with any value but
+# yes/true (no, off, false, accept-new, ask, a typo), and an empty known_hosts.
+WEAK_SSH = re.compile(r"StrictHostKeyChecking[\"']?(?:\s*=\s*|\s+)[\"']?"
+                      r"(?!(?:yes|true)(?![\w-]))[^\s\"']*"
+                      r"|UserKnownHostsFile[\"']?(?:\s*=\s*|\s+)[\"']?/dev/null",
+                      re.IGNORECASE)
 # What may name the node's Python (it reaches a remote shell): a path or a command name.
 PYTHON_NAME = re.compile(r"^[A-Za-z0-9_./+-]{1,200}$")
 

@@ -13,6 +13,7 @@ A row with cells missing or out of place is refused, never shifted into other fi
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from typing import Any
 
@@ -29,11 +30,14 @@ def _num(cell: str) -> float | None:
     if c in ("na", "", "no reading", "disabled"):
         return None
     try:
-        return float(c)
+        value = float(c)
     except ValueError:
         if c.startswith("0x"):
             return None  # a discrete sensor's state bits, not a reading
         raise ParseError(f"not a number: {cell!r}") from None
+    if not math.isfinite(value):  # float() reads "nan" and "inf"; no sensor reads them
+        raise ParseError(f"not a finite reading: {cell!r}")
+    return value
 
 
 def _cells(line: str) -> list[str]:
