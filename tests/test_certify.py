@@ -242,9 +242,18 @@ def test_simulated_reports_are_refused_unless_allowed(tmp_path: Path, key: Path)
 
 
 def test_readiness_rules() -> None:
-    host = {"status": "done", "verdict": "WARN", "identity": {"gpus": []},
+    host = {"status": "done", "verdict": "WARN", "identity": {"gpus": [],
+                                                              "system_serial": "S1"},
             "results": [{"check": "health.gpu", "verdict": "WARN", "summary": "w"}]}
     assert readiness(host) == (READY, [])
+    # An identity of empty strings names no hardware: every such node has one digest.
+    empty = {"system_serial": "", "system_uuid": "", "baseboard_serial": "", "nic_macs": [],
+             "gpus": [{"serial": "", "uuid": ""}], "nvme": [{"serial": "", "model": "x"}]}
+    verdict, why = readiness({**host, "identity": empty})
+    assert verdict == NOT_READY and "names no serial, UUID or MAC" in why[0]
+    for one in ({"nic_macs": ["02:00:00:00:00:01"]}, {"gpus": [{"uuid": "GPU-1"}]},
+                {"nvme": [{"serial": "N1"}]}, {"system_uuid": "u"}):
+        assert readiness({**host, "identity": {**empty, **one}})[0] == READY, one
     assert readiness({**host, "status": "interrupted", "error": "Ctrl-C"})[0] == NOT_READY
     assert readiness({**host, "identity": None})[1] == [
         "no hardware identity: hardware.inventory did not run or failed to read it, so the "

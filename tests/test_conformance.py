@@ -66,3 +66,22 @@ def test_loaded_kernel_module_must_match_the_pinned_driver() -> None:
     c = judge("h1", STACK, stale)
     assert c.problems == ["the loaded kernel module is 570.211.01, pinned 580.173.02: reboot "
                           "(or reload the nvidia modules) to run the pinned driver"]
+
+
+@pytest.mark.parametrize(("node_verdict", "judged"), [
+    ("PASS", "ERROR"), ("WARN", "ERROR"),  # no output: never a PASS
+    ("FAIL", "FAIL"), ("ERROR", "ERROR"),  # the node's own failure stands
+])
+def test_a_conformance_result_without_its_output_is_not_a_pass(node_verdict: str,
+                                                               judged: str) -> None:
+    from nodecert.stack.conformance import judge_result
+    from nodecert_node.contract import Result, Verdict
+    res = Result("stack.conformance", Verdict[node_verdict], "the node's own words")
+    got = judge_result(res, "h1", STACK)
+    assert got.verdict is Verdict[judged]
+    if node_verdict in ("PASS", "WARN"):
+        assert "reported no conformance output" in got.summary
+        assert got.fault_code == "NC-STACK-NOT-MEASURED"
+    with_output = res.with_(facts={"conformance_output": RECORDED})
+    assert judge_result(with_output, "h1", STACK).verdict is Verdict.PASS
+    assert judge_result(res, "h1", None) is res  # no stack: nothing to judge against

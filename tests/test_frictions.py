@@ -261,6 +261,9 @@ class _Chan:
     def recv_exit_status(self) -> int:
         return self.rc
 
+    def exit_status_ready(self) -> bool:
+        return True
+
     def close(self) -> None:
         pass
 

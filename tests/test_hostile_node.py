@@ -269,8 +269,6 @@ class Flood:
     def __init__(self, size: int) -> None:
         self.left = size
         self.read = 0
-        self.status_event = threading.Event()
-        self.status_event.set()
 
     def exec_command(self, cmd: str) -> None:
         pass
@@ -292,6 +290,9 @@ class Flood:
 
     def recv_exit_status(self) -> int:
         return 0
+
+    def exit_status_ready(self) -> bool:
+        return True
 
     def recv_stderr_ready(self) -> bool:
         return False

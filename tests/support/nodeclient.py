@@ -55,6 +55,9 @@ class Client:
     def recv(self, n: int) -> bytes:
         return self.data.read(n)
 
+    def exit_status_ready(self) -> bool:
+        return True
+
     def close(self) -> None:
         pass
 

@@ -22,7 +22,7 @@ from typing import Any
 from nodecert import __version__
 from nodecert.certs import html as report_html
 from nodecert.certs import junit
-from nodecert.certs.identity import certificate_identity, identity_digest
+from nodecert.certs.identity import certificate_identity, identifies, identity_digest
 from nodecert.certs.signing import (
     PrivateKey,
     SignatureError,
@@ -104,6 +104,9 @@ def readiness(host: dict[str, Any]) -> tuple[str, list[str]]:
     if not host.get("identity"):
         reasons.append("no hardware identity: hardware.inventory did not run or failed to "
                        "read it, so the certificate could not be bound to the hardware")
+    elif not identifies(host["identity"]):
+        reasons.append("the hardware identity names no serial, UUID or MAC (every field "
+                       "empty): the certificate could not be bound to this node's hardware")
     return (READY if not reasons else NOT_READY), reasons
 
 

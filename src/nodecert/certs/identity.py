@@ -32,6 +32,15 @@ def canonical_identity(identity: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def identifies(identity: dict[str, Any]) -> bool:
+    """Does the identity name this node's hardware at all: at least one non-empty
+    serial, UUID or MAC? An identity of empty strings digests the same for every node."""
+    c = canonical_identity(identity)
+    return any(c[k] for k in ("system_serial", "system_uuid", "baseboard_serial", "nic_macs")) \
+        or any(g["serial"] or g["uuid"] for g in c["gpus"]) \
+        or any(d["serial"] for d in c["nvme"])
+
+
 def identity_digest(identity: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(canonical_identity(identity))).hexdigest()
 

@@ -187,8 +187,16 @@ __all__ = ["Conformance", "check_host", "env_dir", "judge", "script_for", "softw
 def judge_result(res: Result, host: str, stack: Stack | None) -> Result:
     """Turn the node's gathered conformance facts into the judged Result."""
     output = res.facts.get("conformance_output")
-    if stack is None or output is None:
-        return res
+    if stack is None or (output is None and res.verdict not in (Verdict.PASS, Verdict.WARN)):
+        return res  # nothing to judge against, or the node's own failure stands
+    if output is None:  # the node's PASS/WARN is not a conformance judgement
+        return res.with_(verdict=Verdict.ERROR, findings=(),
+                         summary=f"stack {stack.name}: the node reported no conformance "
+                                 "output: the installed stack was not judged",
+                         fault_code="NC-STACK-NOT-MEASURED",
+                         remediation="Re-run `nodecert validate` for this host; if it "
+                                     "repeats, run the conformance script by hand and "
+                                     "see why it prints nothing.")
     c = judge(host, stack, str(output))
     base = res.with_(value={"checked": c.checked, "problems": len(c.problems)},
                      facts={"stack": stack.name,
