@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -261,8 +262,11 @@ class _Chan:
     def recv_exit_status(self) -> int:
         return self.rc
 
-    def exit_status_ready(self) -> bool:
-        return True
+    @property
+    def status_event(self) -> threading.Event:  # as paramiko's: the exit status is in
+        done = threading.Event()
+        done.set()
+        return done
 
     def close(self) -> None:
         pass

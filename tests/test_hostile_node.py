@@ -291,8 +291,11 @@ class Flood:
     def recv_exit_status(self) -> int:
         return 0
 
-    def exit_status_ready(self) -> bool:
-        return True
+    @property
+    def status_event(self) -> threading.Event:  # as paramiko's: the exit status is in
+        done = threading.Event()
+        done.set()
+        return done
 
     def recv_stderr_ready(self) -> bool:
         return False

@@ -100,10 +100,10 @@ def exec_command(client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes
                                          f"MiB to {cmd.split(maxsplit=1)[0]!r}: refused")
             silence.reset()
         # The exit status follows the end of the output; it too may only be late.
-        while not chan.exit_status_ready():
+        # paramiko sets status_event when it arrives: waited on, never polled.
+        while not chan.status_event.wait(silence.wait_s()):
             if silence.expired(chan):
                 raise TimeoutError(f"no exit status from the node within {timeout:g} s")
-            time.sleep(0.05)
         rc = chan.recv_exit_status()
         err = b""
         while rc != 0 and chan.recv_stderr_ready() and len(err) < 65536:
