@@ -162,6 +162,35 @@ def test_password_files(tmp_path: Path) -> None:
     assert BecomeSource(f, None).ansible_args() == ["--become-password-file", str(f)]
 
 
+def test_a_password_file_or_script_others_can_change_is_refused(tmp_path: Path) -> None:
+    """Read or run as the user, such a file must be the user's and writable only by
+    them, in a directory only they (or root) can write: else another account picks
+    the password, or the program run."""
+    d = tmp_path / "secrets"
+    d.mkdir(mode=0o700)
+    script = d / "pw.sh"
+    script.write_text(f"#!/bin/sh\necho '{PW}'\n")
+    script.chmod(0o775)  # group-writable script
+    with pytest.raises(InventoryError, match="can be changed by other users"):
+        read_password_file(script, "become password file")
+    with pytest.raises(InventoryError, match="can be changed by other users"):
+        BecomeSource(script, None).ansible_args()
+    script.chmod(0o700)
+    assert read_password_file(script, "become password file").reveal() == PW
+    d.chmod(0o777)  # anyone may replace it
+    with pytest.raises(InventoryError, match=r"its directory .* can be changed"):
+        read_password_file(script, "become password file")
+    with pytest.raises(InventoryError, match="its directory"):
+        BecomeSource(None, script).ansible_args()
+    d.chmod(0o1777)  # sticky, as /tmp: nobody else can rename or replace it
+    assert read_password_file(script, "become password file").reveal() == PW
+    d.chmod(0o700)
+    if os.getuid() == 0:  # a file of another account (root can make one)
+        os.chown(script, 4242, 4242)
+        with pytest.raises(InventoryError, match="belongs to uid 4242"):
+            read_password_file(script, "become password file")
+
+
 def test_a_vaulted_become_password_needs_the_vault_password(tmp_path: Path) -> None:
     from ansible.parsing.vault import VaultLib, VaultSecret
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -462,3 +463,36 @@ def test_gpus_listed_only_as_pcie_devices_are_compared(collection: bool) -> None
     res = judge_inventory("1.0", (), bmc_gpus=gpus, os_gpus=os_gpus, bmc_nics=None,
                           os_nics=None)
     assert res.verdict is Verdict.FAIL and "the BMC sees 1 GPUs, the OS 2" in res.findings
+
+
+@pytest.mark.parametrize("offers_17", [True, False])
+def test_ipmi_asks_for_cipher_suite_17_first_and_records_the_suite(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offers_17: bool) -> None:
+    """HMAC-SHA256/AES (17) where the BMC offers it; a BMC that refuses it is read with
+    suite 3, and which one was used is said."""
+    from nodecert.bmc.gather import IpmiSource
+    from nodecert.inventory.bmc import BmcSpec
+    from nodecert.transport.become import Secret
+    log = tmp_path / "argv"
+    tool = tmp_path / "bin" / "ipmitool"
+    tool.parent.mkdir()
+    refuse = "" if offers_17 else (
+        'case " $* " in *" -C 17 "*) echo "Error in open session response message : '
+        'no matching cipher suite" >&2; echo "Error: Unable to establish IPMI v2 / RMCP+ '
+        'session" >&2; exit 1;; esac\n')
+    tool.write_text(f'#!/bin/sh\necho "$*" >> {log}\n{refuse}'
+                    'echo "Firmware Revision         : 1.01"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    src = IpmiSource(BmcSpec("h1", "10.0.0.9", "ipmi", 623, "admin", Secret("pw")))
+    assert "1.01" in src._run("mc", "info")
+    src._run("sensor")
+    calls = log.read_text().splitlines()
+    suites = [c.split(" -C ")[1].split()[0] for c in calls]
+    if offers_17:
+        assert suites == ["17", "17"] and src.cipher_note == "cipher suite 17"
+    else:
+        assert suites == ["17", "3", "3"]
+        assert src.cipher_note.startswith("cipher suite 3: suite 17 refused")
+        assert "RMCP+ session" in src.cipher_note
+    assert all("pw" not in c.split() for c in calls)

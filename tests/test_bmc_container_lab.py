@@ -157,6 +157,8 @@ def test_ipmi_catches_a_hot_inlet_and_an_unreachable_bmc(blab: Lab, tmp_path: Pa
     assert "Temperature Inlet Temp | Upper Critical going high" in h2["bmc.sel"].summary
     assert h2["bmc.power"].verdict.name == "PASS"  # six supplies present, none failed
     assert h2["bmc.sensors"].evidence[0].command.startswith("ipmitool -I lanplus -H 10.78.8.212")
+    # Suite 17 asked for first; the suite ipmi_sim agreed to is on the result.
+    assert "cipher suite" in h2["bmc.sensors"].facts["bmc"]["session"]
     h1 = bmc_results(r, "h1")
     assert {x.verdict.name for x in h1.values()} == {"ERROR"}
     assert "BMC not read" in h1["bmc.sensors"].summary

@@ -346,7 +346,11 @@ def test_node_certificates_reference_the_cluster_certificate_of_the_same_signer(
     keys = init_key(tmp_path / "keys")
     key = load_private_key(keys.private)
     env, _, _ = certify_cluster(run_dir, key)
-    nodes = make_run(tmp_path / "v", {"h2": {"results": passing(recorded_results())},
+    from nodecert.certs.identity import identity_digest
+    h2 = data["fabric"]["h2"]["identity"]
+    nodes = make_run(tmp_path / "v", {"h2": {"results": passing(recorded_results()),
+                                             "identity": h2},
+                                      "h3": {"results": passing(recorded_results())},
                                       "n9": {"results": passing(recorded_results())}})
     cr = certify(nodes, key, cluster_cert=env)
     preds = {c.host: json.loads(base64.b64decode(
@@ -354,7 +358,10 @@ def test_node_certificates_reference_the_cluster_certificate_of_the_same_signer(
     ref = preds["h2"]["cluster"]
     assert ref["certificate"] == "cluster.intoto.dsse.json" and ref["verdict"] == "READY"
     assert ref["nodes"] == ["h1", "h2", "h3"] and len(ref["sha256"]) == 64
+    assert ref["identity_sha256"] == identity_digest(h2)
     assert "cluster" not in preds["n9"]  # not a node of that cluster: no reference
+    # h3 by name, but other hardware than the cluster certificate's h3: no reference
+    assert "cluster" not in preds["h3"]
     other = init_key(tmp_path / "other")
     with pytest.raises(RunError, match="not a cluster certificate signed with this key"):
         certify(nodes, load_private_key(other.private), cluster_cert=env)
@@ -482,3 +489,35 @@ def test_a_cluster_certificate_holds_the_verifier_to_one_of_its_nodes(tmp_path: 
     assert r.exit_code == 0, r.output
     assert "VALID: the certificate holds and the cluster is READY" in r.output
 
+
+
+def test_a_cluster_certificate_is_valid_from_its_measurement_and_refuses_old_runs(
+        tmp_path: Path) -> None:
+    """not_before is the run's end, not_after counted from it; a run older than the age
+    limit (or one that records no end) is not signed."""
+    from nodecert.certs.certify import RunError
+    data = run_model(tmp_path, 2, ModelLauncher())
+    ended = dt.datetime.fromtimestamp(data["finished"], dt.UTC).replace(microsecond=0)
+    assert data["started"] <= data["finished"]
+    later = ended + dt.timedelta(days=3)
+    st = statement(data, issued=later, valid_days=30)
+    v = st["predicate"]["validity"]
+    assert v["not_before"] == ended.isoformat()
+    assert v["not_after"] == (ended + dt.timedelta(days=30)).isoformat()
+    assert v["issued"] == later.isoformat() and v["max_result_age_days"] == 7.0
+    assert st["predicate"]["validated"]["finished"] == ended.isoformat()
+    with pytest.raises(RunError, match=r"8\.0 days old .* more than the 7 days"):
+        statement(data, issued=ended + dt.timedelta(days=8))
+    assert statement(data, issued=ended + dt.timedelta(days=8), max_age_days=9)
+    with pytest.raises(RunError, match="records no end time"):
+        statement({**data, "finished": None}, issued=later)
+    # verify: expired 30 days after the run's end, whenever it was signed
+    run_dir = tmp_path / "cluster-run-abcdef"
+    (run_dir / "results.json").write_text(json.dumps(data))
+    keys = init_key(tmp_path / "keys")
+    env, _, _ = certify_cluster(run_dir, load_private_key(keys.private), now=later)
+    assert verify_report(env, [keys.public], allow_simulated=True,
+                         now=ended + dt.timedelta(days=29)).ok
+    late = verify_report(env, [keys.public], allow_simulated=True,
+                         now=ended + dt.timedelta(days=31))
+    assert not late.ok and any("EXPIRED" in d for _, _, d in late.steps)

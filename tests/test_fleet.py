@@ -223,6 +223,37 @@ def test_connections_prefer_aes_gcm_and_check_the_host_key(fleet: Path) -> None:
 
 
 @pytest.mark.integration
+def test_a_key_marked_revoked_is_refused_though_listed(fleet: Path, tmp_path: Path) -> None:
+    """OpenSSH's @revoked marker: the node's real key, listed as known, is still
+    refused once a @revoked line names it for that host (or every host)."""
+    import paramiko
+
+    from nodecert.transport import knownhosts
+    from nodecert.transport.ssh import Endpoint, RevokedHostKey, connect, describe_error
+    inv = (fleet / "inventory.ini").read_text()
+    port = int(inv.split("ansible_port=")[1].split()[0])
+    listed = (fleet / "known_hosts").read_text()
+    line = next(x for x in listed.splitlines() if x.startswith("[127.43.0.1]:"))
+    _, kind, b64 = line.split()[:3]
+    for names in ("*", f"[127.43.0.1]:{port}", "[127.43.0.?]:*"):
+        kh = tmp_path / "kh"
+        kh.write_text(listed + f"@revoked {names} {kind} {b64}\n")
+        knownhosts.forget()
+        ep = Endpoint("n00000", "127.43.0.1", port, "root", str(fleet / "client_key"),
+                      (str(kh),), "python3")
+        with pytest.raises(RevokedHostKey) as caught:
+            connect(ep)
+        assert "@revoked" in describe_error(caught.value, ep)
+    # A revoked line for other hosts (or negated for this one) leaves it accepted.
+    for names in ("[127.43.0.2]:*", f"*,![127.43.0.1]:{port}"):
+        kh.write_text(listed + f"@revoked {names} {kind} {b64}\n")
+        knownhosts.forget()
+        connect(Endpoint("n00000", "127.43.0.1", port, "root", str(fleet / "client_key"),
+                         (str(kh),), "python3")).close()
+    assert isinstance(RevokedHostKey("x"), paramiko.SSHException)
+
+
+@pytest.mark.integration
 def test_a_starved_controller_calls_no_healthy_node_silent(
         fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Mid-run, one thread of the controller holds the interpreter (no thread switch)

@@ -84,3 +84,19 @@ def test_a_changed_file_is_read_again(home: Path, tmp_path: Path) -> None:
     assert knownhosts.keys_for("h", (str(f),)) == {"ssh-ed25519": new}
     f.unlink()
     assert knownhosts.keys_for("h", (str(f),)) == {}
+
+
+def test_a_revoked_key_is_never_given_as_known(home: Path, tmp_path: Path) -> None:
+    """@revoked (OpenSSH's marker) withdraws a key for the hosts the line names, in the
+    user's file or any other; a pattern or !negation is honoured as ssh does."""
+    good, bad = _key(), _key()
+    (home / ".ssh" / "known_hosts").write_text(_line("h1", bad) + _line("h3", good))
+    f = tmp_path / "kh"
+    f.write_text(_line("h2", bad) + f"@revoked h? {bad.get_name()} {bad.get_base64()}\n"
+                 + f"@revoked *,!h3 {good.get_name()} {good.get_base64()}\n")
+    assert knownhosts.keys_for("h1", (str(f),)) == {}
+    assert knownhosts.keys_for("h2", (str(f),)) == {}
+    assert knownhosts.revoked_for("h1", (str(f),)) == [bad, good]
+    assert knownhosts.keys_for("h3", (str(f),)) == {"ssh-ed25519": good}
+    assert knownhosts.revoked_for("h3", (str(f),)) == [bad]
+    assert knownhosts.revoked_for("[h1]:2222", (str(f),)) == [good]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -163,6 +164,45 @@ def test_an_index_that_does_not_match_its_release_stops_the_build(
         f.write("\n")
     with pytest.raises(mirror.MirrorError, match="does not match the Release file's SHA256"):
         _build(upstreams, tmp_path / "m")
+
+
+def test_an_index_the_release_does_not_list_stops_the_build(
+        upstreams: tuple[Path, str], tmp_path: Path) -> None:
+    """Only what the (signed) Release lists is vouched for: a Packages it does not name
+    is refused by the build, and by verify once in a mirror."""
+    up = upstreams[0]
+    release = (up / "Release").read_text()
+    (up / "Release").write_text(release.replace(" Packages\n", " Packages.old\n"))
+    with pytest.raises(mirror.MirrorError, match=r"Packages is not listed in .*Release"):
+        _build(upstreams, tmp_path / "m")
+    (up / "Release").write_text(release)
+    out = tmp_path / "m2"
+    _build(upstreams, out)
+    (out / "nvidia" / "Release").write_text("Origin: test\nSHA256:\n")
+    assert "nvidia/Packages: not listed in nvidia/Release, so nothing vouches for it" in \
+        mirror.verify(out)
+
+
+@pytest.mark.integration
+def test_verify_never_reads_outside_the_mirror(upstreams: tuple[Path, str],
+                                               tmp_path: Path) -> None:
+    """A manifest naming an absolute path, a .. path or a path through a symbolic link
+    is refused without the file being read (else verify reveals files elsewhere)."""
+    out = tmp_path / "m"
+    _build(upstreams, out)
+    secret = tmp_path / "secret"
+    secret.write_text("s3cr3t")
+    manifest = json.loads((out / mirror.MANIFEST).read_text())
+    (out / "link").symlink_to(tmp_path)
+    want = {"sha256": mirror.sha256_file(secret), "size": 6}
+    for rel in (str(secret), "../secret", "link/secret"):
+        m = {**manifest, "files": {**manifest["files"], rel: want}}
+        (out / mirror.MANIFEST).write_text(json.dumps(m))
+        problems = mirror.verify(out)
+        assert f"{rel}: not a path inside the mirror (absolute, .., or through a symbolic " \
+               "link): refused" in problems, problems
+        assert not any(p.startswith(f"{rel}: changed") for p in problems)
+    assert "link: not listed in nodecert-mirror.json" in problems
 
 
 def test_a_missing_role_package_is_named(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ One role alone: `pytest -m lab -k role_nvidia_driver`.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,43 @@ def test_framework_refuses_a_wheel_whose_hash_is_not_pinned(
         assert "hash" in (outcome.first_error or "").lower(), outcome.as_dict()
     finally:
         lab.ssh(HOST, f"rm -rf {env_dir} {env_dir}.requirements.txt", check=False)
+
+
+def test_a_key_failing_its_fingerprint_is_never_left_where_apt_trusts_it(
+        converged: tuple[Lab, Path], tmp_path: Path) -> None:
+    """The key is checked in a staging file: one whose fingerprint is not the pinned one
+    fails the role and is found neither at signed-by's path nor in staging."""
+    lab, runs = converged
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--batch", "--homedir", str(home)]
+    try:
+        subprocess.run([*gpg, "--passphrase", "", "--quick-gen-key", "repo@example.invalid",
+                        "ed25519", "sign", "never"],
+                       check=True, capture_output=True, timeout=60)
+        armored = subprocess.run([*gpg, "--armor", "--export", "repo@example.invalid"],
+                                 check=True, capture_output=True, text=True,
+                                 timeout=60).stdout
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"],
+                       capture_output=True, timeout=60, check=False)
+    lab.ssh(HOST, f"cat > /root/other-key.asc <<'EOF'\n{armored}EOF")
+    key = "/etc/apt/keyrings/nodecert-nvidia.asc"
+    try:
+        report = provision(ProvisionRequest(
+            lab.cfg.state / "inventory.ini", stack=STACK.name, limit=(HOST,),
+            tags=(site_tags()["nvidia_repo"],), runs_dir=runs,
+            extravars={"nvidia_repo_trusted": False,
+                       "nvidia_repo_key_url": "file:///root/other-key.asc",
+                       "nvidia_repo_key_fingerprint": STACK.repository.key_fingerprint}),
+            progress=lambda line: None)
+        outcome = report.hosts[HOST]
+        assert outcome.status == "failed", outcome.as_dict()
+        assert "exactly the pinned key" in (outcome.first_error or ""), outcome.as_dict()
+        left = lab.ssh(HOST, "ls -A /etc/apt/keyrings/").stdout
+        assert "nodecert-nvidia" not in left, left
+    finally:
+        lab.ssh(HOST, f"rm -f /root/other-key.asc {key}", check=False)
 
 
 def test_preflight_installs_nothing_on_a_bare_host(lab: Lab, tmp_path: Path,

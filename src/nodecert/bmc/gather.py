@@ -194,18 +194,46 @@ class RedfishSource:
         self.client.close()
 
 
+# RMCP+ cipher suites: 17 authenticates with HMAC-SHA256 and encrypts with AES-CBC-128
+# (IPMI v2.0 rev 1.1 errata, table 22-20); 3 with HMAC-SHA1, the suite every IPMI 2.0
+# BMC has. The stronger one is asked for first; the one used is recorded.
+CIPHER_SUITES = (17, 3)
+
+
 class IpmiSource:
     """ipmitool over RMCP+ (lanplus, cipher suite 17 where the BMC offers it, else 3);
     the password reaches ipmitool in its environment (-E), never on its command line."""
 
-    def __init__(self, spec: BmcSpec, cipher: int = 3) -> None:
+    def __init__(self, spec: BmcSpec, cipher: int | None = None) -> None:
         self.spec = spec
+        # None until the first command settled it (17, or 3 when 17 was refused).
         self.cipher = cipher
+        self.cipher_note = f"cipher suite {cipher} (set)" if cipher is not None else ""
         self.evidence: list[Evidence] = []
 
     def _run(self, *args: str, keep: bool = True) -> str:
+        if self.cipher is not None:
+            return self._run_with(self.cipher, args, keep)
+        try:
+            out = self._run_with(CIPHER_SUITES[0], args, keep)
+        except BmcError as first:
+            if "gave no answer" in first.args[0]:
+                raise
+            try:
+                out = self._run_with(CIPHER_SUITES[1], args, keep)
+            except BmcError:
+                raise first from None
+            self.cipher = CIPHER_SUITES[1]
+            self.cipher_note = (f"cipher suite {CIPHER_SUITES[1]}: suite "
+                                f"{CIPHER_SUITES[0]} refused ({first.args[0][-120:]})")
+            return out
+        self.cipher = CIPHER_SUITES[0]
+        self.cipher_note = f"cipher suite {CIPHER_SUITES[0]}"
+        return out
+
+    def _run_with(self, cipher: int, args: tuple[str, ...], keep: bool) -> str:
         argv = ["ipmitool", "-I", "lanplus", "-H", self.spec.address, "-p",
-                str(self.spec.port), "-U", self.spec.username, "-E", "-C", str(self.cipher),
+                str(self.spec.port), "-U", self.spec.username, "-E", "-C", str(cipher),
                 "-N", str(min(self.spec.timeout_s, 10)), "-R", "1", *args]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TZ": "UTC", "LC_ALL": "C",
                "IPMI_PASSWORD": self.spec.password.reveal()}
@@ -252,7 +280,8 @@ class IpmiSource:
                 "firmware": mc.get("Firmware Revision"), "gpus": None, "nics": None,
                 "discrete": self._optional("sdr elist", ipmi.parse_sdr_elist, "sdr", "elist"),
                 "chassis": self._optional("chassis status", ipmi.parse_chassis_status,
-                                          "chassis", "status")}
+                                          "chassis", "status"),
+                "session": f"IPMI 2.0 lanplus, {self.cipher_note}"}
 
     def _optional(self, what: str, parse: Any, *args: str) -> Any:
         """A reading some BMCs do not implement: None (and said in the result's facts)

@@ -125,6 +125,8 @@ class BmcMonitor:
                             simulated=self.simulated),
         ]
         bmc = {**self.spec.public(), "sample_errors": self.sample_errors[-20:]}
+        if snap.get("session"):
+            bmc["session"] = snap["session"]  # how it was read (IPMI: the cipher suite)
         return [r.with_(duration_s=took, facts={**r.facts, "bmc": bmc}) for r in results]
 
     def _os_view(self) -> tuple[list[dict[str, Any]] | None, int | None]:

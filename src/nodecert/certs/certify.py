@@ -134,7 +134,21 @@ def cluster_reference(envelope: Path, key: PrivateKey) -> dict[str, Any]:
                             "validate --key` wrote with the same key") from exc
     p = st["predicate"]
     return {"certificate": envelope.name, "sha256": _sha256_file(envelope),
-            "run_id": p["run_id"], "verdict": p["verdict"], "nodes": sorted(p["nodes"])}
+            "run_id": p["run_id"], "verdict": p["verdict"], "nodes": sorted(p["nodes"]),
+            # each node's identity digest as the cluster certificate's subject names it
+            "subjects": {str(s["name"])[5:]: s["digest"]["sha256"]
+                         for s in st.get("subject", []) if isinstance(s, dict)
+                         and str(s.get("name", "")).startswith("node:")
+                         and isinstance(s.get("digest"), dict)}}
+
+
+def cluster_link(cluster: dict[str, Any], host: str, digest: str) -> dict[str, Any] | None:
+    """The reference a node certificate carries: only when the cluster certificate's
+    subject of that name is this very hardware (same identity digest), never by name
+    alone (a node renamed, or replaced since, was not proven in that cluster)."""
+    if cluster["subjects"].get(host) != digest:
+        return None
+    return {k: v for k, v in cluster.items() if k != "subjects"} | {"identity_sha256": digest}
 
 
 def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
@@ -175,11 +189,13 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
         "inputs": dict(sorted((inputs or {}).items())),
         "tool": {"name": "nodecert", "version": __version__},
     }
-    if cluster is not None and host["host"] in cluster["nodes"]:
-        predicate["cluster"] = cluster  # the cluster certificate it was proven in
+    digest = identity_digest(ident)
+    link = cluster_link(cluster, host["host"], digest) if cluster is not None else None
+    if link is not None:
+        predicate["cluster"] = link  # the cluster certificate it was proven in
     return {"_type": STATEMENT_TYPE,
             "subject": [{"name": f"node:{host['host']}",
-                         "digest": {"sha256": identity_digest(ident)}}],
+                         "digest": {"sha256": digest}}],
             "predicateType": PREDICATE_TYPE, "predicate": predicate}
 
 

@@ -15,11 +15,13 @@ from nodecert import __version__
 from nodecert.certs import html as report_html
 from nodecert.certs.certify import (
     CLUSTER_PREDICATE_TYPE,
+    DEFAULT_MAX_AGE_DAYS,
     NOT_READY,
     PAYLOAD_TYPE,
     READY,
     STATEMENT_TYPE,
     RunError,
+    validation_end,
 )
 from nodecert.certs.identity import certificate_identity, identity_digest
 from nodecert.certs.signing import PrivateKey, canonical_json, keyid, sign_envelope
@@ -51,8 +53,26 @@ def rail_table(data: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     return out
 
 
+def _iso(t: Any) -> str | None:
+    if not isinstance(t, (int, float)) or t <= 0:
+        return None
+    return dt.datetime.fromtimestamp(float(t), dt.UTC).isoformat(timespec="seconds")
+
+
 def statement(data: dict[str, Any], *, issued: dt.datetime,
-              valid_days: int = DEFAULT_VALID_DAYS) -> dict[str, Any]:
+              valid_days: int = DEFAULT_VALID_DAYS,
+              max_age_days: float = DEFAULT_MAX_AGE_DAYS) -> dict[str, Any]:
+    """Raises RunError when the run records no end, or ended more than max_age_days
+    before `issued`: validity runs from the measurement, never from the signature."""
+    ended = validation_end({"host": f"cluster run {data.get('run_id')}",
+                            "finished": data.get("finished")})
+    age = (issued - ended).total_seconds() / 86400
+    if age > max_age_days:
+        raise RunError(f"cluster run {data.get('run_id')}: the results are {age:.1f} days old "
+                       f"(the run ended {ended.isoformat()}), more than the "
+                       f"{max_age_days:g} days a certificate may rest on: run `nodecert "
+                       "cluster validate` again, or raise --max-result-age-days (recorded "
+                       "in the certificate)")
     missing = [n for n in data["nodes"] if not (data["fabric"].get(n) or {}).get("identity")]
     if missing:
         raise RunError(f"no hardware identity for {', '.join(missing)} in the run: a "
@@ -66,9 +86,13 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
         "schema": "nodecert.cluster-readiness/v1", "verdict": verdict, "reasons": reasons,
         "simulated": bool(data["simulated"]), "run_id": data["run_id"],
         "engine": data["engine"], "launch_host": data["launch_host"],
+        "validated": {"started": _iso(data.get("started")),
+                      "finished": _iso(data.get("finished"))},
         "validity": {"issued": issued.isoformat(timespec="seconds"),
-                     "not_after": (issued + dt.timedelta(days=valid_days)).isoformat(
-                         timespec="seconds")},
+                     "not_before": ended.isoformat(timespec="seconds"),
+                     "not_after": (ended + dt.timedelta(days=valid_days)).isoformat(
+                         timespec="seconds"),
+                     "max_result_age_days": max_age_days},
         "nodes": {n: {"identity": certificate_identity(idents[n]),
                       "fabric": {k: data["fabric"][n][k]
                                  for k in ("check", "verdict", "summary", "findings")}}
@@ -93,7 +117,8 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
 
 def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
                     now: dt.datetime | None = None,
-                    valid_days: int = DEFAULT_VALID_DAYS) -> tuple[Path, Path, str]:
+                    valid_days: int = DEFAULT_VALID_DAYS,
+                    max_age_days: float = DEFAULT_MAX_AGE_DAYS) -> tuple[Path, Path, str]:
     """(envelope, HTML, verdict) for a cluster run; both files whole or not at all."""
     try:
         data = read_cluster_record(run_dir)
@@ -104,7 +129,7 @@ def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = No
                        f"{'; '.join(data.get('problems', [])) or 'no results'}): nothing to "
                        "certify", hint="fix what it says and run `cluster validate` again")
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
-    st = statement(data, issued=issued, valid_days=valid_days)
+    st = statement(data, issued=issued, valid_days=valid_days, max_age_days=max_age_days)
     env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
     out = out_dir or RunDir(run_dir).reports
     out.mkdir(parents=True, exist_ok=True)

@@ -140,9 +140,14 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
 @click.option("--key", "key_path", required=True,
               type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Private signing key (nodecert keys init).")
-@click.option("--valid-days", default=30, show_default=True, type=click.IntRange(min=1))
+@click.option("--valid-days", default=30, show_default=True, type=click.IntRange(min=1),
+              help="Days the certificate stays valid, counted from the run's end.")
+@click.option("--max-result-age-days", "max_age_days", type=click.FloatRange(min=0.01),
+              default=7.0, show_default=True,
+              help="Refuse a run that ended longer ago than this.")
 @handle_errors
-def cluster_certify_cmd(run_dir: Path, key_path: Path, valid_days: int) -> None:
+def cluster_certify_cmd(run_dir: Path, key_path: Path, valid_days: int,
+                        max_age_days: float) -> None:
     """Sign a cluster run as a cluster certificate (and render its page).
 
     \b
@@ -153,7 +158,7 @@ def cluster_certify_cmd(run_dir: Path, key_path: Path, valid_days: int) -> None:
     from nodecert.certs.signing import load_private_key
 
     env, html, verdict = certify_cluster(run_dir, load_private_key(key_path),
-                                         valid_days=valid_days)
+                                         valid_days=valid_days, max_age_days=max_age_days)
     echo(f"certificate: {env} ({verdict}), page: {html}")
 
 

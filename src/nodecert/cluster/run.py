@@ -329,6 +329,7 @@ class ClusterRun:
     def run(self, fabric: dict[str, dict[str, Any]]) -> dict[str, Any]:
         c = self.ctx
         t0 = time.monotonic()
+        started = time.time()
         before = self.counters() if self.counters else None
         pairs = self.pairs()
         iso = clusterplan.isolate({p.nodes: p.ok for p in pairs if not p.error})
@@ -361,6 +362,9 @@ class ClusterRun:
         verdict = worst(r.verdict for r in results)
         return {
             "schema": SCHEMA, "run_id": self.dir.name, "engine": c.cfg.engine,
+            # Unix seconds, as a node run records them (the caller may move "started"
+            # back to where its own part of the measurement began)
+            "started": round(started, 3), "finished": round(time.time(), 3),
             "config": c.cfg.as_dict(), "nodes": c.nodes, "simulated": c.simulated,
             "launch_host": c.launch.host, "expectation": c.exp.as_dict(),
             "fabric": fabric, "pairs": [p.as_dict() for p in pairs],

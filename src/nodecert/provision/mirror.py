@@ -112,17 +112,26 @@ def _index(upstream: str, repo: Path) -> list[aptrepo.Stanza]:
         if data is not None:
             (repo / extra).write_bytes(data)
     sums = aptrepo.release_sha256(release.decode("utf-8", "replace"), f"{upstream}/Release")
+    unlisted = []
     for name in ("Packages.gz", "Packages"):
         data = fetch_bytes(join_url(upstream, name))
         if data is None:
             continue
         want = sums.get(name)
-        if want and (hashlib.sha256(data).hexdigest(), len(data)) != want:
+        if want is None:
+            # Only what the (signed) Release lists is anchored to its signature.
+            unlisted.append(name)
+            continue
+        if (hashlib.sha256(data).hexdigest(), len(data)) != want:
             raise MirrorError(f"{upstream}/{name} does not match the Release file's SHA256",
                               hint="the upstream is mid-update or was tampered with")
         (repo / name).write_bytes(data)
         text = gzip.decompress(data) if name.endswith(".gz") else data
         return aptrepo.parse_stanzas(text.decode("utf-8", "replace"), f"{upstream}/{name}")
+    if unlisted:
+        raise MirrorError(f"{upstream}/{unlisted[0]} is not listed in {upstream}/Release's "
+                          "SHA256 list: nothing vouches for it",
+                          hint="the upstream is mid-update or was tampered with")
     raise MirrorError(f"{upstream} has no Packages index")
 
 
@@ -346,14 +355,34 @@ def read_manifest(root: Path) -> dict[str, Any]:
     return data
 
 
+def _inside(root: Path, rel: str) -> Path | None:
+    """root/rel when rel names a file inside the mirror: relative, no "..", and no part
+    of the way a symbolic link (which could lead out: a manifest must not make verify
+    hash, and so reveal, files elsewhere). None otherwise."""
+    pp = PurePosixPath(rel)
+    if not rel or pp.is_absolute() or ".." in pp.parts or "\0" in rel:
+        return None
+    p = root
+    for part in pp.parts:
+        p = p / part
+        if p.is_symlink():
+            return None
+    return p
+
+
 def verify(root: Path) -> list[str]:
     """Every problem with the mirror at root: a file missing, changed or unlisted; an
-    index that no longer matches its Release; a deb that no longer matches its index."""
+    index that no longer matches its Release, or one it does not list; a deb that no
+    longer matches its index; a path leading out of the mirror."""
     manifest = read_manifest(root)
     problems: list[str] = []
     for rel, want in sorted(manifest["files"].items()):
-        p = root / PurePosixPath(rel)
-        if ".." in PurePosixPath(rel).parts or not p.is_file():
+        p = _inside(root, rel)
+        if p is None:
+            problems.append(f"{rel}: not a path inside the mirror (absolute, .., or "
+                            "through a symbolic link): refused")
+            continue
+        if not p.is_file():
             problems.append(f"{rel}: missing")
             continue
         got = sha256_file(p)
@@ -371,14 +400,20 @@ def verify(root: Path) -> list[str]:
     except ManifestError as exc:
         problems.append(f"nvidia/Release: unreadable ({exc.what})")
         sums = {}
-    if sums:
-        for name, (sha, size) in sums.items():
-            p = repo / name
-            if name.startswith("Packages") and p.is_file() and (
-                    sha256_file(p), p.stat().st_size) != (sha, size):
-                problems.append(f"nvidia/{name}: does not match nvidia/Release")
+    for name, (sha, size) in sums.items():
+        p = _inside(repo, name) if name.startswith("Packages") else None
+        if p is not None and p.is_file() and (
+                sha256_file(p), p.stat().st_size) != (sha, size):
+            problems.append(f"nvidia/{name}: does not match nvidia/Release")
+    for index in ("Packages", "Packages.gz"):
+        if (repo / index).is_file() and index not in sums:
+            problems.append(f"nvidia/{index}: not listed in nvidia/Release, so nothing "
+                            "vouches for it")
     for pkg in manifest.get("packages", []):
-        p = root / PurePosixPath(str(pkg.get("file", "")))
+        p = _inside(root, str(pkg.get("file", "")))
+        if p is None:
+            problems.append(f"{pkg.get('file')}: not a path inside the mirror: refused")
+            continue
         if p.is_file() and sha256_file(p) != pkg.get("sha256"):
             problems.append(f"{pkg.get('file')}: does not match the upstream index's sha256")
     return problems
@@ -386,7 +421,7 @@ def verify(root: Path) -> list[str]:
 
 def _all_files_names(root: Path) -> list[str]:
     return [str(p.relative_to(root)) for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != MANIFEST]
+            if (p.is_file() or p.is_symlink()) and p.name != MANIFEST]
 
 
 def mirror_manifest(mirror: str) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ standard input, after sudo's own prompt.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,12 +52,37 @@ def is_vaulted(value: Any) -> bool:
     return type(value).__name__ in VAULTED
 
 
-def read_password_file(path: Path, what: str) -> Secret:
-    """The password in `path` (first line, line end stripped) or, for an executable
-    file, what it prints; errors name the file, never its content."""
+def check_secret_file(path: Path, what: str) -> None:
+    """A file that gives a password (read, or run when executable) must be the user's
+    own and writable by nobody else, in a directory nobody else can swap it in:
+    otherwise another account chooses the password nodecert hands out, or the program
+    it runs as this user."""
     if not path.is_file():
         raise InventoryError(f"{what} {path} does not exist or is not a file",
                              hint="give the path of a file holding only the password")
+    me = os.getuid()
+    st = path.stat()
+    if st.st_uid != me:
+        raise InventoryError(f"{what} {path} belongs to uid {st.st_uid}, not to the user "
+                             f"running nodecert (uid {me})",
+                             hint=f"chown {me} {path}, or keep your own copy")
+    if st.st_mode & 0o022:
+        raise InventoryError(f"{what} {path} can be changed by other users "
+                             f"(mode {stat.S_IMODE(st.st_mode):o})", hint=f"chmod go-w {path}")
+    parent = path.resolve().parent
+    dst = parent.stat()
+    # A shared sticky directory (/tmp) lets nobody else rename or replace our file.
+    if dst.st_uid not in (me, 0) or (dst.st_mode & 0o022 and not dst.st_mode & stat.S_ISVTX):
+        raise InventoryError(f"{what} {path}: its directory {parent} can be changed by "
+                             "other users, who could put another file in its place",
+                             hint=f"keep it in a directory only you (or root) can write, "
+                                  f"or chmod go-w {parent}")
+
+
+def read_password_file(path: Path, what: str) -> Secret:
+    """The password in `path` (first line, line end stripped) or, for an executable
+    file, what it prints; errors name the file, never its content."""
+    check_secret_file(path, what)
     if os.access(path, os.X_OK):
         try:
             proc = subprocess.run([str(path)], capture_output=True, timeout=SCRIPT_TIMEOUT_S,
@@ -83,6 +109,7 @@ def read_password_file(path: Path, what: str) -> Secret:
 
 def unlock_vault(vault_file: Path) -> None:
     """Make `!vault` values in inventories readable in this process."""
+    check_secret_file(vault_file, "vault password file")
     from ansible.parsing.dataloader import DataLoader
     from ansible.parsing.vault import get_file_vault_secret
 
@@ -115,11 +142,14 @@ class BecomeSource:
         return cls(pf, vf)
 
     def ansible_args(self) -> list[str]:
-        """The same files for ansible-playbook."""
+        """The same files for ansible-playbook (which reads, or runs, them as they are:
+        checked here first)."""
         out: list[str] = []
         if self.password_file:
+            check_secret_file(self.password_file, "become password file")
             out += ["--become-password-file", str(self.password_file.resolve())]
         if self.vault_file:
+            check_secret_file(self.vault_file, "vault password file")
             out += ["--vault-password-file", str(self.vault_file.resolve())]
         return out
 

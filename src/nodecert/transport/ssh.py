@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import paramiko
 
@@ -215,6 +215,22 @@ def _quiet_transport(sock: Any, **kwargs: Any) -> paramiko.Transport:
     return transport
 
 
+class RevokedHostKey(paramiko.SSHException):
+    """The server presented a key a @revoked line of known_hosts names."""
+
+
+class _RefuseUnknownOrRevoked(paramiko.RejectPolicy):
+    def __init__(self, revoked: list[paramiko.PKey]) -> None:
+        self.revoked = revoked
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
+                         key: paramiko.PKey) -> NoReturn:
+        if key in self.revoked:
+            raise RevokedHostKey(f"host key {key.get_name()} of {hostname} is marked "
+                                 "@revoked in known_hosts")
+        super().missing_host_key(client, hostname, key)
+
+
 def connect(ep: Endpoint, timeout: float = HANDSHAKE_TIMEOUT_S) -> paramiko.SSHClient:
     """An authenticated client; raises paramiko/OSError exceptions on failure."""
     client = paramiko.SSHClient()
@@ -224,7 +240,10 @@ def connect(ep: Endpoint, timeout: float = HANDSHAKE_TIMEOUT_S) -> paramiko.SSHC
     keys = client.get_host_keys()
     for kind, key in knownhosts.keys_for(name, ep.known_hosts, ep.host_key_alias).items():
         keys.add(name, kind, key)
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    # A revoked key is never among the known ones (keys_for leaves it out), so it lands
+    # here and is refused by name.
+    client.set_missing_host_key_policy(_RefuseUnknownOrRevoked(
+        knownhosts.revoked_for(name, ep.known_hosts, ep.host_key_alias)))
     sock = None
     if ep.proxy_jump:
         jump, sock = _jump_channel(ep, timeout)
@@ -245,6 +264,9 @@ def describe_error(exc: BaseException, ep: Endpoint) -> str:
         return (f"host key of {ep.address} changed (expected {exc.expected_key.get_name()}): "
                 "possible man-in-the-middle or a reinstalled node; verify it, then update "
                 "known_hosts")
+    if isinstance(exc, RevokedHostKey):
+        return (f"{exc}: the node presents a key that was withdrawn; reinstall its host "
+                "keys and list the new key, never the revoked one")
     if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
         return (f"{ep.address} is not in known_hosts: add its host key "
                 f"(ssh-keyscan -p {ep.port} {ep.address} >> known_hosts, after verifying it)")
