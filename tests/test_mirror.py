@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from nodecert.cli import main
 from nodecert.core.errors import InventoryError, ManifestError
 from nodecert.lab.wheelhouse import build_wheelhouse
 from nodecert.provision import aptrepo, mirror
-from nodecert.stack.manifest import find_stack
+from nodecert.stack.manifest import Stack, find_stack
 from support.env import REPO
 
 STACK, OS = "r580-cuda13.0", "debian-12"
@@ -363,3 +364,51 @@ def test_stack_lock_pins_every_wheel_by_sha256(upstreams: tuple[Path, str],
     assert again.exit_code == 2 and "exists" in again.output
     odd = CliRunner().invoke(main, ["stack", "lock", STACK, "--out", str(tmp_path / "x.yml")])
     assert odd.exit_code == 2 and f"name it {STACK}.yml" in odd.output
+
+
+def _locked(hashes: dict[str, tuple[str, ...]]) -> Stack:
+    real = find_stack(STACK)
+    return dataclasses.replace(real, framework=dataclasses.replace(real.framework,
+                                                                   hashes=hashes))
+
+
+@pytest.mark.integration
+def test_a_locked_stack_decides_the_wheels(upstreams: tuple[Path, str], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a lock, the mirror's list must be the lock, wheel for wheel: the build fails
+    on any wheel or pin the lock does not match, provisioning refuses a mirror listing
+    others, and the mirror's list is never handed to pip in the lock's place."""
+    from nodecert.provision.run import mirror_vars
+    whl = next((tmp_path / "pypi" / "wheels").glob("torch-2.9.1+cu130-*.whl"))
+    right = {"torch==2.9.1+cu130": (mirror.sha256_file(whl),)}
+    for lock, why in (({"torch==2.9.1+cu130": ("0" * 64,)}, "is not the locked one"),
+                      ({**right, "numpy==2.0.0": ("1" * 64,)},
+                       "numpy==2.0.0: locked, but not among the wheels"),
+                      ({"other==1.0": ("2" * 64,)}, "torch==2.9.1+cu130: not in the lock")):
+        monkeypatch.setattr(mirror, "find_stack", lambda name, lock=lock: _locked(lock))
+        with pytest.raises(mirror.MirrorError, match=re.escape(why)):
+            _build(upstreams, tmp_path / f"m{len(why)}")
+    monkeypatch.setattr(mirror, "find_stack", lambda name: _locked(right))
+    out = tmp_path / "m"
+    _build(upstreams, out)
+    got = mirror_vars(str(out), {STACK: _locked(right)})
+    assert "framework_wheel_hashes" not in got  # the roles use the stack's own lock
+    # a mirror whose manifest was changed to list other wheels is refused
+    manifest = json.loads((out / mirror.MANIFEST).read_text())
+    manifest["wheels"] = {"torch==2.9.1+cu130": ["3" * 64]}
+    (out / mirror.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(InventoryError, match="lists other wheels than stack .* is locked to"):
+        mirror_vars(str(out), {STACK: _locked(right)})
+
+
+def test_an_unlocked_stack_over_plain_http_is_warned_about(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodecert.provision import mirror as mirror_mod
+    from nodecert.provision.run import mirror_vars
+    built = {"schema": mirror.SCHEMA, "stack": STACK, "wheels": {"torch==1": ["a" * 64]}}
+    monkeypatch.setattr(mirror_mod, "mirror_manifest", lambda base: built)
+    said: list[str] = []
+    for url in ("http://mirror.example/m", "https://mirror.example/m"):
+        got = mirror_vars(url, {STACK: _locked({})}, warn=said.append)
+        assert got["framework_wheel_hashes"] == {STACK: built["wheels"]}
+    assert len(said) == 1 and "not locked" in said[0] and "plain http" in said[0]

@@ -223,15 +223,36 @@ def build_wheels(stack: Stack, index_url: str, out: Path) -> dict[str, list[str]
     for whl in sorted(wheels.glob("*.whl")):
         dist, version = _wheel_name(whl)
         hashes.setdefault(f"{dist}=={version}", []).append(sha256_file(whl))
-    expected = stack.framework.hashes or {}
-    for pin, digests in expected.items():
-        got = hashes.get(pin.lower())
-        if got is not None and not set(got) & {d.removeprefix("sha256:") for d in digests}:
-            raise MirrorError(f"{pin}: the downloaded wheel's sha256 is not one the stack "
-                              "pins", hint="the index serves a different build than the "
-                                           "stack was locked against")
+    lock = stack.framework.hashes or {}
+    if lock:  # a locked stack: the lock decides, every wheel and every pin
+        problems = lock_differences(lock, hashes)
+        if problems:
+            raise MirrorError(f"the wheels downloaded from {index_url} are not the ones "
+                              f"stack {stack.name} is locked to: " + "; ".join(problems[:8])
+                              + (f" (and {len(problems) - 8} more)" if len(problems) > 8
+                                 else ""),
+                              hint="the index serves other builds than the stack was locked "
+                                   "against: use the index it was locked from, or lock the "
+                                   "stack again (nodecert stack lock) after checking why")
     write_simple_index(out)
     return hashes
+
+
+def _normal(hashes: dict[str, Any]) -> dict[str, set[str]]:
+    return {str(pin).lower(): {str(d).lower().removeprefix("sha256:") for d in digests}
+            for pin, digests in hashes.items()}
+
+
+def lock_differences(lock: dict[str, Any], wheels: dict[str, Any]) -> list[str]:
+    """How a set of wheels ({"name==version": [sha256]}) differs from a stack's lock:
+    a wheel the lock does not list, a locked pin missing, a digest the lock does not
+    name. Empty when they are the same set."""
+    want, got = _normal(lock), _normal(wheels)
+    out = [f"{pin}: not in the lock" for pin in sorted(set(got) - set(want))]
+    out += [f"{pin}: locked, but not among the wheels" for pin in sorted(set(want) - set(got))]
+    out += [f"{pin}: sha256 {', '.join(sorted(got[pin] - want[pin]))[:16]}... is not the "
+            "locked one" for pin in sorted(set(want) & set(got)) if got[pin] - want[pin]]
+    return out
 
 
 def lock_stack(stack_name: str, out: Path, index_url: str | None = None) -> dict[str, Any]:
@@ -441,5 +462,5 @@ def mirror_manifest(mirror: str) -> dict[str, Any] | None:
 
 
 __all__ = ["MANIFEST", "SCHEMA", "MirrorError", "build", "fetch_bytes", "framework_pins",
-           "lock_stack",
+           "lock_differences", "lock_stack",
            "mirror_manifest", "read_manifest", "verify", "write_simple_index"]

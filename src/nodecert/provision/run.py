@@ -138,11 +138,16 @@ def _refuse_mirror_credentials(mirror: str | None) -> None:
                  "/etc/apt/auth.conf.d on the nodes (or a netrc for pip)")
 
 
-def mirror_vars(mirror: str, manifests: dict[str, Stack]) -> dict[str, Any]:
+def mirror_vars(mirror: str, manifests: dict[str, Stack],
+                warn: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Role variables for a mirror laid out as `nodecert mirror build` writes it: its
     repository, its index, the repository key it carries and, when the mirror has a
-    manifest, every wheel's sha256 (pip then installs with --require-hashes)."""
-    from nodecert.provision.mirror import mirror_manifest
+    manifest, every wheel's sha256 (pip then installs with --require-hashes).
+
+    A locked stack's `framework.hashes` decide: the mirror's list must be the same set
+    (else InventoryError) and is not handed on. An unlocked stack takes the mirror's
+    list, which over plain http anyone on the path could have changed: said to `warn`."""
+    from nodecert.provision.mirror import lock_differences, mirror_manifest
 
     base = mirror.rstrip("/")
     out: dict[str, Any] = {
@@ -158,6 +163,21 @@ def mirror_vars(mirror: str, manifests: dict[str, Stack]) -> dict[str, Any]:
                                  f"this run provisions {', '.join(sorted(manifests))}",
                                  hint="build a mirror per stack (nodecert mirror build "
                                       "--stack ...) and give the matching one")
+        lock = manifests[str(built["stack"])].framework.hashes or {}
+        if lock:
+            problems = lock_differences(lock, built["wheels"])
+            if problems:
+                raise InventoryError(
+                    f"the mirror at {mirror} lists other wheels than stack {built['stack']} "
+                    f"is locked to: " + "; ".join(problems[:6]),
+                    hint="rebuild the mirror from the locked stack (nodecert mirror build), "
+                         "or find out who changed it")
+            return out  # the roles install with the stack's own lock
+        if base.startswith("http://") and warn is not None:
+            warn(f"warning: stack {built['stack']} is not locked, so the wheels' sha256 come "
+                 f"from the mirror's manifest over plain http ({mirror}): anyone on the path "
+                 "could change both; lock the stack (nodecert stack lock) or serve the "
+                 "mirror over https")
         out["framework_wheel_hashes"] = {
             built["stack"]: {str(k): [str(x) for x in v] for k, v in built["wheels"].items()}}
     return out
@@ -303,7 +323,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
                                  Path.home() / ".cache" / "nodecert" / "bundles"),
                              **(extravars or {})}
     if mirror:
-        xvars.update(mirror_vars(mirror, manifests))
+        xvars.update(mirror_vars(mirror, manifests, warn=say))
     write_json(run.extravars_input, xvars, private=True)
     hosts = sorted(pre.hosts)
     tracker = _Tracker(hosts, say)
