@@ -397,7 +397,7 @@ def test_a_locked_stack_decides_the_wheels(upstreams: tuple[Path, str], tmp_path
     manifest = json.loads((out / mirror.MANIFEST).read_text())
     manifest["wheels"] = {"torch==2.9.1+cu130": ["3" * 64]}
     (out / mirror.MANIFEST).write_text(json.dumps(manifest))
-    with pytest.raises(InventoryError, match="lists other wheels than stack .* is locked to"):
+    with pytest.raises(InventoryError, match=r"lists other wheels than stack .* is locked to"):
         mirror_vars(str(out), {STACK: _locked(right)})
 
 
