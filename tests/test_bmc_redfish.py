@@ -198,3 +198,59 @@ def test_a_non_finite_reading_from_a_bmc_is_refused(monkeypatch: pytest.MonkeyPa
         client.get("/redfish/v1/Chassis/1/Sensors/GPU0")
     monkeypatch.setattr(client, "_connect", lambda: _Conn(b'{"ReadingCelsius": 41.5}'))
     assert client.get("/redfish/v1/Chassis/1/Sensors/GPU0") == {"ReadingCelsius": 41.5}
+
+
+def test_a_bmc_listing_thousands_of_members_errors_its_checks(
+        bmc: Bmc, tmp_path: Path) -> None:
+    """A collection past the member cap is refused (3,000 listed processors took 140 s
+    one request each): every bmc.* check ERRORs, naming it; nothing is judged on it."""
+    from nodecert.bmc import gather
+    mon = BmcMonitor(bmc.spec(), host_dir=tmp_path / "r" / "h1", limits=LIMITS,
+                     simulated=True, current=lambda: "load.burnin")
+    assert isinstance(mon.source, gather.RedfishSource)
+    real = mon.source.client.get
+    fetched: list[str] = []
+
+    def get(path: str) -> Any:
+        fetched.append(path)
+        if path.rstrip("/").endswith("/Processors"):
+            return {"Members": [{"@odata.id": f"/redfish/v1/Systems/1/Processors/P{i}"}
+                                for i in range(3000)], "Members@odata.count": 3000}
+        return real(path)
+
+    mon.source.client.get = get  # type: ignore[method-assign]
+    (tmp_path / "r" / "h1").mkdir(parents=True)
+    results = {r.check: r for r in mon.finish()}
+    assert {r.verdict for r in results.values()} == {Verdict.ERROR}
+    assert "lists 3000 Processors, more than the 512" in results["bmc.sensors"].summary
+    assert not any("/Processors/P" in p for p in fetched)  # no member was read
+
+
+def test_a_slow_bmc_read_stops_at_its_budget(bmc: Bmc, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """One full read has a budget: a BMC answering each request slowly is stopped there
+    and its checks ERROR, instead of holding the host's run."""
+    import time as real_time
+    from types import SimpleNamespace
+
+    from nodecert.bmc import gather
+    clock = [real_time.monotonic()]
+    monkeypatch.setattr(gather, "time", SimpleNamespace(monotonic=lambda: clock[0],
+                                                        time=real_time.time))
+    mon = BmcMonitor(bmc.spec(), host_dir=tmp_path / "r" / "h1", limits=LIMITS,
+                     simulated=True, current=lambda: "load.burnin")
+    real = mon.source.client.get
+    calls = []
+
+    def slow(path: str) -> Any:
+        calls.append(path)
+        clock[0] += 25.0  # each answer takes 25 s on the BMC's clock
+        return real(path)
+
+    mon.source.client.get = slow  # type: ignore[method-assign]
+    (tmp_path / "r" / "h1").mkdir(parents=True)
+    results = {r.check: r for r in mon.finish()}
+    assert {r.verdict for r in results.values()} == {Verdict.ERROR}
+    assert f"longer than the {gather.SNAPSHOT_BUDGET_S:g} s one full read may take" in \
+        results["bmc.power"].summary
+    assert len(calls) == int(gather.SNAPSHOT_BUDGET_S // 25) + 1

@@ -85,11 +85,27 @@ class BmcSource(Protocol):
     def close(self) -> None: ...
 
 
-def _first(client: RedfishClient, root: dict[str, Any], key: str) -> str | None:
+# nodecert policy: a GPU server's BMC lists a handful of systems, processors, PCIe
+# devices and adapters (an HGX board: 8 GPUs, 2 CPUs, ~30 PCIe functions); 512 members
+# leaves room for any real one, and a collection past it is refused rather than read
+# one request per member. One full read of a BMC (the snapshot) gets 120 s in all: a
+# slow or hostile BMC errors its own checks instead of holding the host's run.
+MAX_MEMBERS = 512
+SNAPSHOT_BUDGET_S = 120.0
+
+
+def _capped(links: list[str], what: str) -> list[str]:
+    if len(links) > MAX_MEMBERS:
+        raise BmcError(f"the BMC lists {len(links)} {what}, more than the {MAX_MEMBERS} "
+                       "nodecert reads from one collection: refused")
+    return links
+
+
+def _first(get: Any, root: dict[str, Any], key: str) -> str | None:
     link = (root.get(key) or {}).get("@odata.id") if isinstance(root.get(key), dict) else None
     if not link:
         return None
-    links = rf.member_links(client.get(link), key)
+    links = _capped(rf.member_links(get(link), key), key)
     return links[0] if links else None
 
 
@@ -106,41 +122,52 @@ class RedfishSource:
         self.client = RedfishClient(spec)
         self.evidence: list[Evidence] = []
         self._paths: dict[str, str | None] | None = None
+        self._deadline: float | None = None  # while a snapshot runs
+        self._budget = SNAPSHOT_BUDGET_S
+
+    def _fetch(self, path: str) -> Any:
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise BmcError(f"reading the BMC took longer than the {self._budget:g} s one "
+                           f"full read may take (stopped before GET {path})",
+                           hint="check the BMC's load and network; a BMC this slow cannot "
+                                "vouch for the node")
+        return self.client.get(path)
 
     def _discover(self) -> dict[str, str | None]:
         if self._paths is None:
-            root = self.client.get("/redfish/v1")
+            root = self._fetch("/redfish/v1")
             if not isinstance(root, dict):
                 raise BmcError("the Redfish service root is not a JSON object")
-            self._paths = {"system": _first(self.client, root, "Systems"),
-                           "chassis": _first(self.client, root, "Chassis"),
-                           "manager": _first(self.client, root, "Managers")}
+            self._paths = {"system": _first(self._fetch, root, "Systems"),
+                           "chassis": _first(self._fetch, root, "Chassis"),
+                           "manager": _first(self._fetch, root, "Managers")}
         return self._paths
 
     def _get(self, name: str, path: str) -> Any:
-        doc = self.client.get(path)
+        doc = self._fetch(path)
         self.evidence.append(self.client.evidence(name, path, doc))
         return doc
 
     def _sel(self, manager: str) -> list[dict[str, Any]]:
-        services = self.client.get(f"{manager}/LogServices")
-        links = rf.member_links(services, "LogServices")
+        services = self._fetch(f"{manager}/LogServices")
+        links = _capped(rf.member_links(services, "LogServices"), "LogServices")
         sel = [x for x in links if x.rstrip("/").rsplit("/", 1)[-1].upper() == "SEL"]
         if not sel and not links:
             return []
-        service = self.client.get((sel or links)[0])
+        service = self._fetch((sel or links)[0])
         entries = _link(service, "Entries") if isinstance(service, dict) else None
         if not entries:
             raise BmcError(f"log service {(sel or links)[0]} has no Entries")
         return rf.parse_log_entries(self._get("sel", entries))
 
     def _gpus(self, system: str) -> list[dict[str, Any]] | None:
-        doc = self.client.get(system)
+        doc = self._fetch(system)
         if not isinstance(doc, dict):
             return None
         procs = _link(doc, "Processors")
-        out = [rf.parse_processor(self.client.get(p))
-               for p in rf.member_links(self.client.get(procs), "Processors")] if procs else []
+        out = [rf.parse_processor(self._fetch(p))
+               for p in _capped(rf.member_links(self._fetch(procs), "Processors"),
+                                "Processors")] if procs else []
         gpus = [p for p in out if p["type"] == "GPU"]
         return gpus or self._pcie_gpus(doc) or None
 
@@ -152,21 +179,30 @@ class RedfishSource:
             links = [str(m.get("@odata.id")) for m in raw
                      if isinstance(m, dict) and m.get("@odata.id")]
         elif isinstance(raw, dict) and raw.get("@odata.id"):
-            links = rf.member_links(self.client.get(str(raw["@odata.id"])), "PCIeDevices")
+            links = rf.member_links(self._fetch(str(raw["@odata.id"])), "PCIeDevices")
         else:
             return []
-        devices = [rf.parse_pcie_device(self.client.get(link)) for link in links[:512]]
+        devices = [rf.parse_pcie_device(self._fetch(link))
+                   for link in _capped(links, "PCIeDevices")]
         return [{**d, "type": "GPU"} for d in devices if d["gpu"]]
 
     def _nics(self, chassis: str) -> list[dict[str, Any]] | None:
-        doc = self.client.get(chassis)
+        doc = self._fetch(chassis)
         adapters = _link(doc, "NetworkAdapters") if isinstance(doc, dict) else None
         if not adapters:
             return None
-        return [rf.parse_network_adapter(self.client.get(a))
-                for a in rf.member_links(self.client.get(adapters), "NetworkAdapters")]
+        return [rf.parse_network_adapter(self._fetch(a))
+                for a in _capped(rf.member_links(self._fetch(adapters), "NetworkAdapters"),
+                                 "NetworkAdapters")]
 
     def snapshot(self) -> dict[str, Any]:
+        self._deadline = time.monotonic() + self._budget
+        try:
+            return self._snapshot()
+        finally:
+            self._deadline = None
+
+    def _snapshot(self) -> dict[str, Any]:
         p = self._discover()
         if not p["chassis"] or not p["manager"]:
             raise BmcError("the Redfish service lists no Chassis or no Manager")
@@ -184,8 +220,8 @@ class RedfishSource:
 
     def sample(self) -> dict[str, Any]:
         p = self._discover()
-        power = rf.parse_power(self.client.get(f"{p['chassis']}/Power"))
-        temps = rf.parse_thermal(self.client.get(f"{p['chassis']}/Thermal"))
+        power = rf.parse_power(self._fetch(f"{p['chassis']}/Power"))
+        temps = rf.parse_thermal(self._fetch(f"{p['chassis']}/Thermal"))
         return {"t": round(time.time(), 1), "power_w": power["consumed_w"],
                 "temps": {s["name"]: s["reading"] for s in temps
                           if s["kind"] == "temperature" and s["reading"] is not None}}
@@ -210,6 +246,8 @@ class IpmiSource:
         self.cipher = cipher
         self.cipher_note = f"cipher suite {cipher} (set)" if cipher is not None else ""
         self.evidence: list[Evidence] = []
+        self._deadline: float | None = None  # while a snapshot runs
+        self._budget = SNAPSHOT_BUDGET_S
 
     def _run(self, *args: str, keep: bool = True) -> str:
         if self.cipher is not None:
@@ -232,6 +270,11 @@ class IpmiSource:
         return out
 
     def _run_with(self, cipher: int, args: tuple[str, ...], keep: bool) -> str:
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise BmcError(f"reading the BMC took longer than the {self._budget:g} s one "
+                           f"full read may take (stopped before ipmitool {' '.join(args)})",
+                           hint="check the BMC's load and network; a BMC this slow cannot "
+                                "vouch for the node")
         argv = ["ipmitool", "-I", "lanplus", "-H", self.spec.address, "-p",
                 str(self.spec.port), "-U", self.spec.username, "-E", "-C", str(cipher),
                 "-N", str(min(self.spec.timeout_s, 10)), "-R", "1", *args]
@@ -264,6 +307,13 @@ class IpmiSource:
         return p.stdout
 
     def snapshot(self) -> dict[str, Any]:
+        self._deadline = time.monotonic() + self._budget
+        try:
+            return self._snapshot()
+        finally:
+            self._deadline = None
+
+    def _snapshot(self) -> dict[str, Any]:
         try:
             sensors = ipmi.parse_sensor(self._run("sensor"))
             psu_rows = ipmi.parse_sdr_elist(self._run("sdr", "type", "Power Supply"))
@@ -312,5 +362,5 @@ def source_for(spec: BmcSpec) -> BmcSource:
     return RedfishSource(spec) if spec.protocol == "redfish" else IpmiSource(spec)
 
 
-__all__ = ["REDUNDANCY_STATES", "SUPPLY_STATES", "BmcSource", "IpmiSource", "RedfishSource",
+__all__ = ["MAX_MEMBERS", "REDUNDANCY_STATES", "SNAPSHOT_BUDGET_S", "SUPPLY_STATES", "BmcSource", "IpmiSource", "RedfishSource",
            "ipmi_supplies", "source_for"]
