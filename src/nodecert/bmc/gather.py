@@ -362,5 +362,6 @@ def source_for(spec: BmcSpec) -> BmcSource:
     return RedfishSource(spec) if spec.protocol == "redfish" else IpmiSource(spec)
 
 
-__all__ = ["MAX_MEMBERS", "REDUNDANCY_STATES", "SNAPSHOT_BUDGET_S", "SUPPLY_STATES", "BmcSource", "IpmiSource", "RedfishSource",
-           "ipmi_supplies", "source_for"]
+__all__ = ["CIPHER_SUITES", "MAX_MEMBERS", "REDUNDANCY_STATES", "SNAPSHOT_BUDGET_S",
+           "SUPPLY_STATES", "BmcSource", "IpmiSource", "RedfishSource", "ipmi_supplies",
+           "source_for"]
