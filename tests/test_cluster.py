@@ -521,3 +521,61 @@ def test_a_cluster_certificate_is_valid_from_its_measurement_and_refuses_old_run
     late = verify_report(env, [keys.public], allow_simulated=True,
                          now=ended + dt.timedelta(days=31))
     assert not late.ok and any("EXPIRED" in d for _, _, d in late.steps)
+
+
+# --- the jobs' ports ------------------------------------------------------------------------
+
+def test_a_job_whose_port_is_taken_stops_before_it_starts(tmp_path: Path) -> None:
+    """Rank 0 checks the job's ports on its node first (real bash): one already taken
+    stops the job, saying which, instead of NCCL or perftest meeting a stranger."""
+    import socket
+    import subprocess
+
+    from nodecert.cluster.jobs import PORT_BUSY_RC, port_busy
+    from nodecert.cluster.judge import pair_script, prelude
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {"PATH": "/usr/bin:/bin", "SLURM_PROCID": "0"}
+        p = subprocess.run(["bash", "-c", f"{prelude('127.0.0.1', port - 2, 2)}; echo ran"],
+                           capture_output=True, text=True, timeout=30, env=env, check=False)
+        assert p.returncode == PORT_BUSY_RC and port_busy(p.stdout) == str(port), p.stdout
+        assert "ran" not in p.stdout
+        # rank 1 does not look; and ports that are free let the job start
+        p1 = subprocess.run(["bash", "-c", f"{prelude('127.0.0.1', port, 0)}; echo ran"],
+                            capture_output=True, text=True, timeout=30,
+                            env={**env, "SLURM_PROCID": "1"}, check=False)
+        assert p1.stdout.strip() == "ran"
+    free = subprocess.run(["bash", "-c", f"{prelude('127.0.0.1', port, 0)}; echo ran"],
+                          capture_output=True, text=True, timeout=30, env=env, check=False)
+    assert free.returncode == 0 and free.stdout.strip() == "ran"
+    exp = expectation(FABRIC, 8, LIMITS)
+    script = pair_script("h1", 29500, exp, "8G", False)
+    assert "for p in 29500 29501 29502 29503 29504 29505 29506 29507 29508;" in script
+
+
+def test_a_taken_port_is_the_jobs_error_and_blames_no_node(tmp_path: Path) -> None:
+    from nodecert.cluster.jobs import PORT_BUSY_MARK
+
+    class Taken(ModelLauncher):
+        def run(self, job: Job) -> JobResult:
+            if "h2" in job.nodes and len(job.nodes) == 2:
+                self.ran.append(job)
+                return JobResult(job, "srun ...", 97, f" 0: {PORT_BUSY_MARK}29541\n", 0.1)
+            return super().run(job)
+
+    data = run_model(tmp_path, 4, Taken())
+    h2 = [p for p in data["pairs"] if "h2" in p["nodes"]]
+    assert h2 and all("port 29541 on the job's first node was already taken" in p["error"]
+                      for p in h2)
+    assert "h2" not in data["culprits"]
+
+
+def test_each_run_draws_where_its_ports_start(tmp_path: Path) -> None:
+    from support.cluster import context
+    ports = set()
+    for k in range(6):
+        run = ClusterRun(context(2), tmp_path / f"r{k}", lambda _: None, ModelLauncher())
+        ports.add(run._job("pair", ("h1", "h2"), lambda first, port: str(port)).script)
+    assert len(ports) > 1  # not the same first port every run

@@ -69,6 +69,22 @@ _SLURM_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
 _MPI_TAG = re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>:")
 
 
+# What a job's first rank prints (and exits 97 with) when a port the job was given is
+# already taken on its node: the job did not measure anything (ERROR), nobody is blamed.
+PORT_BUSY_MARK = "=== nodecert port in use "
+PORT_BUSY_RC = 97
+
+
+def port_busy(output: str) -> str | None:
+    """The port a job's output says was taken, or None."""
+    for line in output.splitlines():
+        at = line.find(PORT_BUSY_MARK)
+        if at >= 0:
+            port = line[at + len(PORT_BUSY_MARK):].split()[:1]
+            return port[0] if port and port[0].isdigit() else "?"
+    return None
+
+
 def demux(output: str) -> dict[int | None, str]:
     """The output of each task (srun --label, mpirun --tag-output); lines of the launcher
     itself under None."""

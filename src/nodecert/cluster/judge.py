@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodecert.cluster.jobs import PORT_BUSY_MARK, PORT_BUSY_RC
 from nodecert_node.contract import Threshold
 from nodecert_node.parse import ParseError
 from nodecert_node.parse.bench import parse_nccl
@@ -55,12 +56,19 @@ def expectation(fabric: dict[str, Any], gpus: int,
         devices, gpus, str(fabric["link_layer"]))
 
 
-def prelude(first: str, port: int) -> str:
+def prelude(first: str, port: int, extra_ports: int = 0) -> str:
     # NCCL's bootstrap meets at rank 0's node: under srun the step's first node (block
-    # distribution), under mpirun the hostfile's first line.
+    # distribution), under mpirun the hostfile's first line. Rank 0 first makes sure
+    # nothing listens on the job's ports there (a program already bound to one would
+    # take or refuse the job's connections): if one does, the job stops, saying which.
+    ports = " ".join(str(port + k) for k in range(extra_ports + 1))
     return (f"{RANK}; if [ -n \"${{SLURM_STEP_NODELIST:-}}\" ]; then "
             f"first=$(scontrol show hostnames \"$SLURM_STEP_NODELIST\" | head -n1); "
-            f"else first={shlex.quote(first)}; fi; export NCCL_COMM_ID=\"$first:{port}\" "
+            f"else first={shlex.quote(first)}; fi; "
+            f"if [ \"$r\" = 0 ]; then for p in {ports}; do "
+            "if (exec 3<>\"/dev/tcp/$first/$p\") 2>/dev/null; then "
+            f"echo \"{PORT_BUSY_MARK}$p\"; exit {PORT_BUSY_RC}; fi; done; fi; "
+            f"export NCCL_COMM_ID=\"$first:{port}\" "
             # NCCL's INIT and NET lines name the transport it chose and why a run hung.
             "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET")
 
@@ -76,7 +84,7 @@ def pair_script(first: str, port: int, exp: Expectation, max_bytes: str,
                 gpudirect: bool) -> str:
     """Two nodes: the all-reduce, then ib_write_bw on each rail (rank 0 serves, rank 1
     measures and prints, marked per rail)."""
-    lines = [prelude(first, port),
+    lines = [prelude(first, port, len(exp.devices)),
              f"all_reduce_perf -b 1M -e {max_bytes} -f 2 -g {exp.gpus}"]
     for k, dev in enumerate(exp.devices):
         cuda = f" --use_cuda={k}" if gpudirect and len(exp.devices) == exp.gpus else ""

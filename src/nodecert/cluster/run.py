@@ -21,6 +21,7 @@ what each stage's figures mean lives in clusterjudge, clusterscaling and cluster
 from __future__ import annotations
 
 import functools
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from nodecert.cluster import counters as clustercounters
 from nodecert.cluster import pairing as clusterplan
 from nodecert.cluster import scaling as clusterscaling
 from nodecert.cluster import storage as clusterstorage
-from nodecert.cluster.jobs import Job, JobResult, Launcher, launcher
+from nodecert.cluster.jobs import Job, JobResult, Launcher, launcher, port_busy
 from nodecert.cluster.judge import (
     Expectation,
     Reading,
@@ -106,6 +107,7 @@ class ClusterRun:
         self.launcher.launch_name = ctx.engine_names.get(ctx.launch.host, ctx.launch.host)
         self.stop = threading.Event()
         self._seq = 0
+        self._port_slot = secrets.randbelow(200)  # where this run's port slots start
         self._lock = threading.Lock()
         self.jobs: list[JobResult] = []
         # Reads every node's error counters (clustercounters.read_all); None: not read.
@@ -119,8 +121,10 @@ class ClusterRun:
             seq = self._seq
         names = self.launcher.rank_order([self.ctx.engine_names[n] for n in nodes])
         # Each job's own ports: jobs of one round run at once on disjoint nodes, and a
-        # port is never reused right after a job that may have hung on it.
-        port = self.ctx.cfg.bootstrap_port + (seq % 200) * 20
+        # port is never reused right after a job that may have hung on it. Where the
+        # slots start is drawn per run, so another user of the node cannot know the
+        # ports in advance; the job's first rank checks they are free (prelude).
+        port = self.ctx.cfg.bootstrap_port + ((seq + self._port_slot) % 200) * 20
         return Job(f"nodecert-{self.dir.name[-6:]}-{kind}-{seq}", names,
                    script_for(names[0], port), timeout_s=self.ctx.cfg.job_timeout_s)
 
@@ -155,6 +159,11 @@ class ClusterRun:
                 pool.shutdown(wait=True)
             pending = later
         results = [done[k] for k in range(len(jobs))]
+        for r in results:
+            taken = port_busy(r.by_rank().get(0, ""))
+            if taken is not None and not r.error:
+                r.error = (f"port {taken} on the job's first node was already taken by "
+                           "another program: nothing was measured (run it again)")
         logs = self.dir / "jobs"
         logs.mkdir(parents=True, exist_ok=True)
         for r in results:
