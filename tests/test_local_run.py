@@ -172,7 +172,17 @@ def test_no_plan_is_an_error_that_says_what_to_do(tmp_path: Path) -> None:
 ])
 def test_slurm_policy(verdict: str, state: str, reason: str, resume: bool,
                       want: str | None) -> None:
-    assert slurm_action(verdict, state, reason, resume) == want
+    # "ours": the reason nodecert recorded when it drained the node is the one shown
+    kept = reason if reason.startswith("nodecert:") else None
+    assert slurm_action(verdict, state, reason, resume, kept) == want
+
+
+@pytest.mark.parametrize("kept", [None, "nodecert: health.xid FAIL"])
+def test_a_drain_nodecert_did_not_record_is_never_resumed(kept: str | None) -> None:
+    """Anyone may write a reason starting "nodecert:": without nodecert's own record of
+    that very drain it is someone else's, left alone."""
+    assert slurm_action("PASS", "IDLE+DRAIN", "nodecert: health.gpu FAIL", True,
+                        kept) is None
 
 
 def test_slurm_drain_and_resume_with_a_fake_scontrol(tmp_path: Path) -> None:
@@ -203,6 +213,13 @@ def test_slurm_drain_and_resume_with_a_fake_scontrol(tmp_path: Path) -> None:
     log = (tmp_path / "slurm.log").read_text().splitlines()
     assert log == ["NodeName=gpu01 State=DRAIN Reason=nodecert: health.gpu FAIL",
                    "NodeName=gpu01 State=RESUME"]
+    assert json.loads((state / "slurm-drains.json").read_text()) == {}
+    # The same reason written by someone else (nodecert kept no record of it): left.
+    slurm.write_text('STATE=IDLE+DRAIN\nREASON="nodecert: health.gpu FAIL"\n')
+    r = local_run(env_node, state, prom, "--slurm-drain", "--slurm-resume",
+                  "--slurm-node", "gpu01")
+    assert "drained by someone else ('nodecert: health.gpu FAIL'): not touched" in r.stdout
+    assert len((tmp_path / "slurm.log").read_text().splitlines()) == 2
 
 
 def test_metrics_text_escapes_and_units() -> None:

@@ -75,3 +75,57 @@ def test_every_entry_play_starts_with_preflight() -> None:
             continue
         first = yaml.safe_load(play.read_text())[0]
         assert first.get("ansible.builtin.import_playbook") == "preflight.yml", play.name
+
+
+def _render(template: str, variables: dict[str, object]) -> str:
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+    text = (REPO / "roles" / "validators" / "templates" / template).read_text()
+    return str(Templar(loader=DataLoader(), variables={"ansible_managed": "managed",
+                                                       **variables})
+               .template(trust_as_template(text)))
+
+
+HOSTILE = 'x" --force $HOME %h \\ o\'brien'
+
+
+def test_operator_values_stay_one_word_in_the_units_command_line(tmp_path: Path) -> None:
+    """systemd's quoting: a value with quotes, spaces, $ or % stays one argument, taken
+    literally (no variable or specifier expansion); systemd-analyze reads the unit."""
+    import shlex
+    import shutil
+    import subprocess
+    out = _render("nodecert-revalidate.service.j2", {
+        "validators_schedule_suite": "quick", "validators_schedule_history_keep": 30,
+        "validators_schedule_textfile_dir": f"/var/lib/{HOSTILE}",
+        "validators_schedule_force": False, "validators_slurm_drain": True,
+        "validators_slurm_resume": False, "validators_slurm_node": HOSTILE,
+        "validators_schedule_timeout_s": 600})
+    line = next(ln for ln in out.splitlines() if ln.startswith("ExecStart="))
+    argv = [w.replace("%%", "%").replace("$$", "$") for w in shlex.split(line[10:])]
+    assert argv[argv.index("--textfile-dir") + 1] == f"/var/lib/{HOSTILE}"
+    assert argv[argv.index("--slurm-node") + 1] == HOSTILE
+    assert "--force" not in argv
+    if shutil.which("systemd-analyze"):
+        unit = tmp_path / "nc-quoting.service"
+        unit.write_text(out)
+        p = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
+                           text=True, timeout=60, check=False)
+        assert "quoting" not in p.stderr and p.returncode == 0, p.stderr
+
+
+def test_operator_values_are_shell_quoted_in_the_apt_hook_and_slurm_scripts() -> None:
+    import subprocess
+    hook = _render("dpkg-post-invoke.j2", {"validators_update_watch_regex": HOSTILE,
+                                           "validators_update_wait_s": 30})
+    watch = next(ln for ln in hook.splitlines() if ln.startswith("WATCH="))
+    got = subprocess.run(["sh", "-c", f'{watch}; printf %s "$WATCH"'], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    assert got == HOSTILE
+    health = _render("slurm-health.j2", {"item": "prolog", "validators_slurm_node": HOSTILE,
+                                         "validators_slurm_health_budget_s": 20})
+    cmd = next(ln for ln in health.splitlines() if ln.startswith("exec "))
+    got = subprocess.run(["sh", "-c", cmd.replace("exec /usr/bin/python3 -m nodecert_node",
+                                                  "printf '%s\\n'")],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    assert got.splitlines()[-1] == HOSTILE

@@ -24,6 +24,9 @@ def _node(tmp_path: Path, faults: list[dict[str, Any]] | None = None,
     node = SimNode(tmp_path, faults=faults)
     state = tmp_path / "state"
     (state / "plans").mkdir(parents=True)
+    if 'REASON="nodecert: ' in slurm_state:  # a drain nodecert made: it kept a record
+        reason = slurm_state.split('REASON="', 1)[1].split('"', 1)[0]
+        (state / "slurm-drains.json").write_text(json.dumps({"gpu07": reason}))
     (state / "plans" / "quick.json").write_text(json.dumps(node.plan(list(checks))))
     (node.bin / "scontrol").write_text(FAKE_SCONTROL)
     (node.bin / "scontrol").chmod(0o755)

@@ -195,14 +195,17 @@ def _state_parts(state: str) -> tuple[str, set[str]]:
     return (parts[0] if parts else ""), set(parts[1:])
 
 
-def slurm_action(verdict: str, state: str, reason: str, resume: bool) -> str | None:
+def slurm_action(verdict: str, state: str, reason: str, resume: bool,
+                 kept: str | None = None) -> str | None:
     """'drain' / 'resume' / None. Pure: the policy, tested on its own.
 
     Drain only a node in a plain schedulable state with no reason set; resume only a
-    node nodecert itself drained (its reason) that has no other flag. DOWN, FAIL, MAINT,
-    a node not responding and anyone else's drain are never touched."""
+    node nodecert itself drained -- `kept`, the reason nodecert recorded when it drained
+    the node, is the one Slurm shows (a reason that merely starts "nodecert:" is anyone's
+    to write) -- with no other flag. DOWN, FAIL, MAINT, a node not responding and anyone
+    else's drain are never touched."""
     base, flags = _state_parts(state)
-    ours = reason.startswith(DRAIN_PREFIX)
+    ours = kept is not None and reason.startswith(DRAIN_PREFIX) and reason == kept
     drained = bool(flags & _DRAIN_FLAGS) or base in _DRAIN_FLAGS
     other_flags = flags - _DRAIN_FLAGS
     if verdict in ("FAIL", "ERROR"):
@@ -214,22 +217,47 @@ def slurm_action(verdict: str, state: str, reason: str, resume: bool) -> str | N
     return None
 
 
+DRAINS = "slurm-drains.json"  # node -> the reason nodecert drained it with
+
+
+def _kept_drains() -> dict[str, str]:
+    try:
+        with open(os.path.join(STATE, DRAINS), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _keep_drain(node: str, reason: str | None) -> None:
+    kept = _kept_drains()
+    if reason is None:
+        kept.pop(node, None)
+    else:
+        kept[node] = reason
+    write_atomic(os.path.join(STATE, DRAINS), json.dumps(kept, sort_keys=True).encode())
+
+
 def slurm(record: dict[str, Any], node: str, resume: bool) -> str:
     if tools.which("scontrol") is None:
         return "scontrol not found: Slurm left alone"
     state, reason = slurm_node_state(node)
-    action = slurm_action(record["verdict"], state, reason, resume)
+    kept = _kept_drains().get(node)
+    action = slurm_action(record["verdict"], state, reason, resume, kept)
     if action == "drain":
         bad = next((r for r in record["results"] if r["verdict"] in ("FAIL", "ERROR")), None)
-        why = f"{DRAIN_PREFIX} {bad['check']} {bad['verdict']}" if bad else \
-            f"{DRAIN_PREFIX} validation {record['verdict']}"
+        why = (f"{DRAIN_PREFIX} {bad['check']} {bad['verdict']}" if bad else
+               f"{DRAIN_PREFIX} validation {record['verdict']}")[:120]
+        # Recorded first: a drain nodecert made is one it can later recognise as its own.
+        _keep_drain(node, why)
         tools.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN",
-                   f"Reason={why[:120]}"], timeout=30)
+                   f"Reason={why}"], timeout=30)
         return f"drained {node}: {why}"
     if action == "resume":
         tools.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], timeout=30)
+        _keep_drain(node, None)
         return f"resumed {node} (its nodecert drain; the run passed)"
-    if "DRAIN" in state.upper() and not reason.startswith(DRAIN_PREFIX):
+    if "DRAIN" in state.upper() and not (kept is not None and reason == kept):
         return f"{node} is drained by someone else ({reason!r}): not touched"
     return f"{node} left {state or 'as is'}"
 
