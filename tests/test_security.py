@@ -424,7 +424,8 @@ def test_repository_key_check(stdout: str, fails: bool) -> None:
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
     tasks = yaml.safe_load((REPO / "roles/nvidia_repo/tasks/repository.yml").read_text())
-    task = next(t for t in tasks if t.get("register") == "nvidia_repo_key_show")
+    flat = [t for top in tasks for t in [top, *top.get("block", [])]]
+    task = next(t for t in flat if t.get("register") == "nvidia_repo_key_show")
     templar = Templar(loader=DataLoader(), variables={
         "nvidia_repo_key_show": {"rc": 0, "stdout": stdout,
                                  "stdout_lines": stdout.splitlines()},

@@ -6,6 +6,7 @@ rendered script with a dpkg-query that reports a prepared package database."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -22,7 +23,10 @@ PINNED = {"nvidia-open": ("580.173.02-1", "hi"), "libnccl2": ("2.28.9-1+cuda13.0
 
 def render(tmp: Path) -> Path:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    text = jinja2.Template((ROLE / "templates" / "dpkg-post-invoke.j2").read_text()).render(
+    # Ansible's quote filter is shell quoting (shlex.quote)
+    env = jinja2.Environment()
+    env.filters["quote"] = shlex.quote
+    text = env.from_string((ROLE / "templates" / "dpkg-post-invoke.j2").read_text()).render(
         ansible_managed="test", **defaults)
     # the state directory is the only thing moved, into the test's own directory
     text = text.replace("STATE=/var/lib/nodecert", f"STATE={tmp / 'state'}")

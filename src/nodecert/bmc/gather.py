@@ -118,12 +118,13 @@ class RedfishSource:
     """Service root -> the first System, Chassis and Manager (a GPU server's BMC lists
     its board first; a site with another layout names nothing else here)."""
 
+    _deadline: float | None = None  # while a snapshot runs
+    _budget: float = SNAPSHOT_BUDGET_S
+
     def __init__(self, spec: BmcSpec) -> None:
         self.client = RedfishClient(spec)
         self.evidence: list[Evidence] = []
         self._paths: dict[str, str | None] | None = None
-        self._deadline: float | None = None  # while a snapshot runs
-        self._budget = SNAPSHOT_BUDGET_S
 
     def _fetch(self, path: str) -> Any:
         if self._deadline is not None and time.monotonic() > self._deadline:
