@@ -333,3 +333,28 @@ def test_blackwell_lab_profiles_validate_and_their_faults_fail(tmp_path: Path,
                    faults=[{"kind": "nvlink_down", "gpu": 3, "links": [7]}])
     r = down.check("hardware.topology")
     assert r.verdict is Verdict.FAIL and "GPU3: NVLink 7 inactive (17 of 18 up)" in r.summary
+
+
+def test_a_command_that_ends_without_reading_its_input_is_judged_by_its_status() -> None:
+    """The install script exits at once when the code is already in place; the channel
+    then closes under the bundle being sent ("Socket is closed"): its output and exit
+    status decide, the send's failure does not lose the host."""
+    from nodecert.transport.ssh import Endpoint
+    from nodecert.validation.session import exec_command
+
+    class Closed(_Chan):
+        def sendall(self, data: bytes) -> None:
+            raise OSError("Socket is closed")
+
+        def shutdown_write(self) -> None:
+            raise OSError("Socket is closed")
+
+    class C(_Client):
+        def get_transport(self) -> object:
+            class T:
+                def open_session(self) -> _Chan:
+                    return Closed(b"", 0)
+            return T()
+
+    ep = Endpoint("h1", "10.0.0.1", 22, "root", None, (), "python3")
+    assert exec_command(C(b""), ep, "install", b"x" * 4096, 10) == (0, "")  # type: ignore[arg-type]
