@@ -72,23 +72,21 @@ class NodeAnswerTooLarge(OSError):
 
 
 def exec_command(client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
-                 timeout: float, *, root: bool = True,
-                 clock: Clock = time.monotonic) -> tuple[int, str]:
+                 timeout: float, *, root: bool = True, clock: Clock = time.monotonic
+                 ) -> tuple[int, str]:
     """(exit code, output; stderr too when it failed) of one command on the node.
-    TimeoutError when the node stays silent for `timeout` seconds on `clock` (the node's
-    clock: the controller's own lateness is not the node's silence)."""
+    TimeoutError when the node stays silent for `timeout` s on `clock` (the node's clock:
+    the controller's own lateness is not the node's silence)."""
     chan = start(client, ep, cmd, root=root, timeout=timeout, clock=clock)
     try:
         chan.settimeout(timeout)
-        # A command may end without reading all its input (the install finds the code
-        # already in place and exits): the channel then closes under the send. What the
-        # command printed and its exit status decide, not the refused rest of the input.
+        # A command may end without reading its input (code already in place): its
+        # output and exit status decide, not the channel closing under the send.
         with contextlib.suppress(OSError):
             if data is not None:
                 chan.sendall(data)
             chan.shutdown_write()
-        silence = NodeLimit(timeout, clock)
-        out = bytearray()
+        silence, out = NodeLimit(timeout, clock), bytearray()
         while True:
             if silence.expired(chan):
                 raise TimeoutError(f"no answer from the node within {timeout:g} s")
@@ -104,8 +102,7 @@ def exec_command(client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes
                 raise NodeAnswerTooLarge(f"the node answered more than {MAX_ANSWER // 2**20} "
                                          f"MiB to {cmd.split(maxsplit=1)[0]!r}: refused")
             silence.reset()
-        # The exit status follows the end of the output; it too may only be late.
-        # paramiko sets status_event when it arrives: waited on, never polled.
+        # The exit status follows the output, maybe late: paramiko's event, waited on.
         while not chan.status_event.wait(silence.wait_s()):
             if silence.expired(chan):
                 raise TimeoutError(f"no exit status from the node within {timeout:g} s")
