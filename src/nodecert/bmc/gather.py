@@ -9,10 +9,12 @@ and one power/temperature sample at a time while the node's checks run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from nodecert.bmc.redfish import BmcError, RedfishClient
@@ -94,6 +96,30 @@ MAX_MEMBERS = 512
 SNAPSHOT_BUDGET_S = 120.0
 
 
+class ReadBudget:
+    """The time one full read of a BMC may take: started by a snapshot, looked at
+    before each request or ipmitool run."""
+
+    def __init__(self, seconds: float = SNAPSHOT_BUDGET_S) -> None:
+        self.seconds = seconds
+        self._deadline: float | None = None
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        self._deadline = time.monotonic() + self.seconds
+        try:
+            yield
+        finally:
+            self._deadline = None
+
+    def check(self, before: str) -> None:
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise BmcError(f"reading the BMC took longer than the {self.seconds:g} s one "
+                           f"full read may take (stopped before {before})",
+                           hint="check the BMC's load and network; a BMC this slow cannot "
+                                "vouch for the node")
+
+
 def _capped(links: list[str], what: str) -> list[str]:
     if len(links) > MAX_MEMBERS:
         raise BmcError(f"the BMC lists {len(links)} {what}, more than the {MAX_MEMBERS} "
@@ -118,20 +144,16 @@ class RedfishSource:
     """Service root -> the first System, Chassis and Manager (a GPU server's BMC lists
     its board first; a site with another layout names nothing else here)."""
 
-    _deadline: float | None = None  # while a snapshot runs
-    _budget: float = SNAPSHOT_BUDGET_S
+    budget = ReadBudget()  # never started: each source gets its own in __init__
 
     def __init__(self, spec: BmcSpec) -> None:
         self.client = RedfishClient(spec)
         self.evidence: list[Evidence] = []
         self._paths: dict[str, str | None] | None = None
+        self.budget = ReadBudget()
 
     def _fetch(self, path: str) -> Any:
-        if self._deadline is not None and time.monotonic() > self._deadline:
-            raise BmcError(f"reading the BMC took longer than the {self._budget:g} s one "
-                           f"full read may take (stopped before GET {path})",
-                           hint="check the BMC's load and network; a BMC this slow cannot "
-                                "vouch for the node")
+        self.budget.check(f"GET {path}")
         return self.client.get(path)
 
     def _discover(self) -> dict[str, str | None]:
@@ -197,11 +219,8 @@ class RedfishSource:
                                  "NetworkAdapters")]
 
     def snapshot(self) -> dict[str, Any]:
-        self._deadline = time.monotonic() + self._budget
-        try:
+        with self.budget.running():
             return self._snapshot()
-        finally:
-            self._deadline = None
 
     def _snapshot(self) -> dict[str, Any]:
         p = self._discover()
@@ -247,8 +266,7 @@ class IpmiSource:
         self.cipher = cipher
         self.cipher_note = f"cipher suite {cipher} (set)" if cipher is not None else ""
         self.evidence: list[Evidence] = []
-        self._deadline: float | None = None  # while a snapshot runs
-        self._budget = SNAPSHOT_BUDGET_S
+        self.budget = ReadBudget()
 
     def _run(self, *args: str, keep: bool = True) -> str:
         if self.cipher is not None:
@@ -271,11 +289,7 @@ class IpmiSource:
         return out
 
     def _run_with(self, cipher: int, args: tuple[str, ...], keep: bool) -> str:
-        if self._deadline is not None and time.monotonic() > self._deadline:
-            raise BmcError(f"reading the BMC took longer than the {self._budget:g} s one "
-                           f"full read may take (stopped before ipmitool {' '.join(args)})",
-                           hint="check the BMC's load and network; a BMC this slow cannot "
-                                "vouch for the node")
+        self.budget.check(f"ipmitool {' '.join(args)}")
         argv = ["ipmitool", "-I", "lanplus", "-H", self.spec.address, "-p",
                 str(self.spec.port), "-U", self.spec.username, "-E", "-C", str(cipher),
                 "-N", str(min(self.spec.timeout_s, 10)), "-R", "1", *args]
@@ -308,11 +322,8 @@ class IpmiSource:
         return p.stdout
 
     def snapshot(self) -> dict[str, Any]:
-        self._deadline = time.monotonic() + self._budget
-        try:
+        with self.budget.running():
             return self._snapshot()
-        finally:
-            self._deadline = None
 
     def _snapshot(self) -> dict[str, Any]:
         try:
@@ -363,6 +374,16 @@ def source_for(spec: BmcSpec) -> BmcSource:
     return RedfishSource(spec) if spec.protocol == "redfish" else IpmiSource(spec)
 
 
-__all__ = ["CIPHER_SUITES", "MAX_MEMBERS", "REDUNDANCY_STATES", "SNAPSHOT_BUDGET_S",
-           "SUPPLY_STATES", "BmcSource", "IpmiSource", "RedfishSource", "ipmi_supplies",
-           "source_for"]
+__all__ = [
+    "CIPHER_SUITES",
+    "MAX_MEMBERS",
+    "REDUNDANCY_STATES",
+    "SNAPSHOT_BUDGET_S",
+    "SUPPLY_STATES",
+    "BmcSource",
+    "IpmiSource",
+    "ReadBudget",
+    "RedfishSource",
+    "ipmi_supplies",
+    "source_for",
+]
