@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from nodecert.cli import main
 from nodecert.core.verdict import Verdict
 from support.env import REPO
+from support.nodeclient import Exited
 
 
 def test_provision_help_and_version() -> None:
@@ -239,7 +240,7 @@ def test_a_sites_own_suite_file(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "has no checks" in r.output, r.output
 
 
-class _Chan:
+class _Chan(Exited):
     def __init__(self, data: bytes, rc: int = 0) -> None:
         self.data, self.rc = data, rc
 
@@ -261,12 +262,6 @@ class _Chan:
 
     def recv_exit_status(self) -> int:
         return self.rc
-
-    @property
-    def status_event(self) -> threading.Event:  # as paramiko's: the exit status is in
-        done = threading.Event()
-        done.set()
-        return done
 
     def close(self) -> None:
         pass
@@ -294,7 +289,6 @@ class _Client:
 def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes, rc: int,
                                                  adopted: str | None) -> None:
     import json
-    import threading
 
     from nodecert.validation.run import ValidateRequest, open_new_run
     from nodecert.validation.session import NodeSessions

@@ -24,6 +24,7 @@ from nodecert.validation.plan import build_plan
 from nodecert.validation.session import MAX_ANSWER, NodeAnswerTooLarge, NodeSessions, exec_command
 from nodecert_node.contract import Result, Verdict
 from support.env import REPO
+from support.nodeclient import Exited
 
 CHECKS = ["health.gpu", "health.xid"]
 
@@ -263,7 +264,7 @@ def test_a_result_echoing_another_test_than_planned_fails(
 
 # --- a node's answer to the controller's own commands is bounded ---------------------------
 
-class Flood:
+class Flood(Exited):
     """A channel whose node answers with `size` bytes, in 64 kB chunks."""
 
     def __init__(self, size: int) -> None:
@@ -290,12 +291,6 @@ class Flood:
 
     def recv_exit_status(self) -> int:
         return 0
-
-    @property
-    def status_event(self) -> threading.Event:  # as paramiko's: the exit status is in
-        done = threading.Event()
-        done.set()
-        return done
 
     def recv_stderr_ready(self) -> bool:
         return False

@@ -34,7 +34,17 @@ def raw(rec: dict[str, Any] | str, path: str = "/var/lib/nodecert/history/x.json
     return f"{path}\n{body}".encode()
 
 
-class Client:
+class Exited:
+    """A channel stand-in whose command has ended: paramiko's status_event is set."""
+
+    @property
+    def status_event(self) -> threading.Event:
+        done = threading.Event()
+        done.set()
+        return done
+
+
+class Client(Exited):
     """An SSH client whose one session answers the fetch command with `data`."""
 
     def __init__(self, data: bytes) -> None:
@@ -55,12 +65,6 @@ class Client:
 
     def recv(self, n: int) -> bytes:
         return self.data.read(n)
-
-    @property
-    def status_event(self) -> threading.Event:  # as paramiko's: the exit status is in
-        done = threading.Event()
-        done.set()
-        return done
 
     def close(self) -> None:
         pass
