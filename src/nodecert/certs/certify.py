@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from nodecert import __version__
 from nodecert.certs import html as report_html
 from nodecert.certs import junit
+from nodecert.certs import revocations as revlist
 from nodecert.certs.identity import certificate_identity, identifies, identity_digest
 from nodecert.certs.signing import (
     PrivateKey,
@@ -234,11 +236,19 @@ class CertifyRun:
     failed: dict[str, str] = field(default_factory=dict)  # host -> why it was not certified
     index: Path | None = None
     junit: Path | None = None
+    revocations: Path | None = None  # the list the new certificates were entered on
 
     @property
     def all_ready(self) -> bool:
         return bool(self.nodes) and not self.failed and all(n.verdict == READY
                                                             for n in self.nodes)
+
+
+def listing(path: Path | None, key: PrivateKey,
+            now: dt.datetime) -> AbstractContextManager[list[revlist.Entry]]:
+    """The revocation list held for update while certificates are written (a list to
+    which nothing is kept when there is none)."""
+    return revlist.updating(path, key, now) if path is not None else nullcontext([])
 
 
 def load_run(run_dir: Path) -> list[dict[str, Any]]:
@@ -252,8 +262,11 @@ def load_run(run_dir: Path) -> list[dict[str, Any]]:
 def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
             valid_days: int = DEFAULT_VALID_DAYS, now: dt.datetime | None = None,
             max_age_days: float = DEFAULT_MAX_AGE_DAYS,
-            cluster_cert: Path | None = None) -> CertifyRun:
+            cluster_cert: Path | None = None,
+            revocations: Path | None = None) -> CertifyRun:
     """Sign a certificate per node and render its HTML and JUnit; the fleet index too.
+    With `revocations`, every new certificate is entered on that signed list and the
+    older certificates of its nodes are marked superseded there.
 
     Each host is built (statement, signature, HTML, JUnit, all in memory) inside its own
     error boundary: a host that fails is named in `failed` and gets no files; the others
@@ -291,10 +304,13 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
         p = st["predicate"]
         run.nodes.append(Certified(name, p["verdict"], p["simulated"], p["reasons"], *paths))
         statements.append(st)
-    out.mkdir(parents=True, exist_ok=True)
-    for paths, blobs in ready:  # only now: nothing is written for a host that failed
-        for path, blob in zip(paths, blobs, strict=True):
-            write_atomic(str(path), blob)
+    with listing(revocations, key, issued) as listed:  # a list that fails: nothing written
+        out.mkdir(parents=True, exist_ok=True)
+        for paths, blobs in ready:  # only now: nothing is written for a host that failed
+            for path, blob in zip(paths, blobs, strict=True):
+                write_atomic(str(path), blob)
+        listed.extend(revlist.entry_for(st, canonical_json(st)) for st in statements)
+    run.revocations = revocations
     run.index = out / "index.html"
     write_atomic(str(run.index), report_html.fleet_page(statements, keyid=run.keyid).encode())
     run.junit = out / "junit.xml"
@@ -305,4 +321,4 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
 __all__ = ["DEFAULT_MAX_AGE_DAYS", "DEFAULT_VALID_DAYS", "NOT_READY", "PAYLOAD_TYPE",
            "PREDICATE_TYPE", "READY",
            "STATEMENT_TYPE", "Certified", "CertifyRun", "RunError", "certify",
-           "identity_digest", "load_run", "readiness", "statement", "validation_end"]
+           "identity_digest", "listing", "load_run", "readiness", "statement", "validation_end"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from nodecert import __version__
 from nodecert.certs import html as report_html
+from nodecert.certs import revocations as revlist
 from nodecert.certs.certify import (
     CLUSTER_PREDICATE_TYPE,
     DEFAULT_MAX_AGE_DAYS,
@@ -21,6 +22,7 @@ from nodecert.certs.certify import (
     READY,
     STATEMENT_TYPE,
     RunError,
+    listing,
     validation_end,
 )
 from nodecert.certs.identity import certificate_identity, identity_digest
@@ -118,8 +120,11 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
 def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
                     now: dt.datetime | None = None,
                     valid_days: int = DEFAULT_VALID_DAYS,
-                    max_age_days: float = DEFAULT_MAX_AGE_DAYS) -> tuple[Path, Path, str]:
-    """(envelope, HTML, verdict) for a cluster run; both files whole or not at all."""
+                    max_age_days: float = DEFAULT_MAX_AGE_DAYS,
+                    revocations: Path | None = None) -> tuple[Path, Path, str]:
+    """(envelope, HTML, verdict) for a cluster run; both files whole or not at all.
+    With `revocations`, the certificate is entered on that signed list (older ones for
+    the same nodes superseded)."""
     try:
         data = read_cluster_record(run_dir)
     except RunDirError as exc:
@@ -137,8 +142,10 @@ def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = No
     blob = json.dumps(env, indent=1).encode() + b"\n"
     page = report_html.cluster_page(st, envelope_name=env_path.name,
                                     keyid=keyid(key.public_key())).encode()
-    write_atomic(str(env_path), blob)
-    write_atomic(str(html_path), page)
+    with listing(revocations, key, issued) as listed:
+        write_atomic(str(env_path), blob)
+        write_atomic(str(html_path), page)
+        listed.append(revlist.entry_for(st, canonical_json(st)))
     return env_path, html_path, st["predicate"]["verdict"]
 
 

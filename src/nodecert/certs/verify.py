@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodecert.certs import revocations as revlist
 from nodecert.certs.certify import PAYLOAD_TYPE, PREDICATE_TYPE, READY, STATEMENT_TYPE
 from nodecert.certs.cluster import CLUSTER_PREDICATE_TYPE, cluster_problems, subject_problems
 from nodecert.certs.identity import identity_changes, identity_digest
@@ -187,14 +188,21 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
                   allow_simulated: bool = False,
                   live_identity: dict[str, Any] | None = None,
                   live_host: str | None = None,
-                  expect: dict[str, str | None] | None = None) -> Verification:
+                  expect: dict[str, str | None] | None = None,
+                  revocations: Path | None = None) -> Verification:
     """Verify a node or cluster certificate. live_identity: the hardware identity read
     from live_host now (a cluster certificate needs the host, to know which subject);
-    expect: host/serial/identity the certificate must be about."""
+    expect: host/serial/identity the certificate must be about; revocations: the signed
+    revocation list (same trusted keys) the certificate must not be revoked or
+    superseded on."""
     if not pubkeys:
         raise ReportError("no trusted public key given", hint="pass --pubkey nodecert.pub "
                           "(the public key of the signer you trust)")
     trusted = [load_public_key(p) for p in pubkeys]
+    try:  # a list that cannot be trusted is bad input, refused before anything is said
+        reg = revlist.load(revocations, trusted) if revocations is not None else None
+    except revlist.RevocationError as exc:
+        raise ReportError(exc.what, hint=exc.hint) from exc
     envelope = read_envelope(path)
     v = Verification()
     try:
@@ -215,7 +223,8 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     if isinstance(st, dict) and st.get("predicateType") == CLUSTER_PREDICATE_TYPE:
         v.kind = "cluster"
         return _verify_cluster(v, st, now or dt.datetime.now(dt.UTC), allow_simulated,
-                               wanted=wanted, live=(live_host, live_identity))
+                               wanted=wanted, live=(live_host, live_identity),
+                               listed=(reg, payload))
     problems = statement_problems(st)
     if not v.step("statement", not problems, "; ".join(problems) or
                   f"in-toto Statement v1, {PREDICATE_TYPE}"):
@@ -224,6 +233,7 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     v.statement = st
     now = now or dt.datetime.now(dt.UTC)
     _validity_step(v, p, now)
+    _revocation_step(v, st, reg, payload)
     digest = subj[0]["digest"]["sha256"]
     _expected_step(v, st, wanted)
     v.step("subject", identity_digest(p["identity"]) == digest,
@@ -255,6 +265,12 @@ def _validity_step(v: Verification, p: dict[str, Any], now: dt.datetime) -> None
         v.step("validity", False, f"unreadable validity window: {exc}")
 
 
+def _revocation_step(v: Verification, st: dict[str, Any], reg: revlist.Register | None,
+                     payload: bytes) -> None:
+    if reg is not None:
+        v.step("revocation", *revlist.status(reg, st, payload))
+
+
 def _verdict_steps(v: Verification, p: dict[str, Any], allow_simulated: bool, what: str,
                    parts: str) -> Verification:
     """The verdict, and SIMULATED refused unless allowed."""
@@ -276,7 +292,8 @@ def _expected_step(v: Verification, st: dict[str, Any], wanted: dict[str, str]) 
 
 def _verify_cluster(v: Verification, st: dict[str, Any], now: dt.datetime,
                     allow_simulated: bool, *, wanted: dict[str, str],
-                    live: tuple[str | None, dict[str, Any] | None]) -> Verification:
+                    live: tuple[str | None, dict[str, Any] | None],
+                    listed: tuple[revlist.Register | None, bytes]) -> Verification:
     """A cluster certificate: its statement, validity, what the verifier expects, every
     subject against its node's identity, the live host against its subject, the
     verdict, SIMULATED."""
@@ -288,6 +305,7 @@ def _verify_cluster(v: Verification, st: dict[str, Any], now: dt.datetime,
     v.statement = st
     p = st["predicate"]
     _validity_step(v, p, now)
+    _revocation_step(v, st, *listed)
     _expected_step(v, st, wanted)
     bad = subject_problems(st)
     v.step("subject", not bad, "; ".join(bad) or f"{len(st['subject'])} nodes, each digest "

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from nodecert import __version__
-from nodecert.cli.certs import certify_cmd, keys, verify_cmd
+from nodecert.cli.certs import certify_cmd, keys, revoke_cmd, verify_cmd
 from nodecert.cli.cluster import cluster
 from nodecert.cli.common import echo, handle_errors
 from nodecert.cli.inventory import inventory
@@ -53,6 +53,7 @@ def init_cmd(directory: Path) -> None:
 
 
 for _command in (stack, inventory, lab, provision, validate_cmd, keys, certify_cmd, verify_cmd,
+                 revoke_cmd,
                  revalidate_cmd, history_cmd, mirror, cluster, parse_cmd):
     main.add_command(_command)
 

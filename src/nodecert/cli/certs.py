@@ -16,6 +16,7 @@ from nodecert.cli.common import (
     emit_json,
     handle_errors,
     json_option,
+    revocations_option,
     signing_key_option,
     style,
 )
@@ -67,11 +68,15 @@ def print_certified(run: Any) -> None:
     for host, why in run.failed.items():
         echo(f"{host:<14} NOT CERTIFIED: {why}", err=True)
     echo(f"certificates: {run.out_dir} (fleet page {run.index}, JUnit {run.junit})")
+    if run.revocations is not None:
+        echo(f"revocation list: {run.revocations} (older certificates of these nodes are "
+             "superseded there)")
 
 
 def certified_json(run: Any) -> dict[str, Any]:
     return {"out_dir": str(run.out_dir), "keyid": run.keyid, "all_ready": run.all_ready,
             "index": str(run.index), "junit": str(run.junit),
+            "revocations": str(run.revocations) if run.revocations else None,
             "nodes": [{"host": n.host, "verdict": n.verdict, "simulated": n.simulated,
                        "reasons": list(n.reasons), "certificate": str(n.envelope),
                        "html": str(n.html)} for n in run.nodes],
@@ -80,8 +85,10 @@ def certified_json(run: Any) -> dict[str, Any]:
 
 def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
              out_dir: Path | None, max_age_days: float | None = None,
-             quiet: bool = False, cluster_cert: Path | None = None) -> Any:
+             quiet: bool = False, cluster_cert: Path | None = None,
+             revocations: Path | None = None) -> Any:
     from nodecert.certs.certify import DEFAULT_MAX_AGE_DAYS, DEFAULT_VALID_DAYS, certify
+    from nodecert.certs.revocations import DEFAULT_NAME
     from nodecert.provision.chain import signing_key
 
     key, created = signing_key(key_path)
@@ -89,7 +96,8 @@ def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
         echo(f"created signing key {created.private} (0600) and {created.public}",
                    err=True)
     run = certify(run_dir, key, out_dir=out_dir, valid_days=valid_days or DEFAULT_VALID_DAYS,
-                  max_age_days=max_age_days or DEFAULT_MAX_AGE_DAYS, cluster_cert=cluster_cert)
+                  max_age_days=max_age_days or DEFAULT_MAX_AGE_DAYS, cluster_cert=cluster_cert,
+                  revocations=revocations or run_dir.parent / DEFAULT_NAME)
     if not quiet:
         print_certified(run)
     return run
@@ -104,6 +112,10 @@ threshold and source, the pinned stack and the software found; a self-contained
 HTML page with plots (NODE.html) and JUnit XML; plus index.html and junit.xml for
 the fleet. READY only if every planned check reported and none FAILed or
 ERRORed; a node that is not ready still gets a signed report that says why.
+Every new certificate is entered on the signer's revocation list (by default
+revocations.intoto.dsse.json next to the run directory), where it supersedes
+the older certificates of its node: give that list to verifiers (`verify
+--revocations`).
 
 \b
 Exit codes: 0 every node READY, 1 a node NOT READY or not certified (results older
@@ -129,15 +141,70 @@ Examples:
 @click.option("--cluster-cert", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="The cluster certificate (same key) the nodes were proven in together: "
                    "each node's certificate references it.")
+@revocations_option
 @json_option
 @handle_errors
 def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_days: float,
-                out_dir: Path | None, cluster_cert: Path | None, as_json: bool) -> None:
+                out_dir: Path | None, cluster_cert: Path | None, revocations: Path | None,
+                as_json: bool) -> None:
     run = _certify(run_dir, key_path, valid_days, out_dir, max_age_days, quiet=as_json,
-                   cluster_cert=cluster_cert)
+                   cluster_cert=cluster_cert, revocations=revocations)
     if as_json:
         emit_json(certified_json(run))
     sys.exit(int(ExitCode.OK if run.all_ready else ExitCode.FAILED))
+
+
+_REVOKE_HELP = """Revoke a certificate on the signer's revocation list.
+
+For a node sent back, repaired without re-validation, or a certificate issued in
+error: the list (signed again with --key, the key that signed the certificate)
+then names it REVOKED with the reason, and `verify --revocations` fails it.
+A newer certificate of the same node supersedes older ones without this.
+
+\b
+Exit codes: 0 revoked, 2 bad input (a certificate or list this key did not sign,
+a certificate not on the list, no reason).
+
+\b
+Example:
+  nodecert revoke runs/20261129-101500-a1b2c3/reports/h1.intoto.dsse.json \\
+      --revocations runs/revocations.intoto.dsse.json --key keys/nodecert.key \\
+      --reason "GPU 3 replaced (RMA 4711)"
+"""
+
+
+@click.command("revoke", help=_REVOKE_HELP)
+@click.argument("certificate", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--revocations", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The revocation list the certificate is on.")
+@click.option("--key", "key_path", required=True,
+              type=click.Path(path_type=Path, dir_okay=False),
+              help="The private key that signed the certificate and the list.")
+@click.option("--reason", required=True, help="Why the certificate no longer holds.")
+@json_option
+@handle_errors
+def revoke_cmd(certificate: Path, revocations: Path, key_path: Path, reason: str,
+               as_json: bool) -> None:
+    import datetime as dt
+
+    from nodecert.certs.revocations import payload_digest, revoke_file
+    from nodecert.certs.signing import SignatureError, load_private_key, verify_envelope
+    from nodecert.certs.verify import ReportError, read_envelope
+
+    key = load_private_key(key_path)
+    try:
+        _, payload, _ = verify_envelope(read_envelope(certificate), [key.public_key()])
+    except SignatureError as exc:
+        raise ReportError(f"{certificate}: not a certificate this key signed ({exc})",
+                          hint="pass the certificate and the key that signed it") from exc
+    digest = payload_digest(payload)
+    reg = revoke_file(revocations, key, digest, reason, dt.datetime.now(dt.UTC))
+    if as_json:
+        emit_json({"certificate": str(certificate), "statement_sha256": digest,
+                   "revocations": str(revocations), "sequence": reg.sequence})
+        return
+    echo(f"revoked sha256:{digest} on {revocations} (list #{reg.sequence}): give verifiers "
+         "the new list")
 
 
 _VERIFY_HELP = """Verify a node or cluster certificate offline, and optionally against
@@ -151,7 +218,10 @@ identity, with --host the host's hardware now (read over SSH: a swapped GPU or
 board fails), and the verdict. A cluster certificate is about each of its nodes:
 --expect-host must be one of them, --expect-serial/--expect-identity that node's
 (any node's without --expect-host), and --host is compared with its own subject.
-A SIMULATED certificate is refused unless --allow-simulated. Every step is printed.
+With --revocations, the signer's revocation list (signed with a trusted key)
+must not name the certificate revoked or superseded, nor hold a certificate on
+newer evidence for the same node. A SIMULATED certificate is refused unless
+--allow-simulated. Every step is printed.
 
 \b
 Exit codes: 0 valid and READY, 1 invalid, expired, altered, for other hardware
@@ -163,6 +233,8 @@ Examples:
   nodecert verify h1.intoto.dsse.json --pubkey nodecert.pub --host h1 -i lab.ini --allow-simulated
   nodecert verify h1.intoto.dsse.json --pubkey nodecert.pub --expect-host gpu-h200-01 \\
       --expect-serial 1653724059030
+  nodecert verify h1.intoto.dsse.json --pubkey nodecert.pub \\
+      --revocations revocations.intoto.dsse.json
 """
 
 
@@ -181,13 +253,17 @@ Examples:
                    "the certified identity.")
 @click.option("--expect-identity", metavar="DIGEST",
               help="Fail unless the identity digest (the subject's sha256) is this one.")
+@click.option("--revocations", type=click.Path(path_type=Path, dir_okay=False),
+              help="The signer's revocation list: fail if it revokes or supersedes the "
+                   "certificate.")
 @json_option
 @become_options
 @handle_errors
 def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                inventory: Path | None, allow_simulated: bool, expect_host: str | None,
                expect_serial: str | None, expect_identity: str | None,
-               as_json: bool, become_file: Path | None, vault_file: Path | None) -> None:
+               revocations: Path | None, as_json: bool, become_file: Path | None,
+               vault_file: Path | None) -> None:
     from nodecert.certs.verify import ReportError, live_identity, subject_line, verify_report
 
     if host and inventory is None:
@@ -198,7 +274,7 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
     v = verify_report(report, list(pubkeys), allow_simulated=allow_simulated,
                       live_identity=live, live_host=host,
                       expect={"host": expect_host, "serial": expect_serial,
-                              "identity": expect_identity})
+                              "identity": expect_identity}, revocations=revocations)
     subject = subject_line(v.statement)
     if as_json:
         emit_json({"report": str(report), "valid": v.ok, "kind": v.kind, "subject": subject,

@@ -18,6 +18,7 @@ from nodecert.cli.common import (
     inventory_option,
     json_option,
     limit_option,
+    revocations_option,
     runs_dir_option,
     split_hosts,
 )
@@ -93,6 +94,7 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          runs_dir: Path, as_json: bool,
                          become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.certs.cluster import certify_cluster
+    from nodecert.certs.revocations import DEFAULT_NAME
     from nodecert.certs.signing import load_private_key
     from nodecert.cluster.validate import ClusterRequest, cluster_validate
     from nodecert.core.errors import InventoryError
@@ -114,7 +116,8 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
     run_dir, data = cluster_validate(request, progress=lambda line: echo(line, err=True))
     cert: dict[str, Any] = {}
     if key is not None:
-        env, html, verdict = certify_cluster(run_dir, key)
+        env, html, verdict = certify_cluster(run_dir, key,
+                                             revocations=run_dir.parent / DEFAULT_NAME)
         cert = {"certificate": str(env), "html": str(html), "certificate_verdict": verdict}
     code = ExitCode.OK if data["verdict"] in ("PASS", "WARN") else ExitCode.FAILED
     if as_json:
@@ -145,20 +148,26 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
 @click.option("--max-result-age-days", "max_age_days", type=click.FloatRange(min=0.01),
               default=7.0, show_default=True,
               help="Refuse a run that ended longer ago than this.")
+@revocations_option
 @handle_errors
 def cluster_certify_cmd(run_dir: Path, key_path: Path, valid_days: int,
-                        max_age_days: float) -> None:
-    """Sign a cluster run as a cluster certificate (and render its page).
+                        max_age_days: float, revocations: Path | None) -> None:
+    """Sign a cluster run as a cluster certificate (and render its page), entered on
+    the signer's revocation list, where it supersedes older certificates of the same
+    nodes.
 
     \b
     Example:
       nodecert cluster certify runs/cluster-20261130-210000-ab12cd --key keys/nodecert.key
     """
     from nodecert.certs.cluster import certify_cluster
+    from nodecert.certs.revocations import DEFAULT_NAME
     from nodecert.certs.signing import load_private_key
 
     env, html, verdict = certify_cluster(run_dir, load_private_key(key_path),
-                                         valid_days=valid_days, max_age_days=max_age_days)
+                                         valid_days=valid_days, max_age_days=max_age_days,
+                                         revocations=revocations
+                                         or run_dir.parent / DEFAULT_NAME)
     echo(f"certificate: {env} ({verdict}), page: {html}")
 
 

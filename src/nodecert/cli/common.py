@@ -122,6 +122,10 @@ stack_option = click.option("--stack", "stack_name",
 signing_key_option = click.option("--key", "key_path", type=click.Path(path_type=Path),
                                   help="Signing key (default: ~/.config/nodecert/keys/"
                                        "nodecert.key, created if missing).")
+revocations_option = click.option(
+    "--revocations", type=click.Path(path_type=Path, dir_okay=False),
+    help="The signed revocation list to enter the new certificate(s) on (default: "
+         "revocations.intoto.dsse.json next to the run directory).")
 # Picking checks is --only everywhere: --check means a dry run (provision, Ansible).
 checks_option = click.option("--only", "checks", multiple=True, metavar="CHECK",
                              help="Only these checks of the suite (repeatable).")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nodecert.certs import revocations as revlist
 from nodecert.certs.certify import PAYLOAD_TYPE, CertifyRun, certify
 from nodecert.certs.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
 from nodecert.certs.verify import ReportError, read_envelope
@@ -156,7 +157,9 @@ def revalidate(request: RevalidateRequest, *,
         hr.results.extend(res)
         hr.save()
     write_json(run.dir.summary, run.summary())
-    out.cert = certify(run.run_dir, request.key)
+    # entered on the list next to the runs: a repaired node's new certificate supersedes
+    # the one it had, for every verifier given that list
+    out.cert = certify(run.run_dir, request.key, revocations=runs_dir / revlist.DEFAULT_NAME)
     return out
 
 
