@@ -88,7 +88,7 @@ class FakeClient:
     def get_transport(self) -> FakeClient:
         return self
 
-    def open_session(self) -> FakeSudo:
+    def open_session(self, timeout: float | None = None) -> FakeSudo:
         return self.chan
 
 

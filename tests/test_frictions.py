@@ -275,7 +275,7 @@ class _Client:
         outer = self
 
         class T:
-            def open_session(self) -> _Chan:
+            def open_session(self, timeout: float | None = None) -> _Chan:
                 return _Chan(outer.data, outer.rc)
         return T()
 
@@ -346,7 +346,7 @@ def test_a_command_that_ends_without_reading_its_input_is_judged_by_its_status()
     class C(_Client):
         def get_transport(self) -> object:
             class T:
-                def open_session(self) -> _Chan:
+                def open_session(self, timeout: float | None = None) -> _Chan:
                     return Closed(b"", 0)
             return T()
 

@@ -113,7 +113,7 @@ class Client:
         outer = self
 
         class T:
-            def open_session(self) -> Chan:
+            def open_session(self, timeout: float | None = None) -> Chan:
                 return Chan([b"\n".join(outer.lines) + b"\n"])
         return T()
 
@@ -153,7 +153,7 @@ def test_hostile_host_errors_the_other_finishes(tmp_path: Path, bad: bytes,
         evil: [hello, b'{"event": "start", "check": "health.gpu"}', result_line("health.gpu"),
                b'{"event": "start", "check": "health.xid"}', bad, b'{"event": "done"}'],
     }
-    monkeypatch.setattr(nodesession, "connect", lambda ep: Client(scripts[ep.host]))
+    monkeypatch.setattr(nodesession, "connect", lambda ep, **_: Client(scripts[ep.host]))
     monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c, hr: "/opt/x")
     said: list[str] = []
     ns = NodeSessions(runs, links(runs), said.append, threading.Event(), (b"", "0" * 64))
@@ -250,7 +250,7 @@ def test_a_result_echoing_another_test_than_planned_fails(
                            ([hello, start, burnin_line(**echo), b'{"event": "done"}'],
                             Verdict.FAIL)):
         runs[spec.name] = HostRun(spec.name, spec, plan, None, tmp_path / spec.name)
-        monkeypatch.setattr(nodesession, "connect", lambda ep, lines=lines: Client(lines))
+        monkeypatch.setattr(nodesession, "connect", lambda ep, lines=lines, **_: Client(lines))
         monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c, hr: "/opt/x")
         said: list[str] = []
         NodeSessions(runs, links(runs), said.append, threading.Event(),
@@ -307,7 +307,7 @@ class FloodClient:
         chan = self.chan
 
         class T:
-            def open_session(self) -> Flood:
+            def open_session(self, timeout: float | None = None) -> Flood:
                 return chan
         return T()
 
@@ -330,7 +330,7 @@ def test_a_flooding_node_is_lost_with_its_reason_and_the_run_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runs = _runs(tmp_path)
     hr = next(iter(runs.values()))
-    monkeypatch.setattr(nodesession, "connect", lambda ep: FloodClient(Flood(32 * 2**20)))
+    monkeypatch.setattr(nodesession, "connect", lambda ep, **_: FloodClient(Flood(32 * 2**20)))
     monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c, hr: "/opt/x")
     ns = NodeSessions({hr.host: hr}, links(runs), [].append, threading.Event(), (b"", "0" * 64))
     ns.run_host(hr)

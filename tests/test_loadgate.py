@@ -61,7 +61,7 @@ def test_a_handshake_is_retried_only_for_the_controllers_own_load(
     hr = _host(tmp_path)
     calls: list[str] = []
 
-    def failing(ep: Endpoint) -> paramiko.SSHClient:
+    def failing(ep: Endpoint, **_: object) -> paramiko.SSHClient:
         calls.append(ep.host)
         raise exc
     monkeypatch.setattr(nodesession, "connect", failing)

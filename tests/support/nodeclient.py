@@ -54,7 +54,7 @@ class Client(Exited):
     def get_transport(self) -> Client:
         return self
 
-    def open_session(self) -> Client:
+    def open_session(self, timeout: float | None = None) -> Client:
         return self
 
     def exec_command(self, cmd: str) -> None:

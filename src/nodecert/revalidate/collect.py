@@ -23,8 +23,8 @@ from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
 from nodecert.transport.ssh import Endpoint, connect, describe_error, start
 from nodecert.validation.echoes import held_to_plan
+from nodecert.validation.nodecmd import adopt_stack, recorded_stack
 from nodecert.validation.run import ValidateRequest, open_new_run
-from nodecert.validation.session import adopt_stack, recorded_stack
 
 HISTORY = "/var/lib/nodecert/history"
 RECORD_SCHEMA = "nodecert.local-run/v1"

@@ -12,11 +12,15 @@ standard input only when that prompt appears (Ansible's way), never on a command
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
 import select
 import shlex
+import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -30,6 +34,15 @@ from nodecert.transport.become import Secret
 
 class BecomeError(paramiko.SSHException):
     """sudo did not let the user become root (wrong or missing password, no sudo)."""
+
+
+class Stopped(Exception):
+    """The run was stopped (Ctrl-C) while this connection or command was under way."""
+
+
+# How often a connection or command in progress looks at the run's stop flag: Ctrl-C
+# ends it within this, not at its time limit.
+STOP_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -129,11 +142,14 @@ def bastion(ep: Endpoint) -> Endpoint:
 
 def start(client: paramiko.SSHClient, ep: Endpoint, command: str, *, root: bool = True,
           timeout: float = 30.0,
-          clock: Callable[[], float] = time.monotonic) -> paramiko.Channel:
+          clock: Callable[[], float] = time.monotonic,
+          stop: threading.Event | None = None) -> paramiko.Channel:
     """A channel running `command` on the node (as root when `root`), its standard input
     free for the caller. BecomeError when sudo refuses, or does not answer within
-    `timeout` seconds on `clock` (the node's clock, LoadGate.clock)."""
-    chan = client.get_transport().open_session()  # type: ignore[union-attr]
+    `timeout` seconds on `clock` (the node's clock, LoadGate.clock); Stopped on `stop`."""
+    # paramiko waits an hour for a channel by default: a node that never opens one is
+    # given the command's own limit.
+    chan = client.get_transport().open_session(timeout=timeout)  # type: ignore[union-attr]
     if not (root and ep.become and ep.become_password is not None):
         chan.exec_command(ep.as_root(command) if root else command)
         return chan
@@ -142,7 +158,7 @@ def start(client: paramiko.SSHClient, ep: Endpoint, command: str, *, root: bool 
     chan.exec_command(f"sudo -S -p {shlex.quote(prompt)} -- sh -c "
                       f"{shlex.quote(f'echo {ok}; {command}')}")
     try:
-        _become(chan, ep, prompt.encode(), ok.encode(), timeout, clock=clock)
+        _become(chan, ep, prompt.encode(), ok.encode(), timeout, clock=clock, stop=stop)
     except BaseException:
         chan.close()
         raise
@@ -150,7 +166,8 @@ def start(client: paramiko.SSHClient, ep: Endpoint, command: str, *, root: bool 
 
 
 def _become(chan: paramiko.Channel, ep: Endpoint, prompt: bytes, ok: bytes,
-            timeout: float, *, clock: Callable[[], float]) -> None:
+            timeout: float, *, clock: Callable[[], float],
+            stop: threading.Event | None = None) -> None:
     """Answer sudo's prompt once; return when the command has started (its first line
     is this session's key), BecomeError on a second prompt, an exit or the time limit."""
     assert ep.become_password is not None
@@ -181,12 +198,15 @@ def _become(chan: paramiko.Channel, ep: Endpoint, prompt: bytes, ok: bytes,
         if left <= 0:
             raise BecomeError(f"sudo on {ep.host} gave no prompt and no start within "
                               f"{timeout:g} s")
-        select.select([chan], [], [], min(left, 0.5))
+        if stop is not None and stop.is_set():
+            raise Stopped(f"stopped while sudo started on {ep.host}")
+        select.select([chan], [], [], min(left, STOP_POLL_S))
 
 
-def _jump_channel(ep: Endpoint, timeout: float) -> tuple[paramiko.SSHClient, Any]:
+def _jump_channel(ep: Endpoint, timeout: float, stop: threading.Event | None,
+                  deadline_s: float) -> tuple[paramiko.SSHClient, Any]:
     """A channel to the node through the bastion (its host key checked like the node's)."""
-    jump = connect(bastion(ep), timeout)
+    jump = connect(bastion(ep), timeout, stop=stop, deadline_s=deadline_s)
     transport = jump.get_transport()
     if transport is None:
         raise paramiko.SSHException(f"no transport to the jump host {ep.proxy_jump}")
@@ -198,6 +218,80 @@ def _jump_channel(ep: Endpoint, timeout: float) -> tuple[paramiko.SSHClient, Any
 # Each of the TCP connect, the SSH banner and the authentication (nodecert policy: a
 # node on a working network answers each in well under a second).
 HANDSHAKE_TIMEOUT_S = 15.0
+# The whole connection, through a jump host included (nodecert policy: three phases at
+# their limit, and a little more, never the sum of every limit of every hop).
+CONNECT_DEADLINE_S = 60.0
+
+
+def _tcp(address: str, port: int, timeout: float, stop: threading.Event | None,
+         end: float) -> socket.socket:
+    """A connected TCP socket, opened without blocking so that a stop or the deadline
+    ends the wait (each address getaddrinfo gives, in its order)."""
+    last: OSError = OSError(f"no address for {address}")
+    for family, kind, proto, _, where in socket.getaddrinfo(address, port,
+                                                          type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.connect_ex(where)
+            limit = min(time.monotonic() + timeout, end)
+            while True:
+                if stop is not None and stop.is_set():
+                    raise Stopped(f"stopped while connecting to {address}:{port}")
+                left = limit - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("timed out")
+                _, ready, _ = select.select([], [sock], [], min(left, STOP_POLL_S))
+                if ready:
+                    break
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                raise OSError(err, os.strerror(err))
+            sock.settimeout(timeout)
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise last
+
+
+@contextlib.contextmanager
+def _ended_by(stop: threading.Event | None, end: float, close: Callable[[], None],
+              what: str) -> Iterator[None]:
+    """Run the block; if the run is stopped or `end` passes first, `close` is called
+    from a watcher (what the block waits on ends at once) and the block's failure
+    becomes Stopped or TimeoutError."""
+    done, fired = threading.Event(), []
+
+    def watch() -> None:
+        while not done.wait(min(max(end - time.monotonic(), 0.0), STOP_POLL_S)):
+            if stop is not None and stop.is_set():
+                fired.append("stop")
+            elif time.monotonic() >= end:
+                fired.append("deadline")
+            if fired:
+                with contextlib.suppress(Exception):
+                    close()
+                return
+
+    def ended() -> Exception:
+        return Stopped(f"stopped while {what}") if fired[0] == "stop" else \
+            TimeoutError(f"{what} took longer than the connection's deadline")
+
+    threading.Thread(target=watch, daemon=True, name="nodecert-ssh-watch").start()
+    try:
+        yield
+    except BaseException as exc:
+        if not fired:
+            raise
+        raise ended() from exc
+    finally:
+        done.set()
+    if fired:  # fired as the block finished: what it made was closed under it
+        raise ended()
 
 
 def _quiet_transport(sock: Any, **kwargs: Any) -> paramiko.Transport:
@@ -231,8 +325,13 @@ class _RefuseUnknownOrRevoked(paramiko.RejectPolicy):
         super().missing_host_key(client, hostname, key)
 
 
-def connect(ep: Endpoint, timeout: float = HANDSHAKE_TIMEOUT_S) -> paramiko.SSHClient:
-    """An authenticated client; raises paramiko/OSError exceptions on failure."""
+def connect(ep: Endpoint, timeout: float = HANDSHAKE_TIMEOUT_S, *,
+            stop: threading.Event | None = None,
+            deadline_s: float = CONNECT_DEADLINE_S) -> paramiko.SSHClient:
+    """An authenticated client; raises paramiko/OSError exceptions on failure, Stopped
+    as soon as `stop` is set and TimeoutError past deadline_s in all (each phase also
+    has `timeout`)."""
+    end = time.monotonic() + deadline_s
     client = paramiko.SSHClient()
     # Only this host's keys, from files parsed once per run (knownhosts); an unknown or
     # changed key is refused as before.
@@ -244,14 +343,32 @@ def connect(ep: Endpoint, timeout: float = HANDSHAKE_TIMEOUT_S) -> paramiko.SSHC
     # here and is refused by name.
     client.set_missing_host_key_policy(_RefuseUnknownOrRevoked(
         knownhosts.revoked_for(name, ep.known_hosts, ep.host_key_alias)))
-    sock = None
+    sock: Any
     if ep.proxy_jump:
-        jump, sock = _jump_channel(ep, timeout)
+        jump, sock = _jump_channel(ep, timeout, stop, end - time.monotonic())
         client._nodecert_jump = jump  # type: ignore[attr-defined]  # kept alive with it
-    client.connect(ep.address, port=ep.port, username=ep.user, key_filename=ep.key_file,
-                   timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
-                   allow_agent=ep.key_file is None, look_for_keys=ep.key_file is None,
-                   sock=sock, transport_factory=_quiet_transport)
+    else:
+        sock = _tcp(ep.address, ep.port, timeout, stop, end)
+
+    def close() -> None:  # what the handshake waits on, closed under it
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        client.close()
+        if ep.proxy_jump:
+            client._nodecert_jump.close()  # type: ignore[attr-defined]
+
+    try:
+        with _ended_by(stop, end, close, f"connecting to {ep.address}:{ep.port}"):
+            client.connect(ep.address, port=ep.port, username=ep.user,
+                           key_filename=ep.key_file, timeout=timeout, banner_timeout=timeout,
+                           auth_timeout=timeout, allow_agent=ep.key_file is None,
+                           look_for_keys=ep.key_file is None, sock=sock,
+                           transport_factory=_quiet_transport)
+    except BaseException:
+        close()
+        raise
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(5)  # a vanished host shows up as a dead channel, not a hang
@@ -272,6 +389,8 @@ def describe_error(exc: BaseException, ep: Endpoint) -> str:
                 f"(ssh-keyscan -p {ep.port} {ep.address} >> known_hosts, after verifying it)")
     if isinstance(exc, paramiko.AuthenticationException):
         return f"authentication as {ep.user} failed on {ep.address}: check the key and user"
+    if isinstance(exc, Stopped):
+        return f"interrupted by the operator (Ctrl-C) while reaching {ep.address}:{ep.port}"
     if isinstance(exc, TimeoutError | OSError):
         return f"cannot reach {ep.address}:{ep.port}: {exc}"
     return f"ssh to {ep.address}:{ep.port} failed: {type(exc).__name__}: {exc}"

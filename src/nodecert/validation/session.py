@@ -9,7 +9,6 @@ its limit or is interrupted keeps what finished and the rest becomes ERROR.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
 import threading
@@ -21,32 +20,35 @@ import paramiko
 
 from nodecert.bmc.judge import BMC_CHECKS
 from nodecert.bmc.monitor import BmcMonitor
-from nodecert.core.errors import NodecertError
 from nodecert.core.textsafe import clean
-from nodecert.runs.layout import RunDir
-from nodecert.runs.store import HostLink, HostRun, record_host_plan
+from nodecert.runs.store import HostLink, HostRun
 from nodecert.stack import conformance
-from nodecert.stack.manifest import Stack, find_stack
+from nodecert.stack.manifest import Stack
 from nodecert.transport.bundle import NODE_BASE, install_script
 from nodecert.transport.events import BadEvent, LineReader, decode_event
 from nodecert.transport.loadgate import LoadGate
-from nodecert.transport.silence import Clock, NodeLimit
+from nodecert.transport.silence import NodeLimit
 from nodecert.transport.ssh import (
     HANDSHAKE_TIMEOUT_S,
     BecomeError,
     Endpoint,
+    Stopped,
     connect,
     describe_error,
     start,
 )
 from nodecert.validation.echoes import held_to_plan
-from nodecert.validation.plan import framework_plan
+from nodecert.validation.nodecmd import (
+    MAX_ANSWER,
+    NodeAnswerTooLarge,
+    adopt_stack,
+    exec_command,
+    recorded_stack,
+)
 from nodecert.validation.progress import RunProgress
 from nodecert_node.contract import Evidence, Verdict, error_result
 
 Progress = Callable[[str], None]
-# What provisioning leaves on a node (roles/nodecert_common, record.yml).
-RECORDED_STACK = "/etc/nodecert/provisioned.json"
 HEARTBEAT_S = 15.0
 # How long a node may stay silent between checks (after its hello or a result, before
 # the next start); during a check, the check's own limit and 30 s of transit.
@@ -60,94 +62,9 @@ EVENT_SILENCE_S = 60.0
 CONNECT_SLOTS = 64
 INSTALL_SLOTS = 32
 CONNECT_TRIES = 3  # a handshake failed by the controller's own lateness: tried again
-
-
-# The most a node may answer to one of the controller's own commands (the install's
-# lines, a 64 kB record); more is a broken or hostile node, not an answer to read.
-MAX_ANSWER = 2**20
-
-
-class NodeAnswerTooLarge(OSError):
-    """A node answered a command with more than MAX_ANSWER bytes."""
-
-
-def exec_command(client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
-                 timeout: float, *, root: bool = True, clock: Clock = time.monotonic
-                 ) -> tuple[int, str]:
-    """(exit code, output; stderr too when it failed) of one command on the node.
-    TimeoutError when the node stays silent for `timeout` s on `clock` (the node's clock:
-    the controller's own lateness is not the node's silence)."""
-    chan = start(client, ep, cmd, root=root, timeout=timeout, clock=clock)
-    try:
-        chan.settimeout(timeout)
-        # A command may end without reading its input (code already in place): its
-        # output and exit status decide, not the channel closing under the send.
-        with contextlib.suppress(OSError):
-            if data is not None:
-                chan.sendall(data)
-            chan.shutdown_write()
-        silence, out = NodeLimit(timeout, clock), bytearray()
-        while True:
-            if silence.expired(chan):
-                raise TimeoutError(f"no answer from the node within {timeout:g} s")
-            chan.settimeout(silence.wait_s())
-            try:
-                chunk = chan.recv(65536)
-            except TimeoutError:
-                continue
-            if not chunk:
-                break
-            out += chunk
-            if len(out) > MAX_ANSWER:
-                raise NodeAnswerTooLarge(f"the node answered more than {MAX_ANSWER // 2**20} "
-                                         f"MiB to {cmd.split(maxsplit=1)[0]!r}: refused")
-            silence.reset()
-        # The exit status follows the output, maybe late: paramiko's event, waited on.
-        while not chan.status_event.wait(silence.wait_s()):
-            if silence.expired(chan):
-                raise TimeoutError(f"no exit status from the node within {timeout:g} s")
-        rc = chan.recv_exit_status()
-        err = b""
-        while rc != 0 and chan.recv_stderr_ready() and len(err) < 65536:
-            err += chan.recv_stderr(65536)  # why it failed (sudo's message, a shell error)
-    finally:
-        chan.close()
-    return rc, (bytes(out) + err).decode(errors="replace")
-
-
-def recorded_stack(client: paramiko.SSHClient, ep: Endpoint,
-                   cache: dict[str, Stack] | None = None,
-                   lock: threading.Lock | None = None,
-                   clock: Clock = time.monotonic) -> Stack | None:
-    """The stack the node's provisioning recorded (/etc/nodecert/provisioned.json), when
-    that stack is known here; None otherwise (no record, an unreadable one, a stack this
-    control side does not ship). cache/lock: a fleet shares a few stacks, each read once."""
-    try:
-        rc, out = exec_command(client, ep, f"head -c 65536 {RECORDED_STACK}", None, 15,
-                               root=False, clock=clock)
-        name = str(json.loads(out).get("stack") or "") if rc == 0 else ""
-        if not name:
-            return None
-        if cache is None or lock is None:
-            return find_stack(name)
-        with lock:
-            if name not in cache:
-                cache[name] = find_stack(name)
-            return cache[name]
-    except NodeAnswerTooLarge:
-        raise  # a hostile answer is the host's fault, not "no record"
-    except (ValueError, OSError, paramiko.SSHException, NodecertError, AttributeError):
-        return None
-
-
-def adopt_stack(hr: HostRun, stack: Stack) -> None:
-    """Judge hr against stack (a host the inventory and the command line gave none):
-    its plan carries the stack's conformance script and framework, and is recorded."""
-    hr.stack = stack
-    hr.plan = hr.plan.with_(conformance={"stack": stack.name,
-                                         "script": conformance.script_for(stack)},
-                            framework=framework_plan(stack))
-    record_host_plan(RunDir(hr.out_dir.parent), hr.host, hr.plan, stack.path)
+# The node code's install in all (nodecert policy: about 100 kB unpacked and checked
+# takes seconds; a node still busy with it after five minutes is lost, not waited on).
+INSTALL_TOTAL_S = 300.0
 
 
 class NodeSessions:
@@ -180,11 +97,16 @@ class NodeSessions:
         self.progress.connect_started(hr.host)
         try:
             client = self._connect(hr)
-        except (paramiko.SSHException, OSError) as exc:
+        except (paramiko.SSHException, OSError, Stopped) as exc:
             self.progress.connect_done(hr.host)
-            hr.status, hr.error = "unreachable", describe_error(exc, self.endpoint(hr))
-            hr.finish_missing(f"host unreachable: {hr.error}", "NC-HOST-UNREACHABLE")
-            self.emit(hr, f"UNREACHABLE: {hr.error}", alarm=True)
+            if isinstance(exc, Stopped):  # Ctrl-C: ended at once, not at the time limit
+                hr.status, hr.error = "interrupted", describe_error(exc, self.endpoint(hr))
+                hr.finish_missing(hr.error, "NC-NOT-RUN-INTERRUPTED")
+                self.emit(hr, f"INTERRUPTED: {hr.error}")
+            else:
+                hr.status, hr.error = "unreachable", describe_error(exc, self.endpoint(hr))
+                hr.finish_missing(f"host unreachable: {hr.error}", "NC-HOST-UNREACHABLE")
+                self.emit(hr, f"UNREACHABLE: {hr.error}", alarm=True)
             self._bmc_results(hr, monitor)
             hr.finished = time.time()
             hr.save()
@@ -211,9 +133,11 @@ class NodeSessions:
         for attempt in range(1, CONNECT_TRIES + 1):
             with self.connect_slots:
                 self.gate.admit(self.stop)
+                if self.stop.is_set():
+                    raise Stopped(f"stopped before connecting to {hr.host}")
                 t0, mark = time.monotonic(), self.gate.mark()
                 try:
-                    return connect(self.endpoint(hr))
+                    return connect(self.endpoint(hr), stop=self.stop)
                 except (paramiko.BadHostKeyException, paramiko.AuthenticationException):
                     raise
                 except (paramiko.SSHException, OSError) as exc:
@@ -253,8 +177,10 @@ class NodeSessions:
                       alarm=r.verdict >= Verdict.FAIL)
 
     def _exec(self, client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
-              timeout: float, *, root: bool = True) -> tuple[int, str]:
-        return exec_command(client, ep, cmd, data, timeout, root=root, clock=self.gate.clock)
+              timeout: float, *, root: bool = True,
+              total_s: float | None = None) -> tuple[int, str]:
+        return exec_command(client, ep, cmd, data, timeout, root=root, clock=self.gate.clock,
+                            stop=self.stop, total_s=total_s)
 
     def _install_code(self, client: paramiko.SSHClient, hr: HostRun) -> str:
         """Ship the node code once per version (content-addressed directory), the same
@@ -262,7 +188,7 @@ class NodeSessions:
         non-root user with become)."""
         with self.install_slots:
             rc, out = self._exec(client, self.endpoint(hr), install_script(self.sha[:16], "-"),
-                                 self.bundle, 60)
+                                 self.bundle, 60, total_s=INSTALL_TOTAL_S)
         if rc != 0:
             hint = (" (sudo wants a password: give --become-password-file, or a vaulted "
                     "ansible_become_password with --vault-password-file)"
@@ -287,10 +213,14 @@ class NodeSessions:
             hr.status, hr.error = "lost", str(exc)
         except (paramiko.SSHException, OSError, TimeoutError) as exc:
             hr.status, hr.error = "lost", f"setting up the node code failed: {exc}"
+        except Stopped:
+            hr.status = "interrupted"
+            hr.error = "interrupted by the operator (Ctrl-C) while the node code was installed"
         finally:
             self.progress.connect_done(hr.host)
-        hr.finish_missing(hr.error, "NC-HOST-LOST")
-        self.emit(hr, f"ERROR: {hr.error}", alarm=True)
+        lost = hr.status == "lost"
+        hr.finish_missing(hr.error, "NC-HOST-LOST" if lost else "NC-NOT-RUN-INTERRUPTED")
+        self.emit(hr, f"{'ERROR' if lost else 'INTERRUPTED'}: {hr.error}", alarm=lost)
         return None
 
     def _session(self, hr: HostRun, client: paramiko.SSHClient) -> None:
@@ -300,7 +230,7 @@ class NodeSessions:
         clock = self.gate.clock
         chan = start(client, self.endpoint(hr),
                      f"cd {shlex.quote(remote)} && exec {shlex.quote(self.endpoint(hr).python)} "
-                     "-m nodecert_node run", clock=clock)
+                     "-m nodecert_node run", clock=clock, stop=self.stop)
         chan.sendall((json.dumps(hr.plan.as_dict()) + "\n").encode())
         reader = LineReader(chan)
         # Both limits count on the node's clock: a starved controller reads late, and
@@ -336,8 +266,8 @@ class NodeSessions:
         self._close(hr)
 
     def _adopt_recorded_stack(self, hr: HostRun, client: paramiko.SSHClient) -> None:
-        stack = recorded_stack(client, self.endpoint(hr), self.stacks, self.stacks_lock,
-                               self.gate.clock)
+        stack = recorded_stack(client, self.endpoint(hr), cache=self.stacks,
+                               lock=self.stacks_lock, clock=self.gate.clock, stop=self.stop)
         if stack is not None:
             adopt_stack(hr, stack)
             self.emit(hr, f"stack {stack.name}: recorded by provisioning on the node")
@@ -417,4 +347,4 @@ class NodeSessions:
                               f"({time.monotonic() - hr.current_since:.0f}s)")
 
 
-__all__ = ["HEARTBEAT_S", "NodeSessions"]
+__all__ = ["HEARTBEAT_S", "MAX_ANSWER", "NodeAnswerTooLarge", "NodeSessions", "exec_command"]
