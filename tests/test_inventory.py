@@ -254,8 +254,8 @@ def test_every_table_variable_is_read_and_kept_where_the_table_says(tmp_path: Pa
     (inv / "host_vars").mkdir(parents=True)
     (inv / "hosts.ini").write_text("[gpu]\ngpu-01 ansible_host=192.0.2.10\n")
     (inv / "host_vars" / "gpu-01.yml").write_text("""
-nodecert_gpu_model: H200-SXM
-nodecert_gpu_count: 8
+nodecert_gpu_model: GB200
+nodecert_gpu_count: 4
 nodecert_cpu_cores: 112
 nodecert_ram_gb: 2048
 nodecert_nvme_count: 8
@@ -279,6 +279,7 @@ nodecert_bmc: {address: 10.10.0.21, cert_sha256: DIGEST_B, username: nodecert,
                password_file: /etc/nodecert/bmc.pass}
 nodecert_cluster: {engine: slurm}
 nodecert_engine_name: gpu01
+nodecert_rack: {name: rack-a1, kind: GB200-NVL72, gpus: 4}
 """.replace("DIGEST_A", "a" * 64).replace("DIGEST_B", "b" * 64))
     from nodecert.inventory.variables import ORDER, PLAN, VALIDATION, VARIABLES
     text = (inv / "host_vars" / "gpu-01.yml").read_text()
@@ -293,6 +294,7 @@ nodecert_engine_name: gpu01
     assert {v.key for v in PLAN} <= set(plan.spec)
     assert plan.spec["nvme_rated_rand_read_iops"] == 1000000
     assert plan.options["storage"]["targets"] == ["/data/scratch"]
+    assert plan.spec["rack"]["trays"] == ["gpu-01"]
 
 
 def test_a_mapping_variable_with_an_unknown_key_names_it(tmp_path: Path) -> None:

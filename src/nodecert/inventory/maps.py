@@ -12,9 +12,10 @@ from nodecert.inventory.bmc import parse_bmc
 from nodecert.inventory.cluster import parse_cluster
 from nodecert.inventory.container import parse_container
 from nodecert.inventory.fabric import parse_fabric
+from nodecert.inventory.rack import parse_rack
 from nodecert.inventory.sharedfs import parse_shared_fs
 
-MAPPING_KINDS = ("map", "fabric", "cluster", "sharedfs", "bmc", "container")
+MAPPING_KINDS = ("map", "fabric", "cluster", "sharedfs", "bmc", "container", "rack")
 EXAMPLES = {
     "map": "e.g. nodecert_thresholds: {storage.seq_read_mbps_min: 3000} in YAML",
     "fabric": "e.g. nodecert_fabric: {link_layer: InfiniBand, ports: 8, rate_gbps: 400} in "
@@ -26,7 +27,9 @@ EXAMPLES = {
     "container": "e.g. nodecert_container: {engine: podman, image: nvcr.io/nvidia/cuda@sha256:"
                  "...} in group_vars (docs/containers.md)",
     "cluster": "e.g. nodecert_cluster: {engine: slurm, launch_host: login01, partition: gpu} "
-               "in group_vars (docs/cluster.md)"}
+               "in group_vars (docs/cluster.md)",
+    "rack": "e.g. nodecert_rack: {name: rack-a1, kind: GB200-NVL72, gpus: 72} in the rack's "
+            "group_vars (docs/rack.md)"}
 
 
 def parse_mapping(kind: str, raw: Any) -> tuple[Any, str | None]:
@@ -42,6 +45,8 @@ def parse_mapping(kind: str, raw: Any) -> tuple[Any, str | None]:
         return parse_bmc(raw)
     if kind == "container":
         return parse_container(raw)
+    if kind == "rack":
+        return parse_rack(raw)
     if kind == "cluster":
         cfg, why = parse_cluster(raw)
         return (cfg.as_dict() if cfg else None), why

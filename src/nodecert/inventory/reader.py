@@ -27,6 +27,7 @@ from nodecert.core.ansible_env import ansible_quiet
 from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.core.yamldoc import UniqueKeyLoader
 from nodecert.inventory.maps import EXAMPLES, MAPPING_KINDS, parse_mapping
+from nodecert.inventory.rack import TrayInfo, rack_problems
 from nodecert.inventory.variables import BY_NAME, ORDER, REQUIRED, VALIDATION, VARIABLES
 from nodecert.stack.compat import Matrix, default_matrix
 from nodecert.stack.manifest import SUPPORTED_OS, stack_paths
@@ -330,10 +331,15 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
 
     known_stacks = {p.stem for p in stack_paths()}
     endpoints: dict[tuple[str, int], str] = {}
+    trays: list[TrayInfo] = []
     for host in sorted(hosts, key=lambda h: h.name):
         hv = vm.get_vars(host=host)
         values = _validate_host(host.name, hv, str(path), matrix, known_stacks=known_stacks,
                                 problems=report.problems)
+        if "nodecert_rack" in values and all(v in values for v in REQUIRED):
+            trays.append(TrayInfo(host.name, values["nodecert_rack"],
+                                  _racks_named(host, loader, inv),
+                                  values["nodecert_gpu_model"], values["nodecert_gpu_count"]))
         address = str(hv.get("ansible_host", host.name))
         port = _as_int(hv.get("ansible_port", 22)) or 22
         other = endpoints.get((address, port))
@@ -350,7 +356,43 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
                 groups=tuple(sorted(g.name for g in host.get_groups() if g.name != "all")),
                 **{v.key: values.get(v.name, v.default) for v in ORDER},
                 validation={v.key: values[v.name] for v in VALIDATION if v.name in values})
+    _check_racks(report, trays, str(path))
     return report
+
+
+def _racks_named(host: Any, loader: Any, inv: Any) -> dict[str, str]:
+    """rack name -> where it is set, over the host's own variables and every group's (the
+    inventory's and their host_vars/group_vars files): two names mean a tray put in two
+    racks, which Ansible's merge would settle silently by keeping one."""
+    from ansible.vars.plugins import get_vars_from_inventory_sources
+
+    def own(entity: Any) -> dict[str, Any]:
+        files = get_vars_from_inventory_sources(loader, inv._sources, [entity], "task")
+        return {**entity.get_vars(), **files}
+
+    named: dict[str, str] = {}
+    sources = [(f"host {host.name}", own(host))] + [
+        (f"group {g.name}", own(g)) for g in host.get_groups()]
+    for where, hv in sources:
+        spec, _ = parse_mapping("rack", hv["nodecert_rack"]) if "nodecert_rack" in hv \
+            else (None, None)
+        if spec is not None:
+            named.setdefault(str(spec["name"]), where)
+    return named
+
+
+def _check_racks(report: InventoryReport, trays: list[TrayInfo], where: str) -> None:
+    """The rules across a rack's trays; each tray's plan learns the trays of its rack."""
+    for host, what, hint in rack_problems(trays):
+        report.problems.append(Problem(host, where, what, hint))
+    members: dict[str, list[str]] = {}
+    for t in trays:
+        members.setdefault(t.rack["name"], []).append(t.host)
+    for t in trays:
+        spec = report.hosts.get(t.host)
+        if spec is not None and "rack" in spec.validation:
+            spec.validation["rack"] = {**spec.validation["rack"],
+                                       "trays": sorted(members[t.rack["name"]])}
 
 
 def hostvars(inventory: Path, hosts: list[str]) -> dict[str, dict[str, Any]]:

@@ -22,9 +22,9 @@ from nodecert.stack.manifest import SUPPORTED_OS
 
 # kind: int (an integer >= 0), int+ (> 0), bool, str, list, secret (never kept), gpu (a
 # known GPU model), os, stack (a known stack), or a mapping with its own reader (map,
-# fabric, sharedfs, container, bmc, cluster: inventory/maps.py).
+# fabric, sharedfs, container, bmc, cluster, rack: inventory/maps.py).
 KINDS = ("int", "int+", "bool", "str", "list", "secret", "gpu", "os", "stack",
-         "map", "fabric", "sharedfs", "container", "bmc", "cluster")
+         "map", "fabric", "sharedfs", "container", "bmc", "cluster", "rack")
 GOES = ("order", "validation", "plan", "hostvars")
 PREFIX = "nodecert_"
 
@@ -109,6 +109,10 @@ VARIABLES: tuple[Variable, ...] = (
     _v("bmc_password", "secret", "hostvars", "bmc.* (the controller)",
        "the BMC password, encrypted with ansible-vault (or password_file in nodecert_bmc)",
        page="docs/bmc.md"),
+    _v("rack", "rack", "plan", "fabric.nvlink_domain, fabric.imex, the inventory check",
+       "the rack-scale NVLink domain this host is a compute tray of: {name, kind: "
+       "GB200-NVL72|GB200-NVL36|GB300-NVL72, gpus, imex, switch_trays: [{name, address}], "
+       "power_shelves: [{name, address}], cdu: {name, address}}", page="docs/rack.md"),
     # Cluster validation.
     _v("cluster", "cluster", "hostvars", "cluster validate, revalidate --via-slurm",
        "how the site runs multi-node jobs: {engine: slurm|mpirun, launch_host, partition, "
