@@ -35,7 +35,12 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
                  "cpu_cores": spec.cpu_cores, "ram_gb": spec.ram_gb,
                  "nvme_count": spec.nvme_count, "nvme_min_gb": spec.nvme_min_gb,
                  **{var.key: v[var.key] for var in PLAN if var.key in v}}
-    chosen = [c for c in suite.checks if not checks or c in checks]  # suite order
+    # The NVLink domain's checks only for a compute tray of a rack, IMEX only where the
+    # rack expects a domain: a server in no rack is never judged on them.
+    rack = v.get("rack") or {}
+    applicable = [c for c in suite.checks if not c.startswith("domain.")
+                  or (rack and (c != "domain.imex" or rack.get("imex")))]
+    chosen = [c for c in applicable if not checks or c in checks]  # suite order
     limits = thresholds.resolve(spec.gpu_model, inventory=v.get("thresholds"),
                                 cli=cli_thresholds, host=spec.name)
     plan_spec["threshold_gaps"] = thresholds.gaps(spec.gpu_model, limits)
@@ -51,7 +56,7 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
         conformance={"stack": stack.name, "script": conformance.script_for(stack)}
         if stack else {},
         framework=framework_plan(stack) if stack else {},
-        partial=len(chosen) < len(suite.checks),
+        partial=len(chosen) < len(applicable),
     )
 
 

@@ -165,6 +165,7 @@ def gpu_from_q(bus: str, d: dict[str, str]) -> Gpu:
         "pcie_width_current": _int(_first(d, "PCI/GPU Link Info/Link Width/Current")),
         "fabric_state": _first(d, "Fabric/State"),
         "fabric_status": _first(d, "Fabric/Status"),
+        **_fabric_q(d),
         "temp_gpu": _int(_first(d, "Temperature/GPU Current Temp")),
         **_temps(d),
         "inforom_image": _first(d, "Inforom Version/Image Version"),
@@ -189,6 +190,26 @@ def gpu_from_q(bus: str, d: dict[str, str]) -> Gpu:
         "app_clock_mhz": _int(_first(d, "Applications Clocks/Graphics")),
         "app_clock_default_mhz": _int(_first(d, "Default Applications Clocks/Graphics")),
     }
+
+
+def _fabric_q(d: dict[str, str]) -> dict[str, Any]:
+    """The NVLink fabric registration in -q text: clique, cluster UUID, health lines
+    (named as in the XML: "Route Recovery in progress" -> route_recovery_in_progress)."""
+    health = {k[len("Fabric/Health/"):].strip().lower().replace(" ", "_"): v.strip()
+              for k, v in d.items() if k.startswith("Fabric/Health/")}
+    return {"fabric_clique_id": _first(d, "Fabric/CliqueId"),
+            "fabric_cluster_uuid": _first(d, "Fabric/ClusterUUID"),
+            "fabric_health": {k: v for k, v in health.items() if v not in ("N/A", "")}}
+
+
+def _fabric_xml(g: ET.Element) -> dict[str, Any]:
+    """The same from -q -x (<fabric><cliqueId>, <clusterUuid>, <health>)."""
+    node = g.find("fabric/health")
+    health = {} if node is None else {
+        c.tag: (c.text or "").strip() for c in node
+        if (c.text or "").strip() not in ("N/A", "")}
+    return {"fabric_clique_id": _t(g, "fabric/cliqueId"),
+            "fabric_cluster_uuid": _t(g, "fabric/clusterUuid"), "fabric_health": health}
 
 
 def _temps(d: dict[str, str]) -> dict[str, int | None]:
@@ -322,6 +343,7 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
             "pcie_width_current": _int(_t(g, "pci/pci_gpu_link_info/link_widths/"
                                              "current_link_width")),
             "fabric_state": _t(g, "fabric/state"), "fabric_status": _t(g, "fabric/status"),
+            **_fabric_xml(g),
             # the same readings as -q's Temperature section; gpu_temp_max_threshold is
             # the shutdown temperature, never the max operating one
             **_temp_facts(_int(_t(g, "temperature/gpu_temp")),

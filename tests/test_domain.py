@@ -1,0 +1,198 @@
+"""A compute tray in its rack's NVLink domain: the fabric registration nvidia-smi reports
+and the IMEX domain nvidia-imex-ctl reports, on real outputs and variants of them; the
+checks are planned for a rack's trays only."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nodecert_node.checks.domain import judge_fabric, judge_imex
+from nodecert_node.parse import ParseError
+from nodecert_node.parse.imex import parse_imex_status
+from nodecert_node.parse.smi import parse_q, parse_q_xml
+from support.env import REPO
+
+REAL = REPO / "tests" / "fixtures" / "real"
+IMEX_NEW = REAL / "nvidia-imex" / \
+    "gb200-p6e-ultraserver-18-node-imex-ctl-N-all-ready-domain-up-570.172.txt"
+IMEX_OLD = REAL / "nvidia-imex" / \
+    "gh200-k8s-dra-computedomain-2-node-imex-ctl-N-570.00-old-format-no-version-column.txt"
+GB200 = REAL / "nvidia-smi" / "gb200-4gpu-p6e-arm64-580.173.02-q-x-v13.xml"
+HGX = REAL / "nvidia-smi" / \
+    "h100-80gb-hbm3-hgx-8gpu-580.105.08-q-x-v13-fabric-completed-no-clique.xml"
+RACK = {"name": "rack-a1", "kind": "GB200-NVL72", "imex": True,
+        "trays": [f"tray{i:02d}" for i in range(18)]}
+
+
+def _gpus(path: Path) -> list[dict[str, Any]]:
+    return parse_q_xml(path.read_text())[1]
+
+
+def test_a_real_gb200_tray_is_in_one_clique_of_one_cluster() -> None:
+    gpus = _gpus(GB200)
+    assert {(g["fabric_clique_id"], g["fabric_cluster_uuid"]) for g in gpus} == {
+        ("2", "00000001-0000-0000-0000-000000000001")}
+    assert gpus[0]["fabric_health"]["bandwidth"] == "Full"
+    assert "incorrect_configuration" not in gpus[0]["fabric_health"]  # N/A: not read
+    r = judge_fabric("domain.fabric", gpus, RACK)
+    assert r.verdict.name == "PASS", r.findings
+    assert r.facts["clique_id"] == "2"
+
+
+def test_an_hgx_board_is_in_no_clique_and_fails_as_a_rack_tray() -> None:
+    r = judge_fabric("domain.fabric", _gpus(HGX), RACK)
+    assert r.verdict.name == "FAIL"
+    assert r.findings[0].startswith("GPU 0000:") and "in no NVLink clique (clique 0" in \
+        r.findings[0]
+
+
+@pytest.mark.parametrize(("change", "wanted"), [
+    ({"bandwidth": "Degraded"}, "NVLink fabric bandwidth Degraded"),
+    ({"incorrect_configuration": "Incorrect Chassis Serial"},
+     "fabric incorrect configuration: Incorrect Chassis Serial"),
+    ({"summary": "Unhealthy"}, "fabric health Unhealthy"),
+    ({"route_unhealthy": "True"}, "fabric route unhealthy: True"),
+])
+def test_each_fabric_health_fault_fails_naming_the_gpu(change: dict[str, str],
+                                                      wanted: str) -> None:
+    gpus = copy.deepcopy(_gpus(GB200))
+    gpus[2]["fabric_health"].update(change)
+    r = judge_fabric("domain.fabric", gpus, RACK)
+    assert r.verdict.name == "FAIL"
+    assert [f for f in r.findings if wanted in f] == [f"GPU {gpus[2]['bus_id']}: {wanted}"
+                                                      + ("" if "Degraded" not in wanted else
+                                                         " (degraded: links down or "
+                                                         "insufficient NVLinks)")]
+
+
+def test_a_gpu_in_another_clique_splits_the_tray() -> None:
+    gpus = copy.deepcopy(_gpus(GB200))
+    gpus[3]["fabric_clique_id"] = "7"
+    r = judge_fabric("domain.fabric", gpus, RACK)
+    assert r.verdict.name == "FAIL" and "different NVLink domains" in r.findings[0]
+    assert "clique 7" in r.findings[0]
+
+
+def test_recovery_in_progress_is_a_warning() -> None:
+    gpus = copy.deepcopy(_gpus(GB200))
+    gpus[0]["fabric_health"]["route_recovery_in_progress"] = "True"
+    r = judge_fabric("domain.fabric", gpus, RACK)
+    assert r.verdict.name == "WARN"
+
+
+def test_the_text_report_gives_the_same_clique() -> None:
+    text = (REAL / "nvidia-smi" / "h100-sxm-8gpu-565.57.01-q.txt")
+    gpus = parse_q(text.read_text())[1] if text.exists() else []
+    if not gpus:  # the text fixture is the HGX one: clique 0, zero cluster
+        pytest.skip("no -q text fixture with a fabric section in tests/fixtures")
+    assert gpus[0]["fabric_clique_id"] == "0"
+    assert gpus[0]["fabric_cluster_uuid"] == "00000000-0000-0000-0000-000000000000"
+
+
+def test_both_imex_layouts_are_read() -> None:
+    new = parse_imex_status(IMEX_NEW.read_text())
+    assert len(new["nodes"]) == 18 and new["domain_state"] == "UP"
+    assert new["nodes"][10] == {"index": 10, "address": "172.31.54.95", "state": "READY",
+                                "version": "570.172"}
+    assert set(new["matrix"][17].values()) == {"C"} and len(new["matrix"][17]) == 18
+    assert new["legend"]["!V!"].startswith("Version mismatch")
+    old = parse_imex_status(IMEX_OLD.read_text())
+    assert [n["version"] for n in old["nodes"]] == [None, None]
+    assert old["matrix"] == {0: {0: "C", 1: "C"}, 1: {0: "C", 1: "C"}}
+    assert judge_imex("domain.imex", new, RACK, "active").verdict.name == "PASS"
+
+
+def _imex_with(lines: dict[str, str]) -> str:
+    text = IMEX_NEW.read_text()
+    for old, new in lines.items():
+        text = text.replace(old, new, 1)
+    return text
+
+
+@pytest.mark.parametrize(("lines", "service", "wanted"), [
+    ({"172.31.50.39    - READY": "172.31.50.39    - UNAVAILABLE"}, "active",
+     "IMEX node #4 (172.31.50.39) is UNAVAILABLE, expected READY"),
+    ({"Domain State: UP": "Domain State: DOWN"}, "active",
+     "IMEX domain state DOWN, expected UP"),
+    ({}, "inactive", "nvidia-imex service is inactive, expected active"),
+    ({"       3        C   C   C   C   C": "       3        C   C   C   D   C"}, "active",
+     "IMEX node #3 -> #3: D (Disconnected)"),
+    ({"Version: 570.172\nNode #1 ": "Version: 570.158\nNode #1 "}, "active",
+     "IMEX nodes run different versions: 570.158, 570.172"),
+])
+def test_each_imex_fault_fails_naming_the_node(lines: dict[str, str], service: str,
+                                               wanted: str) -> None:
+    r = judge_imex("domain.imex", parse_imex_status(_imex_with(lines)), RACK, service)
+    assert r.verdict.name == "FAIL" and wanted in r.findings, r.findings
+
+
+def test_a_domain_missing_trays_fails() -> None:
+    two = parse_imex_status(IMEX_OLD.read_text())
+    r = judge_imex("domain.imex", two, RACK, "active")
+    assert "the IMEX domain lists 2 nodes; rack rack-a1 has 18 compute trays" in r.findings
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("", "no 'Domain State:' line"),
+    (IMEX_NEW.read_text().split("Domain State")[0], "no 'Domain State:' line"),
+    (IMEX_NEW.read_text().replace("Node #5   - 172.31.50.44    - READY",
+                                  "Node #5 172.31.50.44 READY"), "not an IMEX node line"),
+    (IMEX_NEW.read_text().replace("       9        C   C", "       9        C"),
+     "has 17 cells for 18 columns"),
+    (IMEX_NEW.read_text().replace("Node #7 ", "Node #6 "), "listed twice"),
+])
+def test_truncated_or_glued_imex_output_is_refused(text: str, why: str) -> None:
+    with pytest.raises(ParseError, match=re.escape(why)):
+        parse_imex_status(text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([IMEX_NEW, IMEX_OLD]), st.integers(min_value=0, max_value=4000),
+       st.sampled_from(["\r\n", "\n"]))
+def test_imex_variants_never_shift_a_value(path: Path, cut: int, newline: str) -> None:
+    """CRLF line ends read the same; a cut anywhere is refused or, when it falls after
+    the Domain State line, reads the same nodes: a node's state never moves."""
+    text = path.read_text().replace("\n", newline)
+    full = parse_imex_status(text)
+    assert full == parse_imex_status(path.read_text())
+    try:
+        part = parse_imex_status(text[:cut])
+    except ParseError:
+        return
+    assert part["nodes"] == full["nodes"] and part["domain_state"] == full["domain_state"]
+
+
+def test_the_domain_checks_are_planned_for_rack_trays_only(tmp_path: Path) -> None:
+    from nodecert.inventory.reader import load_inventory
+    from nodecert.profiles import thresholds
+    from nodecert.validation.plan import build_plan
+    inv = tmp_path / "inv"
+    (inv / "group_vars").mkdir(parents=True)
+    tray = ("nodecert_gpu_model=GB200 nodecert_gpu_count=4 nodecert_cpu_cores=144 "
+            "nodecert_ram_gb=960 nodecert_nvme_count=4")
+    (inv / "hosts.ini").write_text(
+        f"[rack]\nt1 ansible_host=10.0.0.1 {tray}\n[nvl]\nt2 ansible_host=10.0.0.2 {tray}\n"
+        "[hgx]\nh1 ansible_host=10.0.0.3 nodecert_gpu_model=H200-SXM nodecert_gpu_count=8 "
+        "nodecert_cpu_cores=112 nodecert_ram_gb=2048 nodecert_nvme_count=8\n")
+    (inv / "group_vars" / "rack.yml").write_text(
+        "nodecert_rack: {name: r1, kind: GB200-NVL72, gpus: 4}\n")
+    (inv / "group_vars" / "nvl.yml").write_text(
+        "nodecert_rack: {name: r2, kind: GB200-NVL72, gpus: 4, imex: false}\n")
+    specs = load_inventory(inv)
+    suite = thresholds.suite("quick")
+
+    def planned(host: str) -> list[str]:
+        plan = build_plan(specs[host], suite, None, "rid", cli_thresholds={}, scratch=None)
+        assert not plan.partial
+        return [c for c in plan.checks if c.startswith("domain.")]
+
+    assert planned("t1") == ["domain.fabric", "domain.imex"]
+    assert planned("t2") == ["domain.fabric"]
+    assert planned("h1") == []

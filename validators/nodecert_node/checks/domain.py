@@ -1,0 +1,147 @@
+"""domain.fabric and domain.imex: a compute tray's place in its rack's NVLink domain.
+
+Planned only for a host whose order names a rack (`nodecert_rack`), and domain.imex only
+where the rack expects an IMEX domain: an HGX server is never judged on either.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q
+from nodecert_node.contract import Result
+from nodecert_node.parse.imex import MEANING, parse_imex_status
+from nodecert_node.registry import check
+from nodecert_node.tools import ToolError, run
+
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+# Health entries whose value names a fault when it is not one of these (nvidia-smi
+# prints False/None/N/A for "no fault"; anything else is the fault itself).
+_NO_FAULT = ("False", "None", "N/A", "No", "")
+
+
+def _domain(g: dict[str, Any]) -> tuple[str | None, str | None]:
+    clique, uuid = g.get("fabric_clique_id"), g.get("fabric_cluster_uuid")
+    return (None if clique in (None, "0") else str(clique),
+            None if uuid in (None, ZERO_UUID) else str(uuid).lower())
+
+
+def judge_fabric(name: str, gpus: list[dict[str, Any]], rack: dict[str, Any]) -> Result:
+    """Every GPU registered in the NVLink fabric (Completed/Success), healthy, at full
+    bandwidth, in a clique of a cluster, and all of the tray's GPUs in the same one. Pure."""
+    fails: list[str] = []
+    warns: list[str] = []
+    seen: dict[tuple[str | None, str | None], list[str]] = {}
+    for g in gpus:
+        who = f"GPU {g.get('bus_id')}"
+        state, status = g.get("fabric_state"), g.get("fabric_status")
+        if state != "Completed" or status not in (None, "Success"):
+            fails.append(f"{who}: fabric registration {state or 'not reported'}/"
+                         f"{status or '-'}, expected Completed/Success")
+        clique, uuid = _domain(g)
+        if clique is None or uuid is None:
+            fails.append(f"{who}: in no NVLink clique (clique {g.get('fabric_clique_id')}, "
+                         f"cluster {g.get('fabric_cluster_uuid')}): the tray has not joined "
+                         "the rack's NVLink domain")
+        seen.setdefault((clique, uuid), []).append(who)
+        health = g.get("fabric_health") or {}
+        if health.get("summary") not in (None, "Healthy"):
+            fails.append(f"{who}: fabric health {health['summary']}")
+        if health.get("bandwidth") not in (None, "Full"):
+            fails.append(f"{who}: NVLink fabric bandwidth {health['bandwidth']} (degraded: "
+                         "links down or insufficient NVLinks)")
+        for key in ("incorrect_configuration", "route_unhealthy"):
+            if str(health.get(key, "N/A")) not in _NO_FAULT:
+                fails.append(f"{who}: fabric {key.replace('_', ' ')}: {health[key]}")
+        for key in ("route_recovery_in_progress", "access_timeout_recovery"):
+            if str(health.get(key, "N/A")) not in _NO_FAULT:
+                warns.append(f"{who}: fabric {key.replace('_', ' ')}: {health[key]}")
+    if len([k for k in seen if k != (None, None)]) > 1:
+        fails.append("the tray's GPUs are in different NVLink domains: " + "; ".join(
+            f"clique {c} cluster {u}: {', '.join(w)}" for (c, u), w in sorted(
+                seen.items(), key=lambda kv: str(kv[0]))))
+    clique, uuid = next(iter(seen), (None, None))
+    return judge_findings(
+        name, fails, warns,
+        f"{len(gpus)} GPUs registered in NVLink clique {clique} of cluster {uuid} "
+        f"(rack {rack.get('name')}), fabric healthy",
+        value={"gpus": len(gpus), "clique_id": clique, "cluster_uuid": uuid},
+        facts={"clique_id": clique, "cluster_uuid": uuid, "rack": rack.get("name"),
+               "gpus": [{k: g.get(k) for k in ("bus_id", "uuid", "fabric_state",
+                                               "fabric_status", "fabric_clique_id",
+                                               "fabric_cluster_uuid", "fabric_health")}
+                        for g in gpus]},
+        fault_code="NC-NVL-DOMAIN" if fails else "",
+        remediation="A GPU outside the rack's NVLink domain needs the rack's NVLink switch "
+                    "trays and their NVLink Subnet Manager checked, then the tray reseated "
+                    "or its cable cartridge inspected." if fails else "")
+
+
+@check("domain.fabric", order=13, suites=("quick", "standard", "full"),
+       tools=("nvidia-smi",),
+       description="each GPU registered in the rack's NVLink domain: clique, cluster, health")
+def domain_fabric(ctx: Ctx) -> Result:
+    _, gpus, ev = nvidia_smi_q(ctx)
+    return judge_fabric("domain.fabric", gpus, ctx.spec.get("rack") or {}).with_(
+        evidence=tuple(ev))
+
+
+def judge_imex(name: str, status: dict[str, Any], rack: dict[str, Any],
+               service: str | None) -> Result:
+    """The IMEX domain: the service running, the domain UP, one READY node per compute
+    tray of the rack, every pair of nodes Connected, one version. Pure."""
+    fails: list[str] = []
+    warns: list[str] = []
+    if service is not None and service != "active":
+        fails.append(f"nvidia-imex service is {service}, expected active")
+    if status["domain_state"] != "UP":
+        fails.append(f"IMEX domain state {status['domain_state']}, expected UP")
+    nodes = status["nodes"]
+    want = len(rack.get("trays") or [])
+    if want and len(nodes) != want:
+        fails.append(f"the IMEX domain lists {len(nodes)} nodes; rack {rack.get('name')} has "
+                     f"{want} compute trays")
+    for n in nodes:
+        if n["state"] != "READY":
+            fails.append(f"IMEX node #{n['index']} ({n['address']}) is {n['state']}, "
+                         "expected READY")
+    for src, row in sorted(status["matrix"].items()):
+        for dst, code in sorted(row.items()):
+            if code != "C":
+                fails.append(f"IMEX node #{src} -> #{dst}: {code} "
+                             f"({MEANING.get(code, 'unknown state')})")
+    versions = sorted({str(n["version"]) for n in nodes if n["version"]})
+    if len(versions) > 1:
+        fails.append(f"IMEX nodes run different versions: {', '.join(versions)}")
+    return judge_findings(
+        name, fails, warns,
+        f"IMEX domain UP: {len(nodes)} nodes READY and connected"
+        + (f", version {versions[0]}" if versions else ""),
+        value={"nodes": len(nodes), "ready": sum(n["state"] == "READY" for n in nodes)},
+        facts={"imex": status, "service": service},
+        fault_code="NC-IMEX" if fails else "",
+        remediation="Check nvidia-imex on the named trays (journalctl -u nvidia-imex, "
+                    "/etc/nvidia-imex/nodes_config.cfg lists every tray's address) before "
+                    "any multi-node job: workloads cannot share memory across trays "
+                    "without it." if fails else "")
+
+
+@check("domain.imex", order=13, suites=("quick", "standard", "full"),
+       tools=("nvidia-imex-ctl", "systemctl"),
+       description="the rack's IMEX domain: every tray READY and connected")
+def domain_imex(ctx: Ctx) -> Result:
+    ev = []
+    service: str | None = None
+    try:
+        out = run(["systemctl", "is-active", "nvidia-imex"], timeout=ctx.timeout,
+                  ok_codes=(0, 3, 4))
+        ev.append(out.evidence)
+        service = out.text.strip() or "unknown"
+    except ToolError as exc:
+        if exc.evidence:
+            ev.append(exc.evidence)
+    # A hung query is the tool's timeout: ERROR with what it printed, never a pass.
+    out = run(["nvidia-imex-ctl", "-N"], timeout=ctx.timeout)
+    ev.append(out.evidence)
+    return judge_imex("domain.imex", parse_imex_status(out.text), ctx.spec.get("rack") or {},
+                      service).with_(evidence=tuple(ev))
