@@ -242,8 +242,9 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
                  timeout=300, check=False)
     (cert,) = (tmp_path / "runs").glob("*/reports/h2.intoto.dsse.json")
     v = CliRunner().invoke(main, ["verify", str(cert), "--pubkey", str(key.with_suffix(
-        ".pub")), "--allow-simulated", "--expect-host", "h2"])
-    assert v.exit_code == 0, v.output
+        ".pub")), "--allow-simulated", "--expect-host", "h2", "--revocations",
+        str(tmp_path / "runs" / "revocations.intoto.dsse.json")])
+    assert v.exit_code == 0 and "current on the list #1" in v.output, v.output
     # the playbook and roles Ansible ran are the wheel's, not the checkout's
     commands = list((tmp_path / "runs").glob("*/ansible/artifacts/*/command"))
     assert commands and all(str(tmp_path / "site") in c.read_text() for c in commands)

@@ -70,6 +70,7 @@ def run_chain(request: ChainRequest, *,
     """Provision (gate first: nothing is touched when it fails), then validate and
     certify every host unless told to stop earlier. Raises NodecertError on bad input."""
     from nodecert.certs.certify import certify as sign_run
+    from nodecert.certs.revocations import DEFAULT_NAME as REVOCATIONS
     from nodecert.provision.run import provision
     from nodecert.validation.run import ValidateRequest
     from nodecert.validation.run import validate as run_validation
@@ -86,7 +87,9 @@ def run_chain(request: ChainRequest, *,
                         runs_dir=p.runs_dir, become=p.become), progress=say)
     if request.certify:
         key, result.created_key = signing_key(request.key_path)
-        result.certification = sign_run(result.validation.run_dir, key)
+        # entered on the signer's list next to the runs, as `certify` does
+        result.certification = sign_run(result.validation.run_dir, key,
+                                         revocations=p.runs_dir / REVOCATIONS)
     return result
 
 
