@@ -87,13 +87,26 @@ def test_recovery_in_progress_is_a_warning() -> None:
     assert r.verdict.name == "WARN"
 
 
-def test_the_text_report_gives_the_same_clique() -> None:
-    text = (REAL / "nvidia-smi" / "h100-sxm-8gpu-565.57.01-q.txt")
-    gpus = parse_q(text.read_text())[1] if text.exists() else []
-    if not gpus:  # the text fixture is the HGX one: clique 0, zero cluster
-        pytest.skip("no -q text fixture with a fabric section in tests/fixtures")
+def test_the_text_report_gives_the_clique_and_cluster_it_prints() -> None:
+    gpus = parse_q((REAL / "nvidia-smi" / "h100-sxm-8gpu-565.57.01-q.txt").read_text())[1]
     assert gpus[0]["fabric_clique_id"] == "0"
     assert gpus[0]["fabric_cluster_uuid"] == "00000000-0000-0000-0000-000000000000"
+    assert gpus[0]["fabric_health"] == {}  # Bandwidth N/A: not read as a value
+
+
+@pytest.mark.parametrize("path", sorted((REAL / "nvidia-smi").glob("*q*.txt"))
+                         + sorted((REAL / "nvidia-smi").glob("*.xml")), ids=lambda p: p.name)
+def test_every_real_report_gives_a_clique_only_where_it_prints_one(path: Path) -> None:
+    """Older drivers print no CliqueId (R545) or N/A: absent stays None, never 0."""
+    text = path.read_text()
+    try:
+        gpus = (parse_q_xml if path.suffix == ".xml" else parse_q)(text)[1]
+    except ParseError:
+        return  # a truncated report is refused by the parser, as its own tests show
+    printed = "cliqueId>" in text or "CliqueId" in text
+    for g in gpus:
+        clique = g["fabric_clique_id"]
+        assert clique is None or (printed and clique.isdigit()), (path.name, clique)
 
 
 def test_both_imex_layouts_are_read() -> None:

@@ -162,9 +162,11 @@ def test_two_signers_at_once_lose_no_entry(tmp_path: Path, keys: tuple[Path, Pat
     entries = [revlist.Entry(f"{i:064x}", f"node:h{i}", "READY", now.isoformat(),
                              now.isoformat()) for i in range(12)]
 
+    start = threading.Barrier(len(entries))
+
     def add(e: revlist.Entry) -> None:
+        start.wait()  # all twelve reach the list at once
         with revlist.updating(listing, key, now) as new:
-            time.sleep(0.01)  # inside the lock: without it, the writers would interleave
             new.append(e)
 
     threads = [threading.Thread(target=add, args=(e,)) for e in entries]
@@ -205,13 +207,14 @@ def test_a_cluster_certificate_is_entered_and_superseded_by_its_nodes_set(
     key, pub = load_private_key(keys[0]), [keys[1]]
     listing = tmp_path / revlist.DEFAULT_NAME
     paths = []
-    for name in ("cluster-a", "cluster-b"):
+    for earlier, name in ((60.0, "cluster-a"), (0.0, "cluster-b")):
         (tmp_path / name).mkdir()
         data = run_model(tmp_path / name, 3, ModelLauncher())
+        data["started"] -= earlier  # cluster-a's measurement ended a minute before b's
+        data["finished"] -= earlier
         run_dir = tmp_path / name / "cluster-run-abcdef"
         (run_dir / "results.json").write_text(json.dumps(data))
         paths.append(certify_cluster(run_dir, key, revocations=listing)[0])
-        time.sleep(1.1)  # the second run ends a second later (times are to the second)
     older = _steps(verify_report(paths[0], pub, allow_simulated=True, revocations=listing))
     newer = _steps(verify_report(paths[1], pub, allow_simulated=True, revocations=listing))
     assert not older["revocation"][0] and "SUPERSEDED" in older["revocation"][1]

@@ -25,6 +25,12 @@ from nodecert.certs import html as report_html
 from nodecert.certs import junit
 from nodecert.certs import revocations as revlist
 from nodecert.certs.identity import certificate_identity, identifies, identity_digest
+from nodecert.certs.intoto import (
+    CLUSTER_PREDICATE_TYPE,
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+)
 from nodecert.certs.signing import (
     PrivateKey,
     SignatureError,
@@ -38,10 +44,6 @@ from nodecert.runs.records import finished_run
 from nodecert.stack.manifest import Stack, find_stack, load_stack
 from nodecert_node.contract import write_atomic
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
-PREDICATE_TYPE = "https://nodecert.dev/attestation/node-readiness/v1"
-CLUSTER_PREDICATE_TYPE = "https://nodecert.dev/attestation/cluster-readiness/v1"
 READY, NOT_READY = "READY", "NOT READY"
 DEFAULT_VALID_DAYS = 90
 # Evidence older than this is not certified: hardware and software drift (nodecert policy:

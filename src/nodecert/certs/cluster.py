@@ -15,17 +15,15 @@ from nodecert import __version__
 from nodecert.certs import html as report_html
 from nodecert.certs import revocations as revlist
 from nodecert.certs.certify import (
-    CLUSTER_PREDICATE_TYPE,
     DEFAULT_MAX_AGE_DAYS,
     NOT_READY,
-    PAYLOAD_TYPE,
     READY,
-    STATEMENT_TYPE,
     RunError,
     listing,
     validation_end,
 )
 from nodecert.certs.identity import certificate_identity, identity_digest
+from nodecert.certs.intoto import CLUSTER_PREDICATE_TYPE, PAYLOAD_TYPE, STATEMENT_TYPE
 from nodecert.certs.signing import PrivateKey, canonical_json, keyid, sign_envelope
 from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError
 from nodecert.runs.records import read_cluster_record

@@ -33,6 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodecert.certs.intoto import (
+    CLUSTER_PREDICATE_TYPE,
+    LIST_PREDICATE_TYPE,
+    PAYLOAD_TYPE,
+    STATEMENT_TYPE,
+)
 from nodecert.certs.signing import (
     PrivateKey,
     PublicKey,
@@ -44,9 +50,6 @@ from nodecert.certs.signing import (
 from nodecert.core.errors import NodecertError
 from nodecert_node.contract import write_atomic
 
-LIST_PREDICATE_TYPE = "https://nodecert.dev/attestation/revocations/v1"
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SCHEMA = "nodecert.revocations/v1"
 DEFAULT_NAME = "revocations.intoto.dsse.json"
 STATUSES = ("current", "superseded", "revoked")
@@ -106,7 +109,7 @@ def subject_of(st: dict[str, Any]) -> str:
     """The key certificates supersede each other by: the node, or the cluster's nodes."""
     names = sorted(str(s.get("name", "")) for s in st.get("subject") or []
                    if isinstance(s, dict))
-    if str(st.get("predicateType", "")).endswith("/cluster-readiness/v1"):
+    if st.get("predicateType") == CLUSTER_PREDICATE_TYPE:
         return "cluster:" + ",".join(n.removeprefix("node:") for n in names)
     return names[0] if len(names) == 1 else "?:" + ",".join(names)
 
