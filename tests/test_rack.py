@@ -22,7 +22,9 @@ def _rack(**over: Any) -> dict[str, Any]:
             "switch_trays": [{"name": f"nvsw-{i:02d}", "address": f"10.10.5.{20 + i}"}
                              for i in range(1, 10)],
             "power_shelves": [{"name": "ps-01", "address": "10.10.5.31"}],
-            "cdu": {"name": "cdu-01", "address": "10.10.5.41"}, **over}
+            "cdu": {"name": "cdu-01", "address": "10.10.5.41"},
+            "redfish": {"username": "nodecert", "password_file": "/etc/nodecert/rack.pass",
+                        "ca_file": "/etc/nodecert/rack-ca.pem"}, **over}
 
 
 def _inventory(tmp_path: Path, trays: int, rack: dict[str, Any], *,
@@ -50,6 +52,17 @@ def test_a_full_rack_is_read_and_each_tray_knows_its_rack(tmp_path: Path) -> Non
     assert rack["trays"] == [f"tray{i:02d}" for i in range(18)]
     assert [s["name"] for s in rack["switch_trays"]][:2] == ["nvsw-01", "nvsw-02"]
     assert rack["cdu"] == {"name": "cdu-01", "address": "10.10.5.41"}
+
+
+def test_a_rack_without_management_endpoints_needs_no_credentials() -> None:
+    spec, why = parse_rack({"name": "r", "kind": "GB200-NVL36", "gpus": 36})
+    assert why is None and spec is not None
+    assert spec["redfish"] is None and spec["firmware"] == {} and spec["samples"] == 3
+    spec, why = parse_rack(_rack(firmware={"driver": 580.95}))
+    assert spec is not None and spec["firmware"] == {"driver": "580.95"}
+    assert spec["redfish"] == {"username": "nodecert", "password_file":
+                               "/etc/nodecert/rack.pass", "ca_file": "/etc/nodecert/rack-ca.pem",
+                               "port": 443, "timeout_s": 10}
 
 
 def test_a_partial_build_says_how_many_gpus_it_has(tmp_path: Path) -> None:
@@ -96,6 +109,16 @@ def test_trays_that_describe_their_rack_differently_are_refused(tmp_path: Path) 
      "power_shelves: each entry unknown key(s) slot (known: address, name)"),
     (_rack(imex="yes"), "imex must be true or false, got 'yes'"),
     ({"name": "r", "kind": "GB200-NVL72", "switch": []}, "unknown key(s) switch"),
+    (_rack(redfish=None), "redfish (username, password_file, ca_file or cert_sha256) must "
+                          "be set"),
+    (_rack(redfish={"username": "u", "password_file": "/p"}),
+     "redfish: a Redfish BMC needs exactly one of ca_file"),
+    (_rack(redfish={"username": "u", "ca_file": "/c", "address": "10.1.1.1"}),
+     "redfish: unknown key(s) address"),
+    (_rack(firmware={"bmc": "1.0"}), "firmware: unknown key(s) bmc"),
+    (_rack(firmware={"driver": ["580.1", "580.2"]}),
+     "firmware: driver must be one version string"),
+    (_rack(samples=0), "samples must be an integer 1..60, got 0"),
 ])
 def test_a_bad_rack_spec_says_what_is_wrong(raw: dict[str, Any], why: str) -> None:
     spec, got = parse_rack(raw)

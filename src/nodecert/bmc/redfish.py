@@ -27,6 +27,10 @@ class BmcError(NodecertError):
     """The BMC could not be read (unreachable, refused the credentials, untrusted)."""
 
 
+class NotFound(BmcError):
+    """The BMC answered HTTP 404: it has no such resource (an optional one is absent)."""
+
+
 def _context(spec: BmcSpec) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=spec.ca_file) if spec.ca_file else \
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -123,6 +127,8 @@ class RedfishClient:
                            f"{self.spec.username} (HTTP 401)",
                            hint="check nodecert_bmc.username and the BMC password (its "
                                 "file or vaulted nodecert_bmc_password)")
+        if resp.status == 404:
+            raise NotFound(f"BMC {self.spec.describe()}: GET {path} answered HTTP 404")
         if resp.status != 200:
             raise BmcError(f"BMC {self.spec.describe()}: GET {path} answered HTTP "
                            f"{resp.status}")
@@ -140,4 +146,4 @@ class RedfishClient:
                            200, json.dumps(doc, indent=1, sort_keys=True)[:200_000])
 
 
-__all__ = ["BmcError", "RedfishClient"]
+__all__ = ["BmcError", "NotFound", "RedfishClient"]

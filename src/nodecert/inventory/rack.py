@@ -11,6 +11,14 @@ set on every compute tray of the rack (usually in the rack's group_vars).
       power_shelves:
         - {name: ps-01, address: 10.10.5.31}
       cdu: {name: cdu-01, address: 10.10.5.41}   # optional: the rack's coolant unit
+      redfish:                     # how the switch trays, shelves and CDU are read
+        username: nodecert
+        password_file: /etc/nodecert/rack.pass
+        ca_file: /etc/nodecert/rack-ca.pem       # or cert_sha256 (one of the two)
+      firmware:                    # optional: the rack's recipe, component -> version
+        driver: "580.95.05"        #   driver, gpu_vbios, switch_tray, power_shelf, cdu
+      samples: 3                   # optional: consecutive readings of the coolant and
+      sample_s: 2                  #   power figures, and the seconds between them
 
 Every tray of one rack must describe it alike; a host in two racks, more trays than the
 kind holds, GPUs that do not add up, a switch tray named twice or more switch trays than
@@ -29,8 +37,14 @@ from typing import Any
 import yaml
 
 from nodecert.core.yamldoc import keyed
+from nodecert.inventory.bmc import parse_bmc
 
-KEYS = {"name", "kind", "gpus", "imex", "switch_trays", "power_shelves", "cdu"}
+KEYS = {"name", "kind", "gpus", "imex", "switch_trays", "power_shelves", "cdu", "redfish",
+        "firmware", "samples", "sample_s"}
+# The rack's management endpoints share one set of credentials: a BMC's keys, less the
+# address (each switch tray, shelf and CDU has its own) and what only a server has.
+REDFISH_KEYS = {"username", "password_file", "ca_file", "cert_sha256", "port", "timeout_s"}
+FIRMWARE_KEYS = ("driver", "gpu_vbios", "switch_tray", "power_shelf", "cdu")
 PART_KEYS = {"name", "address"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ADDRESS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$")
@@ -118,7 +132,49 @@ def parse_rack(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         spec["cdu"], why = _part(raw["cdu"], "cdu")
         if spec["cdu"] is None:
             return None, why
+    spec["redfish"], why = _redfish(raw.get("redfish"), spec)
+    if why:
+        return None, why
+    spec["firmware"], why = _firmware(raw.get("firmware"))
+    if why:
+        return None, why
+    for key, default, low, high in (("samples", 3, 1, 60), ("sample_s", 2, 1, 600)):
+        v = raw.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            return None, f"{key} must be an integer {low}..{high}, got {v!r}"
+        spec[key] = v
     return spec, None
+
+
+def _redfish(raw: Any, spec: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The management endpoints' credentials (parsed as a BMC's); required as soon as the
+    rack names a switch tray, a power shelf or a CDU, since they are read over Redfish."""
+    parts = spec["switch_trays"] or spec["power_shelves"] or spec["cdu"]
+    if raw is None:
+        return None, ("redfish (username, password_file, ca_file or cert_sha256) must be "
+                      "set: the switch trays, power shelves and CDU are read over Redfish"
+                      if parts else None)
+    item, why = keyed(raw, REDFISH_KEYS)
+    if item is None:
+        return None, f"redfish: {why}"
+    parsed, why = parse_bmc({**item, "address": "rack", "protocol": "redfish"})
+    if parsed is None:
+        return None, f"redfish: {why}"
+    return {k: v for k, v in parsed.items() if k in REDFISH_KEYS}, None
+
+
+def _firmware(raw: Any) -> tuple[dict[str, str] | None, str | None]:
+    if raw is None:
+        return {}, None
+    item, why = keyed(raw, set(FIRMWARE_KEYS))
+    if item is None:
+        return None, f"firmware: {why}"
+    out = {}
+    for k, v in item.items():
+        if isinstance(v, (dict, list, bool)) or v is None or not str(v).strip():
+            return None, f"firmware: {k} must be one version string, got {v!r}"
+        out[k] = str(v).strip()
+    return out, None
 
 
 @dataclass
@@ -177,4 +233,5 @@ def rack_problems(trays: list[TrayInfo]) -> list[tuple[str, str, str]]:
     return out
 
 
-__all__ = ["KEYS", "RackKind", "TrayInfo", "kinds", "parse_rack", "rack_problems"]
+__all__ = ["FIRMWARE_KEYS", "KEYS", "REDFISH_KEYS", "RackKind", "TrayInfo", "kinds",
+           "parse_rack", "rack_problems"]

@@ -54,7 +54,8 @@ def render(model: Model, bmc_dir: Path) -> None:
         _write(bmc_dir / "ipmi" / f"{name}.val", f"{raw}\n")
 
 
-def _handler(password: bytes, user: str) -> type:
+def auth_handler(password: bytes, user: str) -> type:
+    """sushy-static's handler behind HTTP Basic authentication, printing nothing."""
     class Handler(sushy_static.RequestHandler):  # type: ignore[misc]
         server_version = "nodecert-lab-bmc"
 
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     sushy_static.REDFISH_MOCKUP_FILES = str((a.dir / "mockup").resolve())
     cfg = json.loads((a.dir / "bmc.json").read_text())
     password = (a.dir / "password").read_bytes().strip()
-    httpd = ThreadingHTTPServer((a.address, a.port), _handler(password, cfg["username"]))
+    httpd = ThreadingHTTPServer((a.address, a.port), auth_handler(password, cfg["username"]))
     httpd.daemon_threads = True
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(a.dir / "bmc.pem", a.dir / "bmc.key")
