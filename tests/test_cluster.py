@@ -363,7 +363,7 @@ def test_node_certificates_reference_the_cluster_certificate_of_the_same_signer(
     # h3 by name, but other hardware than the cluster certificate's h3: no reference
     assert "cluster" not in preds["h3"]
     other = init_key(tmp_path / "other")
-    with pytest.raises(RunError, match="not a cluster certificate signed with this key"):
+    with pytest.raises(RunError, match="not a cluster or rack certificate signed with this key"):
         certify(nodes, load_private_key(other.private), cluster_cert=env)
 
 

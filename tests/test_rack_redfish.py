@@ -7,18 +7,12 @@ nowhere in what is recorded."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nodecert.lab import bmc as labbmc
-from nodecert.lab import rackparts
-from nodecert.lab.config import LabConfig
 from nodecert.rack.gather import read_rack
 from nodecert.rack.judge import (
     firmware_table,
@@ -28,60 +22,13 @@ from nodecert.rack.judge import (
     judge_switch_trays,
 )
 from nodecert_node.contract import Verdict
-from support.env import require_tool
-
-PARTS = [("switch_tray", "nvsw-01"), ("switch_tray", "nvsw-02"), ("power_shelf", "ps-01"),
-         ("cdu", "cdu-01")]
-
-
-class Rack:
-    def __init__(self, tmp: Path) -> None:
-        require_tool("openssl")
-        self.cfg = LabConfig(root=tmp / "lab", subnet=LabConfig().subnet)
-        self.cfg.state.mkdir(parents=True)
-        labbmc.ensure_ca(self.cfg)
-        with socket.socket() as s:  # one port on every loopback address, as on a rack
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.dirs: dict[str, Path] = {}
-        self.ips: dict[str, str] = {}
-        for k, (kind, name) in enumerate(PARTS):
-            ip = f"127.0.0.{41 + k}"
-            d = rackparts.part_dir(self.cfg, name)
-            rackparts.prepare(self.cfg, d, {"kind": kind, "name": name, "faults": {},
-                                            "ports": 8}, ip)
-            self.dirs[name], self.ips[name] = d, ip
-            self.procs[name] = rackparts.start(d, ip, self.port, None)
-        for name, d in self.dirs.items():
-            rackparts.wait_ready(d, self.ips[name], self.port)
-        self.password = (labbmc.root(self.cfg) / "password").read_text().strip()
-
-    def spec(self, **over: Any) -> dict[str, Any]:
-        parts = [{"name": n, "address": self.ips[n]} for _, n in PARTS]
-        return {"name": "rack-l1", "kind": "GB200-NVL72", "gpus": 72, "imex": True,
-                "switch_trays": parts[:2], "power_shelves": [parts[2]], "cdu": parts[3],
-                "redfish": {"username": "nodecert", "port": self.port, "timeout_s": 5,
-                            "password_file": str(labbmc.root(self.cfg) / "password"),
-                            "ca_file": str(labbmc.root(self.cfg) / "ca.pem")},
-                "firmware": {}, "samples": 2, "sample_s": 1, **over}
-
-    def fault(self, name: str, **faults: Any) -> None:
-        kind = {n: k for k, n in PARTS}[name]
-        rackparts.set_component(self.dirs[name], {"kind": kind, "name": name,
-                                                  "faults": faults, "ports": 8})
-        time.sleep(1.5)  # the endpoint renders its tree again every second
+from support.racklab import Rack, running
 
 
 @pytest.fixture
-def rack(tmp_path: Path) -> Iterator[Rack]:
-    r = Rack(tmp_path)
-    try:
-        yield r
-    finally:
-        for p in r.procs.values():
-            p.terminate()
-            p.wait(timeout=10)
+def endpoints(tmp_path: Path) -> Iterator[Rack]:
+    yield from running(tmp_path)
+
 
 
 def _judged(rack: Rack, **over: Any) -> dict[str, Any]:
@@ -97,7 +44,8 @@ def _judged(rack: Rack, **over: Any) -> dict[str, Any]:
     return out
 
 
-def test_a_healthy_rack_passes_over_verified_tls_with_every_sample(rack: Rack) -> None:
+def test_a_healthy_rack_passes_over_verified_tls_with_every_sample(endpoints: Rack) -> None:
+    rack = endpoints
     r = _judged(rack)
     assert {k: v.verdict for k, v in r.items() if k != "comps"} == {
         "rack.switch_trays": Verdict.PASS, "rack.power": Verdict.PASS,
@@ -111,7 +59,8 @@ def test_a_healthy_rack_passes_over_verified_tls_with_every_sample(rack: Rack) -
                                          "their thresholds over 2 samples")
 
 
-def test_faults_in_running_endpoints_are_named(rack: Rack) -> None:
+def test_faults_in_running_endpoints_are_named(endpoints: Rack) -> None:
+    rack = endpoints
     rack.fault("cdu-01", leak={"detector": "Moisture"})
     rack.fault("ps-01", psu_failed={"bay": 3})
     rack.fault("nvsw-02", port_down={"switch": 1, "port": 5},
@@ -128,7 +77,8 @@ def test_faults_in_running_endpoints_are_named(rack: Rack) -> None:
                                            "35.2014.1500 (2), 35.2014.1676 (2)",)
 
 
-def test_hot_coolant_over_every_sample_fails(rack: Rack) -> None:
+def test_hot_coolant_over_every_sample_fails(endpoints: Rack) -> None:
+    rack = endpoints
     rack.fault("cdu-01", coolant_hot=True)
     r = _judged(rack)
     assert r["rack.cooling"].verdict == Verdict.FAIL
@@ -136,7 +86,8 @@ def test_hot_coolant_over_every_sample_fails(rack: Rack) -> None:
     assert r["rack.cooling"].summary.endswith("beyond its critical threshold in every sample")
 
 
-def test_an_endpoint_that_is_down_fails_alone(rack: Rack) -> None:
+def test_an_endpoint_that_is_down_fails_alone(endpoints: Rack) -> None:
+    rack = endpoints
     rack.procs["nvsw-01"].terminate()
     rack.procs["nvsw-01"].wait(timeout=10)
     r = _judged(rack)
@@ -148,7 +99,9 @@ def test_an_endpoint_that_is_down_fails_alone(rack: Rack) -> None:
     assert r["rack.power"].verdict == Verdict.PASS and r["rack.cooling"].verdict == Verdict.PASS
 
 
-def test_wrong_credentials_name_the_user_never_the_password(rack: Rack, tmp_path: Path) -> None:
+def test_wrong_credentials_name_the_user_never_the_password(endpoints: Rack,
+                                                            tmp_path: Path) -> None:
+    rack = endpoints
     wrong = tmp_path / "wrong.pass"
     wrong.write_text("not-" + rack.password + "\n")
     wrong.chmod(0o600)

@@ -29,6 +29,7 @@ from nodecert.certs.intoto import (
     CLUSTER_PREDICATE_TYPE,
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
+    RACK_PREDICATE_TYPE,
     STATEMENT_TYPE,
 )
 from nodecert.certs.signing import (
@@ -124,21 +125,26 @@ def validation_end(host: dict[str, Any]) -> dt.datetime:
 
 
 def cluster_reference(envelope: Path, key: PrivateKey) -> dict[str, Any]:
-    """What a node certificate records of the cluster certificate its node was proven in:
-    only one this signer signed (checked here) is referenced."""
+    """What a node certificate records of the cluster or rack certificate its node was
+    proven in: only one this signer signed (checked here) is referenced."""
+    kinds = {CLUSTER_PREDICATE_TYPE: "cluster", RACK_PREDICATE_TYPE: "rack"}
     try:
         ptype, payload, _ = verify_envelope(json.loads(envelope.read_bytes()),
                                             [key.public_key()])
         st = json.loads(payload)
-        if ptype != PAYLOAD_TYPE or st.get("predicateType") != CLUSTER_PREDICATE_TYPE:
-            raise ValueError("not a cluster certificate")
+        if ptype != PAYLOAD_TYPE or st.get("predicateType") not in kinds:
+            raise ValueError("not a cluster or rack certificate")
     except (OSError, ValueError, SignatureError) as exc:
-        raise RunError(f"{envelope}: not a cluster certificate signed with this key ({exc})",
-                       hint="pass the cluster.intoto.dsse.json that `nodecert cluster "
-                            "validate --key` wrote with the same key") from exc
+        raise RunError(f"{envelope}: not a cluster or rack certificate signed with this key "
+                       f"({exc})", hint="pass the cluster.intoto.dsse.json (or "
+                                        "rack.intoto.dsse.json) that `nodecert cluster "
+                                        "validate --key` (`rack validate --key`) wrote with "
+                                        "the same key") from exc
     p = st["predicate"]
-    return {"certificate": envelope.name, "sha256": _sha256_file(envelope),
-            "run_id": p["run_id"], "verdict": p["verdict"], "nodes": sorted(p["nodes"]),
+    kind = kinds[st["predicateType"]]
+    return {"kind": kind, "certificate": envelope.name, "sha256": _sha256_file(envelope),
+            "run_id": p["run_id"], "verdict": p["verdict"],
+            "nodes": sorted(p["nodes"] if kind == "cluster" else p["trays"]),
             # each node's identity digest as the cluster certificate's subject names it
             "subjects": {str(s["name"])[5:]: s["digest"]["sha256"]
                          for s in st.get("subject", []) if isinstance(s, dict)
@@ -152,7 +158,18 @@ def cluster_link(cluster: dict[str, Any], host: str, digest: str) -> dict[str, A
     alone (a node renamed, or replaced since, was not proven in that cluster)."""
     if cluster["subjects"].get(host) != digest:
         return None
-    return {k: v for k, v in cluster.items() if k != "subjects"} | {"identity_sha256": digest}
+    return {k: v for k, v in cluster.items() if k not in ("subjects", "kind")} | \
+        {"identity_sha256": digest}
+
+
+def validity(issued: dt.datetime, ended: dt.datetime, valid_days: int,
+             max_age_days: float) -> dict[str, Any]:
+    """A certificate's validity window: from the evidence (the run's end), never from the
+    signature, for valid_days; the results' age limit it was signed under."""
+    return {"issued": issued.isoformat(timespec="seconds"),
+            "not_before": ended.isoformat(timespec="seconds"),
+            "not_after": (ended + dt.timedelta(days=valid_days)).isoformat(timespec="seconds"),
+            "max_result_age_days": max_age_days}
 
 
 def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
@@ -182,11 +199,7 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
                       "finished": _iso(host.get("finished"))},
         # valid from the evidence, not from the signature: signing old results late
         # must not extend how long they count
-        "validity": {"issued": issued.isoformat(timespec="seconds"),
-                     "not_before": ended.isoformat(timespec="seconds"),
-                     "not_after": (ended + dt.timedelta(days=valid_days)).isoformat(
-                         timespec="seconds"),
-                     "max_result_age_days": max_age_days},
+        "validity": validity(issued, ended, valid_days, max_age_days),
         "order": host.get("spec"), "identity": certificate_identity(ident),
         "stack": _stack_pins(stack) if stack else None, "software": software,
         "results": [_result_entry(r) for r in host.get("results", [])],
@@ -196,7 +209,8 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
     digest = identity_digest(ident)
     link = cluster_link(cluster, host["host"], digest) if cluster is not None else None
     if link is not None:
-        predicate["cluster"] = link  # the cluster certificate it was proven in
+        # the cluster (or rack) certificate it was proven in
+        predicate[cluster.get("kind", "cluster") if cluster else "cluster"] = link
     return {"_type": STATEMENT_TYPE,
             "subject": [{"name": f"node:{host['host']}",
                          "digest": {"sha256": digest}}],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from nodecert.certs.certify import (
     RunError,
     listing,
     validation_end,
+    validity,
 )
 from nodecert.certs.identity import certificate_identity, identity_digest
 from nodecert.certs.intoto import CLUSTER_PREDICATE_TYPE, PAYLOAD_TYPE, STATEMENT_TYPE
@@ -88,11 +90,7 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
         "engine": data["engine"], "launch_host": data["launch_host"],
         "validated": {"started": _iso(data.get("started")),
                       "finished": _iso(data.get("finished"))},
-        "validity": {"issued": issued.isoformat(timespec="seconds"),
-                     "not_before": ended.isoformat(timespec="seconds"),
-                     "not_after": (ended + dt.timedelta(days=valid_days)).isoformat(
-                         timespec="seconds"),
-                     "max_result_age_days": max_age_days},
+        "validity": validity(issued, ended, valid_days, max_age_days),
         "nodes": {n: {"identity": certificate_identity(idents[n]),
                       "fabric": {k: data["fabric"][n][k]
                                  for k in ("check", "verdict", "summary", "findings")}}
@@ -133,13 +131,20 @@ def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = No
                        "certify", hint="fix what it says and run `cluster validate` again")
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     st = statement(data, issued=issued, valid_days=valid_days, max_age_days=max_age_days)
+    return issue(st, key, out_dir or RunDir(run_dir).reports, "cluster",
+                 report_html.cluster_page, revocations=revocations, issued=issued)
+
+
+def issue(st: dict[str, Any], key: PrivateKey, out: Path, stem: str,
+          page_of: Callable[..., str], *, revocations: Path | None,
+          issued: dt.datetime) -> tuple[Path, Path, str]:
+    """Sign a group certificate (cluster, rack) and write it with its page, both whole or
+    not at all, entered on the revocation list when one is given."""
     env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
-    out = out_dir or RunDir(run_dir).reports
     out.mkdir(parents=True, exist_ok=True)
-    env_path, html_path = out / f"cluster{CERT_SUFFIX}", out / "cluster.html"
+    env_path, html_path = out / f"{stem}{CERT_SUFFIX}", out / f"{stem}.html"
     blob = json.dumps(env, indent=1).encode() + b"\n"
-    page = report_html.cluster_page(st, envelope_name=env_path.name,
-                                    keyid=keyid(key.public_key())).encode()
+    page = page_of(st, envelope_name=env_path.name, keyid=keyid(key.public_key())).encode()
     with listing(revocations, key, issued) as listed:
         write_atomic(str(env_path), blob)
         write_atomic(str(html_path), page)
@@ -178,5 +183,5 @@ def subject_problems(st: dict[str, Any]) -> list[str]:
     return problems
 
 
-__all__ = ["CLUSTER_PREDICATE_TYPE", "certify_cluster", "cluster_problems", "matrix",
+__all__ = ["CLUSTER_PREDICATE_TYPE", "certify_cluster", "cluster_problems", "issue", "matrix",
            "rail_table", "statement", "subject_problems"]

@@ -173,6 +173,18 @@ def cluster_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
 
 
+def rack_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -> str:
+    """The rack certificate as a page: the rules, every tray in its NVLink domain, the
+    switch trays, the infrastructure's latest readings, the firmware across the domain."""
+    p = statement["predicate"]
+    firmware = next((r["facts"].get("firmware") for r in p["results"]
+                     if r["check"] == "rack.firmware"), None) or {}
+    return _env().get_template("rack.html.j2").render(
+        p=p, trays=sorted(p["trays"], key=_node_order), subjects=statement["subject"],
+        firmware=firmware, simulated=p["simulated"], simulated_text=SIMULATED_TEXT,
+        envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
+
+
 def _node_order(name: str) -> tuple[str, int]:
     """h2 before h10: the text, then the trailing number."""
     stem = name.rstrip("0123456789")

@@ -37,6 +37,7 @@ from nodecert.certs.intoto import (
     CLUSTER_PREDICATE_TYPE,
     LIST_PREDICATE_TYPE,
     PAYLOAD_TYPE,
+    RACK_PREDICATE_TYPE,
     STATEMENT_TYPE,
 )
 from nodecert.certs.signing import (
@@ -111,6 +112,8 @@ def subject_of(st: dict[str, Any]) -> str:
                    if isinstance(s, dict))
     if st.get("predicateType") == CLUSTER_PREDICATE_TYPE:
         return "cluster:" + ",".join(n.removeprefix("node:") for n in names)
+    if st.get("predicateType") == RACK_PREDICATE_TYPE:
+        return f"rack:{(st.get('predicate') or {}).get('rack', {}).get('name')}"
     return names[0] if len(names) == 1 else "?:" + ",".join(names)
 
 

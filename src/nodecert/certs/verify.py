@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodecert.certs import rack as rackcert
 from nodecert.certs import revocations as revlist
 from nodecert.certs.certify import PAYLOAD_TYPE, PREDICATE_TYPE, READY, STATEMENT_TYPE
 from nodecert.certs.cluster import CLUSTER_PREDICATE_TYPE, cluster_problems, subject_problems
 from nodecert.certs.identity import identity_changes, identity_digest
+from nodecert.certs.intoto import RACK_PREDICATE_TYPE
 from nodecert.certs.signing import SignatureError, load_public_key, verify_envelope
 from nodecert.core.errors import ExitCode, NodecertError
 from nodecert.transport.become import BecomeSource
@@ -35,7 +37,7 @@ class ReportError(NodecertError):
 class Verification:
     steps: list[tuple[str, bool, str]] = field(default_factory=list)
     statement: dict[str, Any] | None = None
-    kind: str = "node"  # or "cluster": what the certificate is about
+    kind: str = "node"  # or "cluster", "rack": what the certificate is about
 
     def step(self, name: str, ok: bool, detail: str) -> bool:
         self.steps.append((name, ok, detail))
@@ -104,11 +106,14 @@ def expectation_problems(st: dict[str, Any], *, host: str | None = None,
     subjects, and the serial and digest that host's (any node's, without a host).
     Pure; an empty list when every expectation given holds."""
     p = st["predicate"]
-    if st.get("predicateType") == CLUSTER_PREDICATE_TYPE:
-        digests = {str(s["name"])[5:]: s["digest"]["sha256"] for s in st["subject"]}
-        idents = {n: (p["nodes"].get(n) or {}).get("identity") or {} for n in digests}
+    if st.get("predicateType") in (CLUSTER_PREDICATE_TYPE, RACK_PREDICATE_TYPE):
+        what = "cluster" if st["predicateType"] == CLUSTER_PREDICATE_TYPE else "rack"
+        members = p["nodes"] if what == "cluster" else p["trays"]
+        digests = {str(s["name"])[5:]: s["digest"]["sha256"] for s in st["subject"]
+                   if str(s["name"]).startswith("node:")}
+        idents = {n: (members.get(n) or {}).get("identity") or {} for n in digests}
         if host is not None and host not in digests:
-            return [f"host {host!r} is not a node of this cluster certificate (nodes: "
+            return [f"host {host!r} is not a node of this {what} certificate (nodes: "
                     f"{', '.join(sorted(digests))})"]
         about = [host] if host is not None else sorted(digests)
         whose = f"{host}'s" if host is not None else "any node's"
@@ -220,8 +225,9 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
         v.step("statement", False, f"signed payload is not usable JSON: {_why(exc)}")
         return v
     wanted = {k: val for k, val in (expect or {}).items() if val is not None}
-    if isinstance(st, dict) and st.get("predicateType") == CLUSTER_PREDICATE_TYPE:
-        v.kind = "cluster"
+    if isinstance(st, dict) and st.get("predicateType") in (CLUSTER_PREDICATE_TYPE,
+                                                            RACK_PREDICATE_TYPE):
+        v.kind = "cluster" if st["predicateType"] == CLUSTER_PREDICATE_TYPE else "rack"
         return _verify_cluster(v, st, now or dt.datetime.now(dt.UTC), allow_simulated,
                                wanted=wanted, live=(live_host, live_identity),
                                listed=(reg, payload))
@@ -294,34 +300,44 @@ def _verify_cluster(v: Verification, st: dict[str, Any], now: dt.datetime,
                     allow_simulated: bool, *, wanted: dict[str, str],
                     live: tuple[str | None, dict[str, Any] | None],
                     listed: tuple[revlist.Register | None, bytes]) -> Verification:
-    """A cluster certificate: its statement, validity, what the verifier expects, every
-    subject against its node's identity, the live host against its subject, the
-    verdict, SIMULATED."""
+    """A cluster or rack certificate: its statement, validity, what the verifier expects,
+    every subject against its identity, the live host against its subject, the verdict,
+    SIMULATED."""
+    rack = v.kind == "rack"
+    ptype = RACK_PREDICATE_TYPE if rack else CLUSTER_PREDICATE_TYPE
     problems = ([] if st.get("_type") == STATEMENT_TYPE else
-                [f"_type {st.get('_type')!r}, expected {STATEMENT_TYPE}"]) + cluster_problems(st)
+                [f"_type {st.get('_type')!r}, expected {STATEMENT_TYPE}"]) + (
+        rackcert.rack_problems(st) if rack else cluster_problems(st))
     if not v.step("statement", not problems, "; ".join(problems) or
-                  f"in-toto Statement v1, {CLUSTER_PREDICATE_TYPE}"):
+                  f"in-toto Statement v1, {ptype}"):
         return v
     v.statement = st
     p = st["predicate"]
     _validity_step(v, p, now)
     _revocation_step(v, st, *listed)
     _expected_step(v, st, wanted)
-    bad = subject_problems(st)
-    v.step("subject", not bad, "; ".join(bad) or f"{len(st['subject'])} nodes, each digest "
-           "matches its certified identity")
+    bad = rackcert.subject_problems(st) if rack else subject_problems(st)
+    nodes = p["trays"] if rack else p["nodes"]
+    v.step("subject", not bad, "; ".join(bad) or (
+        f"{len(nodes)} compute trays and {len(st['subject']) - len(nodes)} switch trays, "
+        "each digest matches its certified identity" if rack else
+        f"{len(st['subject'])} nodes, each digest matches its certified identity"))
     host, ident = live
     if ident is not None:
-        digests = {str(s["name"])[5:]: s["digest"]["sha256"] for s in st["subject"]}
+        digests = {str(s["name"])[5:]: s["digest"]["sha256"] for s in st["subject"]
+                   if str(s["name"]).startswith("node:")}
         if host not in digests:
-            v.step("hardware", False, f"host {host!r} is not a node of this cluster "
-                   "certificate: its live hardware cannot be compared")
+            v.step("hardware", False, f"host {host!r} is not a node of this "
+                   f"{v.kind} certificate: its live hardware cannot be compared")
         else:
             same = identity_digest(ident) == digests[host]
-            changes = identity_changes(p["nodes"][host]["identity"], ident)
+            changes = identity_changes(nodes[host]["identity"], ident)
             v.step("hardware", same, f"{host}'s live hardware identity matches its subject"
                    if same else f"{host}'s hardware differs from the certificate: "
                    + ("; ".join(changes) or "identity digest differs"))
+    if rack:
+        return _verdict_steps(v, p, allow_simulated, f"rack {p['rack'].get('name')} ",
+                              "GPUs, switch trays and rack infrastructure")
     return _verdict_steps(v, p, allow_simulated, "cluster ", "GPUs and HCAs")
 
 

@@ -19,6 +19,7 @@ from nodecert.cli.lab import lab
 from nodecert.cli.mirror import mirror
 from nodecert.cli.parse import parse_cmd
 from nodecert.cli.provision import provision
+from nodecert.cli.rack import rack
 from nodecert.cli.revalidate import history_cmd, revalidate_cmd
 from nodecert.cli.stack import stack
 from nodecert.cli.validate import validate_cmd
@@ -54,7 +55,7 @@ def init_cmd(directory: Path) -> None:
 
 for _command in (stack, inventory, lab, provision, validate_cmd, keys, certify_cmd, verify_cmd,
                  revoke_cmd,
-                 revalidate_cmd, history_cmd, mirror, cluster, parse_cmd):
+                 revalidate_cmd, history_cmd, mirror, cluster, rack, parse_cmd):
     main.add_command(_command)
 
 

@@ -139,8 +139,8 @@ Examples:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Report directory (default: RUN_DIR/reports).")
 @click.option("--cluster-cert", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="The cluster certificate (same key) the nodes were proven in together: "
-                   "each node's certificate references it.")
+              help="The cluster or rack certificate (same key) the nodes were proven in "
+                   "together: each node's certificate references it.")
 @revocations_option
 @json_option
 @handle_errors

@@ -12,13 +12,13 @@ import click
 from nodecert.cli.common import (
     become_options,
     become_source,
+    certify_options,
     echo,
     emit_json,
     handle_errors,
     inventory_option,
     json_option,
     limit_option,
-    revocations_option,
     runs_dir_option,
     split_hosts,
 )
@@ -139,16 +139,7 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
 
 
 @cluster.command("certify")
-@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--key", "key_path", required=True,
-              type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              help="Private signing key (nodecert keys init).")
-@click.option("--valid-days", default=30, show_default=True, type=click.IntRange(min=1),
-              help="Days the certificate stays valid, counted from the run's end.")
-@click.option("--max-result-age-days", "max_age_days", type=click.FloatRange(min=0.01),
-              default=7.0, show_default=True,
-              help="Refuse a run that ended longer ago than this.")
-@revocations_option
+@certify_options
 @handle_errors
 def cluster_certify_cmd(run_dir: Path, key_path: Path, valid_days: int,
                         max_age_days: float, revocations: Path | None) -> None:

@@ -180,3 +180,23 @@ def print_validation(run: Any) -> None:
              + f"; {min(len(shown), TABLE_MAX_SHOWN)} shown above (FAIL/ERROR), every host "
                "in the run's validate.json")
     echo(f"run: {run.run_dir}")
+
+
+def certify_options(f: F) -> F:
+    """A group certificate's signing options (cluster, rack): the run, the key, how long
+    it stays valid and how old its results may be."""
+    for option in reversed((
+            click.argument("run_dir", type=click.Path(path_type=Path, exists=True,
+                                                      file_okay=False)),
+            click.option("--key", "key_path", required=True,
+                         type=click.Path(path_type=Path, exists=True, dir_okay=False),
+                         help="Private signing key (nodecert keys init)."),
+            click.option("--valid-days", default=30, show_default=True,
+                         type=click.IntRange(min=1),
+                         help="Days the certificate stays valid, counted from the run's end."),
+            click.option("--max-result-age-days", "max_age_days",
+                         type=click.FloatRange(min=0.01), default=7.0, show_default=True,
+                         help="Refuse a run that ended longer ago than this."),
+            revocations_option)):
+        f = option(f)
+    return f

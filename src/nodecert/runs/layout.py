@@ -16,9 +16,13 @@
     runs/cluster-<run id>/          a cluster run
       results.json                  the cluster's record
       reports/cluster.intoto.dsse.json, cluster.html
+    runs/rack-<run id>/             a rack run
+      results.json                  the rack's record
+      trays/<run id>/               the compute trays' own validation run
+      reports/rack.intoto.dsse.json, rack.html
 
 A run id is `<UTC-less local time YYYYmmdd-HHMMSS>-<6 random hex digits>`, prefixed with
-its kind where the kind is not told by the files (`cluster-`). A run writes only inside
+its kind where the kind is not told by the files (`cluster-`, `rack-`). A run writes only inside
 its own directory; a later run never edits another's.
 """
 
@@ -33,7 +37,7 @@ from pathlib import Path
 
 from nodecert.core.errors import NodecertError
 
-RUN_ID = re.compile(r"^(?:cluster-)?[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
+RUN_ID = re.compile(r"^(?:cluster-|rack-)?[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
 RESULTS = "results.json"
 CERT_SUFFIX = ".intoto.dsse.json"
 

@@ -145,5 +145,22 @@ def read_cluster_record(run_dir: Path) -> dict[str, Any]:
     return data
 
 
-__all__ = ["SCHEMA", "HostRecord", "finished_run", "host_history", "host_records",
-           "read_cluster_record", "read_host_record", "recorded_plan"]
+RACK_SCHEMA = "nodecert.rack-run/v1"
+
+
+def read_rack_record(run_dir: Path) -> dict[str, Any]:
+    """A rack run's record, or RunDirError."""
+    try:
+        data = read_cluster_record(run_dir)
+    except RunDirError as exc:
+        raise RunDirError(exc.what.replace("cluster run", "rack run"),
+                          hint="pass the directory `nodecert rack validate` printed") from exc
+    if data.get("schema") != RACK_SCHEMA:
+        raise RunDirError(f"{run_dir}: not a rack run (schema {data.get('schema')!r})",
+                          hint="pass the directory `nodecert rack validate` printed")
+    return data
+
+
+__all__ = ["RACK_SCHEMA", "SCHEMA", "HostRecord", "finished_run", "host_history",
+           "host_records", "read_cluster_record", "read_host_record", "read_rack_record",
+           "recorded_plan"]

@@ -1,0 +1,123 @@
+"""nodecert rack: a rack-scale NVLink domain (GB200/GB300 NVL72, NVL36) validated as one
+unit, and the rack certificate."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from nodecert.cli.common import (
+    become_options,
+    become_source,
+    certify_options,
+    echo,
+    emit_json,
+    handle_errors,
+    inventory_option,
+    json_option,
+    runs_dir_option,
+)
+from nodecert.core.errors import ExitCode
+from nodecert.core.textsafe import one_line
+
+
+@click.group("rack")
+def rack() -> None:
+    """Prove a rack-scale NVLink domain: its trays together, switch trays, power, cooling."""
+
+
+_VALIDATE_HELP = """Validate a rack (an NVLink domain) as one unit: every compute tray's
+place in the domain (domain.fabric: each GPU registered, healthy, in the rack's clique;
+domain.imex where the rack expects IMEX), every tray in the same clique of the same
+cluster, the NVLink switch trays (health, every NVLink port up), the power shelves
+(supplies, input, redundancy) and the CDU (leaks, pumps, coolant temperatures, flow and
+pressure against the unit's own thresholds over consecutive samples) read over
+Redfish, and one firmware version per component across the domain (the rack's recipe
+where it gives one). The rack comes from the inventory's nodecert_rack
+(docs/rack.md). With --key, the run is signed as a rack certificate.
+
+\b
+Exit codes: 0 rack PASS/WARN, 1 FAIL or ERROR (the tray, GPU or component named),
+2 bad input (no rack in the inventory, unknown --rack, unreadable password file).
+
+\b
+Examples:
+  nodecert rack validate -i site.ini --rack rack-a1 --key keys/nodecert.key
+  nodecert rack validate -i /var/tmp/nodecert-lab/state/inventory.ini --json
+"""
+
+
+@rack.command("validate", help=_VALIDATE_HELP)
+@inventory_option
+@click.option("--rack", "rack_name", metavar="NAME",
+              help="The rack to validate (default: the inventory's only rack).")
+@click.option("--key", "key_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="Sign the run as a rack certificate with this private key.")
+@runs_dir_option
+@json_option
+@become_options
+@handle_errors
+def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
+                      runs_dir: Path, as_json: bool, become_file: Path | None,
+                      vault_file: Path | None) -> None:
+    from nodecert.certs.rack import certify_rack
+    from nodecert.certs.revocations import DEFAULT_NAME
+    from nodecert.certs.signing import load_private_key
+    from nodecert.rack.validate import RackRequest, rack_validate
+
+    key = load_private_key(key_path) if key_path else None  # a bad key fails before work
+    request = RackRequest(path, rack=rack_name, runs_dir=runs_dir,
+                          become=become_source(become_file, vault_file))
+    run_dir, data = rack_validate(request, progress=lambda line: echo(line, err=True))
+    cert: dict[str, Any] = {}
+    if key is not None:
+        env, html, verdict = certify_rack(run_dir, key, revocations=run_dir.parent / DEFAULT_NAME)
+        cert = {"certificate": str(env), "html": str(html), "certificate_verdict": verdict}
+    code = ExitCode.OK if data["verdict"] in ("PASS", "WARN") else ExitCode.FAILED
+    if as_json:
+        emit_json({"run_dir": str(run_dir), "rack": data["rack"]["name"],
+                   "verdict": data["verdict"], "results": data["results"],
+                   "not_judged": data["not_judged"], "seconds": data["seconds"], **cert})
+        sys.exit(int(code))
+    for r in data["results"]:
+        echo(one_line(f"{r['check']:<18} {r['verdict']:<6} {r['summary']}"))
+        for f in r["findings"][:20]:
+            echo(f"    {one_line(f)}")
+    for n in data["not_judged"]:
+        echo(f"not judged: {one_line(n)}")
+    echo(f"rack {data['rack']['name']}: {data['verdict']}"
+         + ("  (SIMULATED)" if data["simulated"] else ""))
+    echo(f"run: {run_dir}")
+    if cert:
+        echo(f"certificate: {cert['certificate']} ({cert['certificate_verdict']}), page: "
+             f"{cert['html']}")
+    sys.exit(int(code))
+
+
+@rack.command("certify")
+@certify_options
+@handle_errors
+def rack_certify_cmd(run_dir: Path, key_path: Path, valid_days: int, max_age_days: float,
+                     revocations: Path | None) -> None:
+    """Sign a rack run as a rack certificate (and render its page): its subjects are
+    every compute tray's and switch tray's identity; it is entered on the signer's
+    revocation list, where it supersedes older certificates of the same rack.
+
+    \b
+    Example:
+      nodecert rack certify runs/rack-20261202-210000-ab12cd --key keys/nodecert.key
+    """
+    from nodecert.certs.rack import certify_rack
+    from nodecert.certs.revocations import DEFAULT_NAME
+    from nodecert.certs.signing import load_private_key
+
+    env, html, verdict = certify_rack(run_dir, load_private_key(key_path),
+                                      valid_days=valid_days, max_age_days=max_age_days,
+                                      revocations=revocations or run_dir.parent / DEFAULT_NAME)
+    echo(f"certificate: {env} ({verdict}), page: {html}")
+
+
+__all__ = ["rack"]

@@ -1,0 +1,171 @@
+"""The library function behind `nodecert rack validate`: read the rack from the
+inventory, run the domain checks on every compute tray (through validate, as the node
+checks run anywhere), read the switch trays, power shelves and CDU over Redfish at the
+same time, judge the rules across all of it, and save the rack run.
+
+    runs/rack-<run id>/results.json   the rack's record (nodecert.rack-run/v1)
+    runs/rack-<run id>/trays/<id>/    the trays' own validation run
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nodecert.core.errors import InventoryError
+from nodecert.inventory.reader import HostSpec, load_inventory
+from nodecert.rack.gather import read_rack
+from nodecert.rack.judge import (
+    firmware_table,
+    judge_cooling,
+    judge_domain,
+    judge_firmware,
+    judge_power,
+    judge_switch_trays,
+    judge_trays,
+)
+from nodecert.runs.layout import RunDir
+from nodecert.runs.records import RACK_SCHEMA as SCHEMA
+from nodecert.runs.store import write_json
+from nodecert.transport.become import BecomeSource
+from nodecert.validation.run import ValidateRequest, validate
+from nodecert_node.contract import Result, Verdict, worst
+
+Progress = Callable[[str], None]
+# What the record keeps of the rack's spec (never its credentials' file names).
+PUBLIC = ("name", "kind", "gpus", "imex", "trays", "switch_trays", "power_shelves", "cdu",
+          "firmware", "samples", "sample_s")
+TrayRuns = Callable[[Path, dict[str, Any], Path, Progress], dict[str, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class RackRequest:
+    """What `nodecert rack validate` is asked to do: the inventory, which rack (the only
+    one when it names one), where runs go and the become password source."""
+
+    inventory: Path
+    rack: str | None = None
+    runs_dir: Path = Path("runs")
+    become: BecomeSource | None = None
+
+
+def rack_of(specs: dict[str, HostSpec], name: str | None, where: Path
+            ) -> dict[str, Any]:
+    """The rack's spec (with its trays) from the order; InventoryError naming the racks
+    there are when `name` is not one of them, or is not given and there are several."""
+    racks: dict[str, dict[str, Any]] = {}
+    for s in specs.values():
+        r = s.validation.get("rack")
+        if r:
+            racks.setdefault(r["name"], r)
+    if not racks:
+        raise InventoryError(f"{where}: no host is a compute tray of a rack (nodecert_rack)",
+                             hint="describe the rack in the trays' group_vars "
+                                  "(docs/rack.md)")
+    if name is None and len(racks) > 1:
+        raise InventoryError(f"{where} describes {len(racks)} racks: "
+                             f"{', '.join(sorted(racks))}", hint="choose one with --rack NAME")
+    rack = racks.get(name) if name else next(iter(racks.values()))
+    if rack is None:
+        raise InventoryError(f"{where}: no rack named {name!r}; the inventory has "
+                             f"{', '.join(sorted(racks))}", hint="pass one of these to --rack")
+    return rack
+
+
+def tray_runs(inventory: Path, rack: dict[str, Any], run_dir: Path, say: Progress,
+              become: BecomeSource | None = None) -> dict[str, dict[str, Any]]:
+    """Every tray's domain checks and identity, through validate: host -> {"results",
+    "identity", "inventory", "fabric", "simulated"} or {"error"}."""
+    checks = ("hardware.inventory", "domain.fabric",
+              *(("domain.imex",) if rack.get("imex") else ()))
+    vr = validate(ValidateRequest(inventory, suite="quick", limit=tuple(rack["trays"]),
+                                  checks=checks, runs_dir=run_dir / "trays", become=become),
+                  progress=say)
+    out: dict[str, dict[str, Any]] = {}
+    for host in rack["trays"]:
+        hr = vr.hosts.get(host)
+        if hr is None or (hr.error and not hr.results):
+            out[host] = {"error": (hr.error or hr.status) if hr else "not run"}
+            continue
+        by = {r.check: r for r in hr.results}
+        inv = by.get("hardware.inventory")
+        out[host] = {"results": [r.as_dict() for r in hr.results],
+                     "identity": inv.facts.get("identity") if inv else None,
+                     "inventory": {"driver": inv.facts.get("driver"),
+                                   "gpus": [{"bus_id": g.get("bus_id"),
+                                             "vbios": g.get("vbios")}
+                                            for g in inv.facts.get("gpus") or []]}
+                     if inv and inv.facts.get("gpus") is not None else None,
+                     "fabric": by["domain.fabric"].facts if "domain.fabric" in by else None,
+                     "simulated": hr.simulated,
+                     "run": str(hr.out_dir)}
+    return out
+
+
+def judge_rack(rack: dict[str, Any], trays: dict[str, dict[str, Any]],
+               comps: list[dict[str, Any]]) -> tuple[list[Result], list[str]]:
+    """Every rule's Result, and what was not judged (and why). Pure."""
+    results = [judge_trays(rack, trays),
+               judge_domain(rack, {h: t.get("fabric") for h, t in trays.items()})]
+    not_judged = []
+    for rule, judged, key in (("rack.switch_trays", judge_switch_trays(rack, comps),
+                               "switch_trays"),
+                              ("rack.power", judge_power(rack, comps), "power_shelves"),
+                              ("rack.cooling", judge_cooling(rack, comps), "cdu")):
+        if judged is None:
+            not_judged.append(f"{rule}: the rack names no {key.replace('_', ' ')} "
+                              f"(nodecert_rack.{key})")
+        else:
+            results.append(judged)
+    results.append(judge_firmware(rack, firmware_table(
+        {h: t.get("inventory") for h, t in trays.items()}, comps)))
+    return results, not_judged
+
+
+def rack_validate(request: RackRequest, *, progress: Progress | None = None,
+                  trays_fn: TrayRuns | None = None,
+                  stop: threading.Event | None = None) -> tuple[Path, dict[str, Any]]:
+    """Validate the rack; (run directory, record). InventoryError on bad input, before
+    anything runs or is written."""
+    say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    specs = load_inventory(request.inventory)
+    rack = rack_of(specs, request.rack, request.inventory)
+    run_dir = RunDir.new(request.runs_dir, "rack").make().path
+    started = time.time()
+    say(f"rack {rack['name']} ({rack['kind']}): {len(rack['trays'])} compute trays, "
+        f"{len(rack.get('switch_trays') or [])} switch trays, "
+        f"{len(rack.get('power_shelves') or [])} power shelves"
+        + (", a CDU" if rack.get("cdu") else ""))
+    run_trays = trays_fn or (lambda inv, r, d, s: tray_runs(inv, r, d, s, request.become))
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rack") as pool:
+        infra = pool.submit(read_rack, rack, stop=stop, say=say)
+        t0 = time.monotonic()
+        trays = run_trays(request.inventory, rack, run_dir, say)
+        trays_s = time.monotonic() - t0
+        comps = [c.as_dict() for c in infra.result()]
+    results, not_judged = judge_rack(rack, trays, comps)
+    verdict = worst(r.verdict for r in results) if results else Verdict.ERROR
+    data = {"schema": SCHEMA, "run_id": run_dir.name,
+            "rack": {k: rack.get(k) for k in PUBLIC},
+            "verdict": verdict.name, "results": [r.as_dict() for r in results],
+            "not_judged": not_judged,
+            "trays": {h: {k: v for k, v in t.items() if k != "results"}
+                      | {"checks": {r["check"]: {k: r[k] for k in ("verdict", "summary")}
+                                    for r in t.get("results") or []}}
+                      for h, t in trays.items()},
+            "components": comps,
+            "simulated": any(t.get("simulated") for t in trays.values()),
+            "seconds": {"trays": round(trays_s, 1),
+                        "infrastructure": round(sum(c["seconds"] for c in comps), 1)},
+            "started": round(started, 3), "finished": round(time.time(), 3)}
+    write_json(RunDir(run_dir).cluster_results, data)
+    return run_dir, data
+
+
+__all__ = ["SCHEMA", "RackRequest", "judge_rack", "rack_of", "rack_validate", "tray_runs"]
