@@ -209,3 +209,12 @@ def test_the_domain_checks_are_planned_for_rack_trays_only(tmp_path: Path) -> No
     assert planned("t1") == ["domain.fabric", "domain.imex"]
     assert planned("t2") == ["domain.fabric"]
     assert planned("h1") == []
+
+
+def test_each_gpu_s_vbios_is_read_from_text_and_xml() -> None:
+    # the firmware every tray of a rack must share (rack.firmware)
+    base = REPO / "tests/fixtures/real/nvidia-smi"
+    _, gpus = parse_q((base / "a100-sxm4-80gb-4gpu-555.42.02-q.txt").read_text())
+    assert [g["vbios"] for g in gpus] == ["92.00.9E.00.02"] * len(gpus) and len(gpus) == 4
+    _, gpus = parse_q_xml((base / "gb200-4gpu-p6e-arm64-580.173.02-q-x-v13.xml").read_text())
+    assert {g["vbios"] for g in gpus} == {"97.00.B9.00.69"} and len(gpus) == 4
