@@ -177,6 +177,47 @@ HW_CHECKS = ["hardware.inventory", "hardware.pcie", "hardware.topology", "net.ib
              "health.gpu", "health.xid"]
 
 
+class Sim:
+    def __init__(self, tmp: Path, profile: str = "h200-sxm-8",
+                 faults: list[dict[str, Any]] | None = None,
+                 installed: dict[str, tuple[str, str]] | None = None,
+                 boot_time: float | None = None) -> None:
+        self.dir = tmp
+        self.hw = tmp / "hardware.json"
+        self.inst = tmp / "installed"
+        self.run_dir = tmp / "run"
+        self.inst.mkdir(exist_ok=True)
+        fl = [Fault("*", f["kind"], {k: v for k, v in f.items() if k != "kind"})
+              for f in faults or []]
+        desc = hardware_description(lab_seed="test", host="h1", profile_name=profile,
+                                    mac="02:6e:63:00:00:01", faults=fl,
+                                    boot_time=time.time() - 600 if boot_time is None
+                                    else boot_time)
+        self.hw.write_text(json.dumps(desc))
+        for comp, (name, version) in (STACK_580 if installed is None else installed).items():
+            (self.inst / f"{name}.json").write_text(json.dumps(
+                {"package": name, "version": version, "component": comp}))
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ, NODECERT_LAB_HW=str(self.hw), NODECERT_LAB_INSTALLED=str(self.inst),
+                    NODECERT_LAB_RUN=str(self.run_dir))
+
+    def __call__(self, *args: str, timeout: float = 30,
+                 check: bool = True) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run([sys.executable, str(SIMHW), *args], env=self.env(),
+                           capture_output=True, text=True, timeout=timeout, check=False)
+        if check:
+            assert p.returncode == 0, p.stdout + p.stderr
+        return p
+
+    def load(self, gpus: list[int], started_s_ago: float) -> None:
+        self.run_dir.mkdir(exist_ok=True)
+        now = time.time()
+        (self.run_dir / "load.json").write_text(json.dumps(
+            {str(g): {"start": now - started_s_ago, "until": now + 600, "pid": os.getpid()}
+             for g in gpus}))
+
+
 def verdicts(node: SimNode) -> dict[str, tuple[Verdict, str]]:
     out = {}
     for name in HW_CHECKS:

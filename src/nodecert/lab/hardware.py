@@ -127,9 +127,13 @@ def identity(lab_seed: str, host: str, prof: dict[str, Any], mac: str) -> dict[s
 
 
 def hardware_description(*, lab_seed: str, host: str, profile_name: str, mac: str,
-                         faults: list[Fault], boot_time: float) -> dict[str, Any]:
+                         faults: list[Fault], boot_time: float,
+                         rack: dict[str, Any] | None = None) -> dict[str, Any]:
+    """rack: for a rack's compute tray, {name, clique_id, cluster_uuid, trays: [{name,
+    ip}]}: its GPUs register in that NVLink clique, its IMEX domain lists those trays."""
     prof = profile(profile_name)
     return {
+        **({"rack": rack} if rack else {}),
         "simulated": True,
         "warning": "SIMULATED hardware of a nodecert lab host: nothing measured here is real",
         "host": host,

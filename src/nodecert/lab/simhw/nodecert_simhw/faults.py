@@ -119,6 +119,18 @@ FAULT_KINDS: dict[str, FaultKind] = {
                               "inventory's: every bmc.* check is ERROR", "bmc.sensors"),
     "bmc_firmware": _k(set(), {"version"}, "the BMC runs other firmware than the site's "
                        "golden version (default 1.17)", "bmc.inventory"),
+    # --- a rack tray's NVLink domain (hosts of a lab rack)
+    "fabric_clique": _k(set(), {"clique"}, "the tray's GPUs register in another NVLink "
+                        "clique (default 9) than the rest of its rack", "rack.domain"),
+    "nvlink_insufficient": _k(set(), {"gpu"}, "a GPU's fabric health reports insufficient "
+                              "NVLinks: bandwidth Degraded, summary Unhealthy",
+                              "domain.fabric"),
+    "imex_node_down": _k(set(), {"node"}, "IMEX node `node` (default 0) is DOWN in the "
+                         "domain every tray reports", "domain.imex"),
+    "imex_hang": _k(set(), set(), "nvidia-imex-ctl never answers (a hung IMEX query)",
+                    "domain.imex"),
+    "tray_vbios": _k(set(), {"version"}, "the tray's GPUs run another VBIOS (default "
+                     "97.00.88.00.01) than the rest of the rack", "rack.firmware"),
 }
 
 
@@ -159,6 +171,26 @@ class Faults:
             listed = f.get("links")
             down |= set(range(links)) if listed is None else {int(x) for x in listed}
         return down
+
+    # --- the NVLink domain of a rack tray
+    def clique(self, rack_clique: str) -> str:
+        for f in self._of("fabric_clique"):
+            return str(f.get("clique", 9))
+        return rack_clique
+
+    def fabric_degraded(self, gpu: int) -> bool:
+        return bool(self._of("nvlink_insufficient", gpu))
+
+    def imex_down(self) -> set[int]:
+        return {int(f.get("node", 0)) for f in self._of("imex_node_down")}
+
+    def imex_hang(self) -> bool:
+        return bool(self._of("imex_hang"))
+
+    def vbios(self, version: str) -> str:
+        for f in self._of("tray_vbios"):
+            return str(f.get("version", "97.00.88.00.01"))
+        return version
 
     # --- health
     def ecc_uncorrectable(self, gpu: int) -> int:

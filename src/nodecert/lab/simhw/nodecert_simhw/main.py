@@ -25,6 +25,7 @@ TOOLS = {
     "perfquery": ("ib", "cmd_perfquery"), "ib_write_bw": ("perftest", "cmd_ib_write_bw"),
     "show_gids": ("roce", "cmd_show_gids"), "mlnx_qos": ("roce", "cmd_mlnx_qos"),
     "nvidia-ctk": ("ctk", "cmd_nvidia_ctk"), "nvidia-cdi-hook": ("ctk", "cmd_nvidia_cdi_hook"),
+    "nvidia-imex-ctl": ("imex", "cmd_nvidia_imex_ctl"),
 }
 
 

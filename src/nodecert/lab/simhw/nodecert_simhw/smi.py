@@ -14,6 +14,7 @@ import re
 import sys
 import time
 
+from nodecert_simhw.faults import Faults
 from nodecert_simhw.smixml import xml_tag
 from nodecert_simhw.state import (
     DRIVER_CUDA,
@@ -80,6 +81,27 @@ def smi_list(hw):
               f"(UUID: {gpu_identity(hw, i)['uuid']})")
 
 
+def _fabric_lines(hw, i):
+    """The NVLink fabric registration: an HGX board's (Completed, no clique), or a rack
+    tray's (its rack's clique and cluster, health as R570+ prints it for GB200)."""
+    rack = hw.get("rack")
+    if not rack:
+        return [(2, "State", "Completed" if hw["profile"].get("nvswitch") else "N/A"),
+                (2, "Status", "Success" if hw["profile"].get("nvswitch") else "N/A"),
+                (2, "CliqueId", "0"), (2, "ClusterUUID", "00000000-0000-0000-0000-000000000000"),
+                (2, "Health", None), (3, "Bandwidth", "N/A")]
+    faults = Faults(hw)
+    bad = faults.fabric_degraded(i)
+    return [(2, "State", "Completed"), (2, "Status", "Success"),
+            (2, "CliqueId", faults.clique(str(rack["clique_id"]))),
+            (2, "ClusterUUID", rack["cluster_uuid"]), (2, "Health", None),
+            (3, "Summary", "Unhealthy" if bad else "Healthy"),
+            (3, "Bandwidth", "Degraded" if bad else "Full"),
+            (3, "Route Recovery in progress", "False"), (3, "Route Unhealthy", "False"),
+            (3, "Access Timeout Recovery", "False"), (3, "Incorrect Configuration", "N/A"),
+            (3, "Partition Assigned", "N/A")]
+
+
 def _q_lines(hw, i, n, drv):
     """(depth, label, value) lines of one GPU's -q section, in the R5xx layout."""
     g = hw["profile"]["gpu"]
@@ -100,7 +122,7 @@ def _q_lines(hw, i, n, drv):
         (1, "Accounting Mode Buffer Size", "4000"), (1, "Driver Model", None),
         (2, "Current", "N/A"), (2, "Pending", "N/A"), (1, "Serial Number", ident["serial"]),
         (1, "GPU UUID", ident["uuid"]), (1, "Minor Number", str(n)),
-        (1, "VBIOS Version", g["vbios"]), (1, "MultiGPU Board", "No"),
+        (1, "VBIOS Version", Faults(hw).vbios(g["vbios"])), (1, "MultiGPU Board", "No"),
         (1, "Board ID", f"0x{int(bus, 16):x}00"), (1, "Board Part Number", g["board_part"]),
         (1, "GPU Part Number", g["gpu_part"]), (1, "FRU Part Number", "N/A"),
         (1, "Platform Info", None), (2, "RACK Serial Number", "N/A"),
@@ -215,11 +237,7 @@ def _q_lines(hw, i, n, drv):
         (2, "Video", f"{g['video_clock_mhz']} MHz"), (1, "Max Customer Boost Clocks", None),
         (2, "Graphics", f"{g['max_sm_clock_mhz']} MHz"), (1, "Clock Policy", None),
         (2, "Auto Boost", "N/A"), (2, "Auto Boost Default", "N/A"), (1, "Voltage", None),
-        (2, "Graphics", "685.000 mV"), (1, "Fabric", None),
-        (2, "State", "Completed" if hw["profile"].get("nvswitch") else "N/A"),
-        (2, "Status", "Success" if hw["profile"].get("nvswitch") else "N/A"),
-        (2, "CliqueId", "0"), (2, "ClusterUUID", "00000000-0000-0000-0000-000000000000"),
-        (2, "Health", None), (3, "Bandwidth", "N/A"),
+        (2, "Graphics", "685.000 mV"), (1, "Fabric", None), *_fabric_lines(hw, i),
         (1, "Processes", "None" if not s.busy else None),
     ]
     if s.busy:
@@ -337,7 +355,7 @@ def _qf():
         "pcie.link.width.max": (None, lambda hw, i, s, n, d: str(g(hw)["pcie_width"])),
         "index": (None, lambda hw, i, s, n, d: str(n)),
         "persistence_mode": (None, lambda hw, i, s, n, d: "Enabled"),
-        "vbios_version": (None, lambda hw, i, s, n, d: g(hw)["vbios"]),
+        "vbios_version": (None, lambda hw, i, s, n, d: Faults(hw).vbios(g(hw)["vbios"])),
         "pstate": (None, lambda hw, i, s, n, d: "P0"),
         "clocks_event_reasons.supported": (None, lambda hw, i, s, n, d: reasons_hex(0x1FF)),
         "clocks_event_reasons.active": (None, lambda hw, i, s, n, d: reasons_hex(s.reasons)),

@@ -1,0 +1,116 @@
+"""A lab rack's compute tray, simulated: its GPUs' NVLink fabric registration (the rack's
+clique and cluster, health) and `nvidia-imex-ctl -N`, in the real tools' formats (read by
+the same parsers as the real outputs) and judged by the node checks; each tray fault
+gives the verdict it must, naming the GPU or the IMEX node."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodecert_node.checks.domain import judge_fabric, judge_imex
+from nodecert_node.contract import Verdict
+from nodecert_node.parse.imex import parse_imex_status
+from nodecert_node.parse.smi import parse_q, parse_q_xml
+from support.simnode import Sim
+
+REAL = Path(__file__).parent / "fixtures" / "real"
+TRAYS = [{"name": f"tray{i:02d}", "ip": f"10.99.0.{i + 11}"} for i in range(18)]
+RACK = {"name": "rack-l1", "clique_id": "32766",
+        "cluster_uuid": "4a1f3c2e-7d55-4c1b-9a0e-2f6b8c9d0e11", "trays": TRAYS}
+SPEC = {"name": "rack-l1", "trays": [t["name"] for t in TRAYS]}
+
+
+def tray(tmp: Path, *faults: dict[str, Any]) -> Sim:
+    sim = Sim(tmp, profile="gb200-nvl-4", faults=list(faults))
+    hw = json.loads(sim.hw.read_text())
+    sim.hw.write_text(json.dumps({**hw, "rack": RACK}))
+    return sim
+
+
+def test_a_tray_reports_its_rack_clique_in_text_and_xml(tmp_path: Path) -> None:
+    sim = tray(tmp_path)
+    _, text = parse_q(sim("nvidia-smi", "-q").stdout)
+    _, xml = parse_q_xml(sim("nvidia-smi", "-q", "-x").stdout)
+    for gpus in (text, xml):
+        assert len(gpus) == 4
+        assert {(g["fabric_clique_id"], g["fabric_cluster_uuid"]) for g in gpus} == \
+            {("32766", RACK["cluster_uuid"])}
+        assert gpus[0]["fabric_health"]["summary"] == "Healthy"
+        r = judge_fabric("domain.fabric", gpus, SPEC)
+        assert r.verdict == Verdict.PASS, r.findings
+        assert r.facts["clique_id"] == "32766"
+    # the health block has the real GB200 XML's children, in its order
+    real = (REAL / "nvidia-smi/gb200-4gpu-p6e-arm64-580.173.02-q-x-v13.xml").read_text()
+    want = re.findall(r"<(\w+)>", real[real.index("<health>"):real.index("</health>")])
+    ours = sim("nvidia-smi", "-q", "-x").stdout
+    assert re.findall(r"<(\w+)>", ours[ours.index("<health>"):ours.index("</health>")]) == want
+
+
+def test_insufficient_nvlinks_fail_naming_the_gpu(tmp_path: Path) -> None:
+    sim = tray(tmp_path, {"kind": "nvlink_insufficient", "gpu": 2})
+    _, gpus = parse_q(sim("nvidia-smi", "-q").stdout)
+    r = judge_fabric("domain.fabric", gpus, SPEC)
+    assert r.verdict == Verdict.FAIL
+    bus = gpus[2]["bus_id"]
+    assert r.findings == (f"GPU {bus}: fabric health Unhealthy",
+                          f"GPU {bus}: NVLink fabric bandwidth Degraded (degraded: links down "
+                          "or insufficient NVLinks)")
+
+
+def test_a_tray_in_another_clique_is_whole_on_its_own(tmp_path: Path) -> None:
+    # the tray alone cannot tell: every GPU agrees; the rack's rule across trays names it
+    sim = tray(tmp_path, {"kind": "fabric_clique", "clique": 5})
+    _, gpus = parse_q(sim("nvidia-smi", "-q").stdout)
+    r = judge_fabric("domain.fabric", gpus, SPEC)
+    assert r.verdict == Verdict.PASS and r.facts["clique_id"] == "5"
+
+
+def test_another_vbios_on_one_tray(tmp_path: Path) -> None:
+    sim = tray(tmp_path, {"kind": "tray_vbios"})
+    _, gpus = parse_q(sim("nvidia-smi", "-q").stdout)
+    assert {g["vbios"] for g in gpus} == {"97.00.88.00.01"}
+    _, gpus = parse_q_xml(sim("nvidia-smi", "-q", "-x").stdout)
+    assert {g["vbios"] for g in gpus} == {"97.00.88.00.01"}
+
+
+def test_the_imex_domain_in_the_real_layout(tmp_path: Path) -> None:
+    out = tray(tmp_path)("nvidia-imex-ctl", "-N").stdout
+    status = parse_imex_status(out)
+    assert [n["address"] for n in status["nodes"]] == [t["ip"] for t in TRAYS]
+    assert judge_imex("domain.imex", status, SPEC, "active").verdict == Verdict.PASS
+    real = (REAL / "nvidia-imex/gb200-p6e-ultraserver-18-node-imex-ctl-N-all-ready-domain-up-"
+            "570.172.txt").read_text()
+    # line for line the real tool's shape: legend verbatim, node rows and matrix aligned
+    def shape(text: str) -> list[str]:
+        return [re.sub(r"\d", "9", re.sub(r"\d+\.\d+\.\d+\.\d+ *", "IP ",
+                                           re.sub(r"^\d+/\d+/\d+ ", "DATE ",
+                                                  re.sub(r"Version: \S+", "V", line))))
+                for line in text.splitlines()]
+    ours, theirs = shape(out), shape(real)
+    assert len(ours) == len(theirs)
+    assert [(a, b) for a, b in zip(ours, theirs, strict=True) if a != b] == []
+
+
+def test_an_imex_node_down_fails_naming_it(tmp_path: Path) -> None:
+    out = tray(tmp_path, {"kind": "imex_node_down", "node": 3})("nvidia-imex-ctl", "-N").stdout
+    r = judge_imex("domain.imex", parse_imex_status(out), SPEC, "active")
+    assert r.verdict == Verdict.FAIL
+    assert r.findings[:2] == ("IMEX domain state DEGRADED, expected UP",
+                              "IMEX node #3 (10.99.0.14) is DOWN, expected READY")
+
+
+def test_a_hung_imex_query_never_answers(tmp_path: Path) -> None:
+    sim = tray(tmp_path, {"kind": "imex_hang"})
+    with pytest.raises(subprocess.TimeoutExpired):
+        sim("nvidia-imex-ctl", "-N", timeout=3)
+
+
+def test_a_host_outside_any_rack_has_no_imex_domain(tmp_path: Path) -> None:
+    p = Sim(tmp_path)("nvidia-imex-ctl", "-N", check=False)
+    assert p.returncode == 1 and "no IMEX domain" in p.stderr
