@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from nodecert.core.errors import NodecertError
+from nodecert.lab.hardware import Fault
+from nodecert.lab.rack import check, part_faults
 from nodecert_node.checks.domain import judge_fabric, judge_imex
 from nodecert_node.contract import Verdict
 from nodecert_node.parse.imex import parse_imex_status
@@ -101,8 +104,8 @@ def test_an_imex_node_down_fails_naming_it(tmp_path: Path) -> None:
     out = tray(tmp_path, {"kind": "imex_node_down", "node": 3})("nvidia-imex-ctl", "-N").stdout
     r = judge_imex("domain.imex", parse_imex_status(out), SPEC, "active")
     assert r.verdict == Verdict.FAIL
-    assert r.findings[:2] == ("IMEX domain state DEGRADED, expected UP",
-                              "IMEX node #3 (10.99.0.14) is DOWN, expected READY")
+    assert r.findings[:2] == ("IMEX node #3 (10.99.0.14) is DOWN, expected READY",
+                              "IMEX domain state DEGRADED, expected UP")
 
 
 def test_a_hung_imex_query_never_answers(tmp_path: Path) -> None:
@@ -114,3 +117,20 @@ def test_a_hung_imex_query_never_answers(tmp_path: Path) -> None:
 def test_a_host_outside_any_rack_has_no_imex_domain(tmp_path: Path) -> None:
     p = Sim(tmp_path)("nvidia-imex-ctl", "-N", check=False)
     assert p.returncode == 1 and "no IMEX domain" in p.stderr
+
+
+def test_the_lab_rack_refuses_a_fault_on_a_part_it_does_not_have() -> None:
+    got = part_faults([Fault("*", "rack_psu_failed", {"part": "ps-02", "bay": 4}),
+                       Fault("*", "rack_leak", {})])
+    assert got == {"ps-02": {"psu_failed": {"bay": 4}},
+                   "cdu-01": {"leak": {"detector": "Moisture"}}}
+    with pytest.raises(NodecertError, match="no part named nvsw-10"):
+        part_faults([Fault("*", "rack_part_down", {"part": "nvsw-10"})])
+
+
+def test_a_lab_rack_is_gb200_trays_and_at_most_18() -> None:
+    check(18, ("gb200-nvl-4",))
+    with pytest.raises(NodecertError, match=r"holds 1\.\.18 compute trays, not 19"):
+        check(19, ("gb200-nvl-4",))
+    with pytest.raises(NodecertError, match="trays are gb200-nvl-4, not h200-sxm-8"):
+        check(4, ("h200-sxm-8",))

@@ -39,9 +39,10 @@ def _lab() -> Any:
 
 @lab.command("up")
 @click.option("--nodes", default=2, show_default=True, help="Number of hosts (h1..hN).")
-@click.option("--profile", "profiles", multiple=True, default=("h200-sxm-8",), show_default=True,
+@click.option("--profile", "profiles", multiple=True,
               help="Hardware profile; repeat to alternate profiles across hosts "
-                   "(h200-sxm-8, h100-sxm-8, a100-sxm-8, l40s-pcie-4, b200-hgx-8).")
+                   "(h200-sxm-8, h100-sxm-8, a100-sxm-8, l40s-pcie-4, b200-hgx-8, "
+                   "gb200-nvl-4).  [default: h200-sxm-8; gb200-nvl-4 with --rack]")
 @click.option("--faults", "faults_file", type=click.Path(path_type=Path, exists=True,
                                                           dir_okay=False),
               help="YAML fault file to inject (see README, 'Lab faults').")
@@ -52,10 +53,15 @@ def _lab() -> Any:
               help="Give every host a BMC on the lab bridge (.210+N): Redfish over HTTPS "
                    "(sushy-tools) and IPMI (OpenIPMI's ipmi_sim), readings SIMULATED from "
                    "the hardware model; the inventory names them (nodecert_bmc).")
+@click.option("--rack", "with_rack", is_flag=True,
+              help="Run the hosts as the compute trays (at most 18) of one GB200 NVL72 rack: "
+                   "their GPUs in one NVLink clique, IMEX running, the rack's 9 switch "
+                   "trays, 2 power shelves and CDU as Redfish endpoints (.190+k); the "
+                   "inventory names the rack (nodecert_rack).")
 @json_option
 @handle_errors
 def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
-           as_cluster: bool, with_bmc: bool, as_json: bool) -> None:
+           as_cluster: bool, with_bmc: bool, with_rack: bool, as_json: bool) -> None:
     """Build (once) the base image and mirror, then boot NODES hosts; on a running lab,
     grow or shrink it to NODES hosts (new hosts take --profile, the others run on).
 
@@ -68,9 +74,15 @@ def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
     Example (2 hosts with BMCs, then their BMC checks):
       nodecert lab up --nodes 2 --bmc
       nodecert validate -i /var/tmp/nodecert-lab/state/inventory.ini
+
+    \b
+    Example (a full GB200 NVL72 rack, validated as one unit):
+      nodecert lab up --nodes 18 --rack
+      nodecert rack validate -i /var/tmp/nodecert-lab/state/inventory.ini
     """
+    profiles = profiles or (("gb200-nvl-4",) if with_rack else ("h200-sxm-8",))
     result = _lab().up(nodes=nodes, profiles=profiles, faults_file=faults_file,
-                       as_cluster=as_cluster, with_bmc=with_bmc)
+                       as_cluster=as_cluster, with_bmc=with_bmc, with_rack=with_rack)
     if as_json:
         emit_json(result)
         return

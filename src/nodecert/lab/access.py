@@ -14,6 +14,7 @@ import yaml
 
 from nodecert.lab import bmc as labbmc
 from nodecert.lab import cluster
+from nodecert.lab import rack as labrack
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hardware import spec_vars
 from nodecert.lab.image import ARCHIVE as IMAGE_ARCHIVE
@@ -115,6 +116,9 @@ def write_access_files(cfg: LabConfig, hosts: Sequence[Host], state: dict[str, A
         inv += [f"{k}='{json.dumps(v)}'" if isinstance(v, dict) else f"{k}={v}"
                 for k, v in cluster.inventory_vars().items()]
         inv.append(f"nodecert_shared_fs='{json.dumps(LAB_SHARED_FS)}'")
+    if state.get("rack"):
+        inv.append("# Every host is a compute tray of the lab's rack (SIMULATED NVLink domain).")
+        inv.append(f"nodecert_rack='{json.dumps(labrack.inventory_rack(cfg, len(hosts)))}'")
     inv.append("")
     (st / "inventory.ini").write_text("\n".join(inv))
     # Every framework wheel pinned by its sha256 (pip --require-hashes): the lab's

@@ -37,6 +37,7 @@ from nodecert.core.errors import NodecertError
 from nodecert.core.shell import CommandError, run
 from nodecert.lab import blkio, cluster, net
 from nodecert.lab import bmc as labbmc
+from nodecert.lab import rack as labrack
 from nodecert.lab.access import write_access_files
 from nodecert.lab.config import MAX_HOSTS, LabConfig
 from nodecert.lab.hardware import Fault, hardware_description, load_faults, profile
@@ -205,7 +206,7 @@ class Lab:
 
     def up(self, nodes: int = 2, profiles: tuple[str, ...] = ("h200-sxm-8",),
            faults_file: Path | None = None, *, as_cluster: bool = False,
-           with_bmc: bool = False) -> dict[str, Any]:
+           with_bmc: bool = False, with_rack: bool = False) -> dict[str, Any]:
         preflight_tools()
         self.cfg.claim_root()
         if not 1 <= nodes <= MAX_HOSTS:
@@ -217,6 +218,8 @@ class Lab:
             if nodes > labbmc.MAX_BMC_HOSTS:
                 raise NodecertError(f"--bmc gives BMCs to at most {labbmc.MAX_BMC_HOSTS} "
                                     f"hosts, not {nodes}", hint="use fewer --nodes")
+        if with_rack:
+            labrack.check(nodes, profiles)
         names = [f"h{n}" for n in range(1, nodes + 1)]
         host_profiles = {name: profiles[k % len(profiles)] for k, name in enumerate(names)}
         faults: list[Fault] = (load_faults(faults_file, names, host_profiles)
@@ -228,10 +231,7 @@ class Lab:
                                     "faults`, not with `lab up`",
                                     hint="run `nodecert lab faults FILE`")
             self._same_shape(state, nodes, as_cluster)
-            if with_bmc != bool(state.get("bmc")):
-                raise NodecertError("the lab is up with" + ("out" if with_bmc else "")
-                                    + " BMCs", hint="run `nodecert lab down`, then `lab up` "
-                                                    "again")
+            self._same_parts(state, nodes, with_bmc=with_bmc, with_rack=with_rack)
             return self._resize(state, nodes, profiles)
         self.clean_stale()
         check_inotify(nodes)
@@ -258,7 +258,11 @@ class Lab:
             "seed": seed.read_text().strip(), "faults": [f.__dict__ for f in faults],
             "mirror": str(mirror), "hosts": [], "cluster": as_cluster,
             "bmc": with_bmc,
+            "rack": labrack.hardware_rack(self.cfg, seed.read_text().strip(),
+                                          [(name, n) for n, name in enumerate(names, 1)])
+            if with_rack else None,
         }
+        self._write_state(data)  # the trays' hardware carries the rack
         hosts = self._boot(data, host_profiles, faults, mirror)
         timings["hosts_ready_s"] = time.monotonic() - t0
         timings["total_s"] = time.monotonic() - started
@@ -293,6 +297,8 @@ class Lab:
                 self._cluster_ready(hosts)
             if data.get("bmc"):
                 self._bmcs_up(hosts, faults)
+            if data.get("rack"):
+                self._rack_up(hosts, data["rack"], faults)
         except BaseException:
             self.log("lab up failed: tearing down what was started")
             self.down()
@@ -302,6 +308,14 @@ class Lab:
     def _bmcs_up(self, hosts: list[LabHost], faults: list[Fault]) -> None:
         labbmc.up(self.cfg, [(h.n, h.name, int(profile(h.profile)["gpu_count"]))
                              for h in hosts], faults)
+
+    def _rack_up(self, hosts: list[LabHost], rack: dict[str, Any],
+                 faults: list[Fault]) -> None:
+        """Every tray as provisioned (driver, IMEX), then the rack's endpoints."""
+        script = labrack.tray_script(rack)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda h: self.ssh(h.name, script, timeout=600), hosts))
+        labrack.parts_up(self.cfg, faults)
 
     def _cluster_ready(self, hosts: list[LabHost]) -> None:
         """A cluster lab's hosts as a provisioned cluster's: the job tools installed on
@@ -316,6 +330,23 @@ class Lab:
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(lambda h: self.ssh(h.name, client, timeout=300), hosts))
         self.ssh(cluster.HEAD, cluster.slurm_idle_script(len(hosts)), timeout=90)
+
+    @staticmethod
+    def _same_parts(state: dict[str, Any], nodes: int, *, with_bmc: bool,
+                    with_rack: bool) -> None:
+        """A running lab keeps its BMCs, its rack and a rack's trays."""
+        if state.get("rack") and nodes != len(state.get("hosts", [])):
+            raise NodecertError("a lab rack keeps its trays: every tray's IMEX node list "
+                                "names the others",
+                                hint="run `nodecert lab down`, then `lab up --rack` again")
+        if with_rack != bool(state.get("rack")):
+            raise NodecertError("the lab is up " + ("without a rack" if with_rack else
+                                                     "as a rack"),
+                                hint="run `nodecert lab down`, then `lab up` again")
+        if with_bmc != bool(state.get("bmc")):
+            raise NodecertError("the lab is up with" + ("out" if with_bmc else "")
+                                + " BMCs", hint="run `nodecert lab down`, then `lab up` "
+                                                "again")
 
     @staticmethod
     def _same_shape(state: dict[str, Any], nodes: int, as_cluster: bool) -> None:
@@ -411,7 +442,8 @@ class Lab:
             with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
                 boot = float(json.loads((etc / "hardware.json").read_text())["boot_time"])
         hw = hardware_description(lab_seed=seed, host=name, profile_name=profile_name,
-                                  mac=self.cfg.mac(n), faults=faults, boot_time=boot)
+                                  mac=self.cfg.mac(n), faults=faults, boot_time=boot,
+                                  rack=(self._read_state() or {}).get("rack"))
         etc.mkdir(parents=True, exist_ok=True)
         tmp = etc / "hardware.json.tmp"
         tmp.write_text(json.dumps(hw, indent=1))
@@ -535,6 +567,8 @@ class Lab:
         self._apply_container_faults(hosts, faults, [Fault(**f) for f in state.get("faults", [])])
         if state.get("bmc"):
             self._bmcs_up(hosts, faults)
+        if state.get("rack"):
+            labrack.parts_up(self.cfg, faults)
         state["faults"] = [f.__dict__ for f in faults]
         self._write_state(state)
         return faults

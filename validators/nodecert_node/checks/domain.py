@@ -94,17 +94,18 @@ def judge_imex(name: str, status: dict[str, Any], rack: dict[str, Any],
     warns: list[str] = []
     if service is not None and service != "active":
         fails.append(f"nvidia-imex service is {service}, expected active")
-    if status["domain_state"] != "UP":
-        fails.append(f"IMEX domain state {status['domain_state']}, expected UP")
     nodes = status["nodes"]
-    want = len(rack.get("trays") or [])
-    if want and len(nodes) != want:
-        fails.append(f"the IMEX domain lists {len(nodes)} nodes; rack {rack.get('name')} has "
-                     f"{want} compute trays")
+    # the node that is not READY first: it is what the operator goes to fix
     for n in nodes:
         if n["state"] != "READY":
             fails.append(f"IMEX node #{n['index']} ({n['address']}) is {n['state']}, "
                          "expected READY")
+    if status["domain_state"] != "UP":
+        fails.append(f"IMEX domain state {status['domain_state']}, expected UP")
+    want = len(rack.get("trays") or [])
+    if want and len(nodes) != want:
+        fails.append(f"the IMEX domain lists {len(nodes)} nodes; rack {rack.get('name')} has "
+                     f"{want} compute trays")
     for src, row in sorted(status["matrix"].items()):
         for dst, code in sorted(row.items()):
             if code != "C":

@@ -180,7 +180,9 @@ def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Resul
         "as ordered" if ram is not None else f"{len(gpus)}x {value['gpu_model']} as ordered",
         value=value, thresholds=limits.pick("gpu.names", "gpu.memory_mib_min",
                                             "host.cpu_cores_per_gpu", "host.ram_gb_per_gpu"),
-        facts={"identity": ident, "driver": facts.get("driver")},
+        # the firmware a rack's trays must share (rack.firmware): each GPU's VBIOS
+        facts={"identity": ident, "driver": facts.get("driver"),
+               "vbios": {str(g.get("bus_id")): g.get("vbios") for g in gpus}},
         fault_code="NC-HW-INVENTORY" if fails else "",
         remediation="Compare the node with the order: reseat or replace the missing or wrong "
                     "part, then re-run `nodecert validate`." if fails else "")

@@ -131,6 +131,23 @@ FAULT_KINDS: dict[str, FaultKind] = {
                     "domain.imex"),
     "tray_vbios": _k(set(), {"version"}, "the tray's GPUs run another VBIOS (default "
                      "97.00.88.00.01) than the rest of the rack", "rack.firmware"),
+    # --- a lab rack's management endpoints (`part`: nvsw-01..09, ps-01, ps-02, cdu-01)
+    "rack_part_down": _k({"part"}, set(), "the switch tray, power shelf or CDU `part` does "
+                         "not answer (its Redfish endpoint is not started)",
+                         "rack.switch_trays"),
+    "rack_port_down": _k({"part"}, {"switch", "port"}, "NVLink port `port` (default 1) of "
+                         "switch `switch` (default 0) of switch tray `part` is down",
+                         "rack.switch_trays"),
+    "rack_psu_failed": _k({"part"}, {"bay"}, "supply `bay` (default 1) of power shelf `part` "
+                          "failed, its input lost", "rack.power"),
+    "rack_shelf_failed": _k({"part"}, set(), "power shelf `part` itself fails (Critical)",
+                            "rack.power"),
+    "rack_leak": _k(set(), {"detector"}, "the CDU's leak detector (Moisture, default, or "
+                    "Overflow) trips", "rack.cooling"),
+    "rack_coolant_hot": _k(set(), set(), "the CDU's coolant supply temperature stays above "
+                           "its critical threshold", "rack.cooling"),
+    "rack_firmware": _k({"part"}, {"version"}, "switch tray, shelf or CDU `part` runs other "
+                        "firmware (default 0.0.1) than the rest of the rack", "rack.firmware"),
 }
 
 
@@ -186,6 +203,30 @@ class Faults:
 
     def imex_hang(self) -> bool:
         return bool(self._of("imex_hang"))
+
+    def rack_parts(self) -> dict[str, dict[str, Any]]:
+        """part -> its endpoint's faults (as nodecert.lab.rackmodel reads them), and
+        "down": True for a part whose endpoint is not started."""
+        out: dict[str, dict[str, Any]] = {}
+        for f in self._faults:
+            kind, part = f.get("kind"), f.get("part", "cdu-01")
+            if kind == "rack_part_down":
+                out.setdefault(part, {})["down"] = True
+            elif kind == "rack_port_down":
+                out.setdefault(part, {})["port_down"] = {"switch": int(f.get("switch", 0)),
+                                                         "port": int(f.get("port", 1))}
+            elif kind == "rack_psu_failed":
+                out.setdefault(part, {})["psu_failed"] = {"bay": int(f.get("bay", 1))}
+            elif kind == "rack_shelf_failed":
+                out.setdefault(part, {})["shelf_failed"] = True
+            elif kind == "rack_leak":
+                out.setdefault(part, {})["leak"] = {"detector": f.get("detector", "Moisture")}
+            elif kind == "rack_coolant_hot":
+                out.setdefault(part, {})["coolant_hot"] = True
+            elif kind == "rack_firmware":
+                out.setdefault(part, {})["firmware"] = {"version": str(f.get("version",
+                                                                              "0.0.1"))}
+        return out
 
     def vbios(self, version: str) -> str:
         for f in self._of("tray_vbios"):
