@@ -204,3 +204,19 @@ def test_a_tray_certificate_references_the_rack_certificate_of_its_very_hardware
     other = init_key(tmp_path / "other")
     with pytest.raises(RunError, match="not a cluster or rack certificate signed with this"):
         cluster_reference(env, load_private_key(other.private))
+
+
+def test_an_unreadable_password_file_is_refused_before_anything_runs(
+        endpoints: Rack, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such.pass"
+    inv = _inventory(tmp_path, endpoints, redfish={
+        "username": "nodecert", "password_file": str(missing),
+        "ca_file": endpoints.spec()["redfish"]["ca_file"]})
+    ran: list[str] = []
+
+    def trays(*_: Any) -> dict[str, Any]:
+        ran.append("trays")
+        return {}
+    with pytest.raises(InventoryError, match="Redfish password file"):
+        rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"), trays_fn=trays)
+    assert ran == [] and not (tmp_path / "runs").exists()

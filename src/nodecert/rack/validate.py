@@ -21,6 +21,7 @@ from typing import Any
 from nodecert.core.errors import InventoryError
 from nodecert.inventory.reader import HostSpec, load_inventory
 from nodecert.rack.gather import read_rack
+from nodecert.rack.gather import specs as endpoint_specs
 from nodecert.rack.judge import (
     firmware_table,
     judge_cooling,
@@ -135,6 +136,7 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     specs = load_inventory(request.inventory)
     rack = rack_of(specs, request.rack, request.inventory)
+    endpoint_specs(rack)  # the credentials readable, before anything runs or is written
     run_dir = RunDir.new(request.runs_dir, "rack").make().path
     started = time.time()
     say(f"rack {rack['name']} ({rack['kind']}): {len(rack['trays'])} compute trays, "
