@@ -482,3 +482,27 @@ def test_soak_judge_on_real_samples_and_faults() -> None:
     ampere = dict(base, **{"temperature.gpu.tlimit": "", "temperature.gpu": "84"})
     assert judge_soak([ampere], {0: 85}, limits("A100-SXM4-80GB")).verdict is Verdict.FAIL
     assert judge_soak([], {}, limits("H100-SXM")).verdict is Verdict.FAIL
+
+
+def test_a_gb200_soak_judges_temperature_over_consecutive_samples() -> None:
+    """On Grace-Blackwell trays one sample beyond the headroom is a transient (WARN);
+    three in a row are a failure. Elsewhere every sample counts, as before."""
+    from nodecert_node.checks.load import judge_soak
+    from nodecert_node.parse import smi as smi_parse
+    base = smi_parse.parse_query_csv(real_bench(
+        "nvidia-smi/h100-80gb-hbm3-1gpu-590.48.01-query-gpu-all-fields-under-load.csv"))[0]
+    hot = dict(base, **{"temperature.gpu.tlimit": "1"})
+    gb = limits("GB200")
+    assert gb.value("soak.sustained_samples_min") == 3
+    spike = judge_soak([base, hot, hot, base, base], {0: None}, gb)
+    assert spike.verdict is Verdict.WARN
+    assert spike.summary == ("GPU0 headroom to its max operating temperature (at 59 C, sample "
+                             "1): needs >= 2 C, measured 1 C: a transient of 2 sample(s), "
+                             "under the 3 consecutive samples that make a failure")
+    held = judge_soak([base, hot, hot, hot, base], {0: None}, gb)
+    assert held.verdict is Verdict.FAIL
+    assert held.summary.endswith("sample 1): needs >= 2 C, measured 1 C; held for 3 "
+                                 "consecutive samples")
+    tail = judge_soak([base, base, hot], {0: None}, gb)  # cut short by the end of the soak
+    assert tail.verdict is Verdict.WARN and "a transient of 1 sample(s)" in tail.summary
+    assert judge_soak([base, hot], {0: None}, limits("H100-SXM")).verdict is Verdict.FAIL

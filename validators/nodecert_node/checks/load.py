@@ -183,6 +183,43 @@ def burnin(ctx: Ctx) -> Result:
 
 # --- load.thermal_soak ------------------------------------------------------------------
 
+class _Sustained:
+    """A temperature beyond its limit counts when it holds `soak.sustained_samples_min`
+    consecutive samples (where the profile sets it: Grace-Blackwell trays move tens of
+    degrees in seconds; elsewhere every sample counts); a shorter excursion is a
+    transient, reported as a WARN with where it began."""
+
+    def __init__(self, limits: Limits, fails: list[str], warns: list[str]) -> None:
+        t = limits.opt("soak.sustained_samples_min")
+        self.need = max(1, int(t.value)) if t is not None else 1
+        self.fails, self.warns = fails, warns
+        self.runs: dict[tuple[int, str], list[str]] = {}  # the misses in a row
+
+    def over(self, g: int, kind: str, misses: list[str]) -> bool:
+        """One sample's outcome for GPU g's `kind` of temperature; True once it fails."""
+        run = self.runs.setdefault((g, kind), [])
+        if not misses:
+            self._transient(g, kind)
+            return False
+        run.append(misses[0])
+        if len(run) < self.need:
+            return False
+        self.runs.pop((g, kind))
+        self.fails.append(run[0] if self.need == 1 else
+                          f"{run[0]}; held for {len(run)} consecutive samples")
+        return True
+
+    def _transient(self, g: int, kind: str) -> None:
+        run = self.runs.pop((g, kind), [])
+        if run:
+            self.warns.append(f"{run[0]}: a transient of {len(run)} sample(s), under the "
+                              f"{self.need} consecutive samples that make a failure")
+
+    def end(self) -> None:
+        for g, kind in list(self.runs):
+            self._transient(g, kind)  # a run still open at the end is as long as it got
+
+
 def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None],
                limits: Limits) -> Result:
     """samples: --query-gpu rows (SOAK_FIELDS); headroom_abs: GPU -> absolute max-operating
@@ -191,6 +228,7 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
     warns: list[str] = []
     series: dict[int, list[list[float | None]]] = {}
     flagged: set[tuple[int, str]] = set()
+    sustained = _Sustained(limits, fails, warns)
     for row in samples:
         g = int(row["index"])
         k = len(series.get(g, []))  # this GPU's sample number (about one per second)
@@ -221,14 +259,15 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
             miss: list[str] = []
             within(limits, "soak.headroom_c_min", headroom, f"GPU{g} headroom to its max "
                    f"operating temperature (at {temp or 0:g} C, sample {k})", miss)
-            for m in miss:
-                once("temp", m, fails)
+            if sustained.over(g, "temp", miss):
+                flagged.add((g, "temp"))
         if mem is not None and (g, "mem") not in flagged:
             miss = []
             within(limits, "soak.mem_temp_max_c", mem,
                    f"GPU{g} memory temperature under load (sample {k})", miss)
-            for m in miss:
-                once("mem", m, fails)
+            if sustained.over(g, "mem", miss):
+                flagged.add((g, "mem"))
+    sustained.end()
     if not samples:
         fails.append("no telemetry samples were taken during the load")
     peak = {g: max(float(s[1] or 0) for s in ss) for g, ss in series.items()}
@@ -239,7 +278,8 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
         f"{len(series)} GPUs, {len(samples) // max(len(series), 1)} samples each: peak "
         f"{max(peak.values(), default=0):g} C, no hardware slowdown",
         value={"peak_temp_c": peak, "peak_mem_temp_c": mem_peak, "samples": len(samples)},
-        thresholds=limits.pick("soak.headroom_c_min", "soak.mem_temp_max_c"),
+        thresholds=limits.pick("soak.headroom_c_min", "soak.mem_temp_max_c",
+                               "soak.sustained_samples_min"),
         facts={"series_fields": ["sample", "temp_c", "sm_mhz", "power_w", "reasons",
                                  "mem_temp_c"],
                "series": {str(g): ss for g, ss in series.items()}},
