@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,18 @@ def test_an_unreadable_password_file_is_refused_before_anything_runs(
     with pytest.raises(InventoryError, match="Redfish password file"):
         rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"), trays_fn=trays)
     assert ran == [] and not (tmp_path / "runs").exists()
+
+
+def test_ctrl_c_keeps_a_record_and_stops_the_sampling(endpoints: Rack, tmp_path: Path) -> None:
+    inv = _inventory(tmp_path, endpoints, samples=30, sample_s=1)
+
+    def interrupted(*_: Any) -> dict[str, Any]:
+        raise KeyboardInterrupt
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"), progress=lambda s: None,
+                      trays_fn=interrupted)
+    assert time.monotonic() - t0 < 15  # not the 30 samples the rack asks for
+    (run,) = (tmp_path / "runs").iterdir()
+    data = json.loads((run / "results.json").read_text())
+    assert data["verdict"] == "ERROR" and data["interrupted"] is True

@@ -207,8 +207,8 @@ def revoke_cmd(certificate: Path, revocations: Path, key_path: Path, reason: str
          "the new list")
 
 
-_VERIFY_HELP = """Verify a node or cluster certificate offline, and optionally against
-the live host.
+_VERIFY_HELP = """Verify a node, cluster or rack certificate offline, and optionally
+against the live host.
 
 Checks, in order: the DSSE signature against the trusted public key(s) given
 with --pubkey (nothing else is trusted), the payload type and in-toto Statement
@@ -217,7 +217,9 @@ the certificate names, the subject digest against the certified hardware
 identity, with --host the host's hardware now (read over SSH: a swapped GPU or
 board fails), and the verdict. A cluster certificate is about each of its nodes:
 --expect-host must be one of them, --expect-serial/--expect-identity that node's
-(any node's without --expect-host), and --host is compared with its own subject.
+(any node's without --expect-host), and --host is compared with its own subject. A
+rack certificate is read the same way, its compute trays as the nodes; its switch
+trays' subjects are checked against their identities.
 With --revocations, the signer's revocation list (signed with a trusted key)
 must not name the certificate revoked or superseded, nor hold a certificate on
 newer evidence for the same node. A SIMULATED certificate is refused unless

@@ -150,9 +150,18 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
         comps = read_rack(rack, stop=stop, say=say)
         return comps, time.monotonic() - t0
 
+    stop = stop or threading.Event()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rack") as pool:
         infra = pool.submit(timed_read)  # the endpoints are read while the trays run
-        trays = run_trays(request.inventory, rack, run_dir, say)
+        try:
+            trays = run_trays(request.inventory, rack, run_dir, say)
+        except KeyboardInterrupt:
+            stop.set()  # the endpoints' sampling ends at its next wait
+            write_json(RunDir(run_dir).cluster_results, {
+                "schema": SCHEMA, "run_id": run_dir.name, "verdict": "ERROR",
+                "interrupted": True, "rack": {k: rack.get(k) for k in PUBLIC},
+                "results": [], "problems": ["interrupted: the trays' checks were stopped"]})
+            raise
         trays_s = time.monotonic() - t0
         found, infra_s = infra.result()
         comps = [c.as_dict() for c in found]
