@@ -155,10 +155,24 @@ def test_a_job_past_its_limit_is_cancelled_by_name_and_its_nodes_swept() -> None
     sl = ScriptedLauncher({"srun": (124, " 0: # nThread 1 nGpus 8\n", False)})
     res = sl.run(Job("nodecert-x-pair-1", ("h1", "h2"), "true", {}, 30))
     assert res.timed_out and not res.ok
-    assert "scancel --name=nodecert-x-pair-1" in sl.sent
+    assert any(c.startswith("scancel --name=nodecert-x-pair-1;") for c in sl.sent)
     assert sl.swept == ["nodecert-x-pair-1"] and res.leftovers == {"h1": 0, "h2": 0}
     ok = ScriptedLauncher({}).run(Job("j2", ("h1", "h2"), "true", {}, 30))
     assert ok.ok and ok.leftovers == {}
+
+
+def test_after_ctrl_c_no_job_starts_and_a_cancel_waits_for_slurm_to_drop_it() -> None:
+    """A job submitted in the same instant as Ctrl-C: either registered before the
+    interrupt looks (and cancelled, its launcher swept first), or never started."""
+    sl = ScriptedLauncher({})
+    sl.interrupt()
+    late = sl.run(Job("nodecert-x-pair-7", ("h1", "h2"), "true", {}, 30))
+    assert late.error == "not started: the run was interrupted" and not late.ok
+    assert not any("srun" in c for c in sl.sent)  # nothing reached the engine
+    sl.cancel(Job("nodecert-x-pair-8", ("h1",), "true", {}, 30))
+    loop = sl.sent[-1]
+    assert loop.startswith("scancel --name=nodecert-x-pair-8; for i in $(seq 1 20); do ")
+    assert "squeue -h --name=nodecert-x-pair-8 -t PD,CF,R,S | grep -q . || exit 0" in loop
 
 
 # --- the whole run against a fabric model ------------------------------------------------------

@@ -137,6 +137,9 @@ class Launcher:
         self._lock = threading.Lock()
         self._running: dict[str, Job] = {}
         self.cancelled = threading.Event()  # set on interrupt: every wait ends
+        # Admission: a job is either registered before an interrupt looks (and is
+        # cancelled by it) or sees the interrupt and never starts.
+        self._admit = threading.Lock()
 
     # --- the connection --------------------------------------------------------------
     def _channel(self) -> paramiko.Channel:
@@ -214,7 +217,11 @@ class Launcher:
     def run(self, job: Job) -> JobResult:
         cmd = self.command(job)
         t0 = time.monotonic()
-        self._running[job.name] = job
+        with self._admit:
+            if self.cancelled.is_set():
+                return JobResult(job, cmd, None, "", 0.0,
+                                 error="not started: the run was interrupted")
+            self._running[job.name] = job
         try:
             rc, out, timed_out = self.remote(cmd, self.limit_s(job) + KILL_GRACE_S + 15)
         except NodecertError as exc:
@@ -234,10 +241,14 @@ class Launcher:
     def interrupt(self) -> None:
         """Cancel every job still running (Ctrl-C): the engine's cancel, then the sweep of
         its nodes and of the launch host; the waits on them end at once."""
-        self.cancelled.set()
-        for job in list(self._running.values()):
-            self.cancel(job)
+        with self._admit:
+            self.cancelled.set()
+            running = list(self._running.values())
+        for job in running:
+            # The launcher process first (srun or mpirun on the launch host, the ranks on
+            # the nodes): a job it had not yet handed to the engine never reaches it.
             self.sweep(job)
+            self.cancel(job)
 
     def sweep(self, job: Job) -> dict[str, int]:
         """Kill what the job left on each of its nodes (processes carrying its name in
@@ -320,8 +331,14 @@ class SlurmLauncher(Launcher):
         return state, None
 
     def cancel(self, job: Job) -> None:
+        """scancel, then again while Slurm still lists the job pending or running (for up
+        to 10 s): an srun stopped right after it asked for its allocation leaves a job
+        that slurmctld registers a moment later."""
+        name = shlex.quote(job.name)
         with _suppress():
-            self.remote(f"scancel --name={shlex.quote(job.name)}", 30, always=True)
+            self.remote(f"scancel --name={name}; for i in $(seq 1 20); do "
+                        f"squeue -h --name={name} -t PD,CF,R,S | grep -q . || exit 0; "
+                        f"sleep 0.5; scancel --name={name}; done", 30, always=True)
 
     def preflight(self, nodes: Sequence[str]) -> list[str]:
         """Problems that stop the run before any job: Slurm unreachable (munge, slurmctld),
