@@ -4,6 +4,7 @@ port, with the lab's CA and password; faults written into a running endpoint."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -54,9 +55,16 @@ class Rack:
 
     def fault(self, name: str, **faults: Any) -> None:
         kind = {n: k for k, n in PARTS}[name]
-        rackparts.set_component(self.dirs[name], {"kind": kind, "name": name,
-                                                  "faults": faults, "ports": 8})
-        time.sleep(1.5)  # the endpoint renders its tree again every second
+        d = self.dirs[name]
+        written = time.monotonic_ns()
+        rackparts.set_component(d, {"kind": kind, "name": name, "faults": faults,
+                                    "ports": 8})
+        # Served once a tree rendered after the write is the one the endpoint links to
+        # (its trees are named by the monotonic clock at the start of their render).
+        deadline = time.monotonic() + 10
+        while int(os.readlink(d / "mockup").rsplit(".", 1)[1]) <= written:
+            assert time.monotonic() < deadline, f"{name} never rendered its new faults"
+            time.sleep(0.05)
 
 
 def running(tmp_path: Path) -> Iterator[Rack]:
