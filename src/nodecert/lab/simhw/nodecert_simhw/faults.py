@@ -129,6 +129,9 @@ FAULT_KINDS: dict[str, FaultKind] = {
                          "domain every tray reports", "domain.imex"),
     "imex_hang": _k(set(), set(), "nvidia-imex-ctl never answers (a hung IMEX query)",
                     "domain.imex"),
+    "nvlink_slow": _k({"gpu"}, {"factor"}, "the GPU's NVLinks carry `factor` (default 0.5) "
+                      "of their bandwidth while every link and the fabric's health read "
+                      "healthy: only traffic across the NVLink domain shows it", "rack.sweep"),
     "tray_vbios": _k(set(), {"version"}, "the tray's GPUs run another VBIOS (default "
                      "97.00.88.00.01) than the rest of the rack", "rack.firmware"),
     # --- a lab rack's management endpoints (`part`: nvsw-01..09, ps-01, ps-02, cdu-01)
@@ -197,6 +200,13 @@ class Faults:
 
     def fabric_degraded(self, gpu: int) -> bool:
         return bool(self._of("nvlink_insufficient", gpu))
+
+    def nvlink_factor(self, gpu: int) -> float:
+        """The share of its NVLink bandwidth the GPU's traffic gets (nvlink_slow)."""
+        factor = 1.0
+        for f in self._of("nvlink_slow", gpu):
+            factor *= float(f.get("factor", 0.5))
+        return factor
 
     def imex_down(self) -> set[int]:
         return {int(f.get("node", 0)) for f in self._of("imex_node_down")}

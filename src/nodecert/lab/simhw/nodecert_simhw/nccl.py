@@ -15,12 +15,12 @@ from nodecert_simhw import multinode
 from nodecert_simhw.faults import Faults
 from nodecert_simhw.state import (
     bus_id,
+    cuda_devices,
     driver_version,
     installed,
     jitter,
     load_hw,
     nvlink_ok,
-    visible_gpus,
 )
 
 
@@ -46,6 +46,31 @@ def busbw_peak(hw, gpus):
     if hw["profile"]["gpu"].get("nvlink_links") and not all(nvlink_ok(hw, i) for i in gpus):
         peak = fab["pcie_allreduce_busbw_gbs"]  # NVLink gone: traffic falls back to PCIe
     return peak * Faults(hw).busbw_factor()
+
+
+def mnnvl(hw, gpus):
+    """What NCCL learns of a rack tray's GPUs for a multi-node NVLink (MNNVL) run: the
+    fabric's cluster and clique, and the bandwidth the GPUs' NVLinks carry (the slowest
+    GPU's); None off a rack, with NCCL_MNNVL_ENABLE=0, or with a GPU's NVLinks all down."""
+    rack = hw.get("rack")
+    if not rack or os.environ.get("NCCL_MNNVL_ENABLE") == "0" or not gpus:
+        return None
+    if not all(nvlink_ok(hw, i) for i in gpus):
+        return None
+    faults = Faults(hw)
+    peak = hw["profile"]["fabric"].get("mnnvl_busbw_gbs", 0.0)
+    return {"uuid": rack["cluster_uuid"].replace("-", ""),
+            "clique": int(faults.clique(str(rack["clique_id"]))),
+            "peak": peak * min(faults.nvlink_factor(i) for i in gpus),
+            "health": 0x0 if not any(faults.fabric_degraded(i) for i in gpus) else 0xaa}
+
+
+def over_mnnvl(ranks):
+    """Whether NCCL runs this job over the NVLink domain: several processes, each on a
+    rack tray, all in one clique of one cluster."""
+    m = [r.get("mnnvl") for r in ranks]
+    return (len(ranks) > 1 and all(m)
+            and len({(x["uuid"], x["clique"]) for x in m}) == 1)
 
 
 # test -> (redop, bus bandwidth factor of nccl-tests: 2(n-1)/n for all-reduce, (n-1)/n for
@@ -84,7 +109,7 @@ def cmd_all_reduce_perf(argv, test="all_reduce_perf"):
             continue
         k += 1
     ngpus = int(opts["-g"])
-    vis = visible_gpus(hw)
+    vis = cuda_devices(hw)
     host = os.uname().nodename
     rank, size = multinode.world()
     if ngpus > len(vis):
@@ -98,8 +123,9 @@ def cmd_all_reduce_perf(argv, test="all_reduce_perf"):
     mine = {"rank": rank, "host": host, "pid": os.getpid(),
             "buses": [bus_id(hw, i, width=4)[:-2].lower() for i in gpus],
             "product": hw["profile"]["gpu"]["product_name"],
-            "peak": busbw_peak(hw, gpus), "rails": multinode.rail_gbps(hw),
-            "hang": faults.nccl_hangs(), "wrong": faults.nccl_wrong()}
+            "peak": busbw_peak(hw, gpus), "factor": faults.busbw_factor(), "rails": multinode.rail_gbps(hw),
+            "hang": faults.nccl_hangs(), "wrong": faults.nccl_wrong(),
+            "mnnvl": mnnvl(hw, gpus)}
     boot = None
     if size > 1:
         comm_id = os.environ.get("NCCL_COMM_ID", "")
@@ -144,6 +170,19 @@ def _info_lines(ranks, nccl):
     print(f"{tag} NCCL version {nccl}")
     if len(ranks) == 1:
         return
+    m = me.get("mnnvl")
+    if m:
+        print(f"{tag} MNNVL busId 0x{me['buses'][0].split(':')[1]}000 fabric UUID "
+              f"{m['uuid'][:16]}.{m['uuid'][16:]} cliqueId 0x{m['clique']:x} state 3 "
+              f"healthMask 0x{m['health']:x}")
+    if over_mnnvl(ranks):
+        n = sum(len(r["buses"]) for r in ranks)
+        print(f"{tag} MNNVL 1 cliqueId {m['clique']:x} cliqueSize {n} cliqueRank 0 "
+              f"nvlDomainSize {n}")
+        print(f"{tag} comm 0x{id(ranks) % (1 << 32):x} rank 0 nRanks {n} nNodes "
+              f"{len({r['host'] for r in ranks})} localRanks {len(me['buses'])} localRank 0 "
+              "MNNVL 1")
+        return
     up = [k for k, g in enumerate(me["rails"]) if g > 0]
     if all(any(g > 0 for g in r["rails"]) for r in ranks):
         devs = " ".join(f"[{k}]mlx5_{k}:1/IB" for k in up)
@@ -161,7 +200,10 @@ def _info_lines(ranks, nccl):
 def combined_peak(ranks):
     """Large-message bus bandwidth of a run over these hosts: the slowest host's GPUs, or
     across hosts the slowest channel on every rail (multinode's fabric model)."""
-    peak = min(r["peak"] for r in ranks)
+    if over_mnnvl(ranks):  # the NVLink domain: no NIC in the path
+        return min(r["mnnvl"]["peak"] for r in ranks) * min(r["factor"] for r in ranks)
+    # a process's own GPUs bound it only where it has several (one GPU: no local ring)
+    peak = min((r["peak"] for r in ranks if len(r["buses"]) > 1), default=float("inf"))
     if len(ranks) > 1:
         rails = min(len(r["rails"]) for r in ranks)
         peak = min(peak, rails * min(multinode.channel_gbs(r["rails"]) for r in ranks))

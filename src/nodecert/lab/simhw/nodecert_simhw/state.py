@@ -64,6 +64,22 @@ def visible_gpus(hw):
     return [i for i in range(hw["profile"]["gpu_count"]) if i not in missing]
 
 
+def cuda_devices(hw):
+    """The GPUs a CUDA program sees: CUDA_VISIBLE_DEVICES (indices into the visible
+    GPUs, as CUDA reads it: the list ends at the first entry that names none), else all."""
+    vis = visible_gpus(hw)
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return vis
+    out = []
+    for entry in spec.split(","):
+        item = entry.strip()
+        if not item.isdigit() or int(item) >= len(vis) or vis[int(item)] in out:
+            break
+        out.append(vis[int(item)])
+    return out
+
+
 def bus_id(hw, i, width=8):
     bus = hw["profile"]["pci_buses"][i]
     return ("0" * (width - 4) + "0000" if width == 8 else "0000") + ":" + bus.upper() + ":00.0"
