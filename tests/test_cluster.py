@@ -238,15 +238,15 @@ def test_jobs_sharing_a_node_never_run_at_once(tmp_path: Path) -> None:
     ctx = context(4)
     run = ClusterRun(ctx, tmp_path, lambda _: None, m)
     m.ran.clear()
-    jobs = [run._job("bisect", ("h2", "h1"), lambda f, p: "x"),
-            run._job("bisect", ("h3", "h1"), lambda f, p: "x")]
+    jobs = [run.job("bisect", ("h2", "h1"), lambda f, p: "x"),
+            run.job("bisect", ("h3", "h1"), lambda f, p: "x")]
     seen: list[set[str]] = []
 
     def spy(job: Job) -> JobResult:
         seen.append(set(job.nodes))
         return JobResult(job, "", 0, "", 0.0)
     m.run = spy  # type: ignore[method-assign]
-    run._run_jobs(jobs)
+    run.run_jobs(jobs)
     assert seen == [{"h1", "h2"}, {"h1", "h3"}]
 
 
@@ -591,5 +591,5 @@ def test_each_run_draws_where_its_ports_start(tmp_path: Path) -> None:
     ports = set()
     for k in range(6):
         run = ClusterRun(context(2), tmp_path / f"r{k}", lambda _: None, ModelLauncher())
-        ports.add(run._job("pair", ("h1", "h2"), lambda first, port: str(port)).script)
+        ports.add(run.job("pair", ("h1", "h2"), lambda first, port: str(port)).script)
     assert len(ports) > 1  # not the same first port every run

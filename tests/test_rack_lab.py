@@ -1,6 +1,7 @@
 """`nodecert rack validate` on a lab rack: 18 GB200 compute trays (nspawn hosts with real
-systemd, apt and sshd; GPUs, NVLink fabric and IMEX simulated) and the rack's 9 switch
-trays, 2 power shelves and CDU as real Redfish endpoints in the lab's BMC namespace.
+systemd, apt and sshd; GPUs, NVLink fabric and IMEX simulated), real Slurm running the
+NVLink domain's jobs, and the rack's 9 switch trays, 2 power shelves and CDU as real
+Redfish endpoints in the lab's BMC namespace.
 A healthy rack passes and its certificate verifies; each fault gives the right verdict
 naming the right tray, GPU or component, and nothing else fails."""
 
@@ -39,7 +40,7 @@ def rack_lab() -> Iterator[Lab]:
     except NodecertError:
         INOTIFY_LIMIT.write_text(f"{max(1024, int(before) * 4)}\n")
     try:
-        lab.up(nodes=TRAYS, profiles=("gb200-nvl-4",), with_rack=True)
+        lab.up(nodes=TRAYS, profiles=("gb200-nvl-4",), with_rack=True, as_cluster=True)
         assert lab.ssh("h18", "systemctl is-active nvidia-imex").stdout.strip() == "active"
         yield lab
     finally:
@@ -92,7 +93,11 @@ def test_a_healthy_rack_passes_and_its_certificate_verifies(rack_lab: Lab,
     by = _by(data)
     assert rc == 0 and data["verdict"] == "PASS", {k: v["summary"] for k, v in by.items()}
     assert list(by) == ["rack.trays", "rack.domain", "rack.switch_trays", "rack.power",
-                        "rack.cooling", "rack.firmware"]
+                        "rack.cooling", "rack.firmware", "rack.allreduce", "rack.sweep"]
+    assert by["rack.allreduce"]["value"] >= 690
+    assert by["rack.sweep"]["value"]["rounds"] == 2
+    assert by["rack.sweep"]["value"]["confirmations"] == 0
+    assert len(by["rack.sweep"]["value"]["heatmap"]) == 18
     assert by["rack.domain"]["value"]["gpus"] == 72 and by["rack.domain"]["value"]["trays"] == 18
     assert by["rack.switch_trays"]["summary"] == ("9 switch trays healthy, 1296/1296 NVLink "
                                                   "ports up")
@@ -102,8 +107,11 @@ def test_a_healthy_rack_passes_and_its_certificate_verifies(rack_lab: Lab,
                   "--allow-simulated", "--expect-host", "h7", cwd=tmp_path)
     assert v.returncode == 0, v.stdout + v.stderr
     assert "18 compute trays and 9 switch trays" in v.stdout
-    print(f"\nhealthy rack: trays {data['seconds']['trays']} s, infrastructure "
-          f"{data['seconds']['infrastructure']} s, total {data['seconds']['total']} s")
+    page = Path(data["html"]).read_text()
+    assert 'id="sweep"' in page and page.count('class="cell"') == 72
+    print(f"\nhealthy rack: trays {data['seconds']['trays']} s, load {data['seconds']['load']} "
+          f"s, infrastructure {data['seconds']['infrastructure']} s, total "
+          f"{data['seconds']['total']} s")
 
 
 def test_tray_faults_are_named_and_nothing_else_fails(rack_lab: Lab, tmp_path: Path) -> None:
@@ -115,7 +123,11 @@ def test_tray_faults_are_named_and_nothing_else_fails(rack_lab: Lab, tmp_path: P
     verdicts = {k: v["verdict"] for k, v in by.items()}
     assert verdicts == {"rack.trays": "ERROR", "rack.domain": "FAIL",
                         "rack.switch_trays": "PASS", "rack.power": "PASS",
-                        "rack.cooling": "PASS", "rack.firmware": "FAIL"}
+                        "rack.cooling": "PASS", "rack.firmware": "FAIL",
+                        "rack.allreduce": "FAIL", "rack.sweep": "FAIL"}
+    # h5 outside the domain's clique: NCCL goes over the NICs, its four GPUs are named
+    sweep = by["rack.sweep"]["findings"]
+    assert [f.split(":")[0] for f in sweep] == [f"h5 GPU {g}" for g in range(4)], sweep
     trays = by["rack.trays"]["findings"]
     assert any(f.startswith("tray h11: domain.imex ERROR") for f in trays), trays
     assert any(f.startswith("tray h7: domain.fabric: GPU ") and "Unhealthy" in f
@@ -137,7 +149,8 @@ def test_rack_faults_are_named_and_nothing_else_fails(rack_lab: Lab, tmp_path: P
                       {"kind": "rack_firmware", "part": "nvsw-06", "version": "35.2014.1500"})
     assert {k: v["verdict"] for k, v in by.items()} == {
         "rack.trays": "FAIL", "rack.domain": "PASS", "rack.switch_trays": "FAIL",
-        "rack.power": "FAIL", "rack.cooling": "FAIL", "rack.firmware": "FAIL"}
+        "rack.power": "FAIL", "rack.cooling": "FAIL", "rack.firmware": "FAIL",
+        "rack.allreduce": "PASS", "rack.sweep": "PASS"}
     ip3 = str(rack_lab.cfg.host_ip(3))
     trays = by["rack.trays"]["findings"]
     assert len(trays) == TRAYS and all(
@@ -151,3 +164,27 @@ def test_rack_faults_are_named_and_nothing_else_fails(rack_lab: Lab, tmp_path: P
     assert by["rack.cooling"]["summary"].startswith("CDU cdu-01: LEAK detected by Moisture")
     assert all("nvsw-06" in f for f in by["rack.firmware"]["findings"]), \
         by["rack.firmware"]["findings"]
+
+
+def test_a_slow_nvlink_on_one_gpu_is_named_by_the_sweep(rack_lab: Lab, tmp_path: Path
+                                                         ) -> None:
+    """Every link and the fabric's health read healthy: only traffic shows it. The sweep
+    names the GPU in two rounds and one confirmation; the rack-wide all-reduce, paced by
+    its slowest GPU, falls below the floor; nothing else fails."""
+    by = _with_faults(rack_lab, tmp_path, {"kind": "nvlink_slow", "host": "h7", "gpu": 2})
+    assert {k: v["verdict"] for k, v in by.items()} == {
+        "rack.trays": "PASS", "rack.domain": "PASS", "rack.switch_trays": "PASS",
+        "rack.power": "PASS", "rack.cooling": "PASS", "rack.firmware": "PASS",
+        "rack.allreduce": "FAIL", "rack.sweep": "FAIL"}
+    sweep = by["rack.sweep"]
+    assert len(sweep["findings"]) == 1 and sweep["findings"][0].startswith("h7 GPU 2: ")
+    assert sweep["value"]["rounds"] == 2 and sweep["value"]["confirmations"] == 1
+    heat = sweep["value"]["heatmap"]
+    assert heat["h7"]["2"] < 0.6 * heat["h7"]["1"]
+
+
+def test_without_a_load_the_domain_is_not_judged_under_load(rack_lab: Lab, tmp_path: Path
+                                                             ) -> None:
+    rc, data = _validate(rack_lab, tmp_path, "--no-load")
+    assert rc == 0 and "rack.sweep" not in _by(data)
+    assert data["not_judged"] == ["rack.allreduce, rack.sweep: not asked for (--no-load)"]

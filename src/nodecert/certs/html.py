@@ -181,8 +181,25 @@ def rack_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -> s
                      if r["check"] == "rack.firmware"), None) or {}
     return _env().get_template("rack.html.j2").render(
         p=p, trays=sorted(p["trays"], key=_node_order), subjects=statement["subject"],
-        firmware=firmware, simulated=p["simulated"], simulated_text=SIMULATED_TEXT,
+        firmware=firmware, heatmap=_sweep_heatmap(p["results"]), simulated=p["simulated"],
+        simulated_text=SIMULATED_TEXT,
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
+
+
+def _sweep_heatmap(results: list[dict[str, Any]]) -> str:
+    """The NVLink domain's sweep as a heat-map (each GPU's best pair), "" without one."""
+    sweep = next((r for r in results if r["check"] == "rack.sweep"), None)
+    heat = ((sweep or {}).get("value") or {}).get("heatmap") or {}
+    if not heat:
+        return ""
+    cols = sorted({g for row in heat.values() for g in row}, key=int)
+    value = (sweep or {}).get("value") or {}
+    mid, peer = value.get("median_gbs"), value.get("peer_fraction_min")
+    low = float(mid) * float(peer) if mid and peer else None  # a slow pair's bound
+    return svgplot.heat_map(
+        "NVLink domain sweep: each GPU's best pair bus bandwidth",
+        [(t, [heat[t].get(g) for g in cols]) for t in sorted(heat, key=_node_order)],
+        columns=[f"GPU {g}" for g in cols], unit="GB/s", low=low, kind="sweep")
 
 
 def _node_order(name: str) -> tuple[str, int]:

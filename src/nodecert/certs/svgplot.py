@@ -142,4 +142,44 @@ def bar_chart(title: str, bars: Sequence[tuple[str, float]], *, ylabel: str,
     return _frame(title, "", ylabel, body, kind)
 
 
-__all__ = ["bar_chart", "line_chart"]
+def heat_map(title: str, rows: Sequence[tuple[str, Sequence[float | None]]], *,
+             columns: Sequence[str], unit: str, low: float | None = None,
+             kind: str = "heatmap") -> str:
+    """A grid of cells (a row per tray, a column per GPU), shaded from the lowest value
+    (dark) to the highest (light); a cell below `low` is red, a cell without a value
+    is hatched grey and says so in its tooltip."""
+    vals = [v for _, r in rows for v in r if v is not None]
+    if not rows or not vals:
+        return _frame(title, "", "", [f'<text x="{W / 2}" y="{H / 2}" '
+                                      'text-anchor="middle">no data</text>'], kind)
+    lo, hi = min(vals), max(vals)
+    cw = (W - L - R) / max(len(columns), 1)
+    ch = (H - T - B) / len(rows)
+    body = []
+    for k, c in enumerate(columns):
+        body.append(f'<text x="{L + (k + 0.5) * cw:.1f}" y="{H - B + 14}" text-anchor="middle" '
+                    f'font-size="10">{escape(c)}</text>')
+    for j, (name, row) in enumerate(rows):
+        y = T + j * ch
+        body.append(f'<text x="{L - 4}" y="{y + ch / 2 + 3:.1f}" text-anchor="end" '
+                    f'font-size="{min(10.0, ch * 0.9):.1f}">{escape(name)}</text>')
+        for k, v in enumerate(row):
+            if v is None:
+                fill, tip = "#bbbbbb", "not measured"
+            else:
+                share = (v - lo) / (hi - lo) if hi > lo else 1.0
+                shade = int(90 + 150 * share)
+                fill = ("#d62728" if low is not None and v < low
+                        else f"#{shade // 3:02x}{shade // 2 + 40:02x}{shade:02x}")
+                tip = f"{v:g} {unit}"
+            body.append(f'<rect class="cell" x="{L + k * cw:.1f}" y="{y:.1f}" '
+                        f'width="{cw - 1:.1f}" height="{max(ch - 1, 1):.1f}" fill="{fill}">'
+                        f'<title>{escape(name)} {escape(columns[k])}: {escape(tip)}</title>'
+                        "</rect>")
+    body.append(f'<text x="{W - R + 6}" y="{T + 10}" font-size="10">{escape(_fmt(hi))} '
+                f'{escape(unit)}</text><text x="{W - R + 6}" y="{H - B}" font-size="10">'
+                f'{escape(_fmt(lo))} {escape(unit)}</text>')
+    return _frame(title, "", "", body, kind)
+
+
+__all__ = ["bar_chart", "heat_map", "line_chart"]

@@ -36,8 +36,12 @@ cluster, the NVLink switch trays (health, every NVLink port up), the power shelv
 (supplies, input, redundancy) and the CDU (leaks, pumps, coolant temperatures, flow and
 pressure against the unit's own thresholds over consecutive samples) read over
 Redfish, and one firmware version per component across the domain (the rack's recipe
-where it gives one). The rack comes from the inventory's nodecert_rack
-(docs/rack.md). With --key, the run is signed as a rack certificate.
+where it gives one). Where the trays name a job engine (nodecert_cluster: Slurm or
+mpirun), the NVLink domain is measured under load: all_reduce_perf over every GPU of the
+rack (NCCL over MNNVL, against the GPU model's floor) and a bandwidth sweep of GPU pairs
+across trays that names a slow GPU in two rounds and one confirmation. The rack comes
+from the inventory's nodecert_rack (docs/rack.md). With --key, the run is signed as a
+rack certificate.
 
 \b
 Exit codes: 0 rack PASS/WARN, 1 FAIL or ERROR (the tray, GPU or component named),
@@ -47,6 +51,7 @@ Exit codes: 0 rack PASS/WARN, 1 FAIL or ERROR (the tray, GPU or component named)
 Examples:
   nodecert rack validate -i site.ini --rack rack-a1 --key keys/nodecert.key
   nodecert rack validate -i /var/tmp/nodecert-lab/state/inventory.ini --json
+  nodecert rack validate -i site.ini --no-load    # the domain's state only, no jobs
 """
 
 
@@ -56,12 +61,15 @@ Examples:
               help="The rack to validate (default: the inventory's only rack).")
 @click.option("--key", "key_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Sign the run as a rack certificate with this private key.")
+@click.option("--load/--no-load", default=True, show_default=True,
+              help="Measure the NVLink domain under load (all-reduce and sweep) where the "
+                   "trays name a job engine.")
 @runs_dir_option
 @json_option
 @become_options
 @handle_errors
 def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
-                      runs_dir: Path, as_json: bool, become_file: Path | None,
+                      load: bool, runs_dir: Path, as_json: bool, become_file: Path | None,
                       vault_file: Path | None) -> None:
     from nodecert.certs.rack import certify_rack
     from nodecert.certs.revocations import DEFAULT_NAME
@@ -70,7 +78,7 @@ def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
 
     key = load_private_key(key_path) if key_path else None  # a bad key fails before work
     request = RackRequest(path, rack=rack_name, runs_dir=runs_dir,
-                          become=become_source(become_file, vault_file))
+                          become=become_source(become_file, vault_file), load=load)
     run_dir, data = rack_validate(request, progress=lambda line: echo(line, err=True))
     cert: dict[str, Any] = {}
     if key is not None:

@@ -114,8 +114,8 @@ class ClusterRun:
         self.counters = counters
 
     # --- jobs -------------------------------------------------------------------------
-    def _job(self, kind: str, nodes: tuple[str, ...], script_for: Callable[[str, int], str]
-             ) -> Job:
+    def job(self, kind: str, nodes: tuple[str, ...], script_for: Callable[[str, int], str]
+            ) -> Job:
         with self._lock:
             self._seq += 1
             seq = self._seq
@@ -128,7 +128,7 @@ class ClusterRun:
         return Job(f"nodecert-{self.dir.name[-6:]}-{kind}-{seq}", names,
                    script_for(names[0], port), timeout_s=self.ctx.cfg.job_timeout_s)
 
-    def _run_jobs(self, jobs: list[Job]) -> list[JobResult]:
+    def run_jobs(self, jobs: list[Job]) -> list[JobResult]:
         """Jobs on disjoint nodes at once; a job sharing a node with another (a bisection
         pairs every lone suspect with the same known-good node) waits for the next wave:
         an exclusive allocation never waits on nodecert's own job."""
@@ -182,9 +182,9 @@ class ClusterRun:
             if self.stop.is_set():
                 break
             self.say(f"pair round {k}/{len(rounds)}: {len(pairs)} pair(s) at once")
-            jobs = [self._job("pair", pair, lambda first, port: pair_script(
+            jobs = [self.job("pair", pair, lambda first, port: pair_script(
                 first, port, c.exp, c.cfg.max_bytes, c.cfg.gpudirect)) for pair in pairs]
-            for pair, res in zip(pairs, self._run_jobs(jobs), strict=True):
+            for pair, res in zip(pairs, self.run_jobs(jobs), strict=True):
                 out.append(self._judge_pair(pair, k, res))
         return out
 
@@ -203,9 +203,9 @@ class ClusterRun:
 
     def allreduce(self, nodes: list[str]) -> tuple[Reading, JobResult]:
         c = self.ctx
-        job = self._job("all", tuple(nodes), lambda first, port: allreduce_script(
+        job = self.job("all", tuple(nodes), lambda first, port: allreduce_script(
             first, port, c.exp.gpus, c.cfg.max_bytes))
-        res = self._run_jobs([job])[0]
+        res = self.run_jobs([job])[0]
         return read_allreduce(res.by_rank().get(0, "")), res
 
     def collectives(self) -> dict[str, Reading]:
@@ -214,9 +214,9 @@ class ClusterRun:
         out: dict[str, Reading] = {}
         for test in c.cfg.collectives:
             self.say(f"{test} over all {len(c.nodes)} nodes")
-            job = self._job(test.replace("_", ""), tuple(c.nodes),
+            job = self.job(test.replace("_", ""), tuple(c.nodes),
                             functools.partial(self._collective_script, test=test))
-            res = self._run_jobs([job])[0]
+            res = self.run_jobs([job])[0]
             r = read_allreduce(res.by_rank().get(0, ""))
             if not res.ok and not r.problem:
                 r.problem = res.error or f"exit code {res.returncode}"
@@ -238,10 +238,10 @@ class ClusterRun:
         problem = first.launch_problem()
         if all(s.tokens_s_n for s in per_node.values()) and not problem:
             self.say(f"training job over all {len(c.nodes)} nodes")
-            job = self._job("scaling", tuple(c.nodes), lambda head, port: (
+            job = self.job("scaling", tuple(c.nodes), lambda head, port: (
                 clusterscaling.job_script(head, port, first, gpus=c.exp.gpus,
                                           nodes=len(c.nodes), steps=c.scaling_steps)))
-            res = self._run_jobs([job])[0]
+            res = self.run_jobs([job])[0]
             rank0 = res.by_rank().get(0, "")
             error = res.error or ("hung past its limit" if res.timed_out else
                                   "" if res.ok else f"exit code {res.returncode}")
@@ -287,15 +287,15 @@ class ClusterRun:
         mount = spec["mounts"][0]["path"]
         size = int(spec.get("size_mb") or 1024)
         run = self.dir.name[-6:] + tag
-        prep = self._run_jobs([self._job("fsprep", tuple(c.nodes), lambda _h, _p: (
+        prep = self.run_jobs([self.job("fsprep", tuple(c.nodes), lambda _h, _p: (
             clusterstorage.script(clusterstorage.PREP, mount, run, size)))])[0]
         rates: dict[str, float | None] = dict.fromkeys(c.nodes)
         error = prep.error or ("" if prep.ok else f"laying out the files: exit code "
                                                   f"{prep.returncode}")
         seconds = int(spec.get("aggregate_read_s") or 10)
-        job = self._job("fsread", tuple(c.nodes), lambda _h, _p: (
+        job = self.job("fsread", tuple(c.nodes), lambda _h, _p: (
             clusterstorage.script(clusterstorage.READ, mount, run, size, seconds)))
-        res = self._run_jobs([job])[0]  # removes the files, also after a failed prep
+        res = self.run_jobs([job])[0]  # removes the files, also after a failed prep
         if not error:
             error = res.error or ("hung past its limit" if res.timed_out else "")
             ranks = [self._node_of(e) for e in job.nodes]
@@ -329,9 +329,9 @@ class ClusterRun:
         def run(groups: list[tuple[str, ...]]) -> list[bool]:
             self.say(f"bisection round: {len(groups)} group(s) of "
                      f"{', '.join(str(len(g)) for g in groups)} node(s)")
-            jobs = [self._job("bisect", g, lambda first, port: allreduce_script(
+            jobs = [self.job("bisect", g, lambda first, port: allreduce_script(
                 first, port, c.exp.gpus, c.cfg.max_bytes)) for g in groups]
-            return [self._group_ok(r) for r in self._run_jobs(jobs)]
+            return [self._group_ok(r) for r in self.run_jobs(jobs)]
         return clusterplan.bisect(c.nodes, run, reference=reference)
 
     # --- the whole run --------------------------------------------------------------------

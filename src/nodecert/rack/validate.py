@@ -31,6 +31,7 @@ from nodecert.rack.judge import (
     judge_switch_trays,
     judge_trays,
 )
+from nodecert.rack.load import DomainLoad, LoadPlan, load_plan
 from nodecert.runs.layout import RunDir
 from nodecert.runs.records import RACK_SCHEMA as SCHEMA
 from nodecert.runs.store import write_json
@@ -54,6 +55,7 @@ class RackRequest:
     rack: str | None = None
     runs_dir: Path = Path("runs")
     become: BecomeSource | None = None
+    load: bool = True  # the NVLink domain under load (where the trays name a job engine)
 
 
 def rack_of(specs: dict[str, HostSpec], name: str | None, where: Path
@@ -137,6 +139,7 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
     specs = load_inventory(request.inventory)
     rack = rack_of(specs, request.rack, request.inventory)
     endpoint_specs(rack)  # the credentials readable, before anything runs or is written
+    plan = load_plan(request.inventory, rack, request.become) if request.load else None
     run_dir = RunDir.new(request.runs_dir, "rack").make().path
     started = time.time()
     say(f"rack {rack['name']} ({rack['kind']}): {len(rack['trays'])} compute trays, "
@@ -155,17 +158,28 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
         infra = pool.submit(timed_read)  # the endpoints are read while the trays run
         try:
             trays = run_trays(request.inventory, rack, run_dir, say)
+            trays_s = time.monotonic() - t0
+            loaded = _under_load(plan, run_dir, say, stop) if plan else None
         except KeyboardInterrupt:
             stop.set()  # the endpoints' sampling ends at its next wait
             write_json(RunDir(run_dir).cluster_results, {
                 "schema": SCHEMA, "run_id": run_dir.name, "verdict": "ERROR",
                 "interrupted": True, "rack": {k: rack.get(k) for k in PUBLIC},
-                "results": [], "problems": ["interrupted: the trays' checks were stopped"]})
+                "results": [], "problems": ["interrupted: the trays' checks or the domain's "
+                                            "jobs were stopped (running jobs cancelled)"]})
             raise
-        trays_s = time.monotonic() - t0
+        load_s = time.monotonic() - t0 - trays_s
         found, infra_s = infra.result()
         comps = [c.as_dict() for c in found]
     results, not_judged = judge_rack(rack, trays, comps)
+    if loaded is not None:
+        results += loaded
+        not_judged += plan.not_judged if plan else []
+    else:
+        not_judged.append("rack.allreduce, rack.sweep: " + (
+            "not asked for (--no-load)" if not request.load else
+            "the trays name no job engine (nodecert_cluster): the NVLink domain was not "
+            "measured under load"))
     verdict = worst(r.verdict for r in results) if results else Verdict.ERROR
     data = {"schema": SCHEMA, "run_id": run_dir.name,
             "rack": {k: rack.get(k) for k in PUBLIC},
@@ -178,11 +192,33 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
             "components": comps,
             "simulated": any(t.get("simulated") for t in trays.values()),
             # wall times: the trays' checks and the endpoints' reading ran at once
-            "seconds": {"trays": round(trays_s, 1), "infrastructure": round(infra_s, 1),
+            "seconds": {"trays": round(trays_s, 1), "load": round(load_s, 1),
+                        "infrastructure": round(infra_s, 1),
                         "total": round(time.monotonic() - t0, 1)},
             "started": round(started, 3), "finished": round(time.time(), 3)}
     write_json(RunDir(run_dir).cluster_results, data)
     return run_dir, data
+
+
+def _under_load(plan: LoadPlan, run_dir: Path, say: Progress, stop: threading.Event
+                ) -> list[Result]:
+    """rack.allreduce and rack.sweep, through the trays' job engine; an engine that
+    cannot run jobs is an ERROR of both, naming why."""
+    domain = DomainLoad(plan, run_dir, say)
+    domain.runner.stop = stop
+    try:
+        problems = domain.preflight()
+        if problems:
+            why = (f"{plan.ctx.cfg.engine} on {plan.ctx.launch.host} cannot run the domain's "
+                   "jobs: " + "; ".join(problems))[:600]
+            return [Result(name, Verdict.ERROR, why, simulated=plan.ctx.simulated)
+                    for name in ("rack.allreduce", "rack.sweep")]
+        out = [domain.allreduce()]
+        if not stop.is_set():
+            out.append(domain.sweep()[0])
+        return out
+    finally:
+        domain.close()
 
 
 __all__ = ["SCHEMA", "RackRequest", "judge_rack", "rack_of", "rack_validate", "tray_runs"]
