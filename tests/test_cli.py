@@ -46,7 +46,7 @@ def test_stack_show_json_has_exact_pins() -> None:
 def test_stack_show_text_marks_unconfirmed() -> None:
     code, out, _ = run("stack", "show", "r580-cuda13.0", "--os", "debian-12")
     assert code == 0
-    assert out.count("(unconfirmed)") == 8
+    assert out.count("(unconfirmed)") == 9
 
 
 def test_stack_show_os_not_pinned_is_bad_input() -> None:

@@ -47,6 +47,22 @@ def test_fabric_manager_not_required_without_nvswitch() -> None:
     assert c.ok, c.problems
 
 
+def test_imex_is_judged_only_on_the_trays_of_a_rack_that_expects_it() -> None:
+    """The recorded HGX host has no nvidia-imex: fine there, not on an NVLink domain's
+    compute tray, where the package must be pinned and held and the service running."""
+    assert "nvidia-imex" not in RECORDED.split("##services")[0]
+    assert judge("h1", STACK, RECORDED).ok
+    tray = judge("h1", STACK, RECORDED, imex=True)
+    assert tray.problems == ["nvidia-imex is not installed (pinned 580.173.02-1)",
+                             "service nvidia-imex is missing, not enabled and active"]
+    text = RECORDED.replace("##holds\n", "##holds\nnvidia-imex\n").replace(
+        "##pkgs\n", "##pkgs\nnvidia-imex\t580.173.02-1\thi \n").replace(
+        "##smi", "nvidia-imex enabled active\n##smi")
+    ok = judge("h1", STACK, text, imex=True)
+    assert ok.ok, ok.problems
+    assert ok.checked == 8 + 1 + 3 + 1 + 1  # pins, IMEX, three services, driver, torch
+
+
 def test_ssh_argv_checks_host_keys_and_uses_inventory_settings() -> None:
     argv = ssh_argv({"ansible_host": "10.78.0.11", "ansible_port": 2222, "ansible_user": "ops",
                      "ansible_ssh_private_key_file": "/k/id",

@@ -157,6 +157,23 @@ def test_missing_fabric_manager(build_stack: BuildStack, gpu: str | None,
     assert r.verdict is verdict
 
 
+# --- imex.version ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("imex", "gpu", "verdict", "says"), [
+    ("same", "GB200", PASS, "IMEX equals the driver (580.173.02)"),
+    ("580.159.03", "GB200", FAIL, "IMEX 580.159.03 != driver 580.173.02"),
+    (None, "GB200", FAIL, "GB200 compute trays share memory across the NVLink domain"),
+    (None, "H200-SXM", PASS, "no IMEX pinned; H200-SXM is not a compute tray"),
+    ("same", "H200-SXM", PASS, "installed only on compute trays of an NVLink domain"),
+    (None, None, PASS, "no IMEX pinned"),
+])
+def test_imex_pinned_at_the_driver_for_nvlink_domain_trays(
+        build_stack: BuildStack, imex: str | None, gpu: str | None, verdict: Verdict,
+        says: str) -> None:
+    r = rule(check(build_stack(imex=imex), gpu=gpu), "imex.version")
+    assert r.verdict is verdict and says in r.message, r.message
+
+
 # --- gpu.driver-min / kernel modules / practical branch ---------------------------------
 
 @pytest.mark.parametrize(("gpu", "driver", "cuda", "verdict"), [

@@ -20,6 +20,7 @@ def manifest(
     dcgm: str = "4.4.2",
     fm: str | None = "same",
     nscq: str | None = "same",
+    imex: str | None = None,
     torch: str | None = "2.9.1+cu130",
     tensorflow: str | None = None,
     cuda_compat: str | None = None,
@@ -52,6 +53,10 @@ def manifest(
         components["nscq"] = nscq_v
         pkgs.append({"component": "nscq", "name": f"libnvidia-nscq-{branch}",
                      "version": f"{nscq_v}-1"})
+    if imex is not None:
+        imex_v = driver if imex == "same" else imex
+        components["imex"] = imex_v
+        pkgs.append({"component": "imex", "name": "nvidia-imex", "version": f"{imex_v}-1"})
     if cuda_compat is not None:
         components["cuda_compat"] = cuda_compat
         a, b = cuda_compat.split(".")[:2]

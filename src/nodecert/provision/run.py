@@ -26,6 +26,7 @@ from nodecert.core.ansible_env import ansible_config, ansible_local_temp
 from nodecert.core.errors import InventoryError
 from nodecert.core.paths import product_dir, stacks_dir
 from nodecert.core.verdict import Verdict
+from nodecert.inventory.maps import parse_mapping
 from nodecert.inventory.reader import hostvars
 from nodecert.provision.preflight import preflight
 from nodecert.runs.layout import RunDir
@@ -290,6 +291,18 @@ class ProvisionRequest:
     fleet: FleetSettings | None = None
 
 
+def _verify(inventory: Path, done: list[str], stacks: dict[str, Stack], tracker: _Tracker,
+            say: Progress) -> None:
+    """Every provisioned host's conformance to its stack (IMEX only on the compute trays
+    of a rack that expects it)."""
+    connection = hostvars(inventory, done)
+    for name in done:
+        say(f"{name:<14} verifying conformance ...")
+        rack, _ = parse_mapping("rack", connection[name].get("nodecert_rack"))
+        tracker.hosts[name].conformance = check_host(
+            name, connection[name], stacks[name], imex=bool((rack or {}).get("imex")))
+
+
 def provision(request: ProvisionRequest, *, progress: Progress | None = None) -> ProvisionReport:
     """Gate every host, run site.yml, verify conformance. Raises only on bad input."""
     (inventory, stack, limit, check, tags, forks, mirror, runs_dir, extravars, pipelining,
@@ -358,11 +371,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
             h.first_error = h.first_error or playbook_error or f"playbook {runner.status}"
     done = [n for n, h in tracker.hosts.items() if h.status == "provisioned"]
     if done and not check:
-        connection = hostvars(inventory, done)
-        for name in done:
-            say(f"{name:<14} verifying conformance ...")
-            m = manifests[host_stack[name]]
-            tracker.hosts[name].conformance = check_host(name, connection[name], m)
+        _verify(inventory, done, {n: manifests[host_stack[n]] for n in done}, tracker, say)
     report.hosts = tracker.hosts
     write_json(run.provision_summary, report.as_dict(), private=True)
     return report

@@ -112,7 +112,8 @@ def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None)
     hr.started, hr.finished = float(rec["started"]), float(rec["finished"])
     hr.simulated = bool(rec.get("simulated"))
     hr.node = {"collected_from": path, "reason": rec.get("reason"), "host": rec.get("host")}
-    hr.results = [conformance.judge_result(r, hr.host, hr.stack)
+    hr.results = [conformance.judge_result(r, hr.host, hr.stack,
+                                           imex=conformance.imex_expected(hr.plan.spec))
                   if r.check == "stack.conformance" else held_to_plan(r, hr.plan)
                   for r in rec["results"]]
     if rec.get("skipped") or rec.get("crashed") or rec.get("error"):

@@ -68,6 +68,9 @@ class GpuModel:
     practical_min_branch: str | None
     memory_gb: int
     source: str
+    # A compute tray GPU of a rack-scale NVLink domain (GB200/GB300): IMEX on the host,
+    # no Fabric Manager there (the NVLink switches live in the switch trays).
+    imex: bool = False
 
 
 @dataclass(frozen=True)
@@ -222,7 +225,7 @@ def load_matrix(directory: Path | None = None) -> Matrix:
     for n in root["gpus"].seq():
         f = n.mapping({"key", "name", "pci_device_ids", "architecture", "datacenter", "nvswitch",
                        "open_modules", "first_driver_open", "first_driver_proprietary",
-                       "practical_min_branch", "memory_gb", "source"})
+                       "practical_min_branch", "memory_gb", "source"}, {"imex"})
         arch = f["architecture"].text()
         if arch not in archs:
             raise f["architecture"].error(f"{arch!r} is not listed under architectures")
@@ -237,7 +240,8 @@ def load_matrix(directory: Path | None = None) -> Matrix:
             first_driver_proprietary=f["first_driver_proprietary"].opt_parsed(
                 DriverVersion.parse),
             practical_min_branch=f["practical_min_branch"].opt_text(),
-            memory_gb=f["memory_gb"].integer(), source=src(f))
+            memory_gb=f["memory_gb"].integer(), source=src(f),
+            imex=f["imex"].boolean() if "imex" in f else False)
 
     def dotted(node: yamldoc.Node) -> DottedVersion:
         return node.parsed(DottedVersion.parse)

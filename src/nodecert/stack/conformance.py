@@ -28,7 +28,7 @@ apt-mark showhold
 echo '##nvswitch'
 lspci -nn -d 10de: 2>/dev/null | grep -c '\[0680\]' || true
 echo '##services'
-for s in nvidia-persistenced nvidia-fabricmanager; do
+for s in nvidia-persistenced nvidia-fabricmanager nvidia-imex; do
   en=$(systemctl is-enabled "$s" 2>/dev/null || echo missing)
   echo "$s $en $(systemctl is-active "$s" 2>/dev/null || true)"
 done
@@ -99,8 +99,10 @@ def software(output: str) -> dict[str, Any]:
             "python": sorted(x.strip() for x in sec.get("freeze", []) if x.strip())}
 
 
-def judge(host: str, stack: Stack, output: str) -> Conformance:
-    """Pure: compare gathered facts with the stack's pins for the host's OS."""
+def judge(host: str, stack: Stack, output: str, *, imex: bool = False) -> Conformance:
+    """Pure: compare gathered facts with the stack's pins for the host's OS. `imex`: the
+    host is a compute tray of a rack that expects an IMEX domain (only there is IMEX
+    part of the stack)."""
     c = Conformance(host)
     sec = _sections(output)
     os_name = (sec.get("os") or [""])[0].strip()
@@ -118,6 +120,8 @@ def judge(host: str, stack: Stack, output: str) -> Conformance:
     for p in stack.os[os_name].packages:
         if p.component in ("fabric_manager", "nscq") and not nvswitch:
             continue  # Fabric Manager belongs only on NVSwitch systems
+        if p.component == "imex" and not imex:
+            continue  # IMEX belongs only on the compute trays of an NVLink domain
         c.checked += 1
         got = installed.get(p.name)
         # db:Status-Abbrev: selection (i install, h hold, ...), then state (i installed).
@@ -128,7 +132,8 @@ def judge(host: str, stack: Stack, output: str) -> Conformance:
         elif p.name not in holds or got[1][0] != "h":
             c.problems.append(f"{p.name} {p.version} is not held against upgrades")
     services = {ln.split()[0]: ln.split()[1:] for ln in sec.get("services", []) if ln.split()}
-    wanted = ["nvidia-persistenced"] + (["nvidia-fabricmanager"] if nvswitch else [])
+    wanted = (["nvidia-persistenced"] + (["nvidia-fabricmanager"] if nvswitch else [])
+              + (["nvidia-imex"] if imex and stack.imex else []))
     for svc in wanted:
         c.checked += 1
         state = services.get(svc, ["missing", ""])
@@ -168,7 +173,7 @@ def script_for(stack: Stack, env: str | None = None) -> str:
 
 
 def check_host(host: str, hostvars: dict[str, Any], stack: Stack, env: str | None = None,
-               timeout: float = 120) -> Conformance:
+               timeout: float = 120, *, imex: bool = False) -> Conformance:
     script = script_for(stack, env)
     try:
         proc = run([*ssh_argv(hostvars, host), script], timeout=timeout, check=False)
@@ -177,15 +182,23 @@ def check_host(host: str, hostvars: dict[str, Any], stack: Stack, env: str | Non
     if proc.returncode == 255:
         return Conformance(host, [f"conformance check could not connect: "
                                   f"{proc.stderr.strip()[-300:]}"])
-    return judge(host, stack, proc.stdout)
+    return judge(host, stack, proc.stdout, imex=imex)
 
 
-__all__ = ["Conformance", "check_host", "env_dir", "judge", "script_for", "software",
-           "ssh_argv"]
+__all__ = ["Conformance", "check_host", "env_dir", "imex_expected", "judge", "script_for",
+           "software", "ssh_argv"]
 
 
-def judge_result(res: Result, host: str, stack: Stack | None) -> Result:
-    """Turn the node's gathered conformance facts into the judged Result."""
+def imex_expected(spec: dict[str, Any]) -> bool:
+    """Whether a host's plan spec makes it a compute tray of a rack expecting IMEX."""
+    rack = spec.get("rack")
+    return isinstance(rack, dict) and bool(rack.get("imex"))
+
+
+def judge_result(res: Result, host: str, stack: Stack | None, *, imex: bool = False
+                 ) -> Result:
+    """Turn the node's gathered conformance facts into the judged Result (`imex`: the
+    host is a compute tray of a rack that expects an IMEX domain)."""
     output = res.facts.get("conformance_output")
     if stack is None or (output is None and res.verdict not in (Verdict.PASS, Verdict.WARN)):
         return res  # nothing to judge against, or the node's own failure stands
@@ -197,7 +210,7 @@ def judge_result(res: Result, host: str, stack: Stack | None) -> Result:
                          remediation="Re-run `nodecert validate` for this host; if it "
                                      "repeats, run the conformance script by hand and "
                                      "see why it prints nothing.")
-    c = judge(host, stack, str(output))
+    c = judge(host, stack, str(output), imex=imex)
     base = res.with_(value={"checked": c.checked, "problems": len(c.problems)},
                      facts={"stack": stack.name,
                             "software": software(str(output))},

@@ -164,6 +164,31 @@ def rule_fabric_manager(c: _Ctx) -> RuleResult:
     return _r(rule, Verdict.PASS, f"Fabric Manager and NSCQ equal the driver ({drv})", *srcs)
 
 
+def rule_imex(c: _Ctx) -> RuleResult:
+    """IMEX (nvidia-imex) on the compute trays of an NVLink domain: pinned at exactly the
+    driver's version, as NVIDIA's own install pins it (=<driver>-1)."""
+    rule = "imex.version"
+    srcs = c.m.rule_sources.get(rule, ())
+    imex, drv = c.stack.imex, c.stack.driver
+    if imex is None:
+        if c.gpu is not None and c.gpu.imex:
+            return _r(rule, Verdict.FAIL,
+                      f"{c.gpu.key} compute trays share memory across the NVLink domain "
+                      "through IMEX; the stack pins no nvidia-imex", *srcs)
+        return _r(rule, Verdict.PASS, "no IMEX pinned"
+                  + (f"; {c.gpu.key} is not a compute tray of an NVLink domain"
+                     if c.gpu is not None else ""), *srcs)
+    if imex != drv:
+        return _r(rule, Verdict.FAIL,
+                  f"IMEX {imex} != driver {drv} -- the IMEX daemon ships with the driver "
+                  "and is installed at exactly its version", *srcs)
+    return _r(rule, Verdict.PASS,
+              f"IMEX equals the driver ({drv})"
+              + ("" if c.gpu is None or c.gpu.imex
+                 else f"; installed only on compute trays of an NVLink domain, not on "
+                      f"{c.gpu.key} hosts"), *srcs)
+
+
 # --- GPU ---------------------------------------------------------------------------------
 
 def rule_gpu_driver_min(c: _Ctx) -> RuleResult:
@@ -391,6 +416,7 @@ RULES: tuple[tuple[str, Callable[[_Ctx], RuleResult]], ...] = (
     ("driver.cuda-min", rule_cuda_min_driver),
     ("driver.branch-lifecycle", rule_branch_lifecycle),
     ("fabric-manager.version", rule_fabric_manager),
+    ("imex.version", rule_imex),
     ("gpu.driver-min", rule_gpu_driver_min),
     ("gpu.kernel-modules", rule_gpu_kernel_modules),
     ("gpu.practical-branch", rule_gpu_practical_branch),

@@ -25,7 +25,8 @@ from nodecert.stack.versions import (
 )
 
 SUPPORTED_OS = ("ubuntu-22.04", "ubuntu-24.04", "debian-12")
-COMPONENTS = ("driver", "fabric_manager", "nscq", "cuda", "cudnn", "nccl", "dcgm", "cuda_compat")
+COMPONENTS = ("driver", "fabric_manager", "nscq", "imex", "cuda", "cudnn", "nccl", "dcgm",
+              "cuda_compat")
 REQUIRED_COMPONENTS = ("driver", "cuda", "cudnn", "nccl", "dcgm")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
@@ -104,6 +105,8 @@ class Stack:
     repository: Repository
     artifacts: tuple[Artifact, ...]
     os: dict[str, OsPins]
+    # IMEX (the NVLink domain's memory export service of GB200/GB300 compute trays)
+    imex: DriverVersion | None = None
 
     def components(self) -> dict[str, str]:
         """Upstream version of every component present, for tables and JSON."""
@@ -111,6 +114,7 @@ class Stack:
             "driver": str(self.driver),
             "fabric_manager": str(self.fabric_manager) if self.fabric_manager else None,
             "nscq": str(self.nscq) if self.nscq else None,
+            "imex": str(self.imex) if self.imex else None,
             "cuda": str(self.cuda),
             "cudnn": str(self.cudnn),
             "nccl": str(self.nccl),
@@ -270,7 +274,8 @@ def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
         status=f["status"].choice(("recommended", "supported", "legacy")), path=path,
         driver_branch=branch, driver=driver,
         kernel_modules=d["kernel_modules"].choice(("open", "proprietary")),
-        fabric_manager=drv("fabric_manager"), nscq=drv("nscq"), cuda=cuda, cudnn=cudnn,
+        fabric_manager=drv("fabric_manager"), nscq=drv("nscq"), imex=drv("imex"), cuda=cuda,
+        cudnn=cudnn,
         nccl=nccl, dcgm=dcgm, cuda_compat=compat, framework=framework, repository=repository,
         artifacts=tuple(artifacts), os=os_pins)
 

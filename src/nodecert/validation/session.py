@@ -291,7 +291,8 @@ class NodeSessions:
         elif kind == "result":
             res = held_to_plan(ev["result"], hr.plan)
             if res.check == "stack.conformance":
-                res = conformance.judge_result(res, hr.host, hr.stack)
+                res = conformance.judge_result(res, hr.host, hr.stack,
+                                               imex=conformance.imex_expected(hr.plan.spec))
             hr.results.append(res)
             hr.current = None
             hr.save(interim=True)
