@@ -120,7 +120,7 @@ def test_a_mirror_holds_the_pins_and_what_they_need(upstreams: tuple[Path, str],
     # what the container toolkit role installs, from its own defaults
     assert {(n, v, "role:container_toolkit") for n, v in TOOLKIT} <= got
     assert not any(n in ("unrelated",) for n, _, _ in got)
-    assert len(got) == 15  # 8 pins, 4 toolkit packages, 2 dependencies, 1 extra
+    assert len(got) == 16  # 9 pins, 4 toolkit packages, 2 dependencies, 1 extra
     assert m["from_os_archive"] == ["libc6 (>= 2.17)"]
     assert m["wheels"] == {"torch==2.9.1+cu130": [mirror.sha256_file(
         next((out / "wheels").glob("torch-*.whl")))]}

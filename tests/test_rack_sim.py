@@ -6,6 +6,7 @@ gives the verdict it must, naming the GPU or the IMEX node."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -29,10 +30,13 @@ RACK = {"name": "rack-l1", "clique_id": "32766",
 SPEC = {"name": "rack-l1", "trays": [t["name"] for t in TRAYS]}
 
 
-def tray(tmp: Path, *faults: dict[str, Any]) -> Sim:
+def tray(tmp: Path, *faults: dict[str, Any], imex_running: bool = True) -> Sim:
     sim = Sim(tmp, profile="gb200-nvl-4", faults=list(faults))
     hw = json.loads(sim.hw.read_text())
     sim.hw.write_text(json.dumps({**hw, "rack": RACK}))
+    if imex_running:  # the IMEX daemon's pid file, naming a live process (this one)
+        sim.run_dir.mkdir(exist_ok=True)
+        (sim.run_dir / "imex.pid").write_text(f"{os.getpid()}\n")
     return sim
 
 
@@ -112,6 +116,12 @@ def test_a_hung_imex_query_never_answers(tmp_path: Path) -> None:
     sim = tray(tmp_path, {"kind": "imex_hang"})
     with pytest.raises(subprocess.TimeoutExpired):
         sim("nvidia-imex-ctl", "-N", timeout=3)
+
+
+def test_an_imex_query_without_its_daemon_cannot_connect(tmp_path: Path) -> None:
+    p = tray(tmp_path, imex_running=False)("nvidia-imex-ctl", "-N", check=False)
+    assert p.returncode == 1 and "could not connect to the IMEX daemon" in p.stderr
+    assert p.stdout == ""
 
 
 def test_a_host_outside_any_rack_has_no_imex_domain(tmp_path: Path) -> None:

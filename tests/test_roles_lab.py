@@ -102,6 +102,13 @@ def verify_fabric_manager(host: Any) -> None:
     assert svc.is_enabled and svc.is_running
 
 
+def verify_imex(host: Any) -> None:
+    # An HGX host is in no NVLink domain: IMEX is never installed there (the compute
+    # trays of a rack get it: test_imex_lab).
+    assert not host.package("nvidia-imex").is_installed
+    assert not host.file("/etc/nvidia-imex/nodes_config.cfg").exists
+
+
 def verify_cuda_toolkit(host: Any) -> None:
     pinned(host, "cuda")
 
@@ -168,7 +175,8 @@ def verify_container_toolkit(host: Any) -> None:
 
 VERIFY: dict[str, Callable[[Any], None]] = {
     "nvidia_repo": verify_nvidia_repo, "nvidia_driver": verify_nvidia_driver,
-    "fabric_manager": verify_fabric_manager, "cuda_toolkit": verify_cuda_toolkit,
+    "fabric_manager": verify_fabric_manager, "imex": verify_imex,
+    "cuda_toolkit": verify_cuda_toolkit,
     "cudnn": verify_cudnn, "nccl": verify_nccl, "dcgm": verify_dcgm,
     "framework": verify_framework, "validators": verify_validators,
     "container_toolkit": verify_container_toolkit,

@@ -66,8 +66,8 @@ Examples:
 @limit_option
 @click.option("--check", "check_mode", is_flag=True, help="Dry run: change nothing.")
 @click.option("--tags", multiple=True,
-              help="Only these components (repo, driver, fabric_manager, cuda_toolkit, cudnn, "
-                   "nccl, dcgm, framework, validators); repeatable.")
+              help="Only these components (repo, driver, fabric_manager, imex, cuda_toolkit, "
+                   "cudnn, nccl, dcgm, framework, validators); repeatable.")
 @click.option("--forks", default=10, show_default=True, type=click.IntRange(min=1),
               help="Hosts provisioned in parallel (a large site: 50-200, as the controller's "
                    "CPU allows; docs/fleet.md).")

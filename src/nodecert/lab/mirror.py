@@ -54,8 +54,8 @@ SIM_TOOL_PACKAGES = {
     "libnvidia-container1": ("1.17.8-1", ()),
 }
 # component -> tools its package provides (the rest carry only their marker).
-COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",)}
-SIM_RECIPE = "sim-packages-v11-containers"
+COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",), "imex": ("nvidia-imex-ctl",)}
+SIM_RECIPE = "sim-packages-v12-imex"
 
 _PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (SIMULATED, nodecert lab)
@@ -70,22 +70,33 @@ Restart=on-failure
 WantedBy=multi-user.target
 """
 
-_FM_UNIT = """[Unit]
-Description=NVIDIA fabric manager service (SIMULATED, nodecert lab)
-After=network-online.target
-
-[Service]
-Type=forking
-ExecStart=/usr/bin/nv-fabricmanager
-Restart=no
-
-[Install]
-WantedBy=multi-user.target
+_PERSISTENCED_BIN = """#!/usr/bin/python3
+import signal, sys
+print("nvidia-persistenced (SIMULATED) started", flush=True)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    signal.pause()
 """
 
-# Like the real Fabric Manager: check the driver version, then daemonize (the unit
-# is Type=forking, so `systemctl start` reports a refused start synchronously).
-_FM_BIN = """#!/usr/bin/python3
+
+
+def _forking_unit(description: str, exec_start: str) -> str:
+    return (f"[Unit]\nDescription={description} (SIMULATED, nodecert lab)\n"
+            "After=network-online.target\n\n[Service]\nType=forking\n"
+            f"ExecStart={exec_start}\nRestart=no\n\n[Install]\nWantedBy=multi-user.target\n")
+
+
+_FM_UNIT = _forking_unit("NVIDIA fabric manager service", "/usr/bin/nv-fabricmanager")
+_IMEX_UNIT = _forking_unit("NVIDIA IMEX service",
+                           "/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg")
+_IMEX_CONFIG = """# IMEX configuration (SIMULATED package of a nodecert lab mirror)
+IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg
+"""
+
+# Like the real Fabric Manager and IMEX daemons: refuse to start at another version than
+# the driver's (IMEX also without a node list), then daemonize (the units are
+# Type=forking, so `systemctl start` reports a refused start synchronously).
+_DAEMON_BIN = """#!/usr/bin/python3
 import json, glob, os, signal, sys
 mine = "{version}"
 drv = None
@@ -94,25 +105,35 @@ for p in glob.glob("/usr/share/nodecert-lab/installed/*.json"):
     if d["component"] == "driver":
         drv = d["version"].split(":", 1)[-1].rsplit("-", 1)[0]
 if drv != mine:
-    print(f"fabric manager version {{mine}} is incompatible with the NVIDIA driver "
-          f"version {{drv}}; aborting (SIMULATED)", flush=True)
+    print(f"{mismatch}; aborting (SIMULATED)", flush=True)
     sys.exit(1)
-print(f"Fabric Manager {{mine}} started (SIMULATED): all NVSwitches configured", flush=True)
+{checks}print(f"{started} (SIMULATED)", flush=True)
 if os.fork():
     sys.exit(0)
 os.setsid()
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+{forked}signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 while True:
     signal.pause()
 """
 
-_PERSISTENCED_BIN = """#!/usr/bin/python3
-import signal, sys
-print("nvidia-persistenced (SIMULATED) started", flush=True)
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-while True:
-    signal.pause()
-"""
+
+def _daemon_bin(kind: str, version: str) -> str:
+    if kind == "fabric_manager":
+        return _DAEMON_BIN.format(
+            version=version, checks="", forked="",
+            mismatch="fabric manager version {mine} is incompatible with the NVIDIA driver "
+                     "version {drv}",
+            started="Fabric Manager {mine} started: all NVSwitches configured")
+    return _DAEMON_BIN.format(
+        version=version, mismatch="IMEX {mine} does not match the NVIDIA driver {drv}",
+        started="IMEX {mine} started",
+        checks=('nodes = "/etc/nvidia-imex/nodes_config.cfg"\n'
+                "if not os.path.exists(nodes) or not open(nodes).read().split():\n"
+                '    print(f"IMEX: no nodes in {nodes}; exiting (SIMULATED)", flush=True)\n'
+                "    sys.exit(1)\n"),
+        # the lab's nvidia-imex-ctl answers while this daemon runs
+        forked=('os.makedirs("/run/nodecert-lab", exist_ok=True)\n'
+                'open("/run/nodecert-lab/imex.pid", "w").write(f"{os.getpid()}\\n")\n'))
 
 
 def _wrapper(tool: str) -> str:
@@ -162,11 +183,18 @@ def _stack_package(out: Path, pkg: Package) -> Path:
             _write(root / "lib/systemd/system/nvidia-persistenced.service", _PERSISTENCED_UNIT)
         if pkg.component == "fabric_manager":
             fm_version = version.split(":", 1)[-1].rsplit("-", 1)[0]
-            _write(root / "usr/bin/nv-fabricmanager", _FM_BIN.format(version=fm_version), 0o755)
+            _write(root / "usr/bin/nv-fabricmanager", _daemon_bin(pkg.component, fm_version),
+                   0o755)
             _write(root / "lib/systemd/system/nvidia-fabricmanager.service", _FM_UNIT)
+        if pkg.component == "imex":
+            imex_version = version.split(":", 1)[-1].rsplit("-", 1)[0]
+            _write(root / "usr/bin/nvidia-imex", _daemon_bin(pkg.component, imex_version),
+                   0o755)
+            _write(root / "lib/systemd/system/nvidia-imex.service", _IMEX_UNIT)
+            _write(root / "etc/nvidia-imex/config.cfg", _IMEX_CONFIG)
 
     exclusive = (f"nodecert-lab-{pkg.component.replace('_', '-')}"
-                 if pkg.component in ("driver", "dcgm", "fabric_manager") else None)
+                 if pkg.component in ("driver", "dcgm", "fabric_manager", "imex") else None)
     return _build_deb(out, pkg.name, version, f"{pkg.name} ({pkg.component}) for nodecert lab",
                       fill, exclusive=exclusive)
 

@@ -5,9 +5,9 @@ domain, `rack-l1`, with the rack's management endpoints beside the trays' BMCs.
   drawn from the lab's seed, and the trays' addresses): their `nvidia-smi` reports the
   fabric registration, their `nvidia-imex-ctl -N` the IMEX domain.
 * Each tray gets what provisioning leaves on a real one: the stack's pinned driver from
-  the lab's NVIDIA repository, and the IMEX service -- its node list written from the
-  rack (/etc/nvidia-imex/nodes_config.cfg), `nvidia-imex.service` running the simulated
-  daemon, `nvidia-imex-ctl` the simulated query.
+  the lab's NVIDIA repository, and `nvidia-imex` from the same mirror (the simulated
+  daemon, its unit and `nvidia-imex-ctl`, the simulated query) with its node list written
+  from the rack (/etc/nvidia-imex/nodes_config.cfg), as the imex role leaves a tray.
 * The rack's 9 NVLink switch trays, 2 power shelves and CDU answer Redfish at .190+k of
   the lab subnet, in the BMC namespace (nodecert.lab.rackparts); faults stop one or
   change what it reports.
@@ -73,49 +73,23 @@ def inventory_rack(cfg: LabConfig, trays: int) -> dict[str, Any]:
             "samples": 3, "sample_s": 1}
 
 
-_IMEX_UNIT = """[Unit]
-Description=NVIDIA IMEX service (SIMULATED, nodecert lab)
-After=network-online.target
-
-[Service]
-Type=simple
-ExecStart=/usr/bin/nvidia-imex
-Restart=on-failure
-
-[Install]
-WantedBy=multi-user.target
-"""
-
-_IMEX_BIN = """#!/usr/bin/python3
-import signal, sys
-print("IMEX daemon (SIMULATED) started", flush=True)
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-while True:
-    signal.pause()
-"""
-
-
 def tray_script(rack: dict[str, Any]) -> str:
-    """What a tray carries once provisioned: the pinned driver, the IMEX service with its
-    node list, the IMEX query."""
+    """What a tray carries once provisioned, as the driver and imex roles leave it: the
+    pinned driver and nvidia-imex from the lab's mirror, held, IMEX's node list (the
+    rack's trays in order) and its service enabled and running."""
     stack = find_stack(JOB_STACK)
     pins = [f"{p.name}={p.version}" for p in stack.os[JOB_OS].packages
-            if p.component == "driver" and not p.name.endswith("-dev")]
+            if p.component in ("driver", "imex") and not p.name.endswith("-dev")]
+    names = [pin.split("=", 1)[0] for pin in pins]
     nodes = "\\n".join(t["ip"] for t in rack["trays"])
-    ctl = ("#!/bin/sh\\n# SIMULATED nvidia-imex-ctl of a nodecert lab tray\\n"
-           'exec /usr/bin/python3 /usr/lib/nodecert-lab/simhw.py nvidia-imex-ctl "$@"\\n')
     return ("set -e\n"
             "echo 'deb [trusted=yes] file:/srv/nodecert-mirror/nvidia ./' > "
             "/etc/apt/sources.list.d/nodecert-lab-nvidia.list && apt-get update -qq && "
             f"apt-get install -y -qq {' '.join(pins)} >/dev/null && "
-            "mkdir -p /etc/nvidia-imex && "
+            f"apt-mark hold {' '.join(names)} >/dev/null && "
             f"printf '{nodes}\\n' > /etc/nvidia-imex/nodes_config.cfg && "
-            f"printf '{ctl}' > /usr/bin/nvidia-imex-ctl && chmod 0755 /usr/bin/nvidia-imex-ctl && "
-            f"cat > /usr/bin/nvidia-imex <<'BIN'\n{_IMEX_BIN}BIN\n"
-            "chmod 0755 /usr/bin/nvidia-imex && "
-            f"cat > /etc/systemd/system/nvidia-imex.service <<'UNIT'\n{_IMEX_UNIT}UNIT\n"
-            "systemctl daemon-reload && systemctl enable --now nvidia-imex.service "
-            ">/dev/null 2>&1 && systemctl is-active nvidia-imex.service >/dev/null")
+            "systemctl enable --now nvidia-imex.service >/dev/null 2>&1 && "
+            "systemctl is-active nvidia-imex.service >/dev/null")
 
 
 def part_faults(faults: list[Fault]) -> dict[str, dict[str, Any]]:

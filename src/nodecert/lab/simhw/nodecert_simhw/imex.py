@@ -9,11 +9,23 @@ SIMULATED -- NOT REAL HARDWARE. Runs inside lab hosts (python3 3.8+, stdlib only
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
 from nodecert_simhw.faults import Faults
-from nodecert_simhw.state import driver_version, installed, load_hw
+from nodecert_simhw.state import RUN_DIR, driver_version, installed, load_hw
+
+PID_FILE = RUN_DIR / "imex.pid"  # written by the lab's simulated nvidia-imex daemon
+
+
+def daemon_running():
+    """Whether the (simulated) IMEX daemon this query would talk to is running."""
+    try:
+        os.kill(int(PID_FILE.read_text().split()[0]), 0)
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
 
 LEGEND = """Connectivity Table Legend:
 I - Invalid - Node wasn't reachable, no connection status available
@@ -62,6 +74,12 @@ def cmd_nvidia_imex_ctl(argv):
     if Faults(hw).imex_hang():
         while True:  # a hung query: the caller's time limit must end it
             time.sleep(3600)
-    drv = driver_version(installed())
-    sys.stdout.write(status(hw, drv or "580.95.05"))
+    if not daemon_running():
+        sys.stderr.write("nvidia-imex-ctl: could not connect to the IMEX daemon "
+                         "(nvidia-imex is not running) (SIMULATED)\n")
+        return 1
+    inst = installed()
+    version = (inst["imex"][1].split(":", 1)[-1].rsplit("-", 1)[0] if "imex" in inst
+               else driver_version(inst))
+    sys.stdout.write(status(hw, version or "580.95.05"))
     return 0

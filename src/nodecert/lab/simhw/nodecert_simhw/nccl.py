@@ -203,7 +203,8 @@ def combined_peak(ranks):
     if over_mnnvl(ranks):  # the NVLink domain: no NIC in the path
         return min(r["mnnvl"]["peak"] for r in ranks) * min(r["factor"] for r in ranks)
     # a process's own GPUs bound it only where it has several (one GPU: no local ring)
-    peak = min((r["peak"] for r in ranks if len(r["buses"]) > 1), default=float("inf"))
+    peak = min((r["peak"] for r in ranks if len(r.get("buses") or r.get("tflops") or ()) != 1),
+               default=float("inf"))
     if len(ranks) > 1:
         rails = min(len(r["rails"]) for r in ranks)
         peak = min(peak, rails * min(multinode.channel_gbs(r["rails"]) for r in ranks))

@@ -1,0 +1,94 @@
+"""The imex role on a lab rack: two GB200 compute trays reset to bare hosts, provisioned
+with the whole stack over real Ansible and SSH from the lab's mirror. IMEX lands at the
+driver's version and held, its node list holds the rack's trays in order, the service
+runs, the conformance check counts IMEX on the trays, the role is idempotent, and the
+trays' IMEX domain then validates. A host in no rack never gets IMEX (test_roles_lab)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra
+
+from nodecert.lab.hosts import Lab
+from nodecert.provision.run import ProvisionRequest, provision
+from nodecert.stack.manifest import find_stack
+from nodecert.validation.run import ValidateRequest, validate
+from support.env import require_root
+from support.lab import lab_config
+
+pytestmark = pytest.mark.lab
+STACK = find_stack("r580-cuda13.0")
+TRAYS = ("h1", "h2")
+
+
+@pytest.fixture(scope="module")
+def rack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Path]]:
+    require_root()
+    lab = Lab(lab_config("ix", 10), log=lambda m: None)
+    try:
+        lab.up(nodes=len(TRAYS), profiles=("gb200-nvl-4",), with_rack=True)
+        for h in TRAYS:  # bare trays: what the lab's rack set up is gone
+            lab.reset(h)
+            assert lab.ssh(h, "test -e /usr/bin/nvidia-imex-ctl || echo absent"
+                           ).stdout.strip() == "absent"
+        yield lab, tmp_path_factory.mktemp("runs")
+    finally:
+        lab.down()
+
+
+def _provision(lab: Lab, runs: Path, tags: tuple[str, ...] = ()) -> Any:
+    return provision(ProvisionRequest(lab.cfg.state / "inventory.ini", stack=STACK.name,
+                                      limit=TRAYS, tags=tags, runs_dir=runs),
+                     progress=lambda line: None)
+
+
+def test_the_trays_get_imex_from_the_role_and_their_domain_validates(
+        rack: tuple[Lab, Path], tmp_path: Path) -> None:
+    lab, runs = rack
+    report = _provision(lab, runs)
+    for h in TRAYS:
+        outcome = report.hosts[h]
+        assert outcome.status == "provisioned", outcome.as_dict()
+        c = outcome.conformance
+        assert c is not None and c.ok, c.problems if c else outcome.as_dict()
+    pin = next(p for p in STACK.os["debian-12"].packages if p.component == "imex")
+    ips = [str(lab.cfg.host_ip(n)) for n in range(1, len(TRAYS) + 1)]
+    for h in TRAYS:
+        host = testinfra.get_host(f"ssh://{h}", ssh_config=str(lab.cfg.state / "ssh_config"))
+        pkg = host.package(pin.name)
+        assert pkg.is_installed and pkg.version == str(pin.version)
+        assert pin.name in host.check_output("apt-mark showhold").split()
+        nodes = host.file("/etc/nvidia-imex/nodes_config.cfg")
+        assert nodes.mode == 0o644 and nodes.user == "root"
+        assert nodes.content_string.split() == ips  # the same order on every tray
+        svc = host.service("nvidia-imex")
+        assert svc.is_enabled and svc.is_running
+        # no Fabric Manager on a compute tray: its NVLink switches are in the switch trays
+        assert not host.package("nvidia-fabricmanager-580").is_installed
+    # the role alone, again: nothing to change
+    again = _provision(lab, runs, tags=("imex",))
+    for h in TRAYS:
+        assert again.hosts[h].changed == 0, again.hosts[h].as_dict()
+    # what the role left is a working IMEX domain (both trays READY, domain UP)
+    vr = validate(ValidateRequest(lab.cfg.state / "inventory.ini", suite="quick", limit=TRAYS,
+                                  checks=("domain.imex", "stack.conformance"),
+                                  runs_dir=tmp_path / "runs"), progress=lambda line: None)
+    for h in TRAYS:
+        by = {r.check: r for r in vr.hosts[h].results}
+        assert by["domain.imex"].verdict.name == "PASS", by["domain.imex"].summary
+        assert by["stack.conformance"].verdict.name == "PASS", by["stack.conformance"].summary
+
+
+def test_a_changed_node_list_restarts_imex(rack: tuple[Lab, Path]) -> None:
+    lab, runs = rack
+    lab.ssh("h2", "echo 10.0.0.1 > /etc/nvidia-imex/nodes_config.cfg")
+    pid = lab.ssh("h2", "systemctl show -p MainPID --value nvidia-imex").stdout.strip()
+    report = _provision(lab, runs, tags=("imex",))
+    assert report.hosts["h2"].changed >= 1 and report.hosts["h1"].changed == 0
+    assert lab.ssh("h2", "cat /etc/nvidia-imex/nodes_config.cfg").stdout.split() == [
+        str(lab.cfg.host_ip(1)), str(lab.cfg.host_ip(2))]
+    assert lab.ssh("h2", "systemctl show -p MainPID --value nvidia-imex").stdout.strip() != pid
