@@ -28,7 +28,7 @@ TRAYS = ("h1", "h2")
 @pytest.fixture(scope="module")
 def rack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Path]]:
     require_root()
-    lab = Lab(lab_config("ix", 10), log=lambda m: None)
+    lab = Lab(lab_config("ix", 11), log=lambda m: None)
     try:
         lab.up(nodes=len(TRAYS), profiles=("gb200-nvl-4",), with_rack=True)
         for h in TRAYS:  # bare trays: what the lab's rack set up is gone

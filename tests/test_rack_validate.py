@@ -26,7 +26,9 @@ from nodecert.certs.signing import init_key, load_private_key
 from nodecert.certs.verify import verify_report
 from nodecert.cli import main
 from nodecert.core.errors import InventoryError
+from nodecert.rack import sweep
 from nodecert.rack.validate import RackRequest, rack_validate
+from nodecert_node.contract import Result, Threshold, Verdict
 from support.racklab import Rack, running
 
 TRAYS = [f"tray{i:02d}" for i in range(18)]
@@ -72,6 +74,15 @@ def _tray(host: str, clique: str = "2", *, imex: str = "PASS") -> dict[str, Any]
                        "gpus": [{"fabric_clique_id": clique} for _ in range(4)]}}
 
 
+def _load() -> list[Result]:
+    """The domain's jobs as a healthy rack's: every GPU pair at the same bandwidth."""
+    figures: dict[sweep.GpuPair, float | None] = {
+        p: 790.0 for pairs in sweep.plan(TRAYS, 4) for p in pairs}
+    swept, _ = sweep.judge(figures, {}, Threshold(0.85, ">=", "ratio"), simulated=True)
+    return [Result("rack.allreduce", Verdict.PASS, "all-reduce over 18 trays (72 GPUs): "
+                   "busbw 786.7 GB/s", value=786.7, unit="GB/s", simulated=True), swept]
+
+
 def _trays(**special: dict[str, Any]) -> Callable[..., dict[str, dict[str, Any]]]:
     def run(inv: Path, rack: dict[str, Any], run_dir: Path, say: Any) -> dict[str, Any]:
         assert rack["trays"] == TRAYS  # the trays the inventory names, sorted
@@ -87,11 +98,13 @@ def test_a_healthy_rack_passes_and_its_certificate_verifies(
         endpoints: Rack, tmp_path: Path) -> None:
     inv = _inventory(tmp_path, endpoints)
     run_dir, data = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
-                                  progress=lambda s: None, trays_fn=_trays())
+                                  progress=lambda s: None, trays_fn=_trays(), load_fn=_load)
     assert data["verdict"] == "PASS", data["results"]
     assert set(_verdicts(data).values()) == {"PASS"}
     assert list(_verdicts(data)) == ["rack.trays", "rack.domain", "rack.switch_trays",
-                                     "rack.power", "rack.cooling", "rack.firmware"]
+                                     "rack.power", "rack.cooling", "rack.firmware",
+                                     "rack.allreduce", "rack.sweep"]
+    assert data["not_judged"] == []
     assert run_dir.name.startswith("rack-") and data["simulated"] is True
     assert "password_file" not in json.dumps(data)
     kp = init_key(tmp_path / "keys")
@@ -105,6 +118,7 @@ def test_a_healthy_rack_passes_and_its_certificate_verifies(
     assert v.ok and v.kind == "rack", v.steps
     page = html.read_text()
     assert "Rack rack-a1 READY" in page and "switch-tray:nvsw-02" in page
+    assert page.count('class="cell"') == 72  # the sweep's heat-map: 18 trays x 4 GPUs
     # one tray's live hardware against its subject
     v = verify_report(env, [kp.public], allow_simulated=True,
                       live_identity=_tray("tray05")["identity"], live_host="tray05")
@@ -192,7 +206,7 @@ def test_a_tray_certificate_references_the_rack_certificate_of_its_very_hardware
         endpoints: Rack, tmp_path: Path) -> None:
     inv = _inventory(tmp_path, endpoints)
     run_dir, _ = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
-                               progress=lambda s: None, trays_fn=_trays())
+                               progress=lambda s: None, trays_fn=_trays(), load_fn=_load)
     kp = init_key(tmp_path / "keys")
     key = load_private_key(kp.private)
     env, _, _ = certify_rack(run_dir, key)
@@ -205,6 +219,24 @@ def test_a_tray_certificate_references_the_rack_certificate_of_its_very_hardware
     other = init_key(tmp_path / "other")
     with pytest.raises(RunError, match="not a cluster or rack certificate signed with this"):
         cluster_reference(env, load_private_key(other.private))
+
+
+def test_a_rack_whose_domain_was_not_measured_under_load_is_not_ready(
+        endpoints: Rack, tmp_path: Path) -> None:
+    """Every rule passes, but the trays name no job engine: the record says what was not
+    judged, and the certificate does not call the rack ready."""
+    inv = _inventory(tmp_path, endpoints)
+    run_dir, data = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
+                                  progress=lambda s: None, trays_fn=_trays())
+    assert data["verdict"] == "PASS" and "rack.sweep" not in _verdicts(data)
+    assert data["not_judged"] == [
+        "rack.allreduce, rack.sweep: the trays name no job engine (nodecert_cluster): the "
+        "NVLink domain was not measured under load"]
+    kp = init_key(tmp_path / "keys")
+    env, _, verdict = certify_rack(run_dir, load_private_key(kp.private))
+    assert verdict == "NOT READY"
+    st = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))
+    assert st["predicate"]["reasons"] == data["not_judged"]
 
 
 def test_an_unreadable_password_file_is_refused_before_anything_runs(

@@ -32,6 +32,9 @@ from nodecert.runs.records import read_rack_record
 DEFAULT_VALID_DAYS = 30
 
 
+LOAD_RULES = ("rack.allreduce", "rack.sweep")
+
+
 def switch_identity(comp: dict[str, Any]) -> dict[str, Any] | None:
     """A switch tray's identity from its last reading; None when it was never read."""
     last = next((s for s in reversed(comp["samples"]) if s is not None), None)
@@ -76,9 +79,17 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
     trays = {h: data["trays"][h] for h in rack["trays"]}
     switches = {c["name"]: switch_identity(c) for c in data["components"]
                 if c["kind"] == "switch_tray"}
-    verdict = READY if data["verdict"] in ("PASS", "WARN") else NOT_READY
     reasons = [f"{r['check']}: {r['verdict']} {r['summary']}" for r in data["results"]
                if r["verdict"] not in ("PASS", "WARN")]
+    # A rack is ready only once its NVLink domain has carried traffic: a run without the
+    # domain's jobs proves the wiring, not the domain.
+    judged = {r["check"] for r in data["results"]}
+    unloaded = [c for c in LOAD_RULES if c not in judged]
+    if unloaded:
+        reasons.append(next(
+            (n for n in data.get("not_judged") or [] if n.startswith("rack.allreduce")),
+            f"{', '.join(unloaded)}: the NVLink domain was not measured under load"))
+    verdict = READY if data["verdict"] in ("PASS", "WARN") and not unloaded else NOT_READY
     predicate = {
         "schema": "nodecert.rack-readiness/v1", "verdict": verdict, "reasons": reasons,
         "simulated": bool(data["simulated"]), "run_id": data["run_id"], "rack": rack,

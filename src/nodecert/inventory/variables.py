@@ -114,7 +114,7 @@ VARIABLES: tuple[Variable, ...] = (
        "GB200-NVL72|GB200-NVL36|GB300-NVL72, gpus, imex, switch_trays: [{name, address}], "
        "power_shelves: [{name, address}], cdu: {name, address}}", page="docs/rack.md"),
     # Cluster validation.
-    _v("cluster", "cluster", "hostvars", "cluster validate, revalidate --via-slurm",
+    _v("cluster", "cluster", "hostvars", "cluster validate, rack validate, revalidate --via-slurm",
        "how the site runs multi-node jobs: {engine: slurm|mpirun, launch_host, partition, "
        "account, reservation, ...}", page="docs/cluster.md"),
     _v("engine_name", "str", "hostvars", "cluster validate",

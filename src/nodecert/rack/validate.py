@@ -132,9 +132,12 @@ def judge_rack(rack: dict[str, Any], trays: dict[str, dict[str, Any]],
 
 def rack_validate(request: RackRequest, *, progress: Progress | None = None,
                   trays_fn: TrayRuns | None = None,
-                  stop: threading.Event | None = None) -> tuple[Path, dict[str, Any]]:
+                  stop: threading.Event | None = None,
+                  load_fn: Callable[[], list[Result]] | None = None
+                  ) -> tuple[Path, dict[str, Any]]:
     """Validate the rack; (run directory, record). InventoryError on bad input, before
-    anything runs or is written."""
+    anything runs or is written. `trays_fn` and `load_fn` stand in for the trays' node
+    runs and the domain's jobs (tests)."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     specs = load_inventory(request.inventory)
     rack = rack_of(specs, request.rack, request.inventory)
@@ -159,7 +162,8 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
         try:
             trays = run_trays(request.inventory, rack, run_dir, say)
             trays_s = time.monotonic() - t0
-            loaded = _under_load(plan, run_dir, say, stop) if plan else None
+            loaded = (load_fn() if load_fn else
+                      _under_load(plan, run_dir, say, stop) if plan else None)
         except KeyboardInterrupt:
             stop.set()  # the endpoints' sampling ends at its next wait
             write_json(RunDir(run_dir).cluster_results, {
