@@ -45,15 +45,50 @@ def worker(*args: str) -> tuple[int, list[dict[str, Any]]]:
 # --- the worker, for real on the CPU -------------------------------------------------------
 
 @pytest.mark.integration
+def test_a_rendezvous_port_taken_before_rank_0_binds_it_is_tried_again(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """The worker finds a free port, but another program takes it first (here: held by
+    this test): the rendezvous moves to a new port instead of failing the run."""
+    import socket as real_socket
+
+    from nodecert_node.workers import scaling as mod
+    taken = real_socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    handed: list[int] = []
+
+    class FirstPortTaken(real_socket.socket):
+        def getsockname(self) -> tuple[str, int]:
+            if not handed:  # the first port "found free" is the one already in use
+                handed.append(taken.getsockname()[1])
+                return ("127.0.0.1", handed[0])
+            got: tuple[str, int] = super().getsockname()
+            handed.append(got[1])
+            return got
+
+    monkeypatch.setattr(mod.socket, "socket", FirstPortTaken)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    try:
+        rc = mod.main(["ddp", "--gpus", "2", "--cpu", "--steps", "2", "--warmup", "1",
+                       "--layers", "1", "--d-model", "64", "--heads", "4", "--seq", "32"])
+    finally:
+        taken.close()
+    evs = events(capfd.readouterr().out)
+    assert rc == 0, evs
+    assert len(handed) == 2 and handed[0] != handed[1]  # tried again on a new port
+    assert [e["event"] for e in evs] == ["ready", "result", "done"]
+
+
+@pytest.mark.integration
 def test_the_worker_trains_every_gpu_alone_and_all_together() -> None:
     rc, evs = worker("single", "--gpus", "2")
-    assert rc == 0
+    assert rc == 0, evs
     assert evs[0]["event"] == "ready" and evs[0]["params"] == params(1, 64)
     alone = sorted(e["gpu"] for e in evs if e["event"] == "gpu")
     assert alone == [0, 1]
     assert all(e["tokens_s"] > 0 and e["steps"] == 2 for e in evs if e["event"] == "gpu")
     rc, evs = worker("ddp", "--gpus", "2")
-    assert rc == 0
+    assert rc == 0, evs  # the worker's error event says why
     result = [e for e in evs if e["event"] == "result"]
     assert len(result) == 1 and result[0]["world"] == 2
     assert result[0]["step_ms_min"] <= result[0]["step_ms_median"] <= result[0]["step_ms_max"]

@@ -187,20 +187,30 @@ def main(argv: Any = None) -> int:
         emit("error", message=f"{args.gpus} GPUs asked for, PyTorch sees "
                               f"{torch.cuda.device_count()}")
         return 2
-    if args.mode == "ddp" and not args.master:  # one node: a free loopback port
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            args.master = f"127.0.0.1:{s.getsockname()[1]}"
+    # One node: the rendezvous on a free loopback port. A port found free can be taken by
+    # another program before rank 0 binds it (any outgoing connection may draw it), so
+    # a rendezvous that finds its port in use is tried again on a new one.
+    own_port = args.mode == "ddp" and not args.master
     emit("ready", mode=args.mode, gpus=args.gpus, nodes=args.nodes, node_rank=args.node_rank,
          params=params(args.layers, args.d_model), layers=args.layers, d_model=args.d_model,
          seq=args.seq, batch=args.batch, dtype=args.dtype, torch=torch.__version__,
          cuda=torch.version.cuda)
-    try:
-        mp.spawn(_single if args.mode == "single" else _ddp, args=(args,), nprocs=args.gpus,
-                 join=True)
-    except Exception as exc:  # NCCL/CUDA errors, a rank that died: report, exit non-zero
-        emit("error", message=f"{type(exc).__name__}: {exc}"[:2000])
-        return 2
+    for attempt in range(3 if own_port else 1):
+        if own_port:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                args.master = f"127.0.0.1:{s.getsockname()[1]}"
+        try:
+            mp.spawn(_single if args.mode == "single" else _ddp, args=(args,),
+                     nprocs=args.gpus, join=True)
+            break
+        except Exception as exc:  # NCCL/CUDA errors, a rank that died: report, exit non-zero
+            text = f"{type(exc).__name__}: {exc}"
+            if own_port and attempt < 2 and ("address already in use" in text.lower()
+                                             or "EADDRINUSE" in text):
+                continue
+            emit("error", message=text[:2000])
+            return 2
     emit("done")
     return 0
 
