@@ -162,12 +162,15 @@ LOG {{ Default_Log_Level = WARN; }}
 NFS_UNIT = """[Unit]
 Description=The nodecert lab's NFS mount (FUSE over libnfs)
 After=network.target
+# The server may still be starting (a busy machine): keep trying, never give up.
+StartLimitIntervalSec=0
 
 [Service]
 ExecStartPre=/bin/mkdir -p {mount}
 ExecStart=/usr/bin/python3 /usr/lib/nodecert-lab/nfsfuse.py {url} {mount}
 ExecStopPost=-/bin/umount -l {mount}
 Restart=on-failure
+RestartSec=1
 
 [Install]
 WantedBy=multi-user.target
@@ -193,7 +196,7 @@ def nfs_client_script(server_ip: str) -> str:
             "cat > /etc/systemd/system/nodecert-lab-nfs.service <<'EOF'\n"
             f"{unit}EOF\nsystemctl daemon-reload && "
             "systemctl enable -q --now nodecert-lab-nfs.service && "
-            f"for i in $(seq 1 150); do grep -q ' {SHARED_MOUNT} fuse.nfs ' /proc/mounts && "
+            f"for i in $(seq 1 600); do grep -q ' {SHARED_MOUNT} fuse.nfs ' /proc/mounts && "
             "exit 0; sleep 0.2; done; journalctl -u nodecert-lab-nfs --no-pager | tail -20; "
             "exit 1")
 
