@@ -61,8 +61,10 @@ LAB_FILES = frozenset(
 # the lab tier runs these units beside the files that share the session's lab, on other
 # workers. Collection checks the claim.
 OWN_LAB_FILES = {"test_cluster_lab.py": "the cluster lab",
-                 # a Slurm cluster of 18 trays: never beside the cluster lab's own jobs
+                 # a Slurm cluster of 18 trays, and Ansible provisioning two trays: the
+                 # heaviest labs never run beside the cluster lab's timed Ctrl-C test
                  "test_rack_lab.py": "the cluster lab",
+                 "test_imex_lab.py": "the cluster lab",
                  "test_validate_lab.py": "the validation lab",
                  "test_bmc_container_lab.py": "small own labs"}
 # Single tests with labs of their own in files that otherwise share the session's lab.

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -249,6 +250,8 @@ def test_ctrl_c_cancels_the_running_jobs_and_leaves_nothing(cluster_lab: Lab,
         for line in proc.stderr:  # the first pair round has started its (hanging) jobs
             if line.startswith("pair round 1/"):
                 break
+        # Keep reading what it says: a full pipe would stop it writing, and exiting.
+        threading.Thread(target=proc.stderr.read, daemon=True).start()
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) != 0
