@@ -86,9 +86,20 @@ def test_the_trays_get_imex_from_the_role_and_their_domain_validates(
 def test_a_changed_node_list_restarts_imex(rack: tuple[Lab, Path]) -> None:
     lab, runs = rack
     lab.ssh("h2", "echo 10.0.0.1 > /etc/nvidia-imex/nodes_config.cfg")
-    pid = lab.ssh("h2", "systemctl show -p MainPID --value nvidia-imex").stdout.strip()
+    # Each start of a unit gets a new invocation ID. (Its MainPID is no witness: for a
+    # Type=forking unit without a PID file systemd only guesses it, and may report 0.)
+    before = _service(lab, "h2")
+    assert before[0] == "active", before
     report = _provision(lab, runs, tags=("imex",))
     assert report.hosts["h2"].changed >= 1 and report.hosts["h1"].changed == 0
     assert lab.ssh("h2", "cat /etc/nvidia-imex/nodes_config.cfg").stdout.split() == [
         str(lab.cfg.host_ip(1)), str(lab.cfg.host_ip(2))]
-    assert lab.ssh("h2", "systemctl show -p MainPID --value nvidia-imex").stdout.strip() != pid
+    after = _service(lab, "h2")
+    assert after[0] == "active" and after[1] != before[1], (before, after)
+    assert _service(lab, "h1")[0] == "active"
+
+
+def _service(lab: Lab, host: str) -> tuple[str, str]:
+    out = lab.ssh(host, "systemctl show -p ActiveState -p InvocationID nvidia-imex").stdout
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return props.get("ActiveState", ""), props.get("InvocationID", "")
