@@ -182,7 +182,7 @@ def test_a_stopped_run_keeps_what_finished_and_starts_no_more_hosts(fleet: Path,
 
     def progress(line: str) -> None:
         said.append(line)
-        if "[3/11]" in line:  # the first host is three checks in: the operator stops
+        if "[3/" in line:  # the first host is three checks in: the operator stops
             stop.set()
     hosts = tuple(f"n{i:05d}" for i in range(6))
     run = validate(ValidateRequest(fleet / "inventory.ini", runs_dir=tmp_path, forks=2, limit=hosts,

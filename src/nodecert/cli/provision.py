@@ -54,6 +54,7 @@ Examples:
   provision -i lab.ini --stack r580-cuda13.0 --mirror http://mirror.example/nodecert
   provision -i hall.ini --forks 100 --strategy free
   provision -i hall.ini --serial 10% --max-fail-percentage 5    # rolling re-provisioning
+  provision -i lab.ini --stack r570-cuda12.8 --allow-advisory NVIDIA-DRIVER-2026-05
 """
 
 
@@ -90,6 +91,9 @@ Examples:
 @runs_dir_option
 @click.option("--no-validate", is_flag=True, help="Stop after provisioning and conformance.")
 @click.option("--no-certify", is_flag=True, help="Validate but do not sign certificates.")
+@click.option("--allow-advisory", "allow_advisories", multiple=True, metavar="ID",
+              help="Accept this security advisory (`nodecert stack advisories`) for every "
+                   "host: the gate WARNs instead of refusing, and says so. Repeatable.")
 @suite_option
 @signing_key_option
 @json_option
@@ -99,7 +103,8 @@ def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_
               tags: tuple[str, ...], forks: int, strategy: str, serial: str | None,
               max_fail_percentage: int | None, fact_cache: Path | None,
               mirror: str | None, runs_dir: Path,
-              no_validate: bool, no_certify: bool, suite: str, key_path: Path | None,
+              no_validate: bool, no_certify: bool, allow_advisories: tuple[str, ...],
+              suite: str, key_path: Path | None,
               as_json: bool, become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.provision.chain import ChainRequest, run_chain
     from nodecert.provision.run import FleetSettings, ProvisionRequest
@@ -111,7 +116,8 @@ def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_
     request = ChainRequest(
         ProvisionRequest(path, stack_name, limit=split_hosts(limit), check=check_mode,
                          tags=tags, forks=forks, mirror=mirror, runs_dir=runs_dir,
-                         become=become_source(become_file, vault_file), fleet=fleet),
+                         become=become_source(become_file, vault_file), fleet=fleet,
+                         allow_advisories=frozenset(allow_advisories)),
         validate=not no_validate, certify=not no_certify, suite=suite, key_path=key_path)
     res = run_chain(request, progress=lambda line: echo(line, err=True))
     report = res.provision

@@ -19,6 +19,8 @@ from nodecert.cli.common import (
 )
 from nodecert.core.errors import ExitCode, NodecertError
 from nodecert.core.verdict import Verdict
+from nodecert.provision.preflight import role_components
+from nodecert.stack import advisories
 from nodecert.stack.compat import default_matrix
 from nodecert.stack.gate import GateReport, evaluate
 from nodecert.stack.manifest import SUPPORTED_OS, Stack, find_stack, list_stacks
@@ -34,6 +36,7 @@ def stack() -> None:
       nodecert stack show r580-cuda13.0 --os ubuntu-24.04
       nodecert stack check r580-cuda13.0 --gpu H200-SXM --os ubuntu-24.04
       nodecert stack check r550-cuda12.4 --gpu B200 --json
+      nodecert stack advisories
     """
 
 
@@ -137,9 +140,15 @@ def print_gate(report: GateReport) -> None:
 @click.option("--os", "os_name", type=click.Choice(SUPPORTED_OS), help="Target OS.")
 @click.option("--date", "on_date", callback=parse_date, metavar="YYYY-MM-DD",
               help="Judge driver lifecycle as of this date (default: today).")
+@click.option("--allow-advisory", "allow_advisories", multiple=True, metavar="ID",
+              help="Accept this security advisory: WARN, not FAIL, and say so. Repeatable.")
+@click.option("--with", "others", multiple=True, metavar="COMPONENT=VERSION",
+              help="Judge this version of a component installed beside the stack instead "
+                   "of the role's default (e.g. container_toolkit=1.17.3-1).")
 @json_option
 @handle_errors
 def stack_check(name: str, gpu: str | None, os_name: str | None, on_date: dt.date | None,
+                allow_advisories: tuple[str, ...], others: tuple[str, ...],
                 as_json: bool) -> None:
     """Run every compatibility rule for stack NAME and explain each verdict.
 
@@ -147,16 +156,61 @@ def stack_check(name: str, gpu: str | None, os_name: str | None, on_date: dt.dat
     Exit 0 if every rule is PASS or WARN, 1 on any FAIL, 2 on bad input.
 
     \b
+    The stack's driver and what the roles install beside it (the container toolkit at
+    the role's pinned version) are judged against the security bulletins
+    (`nodecert stack advisories`).
+
+    \b
     Examples:
       nodecert stack check r580-cuda13.0 --gpu H200-SXM --os ubuntu-24.04
       nodecert stack check ./my-stack.yml --gpu B200 --json
+      nodecert stack check r570-cuda12.8 --allow-advisory NVIDIA-DRIVER-2026-05
     """
-    report = evaluate(find_stack(name), gpu=gpu, os_name=os_name, today=on_date)
+    components = role_components()
+    for item in others:
+        key, eq, value = item.partition("=")
+        if not eq or key not in advisories.COMPONENTS or key == "driver" or not value:
+            raise NodecertError(f"--with {item!r}: expected COMPONENT=VERSION",
+                                hint="COMPONENT is one of " + ", ".join(
+                                    c for c in advisories.COMPONENTS if c != "driver"))
+        components[key] = value
+    report = evaluate(find_stack(name), gpu=gpu, os_name=os_name, today=on_date,
+                      others=components, allow_advisories=frozenset(allow_advisories))
     if as_json:
         emit_json(report.as_dict())
     else:
         print_gate(report)
     sys.exit(int(ExitCode.FAILED if report.verdict >= Verdict.FAIL else ExitCode.OK))
+
+
+@stack.command("advisories")
+@json_option
+@handle_errors
+def stack_advisories(as_json: bool) -> None:
+    """List the security bulletins the gate and `stack.advisories` judge against: each
+    component's fixed releases, with its sources, and what the table does not cover.
+
+    \b
+    Example:
+      nodecert stack advisories --json
+    """
+    table = advisories.default_advisories()
+    m = default_matrix()
+    if as_json:
+        emit_json({"as_of": table.as_of, "advisories": [
+            {"id": a.id, "component": a.component, "cves": list(a.cves), "summary": a.summary,
+             "line": a.line, "fixed": [str(v) for v in a.fixed],
+             "sources": [{"key": k, "title": m.sources[k].title, "url": m.sources[k].url}
+                         for k in a.sources]} for a in table.advisories],
+            "not_tabled": [{"component": n.component, "cves": list(n.cves), "why": n.why}
+                           for n in table.not_tabled]})
+        return
+    echo(f"security bulletins as of {table.as_of}:")
+    for a in table.advisories:
+        echo(f"  {a.id:<22} {a.component:<18} fixed in {', '.join(map(str, a.fixed))}")
+        echo(f"  {'':<22} {', '.join(a.cves)}: {a.summary} [{', '.join(a.sources)}]")
+    for n in table.not_tabled:
+        echo(f"  not tabled: {n.component} {', '.join(n.cves)}: {n.why}")
 
 
 @stack.command("lock")

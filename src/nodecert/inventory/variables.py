@@ -87,6 +87,10 @@ VARIABLES: tuple[Variable, ...] = (
     _v("allow_raw_devices", "list", "validation", "storage.fio (plan)",
        "raw block devices the storage test may overwrite when proven empty",
        page="docs/validation.md"),
+    _v("allow_advisories", "list", "plan", "gate, stack.advisories",
+       "security advisories this site accepts on the host (ids from `nodecert stack "
+       "advisories`): each stays a WARN, named in the gate and the certificate",
+       page="docs/security.md"),
     _v("thresholds", "map", "validation", "thresholds",
        "threshold overrides {key: value}, e.g. {storage.seq_read_mbps_min: 3000}",
        page="docs/validation.md"),

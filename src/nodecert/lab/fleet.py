@@ -93,7 +93,18 @@ def recorded_results() -> dict[str, dict[str, Any]]:
         "summary": "gathered; awaiting the control-side judge", "fault_code": "NC-NOT-JUDGED",
         "facts": {"conformance_output": (DATA / f"conformance-{STACK}.txt").read_text(),
                   "stack": STACK}}
+    # What the conformance output's driver is; no container toolkit or runc installed.
+    out["stack.advisories"] = {
+        "schema": "nodecert.result/v1", "check": "stack.advisories", "verdict": "ERROR",
+        "summary": "gathered; awaiting the control-side judge", "fault_code": "NC-NOT-JUDGED",
+        "facts": {"installed": {"driver": _driver(out["stack.conformance"]["facts"][
+            "conformance_output"]), "container_toolkit": None, "runc": None}}}
     return out
+
+
+def _driver(conformance_output: str) -> str:
+    lines = conformance_output.splitlines()
+    return lines[lines.index("##smi") + 1].strip()
 
 
 def node_result(check: str, kind: str, recorded: dict[str, dict[str, Any]],

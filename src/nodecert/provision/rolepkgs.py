@@ -21,7 +21,7 @@ from pathlib import Path
 
 from nodecert.core import yamldoc
 from nodecert.core.errors import ManifestError
-from nodecert.core.paths import data_root
+from nodecert.core.paths import product_dir
 
 # role -> (the switch that turns it on, the package list, the version every one is at)
 ROLE_PINS = {"container_toolkit": ("container_toolkit_enabled", "container_toolkit_packages",
@@ -47,7 +47,7 @@ class RolePin:
 
 def role_pins(roles: Path | None = None) -> list[RolePin]:
     """The packages the roles that are on by default pin, at their versions."""
-    roles = roles or data_root() / "roles"
+    roles = roles or product_dir("roles")
     out: list[RolePin] = []
     for role, (switch, packages, version) in ROLE_PINS.items():
         path = roles / role / "defaults" / "main.yml"

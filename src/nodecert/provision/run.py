@@ -289,6 +289,8 @@ class ProvisionRequest:
     pipelining: bool = True
     become: BecomeSource | None = None
     fleet: FleetSettings | None = None
+    # Security advisories accepted for every host (each stays a WARN, on the record).
+    allow_advisories: frozenset[str] = frozenset()
 
 
 def _verify(inventory: Path, done: list[str], stacks: dict[str, Stack], tracker: _Tracker,
@@ -306,10 +308,10 @@ def _verify(inventory: Path, done: list[str], stacks: dict[str, Stack], tracker:
 def provision(request: ProvisionRequest, *, progress: Progress | None = None) -> ProvisionReport:
     """Gate every host, run site.yml, verify conformance. Raises only on bad input."""
     (inventory, stack, limit, check, tags, forks, mirror, runs_dir, extravars, pipelining,
-     become, fleet) = (getattr(request, f.name) for f in dataclasses.fields(request))
+     become, fleet, allow) = (getattr(request, f.name) for f in dataclasses.fields(request))
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     _refuse_mirror_credentials(mirror)
-    pre = preflight(inventory, stack, limit=limit)
+    pre = preflight(inventory, stack, limit=limit, allow_advisories=allow)
     # --stack applies to every host; without it each host gets its nodecert_stack.
     host_stack = {name: stack or spec.stack or "" for name, spec in pre.hosts.items()}
     stack_label = ", ".join(sorted(set(host_stack.values())))
@@ -330,6 +332,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
     xvars: dict[str, Any] = {"nodecert_common_stacks_dir": str(stacks_dir().resolve()),
                              **({"stack": stack} if stack else {}), **fleet.extravars(),
                              "nodecert_gates_passed": gates_passed(pre.gates),
+                             "nodecert_gate_allow_advisories": sorted(allow),
                              # Built here once, not by a Python started from the play
                              # (where the validators role's default would keep it).
                              "nodecert_node_bundle": write_bundle(

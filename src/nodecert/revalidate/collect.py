@@ -1,8 +1,9 @@
 """Collect the runs nodes made on their own (the timer, after a package update) into a
 validation run directory, so they are judged, compared and certified like any other.
 
-A node's scheduled run gathers stack.conformance but cannot judge it (the stack
-manifest lives on the control side); collecting judges it here, and the run then goes
+A node's scheduled run gathers stack.conformance and stack.advisories but cannot judge
+them (the stack manifest and the security bulletins live on the control side);
+collecting judges them here, and the run then goes
 through drift and `certify` like a run `nodecert validate` made. The node's record is
 untrusted input: a JSON object of the known schema, valid Results of planned checks, no
 NaN/Infinity, at most 16 MiB; anything else makes that host ERROR with the reason.
@@ -18,7 +19,7 @@ from typing import Any
 import paramiko
 
 from nodecert.runs.store import HostRun, ValidationRun, write_json
-from nodecert.stack import conformance
+from nodecert.stack.judged import JUDGED_HERE, judge_gathered
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
 from nodecert.transport.ssh import Endpoint, connect, describe_error, start
@@ -112,9 +113,8 @@ def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None)
     hr.started, hr.finished = float(rec["started"]), float(rec["finished"])
     hr.simulated = bool(rec.get("simulated"))
     hr.node = {"collected_from": path, "reason": rec.get("reason"), "host": rec.get("host")}
-    hr.results = [conformance.judge_result(r, hr.host, hr.stack,
-                                           imex=conformance.imex_expected(hr.plan.spec))
-                  if r.check == "stack.conformance" else held_to_plan(r, hr.plan)
+    hr.results = [judge_gathered(r, hr.host, hr.stack, hr.plan.spec)
+                  if r.check in JUDGED_HERE else held_to_plan(r, hr.plan)
                   for r in rec["results"]]
     if rec.get("skipped") or rec.get("crashed") or rec.get("error"):
         hr.status = "lost"

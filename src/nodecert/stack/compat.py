@@ -156,7 +156,7 @@ def _eol(node: yamldoc.Node) -> tuple[dt.date | None, bool]:
     return first_next - dt.timedelta(days=1), False
 
 
-def _load_sources(path: Path) -> dict[str, Source]:
+def load_sources(path: Path) -> dict[str, Source]:
     root = yamldoc.load(path).mapping({"schema", "sources"})
     if root["schema"].text() != "nodecert.sources/v1":
         raise root["schema"].error("expected schema nodecert.sources/v1")
@@ -182,7 +182,7 @@ def _source(node: yamldoc.Node, sources: dict[str, Source]) -> str:
 
 def load_matrix(directory: Path | None = None) -> Matrix:
     directory = directory or compat_dir()
-    sources = _load_sources(directory / "sources.yml")
+    sources = load_sources(directory / "sources.yml")
     root = yamldoc.load(directory / "matrix.yml").mapping({
         "schema", "cuda_min_driver", "minor_version_compat", "forward_compat",
         "driver_branches", "architectures", "gpus", "cudnn_cuda", "torch_builds",

@@ -17,8 +17,9 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nodecert.core.errors import UnknownNameError
+from nodecert.core.errors import UnknownNameError, VersionError
 from nodecert.core.verdict import Verdict, worst
+from nodecert.stack import advisories
 from nodecert.stack.compat import GpuModel, Matrix, default_matrix
 from nodecert.stack.manifest import SUPPORTED_OS, Stack
 from nodecert.stack.versions import DriverVersion
@@ -65,6 +66,10 @@ class _Ctx:
     os: str | None
     today: dt.date
     m: Matrix
+    # What else provisioning installs beside the stack's pins (component -> version: the
+    # container toolkit the role pins), and the advisories the site accepted.
+    others: tuple[tuple[str, str], ...] = ()
+    allowed: frozenset[str] = frozenset()
 
 
 class _NotEvaluated(Exception):
@@ -411,6 +416,33 @@ def rule_pins_confirmed(c: _Ctx) -> list[RuleResult]:
     return out
 
 
+# --- security ------------------------------------------------------------------------------
+
+def rule_advisories(c: _Ctx) -> list[RuleResult]:
+    """Every installed component against the security bulletins' fixed releases
+    (stacks/compat/advisories.yml): below one is FAIL unless the site accepted it."""
+    out = []
+    for component, version in (("driver", str(c.stack.driver)), *c.others):
+        rule = f"security.advisories[{component}]"
+        try:
+            findings = advisories.judge(component, version, allowed=c.allowed)
+        except VersionError as exc:
+            out.append(_r(rule, Verdict.WARN, f"{component} {version}: {exc}; not judged "
+                          "against the security bulletins"))
+            continue
+        srcs = tuple(dict.fromkeys(s for f in findings for s in f.sources))
+        bad = [f for f in findings if f.verdict > Verdict.PASS]
+        if bad:
+            out.append(_r(rule, advisories.worst_findings(findings),
+                          "; ".join(f.message for f in bad), *srcs))
+        else:
+            out.append(_r(rule, Verdict.PASS,
+                          f"{component} {version} includes every fixed release of "
+                          f"{len(findings)} bulletins ({', '.join(f.advisory for f in findings)})"
+                          if findings else f"no bulletin names {component}", *srcs))
+    return out
+
+
 # (rule id, function): the id is what a skipped rule is reported as.
 RULES: tuple[tuple[str, Callable[[_Ctx], RuleResult]], ...] = (
     ("driver.cuda-min", rule_cuda_min_driver),
@@ -429,19 +461,28 @@ RULES: tuple[tuple[str, Callable[[_Ctx], RuleResult]], ...] = (
     ("framework.tensorflow", rule_tensorflow),
 )
 MULTI_RULES: tuple[Callable[[_Ctx], list[RuleResult]], ...] = (
-    rule_os_supported, rule_pins_confirmed,
+    rule_os_supported, rule_pins_confirmed, rule_advisories,
 )
 
 
 def evaluate(stack: Stack, *, gpu: str | GpuModel | None = None, os_name: str | None = None,
-             today: dt.date | None = None, matrix: Matrix | None = None) -> GateReport:
-    """Run every rule; raises UnknownNameError for an unknown GPU or OS name."""
+             today: dt.date | None = None, matrix: Matrix | None = None,
+             others: dict[str, str] | None = None,
+             allow_advisories: frozenset[str] = frozenset()) -> GateReport:
+    """Run every rule; raises UnknownNameError for an unknown GPU or OS name, or an
+    accepted advisory the table does not list. `others`: components installed beside
+    the stack's pins (component -> version), judged against the security bulletins."""
     m = matrix or default_matrix()
     model = m.gpu(gpu) if isinstance(gpu, str) else gpu
     if os_name is not None and os_name not in SUPPORTED_OS:
         raise UnknownNameError(f"unknown OS {os_name!r}",
                                hint=f"use one of: {', '.join(SUPPORTED_OS)}")
-    ctx = _Ctx(stack, model, os_name, today or dt.date.today(), m)
+    unknown = sorted(allow_advisories - advisories.default_advisories().ids())
+    if unknown:
+        raise UnknownNameError(f"unknown advisory {', '.join(unknown)}",
+                               hint="name one of `nodecert stack advisories`")
+    ctx = _Ctx(stack, model, os_name, today or dt.date.today(), m,
+               tuple(sorted((others or {}).items())), allow_advisories)
     results: list[RuleResult] = []
     skipped: list[tuple[str, str]] = []
     for multi in MULTI_RULES:

@@ -22,7 +22,7 @@ from nodecert.bmc.judge import BMC_CHECKS
 from nodecert.bmc.monitor import BmcMonitor
 from nodecert.core.textsafe import clean
 from nodecert.runs.store import HostLink, HostRun
-from nodecert.stack import conformance
+from nodecert.stack.judged import judge_gathered
 from nodecert.stack.manifest import Stack
 from nodecert.transport.bundle import NODE_BASE, install_script
 from nodecert.transport.events import BadEvent, LineReader, decode_event
@@ -290,9 +290,7 @@ class NodeSessions:
             return limit + 30  # the node enforces limit; +30 for transit
         elif kind == "result":
             res = held_to_plan(ev["result"], hr.plan)
-            if res.check == "stack.conformance":
-                res = conformance.judge_result(res, hr.host, hr.stack,
-                                               imex=conformance.imex_expected(hr.plan.spec))
+            res = judge_gathered(res, hr.host, hr.stack, hr.plan.spec)
             hr.results.append(res)
             hr.current = None
             hr.save(interim=True)

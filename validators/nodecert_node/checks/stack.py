@@ -1,6 +1,6 @@
-"""stack.conformance and stack.framework_smoke.
+"""stack.conformance, stack.advisories and stack.framework_smoke.
 
-stack.conformance is gathered here and judged on the control side.
+stack.conformance and stack.advisories are gathered here and judged on the control side.
 
 The judge is the post-provision conformance logic (nodecert.stack.conformance.judge),
 which needs the stack manifest; rather than duplicate it on the node, the node
@@ -17,7 +17,9 @@ from typing import Any
 from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q
 from nodecert_node.contract import Result, Verdict
 from nodecert_node.framework import WORKERS, NoFramework, framework, framework_python
+from nodecert_node.parse import ParseError
 from nodecert_node.parse.events import events
+from nodecert_node.parse.system import parse_runc_version
 from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
 
@@ -38,6 +40,47 @@ def stack_conformance(ctx: Ctx) -> Result:
     return Result("stack.conformance", Verdict.ERROR, "gathered; awaiting the control-side judge",
                   evidence=(out.evidence,), facts={"conformance_output": out.text,
                                                    "stack": spec.get("stack")},
+                  fault_code="NC-NOT-JUDGED")
+
+
+# --- stack.advisories ----------------------------------------------------------------------
+
+@check("stack.advisories", order=31, suites=("quick", "standard", "full"),
+       tools=("nvidia-smi",),
+       description="driver, container toolkit and runc at or above the security bulletins' "
+                   "fixed releases")
+def stack_advisories(ctx: Ctx) -> Result:
+    """Gathers the installed versions; the control side judges them against its table of
+    security bulletins (nodecert.stack.advisories) and always replaces this Result."""
+    drv = run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+              timeout=ctx.timeout, name="driver version")
+    first = drv.text.split()
+    versions: dict[str, Any] = {"driver": first[0] if first else None}
+    evidence = [drv.evidence]
+    try:
+        ctk = run(["dpkg-query", "-W", "-f=${Version}\t${db:Status-Abbrev}",
+                   "nvidia-container-toolkit"], timeout=ctx.timeout, ok_codes=(0, 1),
+                  name="container toolkit version")
+        evidence.append(ctk.evidence)
+        ver, _, state = ctk.text.strip().partition("\t")
+        versions["container_toolkit"] = ver if state[1:2] == "i" else None
+    except ToolError as exc:
+        if exc.kind != "missing":
+            raise
+        versions["container_toolkit"] = None  # not a dpkg system: nothing installed by us
+    try:
+        runc = run(["runc", "--version"], timeout=ctx.timeout, name="runc version")
+        evidence.append(runc.evidence)
+        try:
+            versions["runc"] = parse_runc_version(runc.text)
+        except ParseError as exc:
+            versions["runc"] = {"error": str(exc)}
+    except ToolError as exc:
+        if exc.kind != "missing":
+            raise
+        versions["runc"] = None
+    return Result("stack.advisories", Verdict.ERROR, "gathered; awaiting the control-side judge",
+                  evidence=tuple(evidence), facts={"installed": versions},
                   fault_code="NC-NOT-JUDGED")
 
 

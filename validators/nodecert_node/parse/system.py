@@ -116,3 +116,18 @@ def parse_lsblk(text: str) -> list[dict[str, Any]]:
                     "serial": (d.get("serial") or "").strip(), "tran": d.get("tran") or "",
                     "type": d.get("type") or ""})
     return out
+
+
+def parse_runc_version(text: str) -> dict[str, str]:
+    """`runc --version`: {"version": "1.1.12", "commit": "v1.1.12-0-g51d5e94"} (commit
+    absent where the build does not print one). Raises ParseError without a version."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" version ")
+        if key == "runc" and value.strip():
+            out["version"] = value.strip().split()[0]
+        elif line.strip().startswith("commit:"):
+            out["commit"] = line.split(":", 1)[1].strip()
+    if "version" not in out:
+        raise ParseError("runc --version printed no 'runc version' line")
+    return out
