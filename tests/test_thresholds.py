@@ -98,7 +98,7 @@ def test_plan_for_a_sample_host() -> None:
     assert plan["options"]["storage"]["allow_raw_devices"] == []
     assert "dpkg-query" in plan["conformance"]["script"]
     assert plan["spec"]["gpu_count"] == spec.gpu_count
-    assert plan["host_timeout_s"] == 12 * 120 + 120  # the quick suite: 12 checks
+    assert plan["host_timeout_s"] == 17 * 120 + 120  # the quick suite: 17 checks
     big = build_plan(spec, thresholds.suite("quick"), None, "rid", cli_thresholds={},
                      scratch="/data/s", option_overrides={"storage": {"runtime_s": 10}},
                      checks=("storage.fio", "health.gpu")).as_dict()

@@ -78,18 +78,19 @@ def test_healthy_lab_passes_every_check_with_live_progress(plab: Lab, tmp_path: 
                                   "--runs-dir", str(tmp_path)])
     assert r.exit_code == 0, r.output + r.stderr
     for h in ("h1", "h2", "h3"):
-        assert f"{h:<14} [1/12] hardware.inventory ..." in r.stderr
-        assert f"{h:<14} [4/12] net.ib PASS (SIMULATED)" in r.stderr
-        assert f"{h:<14} [12/12] storage.fio PASS (SIMULATED)" in r.stderr
-        assert f"{h:<14} finished: PASS (12 PASS)" in r.stderr
+        assert f"{h:<14} [1/17] hardware.inventory ..." in r.stderr
+        assert f"{h:<14} [4/17] net.ib PASS (SIMULATED)" in r.stderr
+        assert f"{h:<14} [17/17] storage.fio PASS (SIMULATED)" in r.stderr
+        assert f"{h:<14} finished: PASS (17 PASS)" in r.stderr
     assert "PASS     done" in r.stdout and "SIMULATED" in r.stdout
     (run_dir,) = tmp_path.iterdir()
     data = json.loads((run_dir / "h2" / "results.json").read_text())
     assert data["schema"] == "nodecert.validation/v1" and data["verdict"] == "PASS"
     assert data["simulated"] is True and all(x["simulated"] for x in data["results"])
-    assert [x["check"] for x in data["results"]] == [*HW, "power.limit", "stack.conformance",
-                                                     "stack.advisories", "container.gpu_smoke",
-                                                     "storage.fio"]
+    assert [x["check"] for x in data["results"]] == [
+        *HW, "power.limit", "platform.pcie_acs", "platform.iommu", "platform.cpu_governor",
+        "platform.numa_balancing", "platform.gpudirect", "stack.conformance",
+        "stack.advisories", "container.gpu_smoke", "storage.fio"]
     # Thresholds say where they came from: the L40S profile, the lab inventory.
     assert data["thresholds"]["pcie.gen"]["origin"] == "profile L40S (profiles/L40S.yml)"
     fio = next(x for x in data["results"] if x["check"] == "storage.fio")
@@ -585,7 +586,7 @@ def test_ctrl_c_keeps_finished_results_and_marks_the_rest(plab: Lab, tmp_path: P
     assert proc.stderr is not None
     try:
         for line in proc.stderr:  # block until the first result has arrived
-            if "[1/12] hardware.inventory PASS" in line:
+            if "[1/17] hardware.inventory PASS" in line:
                 break
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
@@ -597,7 +598,7 @@ def test_ctrl_c_keeps_finished_results_and_marks_the_rest(plab: Lab, tmp_path: P
     assert data["status"] == "interrupted"
     res = {x["check"]: x for x in data["results"]}
     assert res["hardware.inventory"]["verdict"] == "PASS"
-    assert len(res) == 12  # the quick suite
+    assert len(res) == 17  # the quick suite
     not_run = [x for x in data["results"] if x["fault_code"] == "NC-NOT-RUN-INTERRUPTED"]
     assert not_run and all(x["verdict"] == "ERROR" for x in not_run)
     assert "interrupted" in out

@@ -458,7 +458,8 @@ class Lab:
         shutil.rmtree(lib / "nodecert_simhw", ignore_errors=True)
         shutil.copytree(SIMHW_PACKAGE, lib / "nodecert_simhw",
                         ignore=shutil.ignore_patterns("__pycache__"))
-        for tool in ("lspci", "dmesg", "dmidecode", "lscpu", "lsblk"):
+        for tool in ("lspci", "dmesg", "dmidecode", "lscpu", "lsblk", "lsmod", "sysctl",
+                     "cpupower"):
             w = root / "usr/local/bin" / tool
             w.write_text(f"#!/bin/sh\n# SIMULATED {tool} of a nodecert lab host\n"
                          f'exec /usr/bin/python3 /usr/lib/nodecert-lab/simhw.py {tool} "$@"\n')

@@ -131,3 +131,45 @@ def parse_runc_version(text: str) -> dict[str, str]:
     if "version" not in out:
         raise ParseError("runc --version printed no 'runc version' line")
     return out
+
+
+def parse_lsmod(text: str) -> dict[str, list[str]]:
+    """`lsmod`: module -> the modules using it. The header and lines that are no module
+    row (a grep's other matches are rows too) are skipped; a row without its size and
+    use count is refused."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or parts[0] == "Module":
+            continue
+        if len(parts) < 3 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
+            raise ParseError(f"lsmod: not a module row: {line.strip()!r}")
+        out[parts[0]] = parts[3].split(",") if len(parts) > 3 else []
+    return out
+
+
+_CPU = re.compile(r"^analyzing CPU (\d+):")
+_GOV = re.compile(r'The governor "([^"]+)"')
+
+
+def parse_cpupower_governors(text: str) -> dict[int, str | None]:
+    """`cpupower [-c all] frequency-info [-p]`: CPU -> the governor of its current
+    policy (None where the CPU reports no policy). The policy text wraps over lines."""
+    out: dict[int, str | None] = {}
+    cpu: int | None = None
+    joined = ""
+    for line in text.splitlines():
+        m = _CPU.match(line.strip())
+        if m:
+            if cpu is not None:
+                g = _GOV.search(joined)
+                out[cpu] = g.group(1) if g else None
+            cpu, joined = int(m.group(1)), ""
+        elif cpu is not None:
+            joined += " " + line.strip()
+    if cpu is not None:
+        g = _GOV.search(joined)
+        out[cpu] = g.group(1) if g else None
+    if not out:
+        raise ParseError("cpupower printed no 'analyzing CPU' block")
+    return out

@@ -119,6 +119,17 @@ FAULT_KINDS: dict[str, FaultKind] = {
                               "inventory's: every bmc.* check is ERROR", "bmc.sensors"),
     "bmc_firmware": _k(set(), {"version"}, "the BMC runs other firmware than the site's "
                        "golden version (default 1.17)", "bmc.inventory"),
+    # --- the platform's settings (the kernel and the PCIe switches)
+    "pcie_acs": _k(set(), {"gpu"}, "ACS redirect (SrcValid+ ReqRedir+ CmpltRedir+) on the "
+                   "PCIe switch port in front of GPU `gpu` (default 0)", "platform.pcie_acs"),
+    "iommu_translated": _k(set(), set(), "the kernel boots with the IOMMU translating DMA "
+                           "(default domain Translated)", "platform.iommu"),
+    "cpu_powersave": _k(set(), {"cpus"}, "the CPUs (all, or the first `cpus`) run the "
+                        "powersave governor", "platform.cpu_governor"),
+    "numa_balancing": _k(set(), set(), "automatic NUMA balancing is on "
+                         "(kernel.numa_balancing = 1)", "platform.numa_balancing"),
+    "peermem_missing": _k(set(), set(), "nvidia_peermem is not loaded: no GPUDirect RDMA "
+                          "path (a host with an RDMA fabric)", "platform.gpudirect"),
     # --- a rack tray's NVLink domain (hosts of a lab rack)
     "fabric_clique": _k(set(), {"clique"}, "the tray's GPUs register in another NVLink "
                         "clique (default 9) than the rest of its rack", "rack.domain"),
@@ -170,6 +181,10 @@ class Faults:
         """The parameters of BMC fault `kind` on this host, or None."""
         found = self._of(kind)
         return dict(found[-1]) if found else None
+
+    def setting(self, kind: str) -> dict[str, Any] | None:
+        """The parameters of platform fault `kind` on this host, or None."""
+        return self.bmc(kind)
 
     # --- GPU presence and identity
     def missing_gpus(self) -> set[int]:

@@ -25,6 +25,9 @@ def cmd_dmesg(argv):
     boot = float(hw.get("boot_time", time.time()))
     lines = [(0.0, "Linux version 6.1.0-nodecert-lab (SIMULATED kernel log of a nodecert lab "
               "host)")]
+    domain = "Translated" if Faults(hw).setting("iommu_translated") is not None else \
+        "Passthrough (set via kernel command line)"
+    lines.append((0.41, f"iommu: Default domain type: {domain}"))
     if installed().get("driver"):
         drv = driver_version(installed())
         lines.append((4.2, "nvidia: module license 'NVIDIA' taints kernel."))

@@ -5,7 +5,33 @@ SIMULATED -- NOT REAL HARDWARE. Runs inside lab hosts (python3 3.8+, stdlib only
 
 from __future__ import annotations
 
+from nodecert_simhw.faults import Faults
 from nodecert_simhw.state import GpuState, installed, load_hw, visible_gpus
+
+
+def _bridge(bus, name, code, info, *, numeric, verbose, domain):
+    _, secondary, acs_on = info
+    addr = f"0000:{bus}:00.0" if domain else f"{bus}:00.0"
+    ids = " [1000:c030]" if numeric else ""
+    cls = f"PCI bridge [{code}]" if numeric else "PCI bridge"
+    print(f"{addr} {cls}: {name}{ids} (rev b0) (prog-if 00 [Normal decode])")
+    if not verbose:
+        return
+    sign = "+" if acs_on else "-"
+    print("\tControl: I/O+ Mem+ BusMaster+ SpecCycle- MemWINV- VGASnoop- ParErr- Stepping- "
+          "SERR+ FastB2B- DisINTx+")
+    print(f"\tBus: primary={int(bus, 16) - 1:02x}, secondary={secondary}, "
+          f"subordinate={secondary}, sec-latency=0")
+    print("\tCapabilities: [68] Express (v2) Downstream Port (Slot+), MSI 00")
+    print("\t\tLnkCap:\tPort #1, Speed 32GT/s, Width x16, ASPM L1, Exit Latency L1 <4us")
+    print("\t\tLnkSta:\tSpeed 32GT/s, Width x16")
+    print("\tCapabilities: [1d0 v1] Access Control Services")
+    print("\t\tACSCap:\tSrcValid+ TransBlk+ ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- "
+          "DirectTrans+")
+    print(f"\t\tACSCtl:\tSrcValid{sign} TransBlk- ReqRedir{sign} CmpltRedir{sign} "
+          f"UpstreamFwd{sign} EgressCtrl- DirectTrans-")
+    print("\tKernel driver in use: pcieport")
+    print()
 
 
 def cmd_lspci(argv):
@@ -23,7 +49,18 @@ def cmd_lspci(argv):
         sw = p["nvswitch"]
         devices.append((bus, "Bridge", "0680", f"NVIDIA Corporation {sw['pci_ids_name']}",
                         sw["pci_device_id"], None))
+    # Each GPU sits behind a downstream port of a PCIe switch, as on HGX baseboards.
+    acs = Faults(hw).setting("pcie_acs")
+    acs_gpu = int(acs.get("gpu", 0)) if acs is not None else None
+    for i in visible_gpus(hw):
+        bus = p["pci_buses"][i]
+        devices.append((f"{int(bus, 16) - 1:02x}", "PCI bridge", "0604",
+                        "Broadcom / LSI PEX890xx PCIe Gen 5 Switch", "c030",
+                        ("bridge", bus, i == acs_gpu)))
     for bus, cls, code, name, dev, gi in sorted(devices):
+        if isinstance(gi, tuple):
+            _bridge(bus, name, code, gi, numeric=numeric, verbose=verbose, domain=domain)
+            continue
         addr = (f"0000:{bus}:00.0" if domain else f"{bus}:00.0")
         if numeric:
             line = f"{addr} {cls} [{code}]: {name} [10de:{dev}] (rev a1)"

@@ -26,6 +26,8 @@ TOOLS = {
     "show_gids": ("roce", "cmd_show_gids"), "mlnx_qos": ("roce", "cmd_mlnx_qos"),
     "nvidia-ctk": ("ctk", "cmd_nvidia_ctk"), "nvidia-cdi-hook": ("ctk", "cmd_nvidia_cdi_hook"),
     "nvidia-imex-ctl": ("imex", "cmd_nvidia_imex_ctl"),
+    "lsmod": ("platform", "cmd_lsmod"), "sysctl": ("platform", "cmd_sysctl"),
+    "cpupower": ("platform", "cmd_cpupower"),
 }
 
 
