@@ -265,6 +265,42 @@ def test_a_provisioned_node_is_judged_against_the_stack_it_recorded(
                for ln in lines), lines
 
 
+PLATFORM = ("platform.pcie_acs", "platform.iommu", "platform.cpu_governor",
+            "platform.numa_balancing", "platform.gpudirect")
+
+
+def test_platform_faults_fail_exactly_their_check(plab: Lab, tmp_path: Path) -> None:
+    """On the provisioned lab hosts (h1, h3 H200; h2 L40S): each platform setting gone
+    wrong fails its own check and no other, and a host without a fault passes them."""
+    rounds = [
+        ("  - {host: h1, kind: pcie_acs, gpu: 2}\n  - {host: h2, kind: numa_balancing}\n"
+         "  - {host: h3, kind: peermem_missing}\n",
+         {"h1": ("platform.pcie_acs", "in front of 0000:3a:00.0"),
+          "h2": ("platform.numa_balancing", "needs == 0, measured 1"),
+          "h3": ("platform.gpudirect", "needs >= 1 paths, measured 0 paths")}),
+        ("  - {host: h1, kind: iommu_translated}\n  - {host: h3, kind: cpu_powersave}\n",
+         {"h1": ("platform.iommu", "the IOMMU translates DMA for 0000:18:00.0"),
+          "h2": None,
+          "h3": ("platform.cpu_governor", "governor: needs == performance, measured "
+                 "powersave")}),
+    ]
+    try:
+        for text, expect in rounds:
+            faults(plab, tmp_path, "faults:\n" + text)
+            r = run(plab, tmp_path, checks=PLATFORM)
+            got = failing(r)
+            for host, want in expect.items():
+                if want is None:
+                    assert got[host] == {}, got[host]
+                    continue
+                assert list(got[host]) == [want[0]], (host, got[host])
+                assert want[1] in got[host][want[0]], got[host][want[0]]
+                res = next(x for x in r.hosts[host].results if x.check == want[0])
+                assert res.remediation and res.simulated
+    finally:
+        plab.apply_faults(None)
+
+
 def test_wrong_driver_and_slow_nvme_fail_their_checks(plab: Lab, tmp_path: Path) -> None:
     faults(plab, tmp_path, "faults:\n  - {host: h2, kind: nvme_slow, read_mbps: 8, "
            "write_mbps: 8}\n")
