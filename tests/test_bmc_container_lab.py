@@ -108,6 +108,11 @@ def test_healthy_bmcs_pass_and_see_the_burn_in(blab: Lab, tmp_path: Path) -> Non
     signed = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
     checks = {x["check"]: x for x in signed["results"]}
     assert checks["bmc.power"]["thresholds"]["bmc.power_capacity_fraction_max"]["source"]
+    # the firmware the BMC lists, against the host's recipe, in the signed BOM
+    assert checks["firmware.recipe"]["verdict"] == "PASS"
+    assert signed["firmware"]["recipe"] == "dgx-h200-motherboard"
+    assert signed["firmware"]["components"]["cpld_mb"]["found"] == {
+        "BMC CPLDMB_0": "0.2.1.6"}
     assert checks["bmc.power"]["facts"]["bmc"]["verified_by"].startswith("CA ")
     assert_no_secret(password(blab), tmp_path, lines)
 
@@ -133,6 +138,22 @@ def test_redfish_faults_get_their_verdicts(blab: Lab, tmp_path: Path) -> None:
     assert "refused the credentials of user nodecert (HTTP 401)" in h1["bmc.sel"].summary
     assert r.hosts["h1"].verdict.name == "ERROR"  # never READY with its BMC unread
     assert_no_secret(password(blab), tmp_path, lines)
+
+
+def test_a_component_behind_its_recipe_fails_firmware_recipe(blab: Lab,
+                                                              tmp_path: Path) -> None:
+    faults(blab, tmp_path, "faults:\n  - {host: h2, kind: firmware_old, component: erot_bmc, "
+           "version: 00.04.0011.0000_n00}\n")
+    try:
+        r, _ = run(blab, tmp_path / "runs", checks=("hardware.inventory",))
+    finally:
+        blab.apply_faults(None)
+    got = {h: next(x for x in r.hosts[h].results if x.check == "firmware.recipe")
+           for h in ("h1", "h2")}
+    assert got["h1"].verdict.name == "PASS", got["h1"].summary
+    assert got["h2"].verdict.name == "FAIL" and got["h2"].simulated
+    assert got["h2"].summary == ("erot_bmc: BMC EROT_BMC_0 runs 00.04.0011.0000_n00, the "
+                                 "recipe wants 00.04.0018.0000_n00")
 
 
 def test_ipmi_catches_a_hot_inlet_and_an_unreachable_bmc(blab: Lab, tmp_path: Path) -> None:

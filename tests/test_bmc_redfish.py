@@ -254,3 +254,30 @@ def test_a_slow_bmc_read_stops_at_its_budget(bmc: Bmc, tmp_path: Path,
     assert f"longer than the {gather.SNAPSHOT_BUDGET_S:g} s one full read may take" in \
         results["bmc.power"].summary
     assert len(calls) == int(gather.SNAPSHOT_BUDGET_S // 25) + 1
+
+
+def test_the_firmware_inventory_is_read_and_judged_against_the_hosts_recipe(
+        bmc: Bmc, tmp_path: Path) -> None:
+    from nodecert.stack.firmware import find_recipe, judge_recipe
+
+    recipe = find_recipe("dgx-h200-motherboard")
+    mon = BmcMonitor(bmc.spec(), host_dir=tmp_path / "a" / "h1", limits=LIMITS,
+                     simulated=True, current=lambda: None)
+    (tmp_path / "a" / "h1").mkdir(parents=True)
+    mon.finish()
+    ids = {m["id"]: m["version"] for m in mon.firmware_inventory or []}
+    assert ids["CPLDMB_0"] == "0.2.1.6" and ids["BMC"] == "1.18"
+    ok = judge_recipe(recipe, mon.firmware_inventory, None)
+    assert ok.verdict is Verdict.PASS, ok.summary
+    assert ok.facts["bom"]["erot_bmc"]["found"] == {"BMC EROT_BMC_0": "00.04.0018.0000_n00"}
+
+    bmc.set_faults([Fault("h1", "firmware_old", {"component": "cpld_mid",
+                                                 "version": "0.2.0.5"})])
+    mon = BmcMonitor(bmc.spec(), host_dir=tmp_path / "b" / "h1", limits=LIMITS,
+                     simulated=True, current=lambda: None)
+    (tmp_path / "b" / "h1").mkdir(parents=True)
+    mon.finish()
+    behind = judge_recipe(recipe, mon.firmware_inventory, None)
+    assert behind.verdict is Verdict.FAIL
+    assert behind.summary == "cpld_mid: BMC CPLDMID_0 runs 0.2.0.5, the recipe wants 0.2.0.7"
+

@@ -440,3 +440,30 @@ def test_a_newline_in_a_nodes_text_cannot_print_a_line_of_its_own(tmp_path: Path
     assert any(line.startswith("FAIL verdict") and "Xid 79 \u23ce ok   verdict" in line
                for line in lines), r.output
     assert one_line(" a\r\n\n b \u2029c\n") == "a \u23ce b \u23ce c"
+
+
+def test_the_firmware_bill_of_materials_is_signed_and_a_component_behind_is_not_ready(
+        tmp_path: Path, key: Path) -> None:
+    from nodecert.stack.firmware import find_recipe, judge_recipe
+
+    recipe = find_recipe("dgx-h200-motherboard")
+    members = [{"id": i, "version": v} for i, v in (
+        ("CPLDMB_0", "0.2.1.6"), ("CPLDMID_0", "0.2.0.7"),
+        ("EROT_BIOS_0", "00.04.0018.0000_n00"), ("EROT_BMC_0", "00.04.0018.0000_n00"))]
+    met = judge_recipe(recipe, members, None).as_dict()
+    run = make_run(tmp_path / "a", {"n1": {"results": [*passing(recorded_results()), met]}})
+    node = certify(run, load_private_key(key)).nodes[0]
+    signed = json.loads(base64.b64decode(json.loads(node.envelope.read_text())["payload"]))
+    fw = signed["predicate"]["firmware"]
+    assert fw["recipe"] == "dgx-h200-motherboard" and "FWDGXH" in fw["sources"]
+    assert fw["components"]["cpld_mid"] == {"wanted": "0.2.0.7",
+                                            "found": {"BMC CPLDMID_0": "0.2.0.7"}}
+    assert signed["predicate"]["verdict"] == "READY"
+    members[1] = {"id": "CPLDMID_0", "version": "0.2.0.5"}
+    behind = judge_recipe(recipe, members, None).as_dict()
+    run = make_run(tmp_path / "b", {"n1": {"results": [*passing(recorded_results()),
+                                                       behind]}})
+    node = certify(run, load_private_key(key)).nodes[0]
+    signed = json.loads(base64.b64decode(json.loads(node.envelope.read_text())["payload"]))
+    assert signed["predicate"]["verdict"] == "NOT READY"
+    assert any("cpld_mid" in r for r in signed["predicate"]["reasons"])

@@ -191,6 +191,12 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
     ident = host.get("identity") or {}
     software = next((r.get("facts", {}).get("software") for r in host.get("results", [])
                      if r["check"] == "stack.conformance"), None)
+    # The firmware bill of materials: each component of the host's recipe, wanted and
+    # found where it was read (the BMC's inventory, the node's own tools).
+    recipe = next((r.get("facts") or {} for r in host.get("results", [])
+                   if r["check"] == "firmware.recipe"), None)
+    firmware = {"recipe": recipe.get("recipe"), "sources": recipe.get("sources"),
+                "components": recipe.get("bom")} if recipe else None
     predicate = {
         "schema": "nodecert.node-readiness/v1",
         "verdict": verdict, "reasons": reasons, "simulated": bool(host.get("simulated")),
@@ -202,6 +208,7 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
         "validity": validity(issued, ended, valid_days, max_age_days),
         "order": host.get("spec"), "identity": certificate_identity(ident),
         "stack": _stack_pins(stack) if stack else None, "software": software,
+        "firmware": firmware,
         "results": [_result_entry(r) for r in host.get("results", [])],
         "inputs": dict(sorted((inputs or {}).items())),
         "tool": {"name": "nodecert", "version": __version__},

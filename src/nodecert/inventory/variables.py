@@ -87,6 +87,14 @@ VARIABLES: tuple[Variable, ...] = (
     _v("allow_raw_devices", "list", "validation", "storage.fio (plan)",
        "raw block devices the storage test may overwrite when proven empty",
        page="docs/validation.md"),
+    _v("firmware_recipe", "str", "validation", "firmware.recipe",
+       "the firmware recipe the host ships with (a name from stacks/firmware/, e.g. "
+       "dgx-gb200-compute-tray, or a path): every component judged by firmware.recipe",
+       page="docs/firmware.md"),
+    _v("firmware", "map", "validation", "firmware.recipe",
+       "the site's components over the recipe's: {component: version} or {component: "
+       "{version, redfish: [Id pattern], inband: gpu_vbios|hca_firmware}}",
+       page="docs/firmware.md"),
     _v("allow_advisories", "list", "plan", "gate, stack.advisories",
        "security advisories this site accepts on the host (ids from `nodecert stack "
        "advisories`): each stays a WARN, named in the gate and the certificate",

@@ -16,7 +16,7 @@ from nodecert.lab import bmc as labbmc
 from nodecert.lab import cluster
 from nodecert.lab import rack as labrack
 from nodecert.lab.config import LabConfig
-from nodecert.lab.hardware import spec_vars
+from nodecert.lab.hardware import profile, spec_vars
 from nodecert.lab.image import ARCHIVE as IMAGE_ARCHIVE
 from nodecert.lab.image import image_id
 from nodecert.lab.wheelhouse import stack_hashes
@@ -85,7 +85,9 @@ def write_access_files(cfg: LabConfig, hosts: Sequence[Host], state: dict[str, A
         # a mapping goes in as quoted JSON: Ansible's INI reader takes it as a dict
         spec = " ".join(f"{k}='{json.dumps(v)}'" if isinstance(v, dict) else f"{k}={v}"
                         for k, v in spec_vars(h.profile).items())
+        recipe = profile(h.profile).get("firmware_recipe")
         bmc = (f" nodecert_bmc='{json.dumps(labbmc.inventory_spec(cfg, h.n))}'"
+               + (f" nodecert_firmware_recipe={recipe}" if recipe else "")
                if state.get("bmc") else "")
         inv.append(f"{h.name} ansible_host={h.ip} {spec} nodecert_lab_profile={h.profile}"
                    + bmc)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.lab.simhw.nodecert_simhw.faults import Faults
+from nodecert.stack.firmware import find_recipe
 
 GOLDEN_FIRMWARE = "1.18"
 USERNAME = "nodecert"
@@ -144,6 +145,30 @@ class Model:
 
 # --- Redfish -------------------------------------------------------------------------------
 
+def member_id(pattern: str, index: int = 0) -> str:
+    """The FirmwareInventory Id a recipe's pattern names (`^CPLDMB_\\d+$` -> CPLDMB_0)."""
+    return pattern.strip("^$").replace("\\d+", str(index))
+
+
+def firmware_members(hw: dict[str, Any], manager_fw: str) -> dict[str, dict[str, Any]]:
+    """Id -> (name, version): the BMC's own firmware and every component of the host's
+    recipe (one member per GPU where the component is the GPUs'), at the recipe's
+    versions unless a fault says otherwise."""
+    out: dict[str, dict[str, Any]] = {"BMC": {"name": "BMC Firmware", "version": manager_fw}}
+    name = hw["profile"].get("firmware_recipe")
+    if not name:
+        return out
+    old = Faults(hw).old_firmware()
+    count = int(hw["profile"]["gpu_count"])
+    for comp in find_recipe(str(name)).components.values():
+        for pattern in comp.redfish[:1]:
+            per_gpu = comp.inband == "gpu_vbios"
+            for i in range(count if per_gpu else 1):
+                out[member_id(pattern, i)] = {"name": comp.name,
+                                              "version": old.get(comp.name, comp.version)}
+    return out
+
+
 def _ref(path: str) -> dict[str, str]:
     return {"@odata.id": f"/redfish/v1/{path}".rstrip("/")}
 
@@ -191,7 +216,7 @@ def redfish_tree(model: Model) -> dict[str, Any]:
         "": {"@odata.id": "/redfish/v1", "@odata.type": "#ServiceRoot.v1_11_0.ServiceRoot",
              "Id": "RootService", "Name": "Root Service", "RedfishVersion": "1.11.0",
              "Systems": _ref("Systems"), "Chassis": _ref("Chassis"),
-             "Managers": _ref("Managers")},
+             "Managers": _ref("Managers"), "UpdateService": _ref("UpdateService")},
         "Systems": _collection("Systems", "ComputerSystemCollection", ["Systems/1"]),
         "Systems/1": {"@odata.id": "/redfish/v1/Systems/1",
                       "@odata.type": "#ComputerSystem.v1_12_0.ComputerSystem", "Id": "1",
@@ -251,6 +276,21 @@ def redfish_tree(model: Model) -> dict[str, Any]:
                          "@odata.type": "#LogEntry.v1_4_0.LogEntry", "EntryType": "SEL", **e}
                         for e in r["sel"]]},
     }
+    fw = firmware_members(model.hw(), r["firmware"])
+    tree["UpdateService"] = {
+        "@odata.id": "/redfish/v1/UpdateService",
+        "@odata.type": "#UpdateService.v1_11_0.UpdateService", "Id": "UpdateService",
+        "Name": "Update Service", "ServiceEnabled": True,
+        "FirmwareInventory": _ref("UpdateService/FirmwareInventory")}
+    tree["UpdateService/FirmwareInventory"] = _collection(
+        "UpdateService/FirmwareInventory", "SoftwareInventoryCollection",
+        [f"UpdateService/FirmwareInventory/{k}" for k in fw])
+    for fid, m in fw.items():
+        tree[f"UpdateService/FirmwareInventory/{fid}"] = {
+            "@odata.id": f"/redfish/v1/UpdateService/FirmwareInventory/{fid}",
+            "@odata.type": "#SoftwareInventory.v1_9_0.SoftwareInventory", "Id": fid,
+            "Name": m["name"], "Version": m["version"], "Updateable": True,
+            "Status": _ok()}
     for cpu in ("CPU1", "CPU2"):
         tree[f"Systems/1/Processors/{cpu}"] = {
             "@odata.id": f"/redfish/v1/Systems/1/Processors/{cpu}",

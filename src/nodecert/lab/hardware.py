@@ -20,6 +20,7 @@ from nodecert.core import yamldoc
 from nodecert.core.errors import ManifestError, UnknownNameError
 from nodecert.lab.simhw.nodecert_simhw.faults import FAULT_KINDS, FaultKind
 from nodecert.stack.compat import default_matrix
+from nodecert.stack.firmware import find_recipe
 
 PROFILES_FILE = Path(__file__).with_name("profiles.yml")
 
@@ -44,8 +45,10 @@ def load_profiles() -> dict[str, dict[str, Any]]:
     matrix = default_matrix()
     for name, node in root["profiles"].items():
         f = node.mapping({"gpu_model", "gpu_count", "pci_buses", "gpu", "nvswitch", "fabric",
-                          "host"}, {"hcas"})
+                          "host"}, {"hcas", "firmware_recipe"})
         matrix.gpu(f["gpu_model"].text())  # the model must be one the gate knows
+        if "firmware_recipe" in f:
+            find_recipe(f["firmware_recipe"].text())  # a recipe stacks/firmware/ holds
         if len(f["pci_buses"].text_list()) != f["gpu_count"].integer():
             raise f["pci_buses"].error("needs one PCI bus per GPU")
         out[name] = node.value

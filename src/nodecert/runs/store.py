@@ -19,6 +19,7 @@ from nodecert.inventory.bmc import BmcSpec
 from nodecert.inventory.reader import HostSpec
 from nodecert.runs.layout import RESULTS, RunDir
 from nodecert.runs.records import SCHEMA
+from nodecert.stack.firmware import Recipe
 from nodecert.stack.manifest import Stack
 from nodecert.transport.ssh import Endpoint
 from nodecert_node.contract import Plan, Result, Verdict, error_result, worst, write_atomic
@@ -62,6 +63,7 @@ class HostRun:
     simulated: bool = False
     node: dict[str, Any] = field(default_factory=dict)
     bad_output: str = ""  # what a node sent that was not a valid event (evidence)
+    recipe: Recipe | None = None  # the firmware recipe the host is judged by
 
     @property
     def checks(self) -> list[str]:

@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.core.ansible_env import select_hosts
-from nodecert.core.errors import InventoryError
+from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.inventory.bmc import BmcSpec, bmc_spec
 from nodecert.inventory.reader import HostSpec, hostvars, load_inventory
 from nodecert.profiles import thresholds
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import HostLink, HostRun, ValidationRun, record_inputs, write_json
+from nodecert.stack import firmware
+from nodecert.stack.firmware import Recipe
 from nodecert.stack.manifest import Stack, find_stack
 from nodecert.transport.become import BecomeSource, unlock_vault
 from nodecert.transport.bundle import node_bundle
@@ -102,8 +104,27 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
         links[name] = HostLink(
             dataclasses.replace(endpoints[name], become_password=passwords.get(name)),
             bmcs.get(name))
-        runs[name] = HostRun(name, spec, plan, st, run_dir / name, simulated=spec.simulated)
+        runs[name] = HostRun(name, spec, plan, st, run_dir / name, simulated=spec.simulated,
+                             recipe=_recipe(name, spec, inventory))
     return runs, links
+
+
+def _recipe(name: str, spec: HostSpec, inventory: Path) -> Recipe | None:
+    """The host's firmware recipe with the site's components (refused before any SSH)."""
+    chosen = spec.validation.get("firmware_recipe")
+    if not chosen:
+        if spec.validation.get("firmware"):
+            raise InventoryError(f"host {name}: nodecert_firmware without "
+                                 "nodecert_firmware_recipe", where=str(inventory),
+                                 hint="name the recipe the site's components amend")
+        return None
+    try:
+        return firmware.with_overrides(firmware.find_recipe(str(chosen)),
+                                       spec.validation.get("firmware"),
+                                       where=f"{inventory} (host {name})")
+    except (UnknownNameError, ManifestError) as exc:
+        raise InventoryError(f"host {name}: {exc.what}", where=str(inventory),
+                             hint=exc.hint) from None
 
 
 def _bmc_specs(specs: dict[str, HostSpec], hv: dict[str, dict[str, Any]],

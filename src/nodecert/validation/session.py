@@ -22,6 +22,7 @@ from nodecert.bmc.judge import BMC_CHECKS
 from nodecert.bmc.monitor import BmcMonitor
 from nodecert.core.textsafe import clean
 from nodecert.runs.store import HostLink, HostRun
+from nodecert.stack import firmware
 from nodecert.stack.judged import judge_gathered
 from nodecert.stack.manifest import Stack
 from nodecert.transport.bundle import NODE_BASE, install_script
@@ -163,6 +164,7 @@ class NodeSessions:
 
     def _bmc_results(self, hr: HostRun, monitor: BmcMonitor | None) -> None:
         if monitor is None:
+            self._firmware_result(hr, None)
             return
         monitor.simulated = hr.simulated  # known once the node said hello
         try:
@@ -175,6 +177,27 @@ class NodeSessions:
             self.emit(hr, f"{r.check} {r.verdict.name}"
                       f"{' (SIMULATED)' if r.simulated else ''} - {r.summary[:110]}",
                       alarm=r.verdict >= Verdict.FAIL)
+        self._firmware_result(hr, monitor)
+
+    def _firmware_result(self, hr: HostRun, monitor: BmcMonitor | None) -> None:
+        """firmware.recipe where the host names a recipe: what the BMC's inventory and
+        the node's own checks report, against it."""
+        if hr.recipe is None:
+            return
+        try:
+            res = firmware.judge_recipe(
+                hr.recipe, monitor.firmware_inventory if monitor else None,
+                firmware.inband_readings(hr.results),
+                bmc_error=(monitor.firmware_error if monitor else
+                           "the host has no nodecert_bmc"))
+        except Exception as exc:  # never sinks the node's results
+            res = error_result("firmware.recipe", f"internal error while judging the "
+                                                  f"firmware: {type(exc).__name__}: {exc}")
+        res = res.with_(simulated=hr.simulated)
+        hr.results.append(res)
+        self.emit(hr, f"{res.check} {res.verdict.name}"
+                  f"{' (SIMULATED)' if res.simulated else ''} - {res.summary[:110]}",
+                  alarm=res.verdict >= Verdict.FAIL)
 
     def _exec(self, client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
               timeout: float, *, root: bool = True,

@@ -188,6 +188,34 @@ def parse_pcie_device(doc: Any) -> dict[str, Any]:
     return part
 
 
+def parse_software_inventory(doc: Any) -> dict[str, Any]:
+    """A FirmwareInventory member (SoftwareInventory): id, name, version (None where the
+    BMC gives none: never a made-up one), whether it is updateable, its status, and the
+    DMTF optional fields where present. The version is the BMC's text, whole (HPE appends
+    a build date: '2.55 Oct 01 2021')."""
+    what = "Redfish SoftwareInventory"
+    _check_type(doc, "SoftwareInventory", what)
+    if not isinstance(doc, dict):
+        raise ParseError(f"{what}: expected a JSON object")
+    ident = doc.get("Id")
+    if not isinstance(ident, str) or not ident:
+        link = doc.get("@odata.id")
+        if not isinstance(link, str) or "/" not in link:
+            raise ParseError(f"{what}: neither an Id nor an @odata.id")
+        ident = link.rstrip("/").rsplit("/", 1)[-1]
+    version = doc.get("Version")
+    if version is not None and not isinstance(version, str):
+        raise ParseError(f"{what} {ident}: Version is {type(version).__name__}, not text")
+    state, health = _status(doc)
+    return {"id": ident, "name": str(doc.get("Name") or ""),
+            "version": version.strip() if isinstance(version, str) and version.strip()
+            else None,
+            "updateable": doc.get("Updateable") is True, "state": state, "health": health,
+            "software_id": str(doc.get("SoftwareId") or ""),
+            "lowest_supported": str(doc.get("LowestSupportedVersion") or ""),
+            "release_date": str(doc.get("ReleaseDate") or "")}
+
+
 def member_links(doc: Any, what: str) -> list[str]:
     """The @odata.id of each member of a collection."""
     out = []

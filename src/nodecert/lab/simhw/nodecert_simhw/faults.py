@@ -130,6 +130,9 @@ FAULT_KINDS: dict[str, FaultKind] = {
                          "(kernel.numa_balancing = 1)", "platform.numa_balancing"),
     "peermem_missing": _k(set(), set(), "nvidia_peermem is not loaded: no GPUDirect RDMA "
                           "path (a host with an RDMA fabric)", "platform.gpudirect"),
+    "firmware_old": _k({"component"}, {"version"}, "the BMC's firmware inventory reports "
+                       "recipe component `component` at `version` (default 0.0.1)",
+                       "firmware.recipe"),
     # --- a rack tray's NVLink domain (hosts of a lab rack)
     "fabric_clique": _k(set(), {"clique"}, "the tray's GPUs register in another NVLink "
                         "clique (default 9) than the rest of its rack", "rack.domain"),
@@ -181,6 +184,11 @@ class Faults:
         """The parameters of BMC fault `kind` on this host, or None."""
         found = self._of(kind)
         return dict(found[-1]) if found else None
+
+    def old_firmware(self) -> dict[str, str]:
+        """Recipe component -> the version the BMC reports for it instead."""
+        return {str(f["component"]): str(f.get("version", "0.0.1"))
+                for f in self._of("firmware_old")}
 
     def setting(self, kind: str) -> dict[str, Any] | None:
         """The parameters of platform fault `kind` on this host, or None."""

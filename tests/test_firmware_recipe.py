@@ -1,0 +1,278 @@
+"""Firmware recipes: the shipped recipes load with their sources; a BMC's Redfish
+FirmwareInventory parses on real answers (HPE iLO 5, Cisco CIMC, the DMTF mockup) and
+their variants; a host's readings judged against its recipe: a component behind FAILs
+naming where it was read, found and wanted; one nothing reports is ERROR, never PASS."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nodecert.bmc.gather import RedfishSource
+from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
+from nodecert.inventory.bmc import BmcSpec
+from nodecert.lab.bmcmodel import firmware_members, member_id
+from nodecert.lab.hardware import profile
+from nodecert.stack.firmware import (
+    find_recipe,
+    inband_readings,
+    judge_recipe,
+    list_recipes,
+    same_version,
+    with_overrides,
+)
+from nodecert.transport.become import Secret
+from nodecert_node.contract import Result, Verdict
+from nodecert_node.parse import ParseError
+from nodecert_node.parse import redfish as rf
+
+pytestmark = pytest.mark.unit
+
+REAL = Path(__file__).parent / "fixtures" / "real" / "redfish-fw"
+
+
+def real(name: str) -> Any:
+    return json.loads((REAL / name).read_text())
+
+
+# --- the recipes -------------------------------------------------------------------------------
+
+def test_the_shipped_recipes_load_with_sourced_components() -> None:
+    recipes = {r.name: r for r in list_recipes()}
+    assert set(recipes) >= {"dgx-gb200-compute-tray", "dgx-gb300-compute-tray",
+                            "dgx-h200-motherboard"}
+    gb200 = recipes["dgx-gb200-compute-tray"]
+    assert gb200.components["gpu"].version == "97.00.B9.00.69"
+    assert gb200.components["gpu"].inband == "gpu_vbios"
+    assert gb200.components["cx7"].version == "28.46.3048" and "FWGB200" in gb200.sources
+    assert all(r.sources for r in recipes.values())
+
+
+def test_an_unknown_recipe_names_the_known_ones() -> None:
+    with pytest.raises(UnknownNameError, match="dgx-gb200-compute-tray"):
+        find_recipe("dgx-gb100")
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ("components: {bmc: {version: '1.0'}}", "neither where the BMC reports it"),
+    ("components: {bmc: {version: '1.0', redfish: ['(']}}", "not a regular expression"),
+    ("components: {bmc: {version: '1.0', inband: bios}}", "bios"),
+    ("components: {}", "at least one component"),
+])
+def test_a_broken_recipe_is_refused_naming_the_file(tmp_path: Path, body: str,
+                                                    words: str) -> None:
+    path = tmp_path / "site.yml"
+    path.write_text("schema: nodecert.firmware-recipe/v1\nname: site\ntitle: t\n"
+                    f"gpu_models: [H200-SXM]\nsource: [FWDGXH]\n{body}\n")
+    with pytest.raises(ManifestError) as exc:
+        find_recipe(str(path))
+    assert words in str(exc.value) and "site.yml" in str(exc.value.where or "")
+
+
+def test_a_site_overrides_a_version_or_a_whole_component() -> None:
+    base = find_recipe("dgx-h200-motherboard")
+    site = with_overrides(base, {"cpld_mb": "0.2.1.9", "bmc": {
+        "version": "24.09.17", "redfish": ["^BMC$"]}})
+    assert site.components["cpld_mb"].version == "0.2.1.9"
+    assert site.components["cpld_mb"].redfish == base.components["cpld_mb"].redfish
+    assert site.components["bmc"].redfish == ("^BMC$",) and site.overridden == ("bmc",
+                                                                                 "cpld_mb")
+    with pytest.raises(ManifestError, match="does not say where"):
+        with_overrides(base, {"bmc": "24.09.17"})
+    with pytest.raises(ManifestError, match="expected a version"):
+        with_overrides(base, {"bmc": ["24.09.17"]})
+
+
+# --- Redfish FirmwareInventory -------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "ident", "version"), [
+    ("hpe-ilo5-proliant-dl360-gen10-plus-firmwareinventory-1-ilo5-2.55.json", "1",
+     "2.55 Oct 01 2021"),
+    ("hpe-ilo5-proliant-dl360-gen10-plus-firmwareinventory-2-system-rom-u46-1.56.json", "2",
+     "U46 v1.56 (11/29/2021)"),
+    ("cisco-cimc-ucsc-c220-m6n-firmwareinventory-bios.json", "BIOS",
+     "C225M6.4.2.2b.0.0509222122"),
+    ("cisco-cimc-ucsc-c220-m6n-firmwareinventory-cimc-4.2-2a.json", "CIMC", "4.2(2a)"),
+    ("dmtf-mockup-public-rackmount1-firmwareinventory-bmc.json", "BMC", "1.45.455b66-rev4"),
+])
+def test_real_firmware_inventory_members(name: str, ident: str, version: str) -> None:
+    m = rf.parse_software_inventory(real(name))
+    assert m["id"] == ident and m["version"] == version
+
+
+def test_the_dmtf_member_keeps_its_optional_fields() -> None:
+    m = rf.parse_software_inventory(real("dmtf-mockup-public-rackmount1-firmwareinventory-"
+                                         "bmc.json"))
+    assert m["lowest_supported"] == "1.30.367a12-rev1" and m["updateable"] is True
+    assert m["software_id"] == "1624A9DF-5E13-47FC-874A-DF3AFF143089"
+
+
+def test_real_firmware_inventory_collections() -> None:
+    hpe = rf.member_links(real("hpe-ilo5-proliant-dl360-gen10-plus-firmwareinventory-"
+                               "collection-25-members.json"), "FirmwareInventory")
+    assert len(hpe) == 25 and hpe[0] == "/redfish/v1/UpdateService/FirmwareInventory/1"
+    cisco = rf.member_links(real("cisco-cimc-ucsc-c220-m6n-firmwareinventory-collection-"
+                                 "with-gpu.json"), "FirmwareInventory")
+    assert cisco[-1].endswith("/UCSC-GPU-T4-16-slot-3")
+
+
+@given(st.dictionaries(st.sampled_from(["Description", "Oem", "Manufacturer", "ReleaseDate",
+                                        "@odata.etag", "RelatedItem"]),
+                       st.text(max_size=20), max_size=4),
+       st.one_of(st.none(), st.text(min_size=1, max_size=30)))
+def test_a_member_with_more_or_less_keeps_its_version(extra: dict[str, str],
+                                                      version: str | None) -> None:
+    doc: dict[str, Any] = {"@odata.type": "#SoftwareInventory.v1_2_0.SoftwareInventory",
+                           "@odata.id": "/redfish/v1/UpdateService/FirmwareInventory/X1",
+                           **extra}
+    if version is not None:
+        doc["Version"] = version
+    m = rf.parse_software_inventory(doc)
+    assert m["id"] == "X1"  # from the @odata.id where there is no Id
+    assert m["version"] == (version.strip() or None if version is not None else None)
+
+
+@pytest.mark.parametrize("doc", [
+    {"@odata.type": "#Manager.v1_10_0.Manager", "Id": "1", "Version": "1"},
+    {"@odata.type": "#SoftwareInventory.v1_2_0.SoftwareInventory", "Id": "1", "Version": 2},
+    {"@odata.type": "#SoftwareInventory.v1_2_0.SoftwareInventory", "Version": "2"},
+    ["not", "an", "object"],
+])
+def test_what_is_no_firmware_member_is_refused(doc: Any) -> None:
+    with pytest.raises(ParseError):
+        rf.parse_software_inventory(doc)
+
+
+def _source(tree: dict[str, Any]) -> RedfishSource:
+    src = RedfishSource(BmcSpec("h1", "127.0.0.1", "redfish", 443, "u", Secret("p")))
+
+    def fetch(path: str) -> Any:
+        return tree[path]
+    src._fetch = fetch  # type: ignore[method-assign]
+    return src
+
+
+def test_the_source_reads_every_member_and_a_broken_one_costs_only_the_inventory() -> None:
+    base = "/redfish/v1/UpdateService"
+    tree = {base: {"FirmwareInventory": {"@odata.id": f"{base}/FirmwareInventory"}},
+            f"{base}/FirmwareInventory": real("dmtf-mockup-public-rackmount1-"
+                                              "firmwareinventory-collection.json"),
+            f"{base}/FirmwareInventory/BMC": real("dmtf-mockup-public-rackmount1-"
+                                                  "firmwareinventory-bmc.json"),
+            f"{base}/FirmwareInventory/BIOS": real("dmtf-mockup-public-rackmount1-"
+                                                   "firmwareinventory-bios.json")}
+    links = rf.member_links(tree[f"{base}/FirmwareInventory"], "x")
+    for link in links:
+        tree.setdefault(link, {"@odata.type": "#SoftwareInventory.v1_9_0.SoftwareInventory",
+                               "@odata.id": link, "Version": "9"})
+    src = _source(tree)
+    got = src._firmware(base)
+    assert got is not None and {m["id"] for m in got} >= {"BMC", "BIOS"}
+    assert src.evidence[-1].name == "firmware versions"
+    tree[f"{base}/FirmwareInventory/BMC"] = {**tree[f"{base}/FirmwareInventory/BMC"],
+                                            "Version": 7}
+    broken = _source(tree)
+    assert broken._firmware(base) is None
+    assert "Version is int" in broken.firmware_error
+    assert _source({})._firmware(None) is None
+
+
+# --- the judgement ---------------------------------------------------------------------------
+
+H200 = find_recipe("dgx-h200-motherboard")
+GB200 = find_recipe("dgx-gb200-compute-tray")
+
+
+def _members(recipe_profile: str, **old: str) -> list[dict[str, Any]]:
+    hw = {"profile": profile(recipe_profile),
+          "faults": [{"kind": "firmware_old", "component": c, "version": v}
+                     for c, v in old.items()]}
+    return [{"id": k, "name": m["name"], "version": m["version"]}
+            for k, m in firmware_members(hw, "1.18").items()]
+
+
+def test_every_component_at_its_version_passes_with_its_bill_of_materials() -> None:
+    res = judge_recipe(H200, _members("h200-sxm-8"), None)
+    assert res.verdict is Verdict.PASS
+    assert res.summary == "all 4 components of dgx-h200-motherboard at the recipe's versions " \
+                          "(4 readings)"
+    assert res.facts["bom"]["cpld_mb"] == {"wanted": "0.2.1.6",
+                                           "found": {"BMC CPLDMB_0": "0.2.1.6"}}
+
+
+def test_a_component_behind_fails_naming_where_found_and_wanted() -> None:
+    res = judge_recipe(H200, _members("h200-sxm-8", erot_bmc="00.04.0011.0000_n00"), None)
+    assert res.verdict is Verdict.FAIL and res.fault_code == "NC-FIRMWARE"
+    assert res.summary == ("erot_bmc: BMC EROT_BMC_0 runs 00.04.0011.0000_n00, the recipe "
+                           "wants 00.04.0018.0000_n00")
+
+
+def test_a_component_nothing_reports_is_an_error_never_a_pass() -> None:
+    members = [m for m in _members("h200-sxm-8") if m["id"] != "CPLDMID_0"]
+    res = judge_recipe(H200, members, None)
+    assert res.verdict is Verdict.ERROR and res.fault_code == "NC-FIRMWARE-UNREAD"
+    assert res.summary.startswith("cpld_mid: nothing reports it (no FirmwareInventory member "
+                                  "matches ^CPLDMID_\\d+$)")
+    unread = judge_recipe(H200, None, None, bmc_error="BMC not read: unreachable")
+    assert unread.verdict is Verdict.ERROR
+    assert "the BMC was not read (BMC not read: unreachable)" in unread.summary
+    blank = [dict(m, version=None) if m["id"] == "CPLDMB_0" else m
+             for m in _members("h200-sxm-8")]
+    assert "cpld_mb: BMC CPLDMB_0 reports no version" in judge_recipe(H200, blank,
+                                                                      None).findings
+
+
+def test_in_band_readings_are_judged_with_the_bmcs() -> None:
+    inband = {"gpu_vbios": {"GPU 00000008:01:00.0": "97.00.B9.00.69",
+                            "GPU 00000009:01:00.0": "97.00.88.00.01"},
+              "hca_firmware": {"HCA mlx5_0": "28.46.3048"}}
+    res = judge_recipe(GB200, [], inband)  # a BMC that lists nothing of the recipe
+    assert res.verdict is Verdict.ERROR  # its out-of-band components: nothing reports them
+    assert "gpu: GPU 00000009:01:00.0 runs 97.00.88.00.01, the recipe wants 97.00.B9.00.69" \
+        in res.findings
+    assert res.facts["bom"]["cx7"]["found"] == {"HCA mlx5_0": "28.46.3048"}
+
+
+def test_the_node_results_give_the_in_band_readings() -> None:
+    results = [Result("hardware.inventory", Verdict.PASS, "ok",
+                      facts={"vbios": {"0000:18:00.0": "96.00.74.00.1C"}}),
+               Result("net.ib", Verdict.PASS, "ok",
+                      value={"ports": [{"ca": "mlx5_0", "firmware": "28.41.1000"},
+                                       {"ca": "mlx5_0", "firmware": "28.41.1000"}]}),
+               Result("net.roce", Verdict.ERROR, "not run", value={"ports": [{"ca": "x"}]})]
+    assert inband_readings(results) == {"gpu_vbios": {"GPU 0000:18:00.0": "96.00.74.00.1C"},
+                                        "hca_firmware": {"HCA mlx5_0": "28.41.1000"}}
+    assert inband_readings([]) is None
+
+
+@pytest.mark.parametrize(("found", "wanted", "same"), [
+    ("2.55 Oct 01 2021", "2.55", True), ("2.55", "2.55", True), ("2.551", "2.55", False),
+    ("U46 v1.56 (11/29/2021)", "U46 v1.56", True), ("25.06-A", "25.06-B", False),
+])
+def test_a_vendor_date_after_the_version_is_the_same_version(found: str, wanted: str,
+                                                             same: bool) -> None:
+    assert same_version(found, wanted) is same
+
+
+def test_lab_member_ids_follow_the_recipes_patterns() -> None:
+    assert member_id("^HGX_FW_GPU_\\d+$", 3) == "HGX_FW_GPU_3"
+    ids = {m["id"] for m in _members("h200-sxm-8")}
+    assert ids == {"BMC", "CPLDMB_0", "CPLDMID_0", "EROT_BIOS_0", "EROT_BMC_0"}
+
+
+def test_validate_refuses_an_unknown_recipe_before_any_connection(tmp_path: Path) -> None:
+    from nodecert.validation.run import ValidateRequest, open_new_run
+
+    inv = tmp_path / "inv.ini"
+    inv.write_text("[gpu]\ngpu-01 ansible_host=192.0.2.10 nodecert_gpu_model=H200-SXM "
+                   "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
+                   "nodecert_nvme_count=8 nodecert_nvme_min_gb=3500 "
+                   "nodecert_firmware_recipe=dgx-h999\n")
+    with pytest.raises(InventoryError, match="host gpu-01: unknown firmware recipe"):
+        open_new_run(ValidateRequest(inv, runs_dir=tmp_path / "runs"))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
