@@ -148,7 +148,7 @@ LAYERS: dict[str, int] = {
     "inventory": 2,
     "runs": 3,
     "bmc": 4,
-    "validation": 5,
+    "validation": 5, "firmware": 5,
     "certs": 6, "cluster": 6,
     "revalidate": 7, "provision": 7, "rack": 7,
     "lab": 8,

@@ -156,6 +156,43 @@ def test_a_component_behind_its_recipe_fails_firmware_recipe(blab: Lab,
                                  "recipe wants 00.04.0018.0000_n00")
 
 
+def test_firmware_apply_brings_the_host_to_its_recipe_and_it_certifies(
+        blab: Lab, tmp_path: Path) -> None:
+    """A component behind on h1's BMC fails firmware.recipe; `nodecert firmware apply`
+    pushes the mirror's image over Redfish (multipart push, task followed), after which
+    h1 passes and its certificate carries the recipe's versions."""
+    from nodecert.certs.certify import certify
+    from nodecert.certs.signing import init_key, load_private_key
+    from nodecert.firmware.apply import FirmwareRequest, run_firmware
+
+    faults(blab, tmp_path, "faults:\n  - {host: h1, kind: firmware_old, component: cpld_mid, "
+           "version: 0.2.0.5}\n")
+    inv = blab.cfg.state / "inventory.ini"
+    try:
+        before, _ = run(blab, tmp_path / "before", limit=("h1",),
+                        checks=("hardware.inventory",))
+        res = next(x for x in before.hosts["h1"].results if x.check == "firmware.recipe")
+        assert res.verdict.name == "FAIL" and "cpld_mid: BMC CPLDMID_0 runs 0.2.0.5" in \
+            res.summary
+        done = run_firmware(FirmwareRequest(inv, ("h1",), labbmc.firmware_mirror(blab.cfg),
+                                            poll_s=0.5, task_timeout_s=60,
+                                            runs_dir=tmp_path / "fw"))
+        assert done.hosts["h1"].status == "updated", done.hosts["h1"].as_dict()
+        after, lines = run(blab, tmp_path / "after", limit=("h1",),
+                           checks=("hardware.inventory",))
+    finally:
+        blab.apply_faults(None)
+    res = next(x for x in after.hosts["h1"].results if x.check == "firmware.recipe")
+    assert res.verdict.name == "PASS", res.summary
+    node = certify(after.run_dir, load_private_key(init_key(tmp_path / "keys").private)
+                   ).nodes[0]
+    signed = json.loads(base64.b64decode(json.loads(node.envelope.read_text())["payload"]))
+    assert signed["predicate"]["firmware"]["components"]["cpld_mid"]["found"] == {
+        "BMC CPLDMID_0": "0.2.0.7"}
+    assert signed["predicate"]["verdict"] == "READY"
+    assert_no_secret(password(blab), tmp_path, lines)
+
+
 def test_ipmi_catches_a_hot_inlet_and_an_unreachable_bmc(blab: Lab, tmp_path: Path) -> None:
     """The same checks over IPMI (ipmitool lanplus against ipmi_sim): the inlet past its
     critical threshold, and the crossing logged in the BMC's own SEL."""

@@ -5,14 +5,8 @@ faults caught, and the password nowhere in what the checks return."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import selectors
-import ssl
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,66 +16,14 @@ from nodecert.bmc.monitor import BmcMonitor
 from nodecert.bmc.redfish import BmcError, RedfishClient
 from nodecert.inventory.bmc import BmcSpec
 from nodecert.lab import bmc as labbmc
-from nodecert.lab.bmcmodel import Model
-from nodecert.lab.bmcsim import render
 from nodecert.lab.config import LabConfig
-from nodecert.lab.hardware import Fault, hardware_description
+from nodecert.lab.hardware import Fault
 from nodecert.transport.become import Secret
 from nodecert_node.contract import Limits, Verdict
-from support.env import require_tool
+from support.labbmc import PASSWORD, Bmc
 
-PASSWORD = "canary-" + "5b1e9c0d"
 LIMITS = Limits({"bmc.power_capacity_fraction_max": {
     "value": 0.9, "op": "<=", "unit": "ratio", "origin": "common", "source": "BMCPSU"}})
-
-
-class Bmc:
-    def __init__(self, tmp: Path) -> None:
-        require_tool("openssl")
-        self.cfg = LabConfig(root=tmp / "lab", subnet=LabConfig().subnet)
-        self.cfg.state.mkdir(parents=True)
-        labbmc.ensure_ca(self.cfg)
-        self.dir = tmp / "bmc"
-        self.dir.mkdir(mode=0o700)
-        labbmc.host_cert(self.cfg, self.dir, "127.0.0.1")
-        (self.dir / "password").write_text(PASSWORD + "\n")
-        (self.dir / "bmc.json").write_text(json.dumps({
-            "username": "nodecert", "firmware": "1.18", "fans": 8, "sel": []}))
-        self.host = tmp / "host"
-        (self.host / "run").mkdir(parents=True)
-        self.set_faults([])
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nodecert.lab.bmcsim", "--dir", str(self.dir),
-             "--host-dir", str(self.host), "--address", "127.0.0.1", "--port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout=30):
-            self.proc.kill()
-            pytest.fail(f"the BMC emulator did not start: {self.proc.stderr.read()}")
-        line = self.proc.stdout.readline().split()
-        assert line[:1] == ["ready"], line
-        self.port = int(line[1])
-
-    def set_faults(self, faults: list[Fault]) -> None:
-        hw = hardware_description(lab_seed="t", host="h1", profile_name="h200-sxm-8",
-                                  mac="02:6e:63:00:00:01", faults=faults, boot_time=0.0)
-        etc = self.host / "root/etc/nodecert-lab"
-        etc.mkdir(parents=True, exist_ok=True)
-        (etc / "hardware.json").write_text(json.dumps(hw))
-        if hasattr(self, "proc"):
-            render(Model(self.host, self.dir), self.dir)  # as the emulator's next tick would
-
-    def spec(self, **kw: Any) -> BmcSpec:
-        base = BmcSpec("h1", "127.0.0.1", "redfish", self.port, "nodecert", Secret(PASSWORD),
-                       ca_file=str(self.cfg.state / "bmc" / "ca.pem"), sample_s=1,
-                       timeout_s=5)
-        return replace(base, **kw)
-
-    def cert_sha256(self) -> str:
-        pem = (self.dir / "bmc.pem").read_text()
-        return hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
 
 
 @pytest.fixture
@@ -169,12 +111,16 @@ class _Resp:
     def read(self, n: int) -> bytes:
         return self.body[:n]
 
+    def getheaders(self) -> list[tuple[str, str]]:
+        return [("Content-Type", "application/json")]
+
 
 class _Conn:
     def __init__(self, body: bytes) -> None:
         self.body = body
 
-    def request(self, method: str, path: str, headers: dict[str, str]) -> None:
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> None:
         pass
 
     def getresponse(self) -> _Resp:

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from nodecert.core.errors import NodecertError
+from nodecert.core.textsafe import clean
 from nodecert.inventory.bmc import BmcSpec
 from nodecert_node.contract import Evidence
 
@@ -96,30 +97,34 @@ class RedfishClient:
             self._conn.close()
             self._conn = None
 
-    def get(self, path: str) -> Any:
-        """GET a /redfish/v1/ resource as JSON; BmcError on any failure."""
+    def request(self, method: str, path: str, body: bytes | None = None,
+                content_type: str = "application/json") -> tuple[int, dict[str, str], Any]:
+        """One request to a /redfish/v1/ resource: (status, headers, JSON body or None).
+        401 is BmcError; any other status is the caller's to judge."""
         if not path.startswith("/redfish/v1"):
             raise BmcError(f"not a Redfish path: {path!r}")
         token = base64.b64encode(
             f"{self.spec.username}:{self.spec.password.reveal()}".encode()).decode()
         headers = {"Authorization": f"Basic {token}", "Accept": "application/json",
                    "OData-Version": "4.0"}
+        if body is not None:
+            headers["Content-Type"] = content_type
         t0 = time.monotonic()
         for attempt in (1, 2):  # one retry on a connection the BMC closed between calls
             conn = self._connect()
             try:
-                conn.request("GET", path, headers=headers)
+                conn.request(method, path, body=body, headers=headers)
                 resp = conn.getresponse()
-                body = resp.read(MAX_BODY + 1)
+                raw = resp.read(MAX_BODY + 1)
                 break
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 self.close()
-                if attempt == 2:
+                if attempt == 2 or method != "GET":  # only a GET is safe to send again
                     raise BmcError(f"BMC {self.spec.describe()} closed the connection "
-                                   f"on GET {path}") from None
+                                   f"on {method} {path}") from None
             except (OSError, http.client.HTTPException) as exc:
                 self.close()
-                raise BmcError(f"BMC {self.spec.describe()}: GET {path} failed: "
+                raise BmcError(f"BMC {self.spec.describe()}: {method} {path} failed: "
                                f"{type(exc).__name__}: {exc}") from None
         self.calls.append((path, resp.status, round(time.monotonic() - t0, 3)))
         if resp.status == 401:
@@ -127,23 +132,50 @@ class RedfishClient:
                            f"{self.spec.username} (HTTP 401)",
                            hint="check nodecert_bmc.username and the BMC password (its "
                                 "file or vaulted nodecert_bmc_password)")
-        if resp.status == 404:
-            raise NotFound(f"BMC {self.spec.describe()}: GET {path} answered HTTP 404")
-        if resp.status != 200:
-            raise BmcError(f"BMC {self.spec.describe()}: GET {path} answered HTTP "
-                           f"{resp.status}")
-        if len(body) > MAX_BODY:
-            raise BmcError(f"BMC {self.spec.describe()}: GET {path} sent more than "
+        if len(raw) > MAX_BODY:
+            raise BmcError(f"BMC {self.spec.describe()}: {method} {path} sent more than "
                            f"{MAX_BODY} bytes")
-        try:
-            return json.loads(body, parse_constant=_refuse_constant)
-        except ValueError as exc:
-            raise BmcError(f"BMC {self.spec.describe()}: GET {path} is not JSON a BMC may "
-                           f"send ({str(exc)[:120]})") from None
+        doc: Any = None
+        if raw.strip():
+            try:
+                doc = json.loads(raw, parse_constant=_refuse_constant)
+            except ValueError as exc:
+                if resp.status in (200, 201, 202):
+                    raise BmcError(f"BMC {self.spec.describe()}: {method} {path} is not "
+                                   f"JSON a BMC may send ({str(exc)[:120]})") from None
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, doc
+
+    def get(self, path: str) -> Any:
+        """GET a /redfish/v1/ resource as JSON; BmcError on any failure."""
+        status, _, doc = self.request("GET", path)
+        if status == 404:
+            raise NotFound(f"BMC {self.spec.describe()}: GET {path} answered HTTP 404")
+        if status != 200:
+            said = message(doc)
+            raise BmcError(f"BMC {self.spec.describe()}: GET {path} answered HTTP "
+                           f"{status}" + (f": {said}" if said else ""))
+        if doc is None:
+            raise BmcError(f"BMC {self.spec.describe()}: GET {path} sent no JSON")
+        return doc
 
     def evidence(self, name: str, path: str, doc: Any) -> Evidence:
         return Evidence.of(name, f"GET https://{self.spec.address}:{self.spec.port}{path}",
                            200, json.dumps(doc, indent=1, sort_keys=True)[:200_000])
 
 
-__all__ = ["BmcError", "NotFound", "RedfishClient"]
+def message(doc: Any) -> str:
+    """What a Redfish error or task says (its messages, joined), as untrusted text."""
+    if not isinstance(doc, dict):
+        return ""
+    inner = doc.get("error")
+    err: dict[str, Any] = inner if isinstance(inner, dict) else doc
+    msgs: list[str] = [err["message"]] if isinstance(err.get("message"), str) else []
+    for key in ("@Message.ExtendedInfo", "Messages"):
+        items = err.get(key)
+        for m in items if isinstance(items, list) else []:
+            if isinstance(m, dict) and isinstance(m.get("Message"), str):
+                msgs.append(m["Message"])
+    return clean("; ".join(dict.fromkeys(msgs)))[:500]
+
+
+__all__ = ["BmcError", "NotFound", "RedfishClient", "message"]

@@ -42,6 +42,7 @@ from nodecert.core.errors import NodecertError
 from nodecert.core.shell import run
 from nodecert.lab import net
 from nodecert.lab.bmcmodel import GOLDEN_FIRMWARE, PSUS, USERNAME, ipmi_sensors, psu_sensor_number
+from nodecert.lab.bmcupdate import write_lab_images
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hardware import Fault
 
@@ -63,6 +64,11 @@ def netns_name(cfg: LabConfig) -> str:
 
 def veth_name(cfg: LabConfig) -> str:
     return f"{cfg.prefix}vb"
+
+
+def firmware_mirror(cfg: LabConfig) -> Path:
+    """The lab's firmware images (SIMULATED), laid out as a mirror's firmware/."""
+    return cfg.state / "firmware-mirror"
 
 
 def root(cfg: LabConfig) -> Path:
@@ -139,6 +145,7 @@ def down(cfg: LabConfig) -> int:
     if net.link_exists(veth_name(cfg)):
         run(["ip", "link", "del", veth_name(cfg)], timeout=15, check=False)
     shutil.rmtree(root(cfg), ignore_errors=True)
+    shutil.rmtree(firmware_mirror(cfg), ignore_errors=True)
     return stopped
 
 
@@ -430,6 +437,8 @@ def up(cfg: LabConfig, hosts: list[tuple[int, str, int]], faults: list[Fault]) -
                             hint="use --bmc with fewer hosts")
     preflight()
     ensure_ca(cfg)
+    # The images `nodecert firmware apply --mirror STATE/firmware-mirror` pushes to them.
+    write_lab_images(firmware_mirror(cfg))
     ns_up(cfg, [n for n, _, _ in hosts])
     for n, name, gpus in hosts:
         stop(cfg, n)
@@ -440,5 +449,5 @@ def up(cfg: LabConfig, hosts: list[tuple[int, str, int]], faults: list[Fault]) -
             wait_ready(cfg, n)
 
 
-__all__ = ["MAX_BMC_HOSTS", "bmc_ip", "down", "ensure_ca", "host_cert", "inventory_spec", "present",
-           "up"]
+__all__ = ["MAX_BMC_HOSTS", "bmc_ip", "down", "ensure_ca", "firmware_mirror", "host_cert",
+           "inventory_spec", "present", "up"]

@@ -89,6 +89,18 @@ class Model:
         return {int(k): now - float(v.get("start", now)) for k, v in data.items()
                 if float(v.get("until", 0)) > now}
 
+    def updated_firmware(self) -> dict[str, str]:
+        """FirmwareInventory Id -> the version an update set (bmcupdate keeps them)."""
+        try:
+            data = json.loads((self.bmc_dir / "firmware.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def firmware(self) -> dict[str, dict[str, Any]]:
+        return firmware_members(self.hw(), self.readings()["firmware"],
+                                self.updated_firmware())
+
     def settings(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.bmc_dir / "bmc.json").read_text())
         return data
@@ -150,10 +162,11 @@ def member_id(pattern: str, index: int = 0) -> str:
     return pattern.strip("^$").replace("\\d+", str(index))
 
 
-def firmware_members(hw: dict[str, Any], manager_fw: str) -> dict[str, dict[str, Any]]:
+def firmware_members(hw: dict[str, Any], manager_fw: str,
+                     updated: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Id -> (name, version): the BMC's own firmware and every component of the host's
     recipe (one member per GPU where the component is the GPUs'), at the recipe's
-    versions unless a fault says otherwise."""
+    versions unless a fault says otherwise or an update set another (`updated`)."""
     out: dict[str, dict[str, Any]] = {"BMC": {"name": "BMC Firmware", "version": manager_fw}}
     name = hw["profile"].get("firmware_recipe")
     if not name:
@@ -164,8 +177,9 @@ def firmware_members(hw: dict[str, Any], manager_fw: str) -> dict[str, dict[str,
         for pattern in comp.redfish[:1]:
             per_gpu = comp.inband == "gpu_vbios"
             for i in range(count if per_gpu else 1):
-                out[member_id(pattern, i)] = {"name": comp.name,
-                                              "version": old.get(comp.name, comp.version)}
+                mid = member_id(pattern, i)
+                out[mid] = {"name": comp.name, "version": (updated or {}).get(
+                    mid, old.get(comp.name, comp.version))}
     return out
 
 
@@ -216,7 +230,8 @@ def redfish_tree(model: Model) -> dict[str, Any]:
         "": {"@odata.id": "/redfish/v1", "@odata.type": "#ServiceRoot.v1_11_0.ServiceRoot",
              "Id": "RootService", "Name": "Root Service", "RedfishVersion": "1.11.0",
              "Systems": _ref("Systems"), "Chassis": _ref("Chassis"),
-             "Managers": _ref("Managers"), "UpdateService": _ref("UpdateService")},
+             "Managers": _ref("Managers"), "UpdateService": _ref("UpdateService"),
+             "Tasks": _ref("TaskService")},
         "Systems": _collection("Systems", "ComputerSystemCollection", ["Systems/1"]),
         "Systems/1": {"@odata.id": "/redfish/v1/Systems/1",
                       "@odata.type": "#ComputerSystem.v1_12_0.ComputerSystem", "Id": "1",
@@ -276,12 +291,17 @@ def redfish_tree(model: Model) -> dict[str, Any]:
                          "@odata.type": "#LogEntry.v1_4_0.LogEntry", "EntryType": "SEL", **e}
                         for e in r["sel"]]},
     }
-    fw = firmware_members(model.hw(), r["firmware"])
+    fw = firmware_members(model.hw(), r["firmware"], model.updated_firmware())
     tree["UpdateService"] = {
         "@odata.id": "/redfish/v1/UpdateService",
         "@odata.type": "#UpdateService.v1_11_0.UpdateService", "Id": "UpdateService",
         "Name": "Update Service", "ServiceEnabled": True,
+        "MultipartHttpPushUri": "/redfish/v1/UpdateService/update-multipart",
         "FirmwareInventory": _ref("UpdateService/FirmwareInventory")}
+    tree["TaskService"] = {
+        "@odata.id": "/redfish/v1/TaskService", "@odata.type":
+        "#TaskService.v1_2_0.TaskService", "Id": "TaskService", "Name": "Task Service",
+        "ServiceEnabled": True, "Tasks": _ref("TaskService/Tasks")}
     tree["UpdateService/FirmwareInventory"] = _collection(
         "UpdateService/FirmwareInventory", "SoftwareInventoryCollection",
         [f"UpdateService/FirmwareInventory/{k}" for k in fw])

@@ -35,8 +35,10 @@ from typing import Any
 from sushy_tools.static import main as sushy_static  # type: ignore[import-untyped]
 
 from nodecert.lab.bmcmodel import Model, ipmi_raw, redfish_tree
+from nodecert.lab.bmcupdate import PUSH_URI, TASKS, Updates
 
 TICK_S = 1.0
+MAX_PUSH = 64 * 1024 * 1024  # the largest image the lab's BMC takes
 
 
 def _write(path: Path, data: Any) -> None:
@@ -54,8 +56,9 @@ def render(model: Model, bmc_dir: Path) -> None:
         _write(bmc_dir / "ipmi" / f"{name}.val", f"{raw}\n")
 
 
-def auth_handler(password: bytes, user: str) -> type:
-    """sushy-static's handler behind HTTP Basic authentication, printing nothing."""
+def auth_handler(password: bytes, user: str, updates: Updates | None = None) -> type:
+    """sushy-static's handler behind HTTP Basic authentication, printing nothing; the
+    UpdateService's push and the TaskService's tasks answered by `updates`."""
     class Handler(sushy_static.RequestHandler):  # type: ignore[misc]
         server_version = "nodecert-lab-bmc"
 
@@ -82,12 +85,46 @@ def auth_handler(password: bytes, user: str) -> type:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+            if updates is not None and self.path.rstrip("/").startswith(TASKS) and \
+                    self.path.rstrip("/") != TASKS:
+                self._json(*updates.task(self.path.rstrip("/").rsplit("/", 1)[-1]))
+                return
+            if updates is not None and self.path.rstrip("/") == TASKS:
+                self._json(200, updates.collection())
+                return
             super().do_GET()
 
-        def do_POST(self) -> None:
-            self.send_error(405)
+        def _json(self, status: int, doc: Any, location: str | None = None) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            if location:
+                self.send_header("Location", location)
+            self.end_headers()
+            self.wfile.write(body)
 
-        do_PATCH = do_POST
+        def do_POST(self) -> None:
+            if not self._authorized():
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="nodecert-lab-bmc"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if updates is None or self.path.rstrip("/") != PUSH_URI:
+                self.send_error(405)
+                return
+            size = int(self.headers.get("Content-Length") or 0)
+            if size <= 0 or size > MAX_PUSH:
+                self._json(413, {"error": {"code": "Base.1.8.PayloadTooLarge",
+                                           "message": f"an image of {size} bytes"}})
+                return
+            status, doc = updates.push(self.headers.get("Content-Type", ""),
+                                       self.rfile.read(size))
+            self._json(status, doc, doc.get("@odata.id") if status == 202 else None)
+
+        def do_PATCH(self) -> None:
+            self.send_error(405)
 
     return Handler
 
@@ -107,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     sushy_static.REDFISH_MOCKUP_FILES = str((a.dir / "mockup").resolve())
     cfg = json.loads((a.dir / "bmc.json").read_text())
     password = (a.dir / "password").read_bytes().strip()
-    httpd = ThreadingHTTPServer((a.address, a.port), auth_handler(password, cfg["username"]))
+    updates = Updates(a.dir, model.hw, model.firmware, lambda: render(model, a.dir))
+    httpd = ThreadingHTTPServer((a.address, a.port),
+                                auth_handler(password, cfg["username"], updates))
     httpd.daemon_threads = True
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(a.dir / "bmc.pem", a.dir / "bmc.key")

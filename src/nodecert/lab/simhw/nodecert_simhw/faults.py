@@ -133,6 +133,10 @@ FAULT_KINDS: dict[str, FaultKind] = {
     "firmware_old": _k({"component"}, {"version"}, "the BMC's firmware inventory reports "
                        "recipe component `component` at `version` (default 0.0.1)",
                        "firmware.recipe"),
+    "fw_task_stuck": _k(set(), {"percent"}, "the BMC's firmware update tasks stop at "
+                        "`percent` (default 40) and never end", "firmware apply"),
+    "fw_busy": _k(set(), set(), "the BMC answers every poll of an update task with HTTP 503",
+                  "firmware apply"),
     # --- a rack tray's NVLink domain (hosts of a lab rack)
     "fabric_clique": _k(set(), {"clique"}, "the tray's GPUs register in another NVLink "
                         "clique (default 9) than the rest of its rack", "rack.domain"),

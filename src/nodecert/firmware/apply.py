@@ -1,0 +1,345 @@
+"""`nodecert firmware plan` and `apply`: each host's BMC read over Redfish, its recipe's
+components compared, and (apply) each component behind pushed to the BMC's
+UpdateService (multipart HTTP push, the image from the mirror after its sha256 matched)
+and the BMC's task followed until it ends or its time is up.
+
+Never a downgrade unless asked (`allow_downgrade`, sent as ForceUpdate); at most
+`max_parallel` hosts at a time; one host's failure never stops the others. Every step
+(what was sent, the task's states and the BMC's messages) is recorded in the run's
+directory, one JSON file a host; a stuck or failed task is ERROR with the BMC's words.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodecert.bmc.redfish import BmcError, NotFound, RedfishClient, message
+from nodecert.core.errors import InventoryError
+from nodecert.firmware.images import Image, ImageError, find_image, load_manifest, read_verified
+from nodecert.firmware.plan import Step, plan_host
+from nodecert.inventory.bmc import BmcSpec, bmc_spec
+from nodecert.inventory.reader import hostvars, load_inventory
+from nodecert.runs.layout import RunDir
+from nodecert.stack.firmware import Recipe, find_recipe, judge_recipe, with_overrides
+from nodecert.transport.become import BecomeSource, unlock_vault
+from nodecert_node.contract import Verdict, write_atomic
+from nodecert_node.parse import ParseError
+from nodecert_node.parse import redfish as rf
+
+Progress = Callable[[str], None]
+TERMINAL = ("Completed", "Exception", "Killed", "Cancelled", "Interrupted")
+BUSY_TRIES = 3  # a BMC that answers 503 this many times in a row while a task runs
+
+
+@dataclass(frozen=True)
+class FirmwareRequest:
+    inventory: Path
+    limit: tuple[str, ...] = ()
+    mirror: Path | None = None  # None: plan only
+    max_parallel: int = 4
+    allow_downgrade: bool = False
+    task_timeout_s: float = 600.0
+    poll_s: float = 1.0
+    runs_dir: Path = Path("runs")
+
+
+@dataclass
+class HostFirmware:
+    host: str
+    recipe: str
+    status: str = "pending"  # pending | at-recipe | updated | behind | failed | unreachable
+    error: str = ""
+    steps: list[Step] = field(default_factory=list)
+    log: list[dict[str, Any]] = field(default_factory=list)
+    after: dict[str, Any] | None = None  # firmware.recipe after the updates
+
+    def note(self, what: str, **kw: Any) -> None:
+        self.log.append({"t": round(time.time(), 3), "what": what, **kw})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "recipe": self.recipe, "status": self.status,
+                "error": self.error, "plan": [s.as_dict() for s in self.steps],
+                "log": self.log, "after": self.after}
+
+
+@dataclass
+class FirmwareRun:
+    run_dir: Path | None
+    hosts: dict[str, HostFirmware]
+    applied: bool
+
+    @property
+    def ok(self) -> bool:
+        return all(h.status in ("at-recipe", "updated") for h in self.hosts.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_dir": str(self.run_dir) if self.run_dir else None,
+                "applied": self.applied, "ok": self.ok,
+                "hosts": {n: h.as_dict() for n, h in sorted(self.hosts.items())}}
+
+
+def _targets(request: FirmwareRequest) -> dict[str, tuple[BmcSpec, Recipe]]:
+    """Every chosen host's BMC and recipe; refuses bad input before any connection."""
+    specs = load_inventory(request.inventory)
+    if request.limit:
+        missing = [h for h in request.limit if h not in specs]
+        if missing:
+            raise InventoryError(f"no host {', '.join(missing)} in the inventory",
+                                 where=str(request.inventory))
+        specs = {h: specs[h] for h in request.limit}
+    hv = hostvars(request.inventory, sorted(specs))
+    out = {}
+    for name, spec in sorted(specs.items()):
+        chosen, bmc = spec.validation.get("firmware_recipe"), spec.validation.get("bmc")
+        if not chosen or not bmc:
+            raise InventoryError(f"host {name}: firmware needs nodecert_firmware_recipe and "
+                                 "nodecert_bmc", where=str(request.inventory),
+                                 hint="name the host's recipe and its BMC, or --limit the "
+                                      "hosts that have them")
+        recipe = with_overrides(find_recipe(str(chosen)), spec.validation.get("firmware"),
+                                where=f"{request.inventory} (host {name})")
+        out[name] = (bmc_spec(name, bmc, hv[name], False), recipe)
+    return out
+
+
+def read_inventory(client: RedfishClient) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The BMC's FirmwareInventory members ({id, version, odata_id, ...}) and its
+    UpdateService."""
+    root = client.get("/redfish/v1")
+    link = (root.get("UpdateService") or {}).get("@odata.id") if isinstance(root, dict) \
+        else None
+    if not link:
+        raise BmcError("the BMC's service root lists no UpdateService")
+    service = client.get(link)
+    inv = (service.get("FirmwareInventory") or {}).get("@odata.id") \
+        if isinstance(service, dict) else None
+    if not inv:
+        raise BmcError(f"{link} lists no FirmwareInventory")
+    members = []
+    links = rf.member_links(client.get(inv), "FirmwareInventory")
+    if len(links) > 512:
+        raise BmcError(f"the BMC lists {len(links)} firmware members: refused")
+    for member in links:
+        m = rf.parse_software_inventory(client.get(member))
+        members.append({**m, "odata_id": member})
+    return members, service
+
+
+def multipart(params: dict[str, Any], image: bytes, filename: str) -> tuple[bytes, str]:
+    """The body of a Redfish multipart HTTP push: UpdateParameters (JSON), UpdateFile."""
+    boundary = "nodecert-" + secrets.token_hex(12)
+    parts = [
+        (f'--{boundary}\r\nContent-Disposition: form-data; name="UpdateParameters"\r\n'
+         "Content-Type: application/json\r\n\r\n").encode() + json.dumps(params).encode(),
+        (f'--{boundary}\r\nContent-Disposition: form-data; name="UpdateFile"; '
+         f'filename="{filename}"\r\nContent-Type: application/octet-stream\r\n\r\n'
+         ).encode() + image]
+    body = b"\r\n".join(parts) + f"\r\n--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+def follow_task(client: RedfishClient, path: str, *, timeout_s: float, poll_s: float,
+                note: Callable[..., None], stop: threading.Event | None = None
+                ) -> tuple[str, str]:
+    """Poll a Redfish task until it ends: (TaskState, what the BMC said). A task still
+    running at its time limit, or a BMC busy (503) BUSY_TRIES times in a row, ends it
+    here as ERROR with the BMC's last words."""
+    deadline = time.monotonic() + timeout_s
+    busy = 0
+    last_seen: tuple[Any, Any] = (None, None)
+    said = ""
+    while True:
+        if stop is not None and stop.is_set():
+            return "Interrupted", "stopped before the task ended (the BMC may finish it)"
+        status, _, doc = client.request("GET", path)
+        if status == 503:
+            busy += 1
+            said = message(doc) or "HTTP 503 Service Unavailable"
+            note("task poll", status=503, bmc_says=said)
+            if busy >= BUSY_TRIES:
+                return "Unavailable", (f"the BMC answered HTTP 503 {busy} times in a row "
+                                       f"while the update ran: {said}")
+        elif status != 200 or not isinstance(doc, dict):
+            return "Lost", f"GET {path} answered HTTP {status}: {message(doc)}"
+        else:
+            busy = 0
+            state = str(doc.get("TaskState") or "")
+            pct = doc.get("PercentComplete")
+            said = message(doc)
+            if (state, pct) != last_seen:
+                note("task", state=state, percent=pct, status_=doc.get("TaskStatus"),
+                     bmc_says=said)
+                last_seen = (state, pct)
+            if state in TERMINAL:
+                return state, said
+        if time.monotonic() + poll_s > deadline:
+            pct_text = f" at {last_seen[1]}%" if last_seen[1] is not None else ""
+            return "TimedOut", (f"the task was still {last_seen[0] or 'running'}{pct_text} "
+                                f"after {timeout_s:g} s" + (f"; the BMC says: {said}"
+                                                           if said else ""))
+        time.sleep(poll_s)
+
+
+@dataclass
+class _Host:
+    """One host's update: its BMC session and what the run was asked."""
+    hf: HostFirmware
+    client: RedfishClient
+    recipe: Recipe
+    request: FirmwareRequest
+    images: list[Image]
+    say: Progress
+    stop: threading.Event
+    service: dict[str, Any] = field(default_factory=dict)
+
+
+def _push(h: _Host, step: Step, image: Image, data: bytes) -> tuple[str | None, str]:
+    """POST the image: (the task's path, or None; what the BMC said)."""
+    uri = h.service.get("MultipartHttpPushUri")
+    if not isinstance(uri, str) or not uri.startswith("/redfish/v1"):
+        return None, "the BMC's UpdateService offers no MultipartHttpPushUri"
+    body, ctype = multipart({"Targets": [step.member],
+                             "ForceUpdate": step.action == "downgrade",
+                             "@Redfish.OperationApplyTime": "Immediate"}, data,
+                            Path(image.file).name)
+    status, headers, doc = h.client.request("POST", uri, body, ctype)
+    if status not in (200, 201, 202):
+        return None, f"POST {uri} answered HTTP {status}: {message(doc)}"
+    task = headers.get("location") or (doc.get("@odata.id") if isinstance(doc, dict)
+                                       else None)
+    if not task or not str(task).startswith("/redfish/v1"):
+        return None, f"POST {uri} answered {status} without a task to follow"
+    return str(task), message(doc)
+
+
+def _update(h: _Host, step: Step) -> str | None:
+    """One component to its recipe version; the failure, or None."""
+    hf, mirror = h.hf, h.request.mirror
+    assert mirror is not None
+    image = find_image(h.images, h.recipe.name, step.component, step.wanted)
+    if image is None:
+        hf.note("no image", component=step.component, version=step.wanted)
+        return f"{step.component}: the mirror has no image of {step.wanted}"
+    try:
+        data = read_verified(mirror, image)
+    except ImageError as exc:
+        hf.note("image refused", component=step.component, why=str(exc))
+        return f"{step.component}: {exc}"
+    h.say(f"{hf.host:<14} {step.component}: {step.current} -> {step.wanted} ({image.file})")
+    hf.note("push", component=step.component, member=step.member, image=image.file,
+            sha256=image.sha256, force=step.action == "downgrade")
+    task, said = _push(h, step, image, data)
+    if task is None:
+        hf.note("push failed", component=step.component, bmc_says=said)
+        return f"{step.component}: {said}"
+    hf.note("task started", component=step.component, task=task)
+
+    def note(what: str, **kw: Any) -> None:
+        hf.note(what, component=step.component, **kw)
+    state, said = follow_task(h.client, task, timeout_s=h.request.task_timeout_s,
+                              poll_s=h.request.poll_s, note=note, stop=h.stop)
+    if state != "Completed":
+        return f"{step.component}: task {task} ended {state}" + (f": {said}" if said else "")
+    return None
+
+
+def _apply_host(h: _Host) -> None:
+    hf, request = h.hf, h.request
+    try:
+        members, h.service = read_inventory(h.client)
+        hf.steps = plan_host(h.recipe, members)
+        hf.note("read", members={m["id"]: m["version"] for m in members})
+        todo = [s for s in hf.steps if s.action in ("update", "unordered")
+                or (s.action == "downgrade" and request.allow_downgrade)]
+        for s in hf.steps:
+            if s.action == "downgrade" and not request.allow_downgrade:
+                hf.note("refused", component=s.component, member=s.member,
+                        why=f"{s.current} -> {s.wanted} is a downgrade (--allow-downgrade "
+                            "to make it)")
+        if request.mirror is None:
+            hf.status = "at-recipe" if all(s.action == "current" for s in hf.steps) \
+                else "behind"
+            return
+        failures = []
+        for s in todo:
+            if h.stop.is_set():
+                failures.append("stopped before every component was updated")
+                break
+            failed = _update(h, s)
+            if failed:
+                failures.append(failed)
+        after, _ = read_inventory(h.client)
+        judged = judge_recipe(h.recipe, after, None)
+        hf.after = {"verdict": judged.verdict.name, "summary": judged.summary,
+                    "bom": judged.facts.get("bom")}
+        hf.note("read after", members={m["id"]: m["version"] for m in after})
+        behind_now = [s for s in plan_host(h.recipe, after) if s.action != "current"]
+        if failures:
+            hf.status, hf.error = "failed", "; ".join(failures)
+        elif behind_now:
+            hf.status = "behind"
+            hf.error = "; ".join(f"{s.component}: {s.current or 'unreported'}, wanted "
+                                 f"{s.wanted}" + (" (a downgrade: not made)"
+                                                  if s.action == "downgrade" else "")
+                                 for s in behind_now)
+        else:
+            hf.status = "updated" if todo else "at-recipe"
+    except (BmcError, ParseError) as exc:
+        what = exc.what if isinstance(exc, BmcError) else str(exc)
+        hf.status = "unreachable" if isinstance(exc, BmcError) and not isinstance(
+            exc, NotFound) else "failed"
+        hf.error = what
+        hf.note("error", error=what)
+    finally:
+        h.client.close()
+
+
+def run_firmware(request: FirmwareRequest, *, progress: Progress | None = None,
+                 stop: threading.Event | None = None) -> FirmwareRun:
+    """Plan (request.mirror is None) or apply; raises only on bad input."""
+    say = progress or (lambda line: None)
+    stop = stop or threading.Event()
+    if request.max_parallel < 1:
+        raise InventoryError("--max-parallel must be at least 1")
+    targets = _targets(request)
+    images = load_manifest(request.mirror) if request.mirror is not None else []
+    source = BecomeSource.from_env()
+    if source.vault_file:
+        unlock_vault(source.vault_file)
+    run = RunDir.new(request.runs_dir, "firmware").make() if request.mirror else None
+    hosts = {n: HostFirmware(n, recipe.name) for n, (_, recipe) in targets.items()}
+
+    def one(name: str) -> None:
+        spec, recipe = targets[name]
+        hf = hosts[name]
+        say(f"{name:<14} reading the BMC {spec.describe()} ...")
+        _apply_host(_Host(hf, RedfishClient(spec), recipe, request, images, say, stop))
+        say(f"{name:<14} {hf.status}" + (f": {hf.error}" if hf.error else ""))
+        if run is not None:
+            write_atomic(str(run.path / f"{name}.json"),
+                         json.dumps(hf.as_dict(), indent=1).encode())
+
+    with ThreadPoolExecutor(max_workers=request.max_parallel,
+                            thread_name_prefix="firmware") as pool:
+        list(pool.map(one, sorted(hosts)))
+    result = FirmwareRun(run.path if run else None, hosts, request.mirror is not None)
+    if run is not None:
+        write_atomic(str(run.path / "firmware.json"),
+                     json.dumps(result.as_dict(), indent=1).encode())
+    return result
+
+
+def verdict_of(run: FirmwareRun) -> Verdict:
+    return Verdict.PASS if run.ok else Verdict.FAIL
+
+
+__all__ = ["FirmwareRequest", "FirmwareRun", "HostFirmware", "follow_task", "multipart",
+           "read_inventory", "run_firmware", "verdict_of"]

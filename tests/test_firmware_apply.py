@@ -1,0 +1,225 @@
+"""`nodecert firmware plan/apply` against lab BMC emulators on loopback (Redfish over
+HTTPS, multipart push, tasks): a component behind is updated and followed to Completed,
+the host then at its recipe; a stuck task, a BMC answering 503, an image whose digest
+does not match and a downgrade each end that host with the reason (the BMC's words where
+it said any), never the others; every step is recorded."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from nodecert.cli import main
+from nodecert.core.errors import InventoryError
+from nodecert.firmware.apply import FirmwareRequest, multipart, run_firmware
+from nodecert.firmware.images import load_manifest
+from nodecert.firmware.plan import order, plan_host
+from nodecert.lab.bmcupdate import Updates, lab_image, write_lab_images
+from nodecert.lab.hardware import Fault
+from nodecert.stack.firmware import find_recipe
+from support.labbmc import PASSWORD, Bmc
+
+pytestmark = pytest.mark.integration
+RECIPE = "dgx-h200-motherboard"
+
+
+@pytest.fixture
+def bmcs(tmp_path: Path) -> Iterator[list[Bmc]]:
+    out = [Bmc(tmp_path / f"b{n}") for n in range(2)]
+    try:
+        yield out
+    finally:
+        for b in out:
+            b.proc.terminate()
+            b.proc.wait(timeout=10)
+
+
+def inventory(tmp_path: Path, bmcs: list[Bmc]) -> Path:
+    lines = ["[gpu]"]
+    for n, b in enumerate(bmcs, 1):
+        pw = tmp_path / f"pw{n}"
+        pw.write_text(PASSWORD + "\n")
+        pw.chmod(0o600)
+        spec = {"address": "127.0.0.1", "port": b.port, "protocol": "redfish",
+                "ca_file": str(b.cfg.state / "bmc" / "ca.pem"), "username": "nodecert",
+                "password_file": str(pw), "timeout_s": 5}
+        lines.append(f"h{n} ansible_host=192.0.2.{n} nodecert_gpu_model=H200-SXM "
+                     "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
+                     "nodecert_nvme_count=8 nodecert_nvme_min_gb=3500 "
+                     f"nodecert_firmware_recipe={RECIPE} nodecert_bmc='{json.dumps(spec)}'")
+    path = tmp_path / "inv.ini"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Path:
+    write_lab_images(tmp_path / "mirror")
+    return tmp_path / "mirror"
+
+
+def req(inv: Path, **kw: Any) -> FirmwareRequest:
+    return FirmwareRequest(inv, poll_s=0.2, task_timeout_s=kw.pop("task_timeout_s", 20),
+                           runs_dir=inv.parent / "runs", **kw)
+
+
+def test_plan_names_what_is_behind_and_changes_nothing(bmcs: list[Bmc], tmp_path: Path) -> None:
+    bmcs[1].set_faults([Fault("h1", "firmware_old", {"component": "cpld_mid",
+                                                     "version": "0.2.0.5"})])
+    run = run_firmware(req(inventory(tmp_path, bmcs)))  # (faults named for the emulator's h1)
+    assert run.hosts["h1"].status == "at-recipe" and run.hosts["h2"].status == "behind"
+    step = next(s for s in run.hosts["h2"].steps if s.component == "cpld_mid")
+    assert (step.current, step.wanted, step.action) == ("0.2.0.5", "0.2.0.7", "update")
+    assert step.member == "/redfish/v1/UpdateService/FirmwareInventory/CPLDMID_0"
+    assert run.run_dir is None and not run.ok
+    r = CliRunner().invoke(main, ["firmware", "plan", "-i", str(tmp_path / "inv.ini")])
+    assert r.exit_code == 1 and "0.2.0.5" in r.output and "update" in r.output
+
+
+def test_apply_brings_a_component_to_the_recipe_through_the_bmc(
+        bmcs: list[Bmc], tmp_path: Path, mirror: Path) -> None:
+    bmcs[0].set_faults([Fault("h1", "firmware_old", {"component": "cpld_mid",
+                                                     "version": "0.2.0.5"}),
+                        Fault("h1", "firmware_old", {"component": "erot_bmc",
+                                                     "version": "00.04.0011.0000_n00"})])
+    inv = inventory(tmp_path, bmcs)
+    lines: list[str] = []
+    run = run_firmware(req(inv, mirror=mirror), progress=lines.append)
+    h1 = run.hosts["h1"]
+    assert h1.status == "updated", h1.as_dict()
+    assert run.hosts["h2"].status == "at-recipe" and run.ok
+    assert h1.after is not None and h1.after["verdict"] == "PASS"
+    tasks = [e for e in h1.log if e["what"] == "task"]
+    assert {e["state"] for e in tasks} >= {"Running", "Completed"}
+    assert any("cpld_mid: 0.2.0.5 -> 0.2.0.7 (dgx-h200-motherboard/cpld_mid-0.2.0.7.fwpkg)"
+               in line for line in lines)
+    recorded = json.loads((run.run_dir / "h1.json").read_text())  # type: ignore[operator]
+    pushes = [e for e in recorded["log"] if e["what"] == "push"]
+    assert len(pushes) == 2 and all(len(e["sha256"]) == 64 for e in pushes)
+    assert PASSWORD not in (run.run_dir / "firmware.json").read_text()  # type: ignore[operator]
+    # the host is at its recipe now: plan agrees, and nothing is pushed again
+    assert run_firmware(req(inv)).hosts["h1"].status == "at-recipe"
+    again = run_firmware(req(inv, mirror=mirror))
+    assert again.hosts["h1"].status == "at-recipe"
+    assert not [e for e in again.hosts["h1"].log if e["what"] == "push"]
+
+
+@pytest.mark.parametrize(("fault", "words"), [
+    (Fault("h1", "fw_task_stuck", {"percent": 40}), "was still Running at 40% after 2 s"),
+    (Fault("h1", "fw_busy", {}), "HTTP 503 3 times in a row while the update ran: the BMC "
+                                 "is busy applying firmware; retry later"),
+])
+def test_a_stuck_or_busy_task_is_that_hosts_error_with_the_bmcs_words(
+        bmcs: list[Bmc], tmp_path: Path, mirror: Path, fault: Fault, words: str) -> None:
+    old = Fault("h1", "firmware_old", {"component": "cpld_mb", "version": "0.2.1.2"})
+    bmcs[0].set_faults([old, fault])
+    # (each emulator plays one host's description, its faults named for h1)
+    bmcs[1].set_faults([Fault("h1", "firmware_old", {"component": "cpld_mb",
+                                                     "version": "0.2.1.2"})])
+    run = run_firmware(req(inventory(tmp_path, bmcs), mirror=mirror, task_timeout_s=2))
+    h1 = run.hosts["h1"]
+    assert h1.status == "failed" and words in h1.error, h1.error
+    assert h1.error.startswith("cpld_mb: task /redfish/v1/TaskService/Tasks/1 ended ")
+    assert run.hosts["h2"].status == "updated"  # the other host goes on
+    assert not run.ok
+
+
+def test_an_image_whose_digest_does_not_match_is_never_pushed(
+        bmcs: list[Bmc], tmp_path: Path, mirror: Path) -> None:
+    bmcs[0].set_faults([Fault("h1", "firmware_old", {"component": "cpld_mb",
+                                                     "version": "0.2.1.2"})])
+    img = next(i for i in load_manifest(mirror) if i.component == "cpld_mb")
+    data = bytearray(img.path(mirror).read_bytes())
+    data[-1] ^= 0xFF  # one bit off
+    img.path(mirror).write_bytes(bytes(data))
+    run = run_firmware(req(inventory(tmp_path, bmcs), mirror=mirror))
+    h1 = run.hosts["h1"]
+    assert h1.status == "failed" and f"the manifest says {img.sha256}: not pushed" in h1.error
+    assert not [e for e in h1.log if e["what"] == "push"]
+
+
+def test_a_downgrade_is_made_only_when_asked(bmcs: list[Bmc], tmp_path: Path,
+                                            mirror: Path) -> None:
+    bmcs[0].set_faults([Fault("h1", "firmware_old", {"component": "cpld_mb",
+                                                     "version": "0.2.1.9"})])
+    inv = inventory(tmp_path, bmcs)
+    run = run_firmware(req(inv, mirror=mirror, limit=("h1",)))
+    h1 = run.hosts["h1"]
+    assert h1.status == "behind" and "cpld_mb: 0.2.1.9, wanted 0.2.1.6 (a downgrade: not " \
+                                      "made)" in h1.error
+    assert any(e["what"] == "refused" for e in h1.log)
+    forced = run_firmware(req(inv, mirror=mirror, limit=("h1",), allow_downgrade=True))
+    assert forced.hosts["h1"].status == "updated", forced.hosts["h1"].error
+    push = next(e for e in forced.hosts["h1"].log if e["what"] == "push")
+    assert push["force"] is True
+
+
+def test_the_bmc_refuses_an_older_image_without_force_and_a_foreign_one(tmp_path: Path) -> None:
+    """The emulator's own checks, as a real BMC makes them."""
+    hw = {"profile": {"gpu_count": 8}, "faults": []}
+    members = {"CPLDMB_0": {"name": "cpld_mb", "version": "0.2.1.6"}}
+    up = Updates(tmp_path, lambda: hw, lambda: members)
+    member = "/redfish/v1/UpdateService/FirmwareInventory/CPLDMB_0"
+
+    def push(component: str, version: str, force: bool = False) -> dict[str, Any]:
+        body, ctype = multipart({"Targets": [member], "ForceUpdate": force},
+                                lab_image(component, version, b"x" * 64), "f.fwpkg")
+        status, doc = up.push(ctype, body)
+        assert status == 202
+        return doc
+
+    older = push("cpld_mb", "0.2.1.2")
+    assert older["TaskState"] == "Exception"
+    assert "a downgrade needs ForceUpdate" in older["Messages"][0]["Message"]
+    assert push("cpld_mb", "0.2.1.2", force=True)["TaskState"] == "Running"
+    foreign = push("cpld_mid", "0.2.0.7")
+    assert "the image is for cpld_mid, not for cpld_mb" in foreign["Messages"][0]["Message"]
+    body, ctype = multipart({"Targets": [member]}, b"garbage", "f.fwpkg")
+    assert up.push(ctype, body)[1]["TaskState"] == "Exception"
+    status, doc = up.push("multipart/form-data; boundary=x", b"--x--")
+    assert status == 400 and "UpdateParameters and UpdateFile" in doc["error"]["message"]
+
+
+def test_bad_input_is_refused_before_any_connection(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.ini"
+    inv.write_text("[gpu]\nh1 ansible_host=192.0.2.1 nodecert_gpu_model=H200-SXM "
+                   "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
+                   "nodecert_nvme_count=8 nodecert_nvme_min_gb=3500\n")
+    with pytest.raises(InventoryError, match="needs nodecert_firmware_recipe and nodecert_bmc"):
+        run_firmware(FirmwareRequest(inv))
+    r = CliRunner().invoke(main, ["firmware", "plan", "-i", str(inv)])
+    assert r.exit_code == 2 and "nodecert_firmware_recipe" in r.output
+
+
+@pytest.mark.parametrize(("a", "b", "want"), [
+    ("0.2.0.5", "0.2.0.7", -1), ("00.04.0018.0000_n00", "00.04.0011.0000_n00", 1),
+    ("0.22", "0.22", 0), ("25.06-A", "25.08-9", None), ("2.55", "U46 v1.56", None),
+])
+def test_version_order(a: str, b: str, want: int | None) -> None:
+    assert order(a, b) == want
+
+
+def test_plan_of_members_is_pure() -> None:
+    recipe = find_recipe(RECIPE)
+    members = [{"id": "CPLDMB_0", "version": "0.2.1.6", "odata_id": "/m/CPLDMB_0"},
+               {"id": "CPLDMID_0", "version": "weird", "odata_id": "/m/CPLDMID_0"}]
+    got = {s.component: s.action for s in plan_host(recipe, members)}
+    assert got == {"cpld_mb": "current", "cpld_mid": "unordered", "erot_bios": "unknown",
+                   "erot_bmc": "unknown"}
+
+
+def test_a_stop_ends_the_run_without_new_pushes(bmcs: list[Bmc], tmp_path: Path,
+                                                mirror: Path) -> None:
+    bmcs[0].set_faults([Fault("h1", "firmware_old", {"component": "cpld_mb",
+                                                     "version": "0.2.1.2"})])
+    stop = threading.Event()
+    stop.set()
+    run = run_firmware(req(inventory(tmp_path, bmcs), mirror=mirror), stop=stop)
+    assert run.hosts["h1"].status == "failed" and "stopped" in run.hosts["h1"].error
+    assert not [e for e in run.hosts["h1"].log if e["what"] == "push"]
