@@ -192,7 +192,7 @@ def test_control_side_top_level_is_a_few_packages() -> None:
     entries = sorted(p.name for p in SRC.iterdir()
                      if p.name != "__pycache__" and not p.name.endswith(".egg-info"))
     named = [e for e in entries if not e.startswith("__")]
-    assert len(named) <= 16, named
+    assert len(named) <= 17, named
     for e in named:  # every entry is a package or module placed in a layer
         assert e.removesuffix(".py") in LAYERS, f"src/nodecert/{e} is in no layer"
 

@@ -65,7 +65,7 @@ def run(lab: Lab, tmp_path: Path, inventory: Path | None = None, **kw: Any
 
 
 def bmc_results(r: ValidationRun, host: str) -> dict[str, Any]:
-    return {x.check: x for x in r.hosts[host].results if x.check.startswith("bmc.")}
+    return {x.check: x for x in r.hosts[host].results if x.check in BMC}
 
 
 def assert_no_secret(secret: str, root: Path, lines: list[str]) -> None:
@@ -110,6 +110,7 @@ def test_healthy_bmcs_pass_and_see_the_burn_in(blab: Lab, tmp_path: Path) -> Non
     assert checks["bmc.power"]["thresholds"]["bmc.power_capacity_fraction_max"]["source"]
     # the firmware the BMC lists, against the host's recipe, in the signed BOM
     assert checks["firmware.recipe"]["verdict"] == "PASS"
+    assert checks["bmc.bios"]["verdict"] == "PASS"
     assert signed["firmware"]["recipe"] == "dgx-h200-motherboard"
     assert signed["firmware"]["components"]["cpld_mb"]["found"] == {
         "BMC CPLDMB_0": "0.2.1.6"}
@@ -191,6 +192,30 @@ def test_firmware_apply_brings_the_host_to_its_recipe_and_it_certifies(
         "BMC CPLDMID_0": "0.2.0.7"}
     assert signed["predicate"]["verdict"] == "READY"
     assert_no_secret(password(blab), tmp_path, lines)
+
+
+def test_a_bios_setting_gone_wrong_fails_and_firmware_apply_bios_sets_it(
+        blab: Lab, tmp_path: Path) -> None:
+    from nodecert.firmware.apply import FirmwareRequest, run_firmware
+
+    faults(blab, tmp_path, "faults:\n  - {host: h1, kind: bios_attr, attribute: "
+           "SriovGlobalEnable, value: Disabled}\n")
+    try:
+        before, _ = run(blab, tmp_path / "before", limit=("h1",),
+                        checks=("hardware.inventory",))
+        bad = next(x for x in before.hosts["h1"].results if x.check == "bmc.bios")
+        assert bad.verdict.name == "FAIL"
+        assert bad.summary == "SriovGlobalEnable is Disabled, the profile wants Enabled"
+        done = run_firmware(FirmwareRequest(
+            blab.cfg.state / "inventory.ini", ("h1",), labbmc.firmware_mirror(blab.cfg),
+            poll_s=0.5, task_timeout_s=60, runs_dir=tmp_path / "fw", bios=True))
+        assert done.hosts["h1"].status in ("at-recipe", "updated"), done.hosts["h1"].error
+        after, _ = run(blab, tmp_path / "after", limit=("h1",),
+                       checks=("hardware.inventory",))
+    finally:
+        blab.apply_faults(None)
+    good = next(x for x in after.hosts["h1"].results if x.check == "bmc.bios")
+    assert good.verdict.name == "PASS", good.summary
 
 
 def test_ipmi_catches_a_hot_inlet_and_an_unreachable_bmc(blab: Lab, tmp_path: Path) -> None:

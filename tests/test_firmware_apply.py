@@ -40,7 +40,7 @@ def bmcs(tmp_path: Path) -> Iterator[list[Bmc]]:
             b.proc.wait(timeout=10)
 
 
-def inventory(tmp_path: Path, bmcs: list[Bmc]) -> Path:
+def inventory(tmp_path: Path, bmcs: list[Bmc], extra: str = "") -> Path:
     lines = ["[gpu]"]
     for n, b in enumerate(bmcs, 1):
         pw = tmp_path / f"pw{n}"
@@ -52,7 +52,8 @@ def inventory(tmp_path: Path, bmcs: list[Bmc]) -> Path:
         lines.append(f"h{n} ansible_host=192.0.2.{n} nodecert_gpu_model=H200-SXM "
                      "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
                      "nodecert_nvme_count=8 nodecert_nvme_min_gb=3500 "
-                     f"nodecert_firmware_recipe={RECIPE} nodecert_bmc='{json.dumps(spec)}'")
+                     f"nodecert_firmware_recipe={RECIPE} nodecert_bmc='{json.dumps(spec)}'"
+                     + extra)
     path = tmp_path / "inv.ini"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -223,3 +224,35 @@ def test_a_stop_ends_the_run_without_new_pushes(bmcs: list[Bmc], tmp_path: Path,
     run = run_firmware(req(inventory(tmp_path, bmcs), mirror=mirror), stop=stop)
     assert run.hosts["h1"].status == "failed" and "stopped" in run.hosts["h1"].error
     assert not [e for e in run.hosts["h1"].log if e["what"] == "push"]
+
+
+def test_bios_attributes_are_written_pending_applied_by_a_reset_and_verified(
+        bmcs: list[Bmc], tmp_path: Path, mirror: Path) -> None:
+    bmcs[0].set_faults([Fault("h1", "bios_attr", {"attribute": "SysProfile",
+                                                  "value": "PerfPerWattOptimizedDapc"}),
+                        Fault("h1", "bios_attr", {"attribute": "SubNumaCluster",
+                                                  "value": "2-Way"})])
+    inv = inventory(tmp_path, bmcs, " nodecert_bios_profile=dell-poweredge-gpu")
+    plan = run_firmware(req(inv, limit=("h1",)))
+    sets = {s.component: (s.current, s.wanted) for s in plan.hosts["h1"].steps
+            if s.action == "set"}
+    assert sets == {"BIOS SysProfile": ("PerfPerWattOptimizedDapc", "PerfOptimized"),
+                    "BIOS SubNumaCluster": ("2-Way", "Disabled")}
+    assert plan.hosts["h1"].status == "behind"
+    # without --bios the firmware is brought to the recipe and the BIOS left as it is
+    fw_only = run_firmware(req(inv, mirror=mirror, limit=("h1",)))
+    assert fw_only.hosts["h1"].status == "at-recipe"
+    assert not [e for e in fw_only.hosts["h1"].log if e["what"] == "bios set"]
+    done = run_firmware(req(inv, mirror=mirror, limit=("h1",), bios=True))
+    h1 = done.hosts["h1"]
+    assert h1.status == "at-recipe", h1.as_dict()
+    what = [e["what"] for e in h1.log]
+    assert what.index("bios set") < what.index("reset") < what.index("bios")
+    assert next(e for e in h1.log if e["what"] == "bios set")["attributes"] == {
+        "SysProfile": "PerfOptimized", "SubNumaCluster": "Disabled"}
+    assert run_firmware(req(inv, limit=("h1",))).hosts["h1"].status == "at-recipe"
+
+
+def test_bios_needs_a_profile(bmcs: list[Bmc], tmp_path: Path, mirror: Path) -> None:
+    with pytest.raises(InventoryError, match="--bios needs nodecert_bios_profile"):
+        run_firmware(req(inventory(tmp_path, bmcs), mirror=mirror, bios=True))

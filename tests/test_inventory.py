@@ -274,6 +274,8 @@ nodecert_allow_raw_devices: [/dev/nvme7n1]
 nodecert_allow_advisories: [NVIDIA-CTK-2025-07]
 nodecert_firmware_recipe: dgx-h200-motherboard
 nodecert_firmware: {cpld_mb: 0.2.1.9}
+nodecert_bios_profile: dell-poweredge-gpu
+nodecert_bios: {LogicalProc: Disabled}
 nodecert_thresholds: {storage.seq_read_mbps_min: 3000}
 nodecert_fabric: {link_layer: InfiniBand, ports: 8, rate_gbps: 400}
 nodecert_shared_fs: {mounts: [{path: /mnt/data, type: nfs4}]}

@@ -6,6 +6,10 @@ lanplus), normalised to one shape for the judges (bmcjudge):
      "firmware_error": str (why the inventory was not read, where it was not)}
 
 and one power/temperature sample at a time while the node's checks run.
+
+Long because both sources live here side by side (Redfish: discovery, sensors, power,
+the event log, parts, the firmware inventory and the BIOS; IPMI: the same read with
+ipmitool), so that what each reports is normalised to one shape in one place.
 """
 
 from __future__ import annotations
@@ -151,6 +155,7 @@ class RedfishSource:
         self.client = RedfishClient(spec)
         self.evidence: list[Evidence] = []
         self.firmware_error = ""
+        self.bios_error = ""
         self._paths: dict[str, str | None] | None = None
         self.budget = ReadBudget()
 
@@ -245,6 +250,28 @@ class RedfishSource:
             "\n".join(f"{m['id']}\t{m['version']}" for m in members)))
         return members
 
+    def _bios(self, system: str | None) -> dict[str, Any] | None:
+        """The system's BIOS settings and those pending for its next reset (None where
+        the BMC lists no Bios: bios_error says why)."""
+        doc = self._fetch(system) if system else None
+        link = _link(doc, "Bios") if isinstance(doc, dict) else None
+        if not link:
+            self.bios_error = "the system lists no Bios"
+            return None
+        try:
+            bios = rf.parse_bios(self._get("bios", link))
+            pending: dict[str, Any] = {}
+            if bios["settings"]:
+                try:
+                    pending = rf.parse_bios(self._fetch(bios["settings"]))["attributes"]
+                except NotFound:
+                    pending = {}
+        except (ParseError, NotFound) as exc:
+            self.bios_error = f"the BIOS settings could not be read: {exc}"
+            return None
+        return {"attributes": bios["attributes"], "pending": pending,
+                "settings": bios["settings"]}
+
     def snapshot(self) -> dict[str, Any]:
         with self.budget.running():
             return self._snapshot()
@@ -262,7 +289,8 @@ class RedfishSource:
                     "gpus": self._gpus(p["system"]) if p["system"] else None,
                     "nics": self._nics(p["chassis"]),
                     "firmware_inventory": self._firmware(p.get("update")),
-                    "firmware_error": self.firmware_error}
+                    "firmware_error": self.firmware_error,
+                    "bios": self._bios(p["system"]), "bios_error": self.bios_error}
         except ParseError as exc:
             raise BmcError(f"the BMC's Redfish answer is not what the schema says: {exc}") \
                 from None
@@ -371,6 +399,8 @@ class IpmiSource:
                 "firmware": mc.get("Firmware Revision"), "gpus": None, "nics": None,
                 "firmware_inventory": None,
                 "firmware_error": "IPMI has no firmware inventory (read it over Redfish)",
+                "bios": None, "bios_error": "IPMI does not report BIOS settings (read them "
+                                            "over Redfish)",
                 "discrete": self._optional("sdr elist", ipmi.parse_sdr_elist, "sdr", "elist"),
                 "chassis": self._optional("chassis status", ipmi.parse_chassis_status,
                                           "chassis", "status"),

@@ -61,6 +61,8 @@ class BmcMonitor:
         # What the full read found of the firmware inventory (firmware.recipe reads it).
         self.firmware_inventory: list[dict[str, Any]] | None = None
         self.firmware_error = "the BMC was not read"
+        self.bios: dict[str, Any] | None = None  # bmc.bios reads it
+        self.bios_error = "the BMC was not read"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -91,7 +93,7 @@ class BmcMonitor:
         except (BmcError, NodecertError, OSError, ValueError) as exc:
             what = exc.what if isinstance(exc, NodecertError) else str(exc)
             hint = exc.hint if isinstance(exc, NodecertError) else None
-            self.firmware_error = f"BMC not read: {what}"
+            self.firmware_error = self.bios_error = f"BMC not read: {what}"
             fix = (f"{hint[0].upper()}{hint[1:]}; then" if hint else
                    "Check the BMC's network, its credentials and its certificate, then")
             return [error_result(c, f"BMC not read: {what}", fault_code="NC-BMC-UNREACHABLE",
@@ -103,6 +105,7 @@ class BmcMonitor:
         took = time.monotonic() - t0
         self.firmware_inventory = snap.get("firmware_inventory")
         self.firmware_error = str(snap.get("firmware_error") or "")
+        self.bios, self.bios_error = snap.get("bios"), str(snap.get("bios_error") or "")
         ev = {e.name: e for e in self.source.evidence}
 
         def pick(*names: str) -> tuple[Any, ...]:

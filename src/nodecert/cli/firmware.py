@@ -84,13 +84,17 @@ def plan_cmd(path: Path, limit: tuple[str, ...], max_parallel: int, as_json: boo
 @click.option("--allow-downgrade", is_flag=True,
               help="Also move components that run a newer version than the recipe back "
                    "to it (pushed with ForceUpdate).")
+@click.option("--bios", is_flag=True,
+              help="Also set the BIOS attributes of each host's profile "
+                   "(nodecert_bios_profile): written to the pending settings, the system "
+                   "reset, the attributes read back until they hold.")
 @click.option("--task-timeout", "task_timeout", default=600.0, show_default=True,
               type=click.FloatRange(min=1), help="Seconds one update task may run.")
 @runs_dir_option
 @json_option
 @handle_errors
 def apply_cmd(path: Path, limit: tuple[str, ...], mirror: Path, max_parallel: int,
-              allow_downgrade: bool, task_timeout: float, runs_dir: Path,
+              allow_downgrade: bool, bios: bool, task_timeout: float, runs_dir: Path,
               as_json: bool) -> None:
     """Bring each host's components to its recipe through its BMC's Redfish
     UpdateService: each image from the mirror (its sha256 checked), pushed to the member
@@ -105,9 +109,11 @@ def apply_cmd(path: Path, limit: tuple[str, ...], mirror: Path, max_parallel: in
       nodecert firmware apply -i site.ini --mirror /srv/mirror
       nodecert firmware apply -i site.ini --mirror /srv/mirror --limit gpu-01 \\
           --allow-downgrade
+      nodecert firmware apply -i site.ini --mirror /srv/mirror --bios
     """
     run = run_firmware(FirmwareRequest(path, split_hosts(limit), mirror, max_parallel,
-                                       allow_downgrade, task_timeout, runs_dir=runs_dir),
+                                       allow_downgrade, task_timeout, runs_dir=runs_dir,
+                                       bios=bios),
                        progress=lambda line: echo(line, err=True))
     if as_json:
         emit_json(run.as_dict())

@@ -7,6 +7,9 @@ Never a downgrade unless asked (`allow_downgrade`, sent as ForceUpdate); at most
 `max_parallel` hosts at a time; one host's failure never stops the others. Every step
 (what was sent, the task's states and the BMC's messages) is recorded in the run's
 directory, one JSON file a host; a stuck or failed task is ERROR with the BMC's words.
+
+Long because one host's update is one sequence kept in one place: read the BMC, plan,
+push each image and follow its task, set the BIOS and reset, read everything again.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from nodecert.firmware.plan import Step, plan_host
 from nodecert.inventory.bmc import BmcSpec, bmc_spec
 from nodecert.inventory.reader import hostvars, load_inventory
 from nodecert.runs.layout import RunDir
+from nodecert.stack.bios import BiosProfile, differences, find_profile, with_site
 from nodecert.stack.firmware import Recipe, find_recipe, judge_recipe, with_overrides
 from nodecert.transport.become import BecomeSource, unlock_vault
 from nodecert_node.contract import Verdict, write_atomic
@@ -49,6 +53,7 @@ class FirmwareRequest:
     task_timeout_s: float = 600.0
     poll_s: float = 1.0
     runs_dir: Path = Path("runs")
+    bios: bool = False  # also set the BIOS attributes of the host's profile (and reset it)
 
 
 @dataclass
@@ -86,7 +91,10 @@ class FirmwareRun:
                 "hosts": {n: h.as_dict() for n, h in sorted(self.hosts.items())}}
 
 
-def _targets(request: FirmwareRequest) -> dict[str, tuple[BmcSpec, Recipe]]:
+Target = tuple[BmcSpec, Recipe, BiosProfile | None]
+
+
+def _targets(request: FirmwareRequest) -> dict[str, Target]:
     """Every chosen host's BMC and recipe; refuses bad input before any connection."""
     specs = load_inventory(request.inventory)
     if request.limit:
@@ -104,9 +112,16 @@ def _targets(request: FirmwareRequest) -> dict[str, tuple[BmcSpec, Recipe]]:
                                  "nodecert_bmc", where=str(request.inventory),
                                  hint="name the host's recipe and its BMC, or --limit the "
                                       "hosts that have them")
+        where = f"{request.inventory} (host {name})"
         recipe = with_overrides(find_recipe(str(chosen)), spec.validation.get("firmware"),
-                                where=f"{request.inventory} (host {name})")
-        out[name] = (bmc_spec(name, bmc, hv[name], False), recipe)
+                                where=where)
+        profile = spec.validation.get("bios_profile")
+        if request.bios and not profile:
+            raise InventoryError(f"host {name}: --bios needs nodecert_bios_profile",
+                                 where=str(request.inventory))
+        bios = with_site(find_profile(str(profile)), spec.validation.get("bios"),
+                         where=where) if profile else None
+        out[name] = (bmc_spec(name, bmc, hv[name], False), recipe, bios)
     return out
 
 
@@ -198,6 +213,7 @@ class _Host:
     images: list[Image]
     say: Progress
     stop: threading.Event
+    bios: BiosProfile | None = None
     service: dict[str, Any] = field(default_factory=dict)
 
 
@@ -251,12 +267,74 @@ def _update(h: _Host, step: Step) -> str | None:
     return None
 
 
+def read_bios(client: RedfishClient) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(the system's path, its Bios as parsed, the system document)."""
+    systems = client.get("/redfish/v1/Systems")
+    links = rf.member_links(systems, "Systems")
+    if not links:
+        raise BmcError("the BMC lists no system")
+    system = client.get(links[0])
+    link = (system.get("Bios") or {}).get("@odata.id") if isinstance(system, dict) else None
+    if not link:
+        raise BmcError(f"{links[0]} lists no Bios")
+    return links[0], rf.parse_bios(client.get(link)), system
+
+
+def _set_bios(h: _Host) -> str | None:
+    """The profile's attributes written to the BIOS's pending settings, the system reset,
+    and the attributes read back until they hold; the failure, or None."""
+    assert h.bios is not None
+    hf, client = h.hf, h.client
+    _, bios, system = read_bios(client)
+    todo = differences(h.bios, bios["attributes"])
+    if not todo:
+        hf.note("bios", state="as wanted")
+        return None
+    if not bios["settings"]:
+        return "BIOS: the BMC offers no pending-settings object to write"
+    hf.note("bios set", attributes=todo, settings=bios["settings"])
+    h.say(f"{hf.host:<14} BIOS: " + ", ".join(f"{k}={v}" for k, v in todo.items()))
+    status, _, doc = client.request("PATCH", bios["settings"], json.dumps(
+        {"Attributes": todo}).encode())
+    if status not in (200, 202, 204):
+        return f"BIOS: PATCH {bios['settings']} answered HTTP {status}: {message(doc)}"
+    action = ((system.get("Actions") or {}).get("#ComputerSystem.Reset") or {}) \
+        if isinstance(system, dict) else {}
+    target = action.get("target") if isinstance(action, dict) else None
+    if not isinstance(target, str) or not target.startswith("/redfish/v1"):
+        return "BIOS: settings pending, but the system offers no Reset action to apply them"
+    status, _, doc = client.request("POST", target, json.dumps(
+        {"ResetType": "ForceRestart"}).encode())
+    hf.note("reset", target=target, status=status, bmc_says=message(doc))
+    if status not in (200, 202, 204):
+        return f"BIOS: POST {target} answered HTTP {status}: {message(doc)}"
+    deadline = time.monotonic() + h.request.task_timeout_s
+    while True:
+        try:
+            _, now, _ = read_bios(client)
+            left = differences(h.bios, now["attributes"])
+        except BmcError as exc:  # the BMC restarting with the system: try again
+            left = {"(unreadable)": str(exc)}
+        if not left:
+            hf.note("bios", state="applied")
+            return None
+        if time.monotonic() + h.request.poll_s > deadline or h.stop.is_set():
+            return ("BIOS: after the reset, " + ", ".join(
+                f"{k} is still not {v}" for k, v in left.items()))
+        time.sleep(h.request.poll_s)
+
+
 def _apply_host(h: _Host) -> None:
     hf, request = h.hf, h.request
     try:
         members, h.service = read_inventory(h.client)
         hf.steps = plan_host(h.recipe, members)
         hf.note("read", members={m["id"]: m["version"] for m in members})
+        if h.bios is not None:
+            link, bios, _ = read_bios(h.client)
+            hf.steps += [Step(f"BIOS {k}", link, str(bios["attributes"].get(k)), str(v),
+                              "set") for k, v in differences(h.bios,
+                                                             bios["attributes"]).items()]
         todo = [s for s in hf.steps if s.action in ("update", "unordered")
                 or (s.action == "downgrade" and request.allow_downgrade)]
         for s in hf.steps:
@@ -276,12 +354,21 @@ def _apply_host(h: _Host) -> None:
             failed = _update(h, s)
             if failed:
                 failures.append(failed)
+        if request.bios and h.bios is not None and not h.stop.is_set():
+            failed = _set_bios(h)
+            if failed:
+                failures.append(failed)
         after, _ = read_inventory(h.client)
         judged = judge_recipe(h.recipe, after, None)
         hf.after = {"verdict": judged.verdict.name, "summary": judged.summary,
                     "bom": judged.facts.get("bom")}
         hf.note("read after", members={m["id"]: m["version"] for m in after})
         behind_now = [s for s in plan_host(h.recipe, after) if s.action != "current"]
+        if request.bios and h.bios is not None:
+            link, now, _ = read_bios(h.client)
+            behind_now += [Step(f"BIOS {k}", link, str(now["attributes"].get(k)), str(v),
+                                "set") for k, v in differences(h.bios,
+                                                               now["attributes"]).items()]
         if failures:
             hf.status, hf.error = "failed", "; ".join(failures)
         elif behind_now:
@@ -315,13 +402,13 @@ def run_firmware(request: FirmwareRequest, *, progress: Progress | None = None,
     if source.vault_file:
         unlock_vault(source.vault_file)
     run = RunDir.new(request.runs_dir, "firmware").make() if request.mirror else None
-    hosts = {n: HostFirmware(n, recipe.name) for n, (_, recipe) in targets.items()}
+    hosts = {n: HostFirmware(n, t[1].name) for n, t in targets.items()}
 
     def one(name: str) -> None:
-        spec, recipe = targets[name]
+        spec, recipe, bios = targets[name]
         hf = hosts[name]
         say(f"{name:<14} reading the BMC {spec.describe()} ...")
-        _apply_host(_Host(hf, RedfishClient(spec), recipe, request, images, say, stop))
+        _apply_host(_Host(hf, RedfishClient(spec), recipe, request, images, say, stop, bios))
         say(f"{name:<14} {hf.status}" + (f": {hf.error}" if hf.error else ""))
         if run is not None:
             write_atomic(str(run.path / f"{name}.json"),

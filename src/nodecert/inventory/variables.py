@@ -95,6 +95,12 @@ VARIABLES: tuple[Variable, ...] = (
        "the site's components over the recipe's: {component: version} or {component: "
        "{version, redfish: [Id pattern], inband: gpu_vbios|hca_firmware}}",
        page="docs/firmware.md"),
+    _v("bios_profile", "str", "validation", "bmc.bios",
+       "the BIOS settings the host needs (a name from stacks/bios/, e.g. dell-poweredge-gpu, "
+       "or a path): every attribute judged by bmc.bios", page="docs/firmware.md"),
+    _v("bios", "map", "validation", "bmc.bios",
+       "the site's BIOS attributes over the profile's: {attribute: value}",
+       page="docs/firmware.md"),
     _v("allow_advisories", "list", "plan", "gate, stack.advisories",
        "security advisories this site accepts on the host (ids from `nodecert stack "
        "advisories`): each stays a WARN, named in the gate and the certificate",

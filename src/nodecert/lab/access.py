@@ -85,9 +85,11 @@ def write_access_files(cfg: LabConfig, hosts: Sequence[Host], state: dict[str, A
         # a mapping goes in as quoted JSON: Ansible's INI reader takes it as a dict
         spec = " ".join(f"{k}='{json.dumps(v)}'" if isinstance(v, dict) else f"{k}={v}"
                         for k, v in spec_vars(h.profile).items())
-        recipe = profile(h.profile).get("firmware_recipe")
+        prof = profile(h.profile)
+        recipe, bios = prof.get("firmware_recipe"), prof.get("bios_profile")
         bmc = (f" nodecert_bmc='{json.dumps(labbmc.inventory_spec(cfg, h.n))}'"
                + (f" nodecert_firmware_recipe={recipe}" if recipe else "")
+               + (f" nodecert_bios_profile={bios}" if bios else "")
                if state.get("bmc") else "")
         inv.append(f"{h.name} ansible_host={h.ip} {spec} nodecert_lab_profile={h.profile}"
                    + bmc)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.lab.simhw.nodecert_simhw.faults import Faults
+from nodecert.stack.bios import find_profile
 from nodecert.stack.firmware import find_recipe
 
 GOLDEN_FIRMWARE = "1.18"
@@ -67,6 +68,15 @@ def _jitter(*key: Any, spread: float = 1.0) -> float:
     return (h * 2 - 1) * spread
 
 
+def read_state(path: Path) -> dict[str, Any]:
+    """One of a BMC's own state files (a JSON object), or {} where there is none."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 class Model:
     """One host's BMC model: its hardware description and load, read from the host's
     directory on this machine, and the BMC's own settings (BMC_DIR/bmc.json)."""
@@ -91,15 +101,27 @@ class Model:
 
     def updated_firmware(self) -> dict[str, str]:
         """FirmwareInventory Id -> the version an update set (bmcupdate keeps them)."""
-        try:
-            data = json.loads((self.bmc_dir / "firmware.json").read_text())
-        except (OSError, ValueError):
-            return {}
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        return {str(k): str(v) for k, v in read_state(self.bmc_dir / "firmware.json").items()}
 
     def firmware(self) -> dict[str, dict[str, Any]]:
         return firmware_members(self.hw(), self.readings()["firmware"],
                                 self.updated_firmware())
+
+    def _json(self, name: str) -> dict[str, Any]:
+        return read_state(self.bmc_dir / name)
+
+    def bios(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the BIOS attributes now, those pending for the next reset): the profile's
+        values, as faults change them, as a reset applied settings since."""
+        hw = self.hw()
+        name = hw["profile"].get("bios_profile")
+        now: dict[str, Any] = {"LogicalProc": "Enabled", "ProcTurboMode": "Enabled",
+                               "BootMode": "Uefi"}
+        if name:
+            now.update(find_profile(str(name)).attributes)
+        now.update(Faults(hw).bios())
+        now.update(self._json("bios.json"))
+        return now, self._json("bios-pending.json")
 
     def settings(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.bmc_dir / "bmc.json").read_text())
@@ -237,7 +259,12 @@ def redfish_tree(model: Model) -> dict[str, Any]:
                       "@odata.type": "#ComputerSystem.v1_12_0.ComputerSystem", "Id": "1",
                       "Name": "System", "SerialNumber": r["serial"],
                       "Model": "SIMULATED HGX server", "PowerState": "On",
-                      "Processors": _ref("Systems/1/Processors"), "Status": _ok()},
+                      "Processors": _ref("Systems/1/Processors"), "Bios": _ref("Systems/1/Bios"),
+                      "Actions": {"#ComputerSystem.Reset": {
+                          "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+                          "ResetType@Redfish.AllowableValues": ["On", "ForceOff",
+                                                                "ForceRestart"]}},
+                      "Status": _ok()},
         "Systems/1/Processors": _collection(
             "Systems/1/Processors", "ProcessorCollection",
             ["Systems/1/Processors/CPU1", "Systems/1/Processors/CPU2"]
@@ -298,6 +325,19 @@ def redfish_tree(model: Model) -> dict[str, Any]:
         "Name": "Update Service", "ServiceEnabled": True,
         "MultipartHttpPushUri": "/redfish/v1/UpdateService/update-multipart",
         "FirmwareInventory": _ref("UpdateService/FirmwareInventory")}
+    bios_now, bios_pending = model.bios()
+    tree["Systems/1/Bios"] = {
+        "@odata.id": "/redfish/v1/Systems/1/Bios", "@odata.type": "#Bios.v1_2_0.Bios",
+        "Id": "Bios", "Name": "BIOS Configuration Current Settings",
+        "AttributeRegistry": "SIMULATED", "Attributes": bios_now,
+        "@Redfish.Settings": {
+            "@odata.type": "#Settings.v1_3_5.Settings",
+            "SettingsObject": _ref("Systems/1/Bios/Settings"),
+            "SupportedApplyTimes": ["OnReset"]}}
+    tree["Systems/1/Bios/Settings"] = {
+        "@odata.id": "/redfish/v1/Systems/1/Bios/Settings", "@odata.type": "#Bios.v1_2_0.Bios",
+        "Id": "Settings", "Name": "BIOS Configuration Pending Settings",
+        "Attributes": bios_pending}
     tree["TaskService"] = {
         "@odata.id": "/redfish/v1/TaskService", "@odata.type":
         "#TaskService.v1_2_0.TaskService", "Id": "TaskService", "Name": "Task Service",
@@ -347,4 +387,4 @@ def ipmi_raw(model: Model) -> dict[str, int]:
 
 
 __all__ = ["GOLDEN_FIRMWARE", "USERNAME", "Model", "Sensor", "ipmi_raw", "ipmi_sensors",
-           "psu_sensor_number", "redfish_tree"]
+           "psu_sensor_number", "read_state", "redfish_tree"]

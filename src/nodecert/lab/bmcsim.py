@@ -35,7 +35,7 @@ from typing import Any
 from sushy_tools.static import main as sushy_static  # type: ignore[import-untyped]
 
 from nodecert.lab.bmcmodel import Model, ipmi_raw, redfish_tree
-from nodecert.lab.bmcupdate import PUSH_URI, TASKS, Updates
+from nodecert.lab.bmcupdate import BIOS_SETTINGS, PUSH_URI, RESET, TASKS, Updates
 
 TICK_S = 1.0
 MAX_PUSH = 64 * 1024 * 1024  # the largest image the lab's BMC takes
@@ -111,10 +111,19 @@ def auth_handler(password: bytes, user: str, updates: Updates | None = None) -> 
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+            size = int(self.headers.get("Content-Length") or 0)
+            if updates is not None and self.path.rstrip("/") == RESET and size < 4096:
+                status, doc = updates.reset(self.rfile.read(size))
+                if status == 204:
+                    self.send_response(204)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                else:
+                    self._json(status, doc)
+                return
             if updates is None or self.path.rstrip("/") != PUSH_URI:
                 self.send_error(405)
                 return
-            size = int(self.headers.get("Content-Length") or 0)
             if size <= 0 or size > MAX_PUSH:
                 self._json(413, {"error": {"code": "Base.1.8.PayloadTooLarge",
                                            "message": f"an image of {size} bytes"}})
@@ -124,7 +133,16 @@ def auth_handler(password: bytes, user: str, updates: Updates | None = None) -> 
             self._json(status, doc, doc.get("@odata.id") if status == 202 else None)
 
         def do_PATCH(self) -> None:
-            self.send_error(405)
+            if not self._authorized():
+                self.send_response(401)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            size = int(self.headers.get("Content-Length") or 0)
+            if updates is None or self.path.rstrip("/") != BIOS_SETTINGS or size > 65536:
+                self.send_error(405)
+                return
+            self._json(*updates.patch_bios(self.rfile.read(size)))
 
     return Handler
 

@@ -29,10 +29,13 @@ from typing import Any
 
 from nodecert.firmware.images import Image, write_manifest
 from nodecert.firmware.plan import order
+from nodecert.lab.bmcmodel import read_state
 from nodecert.lab.simhw.nodecert_simhw.faults import Faults
 from nodecert.stack.firmware import list_recipes
 
 PUSH_URI = "/redfish/v1/UpdateService/update-multipart"
+BIOS_SETTINGS = "/redfish/v1/Systems/1/Bios/Settings"
+RESET = "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"
 TASKS = "/redfish/v1/TaskService/Tasks"
 MAGIC = b"NODECERT-LAB-FIRMWARE-IMAGE\n"
 RUN_S = 1.5  # how long a simulated update takes
@@ -87,21 +90,9 @@ class Updates:
         self.tasks: dict[str, Task] = {}
         self.lock = threading.Lock()
 
-    def updated(self) -> dict[str, str]:
-        try:
-            data = json.loads((self.bmc_dir / "firmware.json").read_text())
-        except (OSError, ValueError):
-            return {}
-        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
     def _set(self, member_id: str, version: str) -> None:
-        data = self.updated()
-        data[member_id] = version
-        tmp = self.bmc_dir / "firmware.json.tmp"
-        tmp.write_text(json.dumps(data))
-        tmp.replace(self.bmc_dir / "firmware.json")
-        if self._changed is not None:
-            self._changed()
+        self._write("firmware.json", {**read_state(self.bmc_dir / "firmware.json"),
+                                      member_id: version})
 
     def push(self, content_type: str, body: bytes) -> tuple[int, dict[str, Any]]:
         """A multipart push: (HTTP status, the Task or an error document)."""
@@ -179,6 +170,51 @@ class Updates:
                                       f"{task.component} updated to {task.version}")]
             return 200, task.doc(now)
 
+    # --- BIOS: pending settings, applied by a reset of the system -----------------------
+
+    def _write(self, name: str, data: dict[str, Any]) -> None:
+        tmp = self.bmc_dir / f"{name}.tmp"
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.bmc_dir / name)
+        if self._changed is not None:
+            self._changed()
+
+    def _read(self, name: str) -> dict[str, Any]:
+        return read_state(self.bmc_dir / name)
+
+    def patch_bios(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """PATCH of the Bios Settings object: its Attributes become pending."""
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return 400, _error("Base.1.8.MalformedJSON", "the body is not JSON")
+        attrs = doc.get("Attributes") if isinstance(doc, dict) else None
+        if not isinstance(attrs, dict) or not all(
+                isinstance(v, str | int | bool) for v in attrs.values()):
+            return 400, _error("Base.1.8.PropertyValueTypeError",
+                               "Attributes must map attribute names to values")
+        with self.lock:
+            pending = {**self._read("bios-pending.json"), **attrs}
+            self._write("bios-pending.json", pending)
+        return 200, {"@odata.id": BIOS_SETTINGS, "Attributes": pending}
+
+    def reset(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """ComputerSystem.Reset: the system restarts and the BIOS applies what is pending
+        (the lab host's container itself is not restarted)."""
+        try:
+            kind = json.loads(body).get("ResetType")
+        except (ValueError, AttributeError):
+            kind = None
+        if kind not in ("ForceRestart", "GracefulRestart", "On", "ForceOff", "PowerCycle"):
+            return 400, _error("Base.1.8.ActionParameterValueNotInList",
+                               f"ResetType {kind!r} is not one this system takes")
+        with self.lock:
+            pending = self._read("bios-pending.json")
+            if pending and kind != "ForceOff":
+                self._write("bios.json", {**self._read("bios.json"), **pending})
+                self._write("bios-pending.json", {})
+        return 204, {}
+
     def collection(self) -> dict[str, Any]:
         with self.lock:
             ids = sorted(self.tasks, key=int)
@@ -213,4 +249,5 @@ def write_lab_images(mirror: Path) -> Path:
     return write_manifest(mirror, images)
 
 
-__all__ = ["PUSH_URI", "TASKS", "Updates", "lab_image", "write_lab_images"]
+__all__ = ["BIOS_SETTINGS", "PUSH_URI", "RESET", "TASKS", "Updates", "lab_image",
+           "write_lab_images"]

@@ -19,6 +19,7 @@ from typing import Any
 from nodecert.core import yamldoc
 from nodecert.core.errors import ManifestError, UnknownNameError
 from nodecert.lab.simhw.nodecert_simhw.faults import FAULT_KINDS, FaultKind
+from nodecert.stack.bios import find_profile
 from nodecert.stack.compat import default_matrix
 from nodecert.stack.firmware import find_recipe
 
@@ -45,10 +46,12 @@ def load_profiles() -> dict[str, dict[str, Any]]:
     matrix = default_matrix()
     for name, node in root["profiles"].items():
         f = node.mapping({"gpu_model", "gpu_count", "pci_buses", "gpu", "nvswitch", "fabric",
-                          "host"}, {"hcas", "firmware_recipe"})
+                          "host"}, {"hcas", "firmware_recipe", "bios_profile"})
         matrix.gpu(f["gpu_model"].text())  # the model must be one the gate knows
         if "firmware_recipe" in f:
             find_recipe(f["firmware_recipe"].text())  # a recipe stacks/firmware/ holds
+        if "bios_profile" in f:
+            find_profile(f["bios_profile"].text())
         if len(f["pci_buses"].text_list()) != f["gpu_count"].integer():
             raise f["pci_buses"].error("needs one PCI bus per GPU")
         out[name] = node.value

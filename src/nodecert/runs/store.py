@@ -19,6 +19,7 @@ from nodecert.inventory.bmc import BmcSpec
 from nodecert.inventory.reader import HostSpec
 from nodecert.runs.layout import RESULTS, RunDir
 from nodecert.runs.records import SCHEMA
+from nodecert.stack.bios import BiosProfile
 from nodecert.stack.firmware import Recipe
 from nodecert.stack.manifest import Stack
 from nodecert.transport.ssh import Endpoint
@@ -64,6 +65,7 @@ class HostRun:
     node: dict[str, Any] = field(default_factory=dict)
     bad_output: str = ""  # what a node sent that was not a valid event (evidence)
     recipe: Recipe | None = None  # the firmware recipe the host is judged by
+    bios: BiosProfile | None = None  # the BIOS settings it must have
 
     @property
     def checks(self) -> list[str]:

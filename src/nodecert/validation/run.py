@@ -27,7 +27,8 @@ from nodecert.inventory.reader import HostSpec, hostvars, load_inventory
 from nodecert.profiles import thresholds
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import HostLink, HostRun, ValidationRun, record_inputs, write_json
-from nodecert.stack import firmware
+from nodecert.stack import bios, firmware
+from nodecert.stack.bios import BiosProfile
 from nodecert.stack.firmware import Recipe
 from nodecert.stack.manifest import Stack, find_stack
 from nodecert.transport.become import BecomeSource, unlock_vault
@@ -105,7 +106,8 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
             dataclasses.replace(endpoints[name], become_password=passwords.get(name)),
             bmcs.get(name))
         runs[name] = HostRun(name, spec, plan, st, run_dir / name, simulated=spec.simulated,
-                             recipe=_recipe(name, spec, inventory))
+                             recipe=_recipe(name, spec, inventory),
+                             bios=_bios(name, spec, inventory))
     return runs, links
 
 
@@ -122,6 +124,23 @@ def _recipe(name: str, spec: HostSpec, inventory: Path) -> Recipe | None:
         return firmware.with_overrides(firmware.find_recipe(str(chosen)),
                                        spec.validation.get("firmware"),
                                        where=f"{inventory} (host {name})")
+    except (UnknownNameError, ManifestError) as exc:
+        raise InventoryError(f"host {name}: {exc.what}", where=str(inventory),
+                             hint=exc.hint) from None
+
+
+def _bios(name: str, spec: HostSpec, inventory: Path) -> BiosProfile | None:
+    """The host's BIOS profile with the site's attributes (refused before any SSH)."""
+    chosen = spec.validation.get("bios_profile")
+    if not chosen:
+        if spec.validation.get("bios"):
+            raise InventoryError(f"host {name}: nodecert_bios without nodecert_bios_profile",
+                                 where=str(inventory),
+                                 hint="name the BIOS profile the site's attributes amend")
+        return None
+    try:
+        return bios.with_site(bios.find_profile(str(chosen)), spec.validation.get("bios"),
+                              where=f"{inventory} (host {name})")
     except (UnknownNameError, ManifestError) as exc:
         raise InventoryError(f"host {name}: {exc.what}", where=str(inventory),
                              hint=exc.hint) from None

@@ -22,7 +22,7 @@ from nodecert.bmc.judge import BMC_CHECKS
 from nodecert.bmc.monitor import BmcMonitor
 from nodecert.core.textsafe import clean
 from nodecert.runs.store import HostLink, HostRun
-from nodecert.stack import firmware
+from nodecert.stack import bios, firmware
 from nodecert.stack.judged import judge_gathered
 from nodecert.stack.manifest import Stack
 from nodecert.transport.bundle import NODE_BASE, install_script
@@ -47,7 +47,7 @@ from nodecert.validation.nodecmd import (
     recorded_stack,
 )
 from nodecert.validation.progress import RunProgress
-from nodecert_node.contract import Evidence, Verdict, error_result
+from nodecert_node.contract import Evidence, Result, Verdict, error_result
 
 Progress = Callable[[str], None]
 HEARTBEAT_S = 15.0
@@ -180,24 +180,32 @@ class NodeSessions:
         self._firmware_result(hr, monitor)
 
     def _firmware_result(self, hr: HostRun, monitor: BmcMonitor | None) -> None:
-        """firmware.recipe where the host names a recipe: what the BMC's inventory and
-        the node's own checks report, against it."""
-        if hr.recipe is None:
-            return
-        try:
-            res = firmware.judge_recipe(
-                hr.recipe, monitor.firmware_inventory if monitor else None,
+        """firmware.recipe and bmc.bios where the host names a recipe or a BIOS profile:
+        what the BMC and the node's own checks report, against them."""
+        none = "the host has no nodecert_bmc"
+        judged: list[tuple[str, Callable[[], Result]]] = []
+        if hr.recipe is not None:
+            recipe = hr.recipe
+            judged.append(("firmware.recipe", lambda: firmware.judge_recipe(
+                recipe, monitor.firmware_inventory if monitor else None,
                 firmware.inband_readings(hr.results),
-                bmc_error=(monitor.firmware_error if monitor else
-                           "the host has no nodecert_bmc"))
-        except Exception as exc:  # never sinks the node's results
-            res = error_result("firmware.recipe", f"internal error while judging the "
-                                                  f"firmware: {type(exc).__name__}: {exc}")
-        res = res.with_(simulated=hr.simulated)
-        hr.results.append(res)
-        self.emit(hr, f"{res.check} {res.verdict.name}"
-                  f"{' (SIMULATED)' if res.simulated else ''} - {res.summary[:110]}",
-                  alarm=res.verdict >= Verdict.FAIL)
+                bmc_error=monitor.firmware_error if monitor else none)))
+        if hr.bios is not None:
+            profile = hr.bios
+            judged.append(("bmc.bios", lambda: bios.judge_bios(
+                profile, monitor.bios if monitor else None,
+                bmc_error=monitor.bios_error if monitor else none)))
+        for check, judge in judged:
+            try:
+                res = judge()
+            except Exception as exc:  # never sinks the node's results
+                res = error_result(check, f"internal error while judging it: "
+                                          f"{type(exc).__name__}: {exc}")
+            res = res.with_(simulated=hr.simulated)
+            hr.results.append(res)
+            self.emit(hr, f"{res.check} {res.verdict.name}"
+                      f"{' (SIMULATED)' if res.simulated else ''} - {res.summary[:110]}",
+                      alarm=res.verdict >= Verdict.FAIL)
 
     def _exec(self, client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
               timeout: float, *, root: bool = True,

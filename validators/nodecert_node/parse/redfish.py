@@ -216,6 +216,30 @@ def parse_software_inventory(doc: Any) -> dict[str, Any]:
             "release_date": str(doc.get("ReleaseDate") or "")}
 
 
+def parse_bios(doc: Any) -> dict[str, Any]:
+    """A Redfish Bios (current settings, or its pending Settings object): its attributes
+    (text, numbers, booleans; anything else refused), the link to the pending settings
+    and the apply times the BMC supports, where it says."""
+    what = "Redfish Bios"
+    _check_type(doc, "Bios", what)
+    if not isinstance(doc, dict):
+        raise ParseError(f"{what}: expected a JSON object")
+    attrs = doc.get("Attributes")
+    if not isinstance(attrs, dict):
+        raise ParseError(f"{what}: no Attributes object")
+    for k, v in attrs.items():
+        if not isinstance(v, (str, int, float, bool)) and v is not None:
+            raise ParseError(f"{what}: attribute {k} is {type(v).__name__}, not a value")
+    settings = doc.get("@Redfish.Settings")
+    obj = settings.get("SettingsObject") if isinstance(settings, dict) else None
+    link = obj.get("@odata.id") if isinstance(obj, dict) else None
+    times = settings.get("SupportedApplyTimes") if isinstance(settings, dict) else None
+    return {"attributes": dict(attrs),
+            "settings": link if isinstance(link, str) and link.startswith("/redfish/v1")
+            else None,
+            "apply_times": [str(t) for t in times] if isinstance(times, list) else []}
+
+
 def member_links(doc: Any, what: str) -> list[str]:
     """The @odata.id of each member of a collection."""
     out = []

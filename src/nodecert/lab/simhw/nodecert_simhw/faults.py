@@ -133,6 +133,8 @@ FAULT_KINDS: dict[str, FaultKind] = {
     "firmware_old": _k({"component"}, {"version"}, "the BMC's firmware inventory reports "
                        "recipe component `component` at `version` (default 0.0.1)",
                        "firmware.recipe"),
+    "bios_attr": _k({"attribute"}, {"value"}, "the BMC reports BIOS attribute `attribute` "
+                    "at `value` (default Disabled)", "bmc.bios"),
     "fw_task_stuck": _k(set(), {"percent"}, "the BMC's firmware update tasks stop at "
                         "`percent` (default 40) and never end", "firmware apply"),
     "fw_busy": _k(set(), set(), "the BMC answers every poll of an update task with HTTP 503",
@@ -193,6 +195,11 @@ class Faults:
         """Recipe component -> the version the BMC reports for it instead."""
         return {str(f["component"]): str(f.get("version", "0.0.1"))
                 for f in self._of("firmware_old")}
+
+    def bios(self) -> dict[str, str]:
+        """BIOS attribute -> the value the BMC reports instead."""
+        return {str(f["attribute"]): str(f.get("value", "Disabled"))
+                for f in self._of("bios_attr")}
 
     def setting(self, kind: str) -> dict[str, Any] | None:
         """The parameters of platform fault `kind` on this host, or None."""
