@@ -276,3 +276,58 @@ def test_validate_refuses_an_unknown_recipe_before_any_connection(tmp_path: Path
     with pytest.raises(InventoryError, match="host gpu-01: unknown firmware recipe"):
         open_new_run(ValidateRequest(inv, runs_dir=tmp_path / "runs"))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+# --- NVIDIA firmware tools (in band) ---------------------------------------------------------
+
+MLX = Path(__file__).parent / "fixtures" / "real" / "mlxfw"
+
+
+def test_real_flint_query() -> None:
+    from nodecert_node.parse import mlxfw
+
+    got = mlxfw.parse_flint_query((MLX / "cx7-mt4129-ndr-flint-d-pciconf0-query-fw-"
+                                          "28.42.1000-before-update.txt").read_text())
+    assert got["fw_version"] == "28.42.1000" and got["psid"] == "MT_0000001244"
+    assert got["rom_info"] == ["type=UEFI version=14.35.15 cpu=AMD64,AARCH64",
+                               "type=PXE version=3.7.500 cpu=AMD64"]  # wrapped onto 2 lines
+    assert got["security"] == "secure-fw"
+    with pytest.raises(ParseError, match="no FW Version"):
+        mlxfw.parse_flint_query("-E- Cannot open Device: /dev/mst/mt4129_pciconf0\n")
+
+
+def test_real_mlxup_query_with_padded_columns_and_the_update_log_after() -> None:
+    from nodecert_node.parse import mlxfw
+
+    devs = mlxfw.parse_mlx_query((MLX / "cx7-2x-single-port-mlxup-query-update-required-"
+                                        "28.42-to-28.43-then-flash.txt").read_text())
+    assert [d["pci"] for d in devs] == ["/dev/mst/mt4129_pciconf1", "/dev/mst/mt4129_pciconf0"]
+    assert devs[0]["versions"]["FW"] == {"current": "28.42.1000", "available": "28.43.1014"}
+    assert devs[0]["versions"]["PXE"] == {"current": "3.7.0500", "available": None}
+    assert devs[1]["status"] == "Update required" and devs[1]["psid"] == "MT_0000001244"
+
+
+@given(st.sampled_from(["Up to date", "Update required", "No matching image found"]),
+       st.integers(min_value=0, max_value=8))
+def test_mlxfwmanager_blocks_with_other_status_and_padding(status: str, pad: int) -> None:
+    from nodecert_node.parse import mlxfw
+
+    text = (f"Device #1:\n----------\n\n  Device Type:      ConnectX7\n"
+            f"  PSID:             MT_0000000838\n  PCI Device Name:  0000:e6:00.0\n"
+            f"  Versions:         Current        Available{' ' * pad}\n"
+            f"     FW             28.39.3560     N/A{' ' * pad}\n\n  Status:           {status}\n")
+    (d,) = mlxfw.parse_mlx_query(text)
+    assert d["versions"]["FW"] == {"current": "28.39.3560", "available": None}
+    assert d["status"] == status
+    with pytest.raises(ParseError, match="no FW version row"):
+        mlxfw.parse_mlx_query(text.replace("     FW ", "     XX "))
+
+
+def test_the_firmware_tools_readings_are_preferred_over_ibstats() -> None:
+    results = [Result("hardware.inventory", Verdict.PASS, "ok", facts={
+        "vbios": {}, "hca_firmware": {"/dev/mst/mt4129_pciconf0": {
+            "fw": "28.46.3048", "psid": "MT_0000001244"}}}),
+        Result("net.ib", Verdict.PASS, "ok",
+               value={"ports": [{"ca": "mlx5_0", "firmware": "28.46.3048"}]})]
+    assert inband_readings(results)["hca_firmware"] == {  # type: ignore[index]
+        "HCA /dev/mst/mt4129_pciconf0": "28.46.3048"}

@@ -173,13 +173,20 @@ def inband_readings(results: list[Result]) -> dict[str, dict[str, str | None]] |
     (hardware.inventory) and each HCA's firmware (net.ib / net.roce). None where the node
     reported neither (it was not reached)."""
     out: dict[str, dict[str, str | None]] = {}
+    from_tool = False  # mlxfwmanager's readings, where there are any, over ibstat's
     for r in results:
         if r.verdict is Verdict.ERROR:
             continue
         if r.check == "hardware.inventory" and isinstance(r.facts.get("vbios"), dict):
             out["gpu_vbios"] = {f"GPU {bus}": (str(v) if v else None)
                                 for bus, v in sorted(r.facts["vbios"].items())}
-        if r.check in ("net.ib", "net.roce") and isinstance(r.value, dict):
+        tool = r.facts.get("hca_firmware") if r.check == "hardware.inventory" else None
+        if isinstance(tool, dict) and tool:  # mlxfwmanager's, by device: preferred
+            out["hca_firmware"] = {f"HCA {dev}": str(v.get("fw")) if isinstance(v, dict)
+                                   and v.get("fw") else None
+                                   for dev, v in sorted(tool.items())}
+            from_tool = True
+        if r.check in ("net.ib", "net.roce") and isinstance(r.value, dict) and not from_tool:
             for port in r.value.get("ports") or []:
                 if isinstance(port, dict) and port.get("ca"):
                     out.setdefault("hca_firmware", {})[f"HCA {port['ca']}"] = \

@@ -15,9 +15,9 @@ from nodecert_node.context import (
     within,
 )
 from nodecert_node.contract import Limits, Result, Verdict
-from nodecert_node.parse import pci, system, topo
+from nodecert_node.parse import ParseError, mlxfw, pci, system, topo
 from nodecert_node.registry import check
-from nodecert_node.tools import ToolError, read_file, run
+from nodecert_node.tools import ToolError, read_file, run, which
 
 # --- hardware.inventory -----------------------------------------------------------------
 
@@ -61,6 +61,15 @@ def gather_inventory(ctx: Ctx) -> Gathered:
     disks = system.parse_lsblk(blk) if blk else []
     facts["nvme"] = [d for d in disks if d["tran"] == "nvme" or str(d["name"]).startswith("nvme")]
     facts["nic_macs"] = _macs()
+    # The HCAs' firmware and PSID where NVIDIA's firmware tools are installed (the
+    # firmware recipe's in-band reading; ibstat gives the version without the PSID).
+    mlx = try_text(ev, ["mlxfwmanager", "--query"], ctx) if which("mlxfwmanager") else None
+    try:
+        facts["hca_firmware"] = {d["pci"]: {"fw": d["versions"]["FW"]["current"],
+                                            "psid": d["psid"]}
+                                 for d in mlxfw.parse_mlx_query(mlx)} if mlx else None
+    except ParseError:
+        facts["hca_firmware"] = None
     return facts, ev
 
 
@@ -182,7 +191,9 @@ def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Resul
                                             "host.cpu_cores_per_gpu", "host.ram_gb_per_gpu"),
         # the firmware a rack's trays must share (rack.firmware): each GPU's VBIOS
         facts={"identity": ident, "driver": facts.get("driver"),
-               "vbios": {str(g.get("bus_id")): g.get("vbios") for g in gpus}},
+               "vbios": {str(g.get("bus_id")): g.get("vbios") for g in gpus},
+               **({"hca_firmware": facts["hca_firmware"]} if facts.get("hca_firmware")
+                  else {})},
         fault_code="NC-HW-INVENTORY" if fails else "",
         remediation="Compare the node with the order: reseat or replace the missing or wrong "
                     "part, then re-run `nodecert validate`." if fails else "")
