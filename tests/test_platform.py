@@ -205,3 +205,30 @@ def test_each_platform_fault_fails_exactly_its_check(tmp_path: Path, fault: dict
     got = _failing(SimNode(tmp_path, "h200-sxm-8", faults=[fault]))
     assert list(got) == [check], got
     assert words in got[check]
+
+
+@pytest.mark.integration
+def test_what_a_role_sets_holds_until_a_later_fault_changes_it(tmp_path: Path) -> None:
+    """The lab's kernel view: sysctl -w, cpupower frequency-set and modprobe (what the
+    platform role runs) fix their settings; a fault applied after them wins again."""
+    import os
+    import subprocess
+    import time
+
+    wrong = [{"kind": "numa_balancing"}, {"kind": "cpu_powersave"},
+             {"kind": "peermem_missing"}]
+    node = SimNode(tmp_path, "h200-sxm-8", faults=wrong)
+    assert set(_failing(node)) == {"platform.numa_balancing", "platform.cpu_governor",
+                                   "platform.gpudirect"}
+    for argv in (["sysctl", "-w", "kernel.numa_balancing=0"],
+                 ["cpupower", "-c", "all", "frequency-set", "-g", "performance"],
+                 ["modprobe", "nvidia-peermem"]):
+        done = subprocess.run([str(node.bin / argv[0]), *argv[1:]], env=node.env(),
+                              capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0, done.stderr
+    assert _failing(node) == {}
+    time.sleep(0.01)
+    node.hw.write_text(node.hw.read_text())  # the faults applied again, after the fix
+    os.utime(node.hw)
+    assert set(_failing(node)) == {"platform.numa_balancing", "platform.cpu_governor",
+                                   "platform.gpudirect"}

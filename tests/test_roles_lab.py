@@ -173,13 +173,25 @@ def verify_container_toolkit(host: Any) -> None:
     assert "nvidia.com/gpu=all" in host.check_output("nvidia-ctk cdi list").split()
 
 
+def verify_platform(host: Any) -> None:
+    conf = host.file("/etc/sysctl.d/90-nodecert-platform.conf")
+    assert conf.mode == 0o644 and "kernel.numa_balancing = 0" in conf.content_string
+    assert host.check_output("sysctl -n kernel.numa_balancing") == "0"
+    assert host.file("/etc/modules-load.d/nodecert-platform.conf").content_string.endswith(
+        "nvidia-peermem\n")  # the host has an InfiniBand fabric in its order
+    assert host.check_output("lsmod").count("nvidia_peermem") >= 1
+    assert host.file("/usr/local/sbin/nodecert-cpu-governor").mode == 0o755
+    assert host.service("nodecert-cpu-governor").is_enabled
+    assert host.check_output("/usr/local/sbin/nodecert-cpu-governor --show") == "performance"
+
+
 VERIFY: dict[str, Callable[[Any], None]] = {
     "nvidia_repo": verify_nvidia_repo, "nvidia_driver": verify_nvidia_driver,
     "fabric_manager": verify_fabric_manager, "imex": verify_imex,
     "cuda_toolkit": verify_cuda_toolkit,
     "cudnn": verify_cudnn, "nccl": verify_nccl, "dcgm": verify_dcgm,
     "framework": verify_framework, "validators": verify_validators,
-    "container_toolkit": verify_container_toolkit,
+    "container_toolkit": verify_container_toolkit, "platform": verify_platform,
 }
 
 
@@ -198,6 +210,37 @@ def test_role_idempotent_and_verified(role: str, converged: tuple[Lab, Path],
     assert outcome.status == "provisioned" and outcome.failed == 0, outcome.as_dict()
     assert outcome.changed == 0, f"{role} is not idempotent: {outcome.as_dict()}"
     VERIFY[role](host)
+
+
+def test_the_platform_role_fixes_what_platform_checks_fail(converged: tuple[Lab, Path],
+                                                           tmp_path: Path) -> None:
+    """Settings gone wrong after provisioning (NUMA balancing on, powersave, peermem not
+    loaded) fail their checks; the platform role sets them back and the checks pass."""
+    from nodecert.validation.run import ValidateRequest, validate
+
+    lab, runs = converged
+    inv = lab.cfg.state / "inventory.ini"
+    checks = ("platform.numa_balancing", "platform.cpu_governor", "platform.gpudirect")
+
+    def verdicts() -> dict[str, str]:
+        r = validate(ValidateRequest(inv, stack=STACK.name, limit=(HOST,), checks=checks,
+                                     runs_dir=tmp_path / "v"), progress=lambda line: None)
+        return {x.check: x.verdict.name for x in r.hosts[HOST].results if x.check in checks}
+
+    faults = tmp_path / "faults.yml"
+    faults.write_text(f"faults:\n  - {{host: {HOST}, kind: numa_balancing}}\n"
+                      f"  - {{host: {HOST}, kind: cpu_powersave}}\n"
+                      f"  - {{host: {HOST}, kind: peermem_missing}}\n")
+    lab.apply_faults(faults)
+    try:
+        assert verdicts() == dict.fromkeys(checks, "FAIL")
+        fixed = provision(ProvisionRequest(inv, stack=STACK.name, limit=(HOST,),
+                                           tags=("platform",), runs_dir=runs),
+                          progress=lambda line: None)
+        assert fixed.hosts[HOST].changed >= 3, fixed.hosts[HOST].as_dict()
+        assert verdicts() == dict.fromkeys(checks, "PASS")
+    finally:
+        lab.apply_faults(None)
 
 
 def test_a_stale_cdi_spec_is_regenerated_by_the_handler(converged: tuple[Lab, Path],

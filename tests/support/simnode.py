@@ -24,7 +24,7 @@ SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
 VALIDATORS = REPO / "validators"
 TOOLS = ("nvidia-smi", "lspci", "dmesg", "dmidecode", "lscpu", "lsblk", "all_reduce_perf",
          "nvbandwidth", "dcgmi", "gpu_burn", "ibstat", "ibstatus", "perfquery", "show_gids",
-         "mlnx_qos", "lsmod", "sysctl", "cpupower")
+         "mlnx_qos", "lsmod", "sysctl", "cpupower", "modprobe")
 # The r580 stack's simulated packages a provisioned node carries (also used by test_simhw).
 STACK_580 = {"driver": ("nvidia-driver-580-server-open", "580.173.02-0ubuntu0.24.04.1"),
               "fabric_manager": ("nvidia-fabricmanager-580", "580.173.02-0ubuntu0.24.04.1"),

@@ -459,7 +459,7 @@ class Lab:
         shutil.copytree(SIMHW_PACKAGE, lib / "nodecert_simhw",
                         ignore=shutil.ignore_patterns("__pycache__"))
         for tool in ("lspci", "dmesg", "dmidecode", "lscpu", "lsblk", "lsmod", "sysctl",
-                     "cpupower"):
+                     "cpupower", "modprobe"):
             w = root / "usr/local/bin" / tool
             w.write_text(f"#!/bin/sh\n# SIMULATED {tool} of a nodecert lab host\n"
                          f'exec /usr/bin/python3 /usr/lib/nodecert-lab/simhw.py {tool} "$@"\n')

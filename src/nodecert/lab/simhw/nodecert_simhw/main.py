@@ -27,7 +27,7 @@ TOOLS = {
     "nvidia-ctk": ("ctk", "cmd_nvidia_ctk"), "nvidia-cdi-hook": ("ctk", "cmd_nvidia_cdi_hook"),
     "nvidia-imex-ctl": ("imex", "cmd_nvidia_imex_ctl"),
     "lsmod": ("platform", "cmd_lsmod"), "sysctl": ("platform", "cmd_sysctl"),
-    "cpupower": ("platform", "cmd_cpupower"),
+    "cpupower": ("platform", "cmd_cpupower"), "modprobe": ("platform", "cmd_modprobe"),
 }
 
 

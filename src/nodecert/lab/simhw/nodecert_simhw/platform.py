@@ -4,8 +4,9 @@ machine's, so what the checks read about it is played here from the host's hardw
 description: its faults decide the settings.
 
 sysctl answers the simulated keys and hands every other one to the real sysctl;
-`sysctl -w` on a simulated key is kept in RUN_DIR/sysctl.json (what a provisioning
-role sets stays set until the host is reset).
+`sysctl -w` on a simulated key, `cpupower frequency-set -g` and `modprobe
+nvidia-peermem` are kept in RUN_DIR (what a provisioning role sets stays set, until a
+fault applied after it changes the setting again).
 
 SIMULATED -- NOT REAL HARDWARE. Runs inside lab hosts (python3 3.8+, stdlib only).
 """
@@ -17,18 +18,36 @@ import os
 import sys
 
 from nodecert_simhw.faults import Faults
-from nodecert_simhw.state import RUN_DIR, installed, load_hw
+from nodecert_simhw.state import HW_FILE, RUN_DIR, installed, load_hw
 
 REAL_SYSCTL = "/usr/sbin/sysctl"
+REAL_MODPROBE = "/usr/sbin/modprobe"
+SIM_MODULES = ("nvidia-peermem", "nvidia_peermem")
 SIM_KEYS = ("kernel.numa_balancing",)
 
 
-def _set_keys():
+def _state(name):
+    """What a provisioning role set (sysctl -w, cpupower frequency-set, modprobe), where
+    it was set after the host's faults last changed: a fault applied later wins."""
     try:
-        with open(RUN_DIR / "sysctl.json") as f:
-            return json.load(f)
+        if os.stat(RUN_DIR / name).st_mtime < os.stat(HW_FILE).st_mtime:
+            return {}
+        with open(RUN_DIR / name) as f:
+            data = json.load(f)
+            return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def _keep(name, data):
+    os.makedirs(RUN_DIR, exist_ok=True)
+    with open(RUN_DIR / (name + ".tmp"), "w") as f:
+        json.dump(data, f)
+    os.replace(RUN_DIR / (name + ".tmp"), RUN_DIR / name)
+
+
+def _set_keys():
+    return _state("sysctl.json")
 
 
 def sysctl_value(hw, key):
@@ -53,9 +72,7 @@ def cmd_sysctl(argv):
                 print(f"{key} = {value.strip()}")
             else:
                 os.execv(REAL_SYSCTL, [REAL_SYSCTL, *argv])
-        os.makedirs(RUN_DIR, exist_ok=True)
-        with open(RUN_DIR / "sysctl.json", "w") as f:
-            json.dump(keep, f)
+        _keep("sysctl.json", keep)
         return 0
     if not args or any(a not in SIM_KEYS for a in args):
         os.execv(REAL_SYSCTL, [REAL_SYSCTL, *argv])
@@ -69,7 +86,8 @@ def cmd_lsmod(argv):
     hw = load_hw()
     rows = [("Module", "Size", "Used by")]
     if installed().get("driver"):
-        peermem = Faults(hw).setting("peermem_missing") is None
+        peermem = (Faults(hw).setting("peermem_missing") is None
+                   or bool(_state("modules.json").get("nvidia_peermem")))
         fabric = bool((hw["profile"].get("hcas") or {}).get("count"))
         if peermem and fabric:
             rows.append(("nvidia_peermem", "16384", "0"))
@@ -87,6 +105,20 @@ def cmd_lsmod(argv):
     return 0
 
 
+def cmd_modprobe(argv):
+    """modprobe: nvidia-peermem is the simulated driver's (loaded where the driver is
+    installed); every other module is the real modprobe's."""
+    names = [a for a in argv if not a.startswith("-")]
+    if not names or names[0] not in SIM_MODULES:
+        os.execv(REAL_MODPROBE, [REAL_MODPROBE, *argv])
+    if not installed().get("driver"):
+        sys.stderr.write(f"modprobe: FATAL: Module {names[0]} not found in directory "
+                         "/lib/modules (SIMULATED: no NVIDIA driver installed)\n")
+        return 1
+    _keep("modules.json", {**_state("modules.json"), "nvidia_peermem": "-r" not in argv})
+    return 0
+
+
 def cmd_cpupower(argv):
     hw = load_hw()
     host = hw["profile"]["host"]
@@ -95,11 +127,16 @@ def cmd_cpupower(argv):
     slow = Faults(hw).setting("cpu_powersave")
     n_slow = threads if slow is None or "cpus" not in slow else int(slow["cpus"])
     cpus = range(threads) if "all" in argv else range(1)
+    if "frequency-set" in argv and "-g" in argv:
+        _keep("cpupower.json", {"governor": argv[argv.index("-g") + 1]})
+        return 0
     if "frequency-info" not in argv:
-        sys.stderr.write("cpupower (SIMULATED): only frequency-info is played\n")
+        sys.stderr.write("cpupower (SIMULATED): only frequency-info and frequency-set -g "
+                         "are played\n")
         return 1
+    chosen = _state("cpupower.json").get("governor")
     for cpu in cpus:
-        gov = "powersave" if slow is not None and cpu < n_slow else "performance"
+        gov = chosen or ("powersave" if slow is not None and cpu < n_slow else "performance")
         print(f"analyzing CPU {cpu}:")
         print("  current policy: frequency should be within 800 MHz and 3.90 GHz.")
         print(f'                  The governor "{gov}" may decide which speed to use')
