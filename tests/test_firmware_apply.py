@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sushy  # type: ignore[import-untyped]
 from click.testing import CliRunner
+from sushy.resources.constants import ResetType  # type: ignore[import-untyped]
 
 from nodecert.cli import main
 from nodecert.core.errors import InventoryError
@@ -256,3 +258,35 @@ def test_bios_attributes_are_written_pending_applied_by_a_reset_and_verified(
 def test_bios_needs_a_profile(bmcs: list[Bmc], tmp_path: Path, mirror: Path) -> None:
     with pytest.raises(InventoryError, match="--bios needs nodecert_bios_profile"):
         run_firmware(req(inventory(tmp_path, bmcs), mirror=mirror, bios=True))
+
+
+def test_an_independent_redfish_client_reads_and_drives_the_lab_bmc(
+        bmcs: list[Bmc], tmp_path: Path, mirror: Path) -> None:
+    """OpenStack's sushy (a Redfish client built on the DMTF schemas) reads the lab BMC's
+    FirmwareInventory, Bios, TaskService and Reset action, and sets a BIOS attribute
+    through the pending settings and a reset, as it would on a real BMC."""
+    b = bmcs[0]
+    b.set_faults([Fault("h1", "firmware_old", {"component": "cpld_mb", "version": "0.2.1.2"}),
+                  Fault("h1", "bios_attr", {"attribute": "ProcCStates",
+                                            "value": "Enabled"})])
+    root = sushy.Sushy(f"https://127.0.0.1:{b.port}/redfish/v1",
+                       auth=sushy.auth.BasicAuth(username="nodecert", password=PASSWORD),
+                       verify=str(b.cfg.state / "bmc" / "ca.pem"))
+    fw = {m.identity: m.version
+          for m in root.get_update_service().firmware_inventory.get_members()}
+    assert fw["CPLDMB_0"] == "0.2.1.2" and fw["EROT_BMC_0"] == "00.04.0018.0000_n00"
+    system = root.get_system("/redfish/v1/Systems/1")
+    assert system.bios.attributes["ProcCStates"] == "Enabled"
+    assert ResetType.FORCE_RESTART in system.get_allowed_reset_system_values()
+    system.bios.set_attributes({"ProcCStates": "Disabled"})
+    system.bios.refresh()
+    assert system.bios.pending_attributes == {"ProcCStates": "Disabled"}
+    system.reset_system(ResetType.FORCE_RESTART)
+    system.bios.refresh()
+    assert system.bios.attributes["ProcCStates"] == "Disabled"
+    # our own push, then the task as sushy reads it
+    run = run_firmware(req(inventory(tmp_path, bmcs), mirror=mirror, limit=("h1",)))
+    assert run.hosts["h1"].status == "updated", run.hosts["h1"].error
+    tasks = root.get_task_service().tasks
+    task = tasks.get_member(tasks.members_identities[0])
+    assert task.task_state.value == "Completed" and task.percent_complete == 100

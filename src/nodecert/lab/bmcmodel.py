@@ -324,7 +324,9 @@ def redfish_tree(model: Model) -> dict[str, Any]:
         "@odata.type": "#UpdateService.v1_11_0.UpdateService", "Id": "UpdateService",
         "Name": "Update Service", "ServiceEnabled": True,
         "MultipartHttpPushUri": "/redfish/v1/UpdateService/update-multipart",
-        "FirmwareInventory": _ref("UpdateService/FirmwareInventory")}
+        "FirmwareInventory": _ref("UpdateService/FirmwareInventory"),
+        # No SimpleUpdate: this BMC takes images pushed to it, it fetches none.
+        "Actions": {"Oem": {}}}
     bios_now, bios_pending = model.bios()
     tree["Systems/1/Bios"] = {
         "@odata.id": "/redfish/v1/Systems/1/Bios", "@odata.type": "#Bios.v1_2_0.Bios",
