@@ -114,7 +114,7 @@ def test_apply_brings_a_component_to_the_recipe_through_the_bmc(
 
 
 @pytest.mark.parametrize(("fault", "words"), [
-    (Fault("h1", "fw_task_stuck", {"percent": 40}), "was still Running at 40% after 2 s"),
+    (Fault("h1", "fw_task_stuck", {"percent": 40}), "was still Running at 40% after 5 s"),
     (Fault("h1", "fw_busy", {}), "HTTP 503 3 times in a row while the update ran: the BMC "
                                  "is busy applying firmware; retry later"),
 ])
@@ -125,7 +125,7 @@ def test_a_stuck_or_busy_task_is_that_hosts_error_with_the_bmcs_words(
     # (each emulator plays one host's description, its faults named for h1)
     bmcs[1].set_faults([Fault("h1", "firmware_old", {"component": "cpld_mb",
                                                      "version": "0.2.1.2"})])
-    run = run_firmware(req(inventory(tmp_path, bmcs), mirror=mirror, task_timeout_s=2))
+    run = run_firmware(req(inventory(tmp_path, bmcs), mirror=mirror, task_timeout_s=5))
     h1 = run.hosts["h1"]
     assert h1.status == "failed" and words in h1.error, h1.error
     assert h1.error.startswith("cpld_mb: task /redfish/v1/TaskService/Tasks/1 ended ")

@@ -9,6 +9,7 @@ import selectors
 import ssl
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import pytest
 from nodecert.inventory.bmc import BmcSpec
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.bmcmodel import Model
-from nodecert.lab.bmcsim import render
+from nodecert.lab.bmcsim import TICK_S, render
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hardware import Fault, hardware_description
 from nodecert.transport.become import Secret
@@ -64,6 +65,10 @@ class Bmc:
         (etc / "hardware.json").write_text(json.dumps(hw))
         if hasattr(self, "proc"):
             render(Model(self.host, self.dir), self.dir)  # as the emulator's next tick would
+            # A tick of the emulator that read the description before this write may still
+            # write what it read: one whole tick later, every render shows the new one.
+            time.sleep(TICK_S + 0.3)
+            render(Model(self.host, self.dir), self.dir)
 
     def spec(self, **kw: Any) -> BmcSpec:
         base = BmcSpec("h1", "127.0.0.1", "redfish", self.port, "nodecert", Secret(PASSWORD),

@@ -48,8 +48,18 @@ def _write(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
+_RENDER = threading.Lock()  # the tick and an update's render never interleave
+
+
 def render(model: Model, bmc_dir: Path) -> None:
-    """The Redfish tree and the IPMI sensor files, from the model now."""
+    """The Redfish tree and the IPMI sensor files, from the model now (read and written
+    under one lock: a render that read the model before an update cannot write after
+    the update's own render)."""
+    with _RENDER:
+        _render(model, bmc_dir)
+
+
+def _render(model: Model, bmc_dir: Path) -> None:
     for rel, doc in redfish_tree(model).items():
         _write(bmc_dir / "mockup" / rel / "index.json", doc)
     for name, raw in ipmi_raw(model).items():
