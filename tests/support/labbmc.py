@@ -18,8 +18,7 @@ import pytest
 
 from nodecert.inventory.bmc import BmcSpec
 from nodecert.lab import bmc as labbmc
-from nodecert.lab.bmcmodel import Model
-from nodecert.lab.bmcsim import TICK_S, render
+from nodecert.lab.bmcsim import TICK_S
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hardware import Fault, hardware_description
 from nodecert.transport.become import Secret
@@ -64,11 +63,14 @@ class Bmc:
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "hardware.json").write_text(json.dumps(hw))
         if hasattr(self, "proc"):
-            render(Model(self.host, self.dir), self.dir)  # as the emulator's next tick would
-            # A tick of the emulator that read the description before this write may still
-            # write what it read: one whole tick later, every render shows the new one.
-            time.sleep(TICK_S + 0.3)
-            render(Model(self.host, self.dir), self.dir)
+            # Wait until the emulator itself has rendered the new description (its renders
+            # read and write under one lock, so none shows the old one after that).
+            want = (etc / "hardware.json").stat().st_mtime_ns
+            deadline = time.monotonic() + 10 * TICK_S
+            while json.loads((self.dir / "rendered.json").read_text())[
+                    "hardware_mtime_ns"] < want:
+                assert time.monotonic() < deadline, "the BMC emulator renders nothing"
+                time.sleep(0.05)
 
     def spec(self, **kw: Any) -> BmcSpec:
         base = BmcSpec("h1", "127.0.0.1", "redfish", self.port, "nodecert", Secret(PASSWORD),

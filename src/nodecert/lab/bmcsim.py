@@ -56,7 +56,11 @@ def render(model: Model, bmc_dir: Path) -> None:
     under one lock: a render that read the model before an update cannot write after
     the update's own render)."""
     with _RENDER:
+        hw = model.host_dir / "root/etc/nodecert-lab/hardware.json"
+        seen = hw.stat().st_mtime_ns if hw.exists() else 0
         _render(model, bmc_dir)
+        # which description the tree now on disk shows (tests wait on it, not on a clock)
+        _write(bmc_dir / "rendered.json", {"hardware_mtime_ns": seen})
 
 
 def _render(model: Model, bmc_dir: Path) -> None:
