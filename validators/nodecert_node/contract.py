@@ -366,7 +366,10 @@ def figures(result: dict[str, Any]) -> dict[str, Figure]:
 
     Names are stable (they key drift comparisons and metrics): `allreduce_busbw`,
     `gemm_tflops_min`, `gemm_tflops{gpu=N}`, `h2d_gbs_min`, `soak_peak_temp`,
-    `soak_peak_temp{gpu=N}`, `storage <target> <metric>`, `scaling_efficiency`,
+    `soak_peak_temp{gpu=N}`, `soak_sm_mhz{gpu=N}`, `soak_power_w{gpu=N}`,
+    `h2d_gbs{gpu=N}`, `d2h_gbs{gpu=N}`, `p2p_gbs{pair=A-B}`, `ecc_corrected{gpu=N}`,
+    `idle_temp{gpu=N}`,
+    `storage <target> <metric>`, `scaling_efficiency`,
     `training_tokens_s`, `storage <mount> shared_<metric>`. An ERROR result has none:
     a figure from a run that did not finish is no figure.
     """
@@ -387,8 +390,27 @@ def figures(result: dict[str, Any]) -> dict[str, Figure]:
         per = _nums(v.get("host_to_device_memcpy_ce"))
         if per:
             out["h2d_gbs_min"] = Figure(min(per.values()), "GB/s", "higher")
+        for key, name in (("host_to_device_memcpy_ce", "h2d_gbs"),
+                          ("device_to_host_memcpy_ce", "d2h_gbs")):
+            for g, x in sorted(_nums(v.get(key)).items()):
+                out[f"{name}{{gpu={g}}}"] = Figure(x, "GB/s", "higher", (("gpu", g),))
+        for pair, x in sorted(_nums(v.get("device_to_device_memcpy_read_ce")).items()):
+            out[f"p2p_gbs{{pair={pair}}}"] = Figure(x, "GB/s", "higher", (("pair", pair),))
     elif check == "load.thermal_soak":
         _per_gpu(out, "soak_peak_temp", _nums(v.get("peak_temp_c")), "C", "lower")
+        # The plateau (the soak's second half): a GPU that clocks lower or draws other
+        # power than its peers under the same load is the one to look at.
+        for key, name, unit in (("plateau_sm_mhz", "soak_sm_mhz", "MHz"),
+                                ("plateau_power_w", "soak_power_w", "W")):
+            for g, x in sorted(_nums(v.get(key)).items()):
+                out[f"{name}{{gpu={g}}}"] = Figure(x, unit, "higher" if unit == "MHz"
+                                                   else "lower", (("gpu", g),))
+    elif check == "health.gpu":
+        # At rest: what a node's runs show over time (a rising count, a warmer idle GPU).
+        for key, name, unit in (("ecc_corrected_per_gpu", "ecc_corrected", "errors"),
+                                ("temp_c_per_gpu", "idle_temp", "C")):
+            for g, x in sorted(_nums(v.get(key)).items()):
+                out[f"{name}{{gpu={g}}}"] = Figure(x, unit, "lower", (("gpu", g),))
     elif check == "load.scaling":
         for key, name, unit in (("efficiency", "scaling_efficiency", "ratio"),
                                 ("tokens_s_n", "training_tokens_s", "tokens/s")):

@@ -182,4 +182,58 @@ def heat_map(title: str, rows: Sequence[tuple[str, Sequence[float | None]]], *,
     return _frame(title, "", "", body, kind)
 
 
-__all__ = ["bar_chart", "heat_map", "line_chart"]
+def histogram(title: str, values: Sequence[float], *, unit: str,
+              marked: Sequence[tuple[str, float]] = (), median: float | None = None,
+              bins: int = 30, kind: str = "histogram") -> str:
+    """The distribution of `values` (counts per bin, log-free), the median as a dashed
+    line, and each `marked` value (name, value: an outlier) as a red tick below the
+    axis with its name in the tooltip -- a bin holding one is red too."""
+    if not values:
+        return _frame(title, unit, "nodes", [f'<text x="{W / 2}" y="{H / 2}" '
+                                             'text-anchor="middle">no data</text>'], kind)
+    lo, hi = min(values), max(values)
+    if hi <= lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    width = (hi - lo) / bins
+    counts = [0] * bins
+    for v in values:
+        counts[min(int((v - lo) / width), bins - 1)] += 1
+    red = {min(int((v - lo) / width), bins - 1) for _, v in marked if lo <= v <= hi}
+    yt = _ticks(0.0, max(counts) * 1.05)
+    y1 = yt[-1]
+
+    def px(x: float) -> float:
+        return L + (x - lo) / (hi - lo) * (W - L - R)
+
+    def py(y: float) -> float:
+        return H - B - y / y1 * (H - T - B)
+    body = [f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="#333"/>']
+    for t in yt:
+        body.append(f'<line x1="{L}" y1="{py(t):.1f}" x2="{W - R}" y2="{py(t):.1f}" '
+                    f'stroke="#ddd"/><text x="{L - 4}" y="{py(t) + 4:.1f}" '
+                    f'text-anchor="end" font-size="10">{escape(_fmt(t))}</text>')
+    for t in _ticks(lo, hi):
+        if lo <= t <= hi:
+            body.append(f'<text x="{px(t):.1f}" y="{H - B + 14}" text-anchor="middle" '
+                        f'font-size="10">{escape(_fmt(t))}</text>')
+    for k, c in enumerate(counts):
+        if not c:
+            continue
+        x = px(lo + k * width)
+        body.append(f'<rect class="bin" x="{x:.1f}" y="{py(c):.1f}" '
+                    f'width="{max((W - L - R) / bins - 1, 1):.1f}" height="{H - B - py(c):.1f}" '
+                    f'fill="{"#d62728" if k in red else "#1f77b4"}"><title>'
+                    f'{escape(_fmt(lo + k * width))}-{escape(_fmt(lo + (k + 1) * width))} '
+                    f'{escape(unit)}: {c}</title></rect>')
+    if median is not None and lo <= median <= hi:
+        body.append(f'<line x1="{px(median):.1f}" y1="{T}" x2="{px(median):.1f}" y2="{H - B}" '
+                    f'stroke="#333" stroke-dasharray="4 3"/><text x="{px(median) + 3:.1f}" '
+                    f'y="{T + 10}" font-size="10">median {escape(_fmt(median))}</text>')
+    for name, v in marked:
+        body.append(f'<line class="outlier" x1="{px(v):.1f}" y1="{H - B}" x2="{px(v):.1f}" '
+                    f'y2="{H - B + 6}" stroke="#d62728" stroke-width="2"><title>'
+                    f'{escape(name)}: {escape(_fmt(v))} {escape(unit)}</title></line>')
+    return _frame(title, unit, "count", body, kind)
+
+
+__all__ = ["bar_chart", "heat_map", "histogram", "line_chart"]

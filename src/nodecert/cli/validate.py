@@ -25,6 +25,7 @@ from nodecert.cli.common import (
     suite_option,
     threshold_option,
 )
+from nodecert.cli.fleet import baseline_file_option, pubkey_option, read_baseline
 from nodecert.cli.liveview import live_view
 from nodecert.core.errors import ExitCode
 from nodecert.core.verdict import Verdict
@@ -40,6 +41,9 @@ runs/<run>/<host>/progress.log. Every result (value, threshold and its source, e
 runs/<timestamp>-<id>/<host>/results.json as it arrives. An unreachable host is
 reported and the others go on; Ctrl-C keeps finished results and marks the
 rest as not run. Results from simulated (lab) hosts are stamped SIMULATED.
+With --baseline (a signed fleet baseline: nodecert fleet baseline), each host that
+finished is also judged against its peers (fleet.peers): a figure clearly below
+its fleet's median FAILs even above its absolute floor.
 
 \b
 Exit codes: 0 every host PASS or WARN, 1 any FAIL or ERROR (or interrupted),
@@ -53,6 +57,7 @@ Examples:
   nodecert validate -i lab.ini --suite standard --set load.burnin_s=300 --set load.soak_s=1800
   nodecert validate -i lab.ini --threshold storage.seq_read_mbps_min=3000 --scratch-dir /data/tmp
   nodecert validate -i fleet.ini --progress summary 2> validate.log   # a thousand hosts
+  nodecert validate -i fleet.ini --suite standard --baseline h200.baseline.json
 """
 
 
@@ -82,6 +87,8 @@ Examples:
                    "Each host's lines are always in <run>/<host>/progress.log.")
 @click.option("--host-timeout", type=click.FloatRange(min=1), metavar="SECONDS",
               help="Limit for a whole host (default: every check at its suite limit + 120 s).")
+@baseline_file_option
+@pubkey_option
 @runs_dir_option
 @json_option
 @become_options
@@ -90,11 +97,15 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
                  stack_name: str | None, threshold_items: tuple[str, ...],
                  suite_file: Path | None, settings: tuple[str, ...],
                  scratch_dir: str | None, forks: int, progress_mode: str,
-                 host_timeout: float | None, runs_dir: Path, as_json: bool,
+                 host_timeout: float | None, fleet_baseline: Path | None,
+                 pubkeys: tuple[Path, ...], runs_dir: Path, as_json: bool,
                  become_file: Path | None, vault_file: Path | None) -> None:
+    from nodecert.fleet.judging import add_to_run
     from nodecert.profiles.thresholds import parse_cli_thresholds, parse_suite_settings
     from nodecert.validation.run import ValidateRequest, validate
 
+    # Read and verified before any host is contacted: a bad baseline is bad input.
+    baseline = read_baseline(fleet_baseline, pubkeys)
     limit = tuple(h for item in limit for h in item.split(",") if h)
     detail = {"lines": True, "summary": False, "live": False}.get(progress_mode)
     with contextlib.ExitStack() as stack:
@@ -109,6 +120,8 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
         run = validate(request,
                        progress=live.say if live else (lambda line: echo(line, err=True)),
                        status=live.status if live else None)
+    if baseline is not None:
+        add_to_run(run, baseline=baseline)
     code = ExitCode.OK if run.verdict <= Verdict.WARN and not run.interrupted \
         else ExitCode.FAILED
     if as_json:

@@ -14,7 +14,9 @@ with no recording answer PASS "emulated" (hardware.topology among them: its reco
 predates a fix and ERRORed on the VM's empty NVLink output). Every result is stamped
 SIMULATED. Nodes may be slow (four times the pace), failing (health.gpu FAIL),
 dropped (the TCP connection aborted halfway) or unreachable (nothing listens at its
-address).
+address). The load checks (burn-in, copy bandwidth, soak) answer seeded figures
+(fleetfigures): every node spread as a real fleet is, and weak, wearing and repaired
+nodes as their kind says.
 
 Only loopback addresses are ever bound (127.NET.0.0/16, NET 42 unless told); the
 process writes its keys, known_hosts and an inventory into a directory of its own and
@@ -36,12 +38,13 @@ from typing import Any
 
 import asyncssh
 
+from nodecert.lab.fleetfigures import FIGURE_KINDS, NodeFigures
 from nodecert.validation.run import ensure_open_files
 
 DATA = Path(__file__).with_name("fleetdata")
 PORT = 2222
 STACK = "r580-cuda13.0"
-KINDS = ("ok", "slow", "failing", "dropped", "unreachable")
+KINDS = ("ok", "slow", "failing", "dropped", "unreachable", *FIGURE_KINDS)
 # A node's own time for the checks that have no recording: what they take on a lab host
 # in the quick suite (three 3 s fio jobs; dpkg/apt queries; one nvidia-ctk call).
 PACE_S = {"hardware.topology": 0.2, "storage.fio": 10.0, "stack.conformance": 1.5,
@@ -65,6 +68,9 @@ class FleetSpec:
     failing: int = 0
     dropped: int = 0
     unreachable: int = 0
+    weak: int = 0  # load figures 5% below the fleet's, above every floor (fleetfigures)
+    wearing: int = 0  # worse at every run it serves
+    repaired: int = 0  # passes at rest, fails under load
     time_scale: float = 1.0  # multiplies every check's pace (0.1: ten times faster)
     seed: int = 0
     net: int = 42  # the second octet: nodes listen on 127.NET.0.0/16
@@ -72,11 +78,13 @@ class FleetSpec:
 
     def kinds(self) -> list[str]:
         """Each node's kind, the faulty ones spread over the fleet by the seed."""
-        faulty = self.slow + self.failing + self.dropped + self.unreachable
+        counts = {"slow": self.slow, "failing": self.failing, "dropped": self.dropped,
+                  "unreachable": self.unreachable, "weak": self.weak, "wearing": self.wearing,
+                  "repaired": self.repaired}
+        faulty = sum(counts.values())
         if faulty > self.nodes or self.nodes < 1:
             raise ValueError(f"{faulty} faulty nodes do not fit in a fleet of {self.nodes}")
-        kinds = (["slow"] * self.slow + ["failing"] * self.failing + ["dropped"] * self.dropped
-                 + ["unreachable"] * self.unreachable)
+        kinds = [k for k, n in counts.items() for _ in range(n)]
         kinds += ["ok"] * (self.nodes - len(kinds))
         random.Random(self.seed).shuffle(kinds)
         return kinds
@@ -108,11 +116,15 @@ def _driver(conformance_output: str) -> str:
 
 
 def node_result(check: str, kind: str, recorded: dict[str, dict[str, Any]],
-                duration: float) -> dict[str, Any]:
-    """What an emulated node of `kind` answers for `check` (always SIMULATED)."""
+                duration: float, *, figures: NodeFigures | None = None,
+                run: int = 1) -> dict[str, Any]:
+    """What an emulated node of `kind` answers for `check` at its `run`-th run (always
+    SIMULATED); with `figures`, the load checks carry the node's seeded figures."""
     base = recorded.get(check) or {
         "schema": "nodecert.result/v1", "check": check, "verdict": "PASS",
         "summary": "emulated node: no recording of this check, answered PASS"}
+    if figures is not None:
+        base = figures.result(check, run, base)
     res = dict(base, simulated=True, duration_s=round(duration, 3))
     if kind == "failing" and check == "health.gpu":
         res.update(verdict="FAIL", summary="emulated fault: GPU 0 fell off the bus (Xid 79)",
@@ -131,6 +143,8 @@ class EmulatedNode:
         self.rng = random.Random(f"{spec.seed}-{index}")
         self.key = asyncssh.generate_private_key("ssh-ed25519")
         self.installed = False
+        self.figures = NodeFigures(index, kind if kind in FIGURE_KINDS else "ok", spec.seed)
+        self.runs = 0  # validation runs served: a wearing node gets worse with each
 
     def pace(self, check: str) -> float:
         recorded = self.recorded.get(check, {}).get("duration_s")
@@ -164,6 +178,7 @@ class EmulatedNode:
     async def run(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         plan = json.loads(await process.stdin.readline())
         checks = [str(c) for c in plan["checks"]]
+        self.runs += 1
 
         def send(ev: dict[str, Any]) -> None:
             process.stdout.write((json.dumps(ev) + "\n").encode())
@@ -179,7 +194,8 @@ class EmulatedNode:
             took = self.pace(check)
             await asyncio.sleep(took)
             send({"event": "result", "result": node_result(check, self.kind, self.recorded,
-                                                            took)})
+                                                            took, figures=self.figures,
+                                                            run=self.runs)})
         send({"event": "done"})
         process.exit(0)
 
@@ -251,8 +267,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--net", type=int, default=42, help="listen on 127.NET.0.0/16")
     ap.add_argument("--port", type=int, default=PORT)
     a = ap.parse_args(argv)
-    spec = FleetSpec(a.nodes, a.slow, a.failing, a.dropped, a.unreachable, a.time_scale,
-                     a.seed, a.net, a.port)
+    spec = FleetSpec(a.nodes, a.slow, a.failing, a.dropped, a.unreachable, a.weak, a.wearing,
+                     a.repaired, a.time_scale, a.seed, a.net, a.port)
     asyncio.run(_main(spec, a.dir))
 
 

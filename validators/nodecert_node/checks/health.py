@@ -92,7 +92,13 @@ def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: st
         f"{len(gpus)} GPUs: ECC on, 0 uncorrectable errors, no pending remap/retirement, "
         "no hardware slowdown",
         value={"gpus": len(gpus), "ecc_volatile_uncorrectable": total_vu,
-               "remap_pending": sum(1 for g in gpus if g.get("remap_pending"))},
+               "remap_pending": sum(1 for g in gpus if g.get("remap_pending")),
+               # per GPU (in nvidia-smi's order), where read: what trends over runs show
+               "ecc_corrected_per_gpu": {str(k): g["ecc_aggregate_correctable"]
+                                         for k, g in enumerate(gpus)
+                                         if g.get("ecc_aggregate_correctable") is not None},
+               "temp_c_per_gpu": {str(k): g["temp_gpu"] for k, g in enumerate(gpus)
+                                  if g.get("temp_gpu") is not None}},
         thresholds={"ecc_volatile_uncorrectable": Threshold(0, "==", "errors", "nodecert",
                                                             "any uncorrectable ECC error fails"),
                     **limits.pick("health.retired_pages_max")},

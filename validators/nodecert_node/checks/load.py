@@ -15,6 +15,7 @@ load.scaling trains a reference model on each GPU alone and on all of them
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import threading
 import time
@@ -273,11 +274,13 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
     peak = {g: max(float(s[1] or 0) for s in ss) for g, ss in series.items()}
     mem_peak = {g: max(float(s[5]) for s in ss if s[5] is not None)
                 for g, ss in series.items() if any(s[5] is not None for s in ss)}
+    plateau_mhz, plateau_w = _plateau(series, 2), _plateau(series, 3)
     return judge_findings(
         "load.thermal_soak", fails, warns,
         f"{len(series)} GPUs, {len(samples) // max(len(series), 1)} samples each: peak "
         f"{max(peak.values(), default=0):g} C, no hardware slowdown",
-        value={"peak_temp_c": peak, "peak_mem_temp_c": mem_peak, "samples": len(samples)},
+        value={"peak_temp_c": peak, "peak_mem_temp_c": mem_peak, "samples": len(samples),
+               "plateau_sm_mhz": plateau_mhz, "plateau_power_w": plateau_w},
         thresholds=limits.pick("soak.headroom_c_min", "soak.mem_temp_max_c",
                                "soak.sustained_samples_min"),
         facts={"series_fields": ["sample", "temp_c", "sm_mhz", "power_w", "reasons",
@@ -287,6 +290,19 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
         remediation="Check the GPU's cooling (fans, airflow, heatsink, liquid loop), its power "
                     "supply and PSU brake signals; a GPU that slows down under load is not "
                     "ready." if fails else "")
+
+
+def _plateau(series: dict[int, list[list[float | None]]], field: int) -> dict[int, float]:
+    """Each GPU's median of `field` over the second half of its samples: the plateau the
+    load settled at. The series holds 0 where nvidia-smi gave no reading ([N/A]): those
+    are left out, and a GPU with no reading has no plateau (never a plateau of 0)."""
+    out = {}
+    for g, ss in series.items():
+        got = [float(s[field] or 0) for s in ss[len(ss) // 2:]]
+        got = [x for x in got if x > 0]
+        if got:
+            out[g] = round(statistics.median(got), 1)
+    return out
 
 
 def _sample(stop: threading.Event, rows: list[dict[str, str]], raw: list[str],

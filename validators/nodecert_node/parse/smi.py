@@ -148,6 +148,7 @@ def gpu_from_q(bus: str, d: dict[str, str]) -> Gpu:
         "ecc_volatile_uncorrectable": ecc("Volatile", "Uncorrectable"),
         "ecc_volatile_correctable": ecc("Volatile", "Correctable"),
         "ecc_aggregate_uncorrectable": ecc("Aggregate", "Uncorrectable"),
+        "ecc_aggregate_correctable": ecc("Aggregate", "Correctable"),
         "retired_sbe": _int(_first(d, "Retired Pages/Single Bit ECC")),
         "retired_dbe": _int(_first(d, "Retired Pages/Double Bit ECC")),
         "retired_pending": _yes(_first(d, "Retired Pages/Pending Page Blacklist",
@@ -325,6 +326,7 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
             "ecc_volatile_uncorrectable": ecc_sum("volatile", unc),
             "ecc_volatile_correctable": ecc_sum("volatile", cor),
             "ecc_aggregate_uncorrectable": ecc_sum("aggregate", unc),
+            "ecc_aggregate_correctable": ecc_sum("aggregate", cor),
             "retired_sbe": _int(_t(g, "retired_pages/multiple_single_bit_retirement/"
                                       "retired_count")),
             "retired_dbe": _int(_t(g, "retired_pages/double_bit_retirement/retired_count")),

@@ -1,0 +1,222 @@
+"""Verdicts written for the cluster's own tools, from a run's records (with the fleet's
+results where judged):
+
+* k8s/<node>.json -- a Node patch (labels and status.conditions, Kubernetes' NodeCondition
+  fields), to apply with `kubectl patch node <node> --subresource=status --type=strategic
+  --patch-file` (conditions) and `kubectl label` (labels);
+* nvsentinel/<node>.json -- NVIDIA NVSentinel HealthEvents (its health_event.proto in
+  protobuf's JSON form): one event per check that did not pass, or one healthy event;
+* npd/<node>.json -- the verdict node-problem-detector's custom plugin reads on the node
+  (npd/nodecert-npd-check, configured by npd/nodecert-monitor.json);
+* prometheus/fleet.prom -- the fleet judgement as metrics (Prometheus text format), and the
+  alerting rules; grafana/nodecert-fleet.json -- the fleet dashboard.
+
+Everything from a node is untrusted text: label values are reduced to what Kubernetes
+allows, messages are cleaned of control characters and cut to a bounded length.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from nodecert.core.textsafe import clean
+from nodecert.fleet.repair import action
+from nodecert.fleet.samples import gpu_model
+from nodecert.runs.records import HostRecord
+from nodecert.runs.store import write_json
+from nodecert_node.contract import write_atomic
+
+OBSERVABILITY = Path(__file__).with_name("observability")
+LABEL_PREFIX = "nodecert.io"
+NPD_VERDICT_PATH = "/var/lib/nodecert/npd-verdict.json"
+MESSAGE_MAX = 1024
+_LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+_VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
+
+
+def label_value(text: str) -> str:
+    """A Kubernetes label value: at most 63 of [A-Za-z0-9_.-], alphanumeric at both ends."""
+    return _LABEL_BAD.sub("-", text)[:63].strip("-_.")
+
+
+def _msg(text: str) -> str:
+    t = clean(str(text))
+    return t if len(t) <= MESSAGE_MAX else t[:MESSAGE_MAX - 3] + "..."
+
+
+def _verdict(rec: HostRecord) -> str:
+    v = rec.verdict
+    return v if v in _VERDICTS else "ERROR"
+
+
+def _not_passing(rec: HostRecord) -> list[dict[str, Any]]:
+    return [r for r in rec.results if r.get("verdict") in ("FAIL", "ERROR", "WARN")]
+
+
+def _fleet(rec: HostRecord, check: str) -> dict[str, Any] | None:
+    return next((r for r in rec.results if r.get("check") == check), None)
+
+
+def k8s_patch(rec: HostRecord, when: str) -> dict[str, Any]:
+    verdict = _verdict(rec)
+    ready = verdict in ("PASS", "WARN")
+    failing = [r for r in rec.results if r.get("verdict") in ("FAIL", "ERROR")]
+    peers, trend = _fleet(rec, "fleet.peers"), _fleet(rec, "fleet.trend")
+
+    def cond(ctype: str, status: str, reason: str, message: str) -> dict[str, str]:
+        return {"type": ctype, "status": status, "reason": reason, "message": _msg(message),
+                "lastHeartbeatTime": when, "lastTransitionTime": when}
+    conditions = [cond("NodecertValidated", "True" if ready else "False",
+                       "NodecertPassed" if ready else "NodecertFailed",
+                       f"nodecert run {rec.run_id}: {verdict}" + (
+                           "; " + "; ".join(f"{r.get('check')}: {r.get('summary')}"
+                                            for r in failing[:3]) if failing else ""))]
+    if peers is not None:
+        out = peers.get("verdict") in ("FAIL", "WARN")
+        conditions.append(cond("NodecertFleetOutlier", "True" if out else "False",
+                               "NodecertBeyondPeers" if out else "NodecertWithinPeers",
+                               str(peers.get("summary", ""))))
+    if trend is not None:
+        worse = trend.get("verdict") == "WARN"
+        conditions.append(cond("NodecertWorseningTrend", "True" if worse else "False",
+                               "NodecertFigureWorsening" if worse else "NodecertNoTrend",
+                               str(trend.get("summary", ""))))
+    labels = {f"{LABEL_PREFIX}/verdict": verdict, f"{LABEL_PREFIX}/ready": str(ready).lower(),
+              f"{LABEL_PREFIX}/run": label_value(rec.run_id or "unknown"),
+              f"{LABEL_PREFIX}/simulated": str(rec.simulated).lower()}
+    model = gpu_model(rec.results)
+    if model:
+        labels[f"{LABEL_PREFIX}/gpu-model"] = label_value(model)
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": rec.host, "labels": labels},
+            "status": {"conditions": conditions}}
+
+
+def _entities(r: dict[str, Any]) -> list[dict[str, str]]:
+    raw = r.get("value")
+    v: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    gpus = sorted({str(o.get("label", "")).removeprefix("gpu=")
+                   for o in (v.get("outliers") or []) if isinstance(o, dict)
+                   and str(o.get("label", "")).startswith("gpu=")})
+    return [{"entityType": "GPU", "entityValue": g} for g in gpus]
+
+
+def nvsentinel_events(rec: HostRecord, when: str) -> dict[str, Any]:
+    """HealthEvents (NVSentinel health_event.proto, protobuf JSON: lowerCamel field names,
+    enums by name). STORE_ONLY: a validation verdict is evidence for the site's policy,
+    not an order to remediate."""
+    def event(r: dict[str, Any] | None) -> dict[str, Any]:
+        code = str(r.get("fault_code") or "") if r else ""
+        bad = r is not None and r.get("verdict") in ("FAIL", "ERROR")
+        act = action(code) if bad else action("")
+        return {"version": 1, "agent": "nodecert", "componentClass": "GPU" if r is not None
+                and str(r.get("check", "")).split(".")[0] in ("health", "load", "fleet")
+                else "NODE", "checkName": str(r.get("check")) if r else "nodecert.validation",
+                "isFatal": bool(bad and act.chain[0] == "drain"), "isHealthy": not bad,
+                "message": _msg(f"{r.get('verdict')}: {r.get('summary')}" if r else
+                                f"nodecert run {rec.run_id}: {_verdict(rec)}"),
+                "recommendedAction": act.nvidia if bad else "NONE",
+                "errorCode": [code] if code else [],
+                "entitiesImpacted": _entities(r) if r else [],
+                "metadata": {"run_id": str(rec.run_id or ""), "verdict": str(r.get("verdict"))
+                             if r else _verdict(rec), "simulated": str(rec.simulated).lower(),
+                             "action_chain": ",".join(act.chain)},
+                "generatedTimestamp": when, "nodeName": rec.host,
+                "processingStrategy": "STORE_ONLY"}
+    bad = [r for r in rec.results if r.get("verdict") in ("FAIL", "ERROR")]
+    return {"version": 1, "events": [event(r) for r in bad] or [event(None)]}
+
+
+def npd_verdict(rec: HostRecord, when: str) -> dict[str, Any]:
+    verdict = _verdict(rec)
+    bad = [r for r in rec.results if r.get("verdict") in ("FAIL", "ERROR")]
+    return {"schema": "nodecert.npd-verdict/v1", "node": rec.host, "run_id": rec.run_id,
+            "verdict": verdict, "when": when, "simulated": rec.simulated,
+            "message": _msg(f"nodecert {verdict}" + (
+                ": " + "; ".join(f"{r.get('check')} {r.get('verdict')}" for r in bad[:5])
+                if bad else f" (run {rec.run_id})"))}
+
+
+NPD_MONITOR = {
+    "plugin": "custom",
+    "pluginConfig": {"invoke_interval": "300s", "timeout": "10s", "max_output_length": 512,
+                     "concurrency": 1},
+    "source": "nodecert-custom-plugin-monitor",
+    "conditions": [{"type": "NodecertNotReady", "reason": "NodecertReady",
+                    "message": "the node's last nodecert verdict is PASS or WARN"}],
+    "rules": [{"type": "permanent", "condition": "NodecertNotReady", "reason": "NodecertFailed",
+               "path": "/usr/lib/nodecert/nodecert-npd-check", "timeout": "10s"}]}
+
+
+
+def fleet_prom(recs: list[HostRecord]) -> str:
+    lines = ["# HELP nodecert_fleet_peer_verdict The node judged against its fleet's baseline "
+             "(0 PASS, 1 WARN, 2 FAIL, 3 ERROR).", "# TYPE nodecert_fleet_peer_verdict gauge"]
+    for rec in recs:
+        r = _fleet(rec, "fleet.peers")
+        if r is not None and r.get("verdict") in _VERDICTS:
+            lines.append(f'nodecert_fleet_peer_verdict{{node="{_esc(rec.host)}"}} '
+                         f"{_VERDICTS.index(r['verdict'])}")
+    lines += ["# HELP nodecert_fleet_trends Figures worse at each of the node's last runs.",
+              "# TYPE nodecert_fleet_trends gauge"]
+    for rec in recs:
+        r = _fleet(rec, "fleet.trend")
+        if r is not None:
+            n = len((r.get("value") or {}).get("trends") or []) \
+                if isinstance(r.get("value"), dict) else 0
+            lines.append(f'nodecert_fleet_trends{{node="{_esc(rec.host)}"}} {n}')
+    lines += ["# HELP nodecert_fleet_node_verdict The node's verdict in its run "
+              "(0 PASS .. 3 ERROR).", "# TYPE nodecert_fleet_node_verdict gauge"]
+    lines += [f'nodecert_fleet_node_verdict{{node="{_esc(rec.host)}"}} '
+              f"{_VERDICTS.index(_verdict(rec))}" for rec in recs]
+    return "\n".join(lines) + "\n"
+
+
+def _esc(v: str) -> str:
+    return clean(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def _safe_name(host: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", host)
+    return name if name not in ("", ".", "..") else "_"
+
+
+def export(recs: list[HostRecord], out: Path, *, now: dt.datetime | None = None) -> list[Path]:
+    """Every file above, for these records, under `out`; returns what was written."""
+    when = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    written = []
+    for rec in recs:
+        name = _safe_name(rec.host)
+        for sub, data in (("k8s", k8s_patch(rec, when)),
+                          ("nvsentinel", nvsentinel_events(rec, when)),
+                          ("npd", npd_verdict(rec, when))):
+            p = out / sub / f"{name}.json"
+            write_json(p, data)
+            written.append(p)
+    write_json(out / "npd" / "nodecert-monitor.json", NPD_MONITOR)
+    (out / "npd").mkdir(parents=True, exist_ok=True)
+    write_atomic(str(out / "npd" / "nodecert-npd-check"),
+                 (OBSERVABILITY / "nodecert-npd-check").read_bytes(), mode=0o755)
+    (out / "prometheus").mkdir(parents=True, exist_ok=True)
+    write_atomic(str(out / "prometheus" / "fleet.prom"), fleet_prom(recs).encode())
+    (out / "grafana").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(OBSERVABILITY / "prometheus-rules.yml",
+                    out / "prometheus" / "nodecert-rules.yml")
+    shutil.copyfile(OBSERVABILITY / "grafana-dashboard.json",
+                    out / "grafana" / "nodecert-fleet.json")
+    written += [out / "npd" / "nodecert-monitor.json", out / "npd" / "nodecert-npd-check",
+                out / "prometheus" / "fleet.prom", out / "prometheus" / "nodecert-rules.yml",
+                out / "grafana" / "nodecert-fleet.json"]
+    return written
+
+
+def dashboard() -> dict[str, Any]:
+    return dict(json.loads((OBSERVABILITY / "grafana-dashboard.json").read_text()))
+
+
+__all__ = ["NPD_MONITOR", "OBSERVABILITY", "dashboard", "export", "fleet_prom", "k8s_patch",
+           "label_value", "npd_verdict", "nvsentinel_events"]

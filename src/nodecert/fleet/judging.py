@@ -1,0 +1,117 @@
+"""The fleet's results added to a run: each host judged against the fleet baseline
+(fleet.peers) and against its own past runs (fleet.trend), recorded in its results.json
+beside the checks' results, as drift is.
+
+Judged with the thresholds the run used (recorded in its plan); a run planned before
+the fleet thresholds existed takes them from the common profile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nodecert.fleet import peers, trends
+from nodecert.fleet.baseline import Baseline
+from nodecert.profiles import thresholds
+from nodecert.runs.layout import RESULTS
+from nodecert.runs.records import HostRecord, host_history, read_host_record, recorded_plan
+from nodecert.runs.store import HostRun, ValidationRun, write_json
+from nodecert_node.contract import Limits, Result, Verdict
+
+FLEET_KEYS = (*peers.KEYS, *trends.KEYS)
+
+
+def fleet_limits(limits: Limits | None) -> Limits:
+    """The run's limits, with the common profile's value for any fleet key it lacks."""
+    common = thresholds.common_profile().thresholds
+    raw: dict[str, dict[str, Any]] = {k: {**common[k], "origin": "profile common"}
+                                      for k in FLEET_KEYS if k in common}
+    if limits is not None:
+        raw.update({k: t.as_dict() for k, t in limits.pick(*FLEET_KEYS).items()})
+    return Limits(raw)
+
+
+def history_of(runs_dir: Path, host: str, current: Path | None = None) -> list[
+        tuple[str, list[dict[str, Any]]]]:
+    """(run id, results) of each of the host's runs under runs_dir, oldest first; with
+    `current` (a record), only the runs that started before it, then it: a run judged
+    later is never judged with runs made after it."""
+    cur = read_host_record(current) if current is not None and current.is_file() else None
+
+    def when(r: HostRecord) -> float:
+        return r.started or r.path.stat().st_mtime
+    recs = [r for r in host_history(runs_dir, host)
+            if cur is None or (r.path.resolve() != cur.path.resolve() and when(r) < when(cur))]
+    recs.sort(key=when)
+    out = [(r.run_id or r.path.parent.parent.name, r.results) for r in recs]
+    if cur is not None:
+        out.append((cur.run_id or cur.path.parent.parent.name, cur.results))
+    return out
+
+
+def host_results(hr: HostRun, *, baseline: Baseline | None,
+                 runs_dir: Path | None) -> list[Result]:
+    limits = fleet_limits(hr.plan.limits())
+    res: list[Result] = []
+    if baseline is not None:
+        res.append(peers.judge([r.as_dict() for r in hr.results], baseline, limits,
+                               host=hr.host).with_(simulated=hr.simulated or baseline.simulated))
+    if runs_dir is not None:
+        # This run's record was saved when its host finished: judged as the newest run.
+        saved = hr.out_dir / RESULTS
+        hist = history_of(runs_dir, hr.host, current=saved) if saved.is_file() else \
+            [*history_of(runs_dir, hr.host), (hr.plan.run_id, [r.as_dict() for r in hr.results])]
+        res.append(trends.judge(hist, limits).with_(simulated=hr.simulated))
+    return res
+
+
+def add_to_run(run: ValidationRun, *, baseline: Baseline | None = None,
+               runs_dir: Path | None = None) -> dict[str, list[Result]]:
+    """fleet.peers (with a baseline) and fleet.trend (with the runs directory) for every
+    host of the run that finished; saved in each host's record and the run's summary."""
+    out: dict[str, list[Result]] = {}
+    for name, hr in sorted(run.hosts.items()):
+        if hr.status != "done":
+            continue  # an unreachable or lost host has no figures to judge
+        res = host_results(hr, baseline=baseline, runs_dir=runs_dir)
+        out[name] = res
+        hr.results.extend(res)
+        hr.save()
+    write_json(run.dir.summary, run.summary())
+    return out
+
+
+def judge_records(records: list[HostRecord], *, baseline: Baseline | None,
+                  runs_dir: Path | None) -> dict[str, list[Result]]:
+    """fleet.peers and fleet.trend for saved records (read-only: nothing is written), each
+    judged with the thresholds its run recorded."""
+    out: dict[str, list[Result]] = {}
+    for rec in records:
+        plan = recorded_plan(rec.run, rec.host)
+        limits = fleet_limits(plan.limits() if plan else None)
+        res: list[Result] = []
+        if baseline is not None:
+            res.append(peers.judge(rec.results, baseline, limits, host=rec.host).with_(
+                simulated=rec.simulated or baseline.simulated))
+        if runs_dir is not None:
+            res.append(trends.judge(history_of(runs_dir, rec.host, current=rec.path),
+                                    limits).with_(simulated=rec.simulated))
+        out[rec.host] = res
+    return out
+
+
+def with_results(rec: HostRecord, extra: list[Result]) -> HostRecord:
+    """The record with `extra` results in place of any it held for the same checks, and
+    its verdict the worse of the saved one and theirs (a node the fleet FAILs is FAIL)."""
+    names = {r.check for r in extra}
+    results = [r for r in rec.results if r.get("check") not in names] + [
+        r.as_dict() for r in extra]
+    order = [str(v) for v in Verdict]
+    saved = rec.verdict if rec.verdict in order else "ERROR"
+    verdict = max([saved, *(str(r.verdict) for r in extra)], key=order.index)
+    return HostRecord(rec.path, {**rec.data, "results": results, "verdict": verdict})
+
+
+__all__ = ["FLEET_KEYS", "add_to_run", "fleet_limits", "history_of", "host_results",
+           "judge_records", "with_results"]
