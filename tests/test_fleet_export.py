@@ -1,0 +1,246 @@
+"""The fleet commands end to end on emulated runs (baseline, judge, page, export), and the
+files written for the cluster's tools, each loaded by that tool where one is packaged:
+promtool for the rules and metrics, protobuf's own parser for NVSentinel's HealthEvents,
+node-problem-detector's plugin protocol for its check."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from nodecert.certs.signing import init_key
+from nodecert.cli import main
+from nodecert.fleet import baseline as fb
+from nodecert.fleet import export as fx
+from nodecert.fleet.judging import fleet_limits
+from nodecert.fleet.page import FleetPage, render
+from nodecert.fleet.peers import judge
+from nodecert.fleet.repair import NVIDIA_ACTIONS, action, load
+from nodecert.lab.fleet import FleetSpec
+from nodecert.lab.fleetruns import write_run
+from nodecert.runs.records import HostRecord
+from support.env import REPO, require
+
+FIXTURES = REPO / "tests" / "fixtures"
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """40 emulated nodes validated four times; a key; a signed baseline of the first run."""
+    root = tmp_path_factory.mktemp("site")
+    spec = FleetSpec(40, weak=2, wearing=1, repaired=1, seed=3)
+    t0 = time.time() - 5 * 3600
+    runs = [write_run(root / "runs", spec, k, started=t0 + k * 3600) for k in range(1, 5)]
+    kp = init_key(root / "keys")
+    kinds = {f"n{i:05d}": k for i, k in enumerate(spec.kinds())}
+    res = CliRunner().invoke(main, ["fleet", "baseline", str(runs[0]), "--out",
+                                    str(root / "b.json"), "--key", str(kp.private)])
+    assert res.exit_code == 0, res.output
+    return {"root": root, "runs": runs, "key": kp, "kinds": kinds, "b": root / "b.json"}
+
+
+def test_baseline_judge_names_the_slow_nodes_and_exits_1(site: dict[str, Any]) -> None:
+    r = CliRunner().invoke(main, ["fleet", "judge", str(site["runs"][0]), "--baseline",
+                                  str(site["b"]), "--pubkey", str(site["key"].public),
+                                  "--runs-dir", str(site["root"] / "runs"), "--json"])
+    assert r.exit_code == 1, r.output
+    hosts = json.loads(r.output)["hosts"]
+    failing = {h for h, rs in hosts.items() if any(x["verdict"] == "FAIL" for x in rs)}
+    assert failing == {h for h, k in site["kinds"].items() if k == "weak"}
+    human = CliRunner().invoke(main, ["fleet", "judge", str(site["runs"][0]), "--baseline",
+                                      str(site["b"]), "--pubkey", str(site["key"].public),
+                                      "--no-trends"])
+    assert "40 node(s) judged, 2 flagged against baseline" in human.output
+
+
+def test_a_baseline_from_another_signer_is_bad_input(site: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    other = init_key(tmp_path / "k")
+    r = CliRunner().invoke(main, ["fleet", "judge", str(site["runs"][0]), "--baseline",
+                                  str(site["b"]), "--pubkey", str(other.public)])
+    assert r.exit_code == 2 and "signature does not verify" in r.output
+    r = CliRunner().invoke(main, ["fleet", "baseline", str(tmp_path), "--out",
+                                  str(tmp_path / "x.json"), "--key", str(other.private)])
+    assert r.exit_code == 2 and "no validate.json" in r.output
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_the_page_marks_outliers_and_trends_without_script(site: dict[str, Any]) -> None:
+    out = site["root"] / "fleet.html"
+    r = CliRunner().invoke(main, ["fleet", "page", str(site["runs"][3]), "--baseline",
+                                  str(site["b"]), "--pubkey", str(site["key"].public),
+                                  "--runs-dir", str(site["root"] / "runs"), "--out", str(out),
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    wearing = next(h for h, k in site["kinds"].items() if k == "wearing")
+    weak = {h for h, k in site["kinds"].items() if k == "weak"}
+    assert {o["host"] for o in s["outliers"]} == weak | {wearing}
+    assert {t["host"] for t in s["trends"]} == {wearing}
+    html = out.read_text()
+    assert "<script" not in html.lower() and "http://" not in html.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")
+    assert html.count('class="outlier"') >= 3 and "SIMULATED" in html
+
+
+def test_node_text_on_the_page_is_escaped() -> None:
+    recs = [HostRecord(Path(f"/x/r/h{i}/results.json"), {
+        "host": f"h{i}" if i else "<img src=x onerror=alert(1)>", "verdict": "PASS",
+        "results": [{"check": "hardware.inventory", "verdict": "PASS",
+                     "value": {"gpu_model": "<b>GPU</b>"}},
+                    {"check": "load.burnin", "verdict": "PASS",
+                     "value": {"tflops_per_gpu": {"0": 600.0 if i == 0 else 660.0 + i % 3}}}]})
+        for i in range(10)]
+    b = fb.build(recs)
+    judged = {r.host: [judge(r.results, b, fleet_limits(None))] for r in recs}
+    html = render(FleetPage(recs, b, "test", judged))
+    assert "<img" not in html and "<b>GPU" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+def test_export_writes_what_each_tool_reads(site: dict[str, Any]) -> None:
+    out = site["root"] / "export"
+    r = CliRunner().invoke(main, ["fleet", "export", str(site["runs"][3]), "--baseline",
+                                  str(site["b"]), "--pubkey", str(site["key"].public),
+                                  "--runs-dir", str(site["root"] / "runs"), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    weak = sorted(h for h, k in site["kinds"].items() if k == "weak")
+    healthy = next(h for h, k in site["kinds"].items() if k == "ok")
+    patch = json.loads((out / "k8s" / f"{weak[0]}.json").read_text())
+    assert all(LABEL_VALUE.match(v) and len(v) <= 63
+               for v in patch["metadata"]["labels"].values())
+    cond = {c["type"]: c for c in patch["status"]["conditions"]}
+    assert cond["NodecertValidated"]["status"] == "False"
+    assert cond["NodecertFleetOutlier"]["status"] == "True"
+    assert set(cond["NodecertValidated"]) == {"type", "status", "reason", "message",
+                                              "lastHeartbeatTime", "lastTransitionTime"}
+    ok = json.loads((out / "k8s" / f"{healthy}.json").read_text())
+    assert {c["type"]: c["status"] for c in ok["status"]["conditions"]} == {
+        "NodecertValidated": "True", "NodecertFleetOutlier": "False",
+        "NodecertWorseningTrend": "False"}
+    monitor = json.loads((out / "npd" / "nodecert-monitor.json").read_text())
+    assert monitor["plugin"] == "custom" and monitor["rules"][0]["type"] == "permanent"
+
+
+def test_the_npd_plugin_speaks_its_protocol(site: dict[str, Any], tmp_path: Path) -> None:
+    out = site["root"] / "export"
+    if not out.is_dir():
+        test_export_writes_what_each_tool_reads(site)
+    plugin = out / "npd" / "nodecert-npd-check"
+    weak = next(h for h, k in site["kinds"].items() if k == "weak")
+    healthy = next(h for h, k in site["kinds"].items() if k == "ok")
+    bad = subprocess.run(["sh", str(plugin), str(out / "npd" / f"{weak}.json")],
+                         capture_output=True, text=True, timeout=30, check=False)
+    good = subprocess.run(["sh", str(plugin), str(out / "npd" / f"{healthy}.json")],
+                          capture_output=True, text=True, timeout=30, check=False)
+    gone = subprocess.run(["sh", str(plugin), str(tmp_path / "absent.json")],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert (bad.returncode, good.returncode, gone.returncode) == (1, 0, 2)
+    assert bad.stdout.startswith("nodecert FAIL: fleet.peers FAIL")
+    assert gone.stdout.startswith("no nodecert verdict readable")
+
+
+def test_nvsentinel_events_parse_with_protobuf(site: dict[str, Any], tmp_path: Path) -> None:
+    protoc = pytest.importorskip("grpc_tools.protoc")
+    from google.protobuf import json_format
+
+    out = site["root"] / "export"
+    if not out.is_dir():
+        test_export_writes_what_each_tool_reads(site)
+    shutil.copy(FIXTURES / "nvsentinel" / "health_event.proto", tmp_path)
+    include = Path(protoc.__file__).parent / "_proto"
+    assert protoc.main(["protoc", f"-I{tmp_path}", f"-I{include}",
+                        f"--python_out={tmp_path}", str(tmp_path / "health_event.proto")]) == 0
+    sys.path.insert(0, str(tmp_path))
+    try:
+        pb = importlib.import_module("health_event_pb2")
+    finally:
+        sys.path.remove(str(tmp_path))
+    weak = next(h for h, k in site["kinds"].items() if k == "weak")
+    for f in sorted((out / "nvsentinel").glob("*.json")):
+        msg = json_format.ParseDict(json.loads(f.read_text()), pb.HealthEvents())
+        assert msg.events and all(e.nodeName == f.stem for e in msg.events)
+    ev = json_format.ParseDict(json.loads((out / "nvsentinel" / f"{weak}.json").read_text()),
+                               pb.HealthEvents()).events[0]
+    assert (ev.checkName, ev.isHealthy, ev.errorCode[0]) == ("fleet.peers", False,
+                                                             "NC-FLEET-OUTLIER")
+    assert pb.RecommendedAction.Name(ev.recommendedAction) == "CONTACT_SUPPORT"
+    broken = json.loads((out / "nvsentinel" / f"{weak}.json").read_text())
+    broken["events"][0]["recommendedAction"] = "REBOOT_PLEASE"
+    with pytest.raises(json_format.ParseError):
+        json_format.ParseDict(broken, pb.HealthEvents())
+
+
+def _promtool() -> str:
+    found = shutil.which("promtool") or next(
+        (str(p) for p in (Path(sys.executable).parent / "promtool",) if p.is_file()), None)
+    require(found, "promtool is not installed (.ci/run extracts it from Debian's prometheus "
+                   "package into .venv/bin)")
+    return str(found)
+
+
+def test_rules_metrics_and_dashboard_queries_load_in_promtool(site: dict[str, Any],
+                                                              tmp_path: Path) -> None:
+    promtool = _promtool()
+    out = site["root"] / "export"
+    if not out.is_dir():
+        test_export_writes_what_each_tool_reads(site)
+
+    def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([promtool, *args], capture_output=True, text=True, timeout=60,
+                              check=False,
+                              input=stdin, cwd=tmp_path)
+    r = run("check", "rules", str(out / "prometheus" / "nodecert-rules.yml"))
+    assert r.returncode == 0 and "SUCCESS: 6 rules found" in r.stdout, r.stdout + r.stderr
+    shutil.copy(out / "prometheus" / "nodecert-rules.yml", tmp_path / "nodecert-rules.yml")
+    shutil.copy(FIXTURES / "prometheus" / "nodecert-rules.test.yml", tmp_path)
+    r = run("test", "rules", "nodecert-rules.test.yml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run("check", "metrics", stdin=(out / "prometheus" / "fleet.prom").read_text())
+    assert r.returncode == 0, r.stdout + r.stderr
+    # Every dashboard query is PromQL promtool parses (as a recording rule's expression).
+    exprs = [t["expr"] for p in fx.dashboard()["panels"] for t in p["targets"]]
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"nodecert:dashboard_query_{k}", "expr": e} for k, e in enumerate(exprs)]}]}
+    (tmp_path / "dash.yml").write_text(json.dumps(rules))
+    r = run("check", "rules", "dash.yml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (tmp_path / "bad.yml").write_text(json.dumps({"groups": [{"name": "x", "rules": [
+        {"record": "x:y", "expr": "nodecert_gemm_tflops < < 3"}]}]}))
+    assert run("check", "rules", "bad.yml").returncode != 0  # the check can fail
+
+
+def test_the_dashboard_is_a_grafana_dashboard_model() -> None:
+    d = fx.dashboard()
+    assert d["uid"] and d["schemaVersion"] >= 36
+    ids = [p["id"] for p in d["panels"]]
+    assert len(ids) == len(set(ids))
+    for p in d["panels"]:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24 and p["datasource"]["uid"] == "${datasource}"
+        assert p["targets"] and all(t["refId"] for t in p["targets"])
+    assert d["templating"]["list"][0]["name"] == "datasource"
+
+
+def test_every_fault_code_has_an_action_chain() -> None:
+    codes = load()
+    used = set()
+    for path in [*(REPO / "validators").rglob("*.py"), *(REPO / "src").rglob("*.py")]:
+        used |= set(re.findall(r'"(NC-[A-Z0-9-]+)"', path.read_text()))
+    assert used - set(codes) == set(), "add these to validators/fault-codes.yml"
+    assert all(a.nvidia in NVIDIA_ACTIONS for a in codes.values())
+    assert action("NC-XID-FATAL").chain[:3] == ("drain", "reset-gpu", "reboot")
+    assert action("NC-XID-FATAL").loaded_retest and not action("NC-TOOL-MISSING").loaded_retest
+    unknown = action("NC-SOMETHING-NEW")
+    assert unknown.loaded_retest and unknown.chain[0] == "drain"  # unknown: as hardware
