@@ -22,6 +22,7 @@ from nodecert.cli.common import (
     runs_dir_option,
     split_hosts,
 )
+from nodecert.cli.fleet import baseline_file_option, pubkey_option, read_baseline
 from nodecert.core.errors import ExitCode
 from nodecert.core.textsafe import one_line
 
@@ -81,6 +82,8 @@ Examples:
                    "(default: on where the order names one).")
 @click.option("--key", "key_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Sign the run as a cluster certificate with this private key.")
+@baseline_file_option
+@pubkey_option
 @runs_dir_option
 @json_option
 @become_options
@@ -91,6 +94,7 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          job_timeout_s: float | None, max_bytes: str | None,
                          collectives: tuple[str, ...], scaling: bool | None,
                          storage: bool | None, key_path: Path | None,
+                         fleet_baseline: Path | None, pubkeys: tuple[Path, ...],
                          runs_dir: Path, as_json: bool,
                          become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.certs.cluster import certify_cluster
@@ -111,9 +115,13 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
         raise InventoryError(f"command line: {why}")
     given = {k: getattr(parsed, k) for k in given}  # as the settings hold them
     key = load_private_key(key_path) if key_path else None  # a bad key fails before jobs
+    baseline = read_baseline(fleet_baseline, pubkeys)  # so does a bad fleet baseline
     request = ClusterRequest(path, limit=split_hosts(limit), overrides=given,
                              runs_dir=runs_dir, become=become_source(become_file, vault_file))
     run_dir, data = cluster_validate(request, progress=lambda line: echo(line, err=True))
+    if baseline is not None:
+        from nodecert.fleet.judging import add_to_cluster_run
+        data = add_to_cluster_run(run_dir, data, baseline)
     cert: dict[str, Any] = {}
     if key is not None:
         env, html, verdict = certify_cluster(run_dir, key,

@@ -45,6 +45,16 @@ timer's, or the one a package update queued: --collect after-update) is fetched
 from /var/lib/nodecert/history, its stack.conformance judged against the stack,
 compared with the baseline and certified like any other run.
 
+Every node also gets fleet.trend (a figure worse at each of its last runs, from its
+history under --runs-dir) and, with a fleet baseline file as --baseline, fleet.peers.
+
+With --after-repair, each node re-runs the checks that failed in its last run plus a
+loaded re-test (burn-in with its result comparison, NCCL inside the node, GPU
+health; the standard suite unless --suite says otherwise): repair.retest passes only
+when every one of them passes now. Only then is a node nodecert drained resumed in
+Slurm (nodecert_cluster with engine slurm); otherwise it is drained, or kept drained,
+with the reason, and its certificate says NOT READY.
+
 With --via slurm, each node's own run is started as a Slurm job (one exclusive
 job per node, from the launch host of nodecert_cluster: Slurm starts it when the
 node is free, between users' jobs), then collected as with --collect. A node
@@ -61,14 +71,20 @@ Examples:
   nodecert revalidate -i lab.ini --key /etc/nodecert/keys/nodecert.key --pubkey old-signer.pub
   nodecert revalidate -i lab.ini --collect after-update
   nodecert revalidate -i cluster.ini --via slurm --slurm-wait-s 7200
+  nodecert revalidate -i lab.ini --baseline h200.baseline.json      # also against its peers
+  nodecert revalidate -i lab.ini --after-repair --limit gpu-07     # after a GPU swap
 """
 
 
 @click.command("revalidate", help=_REVALIDATE_HELP)
 @click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path))
-@click.option("--baseline", type=click.Path(path_type=Path),
-              help="Reports or run directory to compare with (default: newest under "
-                   "--runs-dir).")
+@click.option("--baseline", "baselines", multiple=True, type=click.Path(path_type=Path),
+              help="A reports or run directory to compare with (default: newest under "
+                   "--runs-dir); and/or a fleet baseline file (nodecert fleet baseline) to "
+                   "judge each node against its peers. Repeatable: one of each.")
+@click.option("--after-repair", is_flag=True,
+              help="Re-test, under load, what failed in each node's last run; resume it in "
+                   "Slurm and certify it READY only if that passes (default suite: standard).")
 @suite_option
 @suite_file_option
 @limit_option
@@ -91,7 +107,8 @@ Examples:
 @json_option
 @become_options
 @handle_errors
-def revalidate_cmd(path: Path, baseline: Path | None, suite: str, suite_file: Path | None,
+def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, suite: str,
+                   suite_file: Path | None,
                    limit: tuple[str, ...],
                    checks: tuple[str, ...], stack_name: str | None,
                    threshold_items: tuple[str, ...], key_path: Path | None,
@@ -100,6 +117,7 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, suite_file: Pa
                    as_json: bool, become_file: Path | None,
                    vault_file: Path | None) -> None:
     from nodecert.certs.signing import load_private_key, load_public_key
+    from nodecert.fleet.baseline import read as fleet_read
     from nodecert.profiles.thresholds import parse_cli_thresholds
     from nodecert.revalidate.run import RevalidateRequest, revalidate
     from nodecert.validation.run import ValidateRequest
@@ -107,9 +125,23 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, suite_file: Pa
     if via == "slurm" and collect_reason:
         raise click.UsageError("--via slurm runs the nodes' checks; --collect runs none: "
                                "give one of them")
+    if after_repair and (collect_reason or via == "slurm"):
+        raise click.UsageError("--after-repair re-tests over SSH (a drained node runs no "
+                               "Slurm job): drop --collect / --via slurm")
+    dirs = [b for b in baselines if b.is_dir()]
+    files = [b for b in baselines if not b.is_dir()]
+    if len(dirs) > 1 or len(files) > 1:
+        raise click.UsageError("--baseline: at most one directory (certificates) and one "
+                               "file (a fleet baseline)")
+    baseline = dirs[0] if dirs else None
+    ctx = click.get_current_context()
+    if after_repair and ctx.get_parameter_source("suite") == click.core.ParameterSource.DEFAULT:
+        suite = "standard"  # the loaded checks (burn-in, NCCL) are in the standard suite
     key_path = key_path or DEFAULT_KEY_DIR.expanduser() / "nodecert.key"
     key = load_private_key(key_path)
     trusted = [key.public_key(), *(load_public_key(p) for p in pubkeys)]
+    # Verified with the same trusted keys as the certificates, before any node is touched.
+    fleet_baseline = fleet_read(files[0], trusted) if files else None
     limit = tuple(h for item in limit for h in item.split(",") if h)
     validation = ValidateRequest(path, suite=suite, limit=limit, stack=stack_name,
                                  runs_dir=runs_dir, checks=checks, suite_file=suite_file,
@@ -117,18 +149,25 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, suite_file: Pa
                                  become=become_source(become_file, vault_file))
     rv = revalidate(RevalidateRequest(validation, key=key, trusted=trusted, baseline=baseline,
                                       collect_reason=collect_reason, via_slurm=via == "slurm",
-                                      slurm_wait_s=slurm_wait_s),
+                                      slurm_wait_s=slurm_wait_s, fleet_baseline=fleet_baseline,
+                                      after_repair=after_repair),
                     progress=lambda line: echo(line, err=True))
     assert rv.cert is not None
-    code = ExitCode.FAILED if rv.regressed or not rv.cert.all_ready else ExitCode.OK
+    code = ExitCode.FAILED if rv.regressed or rv.repair_failed or not rv.cert.all_ready \
+        else ExitCode.OK
     if as_json:
         emit_json({"baseline": str(rv.baseline) if rv.baseline else None,
+                   "fleet_baseline": fleet_baseline.version if fleet_baseline else None,
                    "run": str(rv.run.run_dir), "regressed": rv.regressed,
                    "drift": {h: [r.as_dict() for r in rs] for h, rs in sorted(rv.drift.items())},
+                   "fleet": {h: [r.as_dict() for r in rs] for h, rs in sorted(rv.fleet.items())},
+                   "repair": {h: r.as_dict() for h, r in sorted(rv.repair.items())},
                    "certificates": certified_json(rv.cert)})
         sys.exit(int(code))
     echo(f"baseline: {rv.baseline or '(none found)'}")
-    for host, results in sorted(rv.drift.items()):
+    shown = {h: [*rs, *rv.fleet.get(h, []), *([rv.repair[h]] if h in rv.repair else [])]
+             for h, rs in rv.drift.items()}
+    for host, results in sorted(shown.items()):
         for r in results:
             click.echo(f"{one_line(host):<14} {verdict_text(r.verdict)} {r.check:<34} "
                        f"{one_line(r.summary)}")
@@ -142,7 +181,9 @@ def revalidate_cmd(path: Path, baseline: Path | None, suite: str, suite_file: Pa
 _HISTORY_HELP = """A node's validation history: every run under --runs-dir, oldest first.
 
 One line per run: when, suite, verdict, failing checks, and the key figures
-(GEMM TFLOPS of the slowest GPU, all-reduce busbw, soak peak, storage read).
+(GEMM TFLOPS of the slowest GPU, all-reduce busbw, soak peak, storage read); then
+the trend: each figure (per GPU) that got worse at each of the last three runs,
+flagged before it crosses its floor (fleet.trend_* thresholds).
 
 \b
 Exit codes: 0 shown, 2 no run holds this host.
@@ -160,6 +201,8 @@ Examples:
 @json_option
 @handle_errors
 def history_cmd(host: str, runs_dir: Path, as_json: bool) -> None:
+    from nodecert.fleet import trends
+    from nodecert.fleet.judging import fleet_limits, history_of
     from nodecert.revalidate.history import history
 
     rows = history(runs_dir, host)
@@ -173,3 +216,7 @@ def history_cmd(host: str, runs_dir: Path, as_json: bool) -> None:
         bad = "; ".join(r["failing"][:3])
         echo(f"{r['when']:<20} {r['run_id']:<24} {r['suite']:<9} {r['verdict']:<8} "
              f"{r['certificate_status'] or '-':<11} {figs}{'  ' + bad if bad else ''}")
+    trend = trends.judge(history_of(runs_dir, host), fleet_limits(None))
+    echo(f"trend: {trend.verdict} {one_line(trend.summary)}")
+    for f in trend.findings[1:]:
+        echo(f"       {one_line(f)}")

@@ -14,10 +14,16 @@ from typing import Any
 from nodecert.fleet import peers, trends
 from nodecert.fleet.baseline import Baseline
 from nodecert.profiles import thresholds
-from nodecert.runs.layout import RESULTS
-from nodecert.runs.records import HostRecord, host_history, read_host_record, recorded_plan
+from nodecert.runs.layout import RESULTS, RunDir, runs_under
+from nodecert.runs.records import (
+    HostRecord,
+    host_history,
+    host_records,
+    read_host_record,
+    recorded_plan,
+)
 from nodecert.runs.store import HostRun, ValidationRun, write_json
-from nodecert_node.contract import Limits, Result, Verdict
+from nodecert_node.contract import Limits, Result, Verdict, worst
 
 FLEET_KEYS = (*peers.KEYS, *trends.KEYS)
 
@@ -113,5 +119,40 @@ def with_results(rec: HostRecord, extra: list[Result]) -> HostRecord:
     return HostRecord(rec.path, {**rec.data, "results": results, "verdict": verdict})
 
 
-__all__ = ["FLEET_KEYS", "add_to_run", "fleet_limits", "history_of", "host_results",
-           "judge_records", "with_results"]
+def add_to_cluster_run(run_dir: Path, data: dict[str, Any],
+                       baseline: Baseline) -> dict[str, Any]:
+    """A cluster run's nodes judged against the fleet: fleet.peers in each node's record
+    (the nodes' own checks, under run_dir/nodes), and one cluster result naming every
+    node beyond its peers; the cluster's verdict is the worse of its own and that one.
+    The cluster record is saved again; returns it."""
+    per_node: dict[str, Result] = {}
+    for run in runs_under(run_dir / "nodes"):
+        for rec in host_records(run):
+            res = judge_records([rec], baseline=baseline, runs_dir=None)[rec.host]
+            per_node[rec.host] = res[0]
+            write_json(rec.path, with_results(rec, res).data, compact=True)
+    verdict = worst(r.verdict for r in per_node.values())
+    flagged = {n: r for n, r in sorted(per_node.items()) if r.verdict >= Verdict.WARN}
+    summary = (f"{len(per_node)} node(s) within the fleet's spread (baseline "
+               f"{baseline.version})" if not flagged else
+               f"{len(flagged)} of {len(per_node)} node(s) beyond their peers: "
+               + "; ".join(f"{n}: {r.summary}" for n, r in list(flagged.items())[:2]))
+    result = Result("fleet.peers", verdict if per_node else Verdict.ERROR,
+                    summary if per_node else "no node record to judge against the fleet",
+                    value={n: r.as_dict()["value"] for n, r in per_node.items()},
+                    findings=tuple(f"{n}: {r.summary}" for n, r in flagged.items()),
+                    fault_code="NC-FLEET-OUTLIER" if verdict >= Verdict.FAIL else "",
+                    simulated=bool(data.get("simulated")))
+    results = [r for r in data.get("results") or [] if r.get("check") != "fleet.peers"]
+    order = [str(v) for v in Verdict]
+    new = {**data, "results": [*results, result.as_dict()],
+           "verdict": max([str(data.get("verdict") or "ERROR"), str(result.verdict)],
+                          key=order.index),
+           "culprits": sorted({*(data.get("culprits") or []),
+                               *(n for n, r in flagged.items() if r.verdict >= Verdict.FAIL)})}
+    write_json(RunDir(run_dir).cluster_results, new)
+    return new
+
+
+__all__ = ["FLEET_KEYS", "add_to_cluster_run", "add_to_run", "fleet_limits", "history_of",
+           "host_results", "judge_records", "with_results"]

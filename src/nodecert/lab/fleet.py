@@ -117,14 +117,14 @@ def _driver(conformance_output: str) -> str:
 
 def node_result(check: str, kind: str, recorded: dict[str, dict[str, Any]],
                 duration: float, *, figures: NodeFigures | None = None,
-                run: int = 1) -> dict[str, Any]:
+                run: int = 1, load: dict[str, Any] | None = None) -> dict[str, Any]:
     """What an emulated node of `kind` answers for `check` at its `run`-th run (always
     SIMULATED); with `figures`, the load checks carry the node's seeded figures."""
     base = recorded.get(check) or {
         "schema": "nodecert.result/v1", "check": check, "verdict": "PASS",
         "summary": "emulated node: no recording of this check, answered PASS"}
     if figures is not None:
-        base = figures.result(check, run, base)
+        base = figures.result(check, run, base, load)
     res = dict(base, simulated=True, duration_s=round(duration, 3))
     if kind == "failing" and check == "health.gpu":
         res.update(verdict="FAIL", summary="emulated fault: GPU 0 fell off the bus (Xid 79)",
@@ -178,6 +178,7 @@ class EmulatedNode:
     async def run(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         plan = json.loads(await process.stdin.readline())
         checks = [str(c) for c in plan["checks"]]
+        load = (plan.get("options") or {}).get("load") or {}
         self.runs += 1
 
         def send(ev: dict[str, Any]) -> None:
@@ -195,7 +196,7 @@ class EmulatedNode:
             await asyncio.sleep(took)
             send({"event": "result", "result": node_result(check, self.kind, self.recorded,
                                                             took, figures=self.figures,
-                                                            run=self.runs)})
+                                                            run=self.runs, load=load)})
         send({"event": "done"})
         process.exit(0)
 

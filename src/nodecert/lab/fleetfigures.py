@@ -61,12 +61,16 @@ class NodeFigures:
         v = MEDIAN[what] * (1 + SPREAD * self._offset(what, gpu) + noise) * self.factor(run)
         return round(v, 1)
 
-    def value(self, check: str, run: int) -> dict[str, Any] | None:
-        """The `value` of the node's result for `check` at its run number `run` (1 first)."""
+    def value(self, check: str, run: int,
+              load: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The `value` of the node's result for `check` at its run number `run` (1 first);
+        a burn-in echoes the plan's load options (`load`), as a real node does."""
         gpus = [str(g) for g in range(self.gpus)]
+        load = load or {}
         if check == "load.burnin":
             return {"tflops_per_gpu": {g: self._perf("gemm", int(g), run) for g in gpus},
-                    "dtype": "bf16", "n": 8192, "seconds": 60.0, "load": "emulated"}
+                    "dtype": load.get("dtype", "bf16"), "n": load.get("gemm_size", 8192),
+                    "seconds": float(load.get("burnin_s", 60)), "load": "emulated"}
         if check == "fabric.bandwidth":
             return {"host_to_device_memcpy_ce": {g: self._perf("h2d", int(g), run) for g in gpus},
                     "device_to_host_memcpy_ce": {g: self._perf("d2h", int(g), run)
@@ -86,9 +90,10 @@ class NodeFigures:
                                        for g in gpus}}
         return None
 
-    def result(self, check: str, run: int, base: dict[str, Any]) -> dict[str, Any]:
+    def result(self, check: str, run: int, base: dict[str, Any],
+               load: dict[str, Any] | None = None) -> dict[str, Any]:
         """`base` (the recorded or default result) with this node's figures for `check`."""
-        value = self.value(check, run)
+        value = self.value(check, run, load)
         if value is None:
             return base
         if check == "health.gpu":

@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nodecert.certs import revocations as revlist
 from nodecert.certs.certify import PAYLOAD_TYPE, CertifyRun, certify
 from nodecert.certs.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
 from nodecert.certs.verify import ReportError, read_envelope
+from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import NodecertError
+from nodecert.fleet import judging as fleet_judging
+from nodecert.fleet.baseline import Baseline
+from nodecert.inventory.reader import load_inventory
+from nodecert.profiles import thresholds
 from nodecert.revalidate import drift
+from nodecert.revalidate import repair as repairgate
 from nodecert.revalidate.collect import collect
 from nodecert.revalidate.slurm import REASON as SLURM_REASON
 from nodecert.revalidate.slurm import slurm_launcher, submit
@@ -91,11 +97,17 @@ class Revalidation:
     run: ValidationRun
     baseline: Path | None
     drift: dict[str, list[Result]] = field(default_factory=dict)
+    fleet: dict[str, list[Result]] = field(default_factory=dict)
+    repair: dict[str, Result] = field(default_factory=dict)
     cert: CertifyRun | None = None
 
     @property
     def regressed(self) -> bool:
         return any(r.verdict >= Verdict.FAIL for rs in self.drift.values() for r in rs)
+
+    @property
+    def repair_failed(self) -> bool:
+        return any(r.verdict >= Verdict.FAIL for r in self.repair.values())
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,8 @@ class RevalidateRequest:
     collect_reason: str | None = None
     via_slurm: bool = False
     slurm_wait_s: float = 1800.0
+    fleet_baseline: Baseline | None = None  # also judge each node against its peers
+    after_repair: bool = False  # re-test what failed, under load, and gate on it
 
 
 def revalidate(request: RevalidateRequest, *,
@@ -128,6 +142,7 @@ def revalidate(request: RevalidateRequest, *,
         v.inventory, v.suite, v.limit, v.stack, v.runs_dir, v.checks, v.become)
     base_dir = request.baseline or latest_baseline(runs_dir)
     base = load_baseline(base_dir, request.trusted) if base_dir else {}
+    failing: dict[str, tuple[str | None, list[str]]] = {}
     if request.via_slurm:
         launch, engine_names = slurm_launcher(inventory, limit, become)
         sub = submit(launch, engine_names, suite=suite, start_within_s=request.slurm_wait_s,
@@ -141,6 +156,8 @@ def revalidate(request: RevalidateRequest, *,
         run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
                       checks=checks, suite_file=v.suite_file,
                       reason=request.collect_reason, progress=progress, become=become)
+    elif request.after_repair:
+        run, failing = _retest(v, progress)
     else:
         run = validate(v, progress=progress)
     out = Revalidation(run, base_dir)
@@ -155,12 +172,77 @@ def revalidate(request: RevalidateRequest, *,
         res = [r.with_(simulated=hr.simulated) for r in res]
         out.drift[name] = res
         hr.results.extend(res)
+        if hr.status == "done":
+            # fleet.trend over the node's own runs; fleet.peers with a fleet baseline
+            fl = fleet_judging.host_results(hr, baseline=request.fleet_baseline,
+                                            runs_dir=runs_dir)
+            out.fleet[name] = fl
+            hr.results.extend(fl)
+        if request.after_repair:
+            before_run, failed = failing.get(name, (None, []))
+            g = repairgate.gate(hr.results, failed, before_run, tuple(hr.plan.checks)).with_(
+                simulated=hr.simulated)
+            out.repair[name] = g
+            hr.results.append(g)
         hr.save()
+    if request.after_repair:
+        _slurm_gate(request, out, progress)
     write_json(run.dir.summary, run.summary())
     # entered on the list next to the runs: a repaired node's new certificate supersedes
     # the one it had, for every verifier given that list
     out.cert = certify(run.run_dir, request.key, revocations=runs_dir / revlist.DEFAULT_NAME)
     return out
+
+
+def _retest(v: ValidateRequest, progress: Callable[[str], None] | None) -> tuple[
+        ValidationRun, dict[str, tuple[str | None, list[str]]]]:
+    """The loaded re-test: each host's failing checks (from its newest run) and the
+    loaded checks, of the suite asked for."""
+    specs = load_inventory(v.inventory)
+    names = sorted(select_hosts(v.inventory, v.limit, list(specs)) if v.limit else specs)
+    failing = {h: repairgate.failing_before(v.runs_dir, h) for h in names}
+    suite = thresholds.suite(v.suite, v.suite_file)
+    checks = repairgate.retest_checks(suite.checks, {h: f for h, (_, f) in failing.items()})
+    if v.checks:
+        checks = tuple(c for c in checks if c in v.checks)
+    say = progress or (lambda line: None)
+    for h, (rid, f) in sorted(failing.items()):
+        say(f"{h:<14} after repair: re-testing " + (f"{', '.join(f)} (failed in {rid}) and "
+                                                     if f else "") + "the loaded checks")
+    return validate(replace(v, checks=checks), progress=progress), failing
+
+
+def _slurm_gate(request: RevalidateRequest, out: Revalidation,
+                progress: Callable[[str], None] | None) -> None:
+    """Resume the nodes whose re-test passed (nodecert's drain only), drain those whose
+    re-test failed: through the inventory's Slurm, where it has one."""
+    v = request.validation
+    try:
+        launch, engine_names = slurm_launcher(v.inventory, v.limit, v.become)
+    except NodecertError:
+        return  # no Slurm in this inventory: the gate is the certificate's verdict
+    say = progress or (lambda line: None)
+    try:
+        for host, g in sorted(out.repair.items()):
+            node = engine_names.get(host, host)
+            passed = g.verdict < Verdict.FAIL
+            try:
+                did = repairgate.apply_gate(launch.remote, node, passed,
+                                            g.findings[0] if g.findings else g.summary)
+            except RuntimeError as exc:
+                # Said in the result: a node not resumed, or not drained, is the operator's
+                # to fix by hand; nothing here pretends it happened.
+                did = f"failed: {exc}"
+            say(f"{host:<14} slurm: {did}")
+            out.repair[host] = g.with_(
+                summary=g.summary + (f" (Slurm: {did})" if did.startswith("failed") else ""),
+                value={**(g.value or {}), "slurm": did})
+            hr = out.run.hosts[host]
+            hr.results = [out.repair[host] if r.check == repairgate.CHECK else r
+                          for r in hr.results]
+            hr.save()
+    finally:
+        launch.close()
 
 
 __all__ = ["BaselineError", "RevalidateRequest", "Revalidation", "latest_baseline",

@@ -1,0 +1,142 @@
+"""After a repair: a loaded re-test before the node goes back into service.
+
+A reboot or a GPU reset clears the signal (the Xid, the pending remap) without proving
+the part, so `revalidate --after-repair` re-runs, on each node, the checks that failed
+in its last run plus a loaded re-test (the burn-in with its result comparison, NCCL
+inside the node, the GPU's health), and gates on them: `repair.retest` PASSes only when
+every one of those checks has a result in the new run that is PASS or WARN. A check that
+failed before and has no result now (not re-tested) fails the gate, as one that still
+fails does. Only then is the node resumed in Slurm (a node nodecert drained) and
+certified READY; otherwise it is (kept) drained with the reason.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodecert.fleet.repair import action
+from nodecert.runs.records import host_history
+from nodecert_node.contract import Result, Verdict
+
+CHECK = "repair.retest"
+# The loaded re-test every repaired node gets (those its suite runs).
+LOADED = ("hardware.inventory", "health.gpu", "health.xid", "load.burnin",
+          "fabric.nccl_allreduce")
+REASON_PREFIX = "nodecert:"
+
+
+def failing_before(runs_dir: Path, host: str) -> tuple[str | None, list[str]]:
+    """(run id, the checks that FAILed or ERRORed) in the host's newest run under
+    runs_dir; (None, []) when it has none."""
+    recs = sorted(host_history(runs_dir, host), key=lambda r: r.started or r.finished)
+    if not recs:
+        return None, []
+    last = recs[-1]
+    return last.run_id, sorted({str(r.get("check")) for r in last.results
+                                if r.get("verdict") in ("FAIL", "ERROR")})
+
+
+def retest_checks(suite_checks: tuple[str, ...], failing: dict[str, list[str]]) -> tuple[
+        str, ...]:
+    """The checks to run: the loaded re-test and every check that failed on any host,
+    those the suite has, in the suite's order."""
+    wanted = set(LOADED) | {c for cs in failing.values() for c in cs}
+    return tuple(c for c in suite_checks if c in wanted)
+
+
+def gate(results: list[Result], failing: list[str], before_run: str | None,
+         planned: tuple[str, ...]) -> Result:
+    """repair.retest for one host from its new results (drift and fleet included)."""
+    by = {r.check: r for r in results}
+    need = sorted(set(failing) | (set(LOADED) & set(planned)))
+    problems = []
+    for c in need:
+        r = by.get(c)
+        if r is None:
+            problems.append(f"{c} failed before and was not re-tested" if c in failing
+                            else f"{c} did not run")
+        elif r.verdict >= Verdict.FAIL:
+            problems.append(f"{c} {r.verdict}: {r.summary}")
+    loaded = [c for c in ("load.burnin", "fabric.nccl_allreduce") if c in planned]
+    value = {"failing_before": failing, "before_run": before_run, "retested": need,
+             "loaded": loaded}
+    if not loaded:
+        problems.append("no loaded check in the suite: run the re-test with --suite standard")
+    if problems:
+        codes = sorted({by[c].fault_code for c in need if c in by and by[c].fault_code})
+        chain = action(codes[0]).chain if codes else action("").chain
+        return Result(CHECK, Verdict.FAIL, f"repair not proven: {problems[0]}" + (
+            f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""), value=value,
+            findings=tuple(problems), fault_code="NC-REPAIR-RETEST",
+            remediation="Keep the node out of service. Next step of the fault's action "
+                        f"chain: {' -> '.join(chain)} (validators/fault-codes.yml); then "
+                        "run `nodecert revalidate --after-repair` again.")
+    return Result(CHECK, Verdict.PASS, f"loaded re-test passed: {', '.join(loaded)}"
+                  + (f"; failed before ({before_run}) and now pass: {', '.join(failing)}"
+                     if failing else ""), value=value)
+
+
+# --- Slurm ---------------------------------------------------------------------------------
+
+Remote = Callable[[str, float], tuple[int | None, str, bool]]  # (command, timeout) -> rc, out, late
+
+
+@dataclass(frozen=True)
+class NodeState:
+    state: str  # "IDLE", "DRAIN", "IDLE+DRAIN", "DOWN+DRAIN", ...
+    reason: str
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.state.upper()
+
+
+def node_state(remote: Remote, node: str) -> NodeState:
+    """scontrol's State= and Reason= of one node (its one-line form)."""
+    rc, out, late = remote(f"scontrol -o show node {shlex.quote(node)}", 30)
+    if rc != 0 or late:
+        raise RuntimeError(f"scontrol show node {node} failed (rc {rc}): {out.strip()[-300:]}")
+    fields = {}
+    rest = out.strip()
+    # Reason= is last and may hold spaces; every other field is one word.
+    if " Reason=" in rest:
+        rest, reason = rest.split(" Reason=", 1)
+        fields["Reason"] = reason.rsplit(" [", 1)[0].strip()
+    for word in rest.split():
+        k, _, v = word.partition("=")
+        fields.setdefault(k, v)
+    if "State" not in fields:
+        raise RuntimeError(f"scontrol show node {node}: no State= in {out.strip()[:200]!r}")
+    return NodeState(fields["State"], fields.get("Reason", ""))
+
+
+def apply_gate(remote: Remote, node: str, passed: bool, why: str) -> str:
+    """Resume a node nodecert drained when the gate passed; drain (or keep drained) a node
+    whose gate failed. A drain someone else made is never touched. Returns what it did."""
+    st = node_state(remote, node)
+    ours = st.reason.startswith(REASON_PREFIX)
+    if passed:
+        if not st.drained:
+            return "not drained: nothing to resume"
+        if not ours:
+            return f"drained by someone else ({st.reason or 'no reason'}): left drained"
+        cmd = f"scontrol update NodeName={shlex.quote(node)} State=RESUME"
+        did = "resumed"
+    else:
+        if st.drained and not ours:
+            return f"drained by someone else ({st.reason or 'no reason'}): left as it is"
+        reason = f"{REASON_PREFIX} repair re-test failed: {why}"[:200]
+        cmd = (f"scontrol update NodeName={shlex.quote(node)} State=DRAIN "
+               f"Reason={shlex.quote(reason)}")
+        did = "kept drained" if st.drained else "drained"
+    rc, out, late = remote(cmd, 30)
+    if rc != 0 or late:
+        raise RuntimeError(f"{cmd} failed (rc {rc}): {out.strip()[-300:]}")
+    return did
+
+
+__all__ = ["CHECK", "LOADED", "NodeState", "apply_gate", "failing_before", "gate",
+           "node_state", "retest_checks"]
