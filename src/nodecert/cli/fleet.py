@@ -267,3 +267,88 @@ def export_cmd(runs: tuple[Path, ...], fleet_baseline: Path | None, pubkeys: tup
         emit_json({"out": str(out), "files": [str(f) for f in files]})
         return
     echo(f"{len(records)} node(s): {len(files)} file(s) under {out}")
+
+
+_RMA_HELP = """Write the RMA evidence bundle of a failed node: one signed tar.gz.
+
+It holds the failing record (every result with its evidence and each fault code's
+action chain), the kernel log lines the checks read, the BMC's event log and sensors
+(bmc.* results), the serial numbers, the node's run and certificate history, and the
+files given with --add (nvidia-bug-report.log.gz: run `sudo nvidia-bug-report.sh` on
+the node first). A manifest of every file's sha256 is signed with --key;
+`nodecert fleet rma-verify` checks it offline.
+
+\b
+Exit codes: 0 written, 2 bad input (no failing run, a file to add that is not one).
+
+\b
+Examples:
+  nodecert fleet rma gpu-07 --out rma-gpu-07.tar.gz --add nvidia-bug-report.log.gz
+  nodecert fleet rma gpu-07 --run 20261203-101500-a1b2c3 --out rma-gpu-07.tar.gz
+"""
+
+
+@fleet.command("rma", help=_RMA_HELP)
+@click.argument("host")
+@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--run", "run_id", help="The run to bundle (default: the newest that failed).")
+@click.option("--add", "added", multiple=True, type=click.Path(path_type=Path),
+              help="Another file to include (repeatable).")
+@signing_key_option
+@runs_dir_option
+@json_option
+@handle_errors
+def rma_cmd(host: str, out: Path, run_id: str | None, added: tuple[Path, ...],
+            key_path: Path | None, runs_dir: Path, as_json: bool) -> None:
+    from nodecert.fleet import rma
+    from nodecert.provision.chain import signing_key
+
+    key, created = signing_key(key_path)
+    if created is not None:
+        echo(f"created signing key {created.private} (0600) and {created.public}", err=True)
+    b = rma.build(runs_dir, host, out, key, run=run_id, added=added)
+    if as_json:
+        emit_json({"file": str(b.path), "host": b.host, "run_id": b.run_id, "files": b.files})
+        return
+    echo(f"RMA bundle of {one_line(host)} (run {b.run_id}): {len(b.files)} file(s), signed "
+         f"-> {b.path}")
+
+
+_RMA_VERIFY_HELP = """Verify an RMA bundle offline: the manifest's signature and every file's
+sha256.
+
+\b
+Exit codes: 0 verified, 1 it does not verify (a changed, missing or extra file, a
+signature from a key not trusted), 2 bad input.
+
+\b
+Examples:
+  nodecert fleet rma-verify rma-gpu-07.tar.gz --pubkey integrator.pub
+"""
+
+
+@fleet.command("rma-verify", help=_RMA_VERIFY_HELP)
+@click.argument("bundle", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--pubkey", "pubkeys", multiple=True, required=True,
+              type=click.Path(path_type=Path, dir_okay=False),
+              help="A trusted signer's public key (repeatable).")
+@json_option
+@handle_errors
+def rma_verify_cmd(bundle: Path, pubkeys: tuple[Path, ...], as_json: bool) -> None:
+    from nodecert.fleet import rma
+
+    try:
+        manifest = rma.verify(bundle, trusted_keys(pubkeys))
+    except rma.RmaError as exc:
+        if as_json:
+            emit_json({"verified": False, "error": exc.render()})
+        else:
+            echo(f"NOT VERIFIED: {exc.render()}", err=True)
+        sys.exit(int(ExitCode.FAILED))
+    if as_json:
+        emit_json({"verified": True, **manifest})
+        return
+    echo(f"verified: RMA bundle of {one_line(str(manifest['host']))}, run "
+         f"{manifest['run_id']}, {len(manifest['files'])} file(s); failing: "
+         + ", ".join(manifest["failing"]) + (" (SIMULATED)" if manifest.get("simulated")
+                                              else ""))

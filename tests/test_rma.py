@@ -1,0 +1,110 @@
+"""The RMA evidence bundle of a failed node: what it holds, and that it verifies offline
+only as signed (a changed, missing or added byte fails it)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nodecert.certs.signing import init_key, load_private_key, load_public_key
+from nodecert.cli import main
+from nodecert.fleet import rma
+from support.runs import make_run, passing, recorded_results
+
+
+@pytest.fixture
+def failed(tmp_path: Path) -> tuple[Path, Path, Path]:
+    results = passing(recorded_results())
+    gpu = next(r for r in results if r["check"] == "health.gpu")
+    gpu.update(verdict="FAIL", summary="GPU 00000000:00:06.0: 2 uncorrectable ECC errors",
+               fault_code="NC-GPU-HEALTH")
+    results.append({"check": "bmc.sel", "verdict": "FAIL", "summary": "PSU 2 failure",
+                    "fault_code": "NC-BMC-SEL-CRITICAL",
+                    "value": {"entries": [{"message": "Power Supply PS2 Failure detected"}]}})
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    make_run(runs, {"gpu-07": {"results": results}})
+    kp = init_key(tmp_path / "keys")
+    return runs, kp.private, kp.public
+
+
+def _members(path: Path) -> dict[str, bytes]:
+    with tarfile.open(path, "r:gz") as tar:
+        return {m.name.split("/", 1)[1]: tar.extractfile(m).read()  # type: ignore[union-attr]
+                for m in tar}
+
+
+def test_the_bundle_holds_the_evidence_and_verifies(failed: tuple[Path, Path, Path],
+                                                     tmp_path: Path) -> None:
+    runs, key, pub = failed
+    bug = tmp_path / "nvidia-bug-report.log.gz"
+    bug.write_bytes(b"\x1f\x8bnot really")
+    b = rma.build(runs, "gpu-07", tmp_path / "rma.tar.gz", load_private_key(key), added=(bug,))
+    got = _members(b.path)
+    assert {"results.json", "failing.json", "kernel-log.txt", "bmc.json", "identity.json",
+            "history.json", "added/nvidia-bug-report.log.gz", "manifest.json",
+            "manifest.intoto.dsse.json"} <= set(got)
+    failing = json.loads(got["failing.json"])
+    assert [f["check"] for f in failing] == ["health.gpu", "bmc.sel"]
+    assert failing[0]["actions"]["chain"] == ["drain", "reset-gpu", "reboot", "field-diag",
+                                              "rma"]
+    assert json.loads(got["bmc.json"])[0]["summary"] == "PSU 2 failure"
+    ident = json.loads(got["identity.json"])
+    assert ident and "gpus" in json.dumps(ident)
+    # the recorded machine's kernel log: every kept line concerns the GPUs, PCIe or errors
+    lines = got["kernel-log.txt"].decode().splitlines()
+    assert lines and all(rma.KERNEL.search(line) for line in lines)
+    m = rma.verify(b.path, [load_public_key(pub)])
+    assert m["host"] == "gpu-07" and m["failing"] == ["health.gpu", "bmc.sel"]
+    assert m["not_collected"] == []
+
+
+def _rewrite(src: Path, dst: Path, change: dict[str, bytes | None]) -> None:
+    members = _members(src)
+    for name, data in change.items():
+        if data is None:
+            members.pop(name)
+        else:
+            members[name] = data
+    with tarfile.open(dst, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(f"rma-gpu-07/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"kernel-log.txt": b"nothing to see\n"}, "kernel-log.txt: changed"),
+    ({"bmc.json": None}, "bmc.json: missing"),
+    ({"extra.txt": b"x"}, "extra.txt: not in the signed manifest"),
+    ({"manifest.json": b"{}"}, "manifest.json: differs from the signed manifest"),
+])
+def test_any_change_fails_verification(failed: tuple[Path, Path, Path], tmp_path: Path,
+                                       change: dict[str, bytes | None], message: str) -> None:
+    runs, key, pub = failed
+    b = rma.build(runs, "gpu-07", tmp_path / "rma.tar.gz", load_private_key(key))
+    _rewrite(b.path, tmp_path / "bad.tar.gz", change)
+    with pytest.raises(rma.RmaError, match=message):
+        rma.verify(tmp_path / "bad.tar.gz", [load_public_key(pub)])
+
+
+def test_the_cli_refuses_a_healthy_node_and_another_signer(failed: tuple[Path, Path, Path],
+                                                           tmp_path: Path) -> None:
+    runs, key, _ = failed
+    cli = CliRunner()
+    out = tmp_path / "rma.tar.gz"
+    r = cli.invoke(main, ["fleet", "rma", "gpu-07", "--out", str(out), "--key", str(key),
+                          "--runs-dir", str(runs)])
+    assert r.exit_code == 0, r.output
+    other = init_key(tmp_path / "other")
+    r = cli.invoke(main, ["fleet", "rma-verify", str(out), "--pubkey", str(other.public)])
+    assert r.exit_code == 1 and "signature does not verify" in r.output
+    r = cli.invoke(main, ["fleet", "rma", "gpu-99", "--out", str(tmp_path / "x.tar.gz"),
+                          "--key", str(key), "--runs-dir", str(runs)])
+    assert r.exit_code == 2 and "has no failing run" in r.output
+    assert not (tmp_path / "x.tar.gz").exists()
