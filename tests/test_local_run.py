@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -302,3 +304,69 @@ def test_metrics_go_only_into_a_directory_this_user_owns_alone(
     textfile.chmod(0o755)
     monkeypatch.undo()
     assert local.write_metrics(record, str(textfile)) == str(textfile / "nodecert.prom")
+
+
+def _long_plan(node: SimNode, state: Path) -> None:
+    """A suite whose burn-in runs 30 s on the simulator (gpu_burn's engine)."""
+    plan = node.plan(["health.gpu", "load.burnin"], suite="standard")
+    plan["options"]["load"] = {**plan["options"].get("load", {}), "burnin_s": 30,
+                               "engine": "gpu_burn"}
+    (state / "plans" / "quick.json").write_text(json.dumps(plan))
+
+
+def _ours_left(pid: int) -> list[str]:
+    """Processes still running that were started under pid (by their environment mark)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                env = (p / "environ").read_bytes()
+            except OSError:
+                continue
+            if f"NODECERT_TEST_MARK={pid}".encode() in env:
+                out.append(p.name)
+    return out
+
+
+def test_an_idle_run_gives_way_to_a_gpu_job_within_seconds(tmp_path: Path) -> None:
+    node, state, prom = setup(tmp_path)
+    _long_plan(node, state)
+    real = node.bin / "nvidia-smi"
+    real.rename(node.bin / "nvidia-smi.sim")
+    job = tmp_path / "job-started"
+    real.write_text("#!/bin/sh\ncase \"$*\" in *query-compute-apps*) "
+                    f"[ -e {job} ] && echo '777, python3 train.py'; exit 0;; esac\n"
+                    f"exec {node.bin / 'nvidia-smi.sim'} \"$@\"\n")
+    real.chmod(0o755)
+    env = dict(node_env(node, state, prom), NODECERT_TEST_MARK=str(os.getpid()))
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "nodecert_node", "local-run", "--idle",
+                             "--idle-poll-s", "0.5"], env=env, cwd=VALIDATORS,
+                            stdout=subprocess.PIPE, text=True)
+    time.sleep(4)  # the burn-in is running
+    job.write_text("")
+    started = time.monotonic()
+    out, _ = proc.communicate(timeout=60)
+    gone = time.monotonic() - started
+    assert proc.returncode == 0, out
+    assert gone < 10 and time.monotonic() - t0 < 25  # not the burn-in's 30 s
+    assert out.startswith("nodecert: gave way to a GPU job that started: 777, python3 train.py")
+    rec = json.loads(next((state / "history").glob("*.json")).read_text())
+    assert rec["yielded"] is True and rec["results"] == []  # a cut run is no verdict
+    assert _ours_left(os.getpid()) == []
+
+
+def test_an_idle_run_stops_on_sigterm_and_leaves_nothing(tmp_path: Path) -> None:
+    node, state, prom = setup(tmp_path)
+    _long_plan(node, state)
+    env = dict(node_env(node, state, prom), NODECERT_TEST_MARK=str(os.getpid()))
+    proc = subprocess.Popen([sys.executable, "-m", "nodecert_node", "local-run", "--idle"],
+                            env=env, cwd=VALIDATORS, stdout=subprocess.PIPE, text=True)
+    time.sleep(4)
+    assert len(_ours_left(os.getpid())) > 1  # local-run and its burn-in
+    t = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert time.monotonic() - t < 10 and proc.returncode == 0, out
+    assert "gave way to the scheduler" in out
+    assert _ours_left(os.getpid()) == []

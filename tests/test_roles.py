@@ -98,14 +98,15 @@ def test_operator_values_stay_one_word_in_the_units_command_line(tmp_path: Path)
     out = _render("nodecert-revalidate.service.j2", {
         "validators_schedule_suite": "quick", "validators_schedule_history_keep": 30,
         "validators_schedule_textfile_dir": f"/var/lib/{HOSTILE}",
-        "validators_schedule_force": False, "validators_slurm_drain": True,
+        "validators_schedule_force": False, "validators_schedule_idle": True,
+        "validators_slurm_drain": True,
         "validators_slurm_resume": False, "validators_slurm_node": HOSTILE,
         "validators_schedule_timeout_s": 600})
     line = next(ln for ln in out.splitlines() if ln.startswith("ExecStart="))
     argv = [w.replace("%%", "%").replace("$$", "$") for w in shlex.split(line[10:])]
     assert argv[argv.index("--textfile-dir") + 1] == f"/var/lib/{HOSTILE}"
     assert argv[argv.index("--slurm-node") + 1] == HOSTILE
-    assert "--force" not in argv
+    assert "--force" not in argv and "--idle" in argv  # gives way to GPU jobs by default
     if shutil.which("systemd-analyze"):
         unit = tmp_path / "nc-quoting.service"
         unit.write_text(out)

@@ -27,14 +27,16 @@ import fcntl
 import io
 import json
 import os
+import signal
 import socket
 import stat
+import threading
 import time
 from typing import Any
 
 from nodecert_node import state, tools
 from nodecert_node.contract import Plan, all_figures, write_atomic
-from nodecert_node.runner import run_suite
+from nodecert_node.runner import run_suite, stop_current
 
 STATE = state.STATE
 TEXTFILE = os.environ.get("NODECERT_TEXTFILE_DIR", "/var/lib/prometheus/node-exporter")
@@ -314,6 +316,53 @@ def local_run(args: argparse.Namespace) -> int:
         return 0 if record["verdict"] in ("PASS", "WARN") else EXIT_FINDING
 
 
+def _pid_of(app: str) -> int | None:
+    head = app.split(",", 1)[0].strip()
+    return int(head) if head.isdigit() else None
+
+
+def foreign_gpu_users(timeout: float = 10) -> list[str]:
+    """GPU compute processes that are not this run's own (its checks' workers)."""
+    ours = set(tools.descendants(os.getpid())) | {os.getpid()}
+    return [u for u in gpu_users(timeout) if _pid_of(u) not in ours]
+
+
+class IdleGuard:
+    """While the run is on: give way to a GPU job (a compute process that is not ours
+    appears) and to the scheduler (SIGTERM: Slurm preempting or cancelling the job), by
+    stopping the running check and the suite within seconds."""
+
+    def __init__(self, poll_s: float) -> None:
+        self.stop = threading.Event()
+        self.current: dict[str, Any] = {"proc": None}
+        self.why = ""
+        self.poll_s = poll_s
+        self._done = threading.Event()
+
+    def give_way(self, why: str) -> None:
+        if not self.stop.is_set():
+            self.why = why
+            self.stop.set()
+            # Not in the signal handler's thread: stopping a check waits for it.
+            threading.Thread(target=stop_current, args=(self.current,), daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.poll_s):
+            users = foreign_gpu_users()
+            if users:
+                self.give_way(f"gave way to a GPU job that started: {users[0]}")
+                return
+
+    def __enter__(self) -> IdleGuard:
+        signal.signal(signal.SIGTERM, lambda signum, frame: self.give_way(
+            "gave way to the scheduler: the job was preempted or cancelled (SIGTERM)"))
+        threading.Thread(target=self._watch, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+
+
 def _run_into(record: dict[str, Any], args: argparse.Namespace) -> None:
     busy = [] if args.force else gpu_users()
     plan_path = state.plan_path(args.suite)
@@ -328,7 +377,15 @@ def _run_into(record: dict[str, Any], args: argparse.Namespace) -> None:
     with open(plan_path) as f:
         plan = Plan.from_dict(json.load(f))
     buf = io.StringIO()
-    run_suite(plan, buf, None)
+    if args.idle:
+        with IdleGuard(args.idle_poll_s) as guard:
+            run_suite(plan, buf, None, guard.stop, guard.current)
+        if guard.why:
+            # A run cut short is no verdict: skipped, as a run on busy GPUs is.
+            record.update(skipped=guard.why, yielded=True, verdict="PASS", results=[])
+            return
+    else:
+        run_suite(plan, buf, None)
     events = [json.loads(x) for x in buf.getvalue().splitlines() if x.strip()]
     record["results"] = [e["result"] for e in events if e["event"] == "result"]
     judged = [r for r in record["results"] if r.get("fault_code") != NOT_JUDGED]
@@ -343,6 +400,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--suite", default="quick")
     ap.add_argument("--reason", default="timer")
     ap.add_argument("--force", action="store_true", help="run even while GPUs are busy")
+    ap.add_argument("--idle", action="store_true",
+                    help="give way within seconds to a GPU job that starts or to SIGTERM")
+    ap.add_argument("--idle-poll-s", type=float, default=2.0,
+                    help="with --idle: how often to look for GPU jobs")
     ap.add_argument("--keep", type=int, default=30, help="history entries kept")
     ap.add_argument("--textfile-dir", default="", help="node_exporter textfile directory")
     ap.add_argument("--slurm-drain", action="store_true")

@@ -157,20 +157,30 @@ def _killpg(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def run_suite(plan: Plan, out: TextIO, stdin: TextIO | None) -> int:
+def stop_current(current: dict[str, Any]) -> None:
+    """Stop the check running now (its process group), if one is."""
+    p = current.get("proc")
+    if p is not None:
+        _killpg(p)
+
+
+def run_suite(plan: Plan, out: TextIO, stdin: TextIO | None,
+              stop: threading.Event | None = None,
+              current: dict[str, Any] | None = None) -> int:
+    """Run the plan's checks, one event line each. The run stops between checks when
+    `stop` is set (by the caller, or at EOF of `stdin`: the control side is gone); the
+    caller stops the running check itself through `current` (stop_current)."""
     sim = simulated(plan)
     adopt_orphans()
     emit(out, {"event": "hello", "version": __version__, "python": platform.python_version(),
                "host": platform.node(), "simulated": sim, "checks": list(plan.checks)})
-    current: dict[str, Any] = {"proc": None}
-    stop = threading.Event()
+    current = current if current is not None else {"proc": None}
+    stop = stop or threading.Event()
     if stdin is not None:
         def watch() -> None:
             stdin.read()  # returns at EOF: the control side is gone
             stop.set()
-            p = current.get("proc")
-            if p is not None:
-                _killpg(p)
+            stop_current(current)
         threading.Thread(target=watch, daemon=True).start()
     verdicts: list[Verdict] = []
     for name in plan.checks:

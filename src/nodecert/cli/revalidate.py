@@ -73,6 +73,7 @@ Examples:
   nodecert revalidate -i cluster.ini --via slurm --slurm-wait-s 7200
   nodecert revalidate -i lab.ini --baseline h200.baseline.json      # also against its peers
   nodecert revalidate -i lab.ini --after-repair --limit gpu-07     # after a GPU swap
+  nodecert revalidate -i cluster.ini --via slurm --idle --slurm-partition nodecert-idle
 """
 
 
@@ -104,6 +105,13 @@ Examples:
 @click.option("--slurm-wait-s", type=click.FloatRange(min=1), default=1800.0,
               show_default=True,
               help="With --via slurm: how long each job may wait for its node to be free.")
+@click.option("--idle", is_flag=True,
+              help="With --via slurm: idle checks that give way within seconds to a job "
+                   "(Slurm preemption, or a GPU process starting); run them in a "
+                   "low-priority preemptible partition (--slurm-partition).")
+@click.option("--slurm-partition", help="With --via slurm: the partition the jobs go to "
+              "(default: nodecert_cluster's).")
+@click.option("--slurm-reservation", help="With --via slurm: a reservation the site names.")
 @json_option
 @become_options
 @handle_errors
@@ -114,6 +122,7 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
                    threshold_items: tuple[str, ...], key_path: Path | None,
                    pubkeys: tuple[Path, ...], runs_dir: Path,
                    collect_reason: str | None, via: str, slurm_wait_s: float,
+                   idle: bool, slurm_partition: str | None, slurm_reservation: str | None,
                    as_json: bool, become_file: Path | None,
                    vault_file: Path | None) -> None:
     from nodecert.certs.signing import load_private_key, load_public_key
@@ -125,6 +134,10 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
     if via == "slurm" and collect_reason:
         raise click.UsageError("--via slurm runs the nodes' checks; --collect runs none: "
                                "give one of them")
+    if (idle or slurm_partition or slurm_reservation) and via != "slurm":
+        raise click.UsageError("--idle, --slurm-partition and --slurm-reservation go with "
+                               "--via slurm (without Slurm, the node's timer runs idle "
+                               "checks: validators_schedule_idle)")
     if after_repair and (collect_reason or via == "slurm"):
         raise click.UsageError("--after-repair re-tests over SSH (a drained node runs no "
                                "Slurm job): drop --collect / --via slurm")
@@ -150,7 +163,9 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
     rv = revalidate(RevalidateRequest(validation, key=key, trusted=trusted, baseline=baseline,
                                       collect_reason=collect_reason, via_slurm=via == "slurm",
                                       slurm_wait_s=slurm_wait_s, fleet_baseline=fleet_baseline,
-                                      after_repair=after_repair),
+                                      after_repair=after_repair, idle=idle,
+                                      slurm_partition=slurm_partition,
+                                      slurm_reservation=slurm_reservation),
                     progress=lambda line: echo(line, err=True))
     assert rv.cert is not None
     code = ExitCode.FAILED if rv.regressed or rv.repair_failed or not rv.cert.all_ready \

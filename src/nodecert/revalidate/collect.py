@@ -120,7 +120,9 @@ def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None)
         hr.status = "lost"
         hr.error = f"the node's run of {path} did not complete: " + str(
             rec.get("skipped") or rec.get("error") or "crashed")
-        hr.finish_missing(hr.error, "NC-NOT-RUN")
+        # An idle check that gave way to a job did what it must: not measured this time.
+        hr.finish_missing(hr.error + ("; not measured this time" if rec.get("yielded") else ""),
+                          "NC-IDLE-YIELDED" if rec.get("yielded") else "NC-NOT-RUN")
         return
     hr.status = "done"
     hr.finish_missing("the node's scheduled run did not report this check", "NC-NOT-REPORTED")

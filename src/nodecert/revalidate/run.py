@@ -129,6 +129,9 @@ class RevalidateRequest:
     collect_reason: str | None = None
     via_slurm: bool = False
     slurm_wait_s: float = 1800.0
+    idle: bool = False  # Slurm jobs that give way within seconds to preemption/GPU jobs
+    slurm_partition: str | None = None  # the idle checks' own (lowest-tier) partition
+    slurm_reservation: str | None = None  # or a reservation the site names
     fleet_baseline: Baseline | None = None  # also judge each node against its peers
     after_repair: bool = False  # re-test what failed, under load, and gate on it
 
@@ -144,9 +147,11 @@ def revalidate(request: RevalidateRequest, *,
     base = load_baseline(base_dir, request.trusted) if base_dir else {}
     failing: dict[str, tuple[str | None, list[str]]] = {}
     if request.via_slurm:
-        launch, engine_names = slurm_launcher(inventory, limit, become)
+        launch, engine_names = slurm_launcher(inventory, limit, become,
+                                              partition=request.slurm_partition,
+                                              reservation=request.slurm_reservation)
         sub = submit(launch, engine_names, suite=suite, start_within_s=request.slurm_wait_s,
-                     progress=progress)
+                     progress=progress, idle=request.idle)
         failures = {h: why for h in engine_names if (why := sub.failure(h))}
         run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
                       checks=checks, suite_file=v.suite_file, reason=SLURM_REASON,

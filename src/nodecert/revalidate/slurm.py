@@ -20,7 +20,7 @@ import re
 import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nodecert.cluster.hosts import cluster_hosts
@@ -53,6 +53,7 @@ _SUITE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 class Submission:
     """What the jobs did, per inventory host."""
     jobs: dict[str, JobResult]
+    idle: bool = False  # idle checks: a preempted job is expected, its record says so
 
     def failure(self, host: str) -> str | None:
         """Why the host's run cannot be trusted to have happened (None: its job ran).
@@ -68,11 +69,19 @@ class Submission:
             return (f"the Slurm job did not end within its limit ({res.job.timeout_s:.0f} s "
                     f"run, {res.job.start_within_s:.0f} s to start): cancelled; "
                     f"output: {_tail(res.output)}")
+        if self.idle and res.returncode not in (0, 1) and preempted(res.output):
+            return None  # the node's record says it gave way (collected as such)
         if res.returncode not in (0, 1):
             return (f"the Slurm job failed (exit {res.returncode}): {_tail(res.output)}"
                     + (f"; left running: {res.leftovers}" if any(res.leftovers.values())
                        else ""))
         return None
+
+
+def preempted(output: str) -> bool:
+    """srun's word that Slurm preempted or cancelled the job (its step was signalled)."""
+    return bool(re.search(r"DUE TO PREEMPTION|CANCELLED AT|Job step aborted|"
+                          r"task \d+: Terminated|Force Terminated", output))
 
 
 def _tail(text: str, n: int = 600) -> str:
@@ -93,25 +102,27 @@ def unschedulable(node: str, states: dict[str, str]) -> str | None:
             "over SSH (without --via slurm), or resume it in Slurm first")
 
 
-def job_script(suite: str) -> str:
-    """What each job runs on its node: the node's own scheduled run, as the timer does."""
+def job_script(suite: str, idle: bool = False) -> str:
+    """What each job runs on its node: the node's own scheduled run, as the timer does;
+    idle: one that gives way within seconds to SIGTERM (preemption) or a GPU job."""
     if not _SUITE.match(suite):
         raise InventoryError(f"suite {suite!r} is not a suite name", hint="--suite quick")
     return (f"cd {NODE_BASE}/current && PYTHONPATH=. exec /usr/bin/python3 -m nodecert_node "
-            f"local-run --suite {suite} --reason {REASON}")
+            f"local-run --suite {suite} --reason {REASON}" + (" --idle" if idle else ""))
 
 
 def jobs_for(hosts: dict[str, str], suite: str, token: str, run_s: float,
-             start_within_s: float) -> dict[str, Job]:
+             start_within_s: float, *, idle: bool = False) -> dict[str, Job]:
     """One named job per inventory host (hosts: inventory name -> Slurm's name). Pure."""
-    script = job_script(suite)
+    script = job_script(suite, idle)
     return {h: Job(f"nodecert-reval-{token}-{i}", (engine,), script, timeout_s=run_s,
                    start_within_s=start_within_s)
             for i, (h, engine) in enumerate(sorted(hosts.items()))}
 
 
 def slurm_launcher(inventory: Path, limit: tuple[str, ...] = (),
-                   become: BecomeSource | None = None) -> tuple[Launcher, dict[str, str]]:
+                   become: BecomeSource | None = None, *, partition: str | None = None,
+                   reservation: str | None = None) -> tuple[Launcher, dict[str, str]]:
     """The inventory's Slurm launch host and each host's Slurm name; InventoryError on
     bad input, before any connection."""
     specs = load_inventory(inventory)
@@ -125,6 +136,9 @@ def slurm_launcher(inventory: Path, limit: tuple[str, ...] = (),
                              "slurm (the cluster's Slurm and its launch host)",
                              hint="nodecert_cluster: {engine: slurm, launch_host: login01} "
                                   "in group_vars (docs/cluster.md)")
+    if partition or reservation:  # an idle check's own partition or reservation
+        cfg = replace(cfg, partition=partition or cfg.partition,
+                      reservation=reservation or cfg.reservation)
     hosts = cluster_hosts(inventory, names, hv_all, cfg, become)
     by_engine = {hosts.engine_names[n]: hosts.endpoints[n] for n in names}
     launch = launcher(cfg, hosts.launch, by_engine)
@@ -134,7 +148,7 @@ def slurm_launcher(inventory: Path, limit: tuple[str, ...] = (),
 
 def submit(launch: Launcher, engine_names: dict[str, str], *, suite: str = "quick",
            run_s: float | None = None, start_within_s: float = 1800.0,
-           progress: Callable[[str], None] | None = None) -> Submission:
+           progress: Callable[[str], None] | None = None, idle: bool = False) -> Submission:
     """Run every host's job (PARALLEL_JOBS at a time) and wait for them all.
 
     Nodes Slurm does not know, or cannot use, stop nothing: they are reported and not
@@ -147,7 +161,8 @@ def submit(launch: Launcher, engine_names: dict[str, str], *, suite: str = "quic
     states, error = launch.node_states(sorted(set(engine_names.values())))
     if error:
         raise NodecertError(error, hint="check Slurm on the launch host (sinfo)")
-    jobs = jobs_for(engine_names, suite, secrets.token_hex(3), limit_s, start_within_s)
+    jobs = jobs_for(engine_names, suite, secrets.token_hex(3), limit_s, start_within_s,
+                    idle=idle)
     results: dict[str, JobResult] = {}
     for host, engine in sorted(engine_names.items()):
         why = unschedulable(engine, states)
@@ -176,7 +191,7 @@ def submit(launch: Launcher, engine_names: dict[str, str], *, suite: str = "quic
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         launch.close()
-    return Submission(results)
+    return Submission(results, idle)
 
 
 __all__ = ["PARALLEL_JOBS", "REASON", "RUN_LIMIT_S", "Submission", "job_script", "jobs_for",
