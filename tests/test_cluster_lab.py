@@ -350,3 +350,66 @@ def test_fleet_revalidation_as_slurm_jobs(cluster_lab: Lab, tmp_path: Path) -> N
     assert "h2 is drain in Slurm" in h2["error"], h2["error"]
     assert "slurm: 2 job(s), one per node" in p.stderr
     nothing_left(cluster_lab)
+
+
+def test_an_idle_check_gives_way_to_a_real_slurm_job(cluster_lab: Lab, tmp_path: Path) -> None:
+    """A low-priority idle check in the preemptible partition, preempted by a user's job
+    on the same node: gone within seconds, nothing of it left running, the node's record
+    says it gave way (not measured), and the user's job runs."""
+    inv = str(cluster_lab.cfg.state / "inventory.ini")
+    suite = tmp_path / "idle-suite.yml"
+    # The storage test is the long check here (fio, four timed phases): what is stopped.
+    suite.write_text("schema: nodecert.suites/v1\nsuites:\n  quick:\n    description: idle "
+                     "checks\n    check_timeout_s: 300\n    storage: {size_mb: 64, runtime_s: "
+                     "10, checkpoint_mb: 64, iodepth: 4, numjobs: 1}\n"
+                     "    checks: [health.gpu, storage.fio]\n")
+    opts = ("--suite-file", str(suite), "--suite", "quick")
+    cluster_lab.ssh("h3", "mkdir -p -m 0750 /var/lib/nodecert")
+    p = nodecert("validate", "-i", inv, "--limit", "h3", *opts, "--runs-dir",
+                 str(tmp_path / "runs"), cwd=tmp_path)  # leaves the plan on the node
+    assert p.returncode == 0, p.stderr[-2000:]
+    kp = init_key(tmp_path / "keys")
+    reval = subprocess.Popen(
+        [sys.executable, "-m", "nodecert", "revalidate", "-i", inv, "--limit", "h3", "--via",
+         "slurm", "--idle", "--slurm-partition", "nodecert-idle", *opts, "--key",
+         str(kp.private), "--runs-dir", str(tmp_path / "runs"), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env=dict(os.environ, NO_COLOR="1"))
+    try:
+        running = "squeue -h -p nodecert-idle -t R -o %j"
+        deadline = time.monotonic() + 120
+        while "nodecert-reval" not in cluster_lab.ssh("h1", running).stdout:
+            assert time.monotonic() < deadline, "the idle check never started"
+            time.sleep(1)
+        time.sleep(5)  # its storage test is running on h3
+        assert "NODECERT_JOB" in cluster_lab.ssh(
+            "h3", "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | "
+                  "grep -a ^NODECERT_JOB= | head -1 || true").stdout
+        t0 = time.monotonic()
+        cluster_lab.ssh("h1", "sbatch -p gpu -w h3 --exclusive -J user-training "
+                              "--wrap 'sleep 60' >/dev/null")
+        while cluster_lab.ssh("h1", running).stdout.strip():
+            assert time.monotonic() - t0 < 30, "the idle check did not give way"
+            time.sleep(0.2)
+        gone = time.monotonic() - t0
+        left = cluster_lab.ssh("h3", "grep -l NODECERT_JOB= /proc/[0-9]*/environ 2>/dev/null "
+                                     "| grep -v self || true").stdout.strip()
+        user = cluster_lab.ssh("h1", "timeout 30 sh -c 'until squeue -h -n user-training -t R "
+                                     "| grep -q .; do sleep 0.5; done'; squeue -h -n "
+                                     "user-training -t R -o %N", timeout=60).stdout.strip()
+        out, err = reval.communicate(timeout=300)
+    finally:
+        if reval.poll() is None:
+            reval.kill()
+        cluster_lab.ssh("h1", "scancel -n user-training", check=False)
+    print(f"idle check gone {gone:.1f} s after the user's job was submitted")
+    assert gone < 10 and left == "" and user == "h3"
+    assert reval.returncode == 1, err[-3000:]
+    data = json.loads(out)
+    run = Path(data["run"])
+    h3 = json.loads((run / "h3" / "results.json").read_text())
+    assert "gave way to the scheduler" in h3["error"], h3["error"]
+    assert {r["fault_code"] for r in h3["results"] if r["check"] in ("health.gpu",
+                                                                     "storage.fio")} == {
+        "NC-IDLE-YIELDED"}
+    nothing_left(cluster_lab)

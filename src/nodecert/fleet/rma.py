@@ -32,6 +32,7 @@ from nodecert.certs.signing import (
 )
 from nodecert.core.errors import NodecertError
 from nodecert.fleet.repair import action
+from nodecert.runs.layout import CERT_SUFFIX, RESULTS
 from nodecert.runs.records import HostRecord, host_history
 
 PAYLOAD_TYPE = "application/vnd.nodecert.rma-manifest+json"
@@ -111,12 +112,12 @@ def build(runs_dir: Path, host: str, out: Path, key: PrivateKey, *, run: str | N
         hist.append({"run_id": h.run_id, "suite": h.suite, "verdict": h.verdict,
                      "started": h.started, "simulated": h.simulated,
                      "failing": [f"{r.get('check')}: {r.get('summary')}" for r in _bad(h)],
-                     "certificate": f"certificates/{h.run.run_id}.intoto.dsse.json"
+                     "certificate": f"certificates/{h.run.run_id}{CERT_SUFFIX}"
                      if cert.is_file() else None})
         if cert.is_file():
-            certs[f"certificates/{h.run.run_id}.intoto.dsse.json"] = cert.read_bytes()
+            certs[f"certificates/{h.run.run_id}{CERT_SUFFIX}"] = cert.read_bytes()
     files: dict[str, bytes] = {
-        "results.json": _json(rec.data),
+        RESULTS: _json(rec.data),
         "failing.json": _json([{**r, "actions": action(str(r.get("fault_code") or "")
                                                          ).as_dict()} for r in bad]),
         "kernel-log.txt": ("\n".join(kernel_lines(rec)) + "\n").encode(),

@@ -19,6 +19,7 @@ from nodecert.stack.manifest import find_stack
 from nodecert.validation.plan import framework_plan
 
 PARTITION = "gpu"
+IDLE_PARTITION = "nodecert-idle"  # idle checks: preempted by any job of PARTITION
 HEAD = "h1"
 SLURM_CONF = """# Written by `nodecert lab up --cluster`: the lab's Slurm cluster.
 ClusterName=nodecert-lab
@@ -49,7 +50,11 @@ MinJobAge=30
 # The hosts' GPUs are simulated: no gres, each host one CPU to Slurm (an exclusive job
 # owns the node).
 NodeName=h[1-{last}] CPUs=1 RealMemory=1 State=UNKNOWN
-PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+# Users' jobs preempt (cancel) idle checks: the idle partition's lower tier gives way.
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=10
+PartitionName={idle} Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL
 """
 
 
@@ -85,7 +90,8 @@ def prepare_host(cfg: LabConfig, root: Path, total: int) -> None:
     os.chown(dest, uid, gid)
     dest.chmod(0o400)
     (root / "etc/slurm/slurm.conf").write_text(
-        SLURM_CONF.format(head=HEAD, last=total, partition=PARTITION))
+        SLURM_CONF.format(head=HEAD, last=total, partition=PARTITION,
+                          idle=IDLE_PARTITION))
     wants = root / "etc/systemd/system/multi-user.target.wants"
     for unit in CLUSTER_UNITS:
         if unit == "slurmctld.service" and (root / "etc/hostname").read_text().strip() != HEAD:

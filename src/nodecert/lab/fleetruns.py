@@ -22,7 +22,7 @@ ORDER = ("PASS", "WARN", "FAIL", "ERROR")
 
 
 def write_run(runs_dir: Path, spec: FleetSpec, run: int, *, started: float,
-              checks: tuple[str, ...] = CHECKS) -> Path:
+              checks: tuple[str, ...] = CHECKS, gpus: int = 1) -> Path:
     """Run number `run` (1 first) of every node of the fleet, as runs_dir/<id>; returns the
     run directory. Unreachable and dropped nodes have no record, as in a real run."""
     rd = RunDir.new(runs_dir)
@@ -32,7 +32,7 @@ def write_run(runs_dir: Path, spec: FleetSpec, run: int, *, started: float,
         name = f"n{i:05d}"
         if kind in ("unreachable", "dropped"):
             continue
-        figures = NodeFigures(i, kind if kind in FIGURE_KINDS else "ok", spec.seed)
+        figures = NodeFigures(i, kind if kind in FIGURE_KINDS else "ok", spec.seed, gpus)
         results = [node_result(c, kind, recorded, 1.0, figures=figures, run=run) for c in checks]
         verdict = max((str(r["verdict"]) for r in results), key=ORDER.index)
         record = {"schema": SCHEMA, "host": name, "run_id": rd.run_id, "suite": "standard",

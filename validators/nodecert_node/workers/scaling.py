@@ -150,6 +150,9 @@ def _ddp(local: int, args: Any) -> None:
     if rank == 0:
         emit("result", world=world, nodes=args.nodes,
              **_summary([float(x) for x in t.cpu()], world * args.batch * args.seq))
+    # Every rank past its last collective before any tears down: a rank that closes its
+    # connections while a peer's transport still uses them makes gloo abort the peer.
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -206,13 +209,30 @@ def main(argv: Any = None) -> int:
             break
         except Exception as exc:  # NCCL/CUDA errors, a rank that died: report, exit non-zero
             text = f"{type(exc).__name__}: {exc}"
+            # Which rank dies first is a race: rank 0 failing to bind, or another rank
+            # that met a stranger at the port (aborted). The port still held by another
+            # program after the ranks are gone tells the two apart from a real failure.
             if own_port and attempt < 2 and ("address already in use" in text.lower()
-                                             or "EADDRINUSE" in text):
+                                             or "EADDRINUSE" in text
+                                             or _listening(args.master)):
                 continue
             emit("error", message=text[:2000])
             return 2
     emit("done")
     return 0
+
+
+def _listening(master: str) -> bool:
+    """Whether something listens at host:port now (SO_REUSEADDR: our own connections'
+    TIME_WAIT does not count, a listening socket does)."""
+    host, _, port = master.rpartition(":")
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, int(port)))
+        except OSError:
+            return True
+    return False
 
 
 if __name__ == "__main__":
