@@ -316,3 +316,59 @@ def test_a_record_with_a_fleet_fail_is_a_failing_record() -> None:
                                               for i in range(10)]), LIMITS)
     assert res.verdict == Verdict.FAIL
     assert with_results(rec, [res]).verdict == "FAIL"
+
+
+# --- cluster runs: each node's pairings -------------------------------------------------------
+
+def _cluster_run(root: Path, nodes: list[str], slow_rail: str | None = None) -> Path:
+    """A cluster run as `cluster validate` lays it out: its record (the pairings, each node
+    with two partners), and the nodes' own validation run under nodes/."""
+    run = root / "cluster-20261203-101500-a1b2c3"
+    pairs = []
+    for k, a in enumerate(nodes):
+        for b in (nodes[(k + 1) % len(nodes)], nodes[(k + 2) % len(nodes)]):
+            slow = slow_rail in (a, b)
+            pairs.append({"nodes": [a, b], "round": 1, "job": f"j{k}", "ok": True,
+                          "busbw": 46.0 + (k % 3) * 0.1 - (2.5 if slow else 0.0),
+                          "rails": {"mlx5_0": 390.0 + (k % 4) * 0.5 - (20 if slow else 0),
+                                    "mlx5_1": 391.0 + (k % 3) * 0.5},
+                          "rails_ok": {}, "problem": "", "error": ""})
+    pairs.append({"nodes": [nodes[0], nodes[1]], "error": "launch failed", "busbw": 1.0})
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"schema": "nodecert.cluster-run/v1",
+                                                  "verdict": "PASS", "pairs": pairs,
+                                                  "results": [], "culprits": []}))
+    inner = run / "nodes" / "20261203-101501-d4e5f6"
+    for n in nodes:
+        (inner / n).mkdir(parents=True)
+        (inner / n / "results.json").write_text(json.dumps(
+            {**_node(n).data, "schema": "nodecert.validation/v1", "started": 1.0}))
+    (inner / "validate.json").write_text("{}")
+    return run
+
+
+def test_a_cluster_runs_pairings_are_figures_of_each_node(tmp_path: Path) -> None:
+    from nodecert.fleet.judging import add_to_cluster_run, load_runs
+    from nodecert.fleet.samples import pair_samples
+    nodes = [f"c{i:02d}" for i in range(12)]
+    run = _cluster_run(tmp_path, nodes, slow_rail="c05")
+    records, extra = load_runs([run])
+    assert sorted(r.host for r in records) == nodes
+    got = {s.metric + (f"{{{s.label}}}" if s.label else ""): s.value for s in extra["c05"]}
+    assert set(got) == {"pair_busbw", "rail_gbps{rail=mlx5_0}", "rail_gbps{rail=mlx5_1}"}
+    # the failed pairing (busbw 1.0) gives no figure
+    assert all(s.value > 40 for ss in extra.values() for s in ss if s.metric == "pair_busbw")
+    assert pair_samples([{"nodes": ["a", "b"], "busbw": None, "rails": {"x": "fast"}}]) == {}
+    b = fb.build(records, extra=extra)
+    assert b.groups["NVIDIA H200"]["rail_gbps"].nodes == 12
+    data = json.loads((run / "results.json").read_text())
+    new = add_to_cluster_run(run, data, b)
+    fleet = next(r for r in new["results"] if r["check"] == "fleet.peers")
+    assert fleet["verdict"] == "FAIL" and "c05" in new["culprits"]
+    assert [f.split(" ")[0] for f in fleet["findings"]] == ["c05:"]  # its partners pass
+    assert "rail_gbps rail mlx5_0 " in fleet["findings"][0] \
+        or "pair_busbw " in fleet["findings"][0]
+    assert new["verdict"] == "FAIL"
+    saved = json.loads((run / "nodes" / "20261203-101501-d4e5f6" / "c05" /
+                        "results.json").read_text())
+    assert next(r for r in saved["results"] if r["check"] == "fleet.peers")["verdict"] == "FAIL"

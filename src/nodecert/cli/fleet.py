@@ -58,10 +58,9 @@ def pubkey_option(f: Any) -> Any:
         "(repeatable; default: the public half of the default signing key).")(f)
 
 
-def _records(runs: tuple[Path, ...]) -> list[Any]:
-    from nodecert.fleet.baseline import newest_per_host
-    from nodecert.runs.records import finished_run
-    return newest_per_host(rec for r in runs for rec in finished_run(r))
+def _records(runs: tuple[Path, ...]) -> tuple[list[Any], dict[str, Any]]:
+    from nodecert.fleet.judging import load_runs
+    return load_runs(runs)
 
 
 @click.group("fleet")
@@ -81,10 +80,11 @@ _BASELINE_HELP = """Build a fleet baseline from validation runs and sign it.
 
 Per GPU model and per figure (GEMM TFLOPS per GPU, all-reduce busbw, host<->GPU and
 GPU<->GPU copy bandwidth, the soak's plateau clocks, power and peak temperature,
-scaling, storage): the median and the robust spread (1.4826 x MAD) of the newest
-record of every host in the runs given. Hosts that FAILed or ERRORed are left out and
-listed. The file is a DSSE envelope signed with --key; its version is the digest of
-its figures.
+scaling, storage; from cluster runs also each node's pairings: two-node all-reduce
+and RDMA bandwidth per rail): the median and the robust spread (1.4826 x MAD) of the
+newest record of every host in the runs given (validation or cluster runs). Hosts
+that FAILed or ERRORed are left out and listed. The file is a DSSE envelope signed
+with --key; its version is the digest of its figures.
 
 \b
 Exit codes: 0 written, 2 bad input (no finished run, no figures, key).
@@ -107,7 +107,8 @@ def baseline_cmd(runs: tuple[Path, ...], out: Path, key_path: Path | None,
     from nodecert.fleet import baseline as fleet_baseline
     from nodecert.provision.chain import signing_key
 
-    b = fleet_baseline.build(_records(runs))
+    records, extra = _records(runs)
+    b = fleet_baseline.build(records, extra=extra)
     key, created = signing_key(key_path)
     if created is not None:
         echo(f"created signing key {created.private} (0600) and {created.public}", err=True)
@@ -167,8 +168,9 @@ def judge_cmd(runs: tuple[Path, ...], fleet_baseline: Path | None, pubkeys: tupl
     if fleet_baseline is None and no_trends:
         raise click.UsageError("nothing to judge: give --baseline, or drop --no-trends")
     b = read_baseline(fleet_baseline, pubkeys)
-    judged = judge_records(_records(runs), baseline=b,
-                           runs_dir=None if no_trends else runs_dir)
+    records, extra = _records(runs)
+    judged = judge_records(records, baseline=b, runs_dir=None if no_trends else runs_dir,
+                           extra=extra)
     failed = any(r.verdict >= Verdict.FAIL for rs in judged.values() for r in rs)
     if as_json:
         emit_json({"baseline": b.version if b else None,
@@ -210,11 +212,12 @@ def page_cmd(runs: tuple[Path, ...], fleet_baseline: Path | None, pubkeys: tuple
     from nodecert.fleet.page import FleetPage, render, summary
     from nodecert_node.contract import write_atomic
 
-    records = _records(runs)
+    records, extra = _records(runs)
     b = read_baseline(fleet_baseline, pubkeys)
     note = f"signed file {fleet_baseline}" if b else "built from these runs, unsigned"
-    b = b or fb.build(records)
-    page = FleetPage(records, b, note, judge_records(records, baseline=b, runs_dir=runs_dir))
+    b = b or fb.build(records, extra=extra)
+    page = FleetPage(records, b, note, judge_records(records, baseline=b, runs_dir=runs_dir,
+                                                     extra=extra), extra)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(str(out), render(page).encode())
     s = summary(page)
@@ -257,10 +260,10 @@ def export_cmd(runs: tuple[Path, ...], fleet_baseline: Path | None, pubkeys: tup
     from nodecert.fleet.export import export
     from nodecert.fleet.judging import judge_records, with_results
 
-    records = _records(runs)
+    records, extra = _records(runs)
     b = read_baseline(fleet_baseline, pubkeys)
     if b is not None:
-        judged = judge_records(records, baseline=b, runs_dir=runs_dir)
+        judged = judge_records(records, baseline=b, runs_dir=runs_dir, extra=extra)
         records = [with_results(r, judged.get(r.host, [])) for r in records]
     files = export(records, out)
     if as_json:

@@ -26,7 +26,7 @@ from nodecert.certs.signing import (
     verify_envelope,
 )
 from nodecert.fleet import stats
-from nodecert.fleet.samples import FleetDataError, gpu_model, samples
+from nodecert.fleet.samples import FleetDataError, Sample, gpu_model, samples
 from nodecert.runs.records import HostRecord
 from nodecert.runs.store import write_json
 
@@ -89,10 +89,11 @@ def newest_per_host(records: Iterable[HostRecord]) -> list[HostRecord]:
     return [best[h] for h in sorted(best)]
 
 
-def build(records: Iterable[HostRecord], *, now: dt.datetime | None = None) -> Baseline:
+def build(records: Iterable[HostRecord], *, now: dt.datetime | None = None,
+          extra: dict[str, list[Sample]] | None = None) -> Baseline:
     """The baseline of these hosts' newest records. A host that FAILed or ERRORed, or whose
     GPU model was not read, is left out (and listed why): a baseline is what healthy
-    peers measure."""
+    peers measure. extra: host -> figures from elsewhere (a cluster run's pairings)."""
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
     meta: dict[tuple[str, str], tuple[str, str]] = {}
     hosts_of: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -112,7 +113,7 @@ def build(records: Iterable[HostRecord], *, now: dt.datetime | None = None) -> B
         simulated = simulated or rec.simulated
         if rec.run_id:
             runs.add(rec.run_id)
-        for s in samples(rec.results):
+        for s in [*samples(rec.results), *(extra or {}).get(rec.host, [])]:
             key = (model, s.metric)
             values[key].append(s.value)
             meta[key] = (s.unit, s.better)

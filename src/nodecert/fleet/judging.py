@@ -8,17 +8,21 @@ the fleet thresholds existed takes them from the common profile.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from nodecert.fleet import peers, trends
-from nodecert.fleet.baseline import Baseline
+from nodecert.fleet.baseline import Baseline, newest_per_host
+from nodecert.fleet.samples import FleetDataError, Sample, pair_samples
 from nodecert.profiles import thresholds
-from nodecert.runs.layout import RESULTS, RunDir, runs_under
+from nodecert.runs.layout import RESULTS, RunDir, RunDirError, runs_under
 from nodecert.runs.records import (
     HostRecord,
+    finished_run,
     host_history,
     host_records,
+    read_cluster_record,
     read_host_record,
     recorded_plan,
 )
@@ -88,17 +92,38 @@ def add_to_run(run: ValidationRun, *, baseline: Baseline | None = None,
     return out
 
 
+def load_runs(paths: Iterable[Path]) -> tuple[list[HostRecord], dict[str, list[Sample]]]:
+    """The newest record of every host in these runs -- validation runs, or cluster runs
+    (their nodes' own records) -- and each cluster node's figures from its pairings."""
+    records: list[HostRecord] = []
+    extra: dict[str, list[Sample]] = {}
+    for path in paths:
+        if RunDir(path).cluster_results.is_file():
+            try:
+                data = read_cluster_record(path)
+            except RunDirError as exc:
+                raise FleetDataError(exc.what, hint=exc.hint) from exc
+            records += [rec for run in runs_under(path / "nodes") for rec in host_records(run)]
+            extra.update(pair_samples(list(data.get("pairs") or [])))
+        else:
+            records += finished_run(path)
+    return newest_per_host(records), extra
+
+
 def judge_records(records: list[HostRecord], *, baseline: Baseline | None,
-                  runs_dir: Path | None) -> dict[str, list[Result]]:
+                  runs_dir: Path | None,
+                  extra: dict[str, list[Sample]] | None = None) -> dict[str, list[Result]]:
     """fleet.peers and fleet.trend for saved records (read-only: nothing is written), each
-    judged with the thresholds its run recorded."""
+    judged with the thresholds its run recorded; extra: host -> figures from its cluster
+    run's pairings."""
     out: dict[str, list[Result]] = {}
     for rec in records:
         plan = recorded_plan(rec.run, rec.host)
         limits = fleet_limits(plan.limits() if plan else None)
         res: list[Result] = []
         if baseline is not None:
-            res.append(peers.judge(rec.results, baseline, limits, host=rec.host).with_(
+            res.append(peers.judge(rec.results, baseline, limits, host=rec.host,
+                                   extra=(extra or {}).get(rec.host, ())).with_(
                 simulated=rec.simulated or baseline.simulated))
         if runs_dir is not None:
             res.append(trends.judge(history_of(runs_dir, rec.host, current=rec.path),
@@ -126,9 +151,10 @@ def add_to_cluster_run(run_dir: Path, data: dict[str, Any],
     node beyond its peers; the cluster's verdict is the worse of its own and that one.
     The cluster record is saved again; returns it."""
     per_node: dict[str, Result] = {}
+    pairs = pair_samples(list(data.get("pairs") or []))
     for run in runs_under(run_dir / "nodes"):
         for rec in host_records(run):
-            res = judge_records([rec], baseline=baseline, runs_dir=None)[rec.host]
+            res = judge_records([rec], baseline=baseline, runs_dir=None, extra=pairs)[rec.host]
             per_node[rec.host] = res[0]
             write_json(rec.path, with_results(rec, res).data, compact=True)
     verdict = worst(r.verdict for r in per_node.values())
@@ -155,4 +181,4 @@ def add_to_cluster_run(run_dir: Path, data: dict[str, Any],
 
 
 __all__ = ["FLEET_KEYS", "add_to_cluster_run", "add_to_run", "fleet_limits", "history_of",
-           "host_results", "judge_records", "with_results"]
+           "host_results", "judge_records", "load_runs", "with_results"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from nodecert.certs.svgplot import escape, histogram
 from nodecert.fleet.baseline import Baseline
-from nodecert.fleet.samples import gpu_model, load_policy, policy_for, samples
+from nodecert.fleet.samples import Sample, gpu_model, load_policy, policy_for, samples
 from nodecert.runs.records import HostRecord
 from nodecert_node.contract import Result
 
@@ -33,6 +33,7 @@ class FleetPage:
     baseline: Baseline
     baseline_note: str  # where the baseline came from (a signed file, or these runs)
     judged: dict[str, list[Result]] = field(default_factory=dict)
+    extra: dict[str, list[Sample]] = field(default_factory=dict)  # from cluster pairings
 
 
 def _rows(page: FleetPage) -> tuple[list[list[str]], list[list[str]]]:
@@ -68,7 +69,7 @@ def render(page: FleetPage, *, now: dt.datetime | None = None) -> str:
     units: dict[tuple[str, str], str] = {}
     for rec in page.records:
         model = gpu_model(rec.results) or "unknown"
-        for s in samples(rec.results):
+        for s in [*samples(rec.results), *page.extra.get(rec.host, [])]:
             if policy_for(s.metric, policy) is None:
                 continue
             values[(model, s.metric)].append(s.value)

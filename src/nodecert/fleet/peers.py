@@ -10,12 +10,21 @@ with fewer than fleet.min_peers nodes is not judged, and the result says so.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from nodecert.fleet import stats
 from nodecert.fleet.baseline import Baseline
-from nodecert.fleet.samples import MetricPolicy, gpu_model, load_policy, policy_for, samples
+from nodecert.fleet.samples import (
+    MetricPolicy,
+    Sample,
+    gpu_model,
+    load_policy,
+    policy_for,
+    samples,
+    where,
+)
 from nodecert_node.contract import Limits, Result, Threshold, Verdict, worst
 
 CHECK = "fleet.peers"
@@ -37,10 +46,9 @@ class Outlier:
     source: str
 
     def message(self, peers: int) -> str:
-        where = f" {self.label.replace('gpu=', 'GPU').replace('pair=', 'GPU pair ')}" \
-            if self.label else ""
+        at = f" {where(self.label)}" if self.label else ""
         side = "below" if self.better == "higher" else "above"
-        return (f"{self.metric}{where} {self.value:g} {self.unit} is {abs(self.fraction):.1%} "
+        return (f"{self.metric}{at} {self.value:g} {self.unit} is {abs(self.fraction):.1%} "
                 f"{side} the fleet median {self.median:g} {self.unit} ({self.deviations:.1f} "
                 f"robust deviations; spread {self.sigma:.3g} {self.unit}, {peers} peer nodes)")
 
@@ -60,8 +68,10 @@ def _limit(limits: Limits, key: str) -> Threshold:
 
 
 def judge(results: list[dict[str, Any]], baseline: Baseline, limits: Limits, *,
-          host: str = "", policy: dict[str, MetricPolicy] | None = None) -> Result:
-    """fleet.peers for one node's results. Only figures the node measured are judged;
+          host: str = "", policy: dict[str, MetricPolicy] | None = None,
+          extra: Iterable[Sample] = ()) -> Result:
+    """fleet.peers for one node's results (and `extra` figures measured elsewhere: its
+    cluster pairings). Only figures the node measured are judged;
     a metric the baseline lacks, or whose group has too few peers, is listed as not judged."""
     policy = policy if policy is not None else load_policy()
     k_max, frac_min, peers_min = (_limit(limits, k) for k in KEYS)
@@ -82,7 +92,7 @@ def judge(results: list[dict[str, Any]], baseline: Baseline, limits: Limits, *,
     outliers: list[Outlier] = []
     judged: dict[str, int] = {}
     not_judged: dict[str, str] = {}
-    for s in samples(results):
+    for s in [*samples(results), *extra]:
         pol = policy_for(s.metric, policy)
         st = group.get(s.metric)
         if pol is None:

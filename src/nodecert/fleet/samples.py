@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,48 @@ def samples(results: list[dict[str, Any]]) -> list[Sample]:
     return out
 
 
+def _num(v: Any) -> float | None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok else None
+
+
+def where(label: str) -> str:
+    """A sample's label as a reader says it: "GPU3", "GPU pair 0-1", "rail mlx5_0"."""
+    key, _, value = label.partition("=")
+    return {"gpu": f"GPU{value}", "pair": f"GPU pair {value}"}.get(key, f"{key} {value}") \
+        if label else ""
+
+
+def pair_samples(pairs: list[dict[str, Any]]) -> dict[str, list[Sample]]:
+    """node -> its figures from a cluster run's pairings (each node meets two partners or
+    more): the median two-node all-reduce bus bandwidth of its pairs (`pair_busbw`) and,
+    per rail, the median RDMA write bandwidth (`rail_gbps{rail=DEV}`). A pairing that
+    failed to run gives no figure."""
+    busbw: dict[str, list[float]] = {}
+    rails: dict[tuple[str, str], list[float]] = {}
+    for p in pairs:
+        nodes = p.get("nodes")
+        if p.get("error") or not isinstance(nodes, list):
+            continue
+        bw = _num(p.get("busbw"))
+        raw = p.get("rails")
+        got: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        for n in map(str, nodes):
+            if bw is not None:
+                busbw.setdefault(n, []).append(bw)
+            for rail, g in got.items():
+                if _num(g) is not None:
+                    rails.setdefault((n, str(rail)), []).append(float(g))
+    out: dict[str, list[Sample]] = {}
+    for n, vs in busbw.items():
+        out.setdefault(n, []).append(Sample("pair_busbw", "", statistics.median(vs), "GB/s",
+                                            "higher"))
+    for (n, rail), vs in sorted(rails.items()):
+        out.setdefault(n, []).append(Sample("rail_gbps", f"rail={rail}",
+                                            statistics.median(vs), "Gb/s", "higher"))
+    return out
+
+
 def gpu_model(results: list[dict[str, Any]]) -> str | None:
     """The node's GPU model as hardware.inventory read it (None: not measured)."""
     for r in results:
@@ -101,6 +144,8 @@ __all__ = [
     "Sample",
     "gpu_model",
     "load_policy",
+    "pair_samples",
     "policy_for",
     "samples",
+    "where",
 ]

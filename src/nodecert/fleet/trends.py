@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from nodecert.fleet.samples import samples
+from nodecert.fleet.samples import samples, where
 from nodecert_node.contract import Limits, Result, Verdict
 
 CHECK = "fleet.trend"
@@ -37,13 +37,12 @@ class Trend:
         return self.values[-1] - self.values[0]
 
     def message(self) -> str:
-        where = f" {self.label.replace('gpu=', 'GPU').replace('pair=', 'GPU pair ')}" \
-            if self.label else ""
+        at = f" {where(self.label)}" if self.label else ""
         path = " -> ".join(f"{v:g}" for v in self.values)
         if self.unit in ("C", "errors"):
-            return (f"{self.metric}{where} rose at each of the last {len(self.values)} runs: "
+            return (f"{self.metric}{at} rose at each of the last {len(self.values)} runs: "
                     f"{path} {self.unit}")
-        return (f"{self.metric}{where} fell at each of the last {len(self.values)} runs: {path} "
+        return (f"{self.metric}{at} fell at each of the last {len(self.values)} runs: {path} "
                 f"{self.unit} ({abs(self.change) / self.values[0]:.1%} in all)")
 
     def as_dict(self) -> dict[str, Any]:
