@@ -92,6 +92,7 @@ def test_the_page_marks_outliers_and_trends_without_script(site: dict[str, Any])
     assert "<script" not in html.lower() and "http://" not in html.replace(
         'xmlns="http://www.w3.org/2000/svg"', "")
     assert html.count('class="outlier"') >= 3 and "SIMULATED" in html
+    assert html.count('data-plot="trend"') >= 3  # the wearing node's figures over its runs
 
 
 def test_node_text_on_the_page_is_escaped() -> None:

@@ -1,6 +1,7 @@
 """The fleet page: one self-contained HTML file (no script, no network asset) with each
 metric's distribution across the fleet, its outliers marked, the nodes judged outliers
-against the baseline, and the nodes whose figures got worse run after run.
+against the baseline, and the nodes whose figures got worse run after run (each such
+figure plotted over those runs).
 
 Everything shown from a node is escaped (it is untrusted text).
 """
@@ -12,12 +13,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodecert.certs.svgplot import escape, histogram
+from nodecert.certs.svgplot import escape, histogram, line_chart
 from nodecert.fleet.baseline import Baseline
-from nodecert.fleet.samples import Sample, gpu_model, load_policy, policy_for, samples
+from nodecert.fleet.samples import Sample, gpu_model, load_policy, policy_for, samples, where
 from nodecert.runs.records import HostRecord
 from nodecert_node.contract import Result
 
+MAX_TREND_PLOTS = 4  # per node: the table lists them all
 CSS = """body{font-family:sans-serif;margin:1.5em;max-width:1200px}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;
 text-align:left;font-size:13px;overflow-wrap:anywhere}.FAIL{color:#b00;font-weight:bold}
@@ -99,6 +101,16 @@ def render(page: FleetPage, *, now: dt.datetime | None = None) -> str:
     parts.append(f"<h2>Trends: worse at each of the last runs ({len(trends)})</h2>")
     parts.append(_table(["node", "metric", "GPU / pair", "figures, oldest first", "runs"],
                         trends))
+    for host, results in sorted(page.judged.items()):
+        for r in results:
+            v = r.value if isinstance(r.value, dict) and r.check == "fleet.trend" else {}
+            for t in (v.get("trends") or [])[:MAX_TREND_PLOTS]:
+                label = f" {where(str(t['label']))}" if t["label"] else ""
+                parts.append(line_chart(
+                    f"{host}: {t['metric']}{label}, last runs",
+                    [(str(t["metric"]), [(float(k + 1), float(x))
+                                          for k, x in enumerate(t["values"])])],
+                    xlabel="run (oldest first)", ylabel=str(t["unit"]), kind="trend"))
     parts.append("<h2>Distributions</h2>")
     for (model, metric), vs in sorted(values.items()):
         st = b.groups.get(model, {}).get(metric)
