@@ -413,3 +413,65 @@ def test_an_idle_check_gives_way_to_a_real_slurm_job(cluster_lab: Lab, tmp_path:
                                                                      "storage.fio")} == {
         "NC-IDLE-YIELDED"}
     nothing_left(cluster_lab)
+
+
+def test_the_repair_gate_keeps_a_node_drained_until_the_loaded_retest_passes(
+        cluster_lab: Lab, tmp_path: Path) -> None:
+    """A node drained for an Xid, "rebooted": the Xid is gone but NCCL inside the node is
+    slow; --after-repair keeps it drained (real Slurm) until the loaded re-test passes,
+    then resumes it."""
+    inv = str(cluster_lab.cfg.state / "inventory.ini")
+    opts = site_suite(tmp_path, "hardware.inventory", "health.gpu", "health.xid",
+                      "fabric.nccl_allreduce")
+    runs = str(tmp_path / "runs")
+    kp = init_key(tmp_path / "keys")
+    cluster_lab.ssh("h2", "mkdir -p -m 0750 /var/lib/nodecert")
+
+    def slurm_node() -> str:
+        return cluster_lab.ssh("h1", "scontrol show node h2").stdout
+
+    def after_repair() -> tuple[int, dict[str, Any], str]:
+        p = nodecert("revalidate", "-i", inv, "--limit", "h2", "--after-repair", *opts,
+                     "--key", str(kp.private), "--runs-dir", runs, "--json", cwd=tmp_path)
+        return p.returncode, json.loads(p.stdout) if p.stdout.startswith("{") else {}, p.stderr
+
+    faults(cluster_lab, tmp_path, "{host: h2, kind: xid, gpu: 1, code: 79}")
+    try:
+        p = nodecert("validate", "-i", inv, "--limit", "h2", *opts, "--runs-dir", runs,
+                     cwd=tmp_path)
+    finally:
+        faults(cluster_lab, tmp_path)
+    assert p.returncode == 1, p.stderr[-2000:]
+    # drained for it, as nodecert's health check drains a node
+    cluster_lab.ssh("h1", "scontrol update NodeName=h2 State=DRAIN "
+                          "Reason='nodecert: health.xid FAIL'")
+    try:
+        faults(cluster_lab, tmp_path, "{host: h2, kind: busbw_low, factor: 0.5}")
+        try:
+            rc, data, err = after_repair()
+        finally:
+            faults(cluster_lab, tmp_path)
+        assert rc == 1, err[-3000:]
+        gate = data["repair"]["h2"]
+        assert gate["verdict"] == "FAIL", gate
+        assert gate["findings"][0].startswith("fabric.nccl_allreduce FAIL"), gate
+        assert gate["value"]["failing_before"] == ["health.xid"]
+        assert gate["value"]["slurm"] == "kept drained"
+        node = slurm_node()
+        assert re.search(r"State=\S*DRAIN", node), node
+        assert "Reason=nodecert: repair re-test failed: fabric.nccl_allreduce FAIL" in node
+        assert {c["host"]: c["verdict"] for c in data["certificates"]["nodes"]} == {
+            "h2": "NOT READY"}
+        # repaired for real: the loaded re-test passes and the node returns to service
+        rc, data, err = after_repair()
+        assert rc == 0, err[-3000:]
+        gate = data["repair"]["h2"]
+        assert gate["verdict"] == "PASS" and gate["value"]["slurm"] == "resumed", gate
+        assert gate["value"]["failing_before"] == ["fabric.nccl_allreduce"]
+        node = slurm_node()
+        assert "DRAIN" not in node and "Reason=" not in node, node
+        assert {c["host"]: c["verdict"] for c in data["certificates"]["nodes"]} == {
+            "h2": "READY"}
+    finally:
+        cluster_lab.ssh("h1", "scontrol update NodeName=h2 State=RESUME", check=False)
+    nothing_left(cluster_lab)

@@ -64,6 +64,16 @@ def test_retest_checks_are_the_loaded_ones_and_those_that_failed() -> None:
                    "fabric.nccl_allreduce", "load.burnin")
 
 
+def test_what_failed_before_is_read_from_the_newest_run_without_the_gate(tmp_path: Path) -> None:
+    from support.runs import make_run, passing, recorded_results
+    results = passing(recorded_results())
+    next(r for r in results if r["check"] == "health.xid").update(verdict="FAIL")
+    results.append({"check": "repair.retest", "verdict": "FAIL", "summary": "not proven"})
+    make_run(tmp_path, {"gpu-07": {"results": results}})
+    assert repair.failing_before(tmp_path, "gpu-07") == ("test-run", ["health.xid"])
+    assert repair.failing_before(tmp_path, "gpu-99") == (None, [])
+
+
 class FakeSlurm:
     """scontrol on a launch host: `-o show node` in Slurm's one-line form, `update`."""
 
