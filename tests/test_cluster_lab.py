@@ -381,7 +381,9 @@ def test_an_idle_check_gives_way_to_a_real_slurm_job(cluster_lab: Lab, tmp_path:
         while "nodecert-reval" not in cluster_lab.ssh("h1", running).stdout:
             assert time.monotonic() < deadline, "the idle check never started"
             time.sleep(1)
-        time.sleep(5)  # its storage test is running on h3
+        while not cluster_lab.ssh("h3", "pgrep -x fio || true").stdout.strip():
+            assert time.monotonic() < deadline, "the idle check's storage test never ran"
+            time.sleep(0.5)  # polled until its storage test is running on h3
         assert "NODECERT_JOB" in cluster_lab.ssh(
             "h3", "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | "
                   "grep -a ^NODECERT_JOB= | head -1 || true").stdout

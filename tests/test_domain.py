@@ -218,3 +218,12 @@ def test_each_gpu_s_vbios_is_read_from_text_and_xml() -> None:
     assert [g["vbios"] for g in gpus] == ["92.00.9E.00.02"] * len(gpus) and len(gpus) == 4
     _, gpus = parse_q_xml((base / "gb200-4gpu-p6e-arm64-580.173.02-q-x-v13.xml").read_text())
     assert {g["vbios"] for g in gpus} == {"97.00.B9.00.69"} and len(gpus) == 4
+
+
+def test_a_domain_state_cut_short_is_refused_not_judged() -> None:
+    """"Domain State: U" (cut inside "UP") is not a state the domain is in."""
+    text = IMEX_NEW.read_text()
+    cut = text.rstrip("\n")[:-1]  # ... "Domain State: U"
+    with pytest.raises(ParseError, match="ends inside its last line"):
+        parse_imex_status(cut)
+    assert parse_imex_status(text)["domain_state"] == "UP"

@@ -4,8 +4,6 @@ each node's fate as its kind says, progress readable (alarms, a summary, per-hos
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -21,33 +19,15 @@ from nodecert.validation import session as nodesession
 from nodecert.validation.progress import RunProgress, Snapshot
 from nodecert.validation.run import ValidateRequest, validate
 from nodecert.validation.session import NodeSessions
+from support.emulated import emulated_fleet
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    work = tmp_path_factory.mktemp("fleet")
-    # Its own loopback range and a port free now: another emulator (a benchmark, a
-    # second test worker) may be serving 127.42.0.0/16.
-    with socket.socket() as s:
-        s.bind(("127.43.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nodecert.lab.fleet", "--nodes", "40", "--dir", str(work),
-         "--net", "43", "--port", str(port),
-         "--slow", "2", "--failing", "2", "--dropped", "2", "--unreachable", "2",
-         "--time-scale", "0.02", "--seed", "7"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    # The emulator prints one line once every node listens (or dies with its error).
-    timer = threading.Timer(120, proc.kill)
-    timer.start()
-    ready = proc.stdout.readline()
-    timer.cancel()
-    assert ready.strip() == "ready 38", ready
-    yield work
-    assert proc.stdin is not None
-    proc.stdin.close()
-    assert proc.wait(timeout=60) == 0
+    with emulated_fleet(tmp_path_factory.mktemp("fleet"), 43, 40, "--slow", "2",
+                        "--failing", "2", "--dropped", "2", "--unreachable", "2",
+                        "--time-scale", "0.02", "--seed", "7", listening=38) as work:
+        yield work
 
 
 @pytest.mark.integration

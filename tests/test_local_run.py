@@ -314,6 +314,19 @@ def _long_plan(node: SimNode, state: Path) -> None:
     (state / "plans" / "quick.json").write_text(json.dumps(plan))
 
 
+def _burning(pid: int, limit_s: float = 60) -> None:
+    """Wait until the run's burn-in (gpu_burn) is running: polled, never a fixed sleep."""
+    deadline = time.monotonic() + limit_s
+    def cmdline(p: str) -> bytes:
+        try:
+            return (Path("/proc") / p / "cmdline").read_bytes()
+        except OSError:  # it ended meanwhile
+            return b""
+    while not any(b"gpu_burn" in cmdline(p) for p in _ours_left(pid)):
+        assert time.monotonic() < deadline, "the burn-in never started"
+        time.sleep(0.1)
+
+
 def _ours_left(pid: int) -> list[str]:
     """Processes still running that were started under pid (by their environment mark)."""
     out = []
@@ -343,7 +356,7 @@ def test_an_idle_run_gives_way_to_a_gpu_job_within_seconds(tmp_path: Path) -> No
     proc = subprocess.Popen([sys.executable, "-m", "nodecert_node", "local-run", "--idle",
                              "--idle-poll-s", "0.5"], env=env, cwd=VALIDATORS,
                             stdout=subprocess.PIPE, text=True)
-    time.sleep(4)  # the burn-in is running
+    _burning(os.getpid())
     job.write_text("")
     started = time.monotonic()
     out, _ = proc.communicate(timeout=60)
@@ -362,7 +375,7 @@ def test_an_idle_run_stops_on_sigterm_and_leaves_nothing(tmp_path: Path) -> None
     env = dict(node_env(node, state, prom), NODECERT_TEST_MARK=str(os.getpid()))
     proc = subprocess.Popen([sys.executable, "-m", "nodecert_node", "local-run", "--idle"],
                             env=env, cwd=VALIDATORS, stdout=subprocess.PIPE, text=True)
-    time.sleep(4)
+    _burning(os.getpid())
     assert len(_ours_left(os.getpid())) > 1  # local-run and its burn-in
     t = time.monotonic()
     proc.send_signal(signal.SIGTERM)

@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +17,7 @@ from nodecert.certs.signing import init_key
 from nodecert.cli import main
 from nodecert.revalidate import repair
 from nodecert_node.contract import Result, Verdict
+from support.emulated import emulated_fleet
 
 PLANNED = ("hardware.inventory", "health.gpu", "health.xid", "load.burnin",
            "fabric.nccl_allreduce")
@@ -128,26 +125,10 @@ def test_a_failing_gate_drains_or_keeps_drained_and_says_why() -> None:
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    work = tmp_path_factory.mktemp("repairfleet")
-    with socket.socket() as s:
-        s.bind(("127.44.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nodecert.lab.fleet", "--nodes", "12", "--dir", str(work),
-         "--net", "44", "--port", str(port), "--weak", "1", "--repaired", "1",
-         "--time-scale", "0.01", "--seed", "5"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    timer = threading.Timer(120, proc.kill)
-    timer.start()
-    ready = proc.stdout.readline()
-    timer.cancel()
-    assert ready.strip() == "ready 12", ready
-    kinds = json.loads((work / "kinds.json").read_text())
-    yield {"dir": work, "kinds": kinds, "key": init_key(work / "keys")}
-    assert proc.stdin is not None
-    proc.stdin.close()
-    assert proc.wait(timeout=60) == 0
+    with emulated_fleet(tmp_path_factory.mktemp("repairfleet"), 44, 12, "--weak", "1",
+                        "--repaired", "1", "--time-scale", "0.01", "--seed", "5") as work:
+        kinds = json.loads((work / "kinds.json").read_text())
+        yield {"dir": work, "kinds": kinds, "key": init_key(work / "keys")}
 
 
 @pytest.mark.integration

@@ -494,3 +494,20 @@ def test_property_fio_lines_left_out_read_as_absent_never_zero(drop: set[int]) -
             for key, value in job[side].items():
                 # a figure is what the full output says, or absent: never a made-up 0
                 assert value is None or value == whole[side][key], (side, key, value)
+
+
+def test_lifetime_corrected_ecc_and_idle_temperature_from_real_q_outputs() -> None:
+    """The figures trends are read from: a real A40's lifetime count where the volatile one
+    is 0 (the driver was reloaded), an A100's 353, and absent (a `-d PAGE_RETIREMENT`
+    output has no ECC or temperature section) as None, never 0."""
+    from nodecert_node.parse import smi
+    _, a40 = smi.parse_q((REAL / "nvidia-smi" / "a40-10gpu-550.127.05-q.txt").read_text())
+    assert (a40[0]["ecc_aggregate_correctable"], a40[0]["ecc_volatile_correctable"],
+            a40[0]["temp_gpu"]) == (10, 0, 29)
+    _, a100 = smi.parse_q((REAL / "nvidia-smi" / "a100-sxm4-80gb-4gpu-555.42.02-q.txt")
+                          .read_text())
+    assert a100[1]["ecc_aggregate_correctable"] == 353
+    _, azure = smi.parse_q((REAL / "nvidia-smi" / "azure-8gpu-535.86.10-q-d-page-retirement.txt")
+                           .read_text())
+    assert {g["ecc_aggregate_correctable"] for g in azure} == {None}
+    assert {g["temp_gpu"] for g in azure} == {None}

@@ -197,8 +197,7 @@ def export(recs: list[HostRecord], out: Path, *, now: dt.datetime | None = None)
             p = out / sub / f"{name}.json"
             write_json(p, data)
             written.append(p)
-    write_json(out / "npd" / "nodecert-monitor.json", NPD_MONITOR)
-    (out / "npd").mkdir(parents=True, exist_ok=True)
+    write_json(out / "npd" / "nodecert-monitor.json", NPD_MONITOR)  # makes npd/ too
     write_atomic(str(out / "npd" / "nodecert-npd-check"),
                  (OBSERVABILITY / "nodecert-npd-check").read_bytes(), mode=0o755)
     (out / "prometheus").mkdir(parents=True, exist_ok=True)

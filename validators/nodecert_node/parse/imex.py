@@ -4,7 +4,7 @@ Two layouts are known: R570.172 and later (`Node #N   - <address> - READY   - Ve
 `!V!`/`!M!` in the legend, 4-character matrix columns, a blank line before `Domain
 State`) and the older 570.00 one (no Version column, 3-character columns). A line the
 format does not know is kept in `unknown`, never read as a node; text without the
-`Domain State` line is truncated and refused.
+`Domain State` line, or ending inside it (no final newline), is truncated and refused.
 """
 
 from __future__ import annotations
@@ -85,6 +85,11 @@ def parse_imex_status(text: str) -> dict[str, Any]:
     if r.state is None:
         raise ParseError("no 'Domain State:' line: not nvidia-imex-ctl -N output, or "
                          "truncated")
+    last = text.rstrip("\r\n").rsplit("\n", 1)[-1].strip()
+    if last.startswith("Domain State:") and not text.endswith("\n"):
+        # The tool ends its output with a newline: without it the state may be cut
+        # ("U" of "UP"), and a cut state would be judged as a state the domain is in.
+        raise ParseError(f"the output ends inside its last line ({last!r}): truncated")
     if not r.nodes:
         raise ParseError("no 'Node #N - address - STATE' lines: the domain lists no node")
     indexes = [n["index"] for n in r.nodes]
