@@ -20,7 +20,7 @@ from nodecert.certs.signing import init_key, load_private_key, load_public_key
 from nodecert.certs.verify import verify_report
 from nodecert.cli import main
 from nodecert.cluster import pairing as clusterplan
-from nodecert.cluster.jobs import Job, JobResult, MpirunLauncher, SlurmLauncher, demux
+from nodecert.cluster.jobs import Job, JobResult, MpirunLauncher, SlurmLauncher
 from nodecert.cluster.judge import (
     RAIL_MARK,
     expectation,
@@ -28,6 +28,7 @@ from nodecert.cluster.judge import (
     read_allreduce,
     read_rails,
 )
+from nodecert.cluster.output import demux
 from nodecert.cluster.run import ClusterRun
 from nodecert.inventory.cluster import ClusterConfig, parse_cluster
 from nodecert_node.contract import Threshold
@@ -169,10 +170,19 @@ def test_after_ctrl_c_no_job_starts_and_a_cancel_waits_for_slurm_to_drop_it() ->
     late = sl.run(Job("nodecert-x-pair-7", ("h1", "h2"), "true", {}, 30))
     assert late.error == "not started: the run was interrupted" and not late.ok
     assert not any("srun" in c for c in sl.sent)  # nothing reached the engine
-    sl.cancel(Job("nodecert-x-pair-8", ("h1",), "true", {}, 30))
+    sl.cancel(Job("nodecert-x-pair-8", ("h1",), "true", {}, 30),
+              Job("nodecert-x-pair-9", ("h2",), "true", {}, 30))
     loop = sl.sent[-1]
-    assert loop.startswith("scancel --name=nodecert-x-pair-8; for i in $(seq 1 20); do ")
-    assert "squeue -h --name=nodecert-x-pair-8 -t PD,CF,R,S | grep -q . || exit 0" in loop
+    both = "scancel --name=nodecert-x-pair-8; scancel --name=nodecert-x-pair-9"
+    assert loop.startswith(both + "; quiet=0; for i in $(seq 1 30); do ")
+    # Done only once neither has been listed for 4 looks in a row, cancelled again
+    # each time one is.
+    assert ("if squeue -h --name=nodecert-x-pair-8,nodecert-x-pair-9 -t PD,CF,R,S | "
+            f"grep -q .; then quiet=0; {both}; else quiet=$((quiet+1)); "
+            "[ $quiet -ge 4 ] && exit 0; fi") in loop
+    sent = len(sl.sent)
+    sl.cancel()
+    assert len(sl.sent) == sent  # nothing to cancel: nothing sent
 
 
 # --- the whole run against a fabric model ------------------------------------------------------
@@ -447,7 +457,7 @@ def test_the_lab_collectives_print_nccl_tests_tables(tmp_path: Path) -> None:
 
 
 def test_openmpi_lines_split_across_its_chunks_are_joined_again() -> None:
-    from nodecert.cluster.jobs import demux
+    from nodecert.cluster.output import demux
     from nodecert_node.parse.fio import parse_fio
     text = (REPO / "tests" / "fixtures" / "recorded" / "mpirun" /
             "openmpi-4.1-tag-output-fio-json-4-ranks-split-lines.txt").read_text()
@@ -545,8 +555,8 @@ def test_a_job_whose_port_is_taken_stops_before_it_starts(tmp_path: Path) -> Non
     import socket
     import subprocess
 
-    from nodecert.cluster.jobs import PORT_BUSY_RC, port_busy
     from nodecert.cluster.judge import pair_script, prelude
+    from nodecert.cluster.output import PORT_BUSY_RC, port_busy
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -570,7 +580,7 @@ def test_a_job_whose_port_is_taken_stops_before_it_starts(tmp_path: Path) -> Non
 
 
 def test_a_taken_port_is_the_jobs_error_and_blames_no_node(tmp_path: Path) -> None:
-    from nodecert.cluster.jobs import PORT_BUSY_MARK
+    from nodecert.cluster.output import PORT_BUSY_MARK
 
     class Taken(ModelLauncher):
         def run(self, job: Job) -> JobResult:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nodecert.cluster.jobs import demux
+from nodecert.cluster.output import demux
 from nodecert.cluster.storage import PREP, READ, judge, read_rates, script
 from nodecert.inventory.sharedfs import parse_shared_fs
 from nodecert_node import sharedfs

@@ -17,11 +17,14 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import paramiko
 
+from nodecert.cluster.output import demux
+from nodecert.cluster.tether import sweep_script, tethered
 from nodecert.core.errors import NodecertError
 from nodecert.core.textsafe import clean
 from nodecert.inventory.cluster import ClusterConfig
@@ -62,57 +65,6 @@ class JobResult:
         return self.returncode == 0 and not self.timed_out and not self.error
 
 
-_SLURM_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
-# OpenMPI tags every chunk of output it forwards, not every line: where a chunk ended
-# mid-line, the line goes on after another tag on the same printed line (of that rank,
-# or of another whose chunk came in between).
-_MPI_TAG = re.compile(r"\[\d+,(\d+)\]<std(?:out|err)>:")
-
-
-# What a job's first rank prints (and exits 97 with) when a port the job was given is
-# already taken on its node: the job did not measure anything (ERROR), nobody is blamed.
-PORT_BUSY_MARK = "=== nodecert port in use "
-PORT_BUSY_RC = 97
-
-
-def port_busy(output: str) -> str | None:
-    """The port a job's output says was taken, or None."""
-    for line in output.splitlines():
-        at = line.find(PORT_BUSY_MARK)
-        if at >= 0:
-            port = line[at + len(PORT_BUSY_MARK):].split()[:1]
-            return port[0] if port and port[0].isdigit() else "?"
-    return None
-
-
-def demux(output: str) -> dict[int | None, str]:
-    """The output of each task (srun --label, mpirun --tag-output); lines of the launcher
-    itself under None."""
-    out: dict[int | None, list[str]] = {}
-    partial: dict[int, str] = {}  # rank -> its line so far, where a chunk ended mid-line
-    for line in output.splitlines():
-        tags = list(_MPI_TAG.finditer(line))
-        if tags and tags[0].start() == 0:
-            for k, tag in enumerate(tags):
-                rank = int(tag.group(1))
-                end = tags[k + 1].start() if k + 1 < len(tags) else len(line)
-                text = line[tag.end():end]
-                if rank not in partial and text.startswith(" "):
-                    text = text[1:]  # "[1,0]<stdout>: text": the separator, not the text
-                text = partial.pop(rank, "") + text
-                if k + 1 < len(tags):
-                    partial[rank] = text
-                else:
-                    out.setdefault(rank, []).append(text)
-            continue
-        m = _SLURM_LABEL.match(line)
-        key = int(m.group(1)) if m else None
-        out.setdefault(key, []).append(m.group(2) if m else line)
-    for rank, text in partial.items():  # the output ended mid-line
-        out.setdefault(rank, []).append(text)
-    return {k: "\n".join(v) + "\n" for k, v in out.items()}
-
-
 def _env_prefix(job: Job) -> str:
     env = {"NODECERT_JOB": job.name, **job.env}
     return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
@@ -140,6 +92,7 @@ class Launcher:
         # Admission: a job is either registered before an interrupt looks (and is
         # cancelled by it) or sees the interrupt and never starts.
         self._admit = threading.Lock()
+        self._interrupted: list[Job] = []  # the jobs running when the run was interrupted
 
     # --- the connection --------------------------------------------------------------
     def _channel(self) -> paramiko.Channel:
@@ -199,8 +152,8 @@ class Launcher:
     def command(self, job: Job) -> str:
         raise NotImplementedError
 
-    def cancel(self, job: Job) -> None:
-        """Ask the engine to end the job (a no-op where ending the launcher ends it)."""
+    def cancel(self, *jobs: Job) -> None:
+        """Ask the engine to end the jobs (a no-op where ending the launcher ends it)."""
 
     def preflight(self, nodes: Sequence[str]) -> list[str]:
         """Problems that stop the run before any job (empty: none)."""
@@ -223,7 +176,8 @@ class Launcher:
                                  error="not started: the run was interrupted")
             self._running[job.name] = job
         try:
-            rc, out, timed_out = self.remote(cmd, self.limit_s(job) + KILL_GRACE_S + 15)
+            rc, out, timed_out = self.remote(tethered(job.name, cmd),
+                                             self.limit_s(job) + KILL_GRACE_S + 15)
         except NodecertError as exc:
             return JobResult(job, cmd, None, "", time.monotonic() - t0, error=exc.what)
         except (paramiko.SSHException, OSError) as exc:
@@ -239,25 +193,33 @@ class Launcher:
         return res
 
     def interrupt(self) -> None:
-        """Cancel every job still running (Ctrl-C): the engine's cancel, then the sweep of
-        its nodes and of the launch host; the waits on them end at once."""
+        """Cancel every job still running (Ctrl-C): the sweep of its nodes and of the
+        launch host first (a job its launcher had not yet handed to the engine never
+        reaches it), then the engine's cancel of them all; the waits on them end at
+        once."""
         with self._admit:
             self.cancelled.set()
             running = list(self._running.values())
-        for job in running:
-            # The launcher process first (srun or mpirun on the launch host, the ranks on
-            # the nodes): a job it had not yet handed to the engine never reaches it.
-            self.sweep(job)
-            self.cancel(job)
+        self._interrupted += running
+        if not running:
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(running)),
+                                thread_name_prefix="nodecert-sweep") as pool:
+            list(pool.map(self.sweep, running))
+        self.cancel(*running)
+
+    def settle(self) -> None:
+        """After an interrupt, once every job's thread has cleaned up after it: the
+        engine's cancel of the interrupted jobs once more, so that nothing of them is
+        queued or running however late its launcher started."""
+        self.cancel(*self._interrupted)
 
     def sweep(self, job: Job) -> dict[str, int]:
-        """Kill what the job left on each of its nodes (processes carrying its name in
-        their environment), then count what is still there (0 everywhere: clean)."""
-        tag = shlex.quote(f"NODECERT_JOB={job.name}")
-        script = (f"n=0; for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null "
-                  f"| grep -qx {tag} && {{ kill -9 ${{p#/proc/}} 2>/dev/null; }}; done; "
-                  f"for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null "
-                  f"| grep -qx {tag} && n=$((n+1)); done; echo left=$n")
+        """End what the job left on each of its nodes (processes carrying its name in
+        their environment: SIGTERM, so srun and mpirun withdraw what they asked of the
+        engine, then SIGKILL a second later), then count what is still there (0
+        everywhere: clean)."""
+        script = sweep_script(job.name)
         left: dict[str, int] = {}
         # The launch host too: srun or mpirun itself carries the job's name there.
         targets = {**{n: self.nodes.get(n) for n in job.nodes},
@@ -330,15 +292,20 @@ class SlurmLauncher(Launcher):
                 state[f[0]] = f[1]
         return state, None
 
-    def cancel(self, job: Job) -> None:
-        """scancel, then again while Slurm still lists the job pending or running (for up
-        to 10 s): an srun stopped right after it asked for its allocation leaves a job
-        that slurmctld registers a moment later."""
-        name = shlex.quote(job.name)
+    def cancel(self, *jobs: Job) -> None:
+        """scancel by name, and again whenever Slurm lists one of the jobs pending or
+        running, until none has been listed for 2 s (at most 15 s): an srun stopped right
+        after it asked for its allocation leaves a job that slurmctld registers a moment
+        later."""
+        if not jobs:
+            return
+        names = [shlex.quote(j.name) for j in jobs]
+        again = "; ".join(f"scancel --name={n}" for n in names)
+        listed = f"squeue -h --name={','.join(names)} -t PD,CF,R,S | grep -q ."
         with _suppress():
-            self.remote(f"scancel --name={name}; for i in $(seq 1 20); do "
-                        f"squeue -h --name={name} -t PD,CF,R,S | grep -q . || exit 0; "
-                        f"sleep 0.5; scancel --name={name}; done", 30, always=True)
+            self.remote(f"{again}; quiet=0; for i in $(seq 1 30); do if {listed}; then "
+                        f"quiet=0; {again}; else quiet=$((quiet+1)); "
+                        "[ $quiet -ge 4 ] && exit 0; fi; sleep 0.5; done", 40, always=True)
 
     def preflight(self, nodes: Sequence[str]) -> list[str]:
         """Problems that stop the run before any job: Slurm unreachable (munge, slurmctld),
@@ -402,5 +369,5 @@ def launcher(cfg: ClusterConfig, launch: Endpoint, nodes: dict[str, Endpoint],
     return kind(cfg, launch, nodes, connector)
 
 
-__all__ = ["Job", "JobResult", "Launcher", "MpirunLauncher", "SlurmLauncher", "demux",
+__all__ = ["Job", "JobResult", "Launcher", "MpirunLauncher", "SlurmLauncher",
            "launcher", "slurm_base_state"]

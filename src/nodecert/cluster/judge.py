@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodecert.cluster.jobs import PORT_BUSY_MARK, PORT_BUSY_RC
+from nodecert.cluster.output import PORT_BUSY_MARK, PORT_BUSY_RC
 from nodecert_node.contract import Threshold
 from nodecert_node.parse import ParseError
 from nodecert_node.parse.bench import parse_nccl

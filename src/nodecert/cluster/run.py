@@ -34,7 +34,7 @@ from nodecert.cluster import counters as clustercounters
 from nodecert.cluster import pairing as clusterplan
 from nodecert.cluster import scaling as clusterscaling
 from nodecert.cluster import storage as clusterstorage
-from nodecert.cluster.jobs import Job, JobResult, Launcher, launcher, port_busy
+from nodecert.cluster.jobs import Job, JobResult, Launcher, launcher
 from nodecert.cluster.judge import (
     Expectation,
     Reading,
@@ -45,6 +45,7 @@ from nodecert.cluster.judge import (
     read_allreduce,
     read_rails,
 )
+from nodecert.cluster.output import port_busy
 from nodecert.core.errors import InventoryError
 from nodecert.inventory.cluster import ClusterConfig
 from nodecert.inventory.reader import HostSpec
@@ -154,6 +155,8 @@ class ClusterRun:
             except KeyboardInterrupt:
                 self.stop.set()
                 self.launcher.interrupt()  # cancels and sweeps; the waits end at once
+                pool.shutdown(wait=True)
+                self.launcher.settle()
                 raise
             finally:
                 pool.shutdown(wait=True)

@@ -187,6 +187,8 @@ def submit(launch: Launcher, engine_names: dict[str, str], *, suite: str = "quic
             results[host] = res
     except KeyboardInterrupt:
         launch.interrupt()
+        pool.shutdown(wait=True, cancel_futures=True)
+        launch.settle()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

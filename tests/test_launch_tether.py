@@ -1,0 +1,137 @@
+"""The launch command's tether, run by real shells (dash and bash): what a job's launcher
+started ends when nodecert's SSH channel closes, even when the launcher only started
+after nodecert had given up on it; a job that ends by itself keeps its exit code and
+output, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from nodecert.cluster.jobs import Job
+from nodecert.cluster.tether import tethered
+from support.cluster import ScriptedLauncher
+
+SHELLS = [s for s in ("sh", "bash") if shutil.which(s)]
+
+
+def tagged_pids(tag: str) -> list[int]:
+    """Processes whose environment holds NODECERT_JOB=tag (as the tether looks)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"NODECERT_JOB={tag}".encode() in env:
+            found.append(int(d.name))
+    return found
+
+
+def wait_for(pred: object, within: float) -> bool:
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if pred():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def start(shell: str, command: str, tag: str, stdin: int, tmp: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([shell, "-c", tethered(tag, command)],
+                            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "TMPDIR": str(tmp)})
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_closing_the_channel_ends_the_launcher_and_its_shell_cleans_up(
+        shell: str, tmp_path: Path) -> None:
+    tag = f"nodecert-t{secrets.token_hex(4)}"
+    # mpirun's shape: a private directory, removed on the way out, then the launcher
+    cmd = (f"d=$(mktemp -d) && trap 'rm -rf \"$d\"' EXIT && NODECERT_JOB={tag} sleep 300")
+    proc = start(shell, cmd, tag, subprocess.PIPE, tmp_path)
+    try:
+        assert wait_for(lambda: tagged_pids(tag), 10), "the launcher never started"
+        assert list(tmp_path.iterdir())  # its directory exists while it runs
+        assert proc.stdin is not None
+        proc.stdin.close()  # the SSH channel closes: nodecert gave up on the job
+        proc.wait(timeout=20)
+        assert not tagged_pids(tag)
+        assert proc.returncode != 0
+        assert not list(tmp_path.iterdir())  # the shell ended normally: its trap ran
+    finally:
+        proc.kill()
+        for pid in tagged_pids(tag):
+            os.kill(pid, 9)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_launcher_that_starts_after_the_channel_closed_never_runs(
+        shell: str, tmp_path: Path) -> None:
+    tag = f"nodecert-t{secrets.token_hex(4)}"
+    seen: list[int] = []
+    # The channel is closed before the command's shell even reads it (stdin at its end
+    # from the start); the launcher would start half a second later.
+    proc = start(shell, f"sleep 0.5; NODECERT_JOB={tag} sleep 300", tag, subprocess.DEVNULL,
+                 tmp_path)
+    try:
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            seen.extend(tagged_pids(tag))
+            time.sleep(0.05)
+        proc.wait(timeout=20)
+        assert not tagged_pids(tag)
+        assert not seen, "the launcher started after its channel had closed"
+    finally:
+        proc.kill()
+        for pid in tagged_pids(tag):
+            os.kill(pid, 9)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_job_that_ends_by_itself_keeps_its_code_and_output(shell: str,
+                                                             tmp_path: Path) -> None:
+    tag = f"nodecert-t{secrets.token_hex(4)}"
+    proc = start(shell, f"NODECERT_JOB={tag} sh -c 'echo \" 0: hi\"; exit 3'", tag,
+                 subprocess.PIPE, tmp_path)
+    out, _ = proc.communicate(timeout=20)  # stdin stays open until it has ended
+    assert proc.returncode == 3 and out == " 0: hi\n"
+    # No watcher left behind holding the channel
+    assert proc.stdin is not None and proc.stdin.closed
+
+
+def test_ctrl_c_sweeps_the_running_jobs_then_cancels_them_all_and_again_at_the_end() -> None:
+    class Blocking(ScriptedLauncher):
+        def remote(self, command: str, timeout: float,
+                   always: bool = False) -> tuple[int | None, str, bool]:
+            if "srun" in command:  # the job runs until the interrupt ends the wait
+                self.cancelled.wait(10)
+                return None, "", True
+            return super().remote(command, timeout, always)
+
+    sl = Blocking({})
+    jobs = [Job(f"nodecert-x-pair-{k}", (f"h{k}",), "true", {}, 30) for k in (1, 2)]
+    threads = [threading.Thread(target=sl.run, args=(j,)) for j in jobs]
+    for t in threads:
+        t.start()
+    assert wait_for(lambda: len(sl._running) == 2, 5)
+    sl.interrupt()
+    for t in threads:
+        t.join(10)
+    # Each swept twice: by the interrupt, and by its own thread once its wait ended.
+    assert sorted(sl.swept) == ["nodecert-x-pair-1"] * 2 + ["nodecert-x-pair-2"] * 2
+    all_at_once = [c for c in sl.sent if c.startswith(
+        "scancel --name=nodecert-x-pair-1; scancel --name=nodecert-x-pair-2;")
+        or c.startswith("scancel --name=nodecert-x-pair-2; scancel --name=nodecert-x-pair-1;")]
+    assert len(all_at_once) == 1
+    sl.settle()  # once the threads are done: the same cancel once more
+    assert sl.sent[-1].split("; quiet")[0] == all_at_once[0].split("; quiet")[0]
