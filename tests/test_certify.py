@@ -43,7 +43,7 @@ from nodecert.certs.signing import (
 from nodecert.certs.verify import verify_report
 from nodecert.cli import main
 from nodecert.core.textsafe import one_line
-from support.browser import headless
+from support.browser import headless, too_wide
 from support.env import require_root
 from support.runs import make_run, passing, recorded_results
 
@@ -315,6 +315,13 @@ def test_html_report_renders_in_headless_chromium(tmp_path: Path, key: Path) -> 
         assert f'data-plot="{plot}"' in d, plot
     assert len(re.findall(r'<polyline class="series"', d)) == 3
     assert "1653724059030" in d  # the GPU's serial in the identity table
+    # Figures read as labelled values with units, the signed value one click away.
+    assert "<dt>TFLOPS per GPU</dt><dd>GPU 0: 665.6 TFLOPS</dd>" in d
+    assert "<summary>evidence</summary>" in d and 'id="summary"' in d
+    assert '"tflops_per_gpu": {' not in d.split('id="checks"')[1].split("<details>")[0]
+    assert "<script" not in html  # a certificate page runs nothing
+    width, wide = too_wide(page, tmp_path)
+    assert width <= 1280 and wide == "", f"wider than 1280 px: {wide}"
     artifacts = Path(ARTIFACTS_ENV) if ARTIFACTS_ENV else tmp_path / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     shot = artifacts / "certificate-h200-device.png"

@@ -17,6 +17,7 @@ import jinja2
 import markupsafe
 
 from nodecert import __version__
+from nodecert.certs import readable as readable_values
 from nodecert.certs import svgplot
 from nodecert.core.textsafe import clean
 from nodecert_node.contract import all_figures
@@ -25,26 +26,17 @@ SIMULATED_TEXT = ("these results were measured on nodecert's simulated GPUs, not
                   "hardware. They prove the software path, not the node.")
 
 
-def _short(value: Any) -> str:
-    if value is None:
-        return ""
-    text = clean(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
 DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
 
 
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True,
                              # node text is untrusted: no control characters reach a page
                              # (Markup is the page's own, e.g. the SVG plots: kept whole)
                              finalize=lambda v: v if isinstance(v, markupsafe.Markup)
                              else clean(v) if isinstance(v, str) else v)
-    env.filters["short"] = _short
-    return env
 
 
 def _result(p: dict[str, Any], check: str) -> dict[str, Any] | None:
@@ -139,10 +131,32 @@ def plots(p: dict[str, Any]) -> list[str]:
     return out
 
 
+def shown(r: dict[str, Any]) -> dict[str, Any]:
+    """A result's figures for the page: labelled lines, how many more the evidence holds,
+    and the evidence itself (the signed value, indented)."""
+    got, more = readable_values.lines(r.get("value"), r.get("unit"))
+    raw = json.dumps(r.get("value"), indent=1, sort_keys=True, ensure_ascii=False)
+    return {"lines": got, "more": more,
+            "raw": clean(raw if len(raw) <= 20000 else raw[:20000] + "\n...")}
+
+
+def proven(results: list[dict[str, Any]]) -> str:
+    """What the run proved, counted: '14 checks passed, 1 with a warning, 1 failed'."""
+    counts = Counter(r["verdict"] for r in results)
+    words = [("PASS", "passed"), ("WARN", "passed with a warning"), ("FAIL", "failed"),
+             ("ERROR", "could not be judged (error)")]
+    parts = [f"{counts[v]} {w}" for v, w in words if counts.get(v)]
+    parts += [f"{n} {clean(str(v))[:20]}" for v, n in counts.items()
+              if v not in dict(words)]
+    return f"{len(results)} checks: " + ", ".join(parts) if parts else "no checks"
+
+
 def node_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -> str:
     p = statement["predicate"]
     warns = sum(1 for r in p["results"] if r["verdict"] == "WARN")
     return _env().get_template("node.html.j2").render(
+        readable=shown, proven=proven(p["results"]), number=readable_values.number,
+        margins=readable_values.closest_to_floor(p["results"]),
         p=p, subject=statement["subject"][0], simulated=p["simulated"],
         simulated_text=SIMULATED_TEXT, plots=plots(p), warns=warns,
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)

@@ -4,7 +4,9 @@ A node must not be able to move the cursor, recolour or overwrite a line ("NOT R
 repainted as "READY"), start a line of its own where one line per item is printed, nor
 put characters XML cannot hold into a JUnit file. ANSI escape
 sequences go whole; the other C0 controls (except newline and TAB), DEL and the C1
-controls (U+0080-U+009F, which some terminals honour as escapes) are dropped.
+controls (U+0080-U+009F, which some terminals honour as escapes) are dropped, and so
+are the bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069), with which
+a name could make a page or a terminal show its text in another order.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import re
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]|[\ud800-\udfff]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]"
+                      r"|[\ud800-\udfff]")
 
 
 _BREAKS = re.compile(r"\s*[\n\u2028\u2029]\s*")
