@@ -155,8 +155,8 @@ def b64decode_any(text: str) -> bytes:
     return base64.b64decode(t, validate=True)
 
 
-def verify_envelope(envelope: Any, trusted: list[PublicKey]) -> tuple[str, bytes, str]:
-    """(payloadType, payload, keyid) when a signature verifies with a trusted key."""
+def _parts(envelope: Any) -> tuple[str, bytes, list[Any]]:
+    """(payloadType, payload, signatures) of something shaped like a DSSE envelope."""
     if not isinstance(envelope, dict):
         raise SignatureError("not a DSSE envelope (expected a JSON object)")
     missing = [k for k in ("payloadType", "payload", "signatures") if k not in envelope]
@@ -170,7 +170,16 @@ def verify_envelope(envelope: Any, trusted: list[PublicKey]) -> tuple[str, bytes
         payload = b64decode_any(str(envelope["payload"]))
     except ValueError as exc:
         raise SignatureError(f"payload is not valid base64: {exc}") from exc
+    return ptype, payload, sigs
+
+
+def verify_signers(envelope: Any, trusted: list[PublicKey]) -> tuple[str, bytes, list[str]]:
+    """(payloadType, payload, the key ids of every trusted key whose signature verifies,
+    each once, in the envelope's order); SignatureError when none does."""
+    ptype, payload, sigs = _parts(envelope)
     by_id = {keyid(k): k for k in trusted}
+    signed = pae(ptype, payload)
+    good: list[str] = []
     seen: list[str] = []
     for s in sigs:
         if not isinstance(s, dict):
@@ -183,15 +192,38 @@ def verify_envelope(envelope: Any, trusted: list[PublicKey]) -> tuple[str, bytes
             continue
         # A keyid is only a hint: try the named key first, then every trusted key.
         candidates = ([by_id[kid]] if kid in by_id else []) + [
-            k for i, k in by_id.items() if i != kid]
-        for pub in candidates:
-            if _verify(pub, raw, pae(ptype, payload)):
-                return ptype, payload, keyid(pub)
+            k for i, k in by_id.items() if i != kid and i not in good]
+        match = next((keyid(pub) for pub in candidates if _verify(pub, raw, signed)), None)
+        if match is not None:
+            if match not in good:
+                good.append(match)
+            continue
         seen.append(f"{kid[:16] or '?'}: " + ("signature does not match the payload (the "
                                               "report was altered, or signed by another key)"
                                               if kid in by_id else
                                               "signed by a key that is not trusted"))
-    raise SignatureError("no valid signature from a trusted key: " + "; ".join(seen))
+    if not good:
+        raise SignatureError("no valid signature from a trusted key: " + "; ".join(seen))
+    return ptype, payload, good
+
+
+def verify_envelope(envelope: Any, trusted: list[PublicKey]) -> tuple[str, bytes, str]:
+    """(payloadType, payload, keyid) when a signature verifies with a trusted key."""
+    ptype, payload, good = verify_signers(envelope, trusted)
+    return ptype, payload, good[0]
+
+
+def add_signature(envelope: Any, key: PrivateKey) -> dict[str, Any]:
+    """The envelope with one more signature, by `key`, over the same payload (a second
+    party's: QA after the integrator). Refused when that key has signed it already."""
+    ptype, payload, sigs = _parts(envelope)
+    kid = keyid(key.public_key())
+    if any(isinstance(s, dict) and s.get("keyid") == kid for s in sigs):
+        raise SigningKeyError(f"key {kid[:16]}... has signed this already",
+                              hint="a second signature must come from another party's key")
+    sig = _sign(key, pae(ptype, payload))
+    return {**envelope, "signatures": [*sigs, {"keyid": kid,
+                                               "sig": base64.b64encode(sig).decode()}]}
 
 
 def canonical_json(data: Any) -> bytes:
@@ -204,6 +236,7 @@ __all__ = [
     "KeyPair",
     "SignatureError",
     "SigningKeyError",
+    "add_signature",
     "b64decode_any",
     "canonical_json",
     "init_key",
@@ -213,4 +246,5 @@ __all__ = [
     "pae",
     "sign_envelope",
     "verify_envelope",
+    "verify_signers",
 ]

@@ -23,7 +23,8 @@ from nodecert.certs.certify import PAYLOAD_TYPE, PREDICATE_TYPE, READY, STATEMEN
 from nodecert.certs.cluster import CLUSTER_PREDICATE_TYPE, cluster_problems, subject_problems
 from nodecert.certs.identity import identity_changes, identity_digest
 from nodecert.certs.intoto import RACK_PREDICATE_TYPE
-from nodecert.certs.signing import SignatureError, load_public_key, verify_envelope
+from nodecert.certs.keyring import Keyring, KeyStatementError, load_keyring
+from nodecert.certs.signing import SignatureError, verify_signers
 from nodecert.core.errors import ExitCode, NodecertError
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidateRequest, validate
@@ -194,16 +195,29 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
                   live_identity: dict[str, Any] | None = None,
                   live_host: str | None = None,
                   expect: dict[str, str | None] | None = None,
-                  revocations: Path | None = None) -> Verification:
+                  revocations: Path | None = None,
+                  key_statements: list[Path] | None = None,
+                  require_signers: int = 1,
+                  ring: Keyring | None = None) -> Verification:
     """Verify a node or cluster certificate. live_identity: the hardware identity read
     from live_host now (a cluster certificate needs the host, to know which subject);
     expect: host/serial/identity the certificate must be about; revocations: the signed
     revocation list (same trusted keys) the certificate must not be revoked or
-    superseded on."""
-    if not pubkeys:
-        raise ReportError("no trusted public key given", hint="pass --pubkey nodecert.pub "
-                          "(the public key of the signer you trust)")
-    trusted = [load_public_key(p) for p in pubkeys]
+    superseded on; key_statements: key rotations and withdrawals (the keys trusted are
+    the given ones, those they handed over to, less those withdrawn); require_signers:
+    how many different trusted keys must have signed it (two-party signing); ring: the
+    keys already resolved (instead of pubkeys and key_statements)."""
+    if ring is None:
+        if not pubkeys:
+            raise ReportError("no trusted public key given", hint="pass --pubkey nodecert.pub "
+                              "(the public key of the signer you trust)")
+        try:
+            ring = load_keyring(pubkeys, key_statements or [])
+        except KeyStatementError as exc:
+            raise ReportError(exc.what, hint=exc.hint) from exc
+    if require_signers < 1:
+        raise ReportError(f"--require-signers must be at least 1 (got {require_signers})")
+    trusted = ring.keys
     try:  # a list that cannot be trusted is bad input, refused before anything is said
         reg = revlist.load(revocations, trusted) if revocations is not None else None
     except revlist.RevocationError as exc:
@@ -211,11 +225,17 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     envelope = read_envelope(path)
     v = Verification()
     try:
-        ptype, payload, kid = verify_envelope(envelope, trusted)
+        ptype, payload, signers = verify_signers(envelope, trusted)
     except SignatureError as exc:
-        v.step("signature", False, str(exc))
+        v.step("signature", False, withdrawn_signers(envelope, ring) or str(exc))
         return v
-    v.step("signature", True, f"valid, signed by trusted key {kid[:16]}...")
+    enough = len(signers) >= require_signers
+    names = ", ".join(f"{k[:16]}..." for k in signers)
+    if not v.step("signature", enough,
+                  (f"valid, signed by trusted key {names}" if len(signers) == 1 else
+                   f"valid, signed by {len(signers)} trusted keys: {names}")
+                  + ("" if enough else f"; {require_signers} different signers required")):
+        return v
     if not v.step("payload type", ptype == PAYLOAD_TYPE,
                   f"{ptype}" + ("" if ptype == PAYLOAD_TYPE else f", expected {PAYLOAD_TYPE}")):
         return v
@@ -253,6 +273,19 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
                if same else "the host's hardware differs from the certificate: "
                + ("; ".join(changes) or "identity digest differs"))
     return _verdict_steps(v, p, allow_simulated, "", "GPUs")
+
+
+def withdrawn_signers(envelope: Any, ring: Keyring) -> str:
+    """Why a certificate signed only by withdrawn keys does not verify ("" when no
+    withdrawn key signed it)."""
+    gone = [k for kid, k in ring.trusted.items() if kid in ring.withdrawn]
+    try:
+        signers = verify_signers(envelope, gone)[2]
+    except SignatureError:
+        return ""
+    return "signed only by withdrawn keys: " + "; ".join(
+        f"{kid[:16]}... ({ring.withdrawn[kid][1]}, since {ring.withdrawn[kid][0]})"
+        for kid in signers) + " -- have a key that holds sign it again (nodecert cosign)"
 
 
 def _validity_step(v: Verification, p: dict[str, Any], now: dt.datetime) -> None:

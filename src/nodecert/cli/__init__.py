@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from nodecert import __version__
-from nodecert.cli.certs import certify_cmd, keys, revoke_cmd, verify_cmd
+from nodecert.cli.certs import certify_cmd, revoke_cmd, verify_cmd
 from nodecert.cli.cluster import cluster
 from nodecert.cli.common import echo, handle_errors
 from nodecert.cli.firmware import firmware
@@ -23,6 +23,7 @@ from nodecert.cli.parse import parse_cmd
 from nodecert.cli.provision import provision
 from nodecert.cli.rack import rack
 from nodecert.cli.revalidate import history_cmd, revalidate_cmd
+from nodecert.cli.signers import cosign_cmd, keys
 from nodecert.cli.stack import stack
 from nodecert.cli.validate import validate_cmd
 
@@ -56,7 +57,7 @@ def init_cmd(directory: Path) -> None:
 
 
 for _command in (stack, inventory, lab, provision, validate_cmd, keys, certify_cmd, verify_cmd,
-                 revoke_cmd,
+                 revoke_cmd, cosign_cmd,
                  revalidate_cmd, history_cmd, mirror, cluster, rack, firmware, fleet, parse_cmd):
     main.add_command(_command)
 

@@ -1,4 +1,4 @@
-"""nodecert keys, certify, verify: signing keys and certificates."""
+"""nodecert certify, verify, revoke: certificates."""
 
 from __future__ import annotations
 
@@ -9,54 +9,19 @@ from typing import Any
 import click
 
 from nodecert.cli.common import (
-    DEFAULT_KEY_DIR,
     become_options,
     become_source,
     echo,
     emit_json,
     handle_errors,
     json_option,
+    key_statement_option,
     revocations_option,
     signing_key_option,
     style,
 )
 from nodecert.core.errors import ExitCode
 from nodecert.core.textsafe import one_line
-
-_KEYS_INIT_HELP = """Create a signing key pair: NAME.key (private, mode 0600) and NAME.pub.
-
-ECDSA P-256 by default (what HSMs and cloud KMSs offer, so moving the key into
-one later needs no rotation); Ed25519 on request. Never overwrites a key.
-Give customers the .pub: it is what `nodecert verify --pubkey` trusts.
-
-\b
-Exit codes: 0 created, 2 refused (exists, bad type).
-
-\b
-Examples:
-  nodecert keys init
-  nodecert keys init --type ed25519 --out /etc/nodecert/keys
-"""
-
-
-@click.group()
-def keys() -> None:
-    """Signing keys for certificates."""
-
-
-@keys.command("init", help=_KEYS_INIT_HELP)
-@click.option("--type", "key_type", type=click.Choice(["ecdsa-p256", "ed25519"]),
-              default="ecdsa-p256", show_default=True)
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_KEY_DIR,
-              show_default=True, help="Directory for nodecert.key and nodecert.pub.")
-@handle_errors
-def keys_init(key_type: str, out_dir: Path) -> None:
-    from nodecert.certs.signing import init_key
-
-    kp = init_key(out_dir.expanduser(), key_type)
-    echo(f"private key: {kp.private} (0600; keep it secret)")
-    echo(f"public key:  {kp.public} (give this to whoever verifies)")
-    echo(f"key id:      {kp.keyid}")
 
 
 def print_certified(run: Any) -> None:
@@ -220,6 +185,10 @@ board fails), and the verdict. A cluster certificate is about each of its nodes:
 (any node's without --expect-host), and --host is compared with its own subject. A
 rack certificate is read the same way, its compute trays as the nodes; its switch
 trays' subjects are checked against their identities.
+Trusted keys are those given with --pubkey, the keys they handed over to
+(--key-statement with a rotation statement, chains followed), less the keys
+withdrawn (--key-statement with a withdrawal). With --require-signers N, N
+different trusted keys must have signed (integrator and QA, say).
 With --revocations, the signer's revocation list (signed with a trusted key)
 must not name the certificate revoked or superseded, nor hold a certificate on
 newer evidence for the same node. A SIMULATED certificate is refused unless
@@ -237,6 +206,8 @@ Examples:
       --expect-serial 1653724059030
   nodecert verify h1.intoto.dsse.json --pubkey nodecert.pub \\
       --revocations revocations.intoto.dsse.json
+  nodecert verify h1.intoto.dsse.json --pubkey integrator.pub --pubkey qa.pub \\
+      --require-signers 2 --key-statement integrator-2027.rotation.dsse.json
 """
 
 
@@ -258,13 +229,17 @@ Examples:
 @click.option("--revocations", type=click.Path(path_type=Path, dir_okay=False),
               help="The signer's revocation list: fail if it revokes or supersedes the "
                    "certificate.")
+@key_statement_option
+@click.option("--require-signers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="How many different trusted keys must have signed (two-party signing).")
 @json_option
 @become_options
 @handle_errors
 def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                inventory: Path | None, allow_simulated: bool, expect_host: str | None,
                expect_serial: str | None, expect_identity: str | None,
-               revocations: Path | None, as_json: bool, become_file: Path | None,
+               revocations: Path | None, key_statements: tuple[Path, ...],
+               require_signers: int, as_json: bool, become_file: Path | None,
                vault_file: Path | None) -> None:
     from nodecert.certs.verify import ReportError, live_identity, subject_line, verify_report
 
@@ -276,7 +251,8 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
     v = verify_report(report, list(pubkeys), allow_simulated=allow_simulated,
                       live_identity=live, live_host=host,
                       expect={"host": expect_host, "serial": expect_serial,
-                              "identity": expect_identity}, revocations=revocations)
+                              "identity": expect_identity}, revocations=revocations,
+                      key_statements=list(key_statements), require_signers=require_signers)
     subject = subject_line(v.statement)
     if as_json:
         emit_json({"report": str(report), "valid": v.ok, "kind": v.kind, "subject": subject,

@@ -122,6 +122,11 @@ stack_option = click.option("--stack", "stack_name",
 signing_key_option = click.option("--key", "key_path", type=click.Path(path_type=Path),
                                   help="Signing key (default: ~/.config/nodecert/keys/"
                                        "nodecert.key, created if missing).")
+key_statement_option = click.option(
+    "--key-statement", "key_statements", multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="A key rotation or withdrawal statement (repeatable): trust the keys a trusted "
+         "key handed over to, not the keys withdrawn.")
 revocations_option = click.option(
     "--revocations", type=click.Path(path_type=Path, dir_okay=False),
     help="The signed revocation list to enter the new certificate(s) on (default: "
