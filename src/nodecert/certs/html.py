@@ -276,4 +276,16 @@ def fleet_page(statements: list[dict[str, Any]], *, keyid: str) -> str:
         tool_version=__version__)
 
 
-__all__ = ["current_certificates", "fleet_page", "key_figures", "node_page", "plots"]
+def handover_page(rows: list[dict[str, Any]], *, signers: list[str], issued: str,
+                  has_revocations: bool, has_statements: bool) -> str:
+    """The hand-over bundle's index: every certificate, its verdict and its page."""
+    simulated = any(r["simulated"] for r in rows)
+    return _env().get_template("handover.html.j2").render(
+        rows=rows, ready=sum(r["verdict"] == "READY" for r in rows), signers=signers,
+        issued=issued, simulated=simulated, simulated_text=SIMULATED_TEXT,
+        has_revocations=has_revocations, has_statements=has_statements,
+        keyid=signers[0] if signers else "", tool_version=__version__)
+
+
+__all__ = ["current_certificates", "fleet_page", "handover_page", "key_figures", "node_page",
+           "plots"]

@@ -16,6 +16,7 @@ from nodecert.cli.cluster import cluster
 from nodecert.cli.common import echo, handle_errors
 from nodecert.cli.firmware import firmware
 from nodecert.cli.fleet import fleet
+from nodecert.cli.handover import handover_cmd, verify_bundle_cmd
 from nodecert.cli.inventory import inventory
 from nodecert.cli.lab import lab
 from nodecert.cli.mirror import mirror
@@ -57,7 +58,7 @@ def init_cmd(directory: Path) -> None:
 
 
 for _command in (stack, inventory, lab, provision, validate_cmd, keys, certify_cmd, verify_cmd,
-                 revoke_cmd, cosign_cmd,
+                 revoke_cmd, cosign_cmd, handover_cmd, verify_bundle_cmd,
                  revalidate_cmd, history_cmd, mirror, cluster, rack, firmware, fleet, parse_cmd):
     main.add_command(_command)
 

@@ -1,0 +1,139 @@
+"""nodecert handover, verify-bundle: what the customer receives, and its check."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from nodecert.cli.common import (
+    echo,
+    emit_json,
+    handle_errors,
+    json_option,
+    key_statement_option,
+    style,
+)
+from nodecert.core.textsafe import one_line
+
+_HANDOVER_HELP = """Put a delivery's certificates into one bundle the customer verifies
+offline with one command and opens in a browser.
+
+Every node, cluster and rack certificate under the runs' reports/ goes in (where a
+subject was certified more than once, the one on the newest evidence; the others are
+named), with its page, the signers' public keys, the key statements and the
+revocation list given, an index.html, a README.txt, and a manifest of every file's
+sha256 signed by each --key (integrator and QA: give --key twice). Each certificate
+must carry a signature of a key of the hand-over (--key, --pubkey, or a key they
+handed over to). The bundle is written whole into a new directory, or not at all.
+
+\b
+Exit codes: 0 written, 2 refused (no certificate, one not signed by a key of the
+hand-over, the directory exists, unreadable input).
+
+\b
+Examples:
+  nodecert handover runs/20261201-* runs/cluster-* --out acme-rack-07 \\
+      --key nodecert.key --revocations runs/revocations.intoto.dsse.json
+  nodecert handover runs/RUN --out acme --key integrator.key --key qa.key
+"""
+
+
+@click.command("handover", help=_HANDOVER_HELP)
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path),
+              help="The bundle's directory (must not exist).")
+@click.option("--key", "key_paths", multiple=True, required=True,
+              type=click.Path(path_type=Path, dir_okay=False),
+              help="A private key that signs the manifest (repeatable: every party).")
+@click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(path_type=Path),
+              help="Another signer whose certificates go in (repeatable).")
+@key_statement_option
+@click.option("--revocations", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="The signer's revocation list, handed over with the certificates.")
+@json_option
+@handle_errors
+def handover_cmd(runs: tuple[Path, ...], out: Path, key_paths: tuple[Path, ...],
+                 pubkeys: tuple[Path, ...], key_statements: tuple[Path, ...],
+                 revocations: Path | None, as_json: bool) -> None:
+    from nodecert.certs.handover import build
+    from nodecert.certs.signing import load_private_key
+
+    keys = [load_private_key(p) for p in key_paths]
+    h = build(list(runs), out, keys, pubkeys=list(pubkeys),
+              key_statements=list(key_statements), revocations=revocations)
+    if as_json:
+        emit_json({"bundle": str(h.out), "signers": h.signers, "superseded": h.superseded,
+                   "certificates": [{"kind": c.kind, "name": c.name, "source": str(c.source),
+                                     "verdict": c.statement["predicate"].get("verdict")}
+                                    for c in h.certificates]})
+        return
+    for c in h.certificates:
+        echo(f"{c.kind:<8} {c.name:<24} {c.statement['predicate'].get('verdict')}")
+    for old in h.superseded:
+        echo(f"not handed over (newer evidence): {old}")
+    echo(f"bundle: {h.out} ({len(h.certificates)} certificates); open {h.out}/index.html; "
+         f"verify with `nodecert verify-bundle {h.out} --pubkey SIGNER.pub`")
+
+
+_VERIFY_BUNDLE_HELP = """Check a hand-over bundle offline, everything, in one command.
+
+The manifest's signature against the keys you trust (--pubkey: the signer's key you
+received separately, never the bundle's copy; the bundle's key hand-overs and
+withdrawals apply), with --require-signers N different signers; every file byte for
+byte against the manifest; nothing unlisted, no link; then every certificate as
+`nodecert verify` checks it (signature, statement, validity, the bundle's revocation
+list, subjects, verdict, SIMULATED refused unless --allow-simulated).
+
+\b
+Exit codes: 0 the bundle holds and every certificate is valid and READY, 1 a step
+failed (a changed byte, a missing signer, a withdrawn key, a revoked or NOT READY
+certificate), 2 bad input.
+
+\b
+Examples:
+  nodecert verify-bundle acme-rack-07 --pubkey integrator.pub
+  nodecert verify-bundle acme --pubkey integrator.pub --pubkey qa.pub --require-signers 2
+"""
+
+
+@click.command("verify-bundle", help=_VERIFY_BUNDLE_HELP)
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--pubkey", "pubkeys", multiple=True, required=True,
+              type=click.Path(path_type=Path), help="Trusted public key (repeatable).")
+@click.option("--require-signers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="How many different trusted keys must have signed.")
+@click.option("--allow-simulated", is_flag=True,
+              help="Accept certificates of simulated hardware (lab, tests).")
+@json_option
+@handle_errors
+def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: int,
+                      allow_simulated: bool, as_json: bool) -> None:
+    from nodecert.certs.bundlecheck import check
+
+    b = check(bundle, list(pubkeys), require_signers=require_signers,
+              allow_simulated=allow_simulated)
+    if as_json:
+        emit_json({"bundle": str(bundle), "valid": b.ok,
+                   "steps": [{"step": n, "ok": ok, "detail": d} for n, ok, d in b.steps],
+                   "certificates": {f: {"valid": v.ok, "steps": [
+                       {"step": n, "ok": ok, "detail": d} for n, ok, d in v.steps]}
+                       for f, v in b.certificates.items()}})
+        sys.exit(int(b.exit_code))
+
+    def mark(ok: bool) -> str:
+        return style("ok  ", fg="green") if ok else style("FAIL", fg="red", bold=True)
+
+    for name, ok, detail in b.steps:
+        click.echo(f"{mark(ok)} {name:<14} {one_line(detail)}")
+    for f, v in b.certificates.items():
+        click.echo(f"{mark(v.ok)} {f}")
+        for name, ok, detail in v.steps:
+            if not ok:
+                click.echo(f"       {name:<14} {one_line(detail)}")
+    good = sum(v.ok for v in b.certificates.values())
+    echo(f"VALID: the bundle holds and all {good} certificates are valid and READY" if b.ok
+         else f"NOT VALID: {good} of {len(b.certificates)} certificates valid and READY; "
+              "see the failed step(s) above")
+    sys.exit(int(b.exit_code))
