@@ -27,9 +27,12 @@ from nodecert.certs.signing import (
     sign_envelope,
 )
 from nodecert.cli import main
+from support.browser import headless, too_wide
+from support.env import require_root
 from support.runs import make_run, passing, recorded_results
 
 NOW = dt.datetime(2026, 12, 3, tzinfo=dt.UTC)
+ARTIFACTS_ENV = os.environ.get("NODECERT_TEST_ARTIFACTS")
 CERTIFIED = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
 
 
@@ -198,3 +201,30 @@ def test_bad_input_is_refused_and_leaves_nothing(tmp_path: Path, signer: KeyPair
     code, text = nodecert("verify-bundle", str(tmp_path / "nope"), "--pubkey",
                           str(signer.public))
     assert code == 2 and "not a directory" in text
+
+
+@pytest.mark.lab  # root: the browser runs in its own network namespace (unshare --net)
+@pytest.mark.parametrize("lang", ["en", "pt-BR"])
+def test_the_bundle_reads_well_in_chromium_in_each_language(
+        tmp_path: Path, signer: KeyPair, lang: str) -> None:
+    require_root()
+    run = run_of(tmp_path, signer, {"n1": 1796005981.0, "n2": 1796005981.0})
+    out = tmp_path / "bundle"
+    code, text = nodecert("handover", str(run), "--out", str(out), "--key",
+                          str(signer.private), "--lang", lang, "--pdf")
+    assert code == 0, text
+    words = {"en": ("Hand-over: 2 of 2 certificates READY", "Node certificate: n1"),
+             "pt-BR": ("Entrega: 2 de 2 certificados PRONTOS", "Certificado do nó: n1")}[lang]
+    artifacts = Path(ARTIFACTS_ENV) if ARTIFACTS_ENV else tmp_path / "artifacts"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    for page, expect in ((out / "index.html", words[0]),
+                         (out / "reports" / "node-n1.html", words[1])):
+        dom = headless(page.as_uri(), "--dump-dom")
+        assert dom.returncode == 0 and expect in dom.stdout, dom.stderr[-2000:]
+        width, wide = too_wide(page, tmp_path)
+        assert width <= 1280 and wide == "", f"{page.name} wider than 1280 px: {wide}"
+        shot = artifacts / f"handover-{lang}-{page.stem}.png"
+        r = headless(page.as_uri(), f"--screenshot={shot}", "--window-size=1280,1600")
+        assert r.returncode == 0 and shot.stat().st_size > 30_000, r.stderr[-2000:]
+    assert (out / "reports" / "node-n1.pdf").stat().st_size > 20_000
+    assert check(out, [signer.public], now=NOW).ok  # the PDFs are in the manifest too

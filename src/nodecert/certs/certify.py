@@ -248,6 +248,7 @@ class Certified:
     envelope: Path
     html: Path
     junit: Path
+    pdf: Path | None = None
 
 
 @dataclass
@@ -286,7 +287,8 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
             valid_days: int = DEFAULT_VALID_DAYS, now: dt.datetime | None = None,
             max_age_days: float = DEFAULT_MAX_AGE_DAYS,
             cluster_cert: Path | None = None,
-            revocations: Path | None = None) -> CertifyRun:
+            revocations: Path | None = None,
+            rendering: report_html.Rendering = report_html.PLAIN) -> CertifyRun:
     """Sign a certificate per node and render its HTML and JUnit; the fleet index too.
     With `revocations`, every new certificate is entered on that signed list and the
     older certificates of its nodes are marked superseded there.
@@ -309,23 +311,25 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
     for h in hosts:
         name = h["host"]
         paths = [out / f"{name}{CERT_SUFFIX}", out / f"{name}.html",
-                 out / f"{name}.junit.xml"]
+                 out / f"{name}.junit.xml"] + ([out / f"{name}.pdf"] if rendering.pdf else [])
         try:
             stack, inputs = _run_inputs(rd, h)
             st = statement(h, stack, issued=issued, valid_days=valid_days, inputs=inputs,
                            max_age_days=max_age_days, cluster=cluster)
             env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
-            blobs = [json.dumps(env, indent=1).encode() + b"\n",
-                     report_html.node_page(st, envelope_name=paths[0].name,
-                                           keyid=run.keyid).encode(),
-                     junit.node_xml(st)]
+            page = report_html.node_page(st, envelope_name=paths[0].name, keyid=run.keyid,
+                                         lang=rendering.lang)
+            blobs = [json.dumps(env, indent=1).encode() + b"\n", page.encode(),
+                     junit.node_xml(st)] + ([report_html.pdf_of(page)] if rendering.pdf
+                                            else [])
         except Exception as exc:  # one bad host must not block the others
             run.failed[name] = str(exc) if isinstance(exc, RunError) else \
                 f"{type(exc).__name__}: {exc}"
             continue
         ready.append((paths, blobs))
         p = st["predicate"]
-        run.nodes.append(Certified(name, p["verdict"], p["simulated"], p["reasons"], *paths))
+        run.nodes.append(Certified(name, p["verdict"], p["simulated"], p["reasons"],
+                                   *paths[:3], pdf=paths[3] if rendering.pdf else None))
         statements.append(st)
     with listing(revocations, key, issued) as listed:  # a list that fails: nothing written
         out.mkdir(parents=True, exist_ok=True)
@@ -335,7 +339,8 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
         listed.extend(revlist.entry_for(st, canonical_json(st)) for st in statements)
     run.revocations = revocations
     run.index = out / "index.html"
-    write_atomic(str(run.index), report_html.fleet_page(statements, keyid=run.keyid).encode())
+    write_atomic(str(run.index), report_html.fleet_page(statements, keyid=run.keyid,
+                                                        lang=rendering.lang).encode())
     run.junit = out / "junit.xml"
     write_atomic(str(run.junit), junit.fleet_xml(statements))
     return run

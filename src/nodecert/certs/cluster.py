@@ -117,7 +117,9 @@ def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = No
                     now: dt.datetime | None = None,
                     valid_days: int = DEFAULT_VALID_DAYS,
                     max_age_days: float = DEFAULT_MAX_AGE_DAYS,
-                    revocations: Path | None = None) -> tuple[Path, Path, str]:
+                    revocations: Path | None = None,
+                    rendering: report_html.Rendering = report_html.PLAIN
+                    ) -> tuple[Path, Path, str]:
     """(envelope, HTML, verdict) for a cluster run; both files whole or not at all.
     With `revocations`, the certificate is entered on that signed list (older ones for
     the same nodes superseded)."""
@@ -132,22 +134,29 @@ def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = No
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     st = statement(data, issued=issued, valid_days=valid_days, max_age_days=max_age_days)
     return issue(st, key, out_dir or RunDir(run_dir).reports, "cluster",
-                 report_html.cluster_page, revocations=revocations, issued=issued)
+                 report_html.cluster_page, revocations=revocations, issued=issued,
+                 rendering=rendering)
 
 
 def issue(st: dict[str, Any], key: PrivateKey, out: Path, stem: str,
           page_of: Callable[..., str], *, revocations: Path | None,
-          issued: dt.datetime) -> tuple[Path, Path, str]:
+          issued: dt.datetime,
+          rendering: report_html.Rendering = report_html.PLAIN
+          ) -> tuple[Path, Path, str]:
     """Sign a group certificate (cluster, rack) and write it with its page, both whole or
     not at all, entered on the revocation list when one is given."""
     env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
     out.mkdir(parents=True, exist_ok=True)
     env_path, html_path = out / f"{stem}{CERT_SUFFIX}", out / f"{stem}.html"
     blob = json.dumps(env, indent=1).encode() + b"\n"
-    page = page_of(st, envelope_name=env_path.name, keyid=keyid(key.public_key())).encode()
+    text = page_of(st, envelope_name=env_path.name, keyid=keyid(key.public_key()),
+                   lang=rendering.lang)
+    pdf = report_html.pdf_of(text) if rendering.pdf else None  # before anything is written
     with listing(revocations, key, issued) as listed:
         write_atomic(str(env_path), blob)
-        write_atomic(str(html_path), page)
+        write_atomic(str(html_path), text.encode())
+        if pdf is not None:
+            write_atomic(str(out / f"{stem}.pdf"), pdf)
         listed.append(revlist.entry_for(st, canonical_json(st)))
     return env_path, html_path, st["predicate"]["verdict"]
 

@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from cryptography.hazmat.primitives import serialization
 
 from nodecert import __version__
 from nodecert.certs import html as report_html
+from nodecert.certs.i18n import DEFAULT, gettext_for
 from nodecert.certs.intoto import (
     CLUSTER_PREDICATE_TYPE,
     PREDICATE_TYPE,
@@ -162,11 +164,11 @@ def _pem(pub: PublicKey) -> bytes:
                             serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def _page(c: Certificate, signer: str) -> str:
+def _page(c: Certificate, signer: str, lang: str) -> str:
     page = {"node": report_html.node_page, "cluster": report_html.cluster_page,
             "rack": report_html.rack_page}[c.kind]
     return page(c.statement, envelope_name=f"../certificates/{c.stem}{CERT_SUFFIX}",
-                keyid=signer)
+                keyid=signer, lang=lang)
 
 
 def _write(root: Path, rel: str, data: bytes) -> None:
@@ -190,9 +192,10 @@ def digest_files(root: Path) -> dict[str, dict[str, Any]]:
 
 def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
           pubkeys: list[Path] | None = None, key_statements: list[Path] | None = None,
-          revocations: Path | None = None, now: dt.datetime | None = None) -> Handover:
+          revocations: Path | None = None, now: dt.datetime | None = None,
+          lang: str = DEFAULT, pdf: bool = False) -> Handover:
     """Write the bundle for the certificates of `runs` into `out` (which must not exist),
-    its manifest signed by every key of `keys`."""
+    its manifest signed by every key of `keys`; what people read in `lang`."""
     if not keys:
         raise HandoverError("no signing key given", hint="pass --key (repeatable: each "
                                                          "party signs the manifest)")
@@ -218,7 +221,10 @@ def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
         for c in chosen:
             _write(work, f"certificates/{c.stem}{CERT_SUFFIX}",
                    json.dumps(c.envelope, indent=1).encode() + b"\n")
-            _write(work, f"reports/{c.stem}.html", _page(c, signed_by[c.stem][0]).encode())
+            page = _page(c, signed_by[c.stem][0], lang)
+            _write(work, f"reports/{c.stem}.html", page.encode())
+            if pdf:
+                _write(work, f"reports/{c.stem}.pdf", report_html.pdf_of(page))
         used = {kid for kids in signed_by.values() for kid in kids} | {
             keyid(k.public_key()) for k in keys}
         for kid in sorted(used):
@@ -227,12 +233,14 @@ def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
             _write(work, f"keys/{_safe_name(st.name)}", st.read_bytes())
         if revocations is not None:
             _write(work, REVOCATIONS, revocations.read_bytes())
-        rows = [_row(c, signed_by[c.stem]) for c in chosen]
+        rows = [{**_row(c, signed_by[c.stem]),
+                 "pdf": f"reports/{c.stem}.pdf" if pdf else ""} for c in chosen]
         signers = [keyid(k.public_key()) for k in keys]
         _write(work, "index.html", report_html.handover_page(
             rows, signers=signers, issued=issued.isoformat(), has_revocations=revocations
-            is not None, has_statements=bool(key_statements)).encode())
-        _write(work, "README.txt", readme(signers, rows, bool(key_statements)).encode())
+            is not None, has_statements=bool(key_statements), lang=lang).encode())
+        _write(work, "README.txt", readme(signers, rows, bool(key_statements),
+                                          gettext_for(lang).gettext).encode())
         body = {"schema": SCHEMA, "issued": issued.isoformat(),
                 "tool": {"name": "nodecert", "version": __version__},
                 "certificates": [{k: r[k] for k in ("file", "kind", "name", "verdict",
@@ -263,21 +271,23 @@ def _row(c: Certificate, signers: list[str]) -> dict[str, Any]:
             "signers": [k[:16] for k in signers]}
 
 
-def readme(signers: list[str], rows: list[dict[str, Any]], statements: bool) -> str:
+def readme(signers: list[str], rows: list[dict[str, Any]], statements: bool,
+           tr: Callable[[str], str]) -> str:
     simulated = any(r["simulated"] for r in rows)
-    lines = ["nodecert hand-over bundle", "",
-             "Open index.html in a browser: every certificate, its verdict and its page.", "",
-             "Verify everything offline, in one command, with the signer's public key that "
-             "you received separately (not the copy in keys/):", "",
+    lines = [tr("nodecert hand-over bundle"), "",
+             tr("Open index.html in a browser: every certificate, its verdict and its page."),
+             "", tr("Verify everything offline, in one command, with the signer's public key "
+                    "that you received separately (not the copy in keys/):"), "",
              "  nodecert verify-bundle . --pubkey SIGNER.pub"
              + (" --allow-simulated" if simulated else "")
              + (f" --require-signers {len(signers)}" if len(signers) > 1 else ""), "",
-             "The manifest is signed by:"]
+             tr("The manifest is signed by:")]
     lines += [f"  {kid}" for kid in signers]
-    lines += ["", "Compare these key ids with the ones the signer gave you "
-              "(nodecert keys id SIGNER.pub)."]
+    lines += ["", tr("Compare these key ids with the ones the signer gave you "
+                     "(nodecert keys id SIGNER.pub).")]
     if statements:
-        lines += ["keys/ also holds key hand-overs and withdrawals; verify-bundle reads them."]
+        lines += [tr("keys/ also holds key hand-overs and withdrawals; verify-bundle reads "
+                     "them.")]
     return "\n".join(lines) + "\n"
 
 

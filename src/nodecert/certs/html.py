@@ -8,8 +8,11 @@ every page.
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,31 +22,70 @@ import markupsafe
 from nodecert import __version__
 from nodecert.certs import readable as readable_values
 from nodecert.certs import svgplot
+from nodecert.certs.i18n import DEFAULT, ENGLISH, N_, Voice, gettext_for, voice
 from nodecert.core.textsafe import clean
 from nodecert_node.contract import all_figures
 
-SIMULATED_TEXT = ("these results were measured on nodecert's simulated GPUs, not on real "
-                  "hardware. They prove the software path, not the node.")
+SIMULATED_TEXT = N_("these results were measured on nodecert's simulated GPUs, not on real "
+                    "hardware. They prove the software path, not the node.")
 
 
 DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
 
 
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+# The words a page shows for a verdict and a kind (the data attributes keep the signed
+# values: tests and scripts read those).
+_VERDICT_WORDS = {"READY": N_("READY"), "NOT READY": N_("NOT READY"), "PASS": N_("PASS"),
+                  "WARN": N_("WARN"), "FAIL": N_("FAIL"), "ERROR": N_("ERROR")}
+_KIND_WORDS = {"node": N_("node"), "cluster": N_("cluster"), "rack": N_("rack")}
+
+
+def _env(lang: str = DEFAULT) -> jinja2.Environment:
+    tr = gettext_for(lang)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True,
+                             extensions=["jinja2.ext.i18n"],
                              # node text is untrusted: no control characters reach a page
                              # (Markup is the page's own, e.g. the SVG plots: kept whole)
                              finalize=lambda v: v if isinstance(v, markupsafe.Markup)
                              else clean(v) if isinstance(v, str) else v)
+    env.install_gettext_translations(tr, newstyle=True)  # type: ignore[attr-defined]
+    env.filters["verdict"] = lambda v: tr.gettext(_VERDICT_WORDS[v]) \
+        if v in _VERDICT_WORDS else v
+    env.filters["kind"] = lambda k: tr.gettext(_KIND_WORDS[k]) if k in _KIND_WORDS else k
+    env.globals["html_lang"] = lang.replace("_", "-")
+    return env
 
 
 def _result(p: dict[str, Any], check: str) -> dict[str, Any] | None:
     return next((r for r in p["results"] if r["check"] == check), None)
 
 
-def scaling_chart(r: dict[str, Any] | None) -> str:
+Tr = Voice
+_same = ENGLISH
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """How certificates are rendered for people: the language, and a PDF beside each
+    page."""
+
+    lang: str = DEFAULT
+    pdf: bool = False
+
+
+PLAIN = Rendering()  # English, no PDF
+
+
+def pdf_of(page: str) -> bytes:
+    """The page as PDF. The renderer needs Pango, a system library: it is loaded only
+    when a PDF is asked for, so a controller without it still certifies."""
+    render: Callable[[str], bytes] = importlib.import_module("nodecert.certs.pdf").render
+    return render(page)
+
+
+def scaling_chart(r: dict[str, Any] | None, tr: Tr = _same) -> str:
     """Efficiency against GPUs (load.scaling's or cluster.scaling's curve), beside linear."""
     curve = ((r or {}).get("facts") or {}).get("curve") or []
     try:
@@ -53,12 +95,12 @@ def scaling_chart(r: dict[str, Any] | None) -> str:
     if len(pts) < 2:
         return ""
     return svgplot.line_chart(
-        "Scaling efficiency vs GPUs (training throughput / GPUs x one GPU alone)",
-        [("measured", pts), ("linear", [(x, 1.0) for x, _ in pts])],
-        xlabel="GPUs", ylabel="efficiency", kind="scaling")
+        tr("Scaling efficiency vs GPUs (training throughput / GPUs x one GPU alone)"),
+        [(tr("measured"), pts), (tr("linear"), [(x, 1.0) for x, _ in pts])],
+        xlabel="GPUs", ylabel=tr("efficiency"), kind="scaling")
 
 
-def bmc_charts(r: dict[str, Any] | None) -> list[str]:
+def bmc_charts(r: dict[str, Any] | None, tr: Tr = _same) -> list[str]:
     """What the BMC read while the node's checks ran: the system's draw and the chassis
     temperatures (the burn-in and the soak among them), over the run's seconds."""
     samples = ((r or {}).get("facts") or {}).get("samples") or []
@@ -73,40 +115,43 @@ def bmc_charts(r: dict[str, Any] | None) -> list[str]:
         return []
     out = []
     if len(power) >= 2:
-        out.append(svgplot.line_chart("System power draw read by the BMC during the run",
-                                      [("draw", power)], xlabel="seconds", ylabel="W",
-                                      kind="bmc-power"))
+        out.append(svgplot.line_chart(tr("System power draw read by the BMC during the run"),
+                                      [(tr("draw"), power)], xlabel=tr("seconds"),
+                                      ylabel="W", kind="bmc-power"))
     if temps and len(temps[0][1]) >= 2:
-        out.append(svgplot.line_chart("Temperatures read by the BMC during the run", temps,
-                                      xlabel="seconds", ylabel="C", kind="bmc-temps"))
+        out.append(svgplot.line_chart(tr("Temperatures read by the BMC during the run"),
+                                      temps, xlabel=tr("seconds"), ylabel="C",
+                                      kind="bmc-temps"))
     return out
 
 
-def plots(p: dict[str, Any]) -> list[str]:
+def plots(p: dict[str, Any], tr: Tr = _same) -> list[str]:
     """The charts people would rather look at than read, where the run has the data."""
-    out: list[str] = bmc_charts(_result(p, "bmc.power"))
+    out: list[str] = bmc_charts(_result(p, "bmc.power"), tr)
     soak = _result(p, "load.thermal_soak")
     series = ((soak or {}).get("facts") or {}).get("series") or {}
     if series:
         fields = soak["facts"].get("series_fields") or []  # type: ignore[index]
-        for col, title, unit in (("temp_c", "GPU temperature during the soak", "C"),
-                                 ("sm_mhz", "SM clock during the soak", "MHz"),
-                                 ("power_w", "Power draw during the soak", "W")):
+        for col, title, unit in (("temp_c", N_("GPU temperature during the soak"), "C"),
+                                 ("sm_mhz", N_("SM clock during the soak"), "MHz"),
+                                 ("power_w", N_("Power draw during the soak"), "W")):
             if col not in fields:
                 continue
             k = fields.index(col)
             out.append(svgplot.line_chart(
-                title, [(f"GPU{g}", [(float(row[0]), float(row[k] or 0)) for row in rows])
+                tr(title), [(f"GPU{g}", [(float(row[0]), float(row[k] or 0)) for row in rows])
                         for g, rows in sorted(series.items(), key=lambda x: int(x[0]))],
-                xlabel="seconds (one sample per second)", ylabel=unit, kind=f"soak-{col}"))
+                xlabel=tr("seconds (one sample per second)"), ylabel=unit,
+                kind=f"soak-{col}"))
     nccl = _result(p, "fabric.nccl_allreduce")
     curve = ((nccl or {}).get("value") or {}).get("curve") if nccl else None
     if curve:
         out.append(svgplot.line_chart(
-            "NCCL all-reduce bus bandwidth vs message size",
+            tr("NCCL all-reduce bus bandwidth vs message size"),
             [("busbw", [(float(c["size"]), float(c["busbw"])) for c in curve])],
-            xlabel="message size (bytes)", ylabel="GB/s", log_x=True, kind="nccl-busbw"))
-    chart = scaling_chart(_result(p, "load.scaling"))
+            xlabel=tr("message size (bytes)"), ylabel="GB/s", log_x=True,
+            kind="nccl-busbw"))
+    chart = scaling_chart(_result(p, "load.scaling"), tr)
     if chart:
         out.append(chart)
     burn = _result(p, "load.burnin")
@@ -118,47 +163,52 @@ def plots(p: dict[str, Any]) -> list[str]:
         key = f"burnin.tflops_min_{dtype}"
         floor = (burn or {}).get("thresholds", {}).get(key, {}).get("value")
         out.append(svgplot.bar_chart(
-            f"Sustained {dtype} GEMM TFLOPS per GPU",
+            tr("Sustained %(dtype)s GEMM TFLOPS per GPU") % {"dtype": dtype},
             [(f"GPU{g}", float(v)) for g, v in sorted(value["tflops_per_gpu"].items(),
                                                        key=lambda x: int(x[0]))],
             ylabel="TFLOPS", floor=float(floor) if floor is not None else None,
             kind="burnin-tflops"))
     elif value.get("gflops_per_gpu"):
         out.append(svgplot.bar_chart(
-            "gpu_burn FP32 Gflop/s per GPU",
+            tr("gpu_burn FP32 Gflop/s per GPU"),
             [(f"GPU{g}", float(v)) for g, v in enumerate(value["gflops_per_gpu"])],
             ylabel="Gflop/s", kind="burnin-gflops"))
     return out
 
 
-def shown(r: dict[str, Any]) -> dict[str, Any]:
+def shown(r: dict[str, Any], tr: Tr = _same) -> dict[str, Any]:
     """A result's figures for the page: labelled lines, how many more the evidence holds,
     and the evidence itself (the signed value, indented)."""
-    got, more = readable_values.lines(r.get("value"), r.get("unit"))
+    got, more = readable_values.lines(r.get("value"), r.get("unit"), tr)
     raw = json.dumps(r.get("value"), indent=1, sort_keys=True, ensure_ascii=False)
     return {"lines": got, "more": more,
             "raw": clean(raw if len(raw) <= 20000 else raw[:20000] + "\n...")}
 
 
-def proven(results: list[dict[str, Any]]) -> str:
-    """What the run proved, counted: '14 checks passed, 1 with a warning, 1 failed'."""
+def proven(results: list[dict[str, Any]], tr: Tr = _same) -> str:
+    """What the run proved, counted: '14 checks: 13 passed, 1 failed'."""
     counts = Counter(r["verdict"] for r in results)
-    words = [("PASS", "passed"), ("WARN", "passed with a warning"), ("FAIL", "failed"),
-             ("ERROR", "could not be judged (error)")]
-    parts = [f"{counts[v]} {w}" for v, w in words if counts.get(v)]
+    words = [("PASS", N_("%(num)d passed")), ("WARN", N_("%(num)d passed with a warning")),
+             ("FAIL", N_("%(num)d failed")),
+             ("ERROR", N_("%(num)d could not be judged (error)"))]
+    parts = [tr(w) % {"num": counts[v]} for v, w in words if counts.get(v)]
     parts += [f"{n} {clean(str(v))[:20]}" for v, n in counts.items()
               if v not in dict(words)]
-    return f"{len(results)} checks: " + ", ".join(parts) if parts else "no checks"
+    return (tr("%(num)d checks:") % {"num": len(results)} + " " + ", ".join(parts)
+            if parts else tr("no checks"))
 
 
-def node_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -> str:
+def node_page(statement: dict[str, Any], *, envelope_name: str, keyid: str,
+              lang: str = DEFAULT) -> str:
     p = statement["predicate"]
     warns = sum(1 for r in p["results"] if r["verdict"] == "WARN")
-    return _env().get_template("node.html.j2").render(
-        readable=shown, proven=proven(p["results"]), number=readable_values.number,
-        margins=readable_values.closest_to_floor(p["results"]),
+    tr = voice(lang)
+    return _env(lang).get_template("node.html.j2").render(
+        readable=lambda r: shown(r, tr), proven=proven(p["results"], tr),
+        number=lambda v: tr.localize(readable_values.number(v)),
+        margins=readable_values.closest_to_floor(p["results"], tr=tr),
         p=p, subject=statement["subject"][0], simulated=p["simulated"],
-        simulated_text=SIMULATED_TEXT, plots=plots(p), warns=warns,
+        simulated_text=tr(SIMULATED_TEXT), plots=plots(p, tr), warns=warns,
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
 
 
@@ -172,35 +222,39 @@ def _shade(cell: dict[str, Any] | None, floor: float) -> str:
     return "#c3e6cb" if cell.get("ok") else f"hsl(0, 70%, {90 - 40 * (1 - ratio):.0f}%)"
 
 
-def cluster_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -> str:
+def cluster_page(statement: dict[str, Any], *, envelope_name: str, keyid: str,
+                 lang: str = DEFAULT) -> str:
     """The cluster certificate as a page: stages, pairing heat-map, per-rail table."""
     p = statement["predicate"]
     busbw_floor = float(p["expectation"]["busbw"]["value"])
     rail_floor = float(p["expectation"]["rail"]["value"])
-    return _env().get_template("cluster.html.j2").render(
+    tr = voice(lang)
+    return _env(lang).get_template("cluster.html.j2").render(
         p=p, nodes=sorted(p["nodes"], key=_node_order), subjects=statement["subject"],
-        simulated=p["simulated"], simulated_text=SIMULATED_TEXT,
+        simulated=p["simulated"], simulated_text=tr(SIMULATED_TEXT),
         shade=lambda c: _shade(c, busbw_floor),
-        scaling=scaling_chart(p.get("scaling")),
+        scaling=scaling_chart(p.get("scaling"), tr),
         rail_shade=lambda v: _shade(None if v is None else {"busbw": v, "ok": v >= rail_floor},
                                     rail_floor),
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
 
 
-def rack_page(statement: dict[str, Any], *, envelope_name: str, keyid: str) -> str:
+def rack_page(statement: dict[str, Any], *, envelope_name: str, keyid: str,
+              lang: str = DEFAULT) -> str:
     """The rack certificate as a page: the rules, every tray in its NVLink domain, the
     switch trays, the infrastructure's latest readings, the firmware across the domain."""
     p = statement["predicate"]
     firmware = next((r["facts"].get("firmware") for r in p["results"]
                      if r["check"] == "rack.firmware"), None) or {}
-    return _env().get_template("rack.html.j2").render(
+    tr = voice(lang)
+    return _env(lang).get_template("rack.html.j2").render(
         p=p, trays=sorted(p["trays"], key=_node_order), subjects=statement["subject"],
-        firmware=firmware, heatmap=_sweep_heatmap(p["results"]), simulated=p["simulated"],
-        simulated_text=SIMULATED_TEXT,
+        firmware=firmware, heatmap=_sweep_heatmap(p["results"], tr),
+        simulated=p["simulated"], simulated_text=tr(SIMULATED_TEXT),
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
 
 
-def _sweep_heatmap(results: list[dict[str, Any]]) -> str:
+def _sweep_heatmap(results: list[dict[str, Any]], tr: Tr = _same) -> str:
     """The NVLink domain's sweep as a heat-map (each GPU's best pair), "" without one."""
     sweep = next((r for r in results if r["check"] == "rack.sweep"), None)
     heat = ((sweep or {}).get("value") or {}).get("heatmap") or {}
@@ -211,7 +265,7 @@ def _sweep_heatmap(results: list[dict[str, Any]]) -> str:
     mid, peer = value.get("median_gbs"), value.get("peer_fraction_min")
     low = float(mid) * float(peer) if mid and peer else None  # a slow pair's bound
     return svgplot.heat_map(
-        "NVLink domain sweep: each GPU's best pair bus bandwidth",
+        tr("NVLink domain sweep: each GPU's best pair bus bandwidth"),
         [(t, [heat[t].get(g) for g in cols]) for t in sorted(heat, key=_node_order)],
         columns=[f"GPU {g}" for g in cols], unit="GB/s", low=low, kind="sweep")
 
@@ -256,7 +310,7 @@ def current_certificates(statements: list[dict[str, Any]]
     return [newest[h] for h in sorted(newest)], superseded
 
 
-def fleet_page(statements: list[dict[str, Any]], *, keyid: str) -> str:
+def fleet_page(statements: list[dict[str, Any]], *, keyid: str, lang: str = DEFAULT) -> str:
     """The fleet at a glance; a node certified more than once shows its newest certificate
     (the older ones are superseded, and the page says how many)."""
     statements, superseded = current_certificates(statements)
@@ -270,22 +324,32 @@ def fleet_page(statements: list[dict[str, Any]], *, keyid: str) -> str:
                      **key_figures(p)})
     simulated = any(r["simulated"] for r in rows)
     run_ids = sorted({str(st["predicate"].get("run_id")) for st in statements})
-    return _env().get_template("fleet.html.j2").render(
+    return _env(lang).get_template("fleet.html.j2").render(
         rows=rows, ready=sum(r["verdict"] == "READY" for r in rows), simulated=simulated,
-        simulated_text=SIMULATED_TEXT, run_id=", ".join(run_ids), keyid=keyid,
+        simulated_text=gettext_for(lang).gettext(SIMULATED_TEXT), run_id=", ".join(run_ids),
+        keyid=keyid,
         tool_version=__version__)
 
 
 def handover_page(rows: list[dict[str, Any]], *, signers: list[str], issued: str,
-                  has_revocations: bool, has_statements: bool) -> str:
+                  has_revocations: bool, has_statements: bool, lang: str = DEFAULT) -> str:
     """The hand-over bundle's index: every certificate, its verdict and its page."""
     simulated = any(r["simulated"] for r in rows)
-    return _env().get_template("handover.html.j2").render(
+    return _env(lang).get_template("handover.html.j2").render(
         rows=rows, ready=sum(r["verdict"] == "READY" for r in rows), signers=signers,
-        issued=issued, simulated=simulated, simulated_text=SIMULATED_TEXT,
+        issued=issued, simulated=simulated,
+        simulated_text=gettext_for(lang).gettext(SIMULATED_TEXT),
         has_revocations=has_revocations, has_statements=has_statements,
         keyid=signers[0] if signers else "", tool_version=__version__)
 
 
-__all__ = ["current_certificates", "fleet_page", "handover_page", "key_figures", "node_page",
-           "plots"]
+__all__ = [
+    "Rendering",
+    "current_certificates",
+    "fleet_page",
+    "handover_page",
+    "key_figures",
+    "node_page",
+    "pdf_of",
+    "plots",
+]

@@ -119,7 +119,9 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
 def certify_rack(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
                  now: dt.datetime | None = None, valid_days: int = DEFAULT_VALID_DAYS,
                  max_age_days: float = DEFAULT_MAX_AGE_DAYS,
-                 revocations: Path | None = None) -> tuple[Path, Path, str]:
+                 revocations: Path | None = None,
+                 rendering: report_html.Rendering = report_html.PLAIN
+                 ) -> tuple[Path, Path, str]:
     """(envelope, HTML, verdict) for a rack run; both files whole or not at all."""
     try:
         data = read_rack_record(run_dir)
@@ -128,7 +130,7 @@ def certify_rack(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     st = statement(data, issued=issued, valid_days=valid_days, max_age_days=max_age_days)
     return issue(st, key, out_dir or RunDir(run_dir).reports, "rack", report_html.rack_page,
-                 revocations=revocations, issued=issued)
+                 revocations=revocations, issued=issued, rendering=rendering)
 
 
 def rack_problems(st: dict[str, Any]) -> list[str]:

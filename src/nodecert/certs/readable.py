@@ -19,7 +19,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from nodecert.certs.i18n import ENGLISH, N_, Voice
 from nodecert.core.textsafe import clean
+
+Tr = Voice
+_same = ENGLISH
+
 
 MAX_LINES = 16  # lines shown per check; the raw evidence holds the rest
 MAX_ITEMS = 16  # per-GPU entries or list items on one line
@@ -74,25 +79,38 @@ def _unit_of(key: str) -> tuple[str, str]:
     return k, ""
 
 
-def label(key: str) -> str:
+# Labels a page shows often, in the catalogue (a label not in it is shown as composed).
+KNOWN_LABELS = (N_("CPU arch"), N_("CPU cores"), N_("CPU model"), N_("GPU model"),
+                N_("GPUs"), N_("NVMe"), N_("RAM"), N_("RAM source"), N_("Links"),
+                N_("Counter growth"), N_("Ports"), N_("Limits"), N_("Ratio"),
+                N_("Seq read"), N_("Seq write"), N_("Rand read"), N_("Checkpoint"),
+                N_("TFLOPS per GPU"), N_("Temp per GPU"), N_("Peak temp"),
+                N_("ECC corrected per GPU"), N_("ECC volatile uncorrectable"),
+                N_("Remap pending"), N_("Classified"), N_("Events"), N_("Checked"),
+                N_("Problems"), N_("Below"), N_("Judged"), N_("Driver"), N_("Samples"),
+                N_("Seconds"), N_("Data type"), N_("Load"), N_("Pairs NVLink"),
+                N_("Performance"), N_("GPUs inside"), N_("CDI spec"), N_("Toolkit"))
+
+
+def label(key: str, tr: Tr = _same) -> str:
     """'cpu_cores' -> 'CPU cores'; 'tflops_per_gpu' -> 'TFLOPS per GPU'."""
     base, _ = _unit_of(str(key))
     words = [w for w in re.split(r"[_\s.]+", base) if w]
     out = " ".join(_WORDS.get(w, w) for w in words)
     out = clean(out[:1].upper() + out[1:]) if out else clean(str(key))
-    return out[:80]
+    return tr(out[:80])
 
 
 _IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def key_text(key: Any) -> str:
+def key_text(key: Any, tr: Tr = _same) -> str:
     """A figure's key as a label; a name the node reported (a PCI address, a port,
     a counter's own name) as it is."""
     k = str(key)
     if k.isdigit():
         return f"GPU {k}"
-    return label(k) if _IDENT.match(k) else clean(k)[:80]
+    return label(k, tr) if _IDENT.match(k) else clean(k)[:80]
 
 
 def number(v: float) -> str:
@@ -110,15 +128,15 @@ def number(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1 else f"{v:.2f}".rstrip("0").rstrip(".")
 
 
-def scalar(v: Any, unit: str = "") -> str:
+def scalar(v: Any, unit: str = "", tr: Tr = _same) -> str:
     """One value with its unit; absent is "not reported", never 0."""
     if v is None:
-        return "not reported"
+        return tr("not reported")
     if isinstance(v, bool):
-        return "yes" if v else "no"
+        return tr("yes") if v else tr("no")
     if isinstance(v, int | float):
         u = "°C" if unit == "C" else unit
-        return number(v) + (("" if u == "%" else " ") + u if u else "")
+        return tr.localize(number(v)) + (("" if u == "%" else " ") + u if u else "")
     return clean(str(v))[:200]
 
 
@@ -126,13 +144,18 @@ def _is_per_index(v: Any) -> bool:
     return isinstance(v, dict) and bool(v) and all(str(k).isdigit() for k in v)
 
 
-def _per_index(v: dict[str, Any], unit: str) -> str:
+def _more(n: int, tr: Tr) -> str:
+    return " " + tr("(and %(num)d more)") % {"num": n} if n > 0 else ""
+
+
+def _per_index(v: dict[str, Any], unit: str, tr: Tr) -> str:
     items = sorted(v.items(), key=lambda kv: int(kv[0]))
-    shown = ", ".join(f"GPU {clean(str(k))}: {scalar(x, unit)}" for k, x in items[:MAX_ITEMS])
-    return shown + (f" (and {len(items) - MAX_ITEMS} more)" if len(items) > MAX_ITEMS else "")
+    shown = ", ".join(f"GPU {clean(str(k))}: {scalar(x, unit, tr)}"
+                      for k, x in items[:MAX_ITEMS])
+    return shown + _more(len(items) - MAX_ITEMS, tr)
 
 
-def _record(item: dict[str, Any]) -> tuple[str, str]:
+def _record(item: dict[str, Any], tr: Tr = _same) -> tuple[str, str]:
     """A record of a list (a PCIe link, a port): named by its name field, the rest as
     'field value' pairs."""
     name_key = next((k for k in _NAME_KEYS if isinstance(item.get(k), str | int)), None)
@@ -141,63 +164,65 @@ def _record(item: dict[str, Any]) -> tuple[str, str]:
              if k != name_key and not isinstance(v, dict | list)}
     if len(plain) > 4 and len({repr(v) for v in plain.values()}) == 1:
         v = next(iter(plain.values()))  # eight error counters, all 0: said once
-        return name, f"{len(plain)} figures, all {scalar(v)}"
+        return name, tr("%(num)d figures, all %(value)s") % {"num": len(plain),
+                                                             "value": scalar(v, "", tr)}
     parts = []
     for k, v in item.items():
         if k == name_key or isinstance(v, dict | list):
             continue
         _, unit = _unit_of(str(k))
-        text = key_text(k)
-        parts.append(f"{text.lower() if _IDENT.match(str(k)) else text} {scalar(v, unit)}")
+        text = key_text(k, tr)
+        parts.append(f"{text.lower() if _IDENT.match(str(k)) else text} "
+                     f"{scalar(v, unit, tr)}")
     return name, ", ".join(parts[:MAX_ITEMS])
 
 
-def _walk(key: str, v: Any, unit: str, depth: int, out: list[Line]) -> None:
+def _walk(key: str, v: Any, unit: str, depth: int, out: list[Line], *, tr: Tr) -> None:
     if _is_per_index(v) and not any(isinstance(x, dict | list) for x in v.values()):
-        out.append(Line(key, _per_index(v, unit)))
+        out.append(Line(key, _per_index(v, unit, tr)))
     elif isinstance(v, dict):
         if depth >= _DEPTH or not v:
-            out.append(Line(key, "(none)" if not v else "(see the evidence)"))
+            out.append(Line(key, tr("(none)") if not v else tr("(see the evidence)")))
             return
         if all(isinstance(x, dict) and x and not _is_per_index(x)
                and not any(isinstance(y, dict | list) for y in x.values())
                for x in v.values()):
             for k, x in v.items():  # records by name: a line each
-                sub = key_text(k)
-                out.append(Line(f"{key} / {sub}" if key else sub, _record(x)[1]))
+                sub = key_text(k, tr)
+                out.append(Line(f"{key} / {sub}" if key else sub, _record(x, tr)[1]))
             return
         for k, x in v.items():
             _, u = _unit_of(str(k))
-            sub = key_text(k)
-            _walk(f"{key} / {sub}" if key else sub, x, u or unit, depth + 1, out)
+            sub = key_text(k, tr)
+            _walk(f"{key} / {sub}" if key else sub, x, u or unit, depth + 1, out, tr=tr)
     elif isinstance(v, list):
         if not v:
-            out.append(Line(key, "(none)"))
+            out.append(Line(key, tr("(none)")))
         elif all(isinstance(x, dict) for x in v):
             for item in v[:MAX_ITEMS]:
-                name, text = _record(item)
+                name, text = _record(item, tr)
                 out.append(Line(f"{key}: {name}" if key and name else name or key, text))
             if len(v) > MAX_ITEMS:
-                out.append(Line(key, f"and {len(v) - MAX_ITEMS} more (see the evidence)"))
+                out.append(Line(key, tr("and %(num)d more (see the evidence)")
+                                % {"num": len(v) - MAX_ITEMS}))
         else:
-            shown = ", ".join(scalar(x, unit) if not isinstance(x, dict | list)
+            shown = ", ".join(scalar(x, unit, tr) if not isinstance(x, dict | list)
                               else "(…)" for x in v[:MAX_ITEMS])
-            out.append(Line(key, shown + (f" (and {len(v) - MAX_ITEMS} more)"
-                                          if len(v) > MAX_ITEMS else "")))
+            out.append(Line(key, shown + _more(len(v) - MAX_ITEMS, tr)))
     else:
-        out.append(Line(key, scalar(v, unit)))
+        out.append(Line(key, scalar(v, unit, tr)))
 
 
-def lines(value: Any, unit: str | None = None) -> tuple[list[Line], int]:
+def lines(value: Any, unit: str | None = None, tr: Tr = _same) -> tuple[list[Line], int]:
     """The value as labelled lines (at most MAX_LINES) and how many more there were."""
     check_unit = unit if unit in _CHECK_UNITS else ""
     if value is None:
         return [], 0
     out: list[Line] = []
     if isinstance(value, dict | list):
-        _walk("", value, "", 0, out)
+        _walk("", value, "", 0, out, tr=tr)
     else:
-        out.append(Line("", scalar(value, check_unit or (clean(unit or "")[:20]))))
+        out.append(Line("", scalar(value, check_unit or (clean(unit or "")[:20]), tr)))
     return out[:MAX_LINES], max(0, len(out) - MAX_LINES)
 
 
@@ -256,7 +281,8 @@ def _matches(path: tuple[str, ...], base: str) -> int | None:
     return None
 
 
-def closest_to_floor(results: list[dict[str, Any]], limit: int = 5) -> list[Margin]:
+def closest_to_floor(results: list[dict[str, Any]], limit: int = 5,
+                     tr: Tr = _same) -> list[Margin]:
     """The figures nearest the floors they were judged against, nearest first (one per
     check and floor: its lowest figure)."""
     found: list[Margin] = []
@@ -283,7 +309,7 @@ def closest_to_floor(results: list[dict[str, Any]], limit: int = 5) -> list[Marg
             k = _matches(path, base)
             where = [("GPU " + part if part.isdigit() else part)
                      for i, part in enumerate(path) if i != k]
-            figure = label(path[k]) if path and k is not None else label(base)
+            figure = label(path[k], tr) if path and k is not None else label(base, tr)
             found.append(Margin(clean(str(r.get("check", "")))[:60],
                                 ", ".join([figure, *[clean(w)[:60] for w in where if w]]),
                                 low, floor, clean(str(t.get("unit") or ""))[:20],

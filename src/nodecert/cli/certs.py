@@ -16,8 +16,11 @@ from nodecert.cli.common import (
     handle_errors,
     json_option,
     key_statement_option,
+    lang_option,
+    pdf_option,
     revocations_option,
     signing_key_option,
+    step_name,
     style,
 )
 from nodecert.core.errors import ExitCode
@@ -51,8 +54,9 @@ def certified_json(run: Any) -> dict[str, Any]:
 def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
              out_dir: Path | None, max_age_days: float | None = None,
              quiet: bool = False, cluster_cert: Path | None = None,
-             revocations: Path | None = None) -> Any:
+             revocations: Path | None = None, rendering: Any = None) -> Any:
     from nodecert.certs.certify import DEFAULT_MAX_AGE_DAYS, DEFAULT_VALID_DAYS, certify
+    from nodecert.certs.html import PLAIN
     from nodecert.certs.revocations import DEFAULT_NAME
     from nodecert.provision.chain import signing_key
 
@@ -62,7 +66,8 @@ def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
                    err=True)
     run = certify(run_dir, key, out_dir=out_dir, valid_days=valid_days or DEFAULT_VALID_DAYS,
                   max_age_days=max_age_days or DEFAULT_MAX_AGE_DAYS, cluster_cert=cluster_cert,
-                  revocations=revocations or run_dir.parent / DEFAULT_NAME)
+                  revocations=revocations or run_dir.parent / DEFAULT_NAME,
+                  rendering=rendering or PLAIN)
     if not quiet:
         print_certified(run)
     return run
@@ -90,6 +95,7 @@ than --max-result-age-days, a host whose report could not be built), 2 bad input
 Examples:
   nodecert certify runs/20261129-101500-a1b2c3
   nodecert certify runs/20261129-101500-a1b2c3 --key /etc/nodecert/keys/nodecert.key --valid-days 30
+  nodecert certify runs/20261129-101500-a1b2c3 --lang pt-BR --pdf
 """
 
 
@@ -107,13 +113,19 @@ Examples:
               help="The cluster or rack certificate (same key) the nodes were proven in "
                    "together: each node's certificate references it.")
 @revocations_option
+@lang_option
+@pdf_option
 @json_option
 @handle_errors
 def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_days: float,
                 out_dir: Path | None, cluster_cert: Path | None, revocations: Path | None,
-                as_json: bool) -> None:
+                lang: str | None, pdf: bool, as_json: bool) -> None:
+    from nodecert.certs.html import Rendering
+    from nodecert.certs.i18n import choose
+
     run = _certify(run_dir, key_path, valid_days, out_dir, max_age_days, quiet=as_json,
-                   cluster_cert=cluster_cert, revocations=revocations)
+                   cluster_cert=cluster_cert, revocations=revocations,
+                   rendering=Rendering(choose(lang), pdf))
     if as_json:
         emit_json(certified_json(run))
     sys.exit(int(ExitCode.OK if run.all_ready else ExitCode.FAILED))
@@ -232,6 +244,7 @@ Examples:
 @key_statement_option
 @click.option("--require-signers", type=click.IntRange(min=1), default=1, show_default=True,
               help="How many different trusted keys must have signed (two-party signing).")
+@lang_option
 @json_option
 @become_options
 @handle_errors
@@ -239,8 +252,9 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                inventory: Path | None, allow_simulated: bool, expect_host: str | None,
                expect_serial: str | None, expect_identity: str | None,
                revocations: Path | None, key_statements: tuple[Path, ...],
-               require_signers: int, as_json: bool, become_file: Path | None,
-               vault_file: Path | None) -> None:
+               require_signers: int, lang: str | None, as_json: bool,
+               become_file: Path | None, vault_file: Path | None) -> None:
+    from nodecert.certs.i18n import choose, gettext_for
     from nodecert.certs.verify import ReportError, live_identity, subject_line, verify_report
 
     if host and inventory is None:
@@ -258,11 +272,13 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
         emit_json({"report": str(report), "valid": v.ok, "kind": v.kind, "subject": subject,
                     "steps": [{"step": n, "ok": ok, "detail": d} for n, ok, d in v.steps]})
         sys.exit(int(v.exit_code))
-    echo(f"subject: {subject}")  # first: whom this certificate is about
+    tr = gettext_for(choose(lang)).gettext
+    echo(tr("subject:") + " " + subject)  # first: whom this certificate is about
     for name, ok, detail in v.steps:
         mark = style("ok  ", fg="green") if ok else style("FAIL", fg="red",
                                                                           bold=True)
-        click.echo(f"{mark} {name:<14} {one_line(detail)}")  # the mark keeps its colour
-    echo(f"VALID: the certificate holds and the {v.kind} is READY" if v.ok else
-               "NOT VALID: see the failed step(s) above")
+        # the mark keeps its colour; a step's detail is the evidence, as found
+        click.echo(f"{mark} {step_name(name, tr):<14} {one_line(detail)}")
+    echo(tr("VALID: the certificate holds and the %(kind)s is READY")
+         % {"kind": tr(v.kind)} if v.ok else tr("NOT VALID: see the failed step(s) above"))
     sys.exit(int(v.exit_code))

@@ -150,7 +150,8 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
 @certify_options
 @handle_errors
 def cluster_certify_cmd(run_dir: Path, key_path: Path, valid_days: int,
-                        max_age_days: float, revocations: Path | None) -> None:
+                        max_age_days: float, revocations: Path | None, lang: str | None,
+                        pdf: bool) -> None:
     """Sign a cluster run as a cluster certificate (and render its page), entered on
     the signer's revocation list, where it supersedes older certificates of the same
     nodes.
@@ -160,13 +161,16 @@ def cluster_certify_cmd(run_dir: Path, key_path: Path, valid_days: int,
       nodecert cluster certify runs/cluster-20261130-210000-ab12cd --key keys/nodecert.key
     """
     from nodecert.certs.cluster import certify_cluster
+    from nodecert.certs.html import Rendering
+    from nodecert.certs.i18n import choose
     from nodecert.certs.revocations import DEFAULT_NAME
     from nodecert.certs.signing import load_private_key
 
     env, html, verdict = certify_cluster(run_dir, load_private_key(key_path),
                                          valid_days=valid_days, max_age_days=max_age_days,
                                          revocations=revocations
-                                         or run_dir.parent / DEFAULT_NAME)
+                                         or run_dir.parent / DEFAULT_NAME,
+                                         rendering=Rendering(choose(lang), pdf))
     echo(f"certificate: {env} ({verdict}), page: {html}")
 
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from nodecert.certs.i18n import N_
 from nodecert.core.errors import ExitCode, NodecertError
 from nodecert.core.textsafe import clean, one_line
 from nodecert.core.verdict import Verdict
@@ -127,6 +128,26 @@ key_statement_option = click.option(
     type=click.Path(path_type=Path, dir_okay=False),
     help="A key rotation or withdrawal statement (repeatable): trust the keys a trusted "
          "key handed over to, not the keys withdrawn.")
+lang_option = click.option(
+    "--lang", metavar="LANG", help="Language of what people read: en or pt-BR (default: "
+                                   "the locale's, LANG/LC_ALL; English otherwise).")
+
+
+pdf_option = click.option("--pdf", is_flag=True,
+                          help="Also render each page as PDF (A4, fonts embedded).")
+
+
+def step_name(name: str, tr: Callable[[str], str]) -> str:
+    """A verification step's name in the reader's language (the JSON keeps the name)."""
+    return tr(_STEP_NAMES.get(name, name))
+
+
+# verify's and verify-bundle's step names, for the catalogue.
+_STEP_NAMES = {n: n for n in (N_("signature"), N_("payload type"), N_("statement"),
+                              N_("validity"), N_("revocation"), N_("expected"),
+                              N_("subject"), N_("hardware"), N_("verdict"),
+                              N_("hardware kind"), N_("keys"), N_("manifest"),
+                              N_("files"), N_("certificates"))}
 revocations_option = click.option(
     "--revocations", type=click.Path(path_type=Path, dir_okay=False),
     help="The signed revocation list to enter the new certificate(s) on (default: "
@@ -202,6 +223,6 @@ def certify_options(f: F) -> F:
             click.option("--max-result-age-days", "max_age_days",
                          type=click.FloatRange(min=0.01), default=7.0, show_default=True,
                          help="Refuse a run that ended longer ago than this."),
-            revocations_option)):
+            revocations_option, lang_option, pdf_option)):
         f = option(f)
     return f

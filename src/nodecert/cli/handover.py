@@ -13,6 +13,9 @@ from nodecert.cli.common import (
     handle_errors,
     json_option,
     key_statement_option,
+    lang_option,
+    pdf_option,
+    step_name,
     style,
 )
 from nodecert.core.textsafe import one_line
@@ -52,17 +55,22 @@ Examples:
 @key_statement_option
 @click.option("--revocations", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="The signer's revocation list, handed over with the certificates.")
+@lang_option
+@pdf_option
 @json_option
 @handle_errors
 def handover_cmd(runs: tuple[Path, ...], out: Path, key_paths: tuple[Path, ...],
                  pubkeys: tuple[Path, ...], key_statements: tuple[Path, ...],
-                 revocations: Path | None, as_json: bool) -> None:
+                 revocations: Path | None, lang: str | None, pdf: bool,
+                 as_json: bool) -> None:
     from nodecert.certs.handover import build
+    from nodecert.certs.i18n import choose
     from nodecert.certs.signing import load_private_key
 
     keys = [load_private_key(p) for p in key_paths]
     h = build(list(runs), out, keys, pubkeys=list(pubkeys),
-              key_statements=list(key_statements), revocations=revocations)
+              key_statements=list(key_statements), revocations=revocations,
+              lang=choose(lang), pdf=pdf)
     if as_json:
         emit_json({"bundle": str(h.out), "signers": h.signers, "superseded": h.superseded,
                    "certificates": [{"kind": c.kind, "name": c.name, "source": str(c.source),
@@ -106,11 +114,13 @@ Examples:
               help="How many different trusted keys must have signed.")
 @click.option("--allow-simulated", is_flag=True,
               help="Accept certificates of simulated hardware (lab, tests).")
+@lang_option
 @json_option
 @handle_errors
 def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: int,
-                      allow_simulated: bool, as_json: bool) -> None:
+                      allow_simulated: bool, lang: str | None, as_json: bool) -> None:
     from nodecert.certs.bundlecheck import check
+    from nodecert.certs.i18n import choose, gettext_for
 
     b = check(bundle, list(pubkeys), require_signers=require_signers,
               allow_simulated=allow_simulated)
@@ -125,15 +135,17 @@ def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: 
     def mark(ok: bool) -> str:
         return style("ok  ", fg="green") if ok else style("FAIL", fg="red", bold=True)
 
+    tr = gettext_for(choose(lang)).gettext
     for name, ok, detail in b.steps:
-        click.echo(f"{mark(ok)} {name:<14} {one_line(detail)}")
+        click.echo(f"{mark(ok)} {step_name(name, tr):<14} {one_line(detail)}")
     for f, v in b.certificates.items():
         click.echo(f"{mark(v.ok)} {f}")
         for name, ok, detail in v.steps:
             if not ok:
-                click.echo(f"       {name:<14} {one_line(detail)}")
+                click.echo(f"       {step_name(name, tr):<14} {one_line(detail)}")
     good = sum(v.ok for v in b.certificates.values())
-    echo(f"VALID: the bundle holds and all {good} certificates are valid and READY" if b.ok
-         else f"NOT VALID: {good} of {len(b.certificates)} certificates valid and READY; "
-              "see the failed step(s) above")
+    echo(tr("VALID: the bundle holds and all %(num)d certificates are valid and READY")
+         % {"num": good} if b.ok else
+         tr("NOT VALID: %(good)d of %(num)d certificates valid and READY; see the failed "
+            "step(s) above") % {"good": good, "num": len(b.certificates)})
     sys.exit(int(b.exit_code))

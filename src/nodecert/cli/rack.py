@@ -109,7 +109,7 @@ def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
 @certify_options
 @handle_errors
 def rack_certify_cmd(run_dir: Path, key_path: Path, valid_days: int, max_age_days: float,
-                     revocations: Path | None) -> None:
+                     revocations: Path | None, lang: str | None, pdf: bool) -> None:
     """Sign a rack run as a rack certificate (and render its page): its subjects are
     every compute tray's and switch tray's identity; it is entered on the signer's
     revocation list, where it supersedes older certificates of the same rack.
@@ -118,13 +118,16 @@ def rack_certify_cmd(run_dir: Path, key_path: Path, valid_days: int, max_age_day
     Example:
       nodecert rack certify runs/rack-20261202-210000-ab12cd --key keys/nodecert.key
     """
+    from nodecert.certs.html import Rendering
+    from nodecert.certs.i18n import choose
     from nodecert.certs.rack import certify_rack
     from nodecert.certs.revocations import DEFAULT_NAME
     from nodecert.certs.signing import load_private_key
 
     env, html, verdict = certify_rack(run_dir, load_private_key(key_path),
                                       valid_days=valid_days, max_age_days=max_age_days,
-                                      revocations=revocations or run_dir.parent / DEFAULT_NAME)
+                                      revocations=revocations or run_dir.parent / DEFAULT_NAME,
+                                      rendering=Rendering(choose(lang), pdf))
     echo(f"certificate: {env} ({verdict}), page: {html}")
 
 
