@@ -329,7 +329,8 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
         ready.append((paths, blobs))
         p = st["predicate"]
         run.nodes.append(Certified(name, p["verdict"], p["simulated"], p["reasons"],
-                                   *paths[:3], pdf=paths[3] if rendering.pdf else None))
+                                   paths[0], paths[1], paths[2],
+                                   pdf=paths[3] if rendering.pdf else None))
         statements.append(st)
     with listing(revocations, key, issued) as listed:  # a list that fails: nothing written
         out.mkdir(parents=True, exist_ok=True)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -28,7 +29,20 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from nodecert.core.errors import NodecertError
 
 KEY_TYPES = ("ecdsa-p256", "ed25519")
-PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+PKCS11_SCHEME = "pkcs11:"
+
+
+@runtime_checkable
+class TokenKey(Protocol):
+    """A private key that stays on a token (PKCS#11: certs.hsm): it signs, and gives its
+    public key."""
+
+    def public_key(self) -> ec.EllipticCurvePublicKey: ...
+
+    def sign_digest_der(self, data: bytes) -> bytes: ...
+
+
+PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey | TokenKey
 PublicKey = ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
 
 
@@ -73,8 +87,9 @@ def init_key(out_dir: Path, key_type: str = "ecdsa-p256", name: str = "nodecert"
                             hint="choose another --out directory, or move the old key away "
                                  "yourself (reports it signed stay verifiable only with its "
                                  ".pub)")
-    key: PrivateKey = (ec.generate_private_key(ec.SECP256R1()) if key_type == "ecdsa-p256"
-                       else ed25519.Ed25519PrivateKey.generate())
+    key: ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey = (
+        ec.generate_private_key(ec.SECP256R1()) if key_type == "ecdsa-p256"
+        else ed25519.Ed25519PrivateKey.generate())
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
     # Created 0600 from the start (O_EXCL: no race, no overwrite), never chmod'ed later.
@@ -86,8 +101,15 @@ def init_key(out_dir: Path, key_type: str = "ecdsa-p256", name: str = "nodecert"
     return KeyPair(priv_path, pub_path, keyid(key.public_key()))
 
 
-def load_private_key(path: Path) -> PrivateKey:
-    """The signing key, refused when group- or world-accessible."""
+def load_private_key(path: Path | str) -> PrivateKey:
+    """The signing key, refused when group- or world-accessible; a pkcs11: URI names a
+    key on a token (an HSM, a smart card), which never leaves it."""
+    if str(path).startswith(PKCS11_SCHEME):
+        # python-pkcs11 (the hsm extra) is loaded only for a key that needs it.
+        hsm = importlib.import_module("nodecert.certs.hsm")
+        key: PrivateKey = hsm.open_key(str(path))
+        return key
+    path = Path(path)
     try:
         st = path.stat()
     except OSError as exc:
@@ -98,14 +120,15 @@ def load_private_key(path: Path) -> PrivateKey:
                         f"{stat.S_IMODE(st.st_mode):04o}): refusing to use it",
                         hint=f"chmod 600 {path}, and consider the key exposed: rotate it")
     try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        loaded = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except (ValueError, TypeError) as exc:
         raise SigningKeyError(f"{path} is not an unencrypted PEM private key: {exc}") from exc
-    if isinstance(key, ec.EllipticCurvePrivateKey) and isinstance(key.curve, ec.SECP256R1):
-        return key
-    if isinstance(key, ed25519.Ed25519PrivateKey):
-        return key
-    raise SigningKeyError(f"{path}: unsupported key type {type(key).__name__}",
+    if isinstance(loaded, ec.EllipticCurvePrivateKey) \
+            and isinstance(loaded.curve, ec.SECP256R1):
+        return loaded
+    if isinstance(loaded, ed25519.Ed25519PrivateKey):
+        return loaded
+    raise SigningKeyError(f"{path}: unsupported key type {type(loaded).__name__}",
                     hint=f"use one of {', '.join(KEY_TYPES)}")
 
 
@@ -122,6 +145,8 @@ def load_public_key(path: Path) -> PublicKey:
 
 
 def _sign(key: PrivateKey, data: bytes) -> bytes:
+    if isinstance(key, TokenKey):
+        return key.sign_digest_der(data)
     if isinstance(key, ec.EllipticCurvePrivateKey):
         return key.sign(data, ec.ECDSA(hashes.SHA256()))
     return key.sign(data)

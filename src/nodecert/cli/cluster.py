@@ -80,7 +80,7 @@ Examples:
 @click.option("--storage/--no-storage", default=None,
               help="Read the order's shared file system from every node at once "
                    "(default: on where the order names one).")
-@click.option("--key", "key_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+@click.option("--key", "key_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Sign the run as a cluster certificate with this private key.")
 @baseline_file_option
 @pubkey_option

@@ -122,7 +122,8 @@ stack_option = click.option("--stack", "stack_name",
                                  "conformance against (default: each host's nodecert_stack).")
 signing_key_option = click.option("--key", "key_path", type=click.Path(path_type=Path),
                                   help="Signing key (default: ~/.config/nodecert/keys/"
-                                       "nodecert.key, created if missing).")
+                                       "nodecert.key, created if missing), or a pkcs11: URI "
+                                       "(a key on an HSM or smart card).")
 key_statement_option = click.option(
     "--key-statement", "key_statements", multiple=True,
     type=click.Path(path_type=Path, dir_okay=False),
@@ -215,8 +216,9 @@ def certify_options(f: F) -> F:
             click.argument("run_dir", type=click.Path(path_type=Path, exists=True,
                                                       file_okay=False)),
             click.option("--key", "key_path", required=True,
-                         type=click.Path(path_type=Path, exists=True, dir_okay=False),
-                         help="Private signing key (nodecert keys init)."),
+                         type=click.Path(path_type=Path, dir_okay=False),
+                         help="Private signing key (nodecert keys init), or a pkcs11: URI "
+                              "(a key on an HSM)."),
             click.option("--valid-days", default=30, show_default=True,
                          type=click.IntRange(min=1),
                          help="Days the certificate stays valid, counted from the run's end."),

@@ -59,7 +59,7 @@ Examples:
 @inventory_option
 @click.option("--rack", "rack_name", metavar="NAME",
               help="The rack to validate (default: the inventory's only rack).")
-@click.option("--key", "key_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+@click.option("--key", "key_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Sign the run as a rack certificate with this private key.")
 @click.option("--load/--no-load", default=True, show_default=True,
               help="Measure the NVLink domain under load (all-reduce and sweep) where the "

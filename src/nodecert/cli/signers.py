@@ -136,6 +136,30 @@ def keys_withdraw(target: str, key_path: Path, reason: str, since: str | None,
     echo(f"withdrawal of key {target[:16]}... written to {out}: give it to verifiers")
 
 
+@keys.command("public")
+@click.argument("key", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="Where to write the public key (PEM).")
+@handle_errors
+def keys_public(key: Path, out: Path) -> None:
+    """Write the public key of a signing key -- a key file, or a key on an HSM named by a
+    pkcs11: URI -- for verifiers (`verify --pubkey`).
+
+    \b
+    Examples:
+      nodecert keys public 'pkcs11:token=nodecert;object=signing-key' --out nodecert.pub
+    """
+    from cryptography.hazmat.primitives import serialization
+
+    from nodecert.certs.signing import keyid, load_private_key
+    from nodecert_node.contract import write_atomic
+
+    pub = load_private_key(key).public_key()
+    write_atomic(str(out), pub.public_bytes(serialization.Encoding.PEM,
+                                            serialization.PublicFormat.SubjectPublicKeyInfo))
+    echo(f"public key: {out} (key id {keyid(pub)})")
+
+
 @keys.command("id")
 @click.argument("pubkey", type=click.Path(path_type=Path, dir_okay=False))
 @handle_errors
