@@ -21,6 +21,7 @@ from nodecert.cli.inventory import inventory
 from nodecert.cli.lab import lab
 from nodecert.cli.mirror import mirror
 from nodecert.cli.parse import parse_cmd
+from nodecert.cli.provenance import provenance
 from nodecert.cli.provision import provision
 from nodecert.cli.rack import rack
 from nodecert.cli.revalidate import history_cmd, revalidate_cmd
@@ -29,14 +30,30 @@ from nodecert.cli.stack import stack
 from nodecert.cli.validate import validate_cmd
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="nodecert")
-def main() -> None:
+@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+             invoke_without_command=True)
+@click.option("--version", "show_version", is_flag=True,
+              help="Show the version and exit (with --verbose: what it is made of).")
+@click.option("--verbose", is_flag=True,
+              help="With --version: the Python, the install, its dependencies, the SBOM.")
+@click.pass_context
+def main(ctx: click.Context, show_version: bool, verbose: bool) -> None:
     """nodecert: provision, validate and certify NVIDIA GPU servers.
 
     \b
     Exit codes: 0 PASS/WARN, 1 FAIL, 2 bad input.
     """
+    if show_version:
+        echo(f"nodecert, version {__version__}")
+        if verbose:
+            from nodecert.certs.release import version_details
+
+            for line in version_details():
+                echo(line)
+        ctx.exit(0)
+    if ctx.invoked_subcommand is None:
+        echo(ctx.get_help())
+        ctx.exit(2)
 
 
 @main.command("init")
@@ -59,7 +76,8 @@ def init_cmd(directory: Path) -> None:
 
 for _command in (stack, inventory, lab, provision, validate_cmd, keys, certify_cmd, verify_cmd,
                  revoke_cmd, cosign_cmd, handover_cmd, verify_bundle_cmd,
-                 revalidate_cmd, history_cmd, mirror, cluster, rack, firmware, fleet, parse_cmd):
+                 revalidate_cmd, history_cmd, mirror, cluster, rack, firmware, fleet, parse_cmd,
+                 provenance):
     main.add_command(_command)
 
 
