@@ -254,6 +254,16 @@ def test_sim_torch_burnin_smoke_and_soak_healthy(tmp_path: Path) -> None:
     res = sim_check(node, "load.burnin", burnin_s=2, report_s=1)
     assert res.verdict is Verdict.PASS, res.summary
     assert res.value["load"] == "torch" and len(res.value["tflops_per_gpu"]) == 8
+    # What the burn-in drew: the limit in force, the plateau, energy, TFLOPS per watt.
+    energy = res.value["energy"]
+    assert energy["power_limit_w_per_gpu"] == {str(g): 700.0 for g in range(8)}
+    assert all(600 < w <= 700 for w in energy["power_w_per_gpu"].values())
+    assert energy["energy_wh"] == pytest.approx(sum(energy["energy_wh_per_gpu"].values()))
+    assert energy["energy_wh"] > 0 and energy["samples"] >= 8
+    for g, per_w in energy["tflops_per_w_per_gpu"].items():
+        assert per_w == pytest.approx(res.value["tflops_per_gpu"][g]
+                                      / energy["power_w_per_gpu"][g], rel=1e-3)
+    assert any(e.name == "power" for e in res.evidence)
     res = sim_check(node, "stack.framework_smoke")
     assert res.verdict is Verdict.PASS, res.findings
     assert res.summary == "torch 2.9.1+cu130 (CUDA 13.0) sees 8 GPUs and trains on each"

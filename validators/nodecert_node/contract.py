@@ -365,8 +365,8 @@ def figures(result: dict[str, Any]) -> dict[str, Figure]:
     """The headline figures of one Result (as a dict): name -> Figure.
 
     Names are stable (they key drift comparisons and metrics): `allreduce_busbw`,
-    `gemm_tflops_min`, `gemm_tflops{gpu=N}`, `h2d_gbs_min`, `soak_peak_temp`,
-    `soak_peak_temp{gpu=N}`, `soak_sm_mhz{gpu=N}`, `soak_power_w{gpu=N}`,
+    `gemm_tflops_min`, `gemm_tflops{gpu=N}`, `gemm_tflops_per_w{gpu=N}`, `h2d_gbs_min`,
+    `soak_peak_temp`, `soak_peak_temp{gpu=N}`, `soak_sm_mhz{gpu=N}`, `soak_power_w{gpu=N}`,
     `h2d_gbs{gpu=N}`, `d2h_gbs{gpu=N}`, `p2p_gbs{pair=A-B}`, `ecc_corrected{gpu=N}`,
     `idle_temp{gpu=N}`,
     `storage <target> <metric>`, `scaling_efficiency`,
@@ -386,6 +386,13 @@ def figures(result: dict[str, Any]) -> dict[str, Figure]:
             out["allreduce_busbw"] = Figure(float(bw), "GB/s", "higher")
     elif check == "load.burnin":
         _per_gpu(out, "gemm_tflops", _nums(v.get("tflops_per_gpu")), "TFLOPS", "higher")
+        # Per GPU only: efficiency is stated and compared across the fleet, not held to
+        # a node's own past (drift judges node-wide figures).
+        energy = v.get("energy")
+        per_w = energy.get("tflops_per_w_per_gpu") if isinstance(energy, dict) else None
+        for g, x in sorted(_nums(per_w).items()):
+            out[f"gemm_tflops_per_w{{gpu={g}}}"] = Figure(x, "TFLOPS/W", "higher",
+                                                          (("gpu", g),))
     elif check == "fabric.bandwidth":
         per = _nums(v.get("host_to_device_memcpy_ce"))
         if per:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
+import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -207,6 +209,7 @@ def node_page(statement: dict[str, Any], *, envelope_name: str, keyid: str,
         readable=lambda r: shown(r, tr), proven=proven(p["results"], tr),
         number=lambda v: tr.localize(readable_values.number(v)),
         margins=readable_values.closest_to_floor(p["results"], tr=tr),
+        energy=energy(p, tr),
         p=p, subject=statement["subject"][0], simulated=p["simulated"],
         simulated_text=tr(SIMULATED_TEXT), plots=plots(p, tr), warns=warns,
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
@@ -280,11 +283,60 @@ def key_figures(p: dict[str, Any]) -> dict[str, str]:
     """The fleet page's columns, from the same headline figures drift and metrics use."""
     figs = all_figures(p["results"])
     gemm = [f.value for n, f in figs.items() if n.startswith("gemm_tflops{")]
+    per_w = [f.value for n, f in figs.items() if n.startswith("gemm_tflops_per_w{")]
     bw = figs.get("allreduce_busbw")
     peak = figs.get("soak_peak_temp")
     return {"tflops": f"{min(gemm):.0f} / {max(gemm):.0f}" if gemm else "-",
+            "per_w": f"{min(per_w):.3f} / {max(per_w):.3f}" if per_w else "-",
             "busbw": f"{bw.value:g} GB/s" if bw else "-",
             "peak": f"{peak.value:g} C" if peak else "-"}
+
+
+def _finite(values: Any) -> list[float]:
+    if not isinstance(values, dict):
+        return []
+    out = []
+    for v in values.values():
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            out.append(float(v))
+    return out
+
+
+def energy(p: dict[str, Any], tr: Tr = _same) -> list[tuple[str, str]]:
+    """The summary's energy lines: throughput per watt at the burn-in's plateau draw, the
+    power limit in force, the energy the burn-in used, and the system's draw the BMC read
+    while the checks ran. Only what was measured: no line for a figure not reported."""
+    burn = _result(p, "load.burnin") or {}
+    e = (burn.get("value") or {}).get("energy") if isinstance(burn.get("value"), dict) else None
+    out: list[tuple[str, str]] = []
+    if isinstance(e, dict):
+        n = tr.localize
+        per_w = _finite(e.get("tflops_per_w_per_gpu"))
+        unit = "TFLOPS/W"
+        if not per_w:
+            per_w, unit = _finite(e.get("gflops_per_w_per_gpu")), "Gflop/s/W"
+        power, limit = _finite(e.get("power_w_per_gpu")), _finite(e.get("power_limit_w_per_gpu"))
+        if per_w:
+            out.append((tr("throughput per watt"),
+                        tr("%(low)s to %(high)s %(unit)s per GPU at %(watts)s W") % {
+                            "low": n(f"{min(per_w):.3f}"), "high": n(f"{max(per_w):.3f}"),
+                            "unit": unit, "watts": n(f"{statistics.median(power):.0f}")
+                            if power else "?"}))
+        if limit:
+            out.append((tr("power limit in force"), tr("%(watts)s W per GPU") % {
+                "watts": " / ".join(sorted({n(f"{x:.0f}") for x in limit}))}))
+        used = e.get("energy_wh")
+        if isinstance(used, int | float) and not isinstance(used, bool):
+            out.append((tr("energy of the burn-in"), tr("%(wh)s Wh (GPUs)") % {
+                "wh": n(f"{used:.2f}")}))
+    bmc = _result(p, "bmc.power") or {}
+    draw = [float(x["power_w"]) for x in ((bmc.get("facts") or {}).get("samples") or [])
+            if isinstance(x, dict) and isinstance(x.get("power_w"), int | float)]
+    if draw:
+        out.append((tr("system draw (BMC)"), tr("mean %(mean)s W, peak %(peak)s W") % {
+            "mean": tr.localize(f"{statistics.fmean(draw):.0f}"),
+            "peak": tr.localize(f"{max(draw):.0f}")}))
+    return out
 
 
 def _evidence_time(st: dict[str, Any]) -> tuple[str, str]:

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import threading
 import time
 from collections import Counter
 from typing import Any
 
-from nodecert_node import scaling
+from nodecert_node import energy, scaling, telemetry
 from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q, within
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
 from nodecert_node.framework import (
@@ -35,7 +34,7 @@ from nodecert_node.framework import (
 )
 from nodecert_node.parse import bench, smi
 from nodecert_node.registry import check
-from nodecert_node.tools import run, which
+from nodecert_node.tools import run
 
 # clocks_event_reasons bits (NVML nvmlClocksEventReasons / DCGM dcgm_fields.h).
 HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_BRAKE = 0x8, 0x20, 0x40, 0x80
@@ -171,15 +170,28 @@ def judge_burnin(parsed: dict[str, Any], limits: Limits) -> Result:
 def burnin(ctx: Ctx) -> Result:
     _, gpus, ev = nvidia_smi_q(ctx)  # no GPU or no driver: FAIL before any load
     seconds = int((ctx.options.get("load") or {}).get("burnin_s", 60))
-    if engine(ctx) == "torch":
-        try:
-            per_gpu, wev = run_gemm(ctx, len(gpus), seconds)
-        except NoFramework as exc:
-            return no_framework("load.burnin", exc, ev)
-        return judge_gemm(per_gpu, ctx.limits).with_(evidence=tuple(ev + wev))
-    out = run(["gpu_burn", str(seconds)], timeout=seconds + 120, name="gpu_burn")
-    ev.append(out.evidence)
-    return judge_burnin(bench.parse_gpu_burn(out.text), ctx.limits).with_(evidence=tuple(ev))
+    rows: list[dict[str, str]] = []
+    raw: list[str] = []
+    stop = threading.Event()
+    start = time.monotonic()
+    # The draw while the load runs: what it cost (energy) and what each watt bought.
+    sampler = telemetry.sample(stop, rows, raw, 1000, energy.ENERGY_FIELDS)
+    try:
+        if engine(ctx) == "torch":
+            try:
+                per_gpu, wev = run_gemm(ctx, len(gpus), seconds)
+            except NoFramework as exc:
+                return no_framework("load.burnin", exc, ev)
+            res = judge_gemm(per_gpu, ctx.limits).with_(evidence=tuple(ev + wev))
+        else:
+            out = run(["gpu_burn", str(seconds)], timeout=seconds + 120, name="gpu_burn")
+            ev.append(out.evidence)
+            res = judge_burnin(bench.parse_gpu_burn(out.text),
+                               ctx.limits).with_(evidence=tuple(ev))
+    finally:
+        elapsed = time.monotonic() - start
+        telemetry.stop(stop, sampler)
+    return energy.with_energy(res, rows, raw, elapsed, sampler.returncode)
 
 
 # --- load.thermal_soak ------------------------------------------------------------------
@@ -305,26 +317,6 @@ def _plateau(series: dict[int, list[list[float | None]]], field: int) -> dict[in
     return out
 
 
-def _sample(stop: threading.Event, rows: list[dict[str, str]], raw: list[str],
-            period_ms: int) -> subprocess.Popen[str]:
-    exe = which("nvidia-smi") or "nvidia-smi"
-    proc = subprocess.Popen([exe, f"--query-gpu={','.join(SOAK_FIELDS)}",
-                             "--format=csv,noheader,nounits", "-lms", str(period_ms)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-
-    def reader() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            raw.append(line)
-            if stop.is_set():
-                break
-            if line.strip():
-                rows.extend(smi.parse_query_csv(line, SOAK_FIELDS))
-    threading.Thread(target=reader, daemon=True).start()
-    return proc
-
-
 @check("load.thermal_soak", order=71, suites=("standard", "full"),
        tools=("nvidia-smi", "gpu_burn"),
        description="temperatures, clocks, power and slowdown reasons under a sustained load")
@@ -337,7 +329,7 @@ def thermal_soak(ctx: Ctx) -> Result:
     stop = threading.Event()
     start = time.monotonic()
     use_torch = engine(ctx) == "torch"
-    sampler = _sample(stop, rows, raw, 1000)
+    sampler = telemetry.sample(stop, rows, raw, 1000, SOAK_FIELDS)
     load_ev: list[Evidence] = []
     load_error = ""
     try:
@@ -352,12 +344,7 @@ def thermal_soak(ctx: Ctx) -> Result:
     except NoFramework as exc:
         return no_framework("load.thermal_soak", exc, ev)
     finally:
-        stop.set()
-        sampler.terminate()
-        try:
-            sampler.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            sampler.kill()
+        telemetry.stop(stop, sampler)
     ev += [*load_ev, Evidence.of("telemetry", f"nvidia-smi --query-gpu="
                                       f"{','.join(SOAK_FIELDS)} --format=csv,noheader,nounits "
                                       "-lms 1000", sampler.returncode, "".join(raw),
