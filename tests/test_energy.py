@@ -55,7 +55,7 @@ def test_no_reading_is_never_a_figure_of_zero(samples: list[tuple[int, str]],
             readings = [float(p) for gg, p in samples if str(gg) == g and p != "[N/A]"
                         and float(p) > 0]
             assert readings, f"{key} has a figure for GPU{g}, which never reported"
-            assert v > 0 or key == "energy_wh_per_gpu"
+            assert v >= 0  # a reading of 0.03 W may round to 0.0: still a reading
 
 
 def burnin(value: dict[str, Any]) -> dict[str, Any]:
