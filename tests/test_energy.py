@@ -14,6 +14,7 @@ from nodecert.certs.i18n import voice
 from nodecert_node import energy
 from nodecert_node.contract import Evidence, Result, Verdict, all_figures
 from nodecert_node.parse import smi
+from support.env import REPO
 
 # As `nvidia-smi --query-gpu=index,power.draw,enforced.power.limit --format=csv,noheader,
 # nounits -lms 1000` prints them (an H200 at its 700 W limit; a GPU that cannot report).
@@ -39,6 +40,19 @@ def test_power_energy_and_throughput_per_watt_from_the_samples() -> None:
     assert "1" not in e["power_w_per_gpu"] and "1" not in e["tflops_per_w_per_gpu"]
     nothing = energy.summarize([], 60.0, {"0": 700.0})
     assert nothing["power_w_per_gpu"] == {} and "energy_wh" not in nothing
+
+
+def test_real_nvidia_smi_readings_give_figures_and_a_row_without_index_gives_none() -> None:
+    real = REPO / "tests/fixtures/real/nvidia-smi"
+    # An H100 under load, every field queried with units ("631.95 W"): read as a number.
+    h100 = smi.parse_query_csv((real / "h100-80gb-hbm3-1gpu-590.48.01-query-gpu-all-fields-"
+                                "under-load.csv").read_text())
+    e = energy.summarize(h100, 60.0, {"0": 700.0})
+    assert e["power_w_per_gpu"] == {"0": 632.0} and e["power_limit_w_per_gpu"] == {"0": 700.0}
+    assert e["energy_wh"] == round(631.95 * 60 / 3600, 3)
+    # A P100's query without an index column: no GPU to put a figure on, so none.
+    p100 = smi.parse_query_csv((real / "tesla-p100-pcie-query-gpu.csv").read_text())
+    assert energy.summarize(p100, 60.0, {"0": 9.0})["power_w_per_gpu"] == {}
 
 
 @settings(max_examples=200, deadline=None)

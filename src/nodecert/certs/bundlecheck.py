@@ -122,13 +122,14 @@ def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
         out.step("manifest", False, f"no {MANIFEST}: not a hand-over bundle")
         return out
     try:
-        ptype, payload, signers = verify_signers(read_envelope(bundle / MANIFEST), ring.keys)
+        manifest = read_envelope(bundle / MANIFEST)
     except ReportError as exc:  # a manifest that is not even JSON any more
         out.step("manifest", False, exc.what)
         return out
+    try:
+        ptype, payload, signers = verify_signers(manifest, ring.keys)
     except SignatureError as exc:
-        out.step("manifest", False, withdrawn_signers(read_envelope(bundle / MANIFEST), ring)
-                 or f"signature: {exc}")
+        out.step("manifest", False, withdrawn_signers(manifest, ring) or f"signature: {exc}")
         return out
     enough = len(signers) >= require_signers
     names = ", ".join(f"{k[:16]}..." for k in signers)
