@@ -284,13 +284,14 @@ def test_suites_come_from_the_declarations_in_order() -> None:
     assert s["quick"].checks == ("hardware.inventory", "hardware.pcie", "hardware.topology",
                                  "domain.fabric", "domain.imex", "net.ib", "net.roce",
                                  "health.gpu", "health.xid",
-                                 "power.limit", *platform, "stack.conformance",
-                                 "stack.advisories",
+                                 "power.limit", *platform, "attestation.gpu",
+                                 "stack.conformance", "stack.advisories",
                                  "container.gpu_smoke", "storage.fio")
     assert s["standard"].checks == s["full"].checks == (
         "hardware.inventory", "hardware.pcie", "hardware.topology", "domain.fabric",
         "domain.imex", "net.ib", "net.roce", "health.gpu",
-        "health.xid", "power.limit", *platform, "stack.conformance", "stack.advisories",
+        "health.xid", "power.limit", *platform, "attestation.gpu", "stack.conformance",
+        "stack.advisories",
         "stack.framework_smoke",
         "container.gpu_smoke", "storage.fio", "storage.shared", "fabric.nccl_allreduce",
         "fabric.bandwidth", "dcgm.diag", "load.burnin", "load.thermal_soak", "load.scaling")

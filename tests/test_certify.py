@@ -162,7 +162,8 @@ def test_not_ready_node_gets_a_signed_report_saying_why(tmp_path: Path, key: Pat
     v = verify_report(node.envelope, [key.with_suffix(".pub")])
     assert [(n, ok) for n, ok, _ in v.steps] == [
         ("signature", True), ("payload type", True), ("statement", True), ("validity", True),
-        ("subject", True), ("verdict", False)]
+        ("subject", True), ("attestation", True), ("verdict", False)]
+    assert v.steps[5][2].startswith("not attested: not collected")
     assert v.exit_code == 1
 
 

@@ -67,6 +67,22 @@ def test_every_message_has_a_portuguese_translation_with_the_same_placeholders()
     assert not any(m.fuzzy for m in catalog if m.id)
 
 
+def test_no_message_is_defined_twice_in_the_catalogue() -> None:
+    """Babel keeps the last of two definitions silently; gettext's msgfmt refuses them."""
+    ids: list[str] = []
+    current: list[str] | None = None
+    for line in [*PO.read_text(encoding="utf-8").splitlines(), ""]:
+        if line.startswith("msgid "):
+            current = [line[6:].strip().strip('"')]
+        elif current is not None and line.startswith('"'):
+            current.append(line.strip().strip('"'))
+        elif current is not None:
+            ids.append("".join(current))
+            current = None
+    dupes = sorted({i for i in ids if ids.count(i) > 1 and i})
+    assert not dupes
+
+
 def test_the_language_comes_from_lang_or_the_locale() -> None:
     assert i18n.normalize("pt-BR") == i18n.normalize("pt_br") == "pt_BR"
     assert i18n.normalize("pt_BR.UTF-8") == i18n.normalize("pt") == "pt_BR"

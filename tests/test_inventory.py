@@ -276,6 +276,9 @@ nodecert_firmware_recipe: dgx-h200-motherboard
 nodecert_firmware: {cpld_mb: 0.2.1.9}
 nodecert_bios_profile: dell-poweredge-gpu
 nodecert_bios: {LogicalProc: Disabled}
+nodecert_attestation: true
+nodecert_attestation_python: /opt/attest/bin/python3
+nodecert_attestation_rim_dirs: [/srv/mirror/rims]
 nodecert_thresholds: {storage.seq_read_mbps_min: 3000}
 nodecert_fabric: {link_layer: InfiniBand, ports: 8, rate_gbps: 400}
 nodecert_shared_fs: {mounts: [{path: /mnt/data, type: nfs4}]}

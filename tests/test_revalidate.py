@@ -241,7 +241,9 @@ def test_a_partial_run_never_becomes_the_schedules_plan(tmp_path: Path,
     monkeypatch.setattr(state, "STATE", str(tmp_path))
     state.save_plan(whole)
     kept = json.loads((tmp_path / "plans/quick.json").read_text())
-    # every check that applies to this host (the rack's checks do not: it is in no rack)
-    assert kept["checks"] == [c for c in quick.checks if not c.startswith("domain.")]
+    # every check that applies to this host (the rack's checks do not: it is in no rack;
+    # nor attestation: its inventory does not ask for it)
+    assert kept["checks"] == [c for c in quick.checks if not c.startswith("domain.")
+                              and c != "attestation.gpu"]
     state.save_plan(only)  # the ad-hoc run after it
     assert json.loads((tmp_path / "plans/quick.json").read_text()) == kept

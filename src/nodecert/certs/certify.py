@@ -94,6 +94,53 @@ def _result_entry(r: dict[str, Any]) -> dict[str, Any]:
                          for e in r.get("evidence", [])]}
 
 
+def attestation_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the certificate states of the GPUs' hardware-rooted evidence: the status the
+    attestation.gpu check judged, its reason, the evidence digest, the nonce and each GPU's
+    steps (the evidence itself is in that check's facts). A host that did not collect
+    any is stated as not attested, never left for a reader to assume."""
+    r = next((r for r in results if r.get("check") == "attestation.gpu"), None)
+    facts = ((r or {}).get("facts") or {}).get("attestation")
+    if not r or not isinstance(facts, dict):
+        why = (f"the attestation check did not report ({r['verdict']}: {r['summary']})" if r
+               else "not collected: the host's inventory does not ask for attestation "
+                    "(nodecert_attestation)")
+        return {"status": "not attested", "reason": why, "evidence_sha256": None, "gpus": []}
+    return {"status": facts.get("status"), "reason": facts.get("reason"),
+            "verdict": r.get("verdict"), "evidence_sha256": facts.get("evidence_sha256"),
+            "nonce": facts.get("nonce"), "replayed": bool(facts.get("replayed")),
+            "verifier": facts.get("verifier"),
+            "gpus": [{"index": g.get("index"), "uuid": g.get("uuid"),
+                      "report_sha256": g.get("report_sha256"),
+                      "steps": {k: (v or {}).get("status")
+                                for k, v in (g.get("steps") or {}).items()}}
+                     for g in facts.get("gpus") or []]}
+
+
+def attestation_said(p: dict[str, Any]) -> tuple[bool, str] | None:
+    """What verify says of a certificate's attestation: (holds, the line). The embedded
+    evidence is checked against the digest the certificate states (canonical JSON with
+    sorted keys, as the node's verifier helper computes it). None for a certificate made
+    before attestation was recorded."""
+    att = p.get("attestation")
+    if not isinstance(att, dict):
+        return None
+    status = str(att.get("status"))
+    facts = next((r.get("facts", {}).get("attestation") for r in p.get("results", [])
+                  if isinstance(r, dict) and r.get("check") == "attestation.gpu"), None)
+    evidence = facts.get("evidence") if isinstance(facts, dict) else None
+    stated = att.get("evidence_sha256")
+    if evidence is None and not stated:
+        return (status != "verified", f"{status}: {att.get('reason')}" if status != "verified"
+                else "says verified but carries no evidence")
+    found = hashlib.sha256(json.dumps(evidence, sort_keys=True, separators=(",", ":"))
+                           .encode()).hexdigest()
+    same = found == stated
+    return same, (f"{status}: {att.get('reason')}; evidence sha256:{str(stated)[:16]}..."
+                  + ("" if same else f" does NOT match the embedded evidence "
+                                     f"({found[:16]}...)"))
+
+
 def readiness(host: dict[str, Any]) -> tuple[str, list[str]]:
     """READY only if the run finished, every planned check reported (the host verdict
     is ERROR otherwise), the hardware identity is known and nothing FAILed/ERRORed."""
@@ -209,6 +256,7 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
         "order": host.get("spec"), "identity": certificate_identity(ident),
         "stack": _stack_pins(stack) if stack else None, "software": software,
         "firmware": firmware,
+        "attestation": attestation_summary(host.get("results", [])),
         "results": [_result_entry(r) for r in host.get("results", [])],
         "inputs": dict(sorted((inputs or {}).items())),
         "tool": {"name": "nodecert", "version": __version__},

@@ -40,6 +40,14 @@ DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
 _VERDICT_WORDS = {"READY": N_("READY"), "NOT READY": N_("NOT READY"), "PASS": N_("PASS"),
                   "WARN": N_("WARN"), "FAIL": N_("FAIL"), "ERROR": N_("ERROR")}
 _KIND_WORDS = {"node": N_("node"), "cluster": N_("cluster"), "rack": N_("rack")}
+# The GPUs' attestation as the certificate states it, and each verification step's state.
+_ATTEST_WORDS = {"verified": N_("verified"), "not verified here": N_("not verified here"),
+                 "not attested": N_("not attested"), "refused": N_("refused"),
+                 "ok": N_("ok"), "failed": N_("failed"), "not checked": N_("not checked")}
+_ATTEST_STEPS = {"report": N_("report"), "certificate_chain": N_("certificate chain"),
+                 "report_signature": N_("report signature"), "driver_rim": N_("driver RIM"),
+                 "vbios_rim": N_("VBIOS RIM"), "measurements": N_("measurements"),
+                 "revocation": N_("revocation")}
 
 
 def _env(lang: str = DEFAULT) -> jinja2.Environment:
@@ -56,6 +64,10 @@ def _env(lang: str = DEFAULT) -> jinja2.Environment:
     env.filters["verdict"] = lambda v: tr.gettext(_VERDICT_WORDS[v]) \
         if v in _VERDICT_WORDS else v
     env.filters["kind"] = lambda k: tr.gettext(_KIND_WORDS[k]) if k in _KIND_WORDS else k
+    env.filters["attested"] = lambda w: tr.gettext(_ATTEST_WORDS[w]) \
+        if w in _ATTEST_WORDS else w
+    env.filters["attest_step"] = lambda w: tr.gettext(_ATTEST_STEPS[w]) \
+        if w in _ATTEST_STEPS else w
     env.globals["html_lang"] = lang.replace("_", "-")
     return env
 

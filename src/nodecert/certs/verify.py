@@ -19,7 +19,13 @@ from typing import Any
 
 from nodecert.certs import rack as rackcert
 from nodecert.certs import revocations as revlist
-from nodecert.certs.certify import PAYLOAD_TYPE, PREDICATE_TYPE, READY, STATEMENT_TYPE
+from nodecert.certs.certify import (
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    READY,
+    STATEMENT_TYPE,
+    attestation_said,
+)
 from nodecert.certs.cluster import CLUSTER_PREDICATE_TYPE, cluster_problems, subject_problems
 from nodecert.certs.identity import identity_changes, identity_digest
 from nodecert.certs.intoto import RACK_PREDICATE_TYPE
@@ -272,7 +278,14 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
         v.step("hardware", same, "the host's live hardware identity matches the certificate"
                if same else "the host's hardware differs from the certificate: "
                + ("; ".join(changes) or "identity digest differs"))
+    _attestation_step(v, p)
     return _verdict_steps(v, p, allow_simulated, "", "GPUs")
+
+
+def _attestation_step(v: Verification, p: dict[str, Any]) -> None:
+    said = attestation_said(p)
+    if said is not None:
+        v.step("attestation", *said)
 
 
 def withdrawn_signers(envelope: Any, ring: Keyring) -> str:

@@ -148,7 +148,8 @@ _STEP_NAMES = {n: n for n in (N_("signature"), N_("payload type"), N_("statement
                               N_("validity"), N_("revocation"), N_("expected"),
                               N_("subject"), N_("hardware"), N_("verdict"),
                               N_("hardware kind"), N_("keys"), N_("manifest"),
-                              N_("files"), N_("certificates"))}
+                              N_("files"), N_("certificates"),
+                              N_("attestation"))}
 revocations_option = click.option(
     "--revocations", type=click.Path(path_type=Path, dir_okay=False),
     help="The signed revocation list to enter the new certificate(s) on (default: "

@@ -105,6 +105,17 @@ VARIABLES: tuple[Variable, ...] = (
        "security advisories this site accepts on the host (ids from `nodecert stack "
        "advisories`): each stays a WARN, named in the gate and the certificate",
        page="docs/security.md"),
+    _v("attestation", "bool", "plan", "attestation.gpu",
+       "collect the GPUs' attestation evidence and verify it with NVIDIA's local verifier "
+       "(attestation.gpu); GPUs that offer none are reported as not attested",
+       default=False, page="docs/attestation.md"),
+    _v("attestation_python", "str", "plan", "attestation.gpu",
+       "the Python that has nv-local-gpu-verifier installed on the node",
+       default="/opt/nodecert/attest/bin/python3", page="docs/attestation.md"),
+    _v("attestation_rim_dirs", "list", "plan", "attestation.gpu",
+       "directories on the node holding NVIDIA's reference manifests (RIMs), named by RIM "
+       "id, carried in the mirror", default="/opt/nodecert/attest/rims",
+       page="docs/attestation.md"),
     _v("thresholds", "map", "validation", "thresholds",
        "threshold overrides {key: value}, e.g. {storage.seq_read_mbps_min: 3000}",
        page="docs/validation.md"),

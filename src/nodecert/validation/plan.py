@@ -38,8 +38,11 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
     # The NVLink domain's checks only for a compute tray of a rack, IMEX only where the
     # rack expects a domain: a server in no rack is never judged on them.
     rack = v.get("rack") or {}
-    applicable = [c for c in suite.checks if not c.startswith("domain.")
-                  or (rack and (c != "domain.imex" or rack.get("imex")))]
+    # GPU attestation only where the site asked for it (it needs NVIDIA's verifier and
+    # GPUs in confidential-computing mode).
+    applicable = [c for c in suite.checks if (not c.startswith("domain.")
+                  or (rack and (c != "domain.imex" or rack.get("imex"))))
+                  and (c != "attestation.gpu" or v.get("attestation"))]
     chosen = [c for c in applicable if not checks or c in checks]  # suite order
     limits = thresholds.resolve(spec.gpu_model, inventory=v.get("thresholds"),
                                 cli=cli_thresholds, host=spec.name)
