@@ -52,6 +52,8 @@ import secrets
 import sys
 from typing import Any, Callable, Dict
 
+from nodecert_node.contract import json_sha256
+
 SCHEMA = "nodecert.gpu-attestation/v1"
 EVIDENCE_SCHEMA = "nodecert.gpu-evidence/v1"
 OK, FAILED, NOT_CHECKED = "ok", "failed", "not checked"
@@ -70,13 +72,9 @@ def _v(name: str) -> Any:
     return importlib.import_module(name)
 
 
-def canonical(doc: Any) -> bytes:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-
-
 def evidence_digest(evidence: dict[str, Any]) -> str:
     """sha256 of the evidence document in canonical JSON: what a certificate names."""
-    return hashlib.sha256(canonical(evidence)).hexdigest()
+    return json_sha256(evidence)
 
 
 def verifier_version() -> str:

@@ -83,6 +83,13 @@ class Evidence:
                    float(d.get("duration_s", 0.0)))
 
 
+def json_sha256(doc: Any) -> str:
+    """sha256 of a JSON document in canonical form (sorted keys, no whitespace, UTF-8):
+    what the node states of a document and the control side computes again."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":"),
+                                     ensure_ascii=False).encode()).hexdigest()
+
+
 # --- thresholds ----------------------------------------------------------------------------
 
 OPS = (">=", "<=", ">", "<", "==", "in")

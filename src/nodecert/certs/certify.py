@@ -43,7 +43,7 @@ from nodecert.certs.signing import (
 from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError
 from nodecert.runs.records import finished_run
 from nodecert.stack.manifest import Stack, find_stack, load_stack
-from nodecert_node.contract import write_atomic
+from nodecert_node.contract import json_sha256, write_atomic
 
 READY, NOT_READY = "READY", "NOT READY"
 DEFAULT_VALID_DAYS = 90
@@ -119,8 +119,8 @@ def attestation_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def attestation_said(p: dict[str, Any]) -> tuple[bool, str] | None:
     """What verify says of a certificate's attestation: (holds, the line). The embedded
-    evidence is checked against the digest the certificate states (canonical JSON with
-    sorted keys, as the node's verifier helper computes it). None for a certificate made
+    evidence is checked against the digest the certificate states (contract.json_sha256,
+    as the node computed it). None for a certificate made
     before attestation was recorded."""
     att = p.get("attestation")
     if not isinstance(att, dict):
@@ -133,8 +133,7 @@ def attestation_said(p: dict[str, Any]) -> tuple[bool, str] | None:
     if evidence is None and not stated:
         return (status != "verified", f"{status}: {att.get('reason')}" if status != "verified"
                 else "says verified but carries no evidence")
-    found = hashlib.sha256(json.dumps(evidence, sort_keys=True, separators=(",", ":"))
-                           .encode()).hexdigest()
+    found = json_sha256(evidence)
     same = found == stated
     return same, (f"{status}: {att.get('reason')}; evidence sha256:{str(stated)[:16]}..."
                   + ("" if same else f" does NOT match the embedded evidence "
