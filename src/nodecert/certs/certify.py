@@ -2,12 +2,15 @@
 
 The Statement (in-toto Attestation Framework v1) names the node as its subject,
 with the digest of its canonical hardware identity, and carries a nodecert
-predicate: the verdict (READY only if every planned check reported and none
-FAILed or ERRORed), every Result with its thresholds and evidence digests, the
-pinned stack and the software actually found, the digests of the threshold files,
-the tool version, the validity window and the SIMULATED flag. It is signed into
-a DSSE envelope (nodecert.certs.signing). A node that is not READY gets a signed report
-that says NOT READY and why.
+predicate: the verdict (READY only from an acceptance run: every planned check
+reported, none FAILed or ERRORed, and every stage of the suite's acceptance profile was
+measured at or above its minimum; HEALTHY for a health record: nothing failed, but the
+run was not an acceptance run, or fell short of one; NOT READY otherwise), the
+acceptance judgement with the stages a health record lacks, every Result with its
+thresholds and evidence digests, the pinned stack and the software actually found,
+the digests of the threshold files, the tool version, the validity window and the
+SIMULATED flag. It is signed into a DSSE envelope (nodecert.certs.signing). A node that
+is not READY gets a signed report that says NOT READY (or HEALTHY) and why.
 """
 
 from __future__ import annotations
@@ -40,12 +43,13 @@ from nodecert.certs.signing import (
     sign_envelope,
     verify_envelope,
 )
+from nodecert.profiles import acceptance
 from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError
 from nodecert.runs.records import finished_run
 from nodecert.stack.manifest import Stack, find_stack, load_stack
 from nodecert_node.contract import json_sha256, write_atomic
 
-READY, NOT_READY = "READY", "NOT READY"
+READY, NOT_READY, HEALTHY = "READY", "NOT READY", "HEALTHY"
 DEFAULT_VALID_DAYS = 90
 # Evidence older than this is not certified: hardware and software drift (nodecert policy:
 # a week covers a weekend of shipping between validation and signing).
@@ -140,9 +144,12 @@ def attestation_said(p: dict[str, Any]) -> tuple[bool, str] | None:
                                      f"({found[:16]}...)"))
 
 
-def readiness(host: dict[str, Any]) -> tuple[str, list[str]]:
-    """READY only if the run finished, every planned check reported (the host verdict
-    is ERROR otherwise), the hardware identity is known and nothing FAILed/ERRORed."""
+def readiness(host: dict[str, Any],
+              accepted: dict[str, Any] | None = None) -> tuple[str, list[str]]:
+    """NOT READY unless the run finished, every planned check reported (the host verdict
+    is ERROR otherwise), the hardware identity is known and nothing FAILed/ERRORed; then
+    READY only where the acceptance judgement (acceptance.judge) accepted the run, else
+    HEALTHY with the reasons it was not accepted."""
     reasons: list[str] = []
     if host.get("status") != "done":
         reasons.append(f"the validation did not finish ({host.get('status')}: "
@@ -158,7 +165,12 @@ def readiness(host: dict[str, Any]) -> tuple[str, list[str]]:
     elif not identifies(host["identity"]):
         reasons.append("the hardware identity names no serial, UUID or MAC (every field "
                        "empty): the certificate could not be bound to this node's hardware")
-    return (READY if not reasons else NOT_READY), reasons
+    if reasons:
+        return NOT_READY, reasons
+    if accepted is not None and accepted.get("accepted"):
+        return READY, []
+    return HEALTHY, list((accepted or {}).get("reasons") or
+                         ["the run was not judged for acceptance"])
 
 
 def validation_end(host: dict[str, Any]) -> dt.datetime:
@@ -221,8 +233,12 @@ def validity(issued: dt.datetime, ended: dt.datetime, valid_days: int,
 def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
               valid_days: int, inputs: dict[str, str] | None = None,
               max_age_days: float = DEFAULT_MAX_AGE_DAYS,
-              cluster: dict[str, Any] | None = None) -> dict[str, Any]:
-    """inputs: name -> sha256 of each file the run recorded as its inputs (plan, suite,
+              cluster: dict[str, Any] | None = None,
+              accepted: dict[str, Any] | None = None) -> dict[str, Any]:
+    """accepted: the acceptance judgement of this host's run (acceptance.judge); without
+    one the certificate is a health record at best.
+
+    inputs: name -> sha256 of each file the run recorded as its inputs (plan, suite,
     stack manifest): the certificate names exactly what the run was judged with.
 
     Raises RunError when the results are older than max_age_days at `issued`."""
@@ -233,7 +249,7 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
                        f"ended {ended.isoformat()}), more than the {max_age_days:g} days a "
                        "certificate may rest on: re-validate the host, or raise "
                        "--max-result-age-days (recorded in the certificate)")
-    verdict, reasons = readiness(host)
+    verdict, reasons = readiness(host, accepted)
     ident = host.get("identity") or {}
     software = next((r.get("facts", {}).get("software") for r in host.get("results", [])
                      if r["check"] == "stack.conformance"), None)
@@ -247,6 +263,8 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
         "schema": "nodecert.node-readiness/v1",
         "verdict": verdict, "reasons": reasons, "simulated": bool(host.get("simulated")),
         "host": host["host"], "run_id": host.get("run_id"), "suite": host.get("suite"),
+        # what the run measured against what READY requires
+        "acceptance": accepted or None,
         "validated": {"started": _iso(host.get("started")),
                       "finished": _iso(host.get("finished"))},
         # valid from the evidence, not from the signature: signing old results late
@@ -269,6 +287,30 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
             "subject": [{"name": f"node:{host['host']}",
                          "digest": {"sha256": digest}}],
             "predicateType": PREDICATE_TYPE, "predicate": predicate}
+
+
+def _read_input(path: Path) -> dict[str, Any]:
+    """A run input (plan, suite) as JSON; {} where the run did not record it."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise RunError(f"{path}: unreadable run input ({exc})",
+                       hint="the run directory was damaged: validate the host again") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def judged(rd: RunDir, host: dict[str, Any]) -> dict[str, Any]:
+    """The acceptance judgement of one host's run, from the plan and suite it recorded
+    (the settings it really ran with) and its results."""
+    suite = _read_input(rd.suite_input)
+    return acceptance.judge(suite.get("acceptance") if isinstance(suite.get("acceptance"), str)
+                            else None,
+                            suite=host.get("suite"), plan=_read_input(rd.plan_file(
+                                str(host["host"]))),
+                            results=list(host.get("results") or []),
+                            simulated=bool(host.get("simulated")))
 
 
 def _run_inputs(rd: RunDir, host: dict[str, Any]) -> tuple[Stack | None, dict[str, str]]:
@@ -296,6 +338,10 @@ class Certified:
     html: Path
     junit: Path
     pdf: Path | None = None
+    # the acceptance stages a health record lacks; whether its suite asked for acceptance
+    # (an acceptance suite run whole, which a HEALTHY verdict then fell short of)
+    missing: list[str] = field(default_factory=list)
+    acceptance_asked: bool = False
 
 
 @dataclass
@@ -313,6 +359,14 @@ class CertifyRun:
     def all_ready(self) -> bool:
         return bool(self.nodes) and not self.failed and all(n.verdict == READY
                                                             for n in self.nodes)
+
+    def ok(self, require_acceptance: bool = False) -> bool:
+        """Every node certified and none NOT READY; a health record (HEALTHY) counts only
+        where no acceptance was asked: its suite was not an acceptance suite (or it ran
+        only some checks) and the caller does not require acceptance."""
+        return bool(self.nodes) and not self.failed and all(
+            n.verdict == READY or (n.verdict == HEALTHY and not require_acceptance
+                                   and not n.acceptance_asked) for n in self.nodes)
 
 
 def listing(path: Path | None, key: PrivateKey,
@@ -361,8 +415,9 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
                  out / f"{name}.junit.xml"] + ([out / f"{name}.pdf"] if rendering.pdf else [])
         try:
             stack, inputs = _run_inputs(rd, h)
+            accepted = judged(rd, h)
             st = statement(h, stack, issued=issued, valid_days=valid_days, inputs=inputs,
-                           max_age_days=max_age_days, cluster=cluster)
+                           max_age_days=max_age_days, cluster=cluster, accepted=accepted)
             env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
             page = report_html.node_page(st, envelope_name=paths[0].name, keyid=run.keyid,
                                          lang=rendering.lang)
@@ -375,9 +430,12 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
             continue
         ready.append((paths, blobs))
         p = st["predicate"]
+        asked = bool(accepted["profile"]) and not accepted["partial"]
         run.nodes.append(Certified(name, p["verdict"], p["simulated"], p["reasons"],
                                    paths[0], paths[1], paths[2],
-                                   pdf=paths[3] if rendering.pdf else None))
+                                   pdf=paths[3] if rendering.pdf else None,
+                                   missing=list(accepted["missing"]),
+                                   acceptance_asked=asked))
         statements.append(st)
     with listing(revocations, key, issued) as listed:  # a list that fails: nothing written
         out.mkdir(parents=True, exist_ok=True)
@@ -394,7 +452,24 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
     return run
 
 
-__all__ = ["DEFAULT_MAX_AGE_DAYS", "DEFAULT_VALID_DAYS", "NOT_READY", "PAYLOAD_TYPE",
-           "PREDICATE_TYPE", "READY",
-           "STATEMENT_TYPE", "Certified", "CertifyRun", "RunError", "certify",
-           "identity_digest", "listing", "load_run", "readiness", "statement", "validation_end"]
+__all__ = [
+    "DEFAULT_MAX_AGE_DAYS",
+    "DEFAULT_VALID_DAYS",
+    "HEALTHY",
+    "NOT_READY",
+    "PAYLOAD_TYPE",
+    "PREDICATE_TYPE",
+    "READY",
+    "STATEMENT_TYPE",
+    "Certified",
+    "CertifyRun",
+    "RunError",
+    "certify",
+    "identity_digest",
+    "judged",
+    "listing",
+    "load_run",
+    "readiness",
+    "statement",
+    "validation_end",
+]

@@ -12,8 +12,10 @@ A certificate is named by the sha256 of its signed payload (the Statement bytes)
 envelope can be re-indented or carry more signatures without changing that. For each
 subject (`node:<host>`, or `cluster:<nodes>` for a cluster certificate) the
 certificate on the newest evidence (validation end, then signing time) is current and
-every older one is superseded by it; `nodecert revoke` marks one revoked, with a
-reason. A certificate the list does not name is still superseded when the list holds a
+every older one is superseded by it, except that a health record (HEALTHY: a run
+that was not an acceptance run) never supersedes an acceptance certificate: a quick
+check between acceptance runs says less than the acceptance did. `nodecert revoke`
+marks one revoked, with a reason. A certificate the list does not name is still superseded when the list holds a
 newer one for its subject: a signer's list need not be complete for a verifier to
 learn that a node's newer measurement replaced an older one.
 
@@ -125,10 +127,29 @@ def entry_for(st: dict[str, Any], payload: bytes) -> Entry:
                  str(validated), str(p["validity"]["issued"]))
 
 
+# A health record (a run that was not an acceptance run, nothing failed) says less than an
+# acceptance certificate: it never supersedes one. Anything that found a failure does.
+HEALTH_RECORD = "HEALTHY"
+
+
+def supersedes(newer: Entry, older: Entry) -> bool:
+    """Whether `newer` (on newer evidence, same subject) replaces `older`: always, but a
+    health record never replaces a certificate that is not one."""
+    return _order(newer) > _order(older) and (
+        newer.verdict != HEALTH_RECORD or older.verdict == HEALTH_RECORD)
+
+
+def _replacing(e: Entry, group: list[Entry]) -> Entry | None:
+    """The newest entry of the subject's group that supersedes e, if any."""
+    found = [o for o in group if o is not e and supersedes(o, e)]
+    return max(found, key=_order) if found else None
+
+
 def register(reg: Register, new: list[Entry], now: dt.datetime) -> Register:
-    """The register with `new` added and, per subject, every certificate older than the
-    newest marked superseded by it (a revoked one stays revoked; a revoked newest still
-    supersedes: its evidence is newer, whatever became of it). Pure."""
+    """The register with `new` added and, per subject, every certificate a newer one
+    supersedes marked superseded by the newest such (a revoked one stays revoked; a
+    revoked newest still supersedes: its evidence is newer, whatever became of it; a
+    health record supersedes only health records). Pure."""
     since = now.isoformat(timespec="seconds")
     entries = dict(reg.entries)
     for e in new:
@@ -137,9 +158,9 @@ def register(reg: Register, new: list[Entry], now: dt.datetime) -> Register:
     for e in entries.values():
         by_subject.setdefault(e.subject, []).append(e)
     for group in by_subject.values():
-        newest = max(group, key=_order)
         for e in group:
-            if e is newest or e.status == "revoked":
+            newest = _replacing(e, group)
+            if newest is None or e.status == "revoked":
                 continue
             if e.status == "current" or e.superseded_by != newest.statement_sha256:
                 entries[e.statement_sha256] = Entry(
@@ -177,7 +198,7 @@ def status(reg: Register, st: dict[str, Any], payload: bytes) -> tuple[bool, str
                       f"{e.reason} ({listed})"
     me = e or entry_for(st, payload)
     newer = [o for o in reg.entries.values() if o.subject == me.subject
-             and o.statement_sha256 != digest and _order(o) > _order(me)]
+             and o.statement_sha256 != digest and supersedes(o, me)]
     if newer:
         n = max(newer, key=_order)
         return False, (f"SUPERSEDED: the list holds a certificate on newer evidence for "

@@ -20,6 +20,7 @@ from typing import Any
 from nodecert.certs import rack as rackcert
 from nodecert.certs import revocations as revlist
 from nodecert.certs.certify import (
+    HEALTHY,
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
     READY,
@@ -45,6 +46,7 @@ class Verification:
     steps: list[tuple[str, bool, str]] = field(default_factory=list)
     statement: dict[str, Any] | None = None
     kind: str = "node"  # or "cluster", "rack": what the certificate is about
+    verdict: str = ""   # the certificate's verdict, once its statement was read
 
     def step(self, name: str, ok: bool, detail: str) -> bool:
         self.steps.append((name, ok, detail))
@@ -204,7 +206,8 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
                   revocations: Path | None = None,
                   key_statements: list[Path] | None = None,
                   require_signers: int = 1,
-                  ring: Keyring | None = None) -> Verification:
+                  ring: Keyring | None = None,
+                  require_acceptance: bool = False) -> Verification:
     """Verify a node or cluster certificate. live_identity: the hardware identity read
     from live_host now (a cluster certificate needs the host, to know which subject);
     expect: host/serial/identity the certificate must be about; revocations: the signed
@@ -212,7 +215,8 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     superseded on; key_statements: key rotations and withdrawals (the keys trusted are
     the given ones, those they handed over to, less those withdrawn); require_signers:
     how many different trusted keys must have signed it (two-party signing); ring: the
-    keys already resolved (instead of pubkeys and key_statements)."""
+    keys already resolved (instead of pubkeys and key_statements); require_acceptance:
+    a node certificate must be an acceptance certificate (a health record fails)."""
     if ring is None:
         if not pubkeys:
             raise ReportError("no trusted public key given", hint="pass --pubkey nodecert.pub "
@@ -279,7 +283,68 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
                if same else "the host's hardware differs from the certificate: "
                + ("; ".join(changes) or "identity digest differs"))
     _attestation_step(v, p)
-    return _verdict_steps(v, p, allow_simulated, "", "GPUs")
+    return _node_verdict(v, p, allow_simulated, require_acceptance)
+
+
+def _stage_seconds(a: dict[str, Any], stage: str) -> str:
+    got = (a.get("durations_s") or {}).get(stage)
+    return f"{got:g} s" if isinstance(got, int | float) else "not measured"
+
+
+def _neighbours(p: dict[str, Any]) -> str:
+    """Whether a cluster or rack certificate proves the node with its neighbours."""
+    for kind in ("rack", "cluster"):
+        link = p.get(kind)
+        if isinstance(link, dict):
+            return (f"proven with its neighbours: {kind} certificate {link.get('certificate')}"
+                    f" (run {link.get('run_id')}, {link.get('verdict')})")
+    return "not proven with its neighbours: no cluster or rack certificate references it"
+
+
+def scope(p: dict[str, Any]) -> tuple[bool, bool, str]:
+    """What a node certificate is: (consistent, an acceptance certificate, the line).
+    Consistent: READY only with an accepted acceptance judgement, and a profile for
+    simulated hardware only on a SIMULATED certificate."""
+    a = p.get("acceptance")
+    suite = p.get("suite")
+    if not isinstance(a, dict):
+        return (True, False, f"suite {suite}: the certificate states no acceptance "
+                f"judgement (made before acceptance was recorded): {_neighbours(p)}")
+    prof = a.get("profile")
+    lacks = ", ".join(str(m) for m in a.get("missing") or []) or "none"
+    if a.get("simulated_only") and prof and not p.get("simulated"):
+        return (False, False, f"claims real hardware accepted on the {prof} acceptance "
+                "profile, which is for simulated hardware only: refused")
+    if p.get("verdict") == READY and not a.get("accepted"):
+        return (False, False, "says READY but its acceptance judgement did not accept the "
+                "run: " + "; ".join(str(r) for r in a.get("reasons") or [])[:300])
+    if p.get("verdict") == READY:
+        return (True, True, f"acceptance certificate: suite {suite}, acceptance profile "
+                f"{prof}; burn-in {_stage_seconds(a, 'burnin')}, soak "
+                f"{_stage_seconds(a, 'soak')}; {_neighbours(p)}")
+    what = "a health record" if p.get("verdict") == HEALTHY else "not ready"
+    return (True, False, f"not an acceptance certificate ({what}): suite {suite}"
+            + (f", acceptance profile {prof}" if prof else ", not an acceptance suite")
+            + f"; lacks {lacks}; burn-in {_stage_seconds(a, 'burnin')}, soak "
+              f"{_stage_seconds(a, 'soak')}; {_neighbours(p)}")
+
+
+def _node_verdict(v: Verification, p: dict[str, Any], allow_simulated: bool,
+                  require_acceptance: bool) -> Verification:
+    """A node certificate's verdict: READY, or a health record (HEALTHY) that holds as one
+    unless acceptance is required; its scope; SIMULATED refused unless allowed."""
+    v.verdict = str(p["verdict"])
+    consistent, accepted, line = scope(p)
+    v.step("verdict", p["verdict"] in (READY, HEALTHY), f"{p['verdict']}" + (
+        "" if p["verdict"] == READY else ": " + "; ".join(str(r) for r in p["reasons"][:5])))
+    v.step("scope", consistent and (accepted or not require_acceptance), line + (
+        " (--require acceptance)" if require_acceptance and consistent and not accepted
+        else ""))
+    if p["simulated"]:
+        v.step("hardware kind", allow_simulated, "SIMULATED: measured on nodecert's simulated "
+               "GPUs, not a certificate for real hardware" + (
+                   " (accepted: --allow-simulated)" if allow_simulated else ""))
+    return v
 
 
 def _attestation_step(v: Verification, p: dict[str, Any]) -> None:
@@ -326,6 +391,7 @@ def _revocation_step(v: Verification, st: dict[str, Any], reg: revlist.Register 
 def _verdict_steps(v: Verification, p: dict[str, Any], allow_simulated: bool, what: str,
                    parts: str) -> Verification:
     """The verdict, and SIMULATED refused unless allowed."""
+    v.verdict = str(p["verdict"])
     v.step("verdict", p["verdict"] == READY, f"{what}{p['verdict']}" + (
         "" if p["verdict"] == READY else ": " + "; ".join(str(r) for r in p["reasons"][:5])))
     if p["simulated"]:

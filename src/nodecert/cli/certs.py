@@ -18,6 +18,7 @@ from nodecert.cli.common import (
     key_statement_option,
     lang_option,
     pdf_option,
+    require_option,
     revocations_option,
     signing_key_option,
     step_name,
@@ -30,8 +31,14 @@ from nodecert.core.textsafe import one_line
 def print_certified(run: Any) -> None:
     for n in run.nodes:
         sim = " (SIMULATED)" if n.simulated else ""
-        why = f": {n.reasons[0]}" + (f" (+{len(n.reasons) - 1} more)" if len(n.reasons) > 1
-                                     else "") if n.reasons else ""
+        if n.verdict == "HEALTHY":
+            # a health record: say what it is not, and what it lacks
+            why = ": a health record, not an acceptance certificate" + (
+                f"; lacks {', '.join(n.missing)}" if n.missing else f"; {n.reasons[0]}"
+                if n.reasons else "")
+        else:
+            why = f": {n.reasons[0]}" + (f" (+{len(n.reasons) - 1} more)"
+                                         if len(n.reasons) > 1 else "") if n.reasons else ""
         echo(f"{n.host:<14} {n.verdict}{sim}{why}")
     for host, why in run.failed.items():
         echo(f"{host:<14} NOT CERTIFIED: {why}", err=True)
@@ -46,7 +53,8 @@ def certified_json(run: Any) -> dict[str, Any]:
             "index": str(run.index), "junit": str(run.junit),
             "revocations": str(run.revocations) if run.revocations else None,
             "nodes": [{"host": n.host, "verdict": n.verdict, "simulated": n.simulated,
-                       "reasons": list(n.reasons), "certificate": str(n.envelope),
+                       "reasons": list(n.reasons), "missing": list(n.missing),
+                       "certificate": str(n.envelope),
                        "html": str(n.html)} for n in run.nodes],
             "not_certified": dict(run.failed)}
 
@@ -80,16 +88,22 @@ bound to the node's hardware identity (DMI/baseboard serials, GPU serials and
 UUIDs, NIC MACs, NVMe serials) and holding the verdict, every result with its
 threshold and source, the pinned stack and the software found; a self-contained
 HTML page with plots (NODE.html) and JUnit XML; plus index.html and junit.xml for
-the fleet. READY only if every planned check reported and none FAILed or
-ERRORed; a node that is not ready still gets a signed report that says why.
+the fleet. READY only from an acceptance run (a suite with an acceptance profile,
+standard or full; lab on the built-in lab) that ran whole, every stage measured at
+or above its minimum, nothing FAILed or ERRORed. A run that was not one (quick,
+--only, a --set under a minimum) gives a health record: HEALTHY when nothing
+failed, with the acceptance stages it lacks; NOT READY when something failed.
 Every new certificate is entered on the signer's revocation list (by default
 revocations.intoto.dsse.json next to the run directory), where it supersedes
 the older certificates of its node: give that list to verifiers (`verify
 --revocations`).
 
 \b
-Exit codes: 0 every node READY, 1 a node NOT READY or not certified (results older
-than --max-result-age-days, a host whose report could not be built), 2 bad input.
+Exit codes: 0 every node READY, or HEALTHY from a run that was not an acceptance
+run (quick, --only); 1 a node NOT READY, HEALTHY from an acceptance suite's run
+(a stage missing or under its minimum) or with --require acceptance, or not
+certified (results older than --max-result-age-days, a host whose report could not
+be built); 2 bad input.
 
 \b
 Examples:
@@ -113,13 +127,14 @@ Examples:
               help="The cluster or rack certificate (same key) the nodes were proven in "
                    "together: each node's certificate references it.")
 @revocations_option
+@require_option
 @lang_option
 @pdf_option
 @json_option
 @handle_errors
 def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_days: float,
                 out_dir: Path | None, cluster_cert: Path | None, revocations: Path | None,
-                lang: str | None, pdf: bool, as_json: bool) -> None:
+                require: str | None, lang: str | None, pdf: bool, as_json: bool) -> None:
     from nodecert.certs.html import Rendering
     from nodecert.certs.i18n import choose
 
@@ -128,7 +143,8 @@ def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_d
                    rendering=Rendering(choose(lang), pdf))
     if as_json:
         emit_json(certified_json(run))
-    sys.exit(int(ExitCode.OK if run.all_ready else ExitCode.FAILED))
+    sys.exit(int(ExitCode.OK if run.ok(require_acceptance=require == "acceptance")
+                 else ExitCode.FAILED))
 
 
 _REVOKE_HELP = """Revoke a certificate on the signer's revocation list.
@@ -207,8 +223,17 @@ newer evidence for the same node. A SIMULATED certificate is refused unless
 --allow-simulated. Every step is printed.
 
 \b
-Exit codes: 0 valid and READY, 1 invalid, expired, altered, for other hardware
-or NOT READY, 2 bad input (unreadable report or key).
+The scope step says what the certificate is: an acceptance certificate (its suite
+and acceptance profile, the burn-in and soak durations measured, and whether a
+cluster or rack certificate proves the node with its neighbours) or a health record
+(HEALTHY: nothing failed, but no acceptance run) with the stages it lacks.
+--require acceptance refuses a health record.
+
+\b
+Exit codes: 0 valid and READY, or a valid health record (HEALTHY) without --require
+acceptance; 1 invalid, expired, altered, for other hardware, NOT READY, a health
+record under --require acceptance, or lab minimums claimed for real hardware; 2 bad
+input (unreadable report or key).
 
 \b
 Examples:
@@ -217,7 +242,7 @@ Examples:
   nodecert verify h1.intoto.dsse.json --pubkey nodecert.pub --expect-host gpu-h200-01 \\
       --expect-serial 1653724059030
   nodecert verify h1.intoto.dsse.json --pubkey nodecert.pub \\
-      --revocations revocations.intoto.dsse.json
+      --revocations revocations.intoto.dsse.json --require acceptance
   nodecert verify h1.intoto.dsse.json --pubkey integrator.pub --pubkey qa.pub \\
       --require-signers 2 --key-statement integrator-2027.rotation.dsse.json
 """
@@ -244,6 +269,7 @@ Examples:
 @key_statement_option
 @click.option("--require-signers", type=click.IntRange(min=1), default=1, show_default=True,
               help="How many different trusted keys must have signed (two-party signing).")
+@require_option
 @lang_option
 @json_option
 @become_options
@@ -252,7 +278,7 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                inventory: Path | None, allow_simulated: bool, expect_host: str | None,
                expect_serial: str | None, expect_identity: str | None,
                revocations: Path | None, key_statements: tuple[Path, ...],
-               require_signers: int, lang: str | None, as_json: bool,
+               require_signers: int, require: str | None, lang: str | None, as_json: bool,
                become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.certs.i18n import choose, gettext_for
     from nodecert.certs.verify import ReportError, live_identity, subject_line, verify_report
@@ -266,10 +292,12 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                       live_identity=live, live_host=host,
                       expect={"host": expect_host, "serial": expect_serial,
                               "identity": expect_identity}, revocations=revocations,
-                      key_statements=list(key_statements), require_signers=require_signers)
+                      key_statements=list(key_statements), require_signers=require_signers,
+                      require_acceptance=require == "acceptance")
     subject = subject_line(v.statement)
     if as_json:
         emit_json({"report": str(report), "valid": v.ok, "kind": v.kind, "subject": subject,
+                   "verdict": v.verdict or None,
                     "steps": [{"step": n, "ok": ok, "detail": d} for n, ok, d in v.steps]})
         sys.exit(int(v.exit_code))
     tr = gettext_for(choose(lang)).gettext
@@ -279,6 +307,11 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                                                                           bold=True)
         # the mark keeps its colour; a step's detail is the evidence, as found
         click.echo(f"{mark} {step_name(name, tr):<14} {one_line(detail)}")
-    echo(tr("VALID: the certificate holds and the %(kind)s is READY")
-         % {"kind": tr(v.kind)} if v.ok else tr("NOT VALID: see the failed step(s) above"))
+    if not v.ok:
+        echo(tr("NOT VALID: see the failed step(s) above"))
+    elif v.verdict == "HEALTHY":
+        echo(tr("VALID as a health record: the node is HEALTHY, not READY (no acceptance "
+                "run); see the scope step"))
+    else:
+        echo(tr("VALID: the certificate holds and the %(kind)s is READY") % {"kind": tr(v.kind)})
     sys.exit(int(v.exit_code))

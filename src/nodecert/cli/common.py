@@ -146,7 +146,7 @@ def step_name(name: str, tr: Callable[[str], str]) -> str:
 # verify's and verify-bundle's step names, for the catalogue.
 _STEP_NAMES = {n: n for n in (N_("signature"), N_("payload type"), N_("statement"),
                               N_("validity"), N_("revocation"), N_("expected"),
-                              N_("subject"), N_("hardware"), N_("verdict"),
+                              N_("subject"), N_("hardware"), N_("verdict"), N_("scope"),
                               N_("hardware kind"), N_("keys"), N_("manifest"),
                               N_("files"), N_("certificates"),
                               N_("attestation"))}
@@ -154,6 +154,11 @@ revocations_option = click.option(
     "--revocations", type=click.Path(path_type=Path, dir_okay=False),
     help="The signed revocation list to enter the new certificate(s) on (default: "
          "revocations.intoto.dsse.json next to the run directory).")
+# What a certificate must be to count: `acceptance` refuses health records (HEALTHY).
+require_option = click.option(
+    "--require", type=click.Choice(["acceptance"]), default=None,
+    help="acceptance: refuse anything but an acceptance certificate (a health record "
+         "fails, with the stages it lacks).")
 # Picking checks is --only everywhere: --check means a dry run (provision, Ansible).
 checks_option = click.option("--only", "checks", multiple=True, metavar="CHECK",
                              help="Only these checks of the suite (repeatable).")

@@ -17,13 +17,10 @@ import yaml
 
 from nodecert.core import yamldoc
 from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
-from nodecert.core.paths import data_root
+from nodecert.profiles import acceptance
 from nodecert.profiles.catalog import suite_checks
+from nodecert.profiles.datafiles import render_source, validators_dir
 from nodecert_node.contract import OPS
-
-
-def validators_dir() -> Path:
-    return data_root() / "validators"
 
 
 def profiles_dir() -> Path:
@@ -40,26 +37,12 @@ class Profile:
     unpublished: dict[str, str] = field(default_factory=dict)
 
 
-def _render_source(key: str, node: yamldoc.Node) -> str:
-    """A profile source as one line: 'Title <URL>' or 'nodecert policy: rationale'."""
-    f = node.mapping(set(), {"title", "url", "policy"})
-    if "policy" in f and not ({"title", "url"} & set(f)):
-        return f"nodecert policy: {f['policy'].text()}"
-    if {"title", "url"} <= set(f) and "policy" not in f:
-        url = f["url"].text()
-        if not url.startswith("https://"):
-            raise f["url"].error(f"source {key}: url must be a public https:// address")
-        return f"{f['title'].text()} <{url}>"
-    raise node.error(f"source {key} must be {{title, url}} (a public source) or "
-                     "{policy} (nodecert policy with a one-line rationale)")
-
-
 def _read_profile(path: Path, name: str) -> Profile:
     root = yamldoc.load(path).mapping({"schema", "thresholds"},
                                       {"sources", "gpu_model", "unpublished"})
     if root["schema"].text() != "nodecert.validator-profile/v1":
         raise root["schema"].error("expected schema nodecert.validator-profile/v1")
-    sources = ({k: _render_source(k, n) for k, n in root["sources"].items()}
+    sources = ({k: render_source(k, n) for k, n in root["sources"].items()}
                if "sources" in root else {})
     out: dict[str, dict[str, Any]] = {}
     for key, node in root["thresholds"].items():
@@ -151,6 +134,9 @@ class Suite:
     storage: dict[str, Any]
     fabric: dict[str, Any]
     load: dict[str, Any]
+    # The acceptance profile its runs are judged by (validators/acceptance.yml); None:
+    # its runs give health records, never READY.
+    acceptance: str | None = None
 
 
 @cache
@@ -164,7 +150,7 @@ def suites(path: Path | None = None) -> dict[str, Suite]:
     out = {}
     for name, node in root["suites"].items():
         f = node.mapping({"description", "check_timeout_s", "storage"},
-                         {"checks", "fabric", "load"})
+                         {"checks", "fabric", "load", "acceptance"})
         storage = f["storage"].mapping(set(), {"size_mb", "runtime_s", "checkpoint_mb",
                                                "iodepth", "numjobs", "ioengine"})
         fabric = f["fabric"].mapping(set(), {"nccl_max_size", "nccl_iters", "timeout_s",
@@ -187,8 +173,18 @@ def suites(path: Path | None = None) -> dict[str, Suite]:
                            for k, n in storage.items()},
                           {k: (n.text() if k in ("nccl_max_size", "dcgm_skipped")
                                else n.integer()) for k, n in fabric.items()},
-                          _load_options(f["load"]) if "load" in f else {})
+                          _load_options(f["load"]) if "load" in f else {},
+                          _acceptance(f["acceptance"]) if "acceptance" in f else None)
     return out
+
+
+def _acceptance(node: yamldoc.Node) -> str:
+    name = node.text()
+    known = acceptance.profiles()
+    if name not in known:
+        raise node.error(f"unknown acceptance profile {name!r}",
+                         hint=f"validators/acceptance.yml defines: {', '.join(known)}")
+    return name
 
 
 LOAD_ENGINES = ("auto", "torch", "gpu_burn")

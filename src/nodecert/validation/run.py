@@ -24,7 +24,7 @@ from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.inventory.bmc import BmcSpec, bmc_spec
 from nodecert.inventory.reader import HostSpec, hostvars, load_inventory
-from nodecert.profiles import thresholds
+from nodecert.profiles import acceptance, thresholds
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import HostLink, HostRun, ValidationRun, record_inputs, write_json
 from nodecert.stack import bios, firmware
@@ -86,6 +86,7 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
         specs = {h: specs[h] for h in select_hosts(inventory, limit, list(specs))}
     if not specs:
         raise InventoryError(f"no hosts in {inventory}", hint="add hosts with their spec vars")
+    refuse_lab_minimums(suite, specs, inventory)
     hv = hostvars(inventory, sorted(specs))
     endpoints = {n: Endpoint.from_hostvars(n, hv[n]) for n in specs}
     # A become password is read only for the hosts that become (a non-root user).
@@ -109,6 +110,23 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
                              recipe=_recipe(name, spec, inventory),
                              bios=_bios(name, spec, inventory))
     return runs, links
+
+
+def refuse_lab_minimums(suite: thresholds.Suite, specs: Mapping[str, HostSpec],
+                        inventory: Path) -> None:
+    """A suite judged by an acceptance profile for simulated hardware (the lab's short
+    durations) never runs on a host that is not a lab host: its certificate would claim
+    real hardware accepted on lab minimums."""
+    if not suite.acceptance or not acceptance.profile(suite.acceptance).simulated_only:
+        return
+    real = sorted(n for n, s in specs.items() if not s.simulated)
+    if real:
+        raise InventoryError(
+            f"suite {suite.name} is judged by the {suite.acceptance} acceptance profile, "
+            f"for simulated hardware only, and host(s) {', '.join(real)} are not lab hosts",
+            where=str(inventory),
+            hint="validate real hosts with an acceptance suite (standard or full); the lab "
+                 "suite is for `nodecert lab` hosts (nodecert_simulated=true)")
 
 
 def _recipe(name: str, spec: HostSpec, inventory: Path) -> Recipe | None:
@@ -175,7 +193,7 @@ def open_new_run(request: ValidateRequest) -> ValidationRun:
                "description": the_suite.description,
                "checks": list(the_suite.checks), "check_timeout_s": the_suite.check_timeout_s,
                "storage": the_suite.storage, "fabric": the_suite.fabric,
-               "load": the_suite.load},
+               "load": the_suite.load, "acceptance": the_suite.acceptance},
         specs={n: hr.spec.as_dict() for n, hr in runs.items()}, stack_files=sorted(stacks))
     for hr in runs.values():
         hr.save(interim=True)  # "pending"; each host's last write is the durable one

@@ -146,7 +146,7 @@ def not_attested(reason: str) -> Result:
                               "evidence": None, "evidence_sha256": None})
 
 
-@check("attestation.gpu", order=28, suites=("quick", "standard", "full"),
+@check("attestation.gpu", order=28, suites=("quick", "standard", "full", "lab"),
        description="GPU attestation evidence, verified by NVIDIA's local verifier")
 def gpu_attestation(ctx: Ctx) -> Result:
     python = str(ctx.spec.get("attestation_python") or DEFAULT_PYTHON)

@@ -126,7 +126,7 @@ def _inside(ctx: Ctx, ordered: dict[str, Any], ev: list[Evidence]
         return None, str(exc)
 
 
-@check("container.gpu_smoke", order=32, suites=("quick", "standard", "full"),
+@check("container.gpu_smoke", order=32, suites=("quick", "standard", "full", "lab"),
        tools=("nvidia-ctk", "nvidia-smi", "podman"),
        description="the container GPU path: toolkit, CDI spec for the running driver, "
                    "the ordered image by digest seeing every GPU")

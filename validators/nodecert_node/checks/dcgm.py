@@ -95,7 +95,7 @@ def judge_dcgm(parsed: dict[str, Any], level: int, *, skipped: str = "warn") -> 
     return res
 
 
-@check("dcgm.diag", order=60, suites=("standard", "full"),
+@check("dcgm.diag", order=60, suites=("standard", "full", "lab"),
        tools=("dcgmi",),
        description="NVIDIA DCGM's diagnostic at the suite's level")
 def dcgm_diag(ctx: Ctx) -> Result:

@@ -77,7 +77,7 @@ def judge_fabric(name: str, gpus: list[dict[str, Any]], rack: dict[str, Any]) ->
                     "or its cable cartridge inspected." if fails else "")
 
 
-@check("domain.fabric", order=13, suites=("quick", "standard", "full"),
+@check("domain.fabric", order=13, suites=("quick", "standard", "full", "lab"),
        tools=("nvidia-smi",),
        description="each GPU registered in the rack's NVLink domain: clique, cluster, health")
 def domain_fabric(ctx: Ctx) -> Result:
@@ -127,7 +127,7 @@ def judge_imex(name: str, status: dict[str, Any], rack: dict[str, Any],
                     "without it." if fails else "")
 
 
-@check("domain.imex", order=13, suites=("quick", "standard", "full"),
+@check("domain.imex", order=13, suites=("quick", "standard", "full", "lab"),
        tools=("nvidia-imex-ctl", "systemctl"),
        description="the rack's IMEX domain: every tray READY and connected")
 def domain_imex(ctx: Ctx) -> Result:

@@ -108,7 +108,7 @@ def judge_nccl(parsed: dict[str, Any], gpus: int, limits: Limits) -> Result:
     return res.noted("NCCL", parsed.get("notes") or ())
 
 
-@check("fabric.nccl_allreduce", order=50, suites=("standard", "full"),
+@check("fabric.nccl_allreduce", order=50, suites=("standard", "full", "lab"),
        tools=("all_reduce_perf",),
        description="NCCL all-reduce bus bandwidth over all GPUs, with every value checked")
 def nccl_allreduce(ctx: Ctx) -> Result:
@@ -201,7 +201,7 @@ def judge_bandwidth(parsed: dict[str, Any], limits: Limits,
                     "do not block peer-to-peer." if warns else "")
 
 
-@check("fabric.bandwidth", order=51, suites=("standard", "full"),
+@check("fabric.bandwidth", order=51, suites=("standard", "full", "lab"),
        tools=("nvbandwidth",),
        description="host<->GPU and GPU<->GPU copy bandwidth per GPU and pair")
 def bandwidth(ctx: Ctx) -> Result:

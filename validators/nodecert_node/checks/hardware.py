@@ -199,7 +199,7 @@ def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Resul
                     "part, then re-run `nodecert validate`." if fails else "")
 
 
-@check("hardware.inventory", order=10, suites=("quick", "standard", "full"),
+@check("hardware.inventory", order=10, suites=("quick", "standard", "full", "lab"),
        tools=("nvidia-smi", "lspci", "lscpu", "dmidecode", "lsblk"),
        description="GPUs, CPU, memory and NVMe against the order; the hardware identity")
 def hardware_inventory(ctx: Ctx) -> Result:
@@ -266,7 +266,7 @@ def judge_pcie(gpus: list[dict[str, Any]], devices: list[dict[str, Any]],
     return res.with_(findings=res.findings + tuple(notes))
 
 
-@check("hardware.pcie", order=11, suites=("quick", "standard", "full"),
+@check("hardware.pcie", order=11, suites=("quick", "standard", "full", "lab"),
        tools=("nvidia-smi", "lspci"),
        description="each GPU's PCIe link generation and width against the model's")
 def hardware_pcie(ctx: Ctx) -> Result:
@@ -357,7 +357,7 @@ def judge_topology(facts: Facts, limits: Limits) -> Result:
                     if fails else "")
 
 
-@check("hardware.topology", order=12, suites=("quick", "standard", "full"),
+@check("hardware.topology", order=12, suites=("quick", "standard", "full", "lab"),
        tools=("nvidia-smi", "lspci", "systemctl"),
        description="NVLink links and speed, NVSwitches, fabric state and Fabric Manager")
 def hardware_topology(ctx: Ctx) -> Result:

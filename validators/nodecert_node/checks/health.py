@@ -108,7 +108,7 @@ def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: st
                     if fails else "")
 
 
-@check("health.gpu", order=20, suites=("quick", "standard", "full"),
+@check("health.gpu", order=20, suites=("quick", "standard", "full", "lab"),
        tools=("nvidia-smi",),
        description="ECC, row remapping, retired pages, clock-event reasons, infoROM, "
                    "persistence and MIG mode against the order, clocks below default")
@@ -248,7 +248,7 @@ def read_kernel_log(timeout: float) -> tuple[str, list[Evidence], bool]:
     return j.text, evidence, True
 
 
-@check("health.xid", order=21, suites=("quick", "standard", "full"),
+@check("health.xid", order=21, suites=("quick", "standard", "full", "lab"),
        tools=("dmesg",),
        description="NVIDIA Xid errors and GPU-loss messages in the kernel log (dmesg or "
                    "the journal), judged with the Xid catalog")

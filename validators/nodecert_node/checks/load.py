@@ -164,7 +164,7 @@ def judge_burnin(parsed: dict[str, Any], limits: Limits) -> Result:
                     if fails else "")
 
 
-@check("load.burnin", order=70, suites=("standard", "full"),
+@check("load.burnin", order=70, suites=("standard", "full", "lab"),
        tools=("gpu_burn",),
        description="a GEMM on every GPU in the framework: correct results, sustained TFLOPS")
 def burnin(ctx: Ctx) -> Result:
@@ -317,7 +317,7 @@ def _plateau(series: dict[int, list[list[float | None]]], field: int) -> dict[in
     return out
 
 
-@check("load.thermal_soak", order=71, suites=("standard", "full"),
+@check("load.thermal_soak", order=71, suites=("standard", "full", "lab"),
        tools=("nvidia-smi", "gpu_burn"),
        description="temperatures, clocks, power and slowdown reasons under a sustained load")
 def thermal_soak(ctx: Ctx) -> Result:
@@ -359,7 +359,7 @@ def thermal_soak(ctx: Ctx) -> Result:
 
 # --- load.scaling -----------------------------------------------------------------------
 
-@check("load.scaling", order=72, suites=("standard", "full"),
+@check("load.scaling", order=72, suites=("standard", "full", "lab"),
        description="training throughput on 1 GPU and all GPUs of the node: scaling efficiency")
 def scaling_run(ctx: Ctx) -> Result:
     _, gpus, ev = nvidia_smi_q(ctx)

@@ -293,7 +293,7 @@ def _gather_and_judge(ctx: Ctx, name: str, layer: str) -> Result:
                        settings=settings).with_(evidence=tuple(ev))
 
 
-@check("net.ib", order=14, suites=("quick", "standard", "full"),
+@check("net.ib", order=14, suites=("quick", "standard", "full", "lab"),
        tools=("ibstat", "ibstatus", "perfquery", "mlxlink"),
        description="InfiniBand ports: count, state, rate, width and firmware against the "
                    "order; error counters that grow")
@@ -301,7 +301,7 @@ def net_ib(ctx: Ctx) -> Result:
     return _gather_and_judge(ctx, "net.ib", "InfiniBand")
 
 
-@check("net.roce", order=15, suites=("quick", "standard", "full"),
+@check("net.roce", order=15, suites=("quick", "standard", "full", "lab"),
        tools=("ibstat", "ibstatus", "show_gids", "mlnx_qos"),
        description="RoCE (Ethernet RDMA) ports: count, state, rate and firmware against the "
                    "order; RoCE v2 GIDs, PFC, trust and ECN against the site's settings")

@@ -22,7 +22,7 @@ from nodecert_node.parse import ParseError, pci, system
 from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
 
-SUITES = ("quick", "standard", "full")
+SUITES = ("quick", "standard", "full", "lab")
 IOMMU_GROUPS = "/sys/kernel/iommu_groups"
 # The kernel's boot line: "iommu: Default domain type: Translated" / "Passthrough", with
 # " (set via kernel command line)" on newer kernels.

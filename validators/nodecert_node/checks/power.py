@@ -61,7 +61,7 @@ def judge_power(limits_w: dict[str, dict[str, float | None]], limits: Limits) ->
     return res.with_(findings=res.findings + tuple(notes))
 
 
-@check("power.limit", order=22, suites=("quick", "standard", "full"), tools=("nvidia-smi",),
+@check("power.limit", order=22, suites=("quick", "standard", "full", "lab"), tools=("nvidia-smi",),
        description="each GPU's enforced power limit against its default")
 def power_limit(ctx: Ctx) -> Result:
     _, _, ev = nvidia_smi_q(ctx)  # no GPU or no driver: FAIL, as every GPU check

@@ -24,7 +24,7 @@ from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
 
 
-@check("stack.conformance", order=30, suites=("quick", "standard", "full"),
+@check("stack.conformance", order=30, suites=("quick", "standard", "full", "lab"),
        tools=("dpkg-query", "apt-mark", "nvidia-smi"),
        description="every pinned package installed at its version and held; driver loaded")
 def stack_conformance(ctx: Ctx) -> Result:
@@ -45,7 +45,7 @@ def stack_conformance(ctx: Ctx) -> Result:
 
 # --- stack.advisories ----------------------------------------------------------------------
 
-@check("stack.advisories", order=31, suites=("quick", "standard", "full"),
+@check("stack.advisories", order=31, suites=("quick", "standard", "full", "lab"),
        tools=("nvidia-smi",),
        description="driver, container toolkit and runc at or above the security bulletins' "
                    "fixed releases")
@@ -166,7 +166,7 @@ def _mm(v: Any) -> str:
     return ".".join(str(v).split(".")[:2])
 
 
-@check("stack.framework_smoke", order=31, suites=("standard", "full"),
+@check("stack.framework_smoke", order=31, suites=("standard", "full", "lab"),
        tools=(),
        description="the stack's framework sees every GPU and trains a small model on each")
 def framework_smoke(ctx: Ctx) -> Result:

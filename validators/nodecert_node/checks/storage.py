@@ -287,7 +287,7 @@ def _figure(job: dict[str, Any], side: str, key: str, name: str, out: Any) -> fl
     return float(value)
 
 
-@check("storage.fio", order=40, suites=("quick", "standard", "full"),
+@check("storage.fio", order=40, suites=("quick", "standard", "full", "lab"),
        tools=("fio",),
        description="sequential, random and checkpoint I/O on the allowed scratch targets")
 def storage_fio(ctx: Ctx) -> Result:
@@ -333,7 +333,7 @@ def storage_fio(ctx: Ctx) -> Result:
 
 
 
-@check("storage.shared", order=41, suites=("standard", "full"), tools=("fio",),
+@check("storage.shared", order=41, suites=("standard", "full", "lab"), tools=("fio",),
        description="the shared file system of the order: mounted as ordered, sequential "
                    "read, checkpoint write, small-file reads")
 def storage_shared(ctx: Ctx) -> Result:
