@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.core import yamldoc
-from nodecert.profiles.thresholds import validators_dir
+from nodecert.profiles.datafiles import validators_dir
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
 
 BMC_CHECKS = ("bmc.sensors", "bmc.sel", "bmc.power", "bmc.inventory")

@@ -97,8 +97,10 @@ def _sha256(path: Path) -> tuple[str, int]:
 
 
 def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
-          allow_simulated: bool = False, now: dt.datetime | None = None) -> BundleCheck:
-    """Check the bundle at `bundle` against the verifier's trusted keys."""
+          allow_simulated: bool = False, now: dt.datetime | None = None,
+          allow_health_records: bool = False) -> BundleCheck:
+    """Check the bundle at `bundle` against the verifier's trusted keys. Every node
+    certificate must be an acceptance certificate unless allow_health_records."""
     if not bundle.is_dir():
         raise ReportError(f"{bundle}: not a directory", hint="pass the hand-over bundle's "
                                                              "directory")
@@ -156,10 +158,16 @@ def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
     if any(not ok for name, ok, _ in out.steps if name == "files"):
         return out  # a bundle whose bytes changed: its certificates are not read
     revocations = bundle / REVOCATIONS if REVOCATIONS in listed else None
+    if body.get("health_records_allowed"):
+        out.step("health records", allow_health_records,
+                 "the signer handed health records over (handover --allow-health-records): "
+                 + ("accepted: --allow-health-records" if allow_health_records else
+                    "refused: pass --allow-health-records to accept them"))
     for rel in certs:
         out.certificates[str(rel)] = verify_report(
             bundle / str(rel), [], ring=ring, require_signers=require_signers,
-            allow_simulated=allow_simulated, revocations=revocations, now=now)
+            allow_simulated=allow_simulated, revocations=revocations, now=now,
+            require_acceptance=not allow_health_records)
     return out
 
 

@@ -82,6 +82,11 @@ class Certificate:
         return f"{self.kind}-{self.name}"
 
     @property
+    def health_record(self) -> bool:
+        """A node's health record (HEALTHY): not an acceptance certificate."""
+        return self.kind == "node" and self.statement["predicate"].get("verdict") == "HEALTHY"
+
+    @property
     def evidence_time(self) -> tuple[str, str]:
         p = self.statement["predicate"]
         v = p.get("validity") or {}
@@ -144,13 +149,20 @@ def collect(runs: list[Path]) -> list[Certificate]:
     return found
 
 
+def _rank(c: Certificate) -> tuple[bool, tuple[str, str]]:
+    # a health record never replaces a certificate that is not one (as on the revocation
+    # list): the newest acceptance evidence goes in
+    return not c.health_record, c.evidence_time
+
+
 def newest(certs: list[Certificate]) -> tuple[list[Certificate], list[str]]:
-    """One certificate per subject (the newest evidence) and what the others were."""
+    """One certificate per subject (the newest evidence; a health record only where the
+    subject has nothing else) and what the others were."""
     best: dict[str, Certificate] = {}
     older: list[str] = []
     for c in certs:
         have = best.get(c.stem)
-        if have is None or c.evidence_time > have.evidence_time:
+        if have is None or _rank(c) > _rank(have):
             if have is not None:
                 older.append(f"{have.source} (replaced by {c.source})")
             best[c.stem] = c
@@ -193,9 +205,12 @@ def digest_files(root: Path) -> dict[str, dict[str, Any]]:
 def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
           pubkeys: list[Path] | None = None, key_statements: list[Path] | None = None,
           revocations: Path | None = None, now: dt.datetime | None = None,
-          lang: str = DEFAULT, pdf: bool = False) -> Handover:
+          lang: str = DEFAULT, pdf: bool = False,
+          allow_health_records: bool = False) -> Handover:
     """Write the bundle for the certificates of `runs` into `out` (which must not exist),
-    its manifest signed by every key of `keys`; what people read in `lang`."""
+    its manifest signed by every key of `keys`; what people read in `lang`. A node whose
+    newest certificate is a health record (HEALTHY) is refused unless
+    allow_health_records (which the manifest records)."""
     if not keys:
         raise HandoverError("no signing key given", hint="pass --key (repeatable: each "
                                                          "party signs the manifest)")
@@ -206,6 +221,17 @@ def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
     for k in keys:
         ring.trusted.setdefault(keyid(k.public_key()), k.public_key())
     chosen, older = newest(collect(runs))
+    health = [c for c in chosen if c.health_record]
+    if health and not allow_health_records:
+        lacks = "; ".join(
+            f"{c.name} ({c.source.name}: suite {c.statement['predicate'].get('suite')}, lacks "
+            + ", ".join((c.statement["predicate"].get("acceptance") or {}).get("missing")
+                        or ["acceptance"]) + ")" for c in health[:10])
+        raise HandoverError(f"{len(health)} node(s) hold only a health record, not an "
+                            f"acceptance certificate: {lacks}",
+                            hint="validate them with an acceptance suite (standard or full) "
+                                 "and certify, or hand the health records over knowingly "
+                                 "with --allow-health-records (recorded in the manifest)")
     signed_by: dict[str, list[str]] = {}
     for c in chosen:
         try:
@@ -245,6 +271,8 @@ def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
                 "tool": {"name": "nodecert", "version": __version__},
                 "certificates": [{k: r[k] for k in ("file", "kind", "name", "verdict",
                                                     "simulated", "subject")} for r in rows],
+                # the signer's choice to hand health records over, for every verifier
+                "health_records_allowed": bool(health),
                 "files": digest_files(work)}
         env = sign_envelope(canonical_json(body), MANIFEST_TYPE, keys[0])
         for k in keys[1:]:

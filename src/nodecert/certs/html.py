@@ -37,7 +37,8 @@ DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
 
 # The words a page shows for a verdict and a kind (the data attributes keep the signed
 # values: tests and scripts read those).
-_VERDICT_WORDS = {"READY": N_("READY"), "NOT READY": N_("NOT READY"), "PASS": N_("PASS"),
+_VERDICT_WORDS = {"READY": N_("READY"), "NOT READY": N_("NOT READY"), "HEALTHY": N_("HEALTHY"),
+                  "PASS": N_("PASS"),
                   "WARN": N_("WARN"), "FAIL": N_("FAIL"), "ERROR": N_("ERROR")}
 _KIND_WORDS = {"node": N_("node"), "cluster": N_("cluster"), "rack": N_("rack")}
 # The GPUs' attestation as the certificate states it, and each verification step's state.

@@ -15,9 +15,10 @@ certificate on the newest evidence (validation end, then signing time) is curren
 every older one is superseded by it, except that a health record (HEALTHY: a run
 that was not an acceptance run) never supersedes an acceptance certificate: a quick
 check between acceptance runs says less than the acceptance did. `nodecert revoke`
-marks one revoked, with a reason. A certificate the list does not name is still superseded when the list holds a
-newer one for its subject: a signer's list need not be complete for a verifier to
-learn that a node's newer measurement replaced an older one.
+marks one revoked, with a reason. A certificate the list does not name is still
+superseded when the list holds a newer one for its subject: a signer's list need not
+be complete for a verifier to learn that a node's newer measurement replaced an older
+one.
 
 Pure functions over a `Register`, plus `load`/`save` for the file; verify uses `status`.
 """

@@ -147,6 +147,7 @@ def step_name(name: str, tr: Callable[[str], str]) -> str:
 _STEP_NAMES = {n: n for n in (N_("signature"), N_("payload type"), N_("statement"),
                               N_("validity"), N_("revocation"), N_("expected"),
                               N_("subject"), N_("hardware"), N_("verdict"), N_("scope"),
+                              N_("health records"),
                               N_("hardware kind"), N_("keys"), N_("manifest"),
                               N_("files"), N_("certificates"),
                               N_("attestation"))}

@@ -29,11 +29,14 @@ named), with its page, the signers' public keys, the key statements and the
 revocation list given, an index.html, a README.txt, and a manifest of every file's
 sha256 signed by each --key (integrator and QA: give --key twice). Each certificate
 must carry a signature of a key of the hand-over (--key, --pubkey, or a key they
-handed over to). The bundle is written whole into a new directory, or not at all.
+handed over to). A node whose certificate is only a health record (HEALTHY: not an
+acceptance run) is refused unless --allow-health-records, which the manifest
+records. The bundle is written whole into a new directory, or not at all.
 
 \b
 Exit codes: 0 written, 2 refused (no certificate, one not signed by a key of the
-hand-over, the directory exists, unreadable input).
+hand-over, a health record without --allow-health-records, the directory exists,
+unreadable input).
 
 \b
 Examples:
@@ -55,14 +58,17 @@ Examples:
 @key_statement_option
 @click.option("--revocations", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="The signer's revocation list, handed over with the certificates.")
+@click.option("--allow-health-records", is_flag=True,
+              help="Hand over nodes that hold only a health record (HEALTHY), not an "
+                   "acceptance certificate; recorded in the manifest.")
 @lang_option
 @pdf_option
 @json_option
 @handle_errors
 def handover_cmd(runs: tuple[Path, ...], out: Path, key_paths: tuple[Path, ...],
                  pubkeys: tuple[Path, ...], key_statements: tuple[Path, ...],
-                 revocations: Path | None, lang: str | None, pdf: bool,
-                 as_json: bool) -> None:
+                 revocations: Path | None, allow_health_records: bool, lang: str | None,
+                 pdf: bool, as_json: bool) -> None:
     from nodecert.certs.handover import build
     from nodecert.certs.i18n import choose
     from nodecert.certs.signing import load_private_key
@@ -70,7 +76,7 @@ def handover_cmd(runs: tuple[Path, ...], out: Path, key_paths: tuple[Path, ...],
     keys = [load_private_key(p) for p in key_paths]
     h = build(list(runs), out, keys, pubkeys=list(pubkeys),
               key_statements=list(key_statements), revocations=revocations,
-              lang=choose(lang), pdf=pdf)
+              lang=choose(lang), pdf=pdf, allow_health_records=allow_health_records)
     if as_json:
         emit_json({"bundle": str(h.out), "signers": h.signers, "superseded": h.superseded,
                    "certificates": [{"kind": c.kind, "name": c.name, "source": str(c.source),
@@ -92,12 +98,14 @@ received separately, never the bundle's copy; the bundle's key hand-overs and
 withdrawals apply), with --require-signers N different signers; every file byte for
 byte against the manifest; nothing unlisted, no link; then every certificate as
 `nodecert verify` checks it (signature, statement, validity, the bundle's revocation
-list, subjects, verdict, SIMULATED refused unless --allow-simulated).
+list, subjects, verdict, scope, SIMULATED refused unless --allow-simulated). A
+node certificate that is only a health record (HEALTHY) fails unless
+--allow-health-records.
 
 \b
 Exit codes: 0 the bundle holds and every certificate is valid and READY, 1 a step
 failed (a changed byte, a missing signer, a withdrawn key, a revoked or NOT READY
-certificate), 2 bad input.
+certificate, a health record without --allow-health-records), 2 bad input.
 
 \b
 Examples:
@@ -114,16 +122,20 @@ Examples:
               help="How many different trusted keys must have signed.")
 @click.option("--allow-simulated", is_flag=True,
               help="Accept certificates of simulated hardware (lab, tests).")
+@click.option("--allow-health-records", is_flag=True,
+              help="Accept node certificates that are health records (HEALTHY), not "
+                   "acceptance certificates.")
 @lang_option
 @json_option
 @handle_errors
 def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: int,
-                      allow_simulated: bool, lang: str | None, as_json: bool) -> None:
+                      allow_simulated: bool, allow_health_records: bool, lang: str | None,
+                      as_json: bool) -> None:
     from nodecert.certs.bundlecheck import check
     from nodecert.certs.i18n import choose, gettext_for
 
     b = check(bundle, list(pubkeys), require_signers=require_signers,
-              allow_simulated=allow_simulated)
+              allow_simulated=allow_simulated, allow_health_records=allow_health_records)
     if as_json:
         emit_json({"bundle": str(bundle), "valid": b.ok,
                    "steps": [{"step": n, "ok": ok, "detail": d} for n, ok, d in b.steps],

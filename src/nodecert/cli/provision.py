@@ -22,7 +22,6 @@ from nodecert.cli.common import (
     signing_key_option,
     split_hosts,
     stack_option,
-    suite_option,
 )
 from nodecert.cli.stack import print_gate
 
@@ -35,19 +34,26 @@ host does not stop the others -- and every provisioned host is checked for
 conformance (exact versions installed and held, services up, nvidia-smi reports
 the pinned driver). The run is kept under runs/<timestamp>-<id>/.
 
-Then, unless told not to, every host is validated (--suite, default quick) and
+Then, unless told not to, every host is validated with an acceptance suite
+(--suite; default: standard, or lab when every host is a `nodecert lab` host,
+whose simulated GPUs are accepted on the lab profile's short durations) and
 certified: a signed certificate, an HTML page and JUnit XML per node plus a
 fleet index under runs/<validation run>/reports/ (the signing key is --key, or
-~/.config/nodecert/keys/nodecert.key, created 0600 on first use).
+~/.config/nodecert/keys/nodecert.key, created 0600 on first use). READY only
+from the acceptance run; --suite quick gives health records (HEALTHY).
 
 \b
-Exit codes: 0 every host provisioned, conformant, validated and READY, 1 a host
-failed or is NOT READY (or the gate failed), 2 bad input.
+Exit codes: 0 every host provisioned, conformant, validated and READY (or
+HEALTHY under a suite that is not an acceptance suite), 1 a host failed, is NOT
+READY, or fell short of its acceptance suite (or the gate failed), 2 bad input
+(an inventory mixing lab and real hosts without --suite, the lab suite on a real
+host).
 
 \b
 Examples:
   provision --inventory inventory/sample/lab.ini --stack r580-cuda13.0
-  provision -i lab.ini --stack r580-cuda13.0 --suite standard --key keys/nodecert.key
+  provision -i lab.ini --stack r580-cuda13.0 --suite full --key keys/nodecert.key
+  provision -i lab.ini --stack r580-cuda13.0 --suite quick       # health records only
   provision -i lab.ini --stack r580-cuda13.0 --no-certify
   provision -i /var/tmp/nodecert-lab/state/inventory.ini --stack r580-cuda13.0 --check
   nodecert provision -i lab.ini --stack r570-cuda12.8 --limit gpu-h200-01 --tags driver
@@ -94,7 +100,9 @@ Examples:
 @click.option("--allow-advisory", "allow_advisories", multiple=True, metavar="ID",
               help="Accept this security advisory (`nodecert stack advisories`) for every "
                    "host: the gate WARNs instead of refusing, and says so. Repeatable.")
-@suite_option
+@click.option("--suite", default=None,
+              help="The validation suite (validators/suites.yml) [default: the acceptance "
+                   "suite: standard, or lab for lab hosts].")
 @signing_key_option
 @json_option
 @become_options
@@ -104,7 +112,7 @@ def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_
               max_fail_percentage: int | None, fact_cache: Path | None,
               mirror: str | None, runs_dir: Path,
               no_validate: bool, no_certify: bool, allow_advisories: tuple[str, ...],
-              suite: str, key_path: Path | None,
+              suite: str | None, key_path: Path | None,
               as_json: bool, become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.provision.chain import ChainRequest, run_chain
     from nodecert.provision.run import FleetSettings, ProvisionRequest

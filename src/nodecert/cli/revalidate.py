@@ -61,8 +61,16 @@ node is free, between users' jobs), then collected as with --collect. A node
 Slurm cannot run it on (drained, down, unknown) or whose job fails is ERROR.
 
 \b
-Exit codes: 0 no regression and every node READY, 1 a regression, drift or NOT
-READY node, 2 bad input (inventory, baseline that does not verify, key).
+Drift is judged against each node's newest acceptance certificate under the runs
+directory (a health record, say of a quick run since, never replaces it as the
+baseline; a node with none is compared with its newest certificate), or against
+--baseline.
+
+\b
+Exit codes: 0 no regression and every node READY (or HEALTHY from a run that asked
+no acceptance: a quick suite, an after-repair re-test), 1 a regression, drift, a
+NOT READY node or one that fell short of its acceptance suite, 2 bad input
+(inventory, baseline that does not verify, key).
 
 \b
 Examples:
@@ -168,7 +176,7 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
                                       slurm_reservation=slurm_reservation),
                     progress=lambda line: echo(line, err=True))
     assert rv.cert is not None
-    code = ExitCode.FAILED if rv.regressed or rv.repair_failed or not rv.cert.all_ready \
+    code = ExitCode.FAILED if rv.regressed or rv.repair_failed or not rv.cert.ok() \
         else ExitCode.OK
     if as_json:
         emit_json({"baseline": str(rv.baseline) if rv.baseline else None,

@@ -11,7 +11,7 @@ from typing import Any
 
 from nodecert.core import yamldoc
 from nodecert.fleet.samples import FleetDataError
-from nodecert.profiles.thresholds import validators_dir
+from nodecert.profiles.datafiles import validators_dir
 
 NVIDIA_ACTIONS = ("NONE", "COMPONENT_RESET", "CONTACT_SUPPORT", "RUN_FIELDDIAG", "RESTART_VM",
                   "RESTART_BM", "REPLACE_VM", "RUN_DCGMEUD", "RESTART_APP", "UNKNOWN")

@@ -34,7 +34,8 @@ class ChainResult:
             ok = self.validation.verdict <= Verdict.WARN and not self.validation.interrupted
             code = max(code, int(ExitCode.OK if ok else ExitCode.FAILED))
         if self.certification is not None:
-            code = max(code, int(ExitCode.OK if self.certification.all_ready
+            # READY, or a health record where no acceptance was asked (--suite quick)
+            code = max(code, int(ExitCode.OK if self.certification.ok()
                                  else ExitCode.FAILED))
         return code
 
@@ -55,14 +56,41 @@ def signing_key(key_path: Path | None) -> tuple[Any, Any]:
 @dataclass(frozen=True)
 class ChainRequest:
     """The main job: provisioning as asked, then (unless told not to) validation with
-    `suite` and a signed certificate per host with the key at `key_path` (created in the
-    default place when absent)."""
+    `suite` (None: the acceptance suite for the hosts, `acceptance_suite`) and a signed
+    certificate per host with the key at `key_path` (created in the default place when
+    absent)."""
 
     provision: ProvisionRequest
     validate: bool = True
     certify: bool = True
-    suite: str = "quick"
+    suite: str | None = None
     key_path: Path | None = None
+
+
+# The acceptance suite the main job validates with: lab hosts' simulated GPUs are
+# accepted on the lab profile's short durations, real hosts on the production one.
+LAB_SUITE, REAL_SUITE = "lab", "standard"
+
+
+def acceptance_suite(inventory: Path, limit: tuple[str, ...] = ()) -> str:
+    """`lab` when every host is a lab host (nodecert_simulated), `standard` when none is;
+    an inventory that mixes both is refused (one run cannot hold both minimums)."""
+    from nodecert.core.ansible_env import select_hosts
+    from nodecert.core.errors import InventoryError
+    from nodecert.inventory.reader import load_inventory
+
+    specs = load_inventory(inventory)
+    if limit:
+        specs = {h: specs[h] for h in select_hosts(inventory, limit, list(specs))}
+    lab = sorted(h for h, s in specs.items() if s.simulated)
+    real = sorted(h for h, s in specs.items() if not s.simulated)
+    if lab and real:
+        raise InventoryError(
+            f"the inventory mixes lab hosts ({', '.join(lab[:5])}) and real hosts "
+            f"({', '.join(real[:5])}): no one acceptance suite fits both",
+            where=str(inventory),
+            hint="provision them in separate runs (--limit), or name the suite (--suite)")
+    return LAB_SUITE if lab else REAL_SUITE
 
 
 def run_chain(request: ChainRequest, *,
@@ -77,13 +105,16 @@ def run_chain(request: ChainRequest, *,
 
     say = progress or (lambda line: None)
     p = request.provision
+    # chosen before anything is touched: a mixed inventory is bad input
+    suite = request.suite or (acceptance_suite(p.inventory, p.limit)
+                              if request.validate and not p.check else REAL_SUITE)
     report = provision(p, progress=say)
     result = ChainResult(report)
     if report.gate_failed or p.check or not request.validate:
         return result
-    say(f"validating (suite {request.suite}) ...")
+    say(f"validating (suite {suite}) ...")
     result.validation = run_validation(
-        ValidateRequest(p.inventory, suite=request.suite, limit=p.limit, stack=p.stack,
+        ValidateRequest(p.inventory, suite=suite, limit=p.limit, stack=p.stack,
                         runs_dir=p.runs_dir, become=p.become), progress=say)
     if request.certify:
         key, result.created_key = signing_key(request.key_path)
@@ -93,4 +124,5 @@ def run_chain(request: ChainRequest, *,
     return result
 
 
-__all__ = ["ChainRequest", "ChainResult", "run_chain", "signing_key"]
+__all__ = ["LAB_SUITE", "REAL_SUITE", "ChainRequest", "ChainResult", "acceptance_suite",
+           "run_chain", "signing_key"]

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from nodecert.certs import revocations as revlist
 from nodecert.certs.certify import PAYLOAD_TYPE, CertifyRun, certify
@@ -49,8 +50,14 @@ def _envelopes(path: Path) -> list[Path]:
     return []
 
 
+def _accepted(p: dict[str, Any]) -> bool:
+    """An acceptance certificate (READY, its run accepted), not a health record."""
+    return p.get("verdict") == "READY" and bool((p.get("acceptance") or {}).get("accepted"))
+
+
 def load_baseline(path: Path, trusted: list[PublicKey]) -> dict[str, drift.Record]:
-    """host -> record, from verified certificates or from a run's results.json."""
+    """host -> record, from verified certificates or from a run's results.json. A record
+    from a certificate says whether it was an acceptance certificate ("accepted")."""
     if not path.is_dir():
         raise BaselineError(f"baseline {path} is not a directory",
                             hint="pass a reports directory (runs/<run>/reports) or a run "
@@ -71,7 +78,7 @@ def load_baseline(path: Path, trusted: list[PublicKey]) -> dict[str, drift.Recor
         if ptype != PAYLOAD_TYPE:
             raise BaselineError(f"{env_path}: payload type {ptype}, expected {PAYLOAD_TYPE}")
         p = json.loads(payload)["predicate"]
-        out[str(p["host"])] = drift.record_of(p)
+        out[str(p["host"])] = {**drift.record_of(p), "accepted": _accepted(p)}
     if envs:
         return out
     try:
@@ -86,10 +93,45 @@ def load_baseline(path: Path, trusted: list[PublicKey]) -> dict[str, drift.Recor
     return out
 
 
+def _reports_dirs(runs_dir: Path) -> list[Path]:
+    """The reports directories under runs_dir (certify's default output), newest first."""
+    found = [run.reports for run in runs_under(runs_dir) if _envelopes(run.reports)]
+    return sorted(found, key=lambda d: d.stat().st_mtime, reverse=True)
+
+
 def latest_baseline(runs_dir: Path) -> Path | None:
     """The newest reports directory under runs_dir (certify's default output)."""
-    found = [run.reports for run in runs_under(runs_dir) if _envelopes(run.reports)]
-    return max(found, key=lambda d: d.stat().st_mtime) if found else None
+    found = _reports_dirs(runs_dir)
+    return found[0] if found else None
+
+
+def acceptance_baseline(runs_dir: Path, trusted: list[PublicKey]
+                        ) -> tuple[dict[str, drift.Record], Path | None]:
+    """Each node's baseline under runs_dir: its newest acceptance certificate, so that a
+    health record (a quick run between acceptance runs) never becomes what drift is
+    judged against; a node that has none keeps its newest certificate. The newest
+    reports directory is read strictly (a certificate there that does not verify stops
+    the run); older ones are searched only for acceptance certificates, and one that
+    does not verify there is passed over, never compared with."""
+    dirs = _reports_dirs(runs_dir)
+    if not dirs:
+        return {}, None
+    base = load_baseline(dirs[0], trusted)
+    wanted = {h for h, rec in base.items() if not rec.get("accepted")}
+    for d in dirs[1:]:
+        if not wanted:
+            break
+        for env_path in _envelopes(d):
+            try:
+                ptype, payload, _ = verify_envelope(read_envelope(env_path), trusted)
+                p = json.loads(payload)["predicate"] if ptype == PAYLOAD_TYPE else {}
+            except (ReportError, ValueError, SignatureError, KeyError, TypeError):
+                continue
+            host = str(p.get("host"))
+            if host in wanted and _accepted(p):
+                base[host] = {**drift.record_of(p), "accepted": True}
+                wanted.discard(host)
+    return base, dirs[0]
 
 
 @dataclass
@@ -143,8 +185,11 @@ def revalidate(request: RevalidateRequest, *,
     v = request.validation
     inventory, suite, limit, stack, runs_dir, checks, become = (
         v.inventory, v.suite, v.limit, v.stack, v.runs_dir, v.checks, v.become)
-    base_dir = request.baseline or latest_baseline(runs_dir)
-    base = load_baseline(base_dir, request.trusted) if base_dir else {}
+    if request.baseline is not None:
+        base_dir: Path | None = request.baseline
+        base = load_baseline(request.baseline, request.trusted)
+    else:
+        base, base_dir = acceptance_baseline(runs_dir, request.trusted)
     failing: dict[str, tuple[str | None, list[str]]] = {}
     if request.via_slurm:
         launch, engine_names = slurm_launcher(inventory, limit, become,
@@ -250,5 +295,6 @@ def _slurm_gate(request: RevalidateRequest, out: Revalidation,
         launch.close()
 
 
-__all__ = ["BaselineError", "RevalidateRequest", "Revalidation", "latest_baseline",
+__all__ = ["BaselineError", "RevalidateRequest", "Revalidation", "acceptance_baseline",
+           "latest_baseline",
            "load_baseline", "revalidate"]
