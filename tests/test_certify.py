@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodecert.certs.certify import (
+    HEALTHY,
     NOT_READY,
     PAYLOAD_TYPE,
     READY,
@@ -162,7 +163,7 @@ def test_not_ready_node_gets_a_signed_report_saying_why(tmp_path: Path, key: Pat
     v = verify_report(node.envelope, [key.with_suffix(".pub")])
     assert [(n, ok) for n, ok, _ in v.steps] == [
         ("signature", True), ("payload type", True), ("statement", True), ("validity", True),
-        ("subject", True), ("attestation", True), ("verdict", False)]
+        ("subject", True), ("attestation", True), ("verdict", False), ("scope", True)]
     assert v.steps[5][2].startswith("not attested: not collected")
     assert v.exit_code == 1
 
@@ -246,7 +247,15 @@ def test_readiness_rules() -> None:
     host = {"status": "done", "verdict": "WARN", "identity": {"gpus": [],
                                                               "system_serial": "S1"},
             "results": [{"check": "health.gpu", "verdict": "WARN", "summary": "w"}]}
-    assert readiness(host) == (READY, [])
+    accepted = {"accepted": True, "reasons": []}
+    assert readiness(host, accepted) == (READY, [])
+    # nothing failed, but no accepted acceptance run: a health record, saying why
+    assert readiness(host) == (HEALTHY, ["the run was not judged for acceptance"])
+    assert readiness(host, {"accepted": False, "reasons": ["burnin: load.burnin did not "
+                                                           "run"]}) == (
+        HEALTHY, ["burnin: load.burnin did not run"])
+    # a failure outweighs acceptance
+    assert readiness({**host, "verdict": "ERROR"}, accepted)[0] == NOT_READY
     # An identity of empty strings names no hardware: every such node has one digest.
     empty = {"system_serial": "", "system_uuid": "", "baseboard_serial": "", "nic_macs": [],
              "gpus": [{"serial": "", "uuid": ""}], "nvme": [{"serial": "", "model": "x"}]}
@@ -254,7 +263,7 @@ def test_readiness_rules() -> None:
     assert verdict == NOT_READY and "names no serial, UUID or MAC" in why[0]
     for one in ({"nic_macs": ["02:00:00:00:00:01"]}, {"gpus": [{"uuid": "GPU-1"}]},
                 {"nvme": [{"serial": "N1"}]}, {"system_uuid": "u"}):
-        assert readiness({**host, "identity": {**empty, **one}})[0] == READY, one
+        assert readiness({**host, "identity": {**empty, **one}}, accepted)[0] == READY, one
     assert readiness({**host, "status": "interrupted", "error": "Ctrl-C"})[0] == NOT_READY
     assert readiness({**host, "identity": None})[1] == [
         "no hardware identity: hardware.inventory did not run or failed to read it, so the "

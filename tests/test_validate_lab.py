@@ -377,7 +377,7 @@ def test_provision_validate_certify_verify_on_the_lab(plab: Lab, tmp_path: Path)
     """Certification end to end: `provision` chains install -> conformance -> validate ->
     certify; the certificates verify offline and against the live hosts; a faulty node
     gets a signed NOT READY; tampering and another node's hardware are rejected."""
-    from nodecert.certs.certify import NOT_READY, READY, certify
+    from nodecert.certs.certify import HEALTHY, NOT_READY, certify
     from nodecert.certs.signing import init_key, load_private_key
 
     kp = init_key(tmp_path / "keys")
@@ -417,7 +417,8 @@ def test_provision_validate_certify_verify_on_the_lab(plab: Lab, tmp_path: Path)
         plab.apply_faults(None)
     cr = certify(vr.run_dir, load_private_key(kp.private))
     got = {n.host: (n.verdict, n.simulated) for n in cr.nodes}
-    assert got == {"h2": (READY, True), "h3": (NOT_READY, True)}
+    # a quick run: the healthy node gets a health record, the faulty one NOT READY
+    assert got == {"h2": (HEALTHY, True), "h3": (NOT_READY, True)}
     h3 = next(n for n in cr.nodes if n.host == "h3")
     assert h3.reasons[0] == ("health.gpu FAIL: GPU 0000:3a:00.0: 1 uncorrectable ECC errors "
                              "since the driver loaded")
@@ -567,13 +568,13 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
     assert "drift.identity" in r.output and "hardware changed: GPU replaced in slot 1, bus " \
         in r.output
     assert "7777" in r.output  # the swapped board's serial
-    # Unchanged node: every comparison passes, the new run is certified READY.
+    # Unchanged node: every comparison passes; the quick re-run is a health record.
     r = CliRunner().invoke(main, [
         "revalidate", "-i", str(inv(plab)), "--stack", STACK, "--limit", h,
         "--baseline", str(reports), "--key", str(kp.private),
         "--runs-dir", str(tmp_path / "runs2")])
     assert r.exit_code == 0, r.output
-    assert "FAIL" not in r.output and "READY (SIMULATED)" in r.output
+    assert "FAIL" not in r.output and "HEALTHY (SIMULATED)" in r.output
     hist = CliRunner().invoke(main, ["history", h, "--runs-dir", str(tmp_path / "runs")])
     assert hist.exit_code == 0 and "FAIL" in hist.output
     # Performance: a baseline with the all-reduce and the soak, then lower busbw and a

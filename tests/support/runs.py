@@ -74,7 +74,8 @@ _STAGE_RESULTS: dict[str, Any] = {
     "fabric.nccl_allreduce": {"busbw_gbs": None, "nccl": "2.27.7"},  # one GPU: n/a
     "fabric.bandwidth": {"host_to_device_memcpy_ce": {"0": 55.4},
                          "device_to_host_memcpy_ce": {"0": 55.9}},
-    "storage.fio": {"seq_read_mbps": 3100.0, "seq_write_mbps": 2900.0},
+    "storage.fio": {"/var/lib/nodecert/scratch": {"seq_read_mbps": 3100.0,
+                                                  "seq_write_mbps": 2900.0}},
     "dcgm.diag": {"level": 2, "tests": {}, "meta": {}},
 }
 

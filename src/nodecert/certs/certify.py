@@ -11,6 +11,11 @@ thresholds and evidence digests, the pinned stack and the software actually foun
 the digests of the threshold files, the tool version, the validity window and the
 SIMULATED flag. It is signed into a DSSE envelope (nodecert.certs.signing). A node that
 is not READY gets a signed report that says NOT READY (or HEALTHY) and why.
+
+The module is long because one signing pass holds together: each host's statement
+(its readiness, its acceptance judgement from the run's recorded inputs, the cluster
+link) is built inside the same error boundary that keeps one bad host from blocking
+the others, and the revocation list is updated under one lock for all of them.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from nodecert import __version__
 from nodecert.certs import html as report_html
 from nodecert.certs import junit
 from nodecert.certs import revocations as revlist
+from nodecert.certs.attested import attestation_summary
 from nodecert.certs.identity import certificate_identity, identifies, identity_digest
 from nodecert.certs.intoto import (
     CLUSTER_PREDICATE_TYPE,
@@ -47,7 +53,7 @@ from nodecert.profiles import acceptance
 from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError
 from nodecert.runs.records import finished_run
 from nodecert.stack.manifest import Stack, find_stack, load_stack
-from nodecert_node.contract import json_sha256, write_atomic
+from nodecert_node.contract import write_atomic
 
 READY, NOT_READY, HEALTHY = "READY", "NOT READY", "HEALTHY"
 DEFAULT_VALID_DAYS = 90
@@ -96,52 +102,6 @@ def _result_entry(r: dict[str, Any]) -> dict[str, Any]:
             "evidence": [{"name": e.get("name"), "command": e.get("command"),
                           "returncode": e.get("returncode"), "sha256": e.get("sha256")}
                          for e in r.get("evidence", [])]}
-
-
-def attestation_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the certificate states of the GPUs' hardware-rooted evidence: the status the
-    attestation.gpu check judged, its reason, the evidence digest, the nonce and each GPU's
-    steps (the evidence itself is in that check's facts). A host that did not collect
-    any is stated as not attested, never left for a reader to assume."""
-    r = next((r for r in results if r.get("check") == "attestation.gpu"), None)
-    facts = ((r or {}).get("facts") or {}).get("attestation")
-    if not r or not isinstance(facts, dict):
-        why = (f"the attestation check did not report ({r['verdict']}: {r['summary']})" if r
-               else "not collected: the host's inventory does not ask for attestation "
-                    "(nodecert_attestation)")
-        return {"status": "not attested", "reason": why, "evidence_sha256": None, "gpus": []}
-    return {"status": facts.get("status"), "reason": facts.get("reason"),
-            "verdict": r.get("verdict"), "evidence_sha256": facts.get("evidence_sha256"),
-            "nonce": facts.get("nonce"), "replayed": bool(facts.get("replayed")),
-            "verifier": facts.get("verifier"),
-            "gpus": [{"index": g.get("index"), "uuid": g.get("uuid"),
-                      "report_sha256": g.get("report_sha256"),
-                      "steps": {k: (v or {}).get("status")
-                                for k, v in (g.get("steps") or {}).items()}}
-                     for g in facts.get("gpus") or []]}
-
-
-def attestation_said(p: dict[str, Any]) -> tuple[bool, str] | None:
-    """What verify says of a certificate's attestation: (holds, the line). The embedded
-    evidence is checked against the digest the certificate states (contract.json_sha256,
-    as the node computed it). None for a certificate made
-    before attestation was recorded."""
-    att = p.get("attestation")
-    if not isinstance(att, dict):
-        return None
-    status = str(att.get("status"))
-    facts = next((r.get("facts", {}).get("attestation") for r in p.get("results", [])
-                  if isinstance(r, dict) and r.get("check") == "attestation.gpu"), None)
-    evidence = facts.get("evidence") if isinstance(facts, dict) else None
-    stated = att.get("evidence_sha256")
-    if evidence is None and not stated:
-        return (status != "verified", f"{status}: {att.get('reason')}" if status != "verified"
-                else "says verified but carries no evidence")
-    found = json_sha256(evidence)
-    same = found == stated
-    return same, (f"{status}: {att.get('reason')}; evidence sha256:{str(stated)[:16]}..."
-                  + ("" if same else f" does NOT match the embedded evidence "
-                                     f"({found[:16]}...)"))
 
 
 def readiness(host: dict[str, Any],

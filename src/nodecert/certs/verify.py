@@ -4,8 +4,12 @@ Order matters: nothing in the payload is trusted before the signature verifies
 with a pinned public key. Then the payload type and Statement schema, the
 validity window, the subject digest against the identity the predicate
 carries, optionally the live hardware identity of the host, and finally the
-verdict. Every step is reported; the first failure does not hide the others
-once the signature holds.
+verdict and the scope (nodecert.certs.scope). Every step is reported; the first
+failure does not hide the others once the signature holds.
+
+The module is long because those steps are one sequence over one statement, for node,
+cluster and rack certificates alike: split, each part would re-read what the previous
+one already checked.
 """
 
 from __future__ import annotations
@@ -19,18 +23,19 @@ from typing import Any
 
 from nodecert.certs import rack as rackcert
 from nodecert.certs import revocations as revlist
+from nodecert.certs.attested import attestation_said
 from nodecert.certs.certify import (
     HEALTHY,
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
     READY,
     STATEMENT_TYPE,
-    attestation_said,
 )
 from nodecert.certs.cluster import CLUSTER_PREDICATE_TYPE, cluster_problems, subject_problems
 from nodecert.certs.identity import identity_changes, identity_digest
 from nodecert.certs.intoto import RACK_PREDICATE_TYPE
 from nodecert.certs.keyring import Keyring, KeyStatementError, load_keyring
+from nodecert.certs.scope import scope
 from nodecert.certs.signing import SignatureError, verify_signers
 from nodecert.core.errors import ExitCode, NodecertError
 from nodecert.transport.become import BecomeSource
@@ -284,49 +289,6 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
                + ("; ".join(changes) or "identity digest differs"))
     _attestation_step(v, p)
     return _node_verdict(v, p, allow_simulated, require_acceptance)
-
-
-def _stage_seconds(a: dict[str, Any], stage: str) -> str:
-    got = (a.get("durations_s") or {}).get(stage)
-    return f"{got:g} s" if isinstance(got, int | float) else "not measured"
-
-
-def _neighbours(p: dict[str, Any]) -> str:
-    """Whether a cluster or rack certificate proves the node with its neighbours."""
-    for kind in ("rack", "cluster"):
-        link = p.get(kind)
-        if isinstance(link, dict):
-            return (f"proven with its neighbours: {kind} certificate {link.get('certificate')}"
-                    f" (run {link.get('run_id')}, {link.get('verdict')})")
-    return "not proven with its neighbours: no cluster or rack certificate references it"
-
-
-def scope(p: dict[str, Any]) -> tuple[bool, bool, str]:
-    """What a node certificate is: (consistent, an acceptance certificate, the line).
-    Consistent: READY only with an accepted acceptance judgement, and a profile for
-    simulated hardware only on a SIMULATED certificate."""
-    a = p.get("acceptance")
-    suite = p.get("suite")
-    if not isinstance(a, dict):
-        return (True, False, f"suite {suite}: the certificate states no acceptance "
-                f"judgement (made before acceptance was recorded): {_neighbours(p)}")
-    prof = a.get("profile")
-    lacks = ", ".join(str(m) for m in a.get("missing") or []) or "none"
-    if a.get("simulated_only") and prof and not p.get("simulated"):
-        return (False, False, f"claims real hardware accepted on the {prof} acceptance "
-                "profile, which is for simulated hardware only: refused")
-    if p.get("verdict") == READY and not a.get("accepted"):
-        return (False, False, "says READY but its acceptance judgement did not accept the "
-                "run: " + "; ".join(str(r) for r in a.get("reasons") or [])[:300])
-    if p.get("verdict") == READY:
-        return (True, True, f"acceptance certificate: suite {suite}, acceptance profile "
-                f"{prof}; burn-in {_stage_seconds(a, 'burnin')}, soak "
-                f"{_stage_seconds(a, 'soak')}; {_neighbours(p)}")
-    what = "a health record" if p.get("verdict") == HEALTHY else "not ready"
-    return (True, False, f"not an acceptance certificate ({what}): suite {suite}"
-            + (f", acceptance profile {prof}" if prof else ", not an acceptance suite")
-            + f"; lacks {lacks}; burn-in {_stage_seconds(a, 'burnin')}, soak "
-              f"{_stage_seconds(a, 'soak')}; {_neighbours(p)}")
 
 
 def _node_verdict(v: Verification, p: dict[str, Any], allow_simulated: bool,

@@ -1,0 +1,57 @@
+"""What a node certificate states of its GPUs' hardware-rooted evidence (attestation),
+and what verify says of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodecert_node.contract import json_sha256
+
+
+def attestation_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the certificate states of the GPUs' hardware-rooted evidence: the status the
+    attestation.gpu check judged, its reason, the evidence digest, the nonce and each GPU's
+    steps (the evidence itself is in that check's facts). A host that did not collect
+    any is stated as not attested, never left for a reader to assume."""
+    r = next((r for r in results if r.get("check") == "attestation.gpu"), None)
+    facts = ((r or {}).get("facts") or {}).get("attestation")
+    if not r or not isinstance(facts, dict):
+        why = (f"the attestation check did not report ({r['verdict']}: {r['summary']})" if r
+               else "not collected: the host's inventory does not ask for attestation "
+                    "(nodecert_attestation)")
+        return {"status": "not attested", "reason": why, "evidence_sha256": None, "gpus": []}
+    return {"status": facts.get("status"), "reason": facts.get("reason"),
+            "verdict": r.get("verdict"), "evidence_sha256": facts.get("evidence_sha256"),
+            "nonce": facts.get("nonce"), "replayed": bool(facts.get("replayed")),
+            "verifier": facts.get("verifier"),
+            "gpus": [{"index": g.get("index"), "uuid": g.get("uuid"),
+                      "report_sha256": g.get("report_sha256"),
+                      "steps": {k: (v or {}).get("status")
+                                for k, v in (g.get("steps") or {}).items()}}
+                     for g in facts.get("gpus") or []]}
+
+
+def attestation_said(p: dict[str, Any]) -> tuple[bool, str] | None:
+    """What verify says of a certificate's attestation: (holds, the line). The embedded
+    evidence is checked against the digest the certificate states (contract.json_sha256,
+    as the node computed it). None for a certificate made
+    before attestation was recorded."""
+    att = p.get("attestation")
+    if not isinstance(att, dict):
+        return None
+    status = str(att.get("status"))
+    facts = next((r.get("facts", {}).get("attestation") for r in p.get("results", [])
+                  if isinstance(r, dict) and r.get("check") == "attestation.gpu"), None)
+    evidence = facts.get("evidence") if isinstance(facts, dict) else None
+    stated = att.get("evidence_sha256")
+    if evidence is None and not stated:
+        return (status != "verified", f"{status}: {att.get('reason')}" if status != "verified"
+                else "says verified but carries no evidence")
+    found = json_sha256(evidence)
+    same = found == stated
+    return same, (f"{status}: {att.get('reason')}; evidence sha256:{str(stated)[:16]}..."
+                  + ("" if same else f" does NOT match the embedded evidence "
+                                     f"({found[:16]}...)"))
+
+
+__all__ = ["attestation_said", "attestation_summary"]
