@@ -397,6 +397,9 @@ def test_provision_validate_certify_verify_on_the_lab(plab: Lab, tmp_path: Path)
     ok = verify("--allow-simulated", "--host", "h1", "-i", str(inv(plab)))
     assert ok.exit_code == 0, ok.output
     assert "the host's live hardware identity matches the certificate" in ok.output
+    # the main job's default: the lab acceptance suite, every stage measured
+    assert "acceptance certificate: suite lab, acceptance profile lab; burn-in 3 s" in ok.output
+    assert verify("--allow-simulated", "--require", "acceptance").exit_code == 0
     other = verify("--allow-simulated", "--host", "h3", "-i", str(inv(plab)))
     assert other.exit_code == 1
     assert "the host's hardware differs from the certificate: system serial" in other.output

@@ -105,6 +105,6 @@ def passing(results: list[dict[str, Any]], *, acceptance: bool = True) -> list[d
         if r["check"] == "load.thermal_soak":
             gpus = r["value"]["peak_temp_c"]
             r["value"]["samples"] = 600 * len(gpus)
-            r["value"].setdefault("plateau_sm_mhz", {g: 1980.0 for g in gpus})
+            r["value"].setdefault("plateau_sm_mhz", dict.fromkeys(gpus, 1980.0))
     return out
 
