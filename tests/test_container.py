@@ -148,3 +148,36 @@ def test_the_role_documents_its_interface() -> None:
     readme = (role / "README.md").read_text()
     assert all(f"`{k}`" in readme for k in defaults)
     assert "container_toolkit" in (REPO / "playbooks" / "site.yml").read_text()
+
+
+def test_the_pinned_archive_is_loaded_only_when_the_engine_lacks_its_image(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+    from typing import Any
+
+    from nodecert_node.checks import container
+
+    image = "sha256:" + "c" * 64
+    held: list[str] = []
+    ran: list[list[str]] = []
+
+    def inspect(ev: list[Any], argv: list[str], ctx: Any, *, name: str = "") -> str | None:
+        return image if held else None
+
+    def run(argv: list[str], **kw: Any) -> Any:
+        ran.append(argv)
+        if argv[1] == "load":
+            held.append(image)
+        out = "GPU 0: NVIDIA H200 (UUID: GPU-1)\n" if argv[1] == "run" else ""
+        return SimpleNamespace(text=out, evidence=None)
+
+    monkeypatch.setattr(container, "try_text", inspect)
+    monkeypatch.setattr(container, "run", run)
+    ctx: Any = SimpleNamespace(plan=SimpleNamespace(check_timeout_s=60), timeout=10)
+    ordered = {"engine": "podman", "archive": "/srv/images/cuda.oci.tar", "image_id": image}
+    gpus, why = container._inside(ctx, ordered, [])
+    assert why is None and gpus and [a[1] for a in ran] == ["load", "run"]
+    ran.clear()
+    gpus, why = container._inside(ctx, ordered, [])  # the same image, already held
+    assert why is None and gpus and [a[1] for a in ran] == ["run"]
+    assert ran[0][-3:] == [image, "nvidia-smi", "-L"]

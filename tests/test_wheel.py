@@ -26,6 +26,7 @@ def test_wheel_carries_the_ansible_side_and_the_data(wheel: Path) -> None:
                    "nodecert/_data/stacks/r580-cuda13.0.yml",
                    "nodecert/_data/validators/profiles/H200-SXM.yml",
                    "nodecert/_data/validators/suites.yml",
+                   "nodecert/_data/validators/acceptance.yml",
                    "nodecert/certs/templates/node.html.j2", "nodecert_node/contract.py",
                    "nodecert_node/data/xid-catalog.json"):
         assert needed in names, needed

@@ -155,7 +155,7 @@ def suites(path: Path | None = None) -> dict[str, Suite]:
                                                "iodepth", "numjobs", "ioengine"})
         fabric = f["fabric"].mapping(set(), {"nccl_max_size", "nccl_iters", "timeout_s",
                                              "dcgm_level", "dcgm_timeout_s",
-                                             "dcgm_skipped"}) \
+                                             "dcgm_skipped", "counter_window_s"}) \
             if "fabric" in f else {}
         if "dcgm_skipped" in fabric and fabric["dcgm_skipped"].text() not in DCGM_SKIPPED:
             raise fabric["dcgm_skipped"].error(
@@ -234,7 +234,7 @@ SUITE_SETTINGS: dict[str, dict[str, Any]] = {
     "storage": {"size_mb": int, "runtime_s": int, "checkpoint_mb": int, "iodepth": int,
                 "numjobs": int, "ioengine": str},
     "fabric": {"nccl_max_size": str, "nccl_iters": int, "timeout_s": int, "dcgm_level": int,
-               "dcgm_timeout_s": int, "dcgm_skipped": DCGM_SKIPPED},
+               "dcgm_timeout_s": int, "dcgm_skipped": DCGM_SKIPPED, "counter_window_s": int},
     "load": {"burnin_s": int, "soak_s": int, "engine": LOAD_ENGINES, "dtype": GEMM_DTYPES,
              "gemm_size": int, "smoke_steps": int, "report_s": int, "scaling_steps": int,
              "scaling_warmup": int, "scaling_timeout_s": int},

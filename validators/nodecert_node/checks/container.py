@@ -88,12 +88,27 @@ def judge_container(*, ordered: dict[str, Any] | None, toolkit: str | None,
         remediation=fix if fails else "")
 
 
+def _present(ctx: Ctx, engine: str, image_id: str, ev: list[Evidence]) -> bool:
+    """Whether the engine already holds the image with this id."""
+    if not image_id:
+        return False
+    got = try_text(ev, [engine, "image", "inspect", "--format", "{{.Id}}", image_id], ctx,
+                   name=f"{engine} image inspect")
+    return got is not None and got.strip().replace("sha256:", "") == \
+        image_id.replace("sha256:", "")
+
+
 def _inside(ctx: Ctx, ordered: dict[str, Any], ev: list[Evidence]
             ) -> tuple[list[dict[str, Any]] | None, str | None]:
     engine = str(ordered.get("engine") or "podman")
     timeout = min(RUN_TIMEOUT_S, float(ctx.plan.check_timeout_s) * 0.8)
     ref = str(ordered.get("image") or "")
-    if ordered.get("archive"):
+    if ordered.get("archive") and _present(ctx, engine, str(ordered.get("image_id") or ""),
+                                            ev):
+        # the pinned image (by its id: content-addressed) is already in the engine's
+        # store: loading the archive again would give the same bytes
+        ref = str(ordered["image_id"])
+    elif ordered.get("archive"):
         try:
             out = run([engine, "load", "-i", str(ordered["archive"])], timeout=timeout,
                       name=f"{engine} load")
