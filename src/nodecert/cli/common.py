@@ -112,7 +112,9 @@ runs_dir_option = click.option("--runs-dir", type=click.Path(path_type=Path),
                                default=Path("runs"), show_default=True,
                                help="Where run directories are kept.")
 suite_option = click.option("--suite", default="quick", show_default=True,
-                            help="quick | standard | full (validators/suites.yml).")
+                            help="quick | standard | full | lab (validators/suites.yml); "
+                                 "standard, full and lab are acceptance suites (READY), "
+                                 "quick gives health records.")
 suite_file_option = click.option(
     "--suite-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
     help="A site's own suites file (the schema of validators/suites.yml); --suite names "

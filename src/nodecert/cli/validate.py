@@ -44,14 +44,18 @@ rest as not run. Results from simulated (lab) hosts are stamped SIMULATED.
 With --baseline (a signed fleet baseline: nodecert fleet baseline), each host that
 finished is also judged against its peers (fleet.peers): a figure clearly below
 its fleet's median FAILs even above its absolute floor.
+Only a run of an acceptance suite (standard, full; lab on `nodecert lab` hosts
+only) can be certified READY; the others give health records (nodecert certify).
 
 \b
 Exit codes: 0 every host PASS or WARN, 1 any FAIL or ERROR (or interrupted),
-2 bad input (inventory, suite, threshold).
+2 bad input (inventory, suite, threshold, the lab suite on a host that is not a lab
+host).
 
 \b
 Examples:
   nodecert validate -i /var/tmp/nodecert-lab/state/inventory.ini --suite quick
+  nodecert validate -i /var/tmp/nodecert-lab/state/inventory.ini --suite lab
   nodecert validate -i lab.ini --suite standard --limit gpu-h200-01,gpu-h200-02
   nodecert validate -i lab.ini --only health.gpu --only health.xid
   nodecert validate -i lab.ini --suite standard --set load.burnin_s=300 --set load.soak_s=1800
