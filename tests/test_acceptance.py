@@ -327,6 +327,9 @@ def test_handover_refuses_health_records_unless_told_and_verify_bundle_too(
     r = CliRunner().invoke(main, ["verify-bundle", str(h.out), "--pubkey", str(kp.public),
                                   "--allow-health-records"])
     assert r.exit_code == 0, r.output
+    # counted as what it is, never as READY
+    assert ("VALID: the bundle holds; 0 certificates valid and READY, 1 valid health records "
+            "(HEALTHY)") in r.output
 
 
 def test_a_node_with_both_hands_over_its_acceptance_certificate(tmp_path: Path,

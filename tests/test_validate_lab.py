@@ -428,21 +428,26 @@ def test_provision_validate_certify_verify_on_the_lab(plab: Lab, tmp_path: Path)
     assert "NOT READY (SIMULATED)" in h3.html.read_text()
 
     # The hand-over: the lab's runs as one bundle (in Portuguese, with PDFs), checked
-    # offline in one command; the NOT READY node is named, the READY ones hold.
+    # offline in one command; the NOT READY node is named, the READY one holds; h2's
+    # quick run is a health record, refused unless handed over knowingly.
     bundle = tmp_path / "acme"
-    r = CliRunner().invoke(main, ["handover", str(reports.parent), str(vr.run_dir), "--out",
-                                  str(bundle), "--key", str(kp.private), "--lang", "pt-BR",
-                                  "--pdf"])
+    args = ["handover", str(reports.parent), str(vr.run_dir), "--out", str(bundle), "--key",
+            str(kp.private), "--lang", "pt-BR", "--pdf"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and "h2 (h2.intoto.dsse.json: suite quick" in r.output, r.output
+    r = CliRunner().invoke(main, [*args, "--allow-health-records"])
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in (bundle / "reports").iterdir()) == [
         f"node-{h}.{ext}" for h in ("h1", "h2", "h3") for ext in ("html", "pdf")]
-    assert "Entrega: 2 de 3 certificados PRONTOS" in (bundle / "index.html").read_text()
+    assert "Entrega: 1 de 3 certificados PRONTOS" in (bundle / "index.html").read_text()
     vb = CliRunner().invoke(main, ["verify-bundle", str(bundle), "--pubkey", str(kp.public),
-                                   "--allow-simulated", "--lang", "pt-BR"])
+                                   "--allow-simulated", "--allow-health-records",
+                                   "--lang", "pt-BR"])
     assert vb.exit_code == 1, vb.output
-    assert "NÃO VÁLIDO: 2 de 3 certificados válidos e PRONTOS" in vb.output
+    assert "NÃO VÁLIDO: 1 de 3 certificados válidos e PRONTOS" in vb.output
     assert "FAIL certificates/node-h3.intoto.dsse.json" in vb.output
     assert "ok   certificates/node-h1.intoto.dsse.json" in vb.output
+    assert "ok   certificates/node-h2.intoto.dsse.json" in vb.output
 
 
 def wait_on(lab: Lab, host: str, condition: str, timeout: int = 240) -> None:

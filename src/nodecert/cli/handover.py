@@ -155,9 +155,15 @@ def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: 
         for name, ok, detail in v.steps:
             if not ok:
                 click.echo(f"       {step_name(name, tr):<14} {one_line(detail)}")
-    good = sum(v.ok for v in b.certificates.values())
-    echo(tr("VALID: the bundle holds and all %(num)d certificates are valid and READY")
-         % {"num": good} if b.ok else
-         tr("NOT VALID: %(good)d of %(num)d certificates valid and READY; see the failed "
-            "step(s) above") % {"good": good, "num": len(b.certificates)})
+    # a valid health record (--allow-health-records) is counted as one, never as READY
+    health = sum(v.ok and v.verdict == "HEALTHY" for v in b.certificates.values())
+    good = sum(v.ok for v in b.certificates.values()) - health
+    if b.ok and health:
+        echo(tr("VALID: the bundle holds; %(good)d certificates valid and READY, %(health)d "
+                "valid health records (HEALTHY)") % {"good": good, "health": health})
+    else:
+        echo(tr("VALID: the bundle holds and all %(num)d certificates are valid and READY")
+             % {"num": good} if b.ok else
+             tr("NOT VALID: %(good)d of %(num)d certificates valid and READY; see the "
+                "failed step(s) above") % {"good": good, "num": len(b.certificates)})
     sys.exit(int(b.exit_code))
