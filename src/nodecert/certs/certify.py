@@ -261,14 +261,17 @@ def _read_input(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def judged(rd: RunDir, host: dict[str, Any]) -> dict[str, Any]:
-    """The acceptance judgement of one host's run, from the plan and suite it recorded
-    (the settings it really ran with) and its results."""
-    suite = _read_input(rd.suite_input)
-    return acceptance.judge(suite.get("acceptance") if isinstance(suite.get("acceptance"), str)
-                            else None,
-                            suite=host.get("suite"), plan=_read_input(rd.plan_file(
-                                str(host["host"]))),
+def suite_acceptance(rd: RunDir) -> str | None:
+    """The acceptance profile the run's suite declared (its recorded input), once a run."""
+    name = _read_input(rd.suite_input).get("acceptance")
+    return name if isinstance(name, str) else None
+
+
+def judged(rd: RunDir, host: dict[str, Any], profile: str | None) -> dict[str, Any]:
+    """The acceptance judgement of one host's run, from the plan it recorded (the
+    settings it really ran with), its suite's profile and its results."""
+    return acceptance.judge(profile, suite=host.get("suite"),
+                            plan=_read_input(rd.plan_file(str(host["host"]))),
                             results=list(host.get("results") or []),
                             simulated=bool(host.get("simulated")))
 
@@ -364,6 +367,7 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
     hosts = load_run(run_dir)
     cluster = cluster_reference(cluster_cert, key) if cluster_cert else None
     rd = RunDir(run_dir)
+    profile = suite_acceptance(rd)
     out = out_dir or rd.reports
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     run = CertifyRun(run_dir, out, keyid(key.public_key()))
@@ -375,7 +379,7 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
                  out / f"{name}.junit.xml"] + ([out / f"{name}.pdf"] if rendering.pdf else [])
         try:
             stack, inputs = _run_inputs(rd, h)
-            accepted = judged(rd, h)
+            accepted = judged(rd, h, profile)
             st = statement(h, stack, issued=issued, valid_days=valid_days, inputs=inputs,
                            max_age_days=max_age_days, cluster=cluster, accepted=accepted)
             env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
