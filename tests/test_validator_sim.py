@@ -335,3 +335,18 @@ def test_load_checks_and_their_faults(tmp_path: Path, fault: dict[str, Any] | No
         series = r.facts["series"]
         assert len(series) == 8 and all(len(s) >= 3 for s in series.values())
         assert r.evidence[-1].name == "telemetry"
+
+
+def test_a_stop_between_checks_keeps_the_next_from_starting(tmp_path: Path) -> None:
+    """The control side going away while the runner is between checks (its stop finds no
+    check running) still stops the run: the next check is never started, so nothing
+    keeps loading the node after an interrupt."""
+    from nodecert_node import runner
+    from nodecert_node.contract import Plan
+
+    plan = Plan.from_dict(SimNode(tmp_path).plan(["health.gpu"]))
+    current: dict[str, Any] = {"proc": None}
+    runner.stop_current(current)  # no check is running: nothing to kill, yet
+    res = runner.run_one("health.gpu", plan, 30, current)
+    assert res.fault_code == "NC-CHECK-STOPPED" and res.verdict is Verdict.ERROR
+    assert current["proc"] is None and "not started" in res.summary

@@ -33,6 +33,7 @@ from nodecert_node.registry import discover, run_check
 
 SIMULATED_MARK = "/etc/nodecert-lab/SIMULATED"
 _lock = threading.Lock()
+_stop_lock = threading.Lock()  # orders starting a check against stopping the run
 
 
 def simulated(plan: Plan) -> bool:
@@ -106,11 +107,17 @@ def run_one(name: str, plan: Plan, timeout: float,
             current: dict[str, Any]) -> Result:
     """Run a check in a child process group; timeout or crash -> ERROR with evidence."""
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "nodecert_node", "check", name],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True,
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    current["proc"] = proc
+    # Started and registered under the lock stop_current takes: a stop that lands while
+    # the check is being started (between checks) still finds it, or keeps it from starting.
+    with _stop_lock:
+        if current.get("stopped"):
+            return error_result(name, f"{name} was not started: the run was stopped",
+                                fault_code="NC-CHECK-STOPPED", duration_s=0.0)
+        proc = subprocess.Popen([sys.executable, "-m", "nodecert_node", "check", name],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True,
+                                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        current["proc"] = proc
     try:
         out, err = proc.communicate(json.dumps(plan.as_dict()).encode(), timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -125,7 +132,8 @@ def run_one(name: str, plan: Plan, timeout: float,
             remediation="A tool or the GPU hung: look at the partial output and the kernel "
                         "log; a GPU that hangs is not ready.")
     finally:
-        current["proc"] = None
+        with _stop_lock:
+            current["proc"] = None
     lines = out.decode("utf-8", "replace").strip().splitlines()
     try:
         return Result.from_dict(json.loads(lines[-1]))
@@ -158,8 +166,11 @@ def _killpg(proc: subprocess.Popen[bytes]) -> None:
 
 
 def stop_current(current: dict[str, Any]) -> None:
-    """Stop the check running now (its process group), if one is."""
-    p = current.get("proc")
+    """Stop the check running now (its process group), if one is, and keep any other
+    check of this run from starting."""
+    with _stop_lock:
+        current["stopped"] = True
+        p = current.get("proc")
     if p is not None:
         _killpg(p)
 
