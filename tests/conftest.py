@@ -48,6 +48,14 @@ set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, True)
 LAB_FIXTURES = frozenset({"lab", "fresh_h1"})
 
+
+@pytest.fixture(autouse=True)
+def _private_state_home(tmp_path_factory: pytest.TempPathFactory,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a verifier remembers (the revocation lists it has seen) goes to a directory
+    of each test's own, never the user's: tests stay independent and leave nothing."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
 # The test files holding lab tests (marked, or using the lab fixtures): pytest-xdist's
 # controller sees only test ids, so the split of the whole suite over two workers is by
 # file. Collection checks that no lab test lives in any other file.

@@ -77,7 +77,7 @@ def test_a_bundle_holds_every_certificate_and_verifies_in_one_command(
     assert "nodecert verify-bundle . --pubkey SIGNER.pub" in (out / "README.txt").read_text()
     b = check(out, [signer.public], now=NOW)
     assert b.ok, (b.steps, {f: v.steps for f, v in b.certificates.items()})
-    assert [n for n, _, _ in b.steps] == ["manifest", "files", "certificates"]
+    assert [n for n, _, _ in b.steps] == ["manifest", "files", "certificates", "revocations"]
     code, text = nodecert("verify-bundle", str(out), "--pubkey", str(signer.public))
     assert code == 0 and "VALID: the bundle holds and all 2 certificates" in text, text
     # The bundle's own copy of the key is not trust: another key is refused.
@@ -153,15 +153,56 @@ def test_two_signers_can_be_required_of_the_bundle_and_its_certificates(
 
 
 def test_a_withdrawn_signing_key_fails_the_bundle(tmp_path: Path, signer: KeyPair) -> None:
+    """A bundle built before its key was withdrawn fails once the verifier is given the
+    withdrawal (verify-bundle --key-statement); handover refuses a withdrawn key."""
+    out = tmp_path / "b"
+    run = run_of(tmp_path, signer, {"n1": 1796005981.0})
+    build([run], out, [load_private_key(signer.private)])
     gone = keyring.withdraw(load_private_key(signer.private), signer.keyid, "key leaked",
                             tmp_path / "integrator.withdrawal.dsse.json")
-    out = tmp_path / "b"
-    build([run_of(tmp_path, signer, {"n1": 1796005981.0})], out,
-          [load_private_key(signer.private)], key_statements=[gone])
-    b = check(out, [signer.public], now=NOW)
+    assert check(out, [signer.public], now=NOW).ok
+    b = check(out, [signer.public], now=NOW, key_statements=[gone])
     assert not b.ok
     assert b.steps[-1][0] == "manifest" and "signed only by withdrawn keys" in b.steps[-1][2]
     assert "key leaked" in b.steps[-1][2]
+    code, text = nodecert("verify-bundle", str(out), "--pubkey", str(signer.public),
+                          "--key-statement", str(gone), "--allow-simulated")
+    assert code == 1 and "signed only by withdrawn keys" in text
+    with pytest.raises(HandoverError, match="is withdrawn"):
+        build([run], tmp_path / "c", [load_private_key(signer.private)], key_statements=[gone])
+
+
+def test_a_bundle_built_before_a_revocation_fails_with_the_current_list(
+        tmp_path: Path, signer: KeyPair) -> None:
+    """The bundle's own list says "current"; the signer's newer list, given with
+    --revocations, revokes: the bundle fails, and the output names each list applied. A
+    bundle without a list says that revocation was not checked."""
+    rev = tmp_path / "revocations.intoto.dsse.json"
+    run = run_of(tmp_path, signer, {"n1": 1796005981.0}, rev)
+    out = tmp_path / "b"
+    build([run], out, [load_private_key(signer.private)], revocations=rev)
+    env = json.loads((run / "reports" / "n1.intoto.dsse.json").read_text())
+    digest = hashlib.sha256(base64.b64decode(env["payload"])).hexdigest()
+    revoke_file(rev, load_private_key(signer.private), digest, "GPU swapped", NOW)
+    before = check(out, [signer.public], now=NOW, allow_simulated=True)
+    assert before.ok
+    assert ("revocations", True, "applied: the bundle's list #1 issued "
+            "2026-11-30T00:00:00+00:00") in before.steps
+    after = check(out, [signer.public], now=NOW, revocations=rev, allow_simulated=True)
+    assert not after.ok
+    assert ("revocations", True, "applied: the bundle's list #1 issued 2026-11-30T00:00:00"
+            "+00:00; --revocations list #2 issued 2026-12-03T00:00:00+00:00") in after.steps
+    (cert,) = after.certificates.values()
+    assert any(n == "revocation" and not ok and "REVOKED" in d and "GPU swapped" in d
+               for n, ok, d in cert.steps)
+    code, text = nodecert("verify-bundle", str(out), "--pubkey", str(signer.public),
+                          "--revocations", str(rev), "--allow-simulated")
+    assert code == 1 and "--revocations list #2" in text and "REVOKED" in text
+    bare = tmp_path / "bare"
+    build([run_of(tmp_path / "r2", signer, {"n1": 1796005981.0})], bare,
+          [load_private_key(signer.private)])
+    b = check(bare, [signer.public], now=NOW, allow_simulated=True)
+    assert any(n == "revocations" and "was NOT checked" in d for n, ok, d in b.steps)
 
 
 def test_a_revoked_certificate_fails_the_bundle(tmp_path: Path, signer: KeyPair) -> None:

@@ -221,3 +221,46 @@ def test_a_cluster_certificate_is_entered_and_superseded_by_its_nodes_set(
     assert newer["revocation"][0]
     reg = revlist.load(listing, [load_public_key(pub[0])])
     assert {e.subject for e in reg.entries.values()} == {"cluster:h1,h2,h3"}
+
+
+def test_an_older_or_stale_list_is_refused(tmp_path: Path, keys: tuple[Path, Path]) -> None:
+    """Once a verifier has seen list #2 (which revokes), list #1 (which still says
+    "current") is refused as a replay; a list older than the verifier's maximum age is
+    refused too. Before the check, the replayed list #1 gave VALID."""
+    key = load_private_key(keys[0])
+    runs = tmp_path / "runs"
+    run = _run(runs / "a", time.time() - 3600)
+    listing = runs / revlist.DEFAULT_NAME
+    certify(run, key, revocations=listing)
+    first = tmp_path / "list-1.json"
+    shutil.copy(listing, first)
+    cert = run / "reports" / "n1.intoto.dsse.json"
+    cli = CliRunner()
+
+    def verify(lst: Path, *more: str) -> tuple[int, str]:
+        r = cli.invoke(main, ["verify", str(cert), "--pubkey", str(keys[1]),
+                              "--revocations", str(lst), *more])
+        return r.exit_code, r.output
+    assert verify(first)[0] == 0  # list #1 is the newest this verifier has seen: it holds
+    cli.invoke(main, ["revoke", str(cert), "--revocations", str(listing), "--key",
+                      str(keys[0]), "--reason", "GPU 3 replaced"])
+    code, out = verify(listing)
+    assert code == 1 and "REVOKED" in out
+    code, out = verify(first)
+    assert code == 1 and "list #1 issued" in out and "is older than list #2" in out \
+        and "a replayed list is never applied" in out, out
+    # Another verifier's memory (a file of its own) has not seen #2: #1 holds there.
+    assert verify(first, "--seen-lists", str(tmp_path / "other.json"))[0] == 0
+    # A maximum age: the list of an hour ago holds at 1 day, not at 0.01 days (14 min).
+    pub = [keys[1]]
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    old = revlist.Freshness(max_age=dt.timedelta(days=0.01))
+    v = verify_report(cert, pub, revocations=listing, now=later, freshness=old)
+    ok, detail = _steps(v)["revocation"]
+    assert not ok and "is older than the 0.01 days allowed" in detail
+    v = verify_report(cert, pub, revocations=first, now=later,
+                      freshness=revlist.Freshness(max_age=dt.timedelta(days=1)))
+    assert _steps(v)["revocation"][0]
+    seen = json.loads((tmp_path / "other.json").read_text())
+    assert seen["schema"] == "nodecert.seen-lists/v1" and (tmp_path / "other.json").stat(
+        ).st_mode & 0o077 == 0

@@ -149,7 +149,88 @@ def test_a_withdrawn_key_signs_nothing_that_verifies_until_a_key_that_holds_cosi
     ring = keyring.load_keyring([a.public], [rot, gone, late])
     evil = keyid(load_public_key(tmp_path / "k" / "evil.pub"))
     assert evil not in ring.trusted and b_pub.exists()
-    assert any("after it was withdrawn" in n for n in ring.notes)
+    assert any("its withdrawal does not keep this hand-over" in n for n in ring.notes)
+
+
+@pytest.mark.parametrize("issued", ["2026-10-01T00:00:00+00:00", "", "0"])
+def test_a_stolen_withdrawn_key_cannot_backdate_a_hand_over(tmp_path: Path,
+                                                            issued: str) -> None:
+    """The thief holds the withdrawn key A and writes a hand-over A -> EVIL dated before
+    the withdrawal (or with no date): no verifier follows it, and a certificate EVIL
+    signs does not verify. Only the hand-over the withdrawal keeps (A -> B) stands."""
+    a = init_key(tmp_path / "k", name="a")
+    _, _, rot = keyring.rotate(load_private_key(a.private), tmp_path / "k", "b",
+                               now="2026-11-01T00:00:00+00:00")
+    b_id = keyid(load_public_key(tmp_path / "k" / "b.pub"))
+    gone = tmp_path / "a.withdrawal.dsse.json"
+    code, out = nodecert("keys", "withdraw", a.keyid, "--key", str(a.private), "--reason",
+                         "stolen", "--since", "2026-11-15T00:00:00", "--keep", b_id,
+                         "--out", str(gone))
+    assert code == 0, out
+    _, _, late = keyring.rotate(load_private_key(a.private), tmp_path / "t", "evil",
+                                now=issued or None)
+    if issued == "":  # no date at all
+        env, body = keyring.read_statement(late)
+        body.pop("issued")
+        late.write_text(json.dumps(sign_both(env, body, a.private, tmp_path / "t" / "evil.key")))
+    cert = certificate(tmp_path, tmp_path / "t" / "evil.key")
+    v = verify_report(cert, [a.public], now=NOW, key_statements=[rot, gone, late])
+    assert not v.ok and "not trusted" in steps(v)["signature"][1], v.steps
+    ring = keyring.load_keyring([a.public], [rot, gone, late])
+    assert b_id in ring.trusted and b_id not in ring.withdrawn
+    # The thief's own withdrawal of A keeping EVIL does not widen what is kept.
+    evil = keyid(load_public_key(tmp_path / "t" / "evil.pub"))
+    own = keyring.withdraw(load_private_key(a.private), a.keyid, "mine", tmp_path / "o.json",
+                           keep=(evil,))
+    assert evil not in keyring.load_keyring([a.public], [rot, gone, late, own]).trusted
+    # Before the fix the self-stated date decided: a 2026-10 hand-over was followed.
+    # A hand-over a third key that holds countersigned is followed.
+    c = init_key(tmp_path / "c", name="c")
+    env, body = keyring.read_statement(late)
+    env["signatures"] += sign_envelope(base64.b64decode(env["payload"]),
+                                       keyring.KEY_PAYLOAD_TYPE,
+                                       load_private_key(c.private))["signatures"]
+    late.write_text(json.dumps(env))
+    ring = keyring.load_keyring([a.public, c.public], [rot, gone, late])
+    assert evil in ring.trusted
+
+
+def sign_both(env: dict[str, object], body: dict[str, object], old: Path,
+              new: Path) -> dict[str, object]:
+    raw = json.dumps(body).encode()
+    out = sign_envelope(raw, keyring.KEY_PAYLOAD_TYPE, load_private_key(old))
+    out["signatures"] += sign_envelope(raw, keyring.KEY_PAYLOAD_TYPE,  # type: ignore[operator]
+                                       load_private_key(new))["signatures"]
+    return out
+
+
+def test_a_withdrawn_key_withdraws_nothing_and_signs_no_bundle(tmp_path: Path) -> None:
+    """A thief holding key A, which its owner withdrew, cannot withdraw the owner's new
+    key B: the verifier ignores it, and `keys withdraw` and `handover` refuse to sign
+    with a key the statements withdraw."""
+    a = init_key(tmp_path / "k", name="a")
+    _, _, rot = keyring.rotate(load_private_key(a.private), tmp_path / "k", "b")
+    b_id = keyid(load_public_key(tmp_path / "k" / "b.pub"))
+    gone = keyring.withdraw(load_private_key(a.private), a.keyid, "stolen",
+                            tmp_path / "a.w.json", keep=(b_id,))
+    spite = keyring.withdraw(load_private_key(a.private), b_id, "spite", tmp_path / "b.w.json")
+    ring = keyring.load_keyring([a.public], [rot, gone, spite])
+    assert b_id in ring.trusted and b_id not in ring.withdrawn, ring.notes
+    assert any("signed only by withdrawn keys" in n for n in ring.notes)
+    # Two keys withdrawing each other: nobody can tell the thief, both are withdrawn.
+    mutual = keyring.withdraw(load_private_key(tmp_path / "k" / "b.key"), a.keyid, "x",
+                              tmp_path / "m.json")
+    spite2 = keyring.withdraw(load_private_key(a.private), b_id, "y", tmp_path / "m2.json")
+    both = keyring.load_keyring([a.public], [rot, mutual, spite2])
+    assert {a.keyid, b_id} <= set(both.withdrawn)
+    code, out = nodecert("keys", "withdraw", b_id, "--key", str(a.private), "--reason", "r",
+                         "--key-statement", str(gone), "--out", str(tmp_path / "no.json"))
+    assert code == 2 and "is withdrawn" in out and not (tmp_path / "no.json").exists()
+    from nodecert.certs.handover import HandoverError, build
+    with pytest.raises(HandoverError, match="is withdrawn"):
+        build([tmp_path], tmp_path / "bundle", [load_private_key(a.private)],
+              pubkeys=[a.public], key_statements=[rot, gone])
+    assert not (tmp_path / "bundle").exists()
 
 
 def test_a_withdrawal_signed_by_a_stranger_changes_nothing(tmp_path: Path) -> None:
@@ -181,3 +262,35 @@ def test_add_signature_keeps_the_statement_bytes(tmp_path: Path) -> None:
     two = add_signature(env, load_private_key(b.private))
     assert two["payload"] == env["payload"] and two["signatures"][0] == env["signatures"][0]
     assert [s["keyid"] for s in two["signatures"]] == [a.keyid, b.keyid]
+
+
+def test_a_key_and_its_own_hand_over_are_one_signer(tmp_path: Path) -> None:
+    """A signs, A's rotation B cosigns: that is one party, not the two that
+    --require-signers 2 asks for, whether the verifier trusts B through the hand-over
+    or was given both keys; in verify-bundle too. Before, it counted as two."""
+    a = init_key(tmp_path / "k", name="a")
+    _, b_pub, rot = keyring.rotate(load_private_key(a.private), tmp_path / "k", "b")
+    cert = certificate(tmp_path, a.private)
+    code, _ = nodecert("cosign", str(cert), "--key", str(tmp_path / "k" / "b.key"),
+                       "--pubkey", str(a.public))
+    assert code == 0
+    for pubs in ([a.public], [a.public, b_pub]):
+        v = verify_report(cert, pubs, now=NOW, key_statements=[rot], require_signers=2)
+        ok, why = steps(v)["signature"]
+        assert not ok and "(1 party: a key and its hand-over are one)" in why \
+            and "2 different signers required" in why, why
+    # A second party (QA) makes two.
+    qa = init_key(tmp_path / "q", name="qa")
+    assert nodecert("cosign", str(cert), "--key", str(qa.private), "--pubkey",
+                    str(a.public))[0] == 0
+    assert verify_report(cert, [a.public, qa.public], now=NOW, key_statements=[rot],
+                         require_signers=2).ok
+    from nodecert.certs.bundlecheck import check
+    from nodecert.certs.handover import build
+    out = tmp_path / "bundle"
+    build([cert.parent.parent], out, [load_private_key(a.private),
+                                      load_private_key(tmp_path / "k" / "b.key")],
+          key_statements=[rot])
+    b = check(out, [a.public], now=NOW, require_signers=2, allow_simulated=True)
+    manifest = [(ok, d) for n, ok, d in b.steps if n == "manifest"]
+    assert not b.ok and manifest and not manifest[0][0] and "1 party" in manifest[0][1]

@@ -5,8 +5,10 @@ band; the bundle's key statements extend or withdraw them, its copies of public 
 are never trusted by themselves), as many different signers as required; every file the
 manifest lists, byte for byte (sha256 and size); nothing in the bundle the manifest does
 not list (and no link, device or path outside it); then every certificate as `verify`
-checks it, with the bundle's revocation list. Every step is reported; a bundle holds
-only when all hold.
+checks it, with the bundle's revocation list and the verifier's own (the signer's
+current list: a bundle built before a revocation fails), each refused when older than
+the verifier allows or than a list of the same signer it saw before. Every step is
+reported; a bundle holds only when all hold.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from nodecert.certs import revocations as revlist
 from nodecert.certs.handover import MANIFEST, MANIFEST_TYPE, REVOCATIONS, SCHEMA
 from nodecert.certs.keyring import (
     ROTATION_SUFFIX,
     WITHDRAWAL_SUFFIX,
+    Keyring,
     KeyStatementError,
     load_keyring,
 )
@@ -98,9 +102,14 @@ def _sha256(path: Path) -> tuple[str, int]:
 
 def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
           allow_simulated: bool = False, now: dt.datetime | None = None,
-          allow_health_records: bool = False) -> BundleCheck:
-    """Check the bundle at `bundle` against the verifier's trusted keys. Every node
-    certificate must be an acceptance certificate unless allow_health_records."""
+          allow_health_records: bool = False, revocations: Path | None = None,
+          key_statements: list[Path] | None = None,
+          freshness: revlist.Freshness | None = None) -> BundleCheck:
+    """Check the bundle at `bundle` against the verifier's trusted keys (and the key
+    statements it holds and the verifier gives). Every node certificate must be an
+    acceptance certificate unless allow_health_records; the bundle's revocation list and
+    the verifier's (`revocations`, the signer's current one) both apply, each as fresh
+    as `freshness` asks."""
     if not bundle.is_dir():
         raise ReportError(f"{bundle}: not a directory", hint="pass the hand-over bundle's "
                                                              "directory")
@@ -112,7 +121,8 @@ def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
     out = BundleCheck()
     files, odd = _walk(bundle)
     statements = [bundle / f for f in files if f.startswith("keys/") and
-                  (f.endswith(ROTATION_SUFFIX) or f.endswith(WITHDRAWAL_SUFFIX))]
+                  (f.endswith(ROTATION_SUFFIX) or f.endswith(WITHDRAWAL_SUFFIX))
+                  ] + list(key_statements or [])
     try:
         ring = load_keyring(pubkeys, statements)
     except KeyStatementError as exc:
@@ -133,10 +143,14 @@ def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
     except SignatureError as exc:
         out.step("manifest", False, withdrawn_signers(manifest, ring) or f"signature: {exc}")
         return out
-    enough = len(signers) >= require_signers
+    parties = ring.parties(signers)
+    enough = len(parties) >= require_signers
     names = ", ".join(f"{k[:16]}..." for k in signers)
     if not out.step("manifest", enough and ptype == MANIFEST_TYPE,
                     f"signed by {len(signers)} trusted key(s): {names}"
+                    + ("" if len(parties) == len(signers) else
+                       f" ({len(parties)} part{'y' if len(parties) == 1 else 'ies'}: a key "
+                       "and its hand-over are one)")
                     + ("" if enough else f"; {require_signers} different signers required")
                     + ("" if ptype == MANIFEST_TYPE else f"; payload type {ptype!r}, "
                        f"expected {MANIFEST_TYPE}")):
@@ -157,7 +171,10 @@ def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
         return out
     if any(not ok for name, ok, _ in out.steps if name == "files"):
         return out  # a bundle whose bytes changed: its certificates are not read
-    revocations = bundle / REVOCATIONS if REVOCATIONS in listed else None
+    lists = _lists_step(out, bundle / REVOCATIONS if REVOCATIONS in listed else None,
+                        revocations, ring, freshness=freshness, now=now)
+    if lists is None:
+        return out
     if body.get("health_records_allowed"):
         out.step("health records", allow_health_records,
                  "the signer handed health records over (handover --allow-health-records): "
@@ -166,9 +183,36 @@ def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
     for rel in certs:
         out.certificates[str(rel)] = verify_report(
             bundle / str(rel), [], ring=ring, require_signers=require_signers,
-            allow_simulated=allow_simulated, revocations=revocations, now=now,
-            require_acceptance=not allow_health_records)
+            allow_simulated=allow_simulated, lists=lists, now=now,
+            require_acceptance=not allow_health_records, freshness=freshness)
     return out
+
+
+def _lists_step(out: BundleCheck, inside: Path | None, given: Path | None, ring: Keyring, *,
+                freshness: revlist.Freshness | None,
+                now: dt.datetime | None) -> list[revlist.Register] | None:
+    """Read the bundle's list and the verifier's, and say which apply (None: one of them
+    cannot be trusted, and the bundle fails)."""
+    regs: list[revlist.Register] = []
+    said: list[str] = []
+    for label, path in (("the bundle's", inside), ("--revocations", given)):
+        if path is None:
+            continue
+        try:
+            reg = revlist.load(path, ring.keys)
+        except revlist.RevocationError as exc:
+            out.step("revocations", False, f"{label}: {exc.what}")
+            return None
+        regs.append(reg)
+        said.append(f"{label} list #{reg.sequence} issued {reg.issued}")
+    fresh = [revlist.fresh(r, now or dt.datetime.now(dt.UTC),
+                           freshness or revlist.Freshness()) for r in regs]
+    out.step("revocations", all(ok for ok, _ in fresh),
+             ("applied: " + "; ".join(said) if regs else
+              "no revocation list in the bundle and none given (--revocations): whether a "
+              "certificate was revoked since was NOT checked")
+             + "".join(f"; {why}" for ok, why in fresh if not ok))
+    return regs
 
 
 def _files_step(out: BundleCheck, bundle: Path, listed: dict[str, Any], files: list[str],

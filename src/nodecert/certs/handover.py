@@ -42,13 +42,14 @@ from nodecert.certs.intoto import (
     PREDICATE_TYPE,
     RACK_PREDICATE_TYPE,
 )
-from nodecert.certs.keyring import Keyring, load_keyring
+from nodecert.certs.keyring import Keyring, read_statement, resolve
 from nodecert.certs.signing import (
     PrivateKey,
     PublicKey,
     SignatureError,
     canonical_json,
     keyid,
+    load_public_key,
     sign_envelope,
     verify_signers,
 )
@@ -217,7 +218,16 @@ def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
     if out.exists():
         raise HandoverError(f"{out} already exists: a bundle is never written over",
                             hint="name a new directory with --out")
-    ring: Keyring = load_keyring(pubkeys or [], key_statements or [])
+    # The signing keys are trusted here too: a withdrawal they (or their chain) signed
+    # counts, and a withdrawn signing key is refused below.
+    ring: Keyring = resolve([load_public_key(p) for p in pubkeys or []]
+                            + [k.public_key() for k in keys],
+                            [(str(p), *read_statement(p)) for p in key_statements or []])
+    gone = [keyid(k.public_key()) for k in keys if keyid(k.public_key()) in ring.withdrawn]
+    if gone:
+        raise HandoverError(f"signing key {gone[0][:16]}... is withdrawn "
+                            f"({ring.withdrawn[gone[0]][1]}): a bundle it signs verifies "
+                            "nowhere", hint="sign with a key that holds (--key)")
     for k in keys:
         ring.trusted.setdefault(keyid(k.public_key()), k.public_key())
     chosen, older = newest(collect(runs))

@@ -94,6 +94,7 @@ class Register:
     entries: dict[str, Entry] = field(default_factory=dict)
     sequence: int = 0
     issued: str = ""
+    signer: str = ""  # the trusted key id its signature verified with ("" unsigned yet)
 
 
 def _time(text: str) -> dt.datetime:
@@ -241,7 +242,7 @@ def _entries(p: dict[str, Any]) -> dict[str, Entry]:
 def parse(envelope: Any, trusted: list[PublicKey], source: str) -> Register:
     """The register a signed list holds, checked against the trusted keys."""
     try:
-        ptype, payload, _ = verify_envelope(envelope, trusted)
+        ptype, payload, signer = verify_envelope(envelope, trusted)
     except SignatureError as exc:
         raise RevocationError(f"{source}: the revocation list's signature does not verify "
                               f"({exc})", hint="use the list the same signer wrote; never "
@@ -253,7 +254,7 @@ def parse(envelope: Any, trusted: list[PublicKey], source: str) -> Register:
                 or p.get("schema") != SCHEMA:
             raise ValueError(f"predicateType {st.get('predicateType')!r}, not a "
                              "revocation list")
-        reg = Register(_entries(p), int(p["sequence"]), str(p["issued"]))
+        reg = Register(_entries(p), int(p["sequence"]), str(p["issued"]), signer)
         _time(reg.issued)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise RevocationError(f"{source}: not a nodecert revocation list ({exc})",
@@ -280,6 +281,70 @@ def load(path: Path, trusted: list[PublicKey], *, missing_ok: bool = False) -> R
     except (ValueError, UnicodeError) as exc:
         raise RevocationError(f"{path} is not JSON ({exc})") from exc
     return parse(envelope, trusted, str(path))
+
+
+SEEN_SCHEMA = "nodecert.seen-lists/v1"
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """What a verifier asks of a list's age: no older than max_age (None: any age), and
+    no older than the newest list of the same signer it has seen (kept in `memory`, a
+    file of its own; None: no memory)."""
+
+    max_age: dt.timedelta | None = None
+    memory: Path | None = None
+
+
+def _seen(memory: Path) -> dict[str, dict[str, Any]]:
+    try:
+        raw = json.loads(memory.read_bytes()[:1 << 20])
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise RevocationError(f"{memory}: not a record of the lists seen ({exc})",
+                              hint="remove it, or pass another file with --seen-lists") from exc
+    lists = raw.get("lists") if isinstance(raw, dict) else None
+    if not isinstance(lists, dict):
+        raise RevocationError(f"{memory}: not a record of the lists seen",
+                              hint="remove it, or pass another file with --seen-lists")
+    return {str(k): v for k, v in lists.items() if isinstance(v, dict)}
+
+
+def fresh(reg: Register, now: dt.datetime, policy: Freshness) -> tuple[bool, str]:
+    """Whether a list is fresh enough to decide anything: not older than the verifier
+    allows, not older (a lower sequence, or the same sequence with other content) than
+    one of its signer the verifier saw before: an attacker replaying an older list,
+    which still says "current" for a certificate revoked since, is refused."""
+    label = f"list #{reg.sequence} issued {reg.issued}"
+    if policy.max_age is not None and now - _time(reg.issued) > policy.max_age:
+        days = policy.max_age.total_seconds() / 86400
+        return False, (f"{label} is older than the {days:g} days allowed: get the signer's "
+                       "current list")
+    if policy.memory is not None:
+        seen = _seen(policy.memory).get(reg.signer)
+        if seen is not None:
+            seq, issued = int(seen.get("sequence", 0)), str(seen.get("issued", ""))
+            if reg.sequence < seq or (reg.sequence == seq and reg.issued != issued):
+                return False, (f"{label} is older than list #{seq} issued {issued} of the "
+                               f"same signer, seen before ({policy.memory}): a replayed "
+                               "list is never applied")
+    return True, label
+
+
+def remember(reg: Register, policy: Freshness) -> None:
+    """Record the list as the newest seen of its signer (when it is)."""
+    if policy.memory is None or not reg.signer:
+        return
+    lists = _seen(policy.memory)
+    old = lists.get(reg.signer)
+    if old is not None and int(old.get("sequence", 0)) >= reg.sequence:
+        return
+    lists[reg.signer] = {"sequence": reg.sequence, "issued": reg.issued}
+    policy.memory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(str(policy.memory), json.dumps({"schema": SEEN_SCHEMA, "lists": lists},
+                                                indent=1, sort_keys=True).encode() + b"\n",
+                 mode=0o600)
 
 
 @contextmanager
@@ -328,13 +393,16 @@ __all__ = [
     "DEFAULT_NAME",
     "LIST_PREDICATE_TYPE",
     "Entry",
+    "Freshness",
     "Register",
     "RevocationError",
     "entry_for",
+    "fresh",
     "load",
     "parse",
     "payload_digest",
     "register",
+    "remember",
     "revoke",
     "revoke_file",
     "save",

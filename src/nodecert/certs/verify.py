@@ -212,7 +212,9 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
                   key_statements: list[Path] | None = None,
                   require_signers: int = 1,
                   ring: Keyring | None = None,
-                  require_acceptance: bool = False) -> Verification:
+                  require_acceptance: bool = False,
+                  lists: list[revlist.Register] | None = None,
+                  freshness: revlist.Freshness | None = None) -> Verification:
     """Verify a node or cluster certificate. live_identity: the hardware identity read
     from live_host now (a cluster certificate needs the host, to know which subject);
     expect: host/serial/identity the certificate must be about; revocations: the signed
@@ -221,7 +223,9 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     the given ones, those they handed over to, less those withdrawn); require_signers:
     how many different trusted keys must have signed it (two-party signing); ring: the
     keys already resolved (instead of pubkeys and key_statements); require_acceptance:
-    a node certificate must be an acceptance certificate (a health record fails)."""
+    a node certificate must be an acceptance certificate (a health record fails); lists:
+    revocation lists already read (with `revocations`: every one applies); freshness:
+    how old a list may be, and the verifier's memory of the lists seen."""
     if ring is None:
         if not pubkeys:
             raise ReportError("no trusted public key given", hint="pass --pubkey nodecert.pub "
@@ -234,9 +238,11 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
         raise ReportError(f"--require-signers must be at least 1 (got {require_signers})")
     trusted = ring.keys
     try:  # a list that cannot be trusted is bad input, refused before anything is said
-        reg = revlist.load(revocations, trusted) if revocations is not None else None
+        regs = list(lists or []) + (
+            [revlist.load(revocations, trusted)] if revocations is not None else [])
     except revlist.RevocationError as exc:
         raise ReportError(exc.what, hint=exc.hint) from exc
+    reg = (regs, freshness or revlist.Freshness(), now or dt.datetime.now(dt.UTC))
     envelope = read_envelope(path)
     v = Verification()
     try:
@@ -244,11 +250,15 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     except SignatureError as exc:
         v.step("signature", False, withdrawn_signers(envelope, ring) or str(exc))
         return v
-    enough = len(signers) >= require_signers
+    parties = ring.parties(signers)
+    enough = len(parties) >= require_signers
     names = ", ".join(f"{k[:16]}..." for k in signers)
     if not v.step("signature", enough,
                   (f"valid, signed by trusted key {names}" if len(signers) == 1 else
                    f"valid, signed by {len(signers)} trusted keys: {names}")
+                  + ("" if len(parties) == len(signers) else
+                     f" ({len(parties)} part{'y' if len(parties) == 1 else 'ies'}: a key "
+                     "and its hand-over are one)")
                   + ("" if enough else f"; {require_signers} different signers required")):
         return v
     if not v.step("payload type", ptype == PAYLOAD_TYPE,
@@ -344,10 +354,25 @@ def _validity_step(v: Verification, p: dict[str, Any], now: dt.datetime) -> None
         v.step("validity", False, f"unreadable validity window: {exc}")
 
 
-def _revocation_step(v: Verification, st: dict[str, Any], reg: revlist.Register | None,
+Lists = tuple[list[revlist.Register], revlist.Freshness, dt.datetime]
+
+
+def _revocation_step(v: Verification, st: dict[str, Any], lists: Lists,
                      payload: bytes) -> None:
-    if reg is not None:
-        v.step("revocation", *revlist.status(reg, st, payload))
+    """The certificate on every list given: each fresh (its age, the verifier's memory
+    of newer ones) and none revoking or superseding it."""
+    regs, policy, now = lists
+    said: list[str] = []
+    ok = True
+    for reg in regs:
+        is_fresh, why = revlist.fresh(reg, now, policy)
+        holds, line = revlist.status(reg, st, payload) if is_fresh else (False, why)
+        ok &= holds
+        said.append(line)
+        if is_fresh:
+            revlist.remember(reg, policy)
+    if regs:
+        v.step("revocation", ok, "; ".join(said))
 
 
 def _verdict_steps(v: Verification, p: dict[str, Any], allow_simulated: bool, what: str,
@@ -373,7 +398,7 @@ def _expected_step(v: Verification, st: dict[str, Any], wanted: dict[str, str]) 
 def _verify_cluster(v: Verification, st: dict[str, Any], now: dt.datetime,
                     allow_simulated: bool, *, wanted: dict[str, str],
                     live: tuple[str | None, dict[str, Any] | None],
-                    listed: tuple[revlist.Register | None, bytes]) -> Verification:
+                    listed: tuple[Lists, bytes]) -> Verification:
     """A cluster or rack certificate: its statement, validity, what the verifier expects,
     every subject against its identity, the live host against its subject, the verdict,
     SIMULATED."""

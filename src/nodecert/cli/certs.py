@@ -13,6 +13,8 @@ from nodecert.cli.common import (
     become_source,
     echo,
     emit_json,
+    freshness,
+    freshness_options,
     handle_errors,
     json_option,
     key_statement_option,
@@ -216,10 +218,12 @@ trays' subjects are checked against their identities.
 Trusted keys are those given with --pubkey, the keys they handed over to
 (--key-statement with a rotation statement, chains followed), less the keys
 withdrawn (--key-statement with a withdrawal). With --require-signers N, N
-different trusted keys must have signed (integrator and QA, say).
-With --revocations, the signer's revocation list (signed with a trusted key)
-must not name the certificate revoked or superseded, nor hold a certificate on
-newer evidence for the same node. A SIMULATED certificate is refused unless
+different parties must have signed (integrator and QA, say; a key and its hand-over
+are one party). With --revocations, the signer's revocation list (signed with a
+trusted key) must not name the certificate revoked or superseded, nor hold a
+certificate on newer evidence for the same node; a list older than one of the same
+signer seen before (--seen-lists remembers them) or than --max-list-age-days is
+refused. A SIMULATED certificate is refused unless
 --allow-simulated. Every step is printed.
 
 \b
@@ -242,7 +246,7 @@ Examples:
   nodecert verify h1.intoto.dsse.json --pubkey nodecert.pub --expect-host gpu-h200-01 \\
       --expect-serial 1653724059030
   nodecert verify h1.intoto.dsse.json --pubkey nodecert.pub \\
-      --revocations revocations.intoto.dsse.json --require acceptance
+      --revocations revocations.intoto.dsse.json --max-list-age-days 7 --require acceptance
   nodecert verify h1.intoto.dsse.json --pubkey integrator.pub --pubkey qa.pub \\
       --require-signers 2 --key-statement integrator-2027.rotation.dsse.json
 """
@@ -266,9 +270,11 @@ Examples:
 @click.option("--revocations", type=click.Path(path_type=Path, dir_okay=False),
               help="The signer's revocation list: fail if it revokes or supersedes the "
                    "certificate.")
+@freshness_options
 @key_statement_option
 @click.option("--require-signers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="How many different trusted keys must have signed (two-party signing).")
+              help="How many different parties must have signed (two-party signing; a key "
+                   "and the keys it handed over to are one party).")
 @require_option
 @lang_option
 @json_option
@@ -277,7 +283,8 @@ Examples:
 def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                inventory: Path | None, allow_simulated: bool, expect_host: str | None,
                expect_serial: str | None, expect_identity: str | None,
-               revocations: Path | None, key_statements: tuple[Path, ...],
+               revocations: Path | None, max_list_age_days: float | None,
+               seen_lists: Path | None, key_statements: tuple[Path, ...],
                require_signers: int, require: str | None, lang: str | None, as_json: bool,
                become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.certs.i18n import choose, gettext_for
@@ -293,7 +300,8 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                       expect={"host": expect_host, "serial": expect_serial,
                               "identity": expect_identity}, revocations=revocations,
                       key_statements=list(key_statements), require_signers=require_signers,
-                      require_acceptance=require == "acceptance")
+                      require_acceptance=require == "acceptance",
+                      freshness=freshness(max_list_age_days, seen_lists))
     subject = subject_line(v.statement)
     if as_json:
         emit_json({"report": str(report), "valid": v.ok, "kind": v.kind, "subject": subject,

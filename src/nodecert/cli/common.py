@@ -152,7 +152,7 @@ _STEP_NAMES = {n: n for n in (N_("signature"), N_("payload type"), N_("statement
                               N_("health records"),
                               N_("hardware kind"), N_("keys"), N_("manifest"),
                               N_("files"), N_("certificates"),
-                              N_("attestation"))}
+                              N_("attestation"), N_("revocations"))}
 revocations_option = click.option(
     "--revocations", type=click.Path(path_type=Path, dir_okay=False),
     help="The signed revocation list to enter the new certificate(s) on (default: "
@@ -165,6 +165,31 @@ require_option = click.option(
 # Picking checks is --only everywhere: --check means a dry run (provision, Ansible).
 checks_option = click.option("--only", "checks", multiple=True, metavar="CHECK",
                              help="Only these checks of the suite (repeatable).")
+
+
+def seen_lists_default() -> Path:
+    """Where a verifier remembers the newest revocation list of each signer it saw."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path("~/.local/state").expanduser())
+    return Path(base) / "nodecert" / "seen-revocation-lists.json"
+
+
+def freshness_options(f: F) -> F:
+    """--max-list-age-days and --seen-lists: how fresh a revocation list must be."""
+    f = click.option(
+        "--seen-lists", type=click.Path(path_type=Path, dir_okay=False), default=None,
+        help="Where this verifier remembers the newest revocation list of each signer; a "
+             "list older than one seen before is refused (default: "
+             "$XDG_STATE_HOME/nodecert/seen-revocation-lists.json).")(f)
+    return click.option(
+        "--max-list-age-days", type=click.FloatRange(min=0, min_open=True), default=None,
+        help="Refuse a revocation list issued longer ago than this (default: any age).")(f)
+
+
+def freshness(max_list_age_days: float | None, seen_lists: Path | None) -> Any:
+    from nodecert.certs.revocations import Freshness
+
+    return Freshness(dt.timedelta(days=max_list_age_days) if max_list_age_days else None,
+                     seen_lists or seen_lists_default())
 
 
 def become_options(f: Any) -> Any:

@@ -10,6 +10,8 @@ import click
 from nodecert.cli.common import (
     echo,
     emit_json,
+    freshness,
+    freshness_options,
     handle_errors,
     json_option,
     key_statement_option,
@@ -95,11 +97,14 @@ _VERIFY_BUNDLE_HELP = """Check a hand-over bundle offline, everything, in one co
 
 The manifest's signature against the keys you trust (--pubkey: the signer's key you
 received separately, never the bundle's copy; the bundle's key hand-overs and
-withdrawals apply), with --require-signers N different signers; every file byte for
-byte against the manifest; nothing unlisted, no link; then every certificate as
-`nodecert verify` checks it (signature, statement, validity, the bundle's revocation
-list, subjects, verdict, scope, SIMULATED refused unless --allow-simulated). A
-node certificate that is only a health record (HEALTHY) fails unless
+withdrawals apply, and those given with --key-statement), with --require-signers N
+different parties; every file byte for byte against the manifest; nothing unlisted,
+no link; then every certificate as `nodecert verify` checks it (signature,
+statement, validity, revocation, subjects, verdict, scope, SIMULATED refused unless
+--allow-simulated). Revocation applies the bundle's list and the signer's current
+one given with --revocations (a bundle built before a revocation fails then); the
+revocations step names each list applied and its date, or says none was. A node
+certificate that is only a health record (HEALTHY) fails unless
 --allow-health-records.
 
 \b
@@ -111,6 +116,8 @@ certificate, a health record without --allow-health-records), 2 bad input.
 Examples:
   nodecert verify-bundle acme-rack-07 --pubkey integrator.pub
   nodecert verify-bundle acme --pubkey integrator.pub --pubkey qa.pub --require-signers 2
+  nodecert verify-bundle acme --pubkey integrator.pub --revocations revocations.intoto.dsse.json \\
+      --key-statement old.withdrawal.dsse.json --max-list-age-days 7
 """
 
 
@@ -125,17 +132,26 @@ Examples:
 @click.option("--allow-health-records", is_flag=True,
               help="Accept node certificates that are health records (HEALTHY), not "
                    "acceptance certificates.")
+@click.option("--revocations", type=click.Path(path_type=Path, dir_okay=False),
+              help="The signer's current revocation list, applied with the bundle's own: a "
+                   "certificate revoked after the bundle was built fails.")
+@freshness_options
+@key_statement_option
 @lang_option
 @json_option
 @handle_errors
 def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: int,
-                      allow_simulated: bool, allow_health_records: bool, lang: str | None,
-                      as_json: bool) -> None:
+                      allow_simulated: bool, allow_health_records: bool,
+                      revocations: Path | None, max_list_age_days: float | None,
+                      seen_lists: Path | None, key_statements: tuple[Path, ...],
+                      lang: str | None, as_json: bool) -> None:
     from nodecert.certs.bundlecheck import check
     from nodecert.certs.i18n import choose, gettext_for
 
     b = check(bundle, list(pubkeys), require_signers=require_signers,
-              allow_simulated=allow_simulated, allow_health_records=allow_health_records)
+              allow_simulated=allow_simulated, allow_health_records=allow_health_records,
+              revocations=revocations, key_statements=list(key_statements),
+              freshness=freshness(max_list_age_days, seen_lists))
     if as_json:
         emit_json({"bundle": str(bundle), "valid": b.ok,
                    "steps": [{"step": n, "ok": ok, "detail": d} for n, ok, d in b.steps],

@@ -14,6 +14,7 @@ from nodecert.cli.common import (
     emit_json,
     handle_errors,
     json_option,
+    key_statement_option,
 )
 
 _KEYS_INIT_HELP = """Create a signing key pair: NAME.key (private, mode 0600) and NAME.pub.
@@ -102,17 +103,22 @@ _KEYS_WITHDRAW_HELP = """Withdraw a signing key (lost, leaked, or retired): a st
 signed by a key verifiers trust, that KEYID's signatures count no more.
 
 A certificate signed only by a withdrawn key no longer verifies; have a key that
-holds sign it again (`nodecert cosign`). A hand-over the withdrawn key made from
---since on is not followed. Give the statement to verifiers (`verify
---key-statement`; a hand-over bundle carries it).
+holds sign it again (`nodecert cosign`). Of the hand-overs the withdrawn key made,
+verifiers follow only those to the keys --keep names and to the signing key itself:
+whoever holds a stolen key can write a hand-over with any date. Give the statement to
+verifiers (`verify --key-statement`; a hand-over bundle carries it). A key that the
+statements given with --key-statement withdraw cannot sign a withdrawal.
 
 \b
-Exit codes: 0 written, 2 refused (not a key id, no reason, unreadable key).
+Exit codes: 0 written, 2 refused (not a key id, no reason, unreadable key, the
+signing key withdrawn).
 
 \b
 Examples:
   nodecert keys withdraw 3f2a...e9 --key nodecert-2027.key --reason "laptop stolen" \\
       --since 2026-11-30T00:00:00+00:00 --out old.withdrawal.dsse.json
+  nodecert keys withdraw 3f2a...e9 --key 3f2a.key --reason retired --keep 9c01...4d \\
+      --out old.withdrawal.dsse.json
 """
 
 
@@ -126,13 +132,24 @@ Examples:
                               "default: now).")
 @click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Where to write the statement (*.withdrawal.dsse.json).")
+@click.option("--keep", multiple=True, metavar="KEYID",
+              help="A key the withdrawn key handed over to that still stands (repeatable; "
+                   "the signing key always does).")
+@key_statement_option
 @handle_errors
 def keys_withdraw(target: str, key_path: Path, reason: str, since: str | None,
-                  out: Path) -> None:
-    from nodecert.certs.keyring import withdraw
-    from nodecert.certs.signing import load_private_key
+                  out: Path, keep: tuple[str, ...], key_statements: tuple[Path, ...]) -> None:
+    from nodecert.certs.keyring import KeyStatementError, read_statement, resolve, withdraw
+    from nodecert.certs.signing import keyid, load_private_key
 
-    withdraw(load_private_key(key_path), target.strip().lower(), reason, out, since=since)
+    key = load_private_key(key_path)
+    own = keyid(key.public_key())
+    ring = resolve([key.public_key()], [(str(p), *read_statement(p)) for p in key_statements])
+    if own in ring.withdrawn:
+        raise KeyStatementError(f"key {own[:16]}... is withdrawn ({ring.withdrawn[own][1]}): "
+                                "it withdraws nothing", hint="sign with a key that holds")
+    withdraw(key, target.strip().lower(), reason, out, since=since,
+             keep=tuple(k.strip().lower() for k in keep))
     echo(f"withdrawal of key {target[:16]}... written to {out}: give it to verifiers")
 
 
