@@ -168,7 +168,8 @@ def test_the_certificate_states_the_attestation_and_embeds_the_evidence(
     assert p["verdict"] == "READY"  # a warning, stated; not a failure of the node
     v = verify_report(node.envelope, [_pub(key)])
     _, ok, detail = next(s for s in v.steps if s[0] == "attestation")
-    assert ok and detail.startswith("not verified here: ")
+    assert ok and detail.startswith("not verified here (node-reported, not verified by the "
+                                    "control side): ")
     page = node.html.read_text()
     assert 'data-status="not verified here"' in page and "REPLAYED" in page
     pt = report_html.node_page(_signed(node.envelope), envelope_name="n1", keyid="k" * 16,
@@ -200,7 +201,55 @@ def test_embedded_evidence_that_differs_from_its_digest_fails_verification(
     assert not v.ok
 
 
+def test_a_nodes_verified_is_stated_as_its_own_word(tmp_path: Path, key: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node whose (fake) verifier says "verified": without a verifier on the control
+    side the certificate and verify say node-reported, never that nodecert verified it.
+    Before, verify printed "verified" as the certificate's own finding."""
+    monkeypatch.delenv("NODECERT_ATTESTATION_VERIFIER", raising=False)
+    claimed = check.judge_attestation(check.attestation_facts(_measured(recorded()),
+                                                              allow_replay=True))
+    assert claimed.verdict is Verdict.PASS
+    run = make_run(tmp_path / "a", {"n1": {"results": [*passing(recorded_results()),
+                                                       claimed.as_dict()]}})
+    node = certify(run, load_private_key(key)).nodes[0]
+    att = _signed(node.envelope)["predicate"]["attestation"]
+    assert att["checked_by"] == "node"
+    _, held, detail = next(s for s in verify_report(node.envelope, [_pub(key)]).steps
+                           if s[0] == "attestation")
+    assert held and detail.startswith("verified (node-reported, not verified by the control side)")
+    assert 'data-checked-by="node"' in node.html.read_text()
+
+
 # --- live, through NVIDIA's verifier ---------------------------------------------------------
+
+def test_the_control_side_verifies_the_evidence_itself(tmp_path: Path, key: Path) -> None:
+    """With NVIDIA's verifier named on the control side, the node's "verified" is not
+    taken: the embedded evidence is verified there (the recorded sample: not verified
+    here, no RIMs), and evidence whose report was altered is refused."""
+    python = verifier_python()
+    claimed = check.judge_attestation(check.attestation_facts(_measured(recorded()),
+                                                              allow_replay=True))
+    run = make_run(tmp_path / "a", {"n1": {"results": [*passing(recorded_results()),
+                                                       claimed.as_dict()]}})
+    node = certify(run, load_private_key(key), attestation_verifier=python).nodes[0]
+    att = _signed(node.envelope)["predicate"]["attestation"]
+    assert att["checked_by"] == "control side" and att["node_status"] == "verified"
+    assert att["status"] == "not verified here" and "its word is not taken" in att["reason"]
+    _, ok, detail = next(s for s in verify_report(node.envelope, [_pub(key)]).steps
+                         if s[0] == "attestation")
+    assert ok and detail.startswith("not verified here: ")
+    forged = claimed.as_dict()
+    ev = forged["facts"]["attestation"]["evidence"]
+    report = bytearray(base64.b64decode(ev["gpus"][0]["report_b64"]))
+    report[200] ^= 1
+    ev["gpus"][0]["report_b64"] = base64.b64encode(report).decode()
+    forged["facts"]["attestation"]["evidence_sha256"] = ag.evidence_digest(ev)
+    run = make_run(tmp_path / "b", {"n1": {"results": [*passing(recorded_results()),
+                                                       forged]}})
+    node = certify(run, load_private_key(key), attestation_verifier=python).nodes[0]
+    att = _signed(node.envelope)["predicate"]["attestation"]
+    assert att["status"] == "refused", att
 
 def _evidence_file(tmp: Path, evidence: dict[str, Any]) -> str:
     path = tmp / f"evidence-{len(list(tmp.glob('evidence-*')))}.json"

@@ -5,21 +5,30 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodecert.certs import attestcheck
 from nodecert_node.contract import json_sha256
 
 
-def attestation_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+def attestation_summary(results: list[dict[str, Any]],
+                        verifier: str | None = None) -> dict[str, Any]:
     """What the certificate states of the GPUs' hardware-rooted evidence: the status the
     attestation.gpu check judged, its reason, the evidence digest, the nonce and each GPU's
-    steps (the evidence itself is in that check's facts). A host that did not collect
-    any is stated as not attested, never left for a reader to assume."""
+    steps (the evidence itself is in that check's facts), and who checked it: with
+    `verifier` (NVIDIA's verifier's Python on this controller) the control side verifies
+    the evidence itself; otherwise the status is stated as node-reported. A host that did
+    not collect any is stated as not attested, never left for a reader to assume."""
     r = next((r for r in results if r.get("check") == "attestation.gpu"), None)
     facts = ((r or {}).get("facts") or {}).get("attestation")
     if not r or not isinstance(facts, dict):
         why = (f"the attestation check did not report ({r['verdict']}: {r['summary']})" if r
                else "not collected: the host's inventory does not ask for attestation "
                     "(nodecert_attestation)")
-        return {"status": "not attested", "reason": why, "evidence_sha256": None, "gpus": []}
+        return {"status": "not attested", "reason": why, "evidence_sha256": None, "gpus": [],
+                "checked_by": attestcheck.NODE}
+    return attestcheck.checked(_node_summary(r, facts), facts.get("evidence"), verifier)
+
+
+def _node_summary(r: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     return {"status": facts.get("status"), "reason": facts.get("reason"),
             "verdict": r.get("verdict"), "evidence_sha256": facts.get("evidence_sha256"),
             "nonce": facts.get("nonce"), "replayed": bool(facts.get("replayed")),
@@ -39,13 +48,16 @@ def attestation_said(p: dict[str, Any]) -> tuple[bool, str] | None:
     att = p.get("attestation")
     if not isinstance(att, dict):
         return None
-    status = str(att.get("status"))
+    raw = status = str(att.get("status"))
+    if raw != "not attested" and att.get("checked_by") != attestcheck.CONTROL:
+        # the node's own word (a certificate from before the field: the node's too)
+        status = f"{raw} (node-reported, not verified by the control side)"
     facts = next((r.get("facts", {}).get("attestation") for r in p.get("results", [])
                   if isinstance(r, dict) and r.get("check") == "attestation.gpu"), None)
     evidence = facts.get("evidence") if isinstance(facts, dict) else None
     stated = att.get("evidence_sha256")
     if evidence is None and not stated:
-        return (status != "verified", f"{status}: {att.get('reason')}" if status != "verified"
+        return (raw != "verified", f"{status}: {att.get('reason')}" if raw != "verified"
                 else "says verified but carries no evidence")
     found = json_sha256(evidence)
     same = found == stated

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from nodecert import __version__
+from nodecert.certs import attestcheck, junit
 from nodecert.certs import html as report_html
-from nodecert.certs import junit
 from nodecert.certs import revocations as revlist
 from nodecert.certs.attested import attestation_summary
 from nodecert.certs.identity import certificate_identity, identifies, identity_digest
@@ -194,7 +194,8 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
               valid_days: int, inputs: dict[str, str] | None = None,
               max_age_days: float = DEFAULT_MAX_AGE_DAYS,
               cluster: dict[str, Any] | None = None,
-              accepted: dict[str, Any] | None = None) -> dict[str, Any]:
+              accepted: dict[str, Any] | None = None,
+              attestation_verifier: str | None = None) -> dict[str, Any]:
     """accepted: the acceptance judgement of this host's run (acceptance.judge); without
     one the certificate is a health record at best.
 
@@ -233,7 +234,7 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
         "order": host.get("spec"), "identity": certificate_identity(ident),
         "stack": _stack_pins(stack) if stack else None, "software": software,
         "firmware": firmware,
-        "attestation": attestation_summary(host.get("results", [])),
+        "attestation": attestation_summary(host.get("results", []), attestation_verifier),
         "results": [_result_entry(r) for r in host.get("results", [])],
         "inputs": dict(sorted((inputs or {}).items())),
         "tool": {"name": "nodecert", "version": __version__},
@@ -352,10 +353,13 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
             max_age_days: float = DEFAULT_MAX_AGE_DAYS,
             cluster_cert: Path | None = None,
             revocations: Path | None = None,
-            rendering: report_html.Rendering = report_html.PLAIN) -> CertifyRun:
+            rendering: report_html.Rendering = report_html.PLAIN,
+            attestation_verifier: str | None = None) -> CertifyRun:
     """Sign a certificate per node and render its HTML and JUnit; the fleet index too.
     With `revocations`, every new certificate is entered on that signed list and the
-    older certificates of its nodes are marked superseded there.
+    older certificates of its nodes are marked superseded there. With
+    `attestation_verifier` (or NODECERT_ATTESTATION_VERIFIER: NVIDIA's verifier's
+    Python here) the GPUs' evidence is verified on this side; else it is node-reported.
 
     Each host is built (statement, signature, HTML, JUnit, all in memory) inside its own
     error boundary: a host that fails is named in `failed` and gets no files; the others
@@ -368,6 +372,7 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
     cluster = cluster_reference(cluster_cert, key) if cluster_cert else None
     rd = RunDir(run_dir)
     profile = suite_acceptance(rd)
+    verifier = attestcheck.configured(attestation_verifier)
     out = out_dir or rd.reports
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     run = CertifyRun(run_dir, out, keyid(key.public_key()))
@@ -381,7 +386,8 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
             stack, inputs = _run_inputs(rd, h)
             accepted = judged(rd, h, profile)
             st = statement(h, stack, issued=issued, valid_days=valid_days, inputs=inputs,
-                           max_age_days=max_age_days, cluster=cluster, accepted=accepted)
+                           max_age_days=max_age_days, cluster=cluster, accepted=accepted,
+                           attestation_verifier=verifier)
             env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
             page = report_html.node_page(st, envelope_name=paths[0].name, keyid=run.keyid,
                                          lang=rendering.lang)

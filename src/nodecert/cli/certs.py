@@ -64,7 +64,8 @@ def certified_json(run: Any) -> dict[str, Any]:
 def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
              out_dir: Path | None, max_age_days: float | None = None,
              quiet: bool = False, cluster_cert: Path | None = None,
-             revocations: Path | None = None, rendering: Any = None) -> Any:
+             revocations: Path | None = None, rendering: Any = None,
+             attestation_verifier: str | None = None) -> Any:
     from nodecert.certs.certify import DEFAULT_MAX_AGE_DAYS, DEFAULT_VALID_DAYS, certify
     from nodecert.certs.html import PLAIN
     from nodecert.certs.revocations import DEFAULT_NAME
@@ -77,7 +78,7 @@ def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
     run = certify(run_dir, key, out_dir=out_dir, valid_days=valid_days or DEFAULT_VALID_DAYS,
                   max_age_days=max_age_days or DEFAULT_MAX_AGE_DAYS, cluster_cert=cluster_cert,
                   revocations=revocations or run_dir.parent / DEFAULT_NAME,
-                  rendering=rendering or PLAIN)
+                  rendering=rendering or PLAIN, attestation_verifier=attestation_verifier)
     if not quiet:
         print_certified(run)
     return run
@@ -129,6 +130,11 @@ Examples:
               help="The cluster or rack certificate (same key) the nodes were proven in "
                    "together: each node's certificate references it.")
 @revocations_option
+@click.option("--attestation-verifier", metavar="PYTHON",
+              help="The Python of NVIDIA's local GPU verifier on this machine: the GPUs' "
+                   "evidence is verified here, not taken from the node (default: "
+                   "NODECERT_ATTESTATION_VERIFIER; without either it is stated as "
+                   "node-reported).")
 @require_option
 @lang_option
 @pdf_option
@@ -136,13 +142,15 @@ Examples:
 @handle_errors
 def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_days: float,
                 out_dir: Path | None, cluster_cert: Path | None, revocations: Path | None,
-                require: str | None, lang: str | None, pdf: bool, as_json: bool) -> None:
+                attestation_verifier: str | None, require: str | None, lang: str | None,
+                pdf: bool, as_json: bool) -> None:
     from nodecert.certs.html import Rendering
     from nodecert.certs.i18n import choose
 
     run = _certify(run_dir, key_path, valid_days, out_dir, max_age_days, quiet=as_json,
                    cluster_cert=cluster_cert, revocations=revocations,
-                   rendering=Rendering(choose(lang), pdf))
+                   rendering=Rendering(choose(lang), pdf),
+                   attestation_verifier=attestation_verifier)
     if as_json:
         emit_json(certified_json(run))
     sys.exit(int(ExitCode.OK if run.ok(require_acceptance=require == "acceptance")
