@@ -108,3 +108,67 @@ def test_the_cli_refuses_a_healthy_node_and_another_signer(failed: tuple[Path, P
                           "--key", str(key), "--runs-dir", str(runs)])
     assert r.exit_code == 2 and "has no failing run" in r.output
     assert not (tmp_path / "x.tar.gz").exists()
+
+
+def _tar(dst: Path, members: list[tuple[str, bytes]]) -> None:
+    with tarfile.open(dst, "w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_a_member_outside_the_bundle_directory_or_twice_is_refused(
+        failed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """`vendor-notes/results.json` beside the signed `rma-gpu-07/` files: before, it was
+    read as results.json (the same bytes) and the bundle verified with an unsigned
+    member; now every member must be one of the signed files, once."""
+    runs, key, pub = failed
+    b = rma.build(runs, "gpu-07", tmp_path / "rma.tar.gz", load_private_key(key))
+    good = [(f"rma-gpu-07/{n}", d) for n, d in _members(b.path).items()]
+    same = dict(good)["rma-gpu-07/results.json"]
+    for extra, message in ((("vendor-notes/results.json", same), "unexpected member"),
+                           (("rma-other/results.json", same), "outside rma-gpu-07/"),
+                           (("rma-gpu-07/results.json", same), "appears twice")):
+        _tar(tmp_path / "bad.tar.gz", [*good, extra])
+        with pytest.raises(rma.RmaError, match=message):
+            rma.verify(tmp_path / "bad.tar.gz", [load_public_key(pub)])
+
+
+def test_a_large_unsigned_member_is_never_held_in_memory(
+        failed: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """A small .tar.gz that unpacks to 256 MiB: refused for its unsigned member, its
+    bytes streamed through the digest (the peak stays far below the member's size)."""
+    import tracemalloc
+    runs, key, pub = failed
+    b = rma.build(runs, "gpu-07", tmp_path / "rma.tar.gz", load_private_key(key))
+    big = tmp_path / "big.tar.gz"
+    with tarfile.open(big, "w:gz", compresslevel=1) as tar:
+        for n, d in _members(b.path).items():
+            info = tarfile.TarInfo(f"rma-gpu-07/{n}")
+            info.size = len(d)
+            tar.addfile(info, io.BytesIO(d))
+        info = tarfile.TarInfo("rma-gpu-07/added/bug-report.log")
+        info.size = 256 << 20
+
+        class Zeros(io.RawIOBase):
+            left = info.size
+
+            def readable(self) -> bool:
+                return True
+
+            def readinto(self, buf: memoryview) -> int:  # type: ignore[override]
+                n = min(len(buf), self.left)
+                buf[:n] = bytes(n)
+                self.left -= n
+                return n
+        tar.addfile(info, io.BufferedReader(Zeros()))
+    assert big.stat().st_size < 2 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(rma.RmaError, match=r"added/bug-report\.log: not in the signed"):
+            rma.verify(big, [load_public_key(pub)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, peak

@@ -18,6 +18,7 @@ import io
 import json
 import re
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,24 +149,62 @@ def build(runs_dir: Path, host: str, out: Path, key: PrivateKey, *, run: str | N
     return Bundle(out, host, rec.run_id, digests)
 
 
-def verify(path: Path, trusted: list[PublicKey]) -> dict[str, Any]:
-    """The bundle's signed manifest when the signature and every file's digest hold;
-    RmaError naming what does not."""
-    members: dict[str, bytes] = {}
+MAX_MEMBERS = 10_000
+MAX_TOTAL = 4 << 30  # bytes unpacked, all members: far above an RMA bundle with its logs
+MAX_MANIFEST = 16 << 20
+
+
+def _members(path: Path) -> tuple[dict[str, str], dict[str, bytes]]:
+    """Every member's sha256 (streamed: nothing unpacked into memory but the manifests)
+    and the two manifests' bytes. Refused: anything but regular files under one
+    `rma-<host>/` directory, a name twice, more members or bytes than a bundle holds."""
+    digests: dict[str, str] = {}
+    small: dict[str, bytes] = {}
+    top: str | None = None
+    total = 0
     try:
         with tarfile.open(path, "r:gz") as tar:
             for m in tar:
-                if not m.isfile() or m.size > MAX_MEMBER or "/" not in m.name \
-                        or ".." in m.name.split("/"):
-                    raise RmaError(f"{path}: unexpected member {m.name!r}")
+                parts = m.name.split("/")
+                if not m.isfile() or len(parts) < 2 or ".." in parts or "" in parts \
+                        or not parts[0].startswith("rma-"):
+                    raise RmaError(f"{path}: unexpected member {m.name!r}",
+                                   hint="a bundle holds only files under its rma-HOST/ "
+                                        "directory")
+                if top not in (None, parts[0]):
+                    raise RmaError(f"{path}: member {m.name!r} is outside {top}/: a "
+                                   "bundle has one directory")
+                top, rel = parts[0], "/".join(parts[1:])
+                total += m.size
+                if rel in digests or len(digests) >= MAX_MEMBERS or m.size > MAX_MEMBER \
+                        or total > MAX_TOTAL:
+                    raise RmaError(f"{path}: member {m.name!r} "
+                                   + ("appears twice" if rel in digests else
+                                      "is one member or byte too many for a bundle"))
                 f = tar.extractfile(m)
-                members[m.name.split("/", 1)[1]] = f.read() if f else b""
-    except (OSError, tarfile.TarError, EOFError) as exc:
+                h = hashlib.sha256()
+                keep = rel in (MANIFEST, SIGNED) and m.size <= MAX_MANIFEST
+                kept = bytearray()
+                while f is not None and (block := f.read(1 << 20)):
+                    h.update(block)
+                    if keep:
+                        kept += block
+                digests[rel] = h.hexdigest()
+                if keep:
+                    small[rel] = bytes(kept)
+    except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
         raise RmaError(f"{path}: not a readable bundle ({exc})") from exc
-    if SIGNED not in members:
+    return digests, small
+
+
+def verify(path: Path, trusted: list[PublicKey]) -> dict[str, Any]:
+    """The bundle's signed manifest when the signature and every file's digest hold;
+    RmaError naming what does not. Every member must be in the signed manifest."""
+    digests, small = _members(path)
+    if SIGNED not in small:
         raise RmaError(f"{path}: no signed manifest ({SIGNED})")
     try:
-        ptype, payload, _ = verify_envelope(json.loads(members[SIGNED]), trusted)
+        ptype, payload, _ = verify_envelope(json.loads(small[SIGNED]), trusted)
     except (ValueError, SignatureError) as exc:
         raise RmaError(f"{path}: the manifest's signature does not verify ({exc})",
                        hint="give the signer's public key (--pubkey)") from exc
@@ -173,14 +212,13 @@ def verify(path: Path, trusted: list[PublicKey]) -> dict[str, Any]:
         raise RmaError(f"{path}: payload type {ptype}, expected {PAYLOAD_TYPE}")
     manifest = json.loads(payload)
     listed = dict(manifest.get("files") or {})
-    extra = sorted(set(members) - set(listed) - {MANIFEST, SIGNED})
-    problems = [f"{n}: missing" for n in sorted(listed) if n not in members]
+    extra = sorted(set(digests) - set(listed) - {MANIFEST, SIGNED})
+    problems = [f"{n}: missing" for n in sorted(listed) if n not in digests]
     problems += [f"{n}: changed (sha256 differs from the signed manifest)"
-                 for n in sorted(listed) if n in members
-                 and hashlib.sha256(members[n]).hexdigest() != listed[n]]
+                 for n in sorted(listed) if n in digests and digests[n] != listed[n]]
     problems += [f"{n}: not in the signed manifest" for n in extra]
     try:
-        readable = json.loads(members.get(MANIFEST, b"null"))
+        readable = json.loads(small.get(MANIFEST, b"null"))
     except ValueError:
         readable = None
     if readable != manifest:
