@@ -180,3 +180,37 @@ def test_slow_nodes_named_in_validate_and_a_reboot_cleared_node_stays_out(
     ran = {r["check"] for r in rec["results"]}
     assert {"load.burnin", "fabric.nccl_allreduce", "health.gpu"} <= ran
     assert "storage.fio" not in ran
+
+
+def test_a_failure_stays_open_until_a_run_retests_it(tmp_path: Path) -> None:
+    """hardware.pcie FAILs; a later partial run passes without re-testing it: the gate
+    still asks for it (before, only the newest run counted, and it was forgotten). A run
+    that re-tests it and passes closes it; an acceptance certificate starts afresh."""
+    import time
+
+    from nodecert.certs.certify import certify
+    from nodecert.certs.signing import load_private_key
+    from support.runs import make_run, passing, recorded_results
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    def run(rid: str, age_h: float, results: list[dict[str, Any]]) -> Path:
+        made = make_run(tmp_path / rid, {"gpu-07": {
+            "results": results, "run_id": rid, "started": time.time() - age_h * 3600,
+            "finished": time.time() - age_h * 3600 + 100}})
+        return made.rename(runs / rid)
+    bad = passing(recorded_results())
+    next(r for r in bad if r["check"] == "hardware.pcie").update(verdict="FAIL")
+    run("r1", 5, bad)
+    gpu = [r for r in passing(recorded_results()) if r["check"] == "health.gpu"]
+    run("r2", 4, gpu)
+    assert repair.failing_before(runs, "gpu-07") == ("r1", ["hardware.pcie"])
+    pcie = [r for r in passing(recorded_results()) if r["check"] == "hardware.pcie"]
+    run("r3", 3, pcie)
+    assert repair.failing_before(runs, "gpu-07") == ("r3", [])
+    run("r4", 2, bad)
+    assert repair.failing_before(runs, "gpu-07") == ("r4", ["hardware.pcie"])
+    key = init_key(tmp_path / "k")
+    ready = run("r5", 1, passing(recorded_results(), acceptance=True))
+    assert certify(ready, load_private_key(key.private)).all_ready
+    assert repair.failing_before(runs, "gpu-07") == ("r5", [])

@@ -48,7 +48,8 @@ compared with the baseline and certified like any other run.
 Every node also gets fleet.trend (a figure worse at each of its last runs, from its
 history under --runs-dir) and, with a fleet baseline file as --baseline, fleet.peers.
 
-With --after-repair, each node re-runs the checks that failed in its last run plus a
+With --after-repair, each node re-runs the checks still open since its last acceptance
+certificate (failed, and not passed since) plus a
 loaded re-test (burn-in with its result comparison, NCCL inside the node, GPU
 health; the standard suite unless --suite says otherwise): repair.retest passes only
 when every one of them passes now. Only then is a node nodecert drained resumed in
@@ -92,7 +93,8 @@ Examples:
                    "--runs-dir); and/or a fleet baseline file (nodecert fleet baseline) to "
                    "judge each node against its peers. Repeatable: one of each.")
 @click.option("--after-repair", is_flag=True,
-              help="Re-test, under load, what failed in each node's last run; resume it in "
+              help="Re-test, under load, what failed on each node since its last acceptance "
+                   "certificate and has not passed since; resume it in "
                    "Slurm and certify it READY only if that passes (default suite: standard).")
 @suite_option
 @suite_file_option

@@ -1,24 +1,28 @@
 """After a repair: a loaded re-test before the node goes back into service.
 
 A reboot or a GPU reset clears the signal (the Xid, the pending remap) without proving
-the part, so `revalidate --after-repair` re-runs, on each node, the checks that failed
-in its last run plus a loaded re-test (the burn-in with its result comparison, NCCL
-inside the node, the GPU's health), and gates on them: `repair.retest` PASSes only when
-every one of those checks has a result in the new run that is PASS or WARN. A check that
-failed before and has no result now (not re-tested) fails the gate, as one that still
-fails does. Only then is the node resumed in Slurm (a node nodecert drained) and
-certified READY; otherwise it is (kept) drained with the reason.
+the part, so `revalidate --after-repair` re-runs, on each node, the checks still open
+plus a loaded re-test (the burn-in with its result comparison, NCCL inside the node,
+the GPU's health), and gates on them. A check is open from the run it FAILed or
+ERRORed in, in any run since the node's newest acceptance certificate, until a run
+re-tests it and it passes: a later partial run cannot make a failure forgotten.
+`repair.retest` PASSes only when every one of those checks has a result in the new run
+that is PASS or WARN. An open check with no result now (not re-tested) fails the gate,
+as one that still fails does. Only then is the node resumed in Slurm (a node nodecert
+drained) and certified READY; otherwise it is (kept) drained with the reason.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodecert.certs.signing import b64decode_any
 from nodecert.fleet.repair import action
-from nodecert.runs.records import host_history
+from nodecert.runs.records import HostRecord, host_history
 from nodecert_node.contract import Result, Verdict
 
 CHECK = "repair.retest"
@@ -28,17 +32,38 @@ LOADED = ("hardware.inventory", "health.gpu", "health.xid", "load.burnin",
 REASON_PREFIX = "nodecert:"
 
 
+def _acceptance_certified(rec: HostRecord) -> bool:
+    """Whether the host's certificate of this run is an acceptance certificate (READY).
+    What cannot be read is not one: the failures before it stay open (the safe side)."""
+    try:
+        env = json.loads(rec.run.certificate(rec.host).read_text())
+        p = json.loads(b64decode_any(str(env["payload"])))["predicate"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(p, dict) and p.get("verdict") == "READY" and bool(
+        (p.get("acceptance") or {}).get("accepted"))
+
+
 def failing_before(runs_dir: Path, host: str) -> tuple[str | None, list[str]]:
-    """(run id, the checks that FAILed or ERRORed) in the host's newest run under
-    runs_dir; (None, []) when it has none."""
+    """(the runs they failed in, the checks still open): every check that FAILed or
+    ERRORed in a run of the host since its newest acceptance certificate and has not
+    PASSed (or WARNed) in a later run. A later partial run that did not re-test a
+    failure leaves it open: only a re-test closes it. (None, []) when there is none."""
     recs = sorted(host_history(runs_dir, host), key=lambda r: r.started or r.finished)
-    if not recs:
-        return None, []
-    last = recs[-1]
-    # A gate that failed before is not a check to re-run: its checks are.
-    return last.run_id, sorted({str(r.get("check")) for r in last.results
-                                if r.get("verdict") in ("FAIL", "ERROR")
-                                and r.get("check") != CHECK})
+    since = max((i for i, r in enumerate(recs) if _acceptance_certified(r)), default=-1)
+    open_in: dict[str, str] = {}  # check: the run it (last) failed in
+    for rec in recs[since + 1:]:
+        for r in rec.results:
+            check = str(r.get("check"))
+            if check == CHECK:  # a gate that failed before is not a check to re-run
+                continue
+            if r.get("verdict") in ("FAIL", "ERROR"):
+                open_in[check] = rec.run_id or "?"
+            elif r.get("verdict") in ("PASS", "WARN"):
+                open_in.pop(check, None)
+    if not open_in:
+        return (recs[-1].run_id if recs else None), []
+    return ", ".join(sorted(set(open_in.values()))), sorted(open_in)
 
 
 def retest_checks(suite_checks: tuple[str, ...], failing: dict[str, list[str]]) -> tuple[
