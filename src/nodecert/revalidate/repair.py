@@ -9,7 +9,8 @@ re-tests it and it passes: a later partial run cannot make a failure forgotten.
 `repair.retest` PASSes only when every one of those checks has a result in the new run
 that is PASS or WARN. An open check with no result now (not re-tested) fails the gate,
 as one that still fails does. Only then is the node resumed in Slurm (a node nodecert
-drained) and certified READY; otherwise it is (kept) drained with the reason.
+drained) and its certificate a health record (HEALTHY: a re-test is not an acceptance
+run; READY again after one); otherwise it is (kept) drained with the reason.
 """
 
 from __future__ import annotations
