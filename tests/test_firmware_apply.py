@@ -22,7 +22,7 @@ from nodecert.core.errors import InventoryError
 from nodecert.firmware.apply import FirmwareRequest, multipart, run_firmware
 from nodecert.firmware.images import load_manifest
 from nodecert.firmware.plan import order, plan_host
-from nodecert.lab.bmcupdate import Updates, lab_image, write_lab_images
+from nodecert.lab.bmcupdate import Updates, lab_image, lab_image_pins, write_lab_images
 from nodecert.lab.hardware import Fault
 from nodecert.stack.firmware import find_recipe
 from support.labbmc import PASSWORD, Bmc
@@ -55,6 +55,8 @@ def inventory(tmp_path: Path, bmcs: list[Bmc], extra: str = "") -> Path:
                      "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
                      "nodecert_nvme_count=8 nodecert_nvme_min_gb=3500 "
                      f"nodecert_firmware_recipe={RECIPE} nodecert_bmc='{json.dumps(spec)}'"
+                     + ("" if "nodecert_firmware_images" in extra else
+                        f" nodecert_firmware_images='{json.dumps(lab_image_pins(RECIPE))}'")
                      + extra)
     path = tmp_path / "inv.ini"
     path.write_text("\n".join(lines) + "\n")
@@ -145,6 +147,34 @@ def test_an_image_whose_digest_does_not_match_is_never_pushed(
     h1 = run.hosts["h1"]
     assert h1.status == "failed" and f"the manifest says {img.sha256}: not pushed" in h1.error
     assert not [e for e in h1.log if e["what"] == "push"]
+
+
+def test_an_image_only_the_mirror_vouches_for_is_never_pushed(
+        bmcs: list[Bmc], tmp_path: Path, mirror: Path) -> None:
+    """A doctored mirror: other bytes with their own digest in its (unsigned) manifest.
+    Before, they were pushed to the BMC; now only an image whose digest the site (or the
+    recipe) pinned is, and a component with no pin is refused."""
+    import hashlib
+
+    from nodecert.firmware.images import write_manifest
+    bmcs[0].set_faults([Fault("h1", "firmware_old", {"component": "cpld_mb",
+                                                     "version": "0.2.1.2"})])
+    images = load_manifest(mirror)
+    img = next(i for i in images if i.component == "cpld_mb" and i.recipe == RECIPE)
+    evil = lab_image("cpld_mb", img.version, b"\x66" * 4096)
+    img.path(mirror).write_bytes(evil)
+    doctored = [i if i is not img else type(img)(
+        img.file, hashlib.sha256(evil).hexdigest(), len(evil), img.component, img.version,
+        img.recipe) for i in images]
+    write_manifest(mirror, doctored)
+    run = run_firmware(req(inventory(tmp_path, bmcs), mirror=mirror))
+    h1 = run.hosts["h1"]
+    assert h1.status == "failed" and "the pinned digest is" in h1.error, h1.error
+    assert not [e for e in h1.log if e["what"] == "push"]
+    unpinned = inventory(tmp_path, bmcs, extra=" nodecert_firmware_images='{}'")
+    run = run_firmware(req(unpinned, mirror=mirror))
+    assert "no image digest is pinned for cpld_mb" in run.hosts["h1"].error
+    assert not [e for e in run.hosts["h1"].log if e["what"] == "push"]
 
 
 def test_a_downgrade_is_made_only_when_asked(bmcs: list[Bmc], tmp_path: Path,

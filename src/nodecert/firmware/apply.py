@@ -32,7 +32,13 @@ from nodecert.inventory.bmc import BmcSpec, bmc_spec
 from nodecert.inventory.reader import hostvars, load_inventory
 from nodecert.runs.layout import RunDir
 from nodecert.stack.bios import BiosProfile, differences, find_profile, with_site
-from nodecert.stack.firmware import Recipe, find_recipe, judge_recipe, with_overrides
+from nodecert.stack.firmware import (
+    Recipe,
+    find_recipe,
+    judge_recipe,
+    with_image_pins,
+    with_overrides,
+)
 from nodecert.transport.become import BecomeSource, unlock_vault
 from nodecert_node.contract import Verdict, write_atomic
 from nodecert_node.parse import ParseError
@@ -113,8 +119,9 @@ def _targets(request: FirmwareRequest) -> dict[str, Target]:
                                  hint="name the host's recipe and its BMC, or --limit the "
                                       "hosts that have them")
         where = f"{request.inventory} (host {name})"
-        recipe = with_overrides(find_recipe(str(chosen)), spec.validation.get("firmware"),
-                                where=where)
+        recipe = with_image_pins(
+            with_overrides(find_recipe(str(chosen)), spec.validation.get("firmware"),
+                           where=where), spec.validation.get("firmware_images"), where=where)
         profile = spec.validation.get("bios_profile")
         if request.bios and not profile:
             raise InventoryError(f"host {name}: --bios needs nodecert_bios_profile",
@@ -244,6 +251,17 @@ def _update(h: _Host, step: Step) -> str | None:
     if image is None:
         hf.note("no image", component=step.component, version=step.wanted)
         return f"{step.component}: the mirror has no image of {step.wanted}"
+    pin = h.recipe.components[step.component].image_sha256
+    # The mirror's manifest is unsigned: its digest only proves the bytes are the ones it
+    # lists. What may be pushed is decided by the pin the site (or the recipe) gave.
+    if pin is None or pin != image.sha256:
+        why = (f"no image digest is pinned for {step.component} {step.wanted}: the mirror's "
+               "manifest alone is not trusted; pin the vendor's image digest with "
+               "nodecert_firmware_images" if pin is None else
+               f"the mirror's image {image.file} is sha256 {image.sha256}, the pinned digest "
+               f"is {pin}: not pushed")
+        hf.note("image refused", component=step.component, why=why)
+        return f"{step.component}: {why}"
     try:
         data = read_verified(mirror, image)
     except ImageError as exc:

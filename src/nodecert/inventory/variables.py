@@ -95,6 +95,11 @@ VARIABLES: tuple[Variable, ...] = (
        "the site's components over the recipe's: {component: version} or {component: "
        "{version, redfish: [Id pattern], inband: gpu_vbios|hca_firmware}}",
        page="docs/firmware.md"),
+    _v("firmware_images", "map", "validation", "firmware apply",
+       "the sha256 of each component's image as the vendor's package ships it "
+       "({component: sha256}): firmware apply pushes only an image the site pinned here "
+       "(or the recipe pins), never one only the mirror's manifest names",
+       page="docs/firmware.md"),
     _v("bios_profile", "str", "validation", "bmc.bios",
        "the BIOS settings the host needs (a name from stacks/bios/, e.g. dell-poweredge-gpu, "
        "or a path): every attribute judged by bmc.bios", page="docs/firmware.md"),

@@ -15,6 +15,7 @@ import yaml
 from nodecert.lab import bmc as labbmc
 from nodecert.lab import cluster
 from nodecert.lab import rack as labrack
+from nodecert.lab.bmcupdate import lab_image_pins
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hardware import profile, spec_vars
 from nodecert.lab.image import ARCHIVE as IMAGE_ARCHIVE
@@ -88,7 +89,8 @@ def write_access_files(cfg: LabConfig, hosts: Sequence[Host], state: dict[str, A
         prof = profile(h.profile)
         recipe, bios = prof.get("firmware_recipe"), prof.get("bios_profile")
         bmc = (f" nodecert_bmc='{json.dumps(labbmc.inventory_spec(cfg, h.n))}'"
-               + (f" nodecert_firmware_recipe={recipe}" if recipe else "")
+               + (f" nodecert_firmware_recipe={recipe} nodecert_firmware_images="
+                  f"'{json.dumps(lab_image_pins(recipe))}'" if recipe else "")
                + (f" nodecert_bios_profile={bios}" if bios else "")
                if state.get("bmc") else "")
         inv.append(f"{h.name} ansible_host={h.ip} {spec} nodecert_lab_profile={h.profile}"

@@ -31,7 +31,7 @@ from nodecert.firmware.images import Image, write_manifest
 from nodecert.firmware.plan import order
 from nodecert.lab.bmcmodel import read_state
 from nodecert.lab.simhw.nodecert_simhw.faults import Faults
-from nodecert.stack.firmware import list_recipes
+from nodecert.stack.firmware import Component, Recipe, find_recipe, list_recipes
 
 PUSH_URI = "/redfish/v1/UpdateService/update-multipart"
 BIOS_SETTINGS = "/redfish/v1/Systems/1/Bios/Settings"
@@ -230,17 +230,31 @@ def _error(message_id: str, text: str) -> dict[str, Any]:
 
 
 
+def _lab_images(recipe: Recipe) -> list[tuple[str, bytes, Component]]:
+    """(file under firmware/, bytes, component) of the SIMULATED image of each
+    out-of-band component of the recipe at the recipe's version (the same bytes always)."""
+    out = []
+    for comp in recipe.components.values():
+        if comp.redfish:
+            rel = f"{recipe.name}/{comp.name}-{comp.version}.fwpkg"
+            out.append((rel, lab_image(comp.name, comp.version,
+                                       hashlib.sha256(rel.encode()).digest() * 64), comp))
+    return out
+
+
+def lab_image_pins(recipe: str) -> dict[str, str]:
+    """The lab's `nodecert_firmware_images` for a recipe: the digest of each SIMULATED
+    image, as a site pins its vendor's (the lab's inventory carries them)."""
+    return {comp.name: hashlib.sha256(data).hexdigest()
+            for _, data, comp in _lab_images(find_recipe(recipe))}
+
+
 def write_lab_images(mirror: Path) -> Path:
     """A mirror's firmware directory with a SIMULATED image of every out-of-band
     component of every shipped recipe at the recipe's version, and its manifest."""
     images = []
     for recipe in list_recipes():
-        for comp in recipe.components.values():
-            if not comp.redfish:
-                continue
-            rel = f"{recipe.name}/{comp.name}-{comp.version}.fwpkg"
-            data = lab_image(comp.name, comp.version,
-                             hashlib.sha256(rel.encode()).digest() * 64)
+        for rel, data, comp in _lab_images(recipe):
             path = mirror / "firmware" / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
@@ -250,4 +264,4 @@ def write_lab_images(mirror: Path) -> Path:
 
 
 __all__ = ["BIOS_SETTINGS", "PUSH_URI", "RESET", "TASKS", "Updates", "lab_image",
-           "write_lab_images"]
+           "lab_image_pins", "write_lab_images"]

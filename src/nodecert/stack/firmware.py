@@ -34,6 +34,7 @@ class Component:
     version: str
     redfish: tuple[str, ...] = ()  # patterns on FirmwareInventory member Ids
     inband: str | None = None
+    image_sha256: str | None = None  # the vendor's image of this version, as pinned
 
     def matches(self, member_id: str) -> bool:
         return any(re.search(p, member_id) for p in self.redfish)
@@ -67,13 +68,42 @@ def _pattern(node: yamldoc.Node) -> str:
 
 
 def _component(name: str, node: yamldoc.Node) -> Component:
-    f = node.mapping({"version"}, {"redfish", "inband"})
+    f = node.mapping({"version"}, {"redfish", "inband", "image_sha256"})
     redfish = tuple(_pattern(p) for p in f["redfish"].seq()) if "redfish" in f else ()
     inband = f["inband"].choice(INBAND) if "inband" in f else None
     if not redfish and inband is None:
         raise node.error(f"component {name} says neither where the BMC reports it (redfish) "
                          "nor what the node reports (inband)")
-    return Component(name, f["version"].text().strip(), redfish, inband)
+    pin = None
+    if "image_sha256" in f:
+        pin = f["image_sha256"].text().strip().lower()
+        if not is_sha256(pin):
+            raise f["image_sha256"].error(f"{pin!r} is not a SHA-256 digest (64 hex digits)")
+    return Component(name, f["version"].text().strip(), redfish, inband, pin)
+
+
+def is_sha256(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def with_image_pins(recipe: Recipe, pins: dict[str, Any] | None, *, where: str = ""
+                    ) -> Recipe:
+    """The recipe with the site's image digests (`nodecert_firmware_images`: {component:
+    sha256}) over the recipe's own."""
+    if not pins:
+        return recipe
+    comps = dict(recipe.components)
+    for name, digest in pins.items():
+        text = str(digest).strip().lower()
+        if name not in comps:
+            raise ManifestError(f"nodecert_firmware_images pins {name}, which recipe "
+                                f"{recipe.name} does not have", where=where,
+                                hint=f"pin one of: {', '.join(sorted(comps))}")
+        if not isinstance(digest, str) or not is_sha256(text):
+            raise ManifestError(f"nodecert_firmware_images {name}: {str(digest)[:80]!r} is "
+                                "not a SHA-256 digest (64 hex digits)", where=where)
+        comps[name] = replace(comps[name], image_sha256=text)
+    return replace(recipe, components=comps)
 
 
 def load_recipe(path: Path) -> Recipe:
@@ -130,7 +160,8 @@ def with_overrides(recipe: Recipe, overrides: dict[str, Any] | None, *, where: s
                                     where=where, hint=f"give {name} as {{version: ..., "
                                     "redfish: [pattern]}} or {version: ..., inband: "
                                     f"{'|'.join(INBAND)}}}")
-            comps[name] = replace(base, version=str(value).strip())
+            # the recipe's image pin is for the recipe's version, not the site's
+            comps[name] = replace(base, version=str(value).strip(), image_sha256=None)
         elif isinstance(value, dict) and "version" in value and set(value) <= {
                 "version", "redfish", "inband"}:
             inband = value.get("inband")
