@@ -274,6 +274,7 @@ nodecert_allow_raw_devices: [/dev/nvme7n1]
 nodecert_allow_advisories: [NVIDIA-CTK-2025-07]
 nodecert_firmware_recipe: dgx-h200-motherboard
 nodecert_firmware: {cpld_mb: 0.2.1.9}
+nodecert_firmware_images: {cpld_mb: DIGEST_A}
 nodecert_bios_profile: dell-poweredge-gpu
 nodecert_bios: {LogicalProc: Disabled}
 nodecert_attestation: true
