@@ -320,3 +320,18 @@ def test_an_independent_redfish_client_reads_and_drives_the_lab_bmc(
     tasks = root.get_task_service().tasks
     task = tasks.get_member(tasks.members_identities[0])
     assert task.task_state.value == "Completed" and task.percent_complete == 100
+
+
+def test_an_image_file_name_that_is_not_plain_never_reaches_a_header(tmp_path: Path) -> None:
+    """A manifest naming `x.fwpkg"\r\nX-Evil: 1` (CRLF injection into the multipart
+    headers): refused when the manifest is read, and by the push itself."""
+    from nodecert.core.errors import ManifestError
+    from nodecert.firmware.images import Image, ImageError, write_manifest
+    evil = 'cpld.fwpkg"\r\nX-Evil: 1'
+    write_manifest(tmp_path, [Image(evil, "a" * 64, 1, "cpld_mb", "1", RECIPE)])
+    with pytest.raises(ManifestError, match="is not plain"):
+        load_manifest(tmp_path)
+    with pytest.raises(ImageError, match="not plain"):
+        multipart({"Targets": []}, b"x", evil)
+    body, _ = multipart({"Targets": []}, b"x", "cpld_mb-0.2.1.6.fwpkg")
+    assert b'filename="cpld_mb-0.2.1.6.fwpkg"\r\n' in body

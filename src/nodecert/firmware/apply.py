@@ -26,7 +26,14 @@ from typing import Any
 
 from nodecert.bmc.redfish import BmcError, NotFound, RedfishClient, message
 from nodecert.core.errors import InventoryError
-from nodecert.firmware.images import Image, ImageError, find_image, load_manifest, read_verified
+from nodecert.firmware.images import (
+    Image,
+    ImageError,
+    find_image,
+    load_manifest,
+    read_verified,
+    safe_file_name,
+)
 from nodecert.firmware.plan import Step, plan_host
 from nodecert.inventory.bmc import BmcSpec, bmc_spec
 from nodecert.inventory.reader import hostvars, load_inventory
@@ -156,8 +163,14 @@ def read_inventory(client: RedfishClient) -> tuple[list[dict[str, Any]], dict[st
 
 
 def multipart(params: dict[str, Any], image: bytes, filename: str) -> tuple[bytes, str]:
-    """The body of a Redfish multipart HTTP push: UpdateParameters (JSON), UpdateFile."""
+    """The body of a Redfish multipart HTTP push: UpdateParameters (JSON), UpdateFile.
+    A file name that is not plain is refused (it goes into a header as it is)."""
+    if not safe_file_name(filename):
+        raise ImageError(f"image file name {filename[:120]!r} is not plain (letters, "
+                         "digits, . _ + -): not pushed")
     boundary = "nodecert-" + secrets.token_hex(12)
+    while boundary.encode() in image:  # never inside the part it delimits
+        boundary = "nodecert-" + secrets.token_hex(12)
     parts = [
         (f'--{boundary}\r\nContent-Disposition: form-data; name="UpdateParameters"\r\n'
          "Content-Type: application/json\r\n\r\n").encode() + json.dumps(params).encode(),

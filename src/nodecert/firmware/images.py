@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,15 @@ class ImageError(Exception):
     """An image that must not be pushed (missing, wrong size or digest)."""
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9._+-]{1,200}")
+
+
+def safe_file_name(name: str) -> bool:
+    """A file name that can go into a multipart header as it is: no quote, CR, LF or
+    anything else a header or a BMC's parser could read as structure."""
+    return bool(_PLAIN.fullmatch(name)) and name not in (".", "..")
+
+
 def load_manifest(mirror: Path) -> list[Image]:
     path = mirror / "firmware" / "manifest.json"
     try:
@@ -58,6 +68,10 @@ def load_manifest(mirror: Path) -> list[Image]:
         if ".." in Path(img.file).parts or Path(img.file).is_absolute():
             raise ManifestError(f"image {n}: {img.file!r} leaves the firmware directory",
                                 where=str(path))
+        if not safe_file_name(Path(img.file).name):
+            raise ManifestError(f"image {n}: file name {img.file[:120]!r} is not plain "
+                                "(letters, digits, . _ + -): it goes into the upload's "
+                                "headers", where=str(path))
         if len(img.sha256) != 64 or any(c not in "0123456789abcdef" for c in img.sha256):
             raise ManifestError(f"image {n}: sha256 {img.sha256!r} is not a SHA-256 digest",
                                 where=str(path))
@@ -99,4 +113,5 @@ def write_manifest(mirror: Path, images: list[Image]) -> Path:
 
 
 __all__ = ["Image", "ImageError", "find_image", "load_manifest", "read_verified",
+           "safe_file_name",
            "write_manifest"]
