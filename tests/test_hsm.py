@@ -147,3 +147,24 @@ def test_a_wrong_pin_or_a_missing_key_is_a_clear_error_and_writes_nothing(
     code, out = nodecert("certify", str(run), "--key", "pkcs11:object=x", "--out",
                          str(tmp_path / "r4"))
     assert code == 2 and "names no token" in out
+
+
+def test_a_pin_file_someone_else_owns_or_a_link_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PIN file must be the running user's own, 0600, and not a link: a 0600 file
+    another account owns (and so can change) is refused by name, never read."""
+    from nodecert.certs import hsm
+    pin = tmp_path / "pin"
+    pin.write_text("1234\n")
+    pin.chmod(0o600)
+    ref = hsm.KeyRef("t", "k", "/nonexistent.so", str(pin))
+    assert hsm._pin(ref) == "1234"
+    me = os.geteuid()
+    monkeypatch.setattr(hsm.os, "geteuid", lambda: me + 1)
+    with pytest.raises(hsm.HsmError, match=f"belongs to uid {me}, not to the user"):
+        hsm._pin(ref)
+    monkeypatch.undo()
+    link = tmp_path / "link"
+    link.symlink_to(pin)
+    with pytest.raises(hsm.HsmError, match="cannot read its PIN file"):
+        hsm._pin(hsm.KeyRef("t", "k", "/nonexistent.so", str(link)))

@@ -74,17 +74,32 @@ def parse_uri(uri: str) -> KeyRef:
     return KeyRef(attrs["token"], attrs["object"], module, attrs.get("pin-source", ""))
 
 
+MAX_PIN_FILE = 4096
+
+
 def _pin(ref: KeyRef) -> str:
     if ref.pin_source:
         path = Path(ref.pin_source.removeprefix("file:"))
-        try:
-            st = path.stat()
+        try:  # checked on the descriptor read from: a file swapped in by name is not read
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as exc:
-            raise HsmError(f"{ref}: cannot read its PIN file {path}: {exc.strerror}") from exc
-        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise HsmError(f"{ref}: PIN file {path} is accessible by others",
-                           hint=f"chmod 600 {path}")
-        return path.read_text().strip()
+            raise HsmError(f"{ref}: cannot read its PIN file {path}: {exc.strerror}",
+                           hint="a plain file (not a link), mode 0600, owned by you") from exc
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise HsmError(f"{ref}: PIN file {path} is not a regular file")
+            if st.st_uid != os.geteuid():
+                raise HsmError(f"{ref}: PIN file {path} belongs to uid {st.st_uid}, not to "
+                               f"the user running nodecert (uid {os.geteuid()})",
+                               hint=f"chown {os.geteuid()} {path}, or keep your own copy")
+            if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise HsmError(f"{ref}: PIN file {path} is accessible by others",
+                               hint=f"chmod 600 {path}")
+            raw = f.read(MAX_PIN_FILE + 1)
+        if len(raw) > MAX_PIN_FILE:
+            raise HsmError(f"{ref}: PIN file {path} is larger than a PIN file")
+        return raw.decode("utf-8", "replace").strip()
     pin = os.environ.get(PIN_ENV, "")
     if not pin:
         raise HsmError(f"{ref}: no PIN", hint=f"add ?pin-source=/path/to/pin-file (0600) to "
