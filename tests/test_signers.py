@@ -294,3 +294,32 @@ def test_a_key_and_its_own_hand_over_are_one_signer(tmp_path: Path) -> None:
     b = check(out, [a.public], now=NOW, require_signers=2, allow_simulated=True)
     manifest = [(ok, d) for n, ok, d in b.steps if n == "manifest"]
     assert not b.ok and manifest and not manifest[0][0] and "1 party" in manifest[0][1]
+
+
+def test_a_huge_key_statement_is_refused_after_reading_one_byte_past_the_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 64 MiB "key statement" in a bundle's keys/: refused having read at most the
+    limit and one byte (before, the whole file was read, then cut)."""
+    import io
+    big = tmp_path / "x.rotation.dsse.json"
+    with big.open("wb") as f:
+        f.truncate(64 << 20)
+    reads: list[int] = []
+    real_open = Path.open
+
+    def counting_open(self: Path, *a: object, **kw: object) -> io.BufferedReader:
+        fh = real_open(self, *a, **kw)  # type: ignore[call-overload]
+        if self == big:
+            read = fh.read
+
+            def counted(n: int = -1) -> bytes:
+                data: bytes = read(n)
+                reads.append(len(data))
+                return data
+            fh.read = counted
+        return fh  # type: ignore[no-any-return]
+    monkeypatch.setattr(Path, "open", counting_open)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("read whole"))
+    with pytest.raises(keyring.KeyStatementError, match="larger than a key statement"):
+        keyring.read_statement(big)
+    assert sum(reads) == keyring.MAX_STATEMENT + 1

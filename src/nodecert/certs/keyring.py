@@ -160,7 +160,8 @@ def withdraw(signer: PrivateKey, target: str, reason: str, out: Path, *,
 def read_statement(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(envelope, its unverified body) of a key statement file."""
     try:
-        raw = path.read_bytes()[:MAX_STATEMENT + 1]
+        with path.open("rb") as f:  # at most one byte past the limit is ever read
+            raw = f.read(MAX_STATEMENT + 1)
         if len(raw) > MAX_STATEMENT:
             raise ValueError("larger than a key statement")
         env = json.loads(raw)

@@ -298,7 +298,8 @@ class Freshness:
 
 def _seen(memory: Path) -> dict[str, dict[str, Any]]:
     try:
-        raw = json.loads(memory.read_bytes()[:1 << 20])
+        with memory.open("rb") as f:
+            raw = json.loads(f.read(1 << 20))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
