@@ -98,9 +98,20 @@ class FakeSlurm:
 
 
 def test_a_passing_gate_resumes_only_nodecerts_own_drain() -> None:
+    """Ours is a drain whose reason is exactly one nodecert recorded; a reason someone
+    else wrote that starts "nodecert:" is theirs (before, any such prefix was ours)."""
+    recorded: list[str | None] = []
     ours = FakeSlurm("IDLE+DRAIN", "nodecert: health.xid FAIL")
-    assert repair.apply_gate(ours, "gpu07", True, "") == "resumed"
+    assert repair.apply_gate(ours, "gpu07", True, "",
+                             ours=frozenset({"nodecert: health.xid FAIL"}),
+                             record=recorded.append) == "resumed"
     assert ours.updates == ["NodeName=gpu07 State=RESUME"] and ours.state == "IDLE"
+    assert recorded == [None]
+    lookalike = FakeSlurm("IDLE+DRAIN", "nodecert: hands off, bad DIMM (ops)")
+    assert repair.apply_gate(lookalike, "gpu07", True, "",
+                             ours=frozenset({"nodecert: health.xid FAIL"})
+                             ).startswith("drained by someone else")
+    assert lookalike.updates == []
     site = FakeSlurm("IDLE+DRAIN", "site maintenance: PSU swap")
     assert repair.apply_gate(site, "gpu07", True, "").startswith("drained by someone else")
     assert site.updates == []
@@ -110,10 +121,16 @@ def test_a_passing_gate_resumes_only_nodecerts_own_drain() -> None:
 
 def test_a_failing_gate_drains_or_keeps_drained_and_says_why() -> None:
     idle = FakeSlurm("MIXED")
-    assert repair.apply_gate(idle, "gpu07", False, "load.burnin FAIL: GPU0") == "drained"
+    recorded: list[str | None] = []
+    assert repair.apply_gate(idle, "gpu07", False, "load.burnin FAIL: GPU0",
+                             record=recorded.append) == "drained"
     assert idle.reason == "nodecert: repair re-test failed: load.burnin FAIL: GPU0"
+    assert recorded == [idle.reason]  # recorded before the drain was made
     ours = FakeSlurm("DOWN+DRAIN", "nodecert: health.gpu FAIL")
-    assert repair.apply_gate(ours, "gpu07", False, "x") == "kept drained"
+    assert repair.apply_gate(ours, "gpu07", False, "x",
+                             ours=frozenset({"nodecert: health.gpu FAIL"})) == "kept drained"
+    assert "left as it is" in repair.apply_gate(
+        FakeSlurm("DOWN+DRAIN", "nodecert: health.gpu FAIL"), "gpu07", False, "x")
     site = FakeSlurm("IDLE+DRAIN", "site: RMA pending")
     assert "left as it is" in repair.apply_gate(site, "gpu07", False, "x")
     assert site.updates == []

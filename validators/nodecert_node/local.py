@@ -219,16 +219,8 @@ def slurm_action(verdict: str, state: str, reason: str, resume: bool,
     return None
 
 
-DRAINS = "slurm-drains.json"  # node -> the reason nodecert drained it with
-
-
-def _kept_drains() -> dict[str, str]:
-    try:
-        with open(os.path.join(STATE, DRAINS), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+DRAINS = state.DRAINS
+_kept_drains = state.kept_drains
 
 
 def _keep_drain(node: str, reason: str | None) -> None:

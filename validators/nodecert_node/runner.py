@@ -184,7 +184,10 @@ def run_suite(plan: Plan, out: TextIO, stdin: TextIO | None,
     sim = simulated(plan)
     adopt_orphans()
     emit(out, {"event": "hello", "version": __version__, "python": platform.python_version(),
-               "host": platform.node(), "simulated": sim, "checks": list(plan.checks)})
+               "host": platform.node(), "simulated": sim, "checks": list(plan.checks),
+               # the drains its scheduled runs made: the control side's repair gate resumes
+               # only a drain whose reason is exactly one of these (or its own)
+               "slurm_drains": dict(list(state.kept_drains().items())[:64])})
     current = current if current is not None else {"proc": None}
     stop = stop or threading.Event()
     if stdin is not None:

@@ -43,3 +43,16 @@ def save_plan(plan: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):
         os.makedirs(os.path.join(STATE, "plans"), exist_ok=True)
         write_atomic(plan_path(str(plan["suite"])), json.dumps(plan).encode(), mode=0o600)
+
+
+DRAINS = "slurm-drains.json"  # Slurm node -> the reason nodecert drained it with
+
+
+def kept_drains() -> dict[str, str]:
+    """The Slurm drains this node's scheduled runs made (recorded before each drain)."""
+    try:
+        with open(os.path.join(STATE, DRAINS), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}

@@ -24,7 +24,7 @@ from pathlib import Path
 from nodecert.certs.signing import b64decode_any
 from nodecert.fleet.repair import action
 from nodecert.runs.records import HostRecord, host_history
-from nodecert_node.contract import Result, Verdict
+from nodecert_node.contract import Result, Verdict, write_atomic
 
 CHECK = "repair.retest"
 # The loaded re-test every repaired node gets (those its suite runs).
@@ -141,30 +141,62 @@ def node_state(remote: Remote, node: str) -> NodeState:
     return NodeState(fields["State"], fields.get("Reason", ""))
 
 
-def apply_gate(remote: Remote, node: str, passed: bool, why: str) -> str:
+DRAINS = "slurm-drains.json"  # under --runs-dir: node -> the reason the gate drained it with
+
+
+def kept_drains(runs_dir: Path) -> dict[str, str]:
+    """The drains the gate made (recorded before each drain, under the runs)."""
+    try:
+        data = json.loads((runs_dir / DRAINS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def keep_drain(runs_dir: Path, node: str, reason: str | None) -> None:
+    kept = kept_drains(runs_dir)
+    if reason is None:
+        kept.pop(node, None)
+    else:
+        kept[node] = reason
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(str(runs_dir / DRAINS), json.dumps(kept, sort_keys=True).encode() + b"\n",
+                 mode=0o600)
+
+
+def apply_gate(remote: Remote, node: str, passed: bool, why: str, *,
+               ours: frozenset[str] = frozenset(),
+               record: Callable[[str | None], None] | None = None) -> str:
     """Resume a node nodecert drained when the gate passed; drain (or keep drained) a node
-    whose gate failed. A drain someone else made is never touched. Returns what it did."""
+    whose gate failed. A drain is nodecert's only when its reason is exactly one nodecert
+    recorded (`ours`: the gate's own drains and the node's scheduled runs'); any other,
+    one starting "nodecert:" included, is someone else's and never touched. `record`
+    is told the reason before a drain is made (None after a resume). Returns what it did."""
     st = node_state(remote, node)
-    ours = st.reason.startswith(REASON_PREFIX)
+    mine = bool(st.reason) and st.reason in ours
     if passed:
         if not st.drained:
             return "not drained: nothing to resume"
-        if not ours:
+        if not mine:
             return f"drained by someone else ({st.reason or 'no reason'}): left drained"
         cmd = f"scontrol update NodeName={shlex.quote(node)} State=RESUME"
-        did = "resumed"
+        did, reason = "resumed", None
     else:
-        if st.drained and not ours:
+        if st.drained and not mine:
             return f"drained by someone else ({st.reason or 'no reason'}): left as it is"
         reason = f"{REASON_PREFIX} repair re-test failed: {why}"[:200]
         cmd = (f"scontrol update NodeName={shlex.quote(node)} State=DRAIN "
                f"Reason={shlex.quote(reason)}")
         did = "kept drained" if st.drained else "drained"
+        if record is not None:
+            record(reason)  # first: a drain made is one nodecert can later call its own
     rc, out, late = remote(cmd, 30)
     if rc != 0 or late:
         raise RuntimeError(f"{cmd} failed (rc {rc}): {out.strip()[-300:]}")
+    if reason is None and record is not None:
+        record(None)
     return did
 
 
-__all__ = ["CHECK", "LOADED", "NodeState", "apply_gate", "failing_before", "gate",
-           "node_state", "retest_checks"]
+__all__ = ["CHECK", "DRAINS", "LOADED", "NodeState", "apply_gate", "failing_before", "gate",
+           "keep_drain", "kept_drains", "node_state", "retest_checks"]

@@ -276,9 +276,16 @@ def _slurm_gate(request: RevalidateRequest, out: Revalidation,
         for host, g in sorted(out.repair.items()):
             node = engine_names.get(host, host)
             passed = g.verdict < Verdict.FAIL
+            node_drains = out.run.hosts[host].node.get("slurm_drains") or {}
+            ours = frozenset({r for n, r in repairgate.kept_drains(v.runs_dir).items()
+                              if n == node} | {r for n, r in node_drains.items() if n == node})
+
+            def record(reason: str | None, node: str = node) -> None:
+                repairgate.keep_drain(v.runs_dir, node, reason)
             try:
                 did = repairgate.apply_gate(launch.remote, node, passed,
-                                            g.findings[0] if g.findings else g.summary)
+                                            g.findings[0] if g.findings else g.summary,
+                                            ours=ours, record=record)
             except RuntimeError as exc:
                 # Said in the result: a node not resumed, or not drained, is the operator's
                 # to fix by hand; nothing here pretends it happened.

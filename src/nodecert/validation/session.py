@@ -311,6 +311,10 @@ class NodeSessions:
         if kind == "hello":
             hr.simulated = hr.simulated or bool(ev.get("simulated"))
             hr.node = {k: ev.get(k) for k in ("version", "python", "host")}
+            drains = ev.get("slurm_drains")
+            if isinstance(drains, dict):  # node text: plain strings, capped
+                hr.node["slurm_drains"] = {str(k)[:128]: str(v)[:200]
+                                           for k, v in list(drains.items())[:64]}
             hr.node["code_sha256"] = self.sha
             self.emit(hr, f"connected: node python {ev.get('python')}"
                       f"{', SIMULATED hardware' if hr.simulated else ''}; {total} checks")
