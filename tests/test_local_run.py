@@ -93,8 +93,15 @@ def test_failing_node_exits_1_and_metrics_say_fail(tmp_path: Path) -> None:
     assert fam["nodecert_node_verdict"].samples[0].value == 2.0
 
 
+def _approx(x: float) -> object:
+    import pytest
+    return pytest.approx(x, abs=1e-3)
+
+
 def test_busy_gpus_skip_unless_forced(tmp_path: Path) -> None:
     node, state, prom = setup(tmp_path)
+    assert local_run(node, state, prom).returncode == 0  # judged: PASS, kept
+    first = json.loads(next((state / "history").glob("*.json")).read_text())
     real = node.bin / "nvidia-smi"
     real.rename(node.bin / "nvidia-smi.sim")
     real.write_text("#!/bin/sh\ncase \"$*\" in *query-compute-apps*) "
@@ -104,10 +111,15 @@ def test_busy_gpus_skip_unless_forced(tmp_path: Path) -> None:
     r = local_run(node, state, prom)
     assert r.returncode == 0
     assert r.stdout.startswith("nodecert: GPUs busy with user work: 4242, python3 train.py")
-    rec = json.loads(next((state / "history").glob("*.json")).read_text())
+    rec = json.loads(sorted((state / "history").glob("*.json"))[-1].read_text())
     assert rec["results"] == [] and rec["skipped"]
     fam = {f.name: f for f in text_string_to_metric_families((prom / "nodecert.prom").read_text())}
     assert fam["nodecert_last_run_skipped"].samples[0].value == 1.0
+    # The skipped run keeps the last judged verdict and says when it was measured (before,
+    # the verdict vanished and an alert on it cleared without evidence).
+    assert fam["nodecert_node_verdict"].samples[0].value == 0.0
+    assert fam["nodecert_node_verdict_timestamp_seconds"].samples[0].value == \
+        _approx(first["finished"])
     r = local_run(node, state, prom, "--force")
     assert r.stdout.startswith("nodecert: PASS")
 

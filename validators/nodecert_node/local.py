@@ -99,10 +99,16 @@ def metrics_text(record: dict[str, Any]) -> str:
     family("nodecert_last_run_skipped", "gauge",
            "1 when the last run was skipped (GPUs busy with user work).",
            [({}, 1.0 if record.get("skipped") else 0.0)])
-    family("nodecert_node_verdict", "gauge",
-           "Worst verdict of the last run: 0 PASS, 1 WARN, 2 FAIL, 3 ERROR.",
-           [({"suite": record["suite"]}, VERDICTS.index(record["verdict"]))]
-           if not record.get("skipped") else [])
+    # A skipped run judges nothing: the verdict stays the last judged run's, with its
+    # time, so a FAIL alert never clears without a run that passed.
+    judged = record.get("last_judged") if record.get("skipped") else record
+    if isinstance(judged, dict) and judged.get("verdict") in VERDICTS:
+        family("nodecert_node_verdict", "gauge",
+               "Worst verdict of the last judged run: 0 PASS, 1 WARN, 2 FAIL, 3 ERROR.",
+               [({"suite": str(judged.get("suite"))}, VERDICTS.index(judged["verdict"]))])
+        family("nodecert_node_verdict_timestamp_seconds", "gauge",
+               "When the run nodecert_node_verdict comes from ended (Unix time).",
+               [({}, float(judged.get("finished") or 0))])
     family("nodecert_check_verdict", "gauge",
            "Verdict per check of the last run: 0 PASS, 1 WARN, 2 FAIL, 3 ERROR.",
            [({"check": r["check"]}, VERDICTS.index(r["verdict"])) for r in results
@@ -157,6 +163,25 @@ def write_metrics(record: dict[str, Any], directory: str = "") -> str | None:
 
 
 # --- history -----------------------------------------------------------------------------
+
+def last_judged() -> dict[str, Any] | None:
+    """{verdict, suite, finished} of the newest kept run that judged the node (not
+    skipped), or None."""
+    hist = os.path.join(STATE, "history")
+    try:
+        names = sorted((f for f in os.listdir(hist) if f.endswith(".json")), reverse=True)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            with open(os.path.join(hist, name), encoding="utf-8") as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and not rec.get("skipped") and rec.get("verdict") in VERDICTS:
+            return {k: rec.get(k) for k in ("verdict", "suite", "finished")}
+    return None
+
 
 def keep_history(record: dict[str, Any], keep: int) -> str:
     hist = os.path.join(STATE, "history")
@@ -281,6 +306,10 @@ def local_run(args: argparse.Namespace) -> int:
             record.update(verdict="ERROR", crashed=True,
                           error=f"the scheduled run crashed: {type(exc).__name__}: {exc}")
         record["finished"] = time.time()
+        if record.get("skipped"):
+            last = last_judged()
+            if last is not None:
+                record["last_judged"] = last
         try:
             prom = write_metrics(record, args.textfile_dir)
         except OSError as exc:
