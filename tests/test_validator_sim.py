@@ -350,3 +350,31 @@ def test_a_stop_between_checks_keeps_the_next_from_starting(tmp_path: Path) -> N
     res = runner.run_one("health.gpu", plan, 30, current)
     assert res.fault_code == "NC-CHECK-STOPPED" and res.verdict is Verdict.ERROR
     assert current["proc"] is None and "not started" in res.summary
+
+
+def test_a_stop_never_signals_a_check_already_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The idle guard stops the running check when a GPU job starts; if that check has
+    ended and been reaped, its pid may be another process's now: no signal is sent
+    (before, its process group was signalled by the stale pid)."""
+    import signal as sig
+    import sys
+
+    from nodecert_node import runner
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    fd = runner._pidfd(proc.pid)
+    proc.wait(timeout=30)  # reaped: the pid is free for anyone
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(runner.os, "killpg", lambda pid, s: sent.append((pid, s)))
+    current: dict[str, Any] = {"proc": proc, "pidfd": fd}
+    runner.stop_current(current)
+    assert sent == [] and current["stopped"]
+    # A check still running is stopped, through its group.
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)
+    monkeypatch.undo()
+    current = {"proc": live, "pidfd": runner._pidfd(live.pid)}
+    runner.stop_current(current)
+    assert live.wait(timeout=30) == -sig.SIGTERM
+    for f in (fd, current["pidfd"]):
+        if f is not None:
+            os.close(f)

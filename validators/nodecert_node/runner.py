@@ -118,10 +118,11 @@ def run_one(name: str, plan: Plan, timeout: float,
                                 stderr=subprocess.PIPE, start_new_session=True,
                                 cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         current["proc"] = proc
+        current["pidfd"] = _pidfd(proc.pid)
     try:
         out, err = proc.communicate(json.dumps(plan.as_dict()).encode(), timeout=timeout)
     except subprocess.TimeoutExpired:
-        _killpg(proc)
+        _killpg(proc, current.get("pidfd"))
         out, err = proc.communicate()
         _remove_leftovers(plan, proc.pid)
         return error_result(
@@ -134,6 +135,9 @@ def run_one(name: str, plan: Plan, timeout: float,
     finally:
         with _stop_lock:
             current["proc"] = None
+            fd, current["pidfd"] = current.get("pidfd"), None
+        if fd is not None:
+            os.close(fd)
     lines = out.decode("utf-8", "replace").strip().splitlines()
     try:
         return Result.from_dict(json.loads(lines[-1]))
@@ -153,16 +157,45 @@ def _remove_leftovers(plan: Plan, pid: int) -> None:
             shutil.rmtree(os.path.join(target, f"nodecert-fio-{pid}"), ignore_errors=True)
 
 
-def _killpg(proc: subprocess.Popen[bytes]) -> None:
+def _pidfd(pid: int) -> int | None:
+    """A pidfd for the check (Linux 5.3+, Python 3.9+): it names that process and no
+    other, whatever pid is later reused. None where there is none."""
+    opener = getattr(os, "pidfd_open", None)
+    try:
+        return int(opener(pid)) if opener is not None else None
+    except OSError:
+        return None
+
+
+def _alive(proc: subprocess.Popen[bytes], pidfd: int | None) -> bool:
+    """Whether the check's process is still the one we started and not reaped: through
+    its pidfd where there is one (a reaped process answers ESRCH, never a newcomer on
+    its pid), else through Popen's own record."""
+    send = getattr(signal, "pidfd_send_signal", None)
+    if pidfd is not None and send is not None:
+        try:
+            send(pidfd, 0)
+            return True
+        except (ProcessLookupError, OSError):
+            return False
+    return proc.returncode is None
+
+
+def _killpg(proc: subprocess.Popen[bytes], pidfd: int | None = None) -> None:
     """Stop a check: SIGTERM lets it kill the tools it started (each in its own process
-    group), SIGKILL follows if it does not exit."""
+    group), SIGKILL follows if it does not exit. Its group is signalled only while the
+    check (the group's leader) is still ours: a check already ended and reaped has
+    given up its pid, and another process may have it now."""
+    if not _alive(proc, pidfd):
+        return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        if _alive(proc, pidfd):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
 
 def stop_current(current: dict[str, Any]) -> None:
@@ -170,9 +203,15 @@ def stop_current(current: dict[str, Any]) -> None:
     check of this run from starting."""
     with _stop_lock:
         current["stopped"] = True
-        p = current.get("proc")
-    if p is not None:
-        _killpg(p)
+        p, fd = current.get("proc"), current.get("pidfd")
+        if fd is not None:
+            fd = os.dup(fd)  # ours to close: run_one closes its own when the check ends
+    try:
+        if p is not None:
+            _killpg(p, fd)
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def run_suite(plan: Plan, out: TextIO, stdin: TextIO | None,
