@@ -164,25 +164,6 @@ def write_metrics(record: dict[str, Any], directory: str = "") -> str | None:
 
 # --- history -----------------------------------------------------------------------------
 
-def last_judged() -> dict[str, Any] | None:
-    """{verdict, suite, finished} of the newest kept run that judged the node (not
-    skipped), or None."""
-    hist = os.path.join(STATE, "history")
-    try:
-        names = sorted((f for f in os.listdir(hist) if f.endswith(".json")), reverse=True)
-    except OSError:
-        return None
-    for name in names:
-        try:
-            with open(os.path.join(hist, name), encoding="utf-8") as f:
-                rec = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(rec, dict) and not rec.get("skipped") and rec.get("verdict") in VERDICTS:
-            return {k: rec.get(k) for k in ("verdict", "suite", "finished")}
-    return None
-
-
 def keep_history(record: dict[str, Any], keep: int) -> str:
     hist = os.path.join(STATE, "history")
     os.makedirs(hist, exist_ok=True)
@@ -307,7 +288,7 @@ def local_run(args: argparse.Namespace) -> int:
                           error=f"the scheduled run crashed: {type(exc).__name__}: {exc}")
         record["finished"] = time.time()
         if record.get("skipped"):
-            last = last_judged()
+            last = state.last_judged(VERDICTS)
             if last is not None:
                 record["last_judged"] = last
         try:

@@ -56,3 +56,22 @@ def kept_drains() -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def last_judged(verdicts: tuple[str, ...]) -> dict[str, Any] | None:
+    """{verdict, suite, finished} of the newest kept run that judged the node (not
+    skipped), or None."""
+    hist = os.path.join(STATE, "history")
+    try:
+        names = sorted((f for f in os.listdir(hist) if f.endswith(".json")), reverse=True)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            with open(os.path.join(hist, name), encoding="utf-8") as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and not rec.get("skipped") and rec.get("verdict") in verdicts:
+            return {k: rec.get(k) for k in ("verdict", "suite", "finished")}
+    return None
