@@ -210,6 +210,39 @@ def test_a_baseline_reads_back_only_with_its_signer(signed: tuple[Path, Any, Any
         fb.read(path, [other])
 
 
+def test_a_baseline_for_another_fleet_or_too_old_is_refused(tmp_path: Path) -> None:
+    """A baseline is signed with the fleet it was built for and when: a verifier asking
+    for its own fleet refuses another's (or one that names none), and one asking for a
+    maximum age refuses an older one. Before, any baseline of any age was used."""
+    import datetime as dt
+
+    from click.testing import CliRunner
+
+    from nodecert.cli import main
+    kp = init_key(tmp_path / "keys")
+    made = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    b = fb.build([_node(f"h{i}", gemm=650.0 + i) for i in range(10)], now=made,
+                 fleet="dc1-h200")
+    path = tmp_path / "b.json"
+    fb.write(b, path, load_private_key(kp.private))
+    pub = [load_public_key(kp.public)]
+    later = made + dt.timedelta(days=40)
+    assert fb.read(path, pub, fb.Expect("dc1-h200", dt.timedelta(days=60)), later).fleet \
+        == "dc1-h200"
+    with pytest.raises(FleetDataError, match="built for fleet 'dc1-h200', not 'dc2'"):
+        fb.read(path, pub, fb.Expect("dc2"), later)
+    with pytest.raises(FleetDataError, match="older than the 30 days allowed"):
+        fb.read(path, pub, fb.Expect(max_age=dt.timedelta(days=30)), later)
+    anon = tmp_path / "anon.json"
+    fb.write(fb.build([_node(f"h{i}", gemm=650.0) for i in range(10)]), anon,
+             load_private_key(kp.private))
+    with pytest.raises(FleetDataError, match="built for fleet None"):
+        fb.read(anon, pub, fb.Expect("dc1-h200"))
+    r = CliRunner().invoke(main, ["fleet", "judge", str(tmp_path), "--baseline", str(path),
+                                  "--pubkey", str(kp.public), "--baseline-fleet", "dc2"])
+    assert r.exit_code == 2 and "not 'dc2'" in r.output, r.output
+
+
 def _repayload(path: Path, change: Any) -> None:
     env = json.loads(path.read_text())
     data = json.loads(base64.b64decode(env["payload"]))

@@ -3,6 +3,7 @@ own past, the fleet page, and the verdict files the cluster's tools read."""
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,40 @@ def read_baseline(path: Path | None, pubkeys: tuple[Path, ...]) -> Any:
     """The verified fleet baseline, or None when none was asked for."""
     if path is None:
         return None
+    return read_fleet_baseline(path, trusted_keys(pubkeys))
+
+
+def read_fleet_baseline(path: Path, trusted: list[Any]) -> Any:
+    """The baseline verified with these keys and held to --baseline-fleet and
+    --baseline-max-age-days (where the command has them)."""
     from nodecert.fleet import baseline as fleet_baseline
-    return fleet_baseline.read(path, trusted_keys(pubkeys))
+    meta = click.get_current_context(silent=True)
+    got = meta.meta if meta is not None else {}
+    days = got.get("baseline_max_age_days")
+    return fleet_baseline.read(path, trusted, fleet_baseline.Expect(
+        got.get("baseline_fleet"), dt.timedelta(days=days) if days else None))
+
+
+def _keep(name: str) -> Any:
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        ctx.meta[name] = value
+        return value
+    return store
+
+
+def baseline_limits(f: Any) -> Any:
+    """--baseline-fleet and --baseline-max-age-days: what a fleet baseline must be."""
+    f = click.option("--baseline-fleet", metavar="NAME", expose_value=False,
+                     callback=_keep("baseline_fleet"),
+                     help="Refuse a fleet baseline not built for this fleet (fleet "
+                          "baseline --fleet).")(f)
+    return click.option("--baseline-max-age-days", type=click.FloatRange(min=0, min_open=True),
+                        expose_value=False, callback=_keep("baseline_max_age_days"),
+                        help="Refuse a fleet baseline built longer ago than this.")(f)
 
 
 def baseline_file_option(f: Any) -> Any:
+    f = baseline_limits(f)
     return click.option("--baseline", "fleet_baseline", type=click.Path(
         path_type=Path, dir_okay=False), help="A fleet baseline (nodecert fleet baseline): "
         "also judge each node against its peers (fleet.peers).")(f)
@@ -84,14 +114,17 @@ scaling, storage; from cluster runs also each node's pairings: two-node all-redu
 and RDMA bandwidth per rail): the median and the robust spread (1.4826 x MAD) of the
 newest record of every host in the runs given (validation or cluster runs). Hosts
 that FAILed or ERRORed are left out and listed. The file is a DSSE envelope signed
-with --key; its version is the digest of its figures.
+with --key; its version is the digest of its figures. It names the fleet (--fleet)
+and when it was built; whoever uses it can refuse another fleet's (--baseline-fleet)
+or one older than they allow (--baseline-max-age-days). Nodes are judged only
+against peers of their own GPU model.
 
 \b
 Exit codes: 0 written, 2 bad input (no finished run, no figures, key).
 
 \b
 Examples:
-  nodecert fleet baseline runs/20261201-093000-a1b2c3 --out h200.baseline.json
+  nodecert fleet baseline runs/20261201-093000-a1b2c3 --out h200.baseline.json --fleet dc1-h200
   nodecert fleet baseline runs/2026112* --out h200.baseline.json --key /etc/nodecert/n.key
 """
 
@@ -99,16 +132,19 @@ Examples:
 @fleet.command("baseline", help=_BASELINE_HELP)
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--fleet", "fleet_name", metavar="NAME",
+              help="The fleet the baseline is for, signed with it: verifiers can refuse "
+                   "another fleet's (--baseline-fleet).")
 @signing_key_option
 @json_option
 @handle_errors
 def baseline_cmd(runs: tuple[Path, ...], out: Path, key_path: Path | None,
-                 as_json: bool) -> None:
+                 fleet_name: str | None, as_json: bool) -> None:
     from nodecert.fleet import baseline as fleet_baseline
     from nodecert.provision.chain import signing_key
 
     records, extra = _records(runs)
-    b = fleet_baseline.build(records, extra=extra)
+    b = fleet_baseline.build(records, extra=extra, fleet=fleet_name)
     key, created = signing_key(key_path)
     if created is not None:
         echo(f"created signing key {created.private} (0600) and {created.public}", err=True)

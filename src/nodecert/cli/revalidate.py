@@ -26,6 +26,7 @@ from nodecert.cli.common import (
     threshold_option,
     verdict_text,
 )
+from nodecert.cli.fleet import baseline_limits
 from nodecert.core.errors import ExitCode
 from nodecert.core.textsafe import one_line
 
@@ -92,6 +93,7 @@ Examples:
               help="A reports or run directory to compare with (default: newest under "
                    "--runs-dir); and/or a fleet baseline file (nodecert fleet baseline) to "
                    "judge each node against its peers. Repeatable: one of each.")
+@baseline_limits
 @click.option("--after-repair", is_flag=True,
               help="Re-test, under load, what failed on each node since its last acceptance "
                    "certificate and has not passed since; resume it in "
@@ -136,7 +138,7 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
                    as_json: bool, become_file: Path | None,
                    vault_file: Path | None) -> None:
     from nodecert.certs.signing import load_private_key, load_public_key
-    from nodecert.fleet.baseline import read as fleet_read
+    from nodecert.cli.fleet import read_fleet_baseline as fleet_read
     from nodecert.profiles.thresholds import parse_cli_thresholds
     from nodecert.revalidate.run import RevalidateRequest, revalidate
     from nodecert.validation.run import ValidateRequest

@@ -66,6 +66,7 @@ class Baseline:
     hosts: int
     excluded: dict[str, str]  # host -> why it is not in the baseline
     simulated: bool
+    fleet: str | None = None  # the fleet it was built for (signed with it)
 
     @property
     def version(self) -> str:
@@ -74,7 +75,8 @@ class Baseline:
 
     def as_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "version": self.version, "created": self.created,
-                "runs": list(self.runs), "hosts": self.hosts, "simulated": self.simulated,
+                "fleet": self.fleet, "runs": list(self.runs), "hosts": self.hosts,
+                "simulated": self.simulated,
                 "excluded": dict(sorted(self.excluded.items())),
                 "groups": {m: {k: s.as_dict() for k, s in sorted(g.items())}
                            for m, g in sorted(self.groups.items())}}
@@ -90,7 +92,7 @@ def newest_per_host(records: Iterable[HostRecord]) -> list[HostRecord]:
 
 
 def build(records: Iterable[HostRecord], *, now: dt.datetime | None = None,
-          extra: dict[str, list[Sample]] | None = None) -> Baseline:
+          extra: dict[str, list[Sample]] | None = None, fleet: str | None = None) -> Baseline:
     """The baseline of these hosts' newest records. A host that FAILed or ERRORed, or whose
     GPU model was not read, is left out (and listed why): a baseline is what healthy
     peers measure. extra: host -> figures from elsewhere (a cluster run's pairings)."""
@@ -134,7 +136,8 @@ def build(records: Iterable[HostRecord], *, now: dt.datetime | None = None,
                              hint="build the baseline from runs of a suite that measures "
                                   "(standard or full: burn-in, NCCL, bandwidth, soak)")
     when = (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Baseline(dict(groups), when, tuple(sorted(runs)), used, excluded, simulated)
+    return Baseline(dict(groups), when, tuple(sorted(runs)), used, excluded, simulated,
+                    fleet or None)
 
 
 def write(baseline: Baseline, path: Path, key: PrivateKey) -> None:
@@ -153,7 +156,8 @@ def _parse(data: dict[str, Any], where: str) -> Baseline:
         b = Baseline(groups, str(data["created"]), tuple(map(str, data.get("runs") or [])),
                      int(data["hosts"]), {str(h): str(w) for h, w in
                                           (data.get("excluded") or {}).items()},
-                     bool(data.get("simulated")))
+                     bool(data.get("simulated")),
+                     str(data["fleet"]) if data.get("fleet") is not None else None)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise FleetDataError(f"{where}: damaged fleet baseline ({exc!r})",
                              hint="build it again with `nodecert fleet baseline`") from exc
@@ -168,9 +172,41 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a figure")
 
 
-def read(path: Path, trusted: list[PublicKey]) -> Baseline:
-    """A baseline whose signature verifies with one of the trusted keys; anything else
-    is refused with FleetDataError (a node is never judged against an unverified one)."""
+@dataclass(frozen=True)
+class Expect:
+    """What a verifier asks of a baseline besides its signature: built for this fleet
+    (None: any), no older than max_age (None: any age)."""
+
+    fleet: str | None = None
+    max_age: dt.timedelta | None = None
+
+
+def held(b: Baseline, where: str, expect: Expect, now: dt.datetime | None = None) -> Baseline:
+    """The baseline, when it is for the fleet and of the age the verifier asks."""
+    if expect.fleet is not None and b.fleet != expect.fleet:
+        raise FleetDataError(f"{where}: built for fleet {b.fleet!r}, not {expect.fleet!r}",
+                             hint="use the baseline of this fleet (nodecert fleet baseline "
+                                  "--fleet NAME)")
+    if expect.max_age is not None:
+        try:
+            made = dt.datetime.fromisoformat(b.created.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise FleetDataError(f"{where}: its creation time {b.created!r} is unreadable"
+                                 ) from exc
+        made = made if made.tzinfo else made.replace(tzinfo=dt.UTC)
+        if (now or dt.datetime.now(dt.UTC)) - made > expect.max_age:
+            days = expect.max_age.total_seconds() / 86400
+            raise FleetDataError(f"{where}: built {b.created}, older than the {days:g} days "
+                                 "allowed", hint="build a current one with `nodecert fleet "
+                                                 "baseline`")
+    return b
+
+
+def read(path: Path, trusted: list[PublicKey], expect: Expect | None = None,
+         now: dt.datetime | None = None) -> Baseline:
+    """A baseline whose signature verifies with one of the trusted keys, for the fleet
+    and of the age `expect` asks; anything else is refused with FleetDataError (a node
+    is never judged against an unverified, foreign or stale one)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -194,15 +230,17 @@ def read(path: Path, trusted: list[PublicKey]) -> Baseline:
         raise FleetDataError(f"{path}: the signed payload is not JSON ({exc})") from exc
     if not isinstance(data, dict):
         raise FleetDataError(f"{path}: the signed payload is not a fleet baseline")
-    return _parse(data, str(path))
+    return held(_parse(data, str(path)), str(path), expect or Expect(), now)
 
 
 __all__ = [
     "PAYLOAD_TYPE",
     "SCHEMA",
     "Baseline",
+    "Expect",
     "MetricStats",
     "build",
+    "held",
     "newest_per_host",
     "read",
     "write",
