@@ -603,3 +603,25 @@ def test_each_run_draws_where_its_ports_start(tmp_path: Path) -> None:
         run = ClusterRun(context(2), tmp_path / f"r{k}", lambda _: None, ModelLauncher())
         ports.add(run.job("pair", ("h1", "h2"), lambda first, port: str(port)).script)
     assert len(ports) > 1  # not the same first port every run
+
+
+def test_the_port_range_is_the_sites_and_drawn_within_it(tmp_path: Path) -> None:
+    """nodecert_cluster port_slots sets how many 20-port blocks above bootstrap_port the
+    runs draw from (before, always 200 blocks from it); a range past 65535 is refused."""
+    import dataclasses
+
+    from nodecert.inventory.cluster import parse_cluster
+    from support.cluster import context
+    cfg, why = parse_cluster({"bootstrap_port": 40000, "port_slots": 3})
+    assert why is None and cfg is not None
+    seen = set()
+    for k in range(12):
+        ctx = dataclasses.replace(context(2), cfg=dataclasses.replace(
+            context(2).cfg, bootstrap_port=40000, port_slots=3))
+        run = ClusterRun(ctx, tmp_path / f"r{k}", lambda _: None, ModelLauncher())
+        seen.add(int(run.job("pair", ("h1", "h2"), lambda first, port: str(port)).script))
+    assert seen <= {40000, 40020, 40040} and len(seen) > 1
+    assert parse_cluster({"bootstrap_port": 65000, "port_slots": 200})[1] == (
+        "bootstrap_port 65000 with port_slots 200 reaches port 68999, past 65535: lower "
+        "either")
+    assert "port_slots must be an integer 1..3000" in str(parse_cluster({"port_slots": 0})[1])

@@ -47,7 +47,7 @@ from nodecert.cluster.judge import (
 )
 from nodecert.cluster.output import port_busy
 from nodecert.core.errors import InventoryError
-from nodecert.inventory.cluster import ClusterConfig
+from nodecert.inventory.cluster import PORT_BLOCK, ClusterConfig
 from nodecert.inventory.reader import HostSpec
 from nodecert.profiles import thresholds
 from nodecert.runs.layout import RunDir
@@ -108,7 +108,8 @@ class ClusterRun:
         self.launcher.launch_name = ctx.engine_names.get(ctx.launch.host, ctx.launch.host)
         self.stop = threading.Event()
         self._seq = 0
-        self._port_slot = secrets.randbelow(200)  # where this run's port slots start
+        # where this run's port blocks start, among the site's port_slots
+        self._port_slot = secrets.randbelow(ctx.cfg.port_slots)
         self._lock = threading.Lock()
         self.jobs: list[JobResult] = []
         # Reads every node's error counters (clustercounters.read_all); None: not read.
@@ -125,7 +126,8 @@ class ClusterRun:
         # port is never reused right after a job that may have hung on it. Where the
         # slots start is drawn per run, so another user of the node cannot know the
         # ports in advance; the job's first rank checks they are free (prelude).
-        port = self.ctx.cfg.bootstrap_port + ((seq + self._port_slot) % 200) * 20
+        slots = self.ctx.cfg.port_slots
+        port = self.ctx.cfg.bootstrap_port + ((seq + self._port_slot) % slots) * PORT_BLOCK
         return Job(f"nodecert-{self.dir.name[-6:]}-{kind}-{seq}", names,
                    script_for(names[0], port), timeout_s=self.ctx.cfg.job_timeout_s)
 

@@ -7,6 +7,7 @@
       account: acme
       reservation: acceptance
       bootstrap_port: 29500    # NCCL_COMM_ID port base on the first node of each job
+      port_slots: 200          # 20-port blocks above it the jobs' ports are drawn from
       job_timeout_s: 300       # every job's limit: a hang past it is ERROR with its logs
       max_bytes: 8G            # all_reduce_perf -e
       gpudirect: true          # ib_write_bw --use_cuda on the rail's GPU (1 NIC per GPU)
@@ -41,6 +42,9 @@ class ClusterConfig:
     account: str | None = None
     reservation: str | None = None
     bootstrap_port: int = 29500
+    # Each job takes a block of PORT_BLOCK ports; where a run's blocks start is drawn at
+    # random among port_slots blocks from bootstrap_port (default 29500..33499).
+    port_slots: int = 200
     job_timeout_s: float = 300.0
     max_bytes: str = "8G"
     gpudirect: bool = True
@@ -98,6 +102,10 @@ def parse_cluster(raw: Any) -> tuple[ClusterConfig | None, str | None]:
             if not _NAME.match(str(value)):
                 return None, f"{key} {value!r} is not a plain name"
             out[key] = str(value)
+        elif key == "port_slots":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3000:
+                return None, f"port_slots must be an integer 1..3000, got {value!r}"
+            out[key] = value
         elif key in ("bootstrap_port", "partners"):
             ok = isinstance(value, int) and not isinstance(value, bool) and (
                 1024 <= value <= 65000 if key == "bootstrap_port" else 1 <= value <= 8)
@@ -123,7 +131,16 @@ def parse_cluster(raw: Any) -> tuple[ClusterConfig | None, str | None]:
             if not isinstance(value, bool):
                 return None, f"{key} must be true or false, got {value!r}"
             out[key] = value
-    return ClusterConfig(**out), None
+    cfg = ClusterConfig(**out)
+    top = cfg.bootstrap_port + PORT_BLOCK * cfg.port_slots - 1
+    if top > 65535:
+        return None, (f"bootstrap_port {cfg.bootstrap_port} with port_slots "
+                      f"{cfg.port_slots} reaches port {top}, past 65535: lower either")
+    return cfg, None
 
 
-__all__ = ["ENGINES", "EXTRA_COLLECTIVES", "KEYS", "ClusterConfig", "parse_cluster"]
+PORT_BLOCK = 20  # ports one job may use above its base (NCCL's bootstrap, perftest's)
+
+
+__all__ = ["ENGINES", "EXTRA_COLLECTIVES", "KEYS", "PORT_BLOCK", "ClusterConfig",
+           "parse_cluster"]
