@@ -445,7 +445,10 @@ def test_the_repair_gate_keeps_a_node_drained_until_the_loaded_retest_passes(
     finally:
         faults(cluster_lab, tmp_path)
     assert p.returncode == 1, p.stderr[-2000:]
-    # drained for it, as nodecert's health check drains a node
+    # drained for it, as nodecert's health check drains a node: the reason recorded on
+    # the node first (the gate resumes only a drain nodecert recorded, never a lookalike)
+    cluster_lab.ssh("h2", "echo '{\"h2\": \"nodecert: health.xid FAIL\"}' "
+                          "> /var/lib/nodecert/slurm-drains.json")
     cluster_lab.ssh("h1", "scontrol update NodeName=h2 State=DRAIN "
                           "Reason='nodecert: health.xid FAIL'")
     try:
@@ -477,5 +480,6 @@ def test_the_repair_gate_keeps_a_node_drained_until_the_loaded_retest_passes(
         assert {c["host"]: c["verdict"] for c in data["certificates"]["nodes"]} == {
             "h2": "HEALTHY"}
     finally:
+        cluster_lab.ssh("h2", "rm -f /var/lib/nodecert/slurm-drains.json", check=False)
         cluster_lab.ssh("h1", "scontrol update NodeName=h2 State=RESUME", check=False)
     nothing_left(cluster_lab)
