@@ -96,6 +96,15 @@ def make_upstream(root: Path, *, drop: str = "") -> Path:
     return repo
 
 
+@pytest.fixture(autouse=True)
+def _stand_in_wheels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test index serves stand-in wheels, not the ones the shipped stack is locked to:
+    the builds here take the stack without its lock (the shipped lock meets them in
+    test_the_shipped_lock_refuses_other_wheels_and_a_site_lock_takes_its_place)."""
+    monkeypatch.setattr(mirror, "find_stack", lambda name: _locked({}) if name == STACK
+                        else find_stack(name))
+
+
 @pytest.fixture
 def upstreams(tmp_path: Path) -> tuple[Path, str]:
     build_wheelhouse(tmp_path / "pypi")
@@ -297,7 +306,7 @@ def test_the_upstream_signature_is_checked_with_the_pinned_key(
     key.write_text(_gpg(home, "--armor", "--export", fpr))
     up = upstreams[0]
     _gpg(home, "--armor", "--detach-sign", "-o", str(up / "Release.gpg"), str(up / "Release"))
-    real = find_stack(STACK)
+    real = _locked({})
     pinned = dataclasses.replace(real, repository=dataclasses.replace(
         real.repository, key_fingerprint=fpr))
     monkeypatch.setattr(mirror, "find_stack", lambda name: pinned)
@@ -329,7 +338,7 @@ def test_provision_takes_the_mirrors_repository_key_and_digests(
     from nodecert.provision.run import mirror_vars
     out = tmp_path / "m"
     m = _build(upstreams, out)
-    got = mirror_vars(str(out), {STACK: find_stack(STACK)})
+    got = mirror_vars(str(out), {STACK: _locked({})})
     assert got["nvidia_repo_url"] == f"{out}/nvidia"
     assert got["framework_index_url"] == f"file://{out}/simple"
     assert got["nvidia_repo_key_url"] == f"{out}/nvidia/3bf863cc.pub"
@@ -341,7 +350,7 @@ def test_provision_takes_the_mirrors_repository_key_and_digests(
     plain = tmp_path / "plain"
     shutil.copytree(out, plain)
     os.unlink(plain / mirror.MANIFEST)
-    assert "framework_wheel_hashes" not in mirror_vars(str(plain), {STACK: find_stack(STACK)})
+    assert "framework_wheel_hashes" not in mirror_vars(str(plain), {STACK: _locked({})})
 
 
 @pytest.mark.integration
@@ -381,10 +390,10 @@ def test_a_locked_stack_decides_the_wheels(upstreams: tuple[Path, str], tmp_path
     from nodecert.provision.run import mirror_vars
     whl = next((tmp_path / "pypi" / "wheels").glob("torch-2.9.1+cu130-*.whl"))
     right = {"torch==2.9.1+cu130": (mirror.sha256_file(whl),)}
-    for lock, why in (({"torch==2.9.1+cu130": ("0" * 64,)}, "is not the locked one"),
-                      ({**right, "numpy==2.0.0": ("1" * 64,)},
-                       "numpy==2.0.0: locked, but not among the wheels"),
-                      ({"other==1.0": ("2" * 64,)}, "torch==2.9.1+cu130: not in the lock")):
+    # pip itself refuses other bytes or a pin the index lacks: it downloads by digest
+    for lock, why in (({"torch==2.9.1+cu130": ("0" * 64,)}, "Expected sha256 " + "0" * 64),
+                      ({**right, "numpy==2.0.0": ("1" * 64,)}, "numpy==2.0.0"),
+                      ({"other==1.0": ("2" * 64,)}, "other==1.0")):
         monkeypatch.setattr(mirror, "find_stack", lambda name, lock=lock: _locked(lock))
         with pytest.raises(mirror.MirrorError, match=re.escape(why)):
             _build(upstreams, tmp_path / f"m{len(why)}")
@@ -399,6 +408,50 @@ def test_a_locked_stack_decides_the_wheels(upstreams: tuple[Path, str], tmp_path
     (out / mirror.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(InventoryError, match=r"lists other wheels than stack .* is locked to"):
         mirror_vars(str(out), {STACK: _locked(right)})
+
+
+@pytest.mark.integration
+def test_the_shipped_lock_refuses_other_wheels_and_a_site_lock_takes_its_place(
+        upstreams: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped stack is locked to the real wheels: built from an index serving other
+    bytes, nothing is built. A site that locks its own wheels (the inventory's
+    framework_wheel_hashes, given to the build as --wheel-hashes) gets its mirror, and
+    provisioning takes that lock in the stack's place, and only that one."""
+    from nodecert.provision.run import mirror_vars
+    monkeypatch.setattr(mirror, "find_stack", find_stack)
+    shipped = find_stack(STACK)
+    assert shipped.framework.hashes
+    with pytest.raises(mirror.MirrorError, match=f"the {len(shipped.framework.hashes)} "
+                                                 f"wheels stack {STACK} is locked to"):
+        _build(upstreams, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+    whl = next((tmp_path / "pypi" / "wheels").glob("torch-2.9.1+cu130-*.whl"))
+    site = {"torch==2.9.1+cu130": [mirror.sha256_file(whl)]}
+    group_vars = tmp_path / "site.yml"
+    group_vars.write_text(json.dumps({"framework_wheel_hashes": {STACK: site}}))
+    out = tmp_path / "m"
+    r = CliRunner().invoke(main, [
+        "mirror", "build", "--stack", STACK, "--os", OS, "--out", str(out), "--apt-upstream",
+        str(upstreams[0]), "--index-url", upstreams[1], "--allow-unsigned-upstream",
+        "--wheel-hashes", str(group_vars), "--json"])
+    assert r.exit_code == 0, r.output
+    built = json.loads((out / mirror.MANIFEST).read_text())
+    assert built["lock"] == "site" and built["wheels"] == site
+    # provisioning: the site's lock decides; the roles install with it, not the mirror's list
+    assert "framework_wheel_hashes" not in mirror_vars(str(out), {STACK: shipped},
+                                                       site_locks={STACK: site})
+    with pytest.raises(InventoryError, match=r"is locked to: torch==2\.9\.1\+cu130: sha256"):
+        mirror_vars(str(out), {STACK: shipped})
+    other = {"torch==2.9.1+cu130": ["0" * 64]}
+    with pytest.raises(InventoryError, match="is locked to by the inventory"):
+        mirror_vars(str(out), {STACK: shipped}, site_locks={STACK: other})
+    # a --wheel-hashes file without the stack's digests is refused, naming the file
+    group_vars.write_text("framework_wheel_hashes: {r570-cuda12.8: {}}\n")
+    r = CliRunner().invoke(main, [
+        "mirror", "build", "--stack", STACK, "--os", OS, "--out", str(tmp_path / "n"),
+        "--wheel-hashes", str(group_vars)])
+    assert r.exit_code == 2 and f"{group_vars}: framework_wheel_hashes has no digests for " \
+        f"stack {STACK}" in r.output
 
 
 def test_an_unlocked_stack_over_plain_http_is_warned_about(

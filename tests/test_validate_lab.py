@@ -173,6 +173,8 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
     r = wheel_cli("main", "mirror", "build", "--stack", STACK, "--os", "debian-12",
                   "--out", str(site_mirror), "--apt-upstream", str(upstream / "nvidia"),
                   "--index-url", f"file://{upstream / 'simple'}", "--allow-unsigned-upstream",
+                  # the lab's stand-in wheels are locked by the lab (not the shipped lock)
+                  "--wheel-hashes", str(st / "group_vars" / "lab.yml"),
                   *(a for name in os_archive + gpu_tools for a in ("--extra-package", name)))
     assert r.returncode == 0, r.stdout + r.stderr
     assert wheel_cli("main", "mirror", "verify", str(site_mirror)).returncode == 0
@@ -182,7 +184,8 @@ def test_the_main_job_runs_from_an_installed_wheel(plab: Lab, tmp_path: Path) ->
     (inv_dir / "group_vars").mkdir(parents=True)
     (inv_dir / "host_vars").mkdir()
     shutil.copy(inv(plab), inv_dir / "hosts.ini")
-    (inv_dir / "group_vars" / "lab.yml").write_text(f"nodecert_stack: {STACK}\n")
+    (inv_dir / "group_vars" / "lab.yml").write_text(
+        f"nodecert_stack: {STACK}\n" + (st / "group_vars" / "lab.yml").read_text())
     password = "pw-" + os.urandom(6).hex()
     vault_pw = tmp_path / "vault-pw"
     vault_pw.write_text("v-" + os.urandom(6).hex() + "\n")

@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from support.env import REPO
+
 
 def manifest(
     *,
@@ -89,3 +91,13 @@ def write_manifest(directory: Path, data: dict[str, Any], text: str | None = Non
     path = directory / f"{data['name']}.yml"
     path.write_text(text if text is not None else yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def unlocked_text(stack: str) -> str:
+    """The shipped manifest with its lock taken out (the framework block's lock lines)."""
+    lines = (REPO / "stacks" / f"{stack}.yml").read_text().splitlines(keepends=True)
+    start = lines.index("framework:\n")
+    end = next(k for k in range(start + 1, len(lines)) if lines[k][:1] not in " #\n")
+    keep = [ln for ln in lines[start + 1:end] if not ln.startswith(
+        ("  hashes", "  extra_index_urls", "    ", "  #"))]
+    return "".join(lines[:start + 1] + keep + lines[end:])

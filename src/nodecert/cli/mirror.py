@@ -46,18 +46,28 @@ def mirror() -> None:
                    "nccl-tests; the highest version without =VERSION). Repeatable.")
 @click.option("--allow-unsigned-upstream", is_flag=True,
               help="Skip the signature check: only for a local repository you control.")
+@click.option("--wheel-hashes", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              metavar="FILE",
+              help="The site's lock in the stack's place: an inventory file (group_vars) "
+                   "that sets framework_wheel_hashes for the stack; the wheels must be "
+                   "exactly those.")
 @json_option
 @handle_errors
 def build_cmd(stack_name: str, os_name: str, out: Path, apt_upstream: str | None,
               index_url: str | None, key: Path | None, extra: tuple[str, ...],
-              allow_unsigned_upstream: bool, as_json: bool) -> None:
+              allow_unsigned_upstream: bool, wheel_hashes: Path | None,
+              as_json: bool) -> None:
     """Fetch exactly the stack's pinned packages (with the dependencies the same
     repository provides) and its framework wheels into OUT, every file checked
-    against the upstream's index, with a manifest of every file's sha256."""
+    against the upstream's index, with a manifest of every file's sha256. A locked
+    stack's wheels (or the site's lock, --wheel-hashes) are fetched by digest."""
+    from nodecert.provision.locks import read_site_lock
     from nodecert.provision.mirror import build
 
+    site_lock = read_site_lock(wheel_hashes, stack_name) if wheel_hashes else None
     m = build(stack_name, os_name, out, apt_upstream=apt_upstream, index_url=index_url,
-              key=key, allow_unsigned=allow_unsigned_upstream, extra=extra)
+              key=key, allow_unsigned=allow_unsigned_upstream, extra=extra,
+              site_lock=site_lock)
     if as_json:
         emit_json({"out": str(out), **m})
         return

@@ -29,12 +29,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from nodecert.core.errors import ManifestError
 from nodecert.provision import aptrepo
+from nodecert.provision.locks import lock_differences
 from nodecert.provision.mirror_fetch import (
     FETCH_TIMEOUT_S,
     MirrorError,
@@ -55,7 +57,10 @@ from nodecert.stack.manifest import Stack, find_stack, load_stack
 
 PIP_TIMEOUT_S = 3600
 # Where the framework's wheels are built for: the node's CPython on x86_64 Linux.
-WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+# pip matches --platform tags exactly, so every glibc the supported OSes reach is named:
+# Ubuntu 22.04's 2.35 is the oldest, and NVIDIA's CUDA 13 wheels are tagged 2_25 and 2_27.
+WHEEL_PLATFORMS = (*(f"manylinux_2_{n}_x86_64" for n in range(35, 4, -1)),
+                   "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64",
                    "linux_x86_64")
 
 
@@ -198,9 +203,15 @@ def _wheel_name(path: Path) -> tuple[str, str]:
     return dist.replace("_", "-").lower(), version
 
 
-def build_wheels(stack: Stack, index_url: str, out: Path) -> dict[str, list[str]]:
+def build_wheels(stack: Stack, index_url: str, out: Path, *,
+                 lock: Mapping[str, Any] | None = None,
+                 extra_index_urls: tuple[str, ...] = ()) -> dict[str, list[str]]:
     """pip download of the framework pins and their dependencies, for the node's Python;
-    {"name==version": [sha256]} of every wheel."""
+    {"name==version": [sha256]} of every wheel. With a lock (the stack's own unless one
+    is given; {} for none), exactly the locked wheels: pip downloads them with
+    --require-hashes, so no other build of a pin is taken from any index, and a wheel or
+    pin the lock does not match stops the build."""
+    lock = dict(stack.framework.hashes if lock is None else lock)
     pins = framework_pins(stack)
     wheels = out / "wheels"
     wheels.mkdir(parents=True)
@@ -209,25 +220,45 @@ def build_wheels(stack: Stack, index_url: str, out: Path) -> dict[str, list[str]
     py = stack.framework.python or "3"
     abi = "cp" + py.replace(".", "")
     argv = [sys.executable, "-m", "pip", "download", "--dest", str(wheels), "--index-url",
-            index_url, "--only-binary=:all:", "--no-cache-dir", "--disable-pip-version-check",
+            index_url, *[a for x in extra_index_urls for a in ("--extra-index-url", x)],
+            "--only-binary=:all:", "--no-cache-dir", "--disable-pip-version-check",
             "--timeout", str(FETCH_TIMEOUT_S), "--python-version", py,
             "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
-            *[a for p in WHEEL_PLATFORMS for a in ("--platform", p)], *pins]
+            *[a for p in WHEEL_PLATFORMS for a in ("--platform", p)]]
     env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT_S,
-                              env=env, check=False)
-    except subprocess.TimeoutExpired:
-        raise MirrorError(f"pip download from {index_url} took longer than "
-                          f"{PIP_TIMEOUT_S} s") from None
+    with tempfile.TemporaryDirectory(prefix="nodecert-pins-") as d:
+        if lock:
+            # Every locked wheel by its digest: pip takes only these bytes, and refuses a
+            # dependency the lock does not hold (the lock must be closed).
+            req = Path(d) / "requirements.txt"
+            req.write_text("".join(
+                f"{pin} " + " ".join(f"--hash=sha256:{str(x).removeprefix('sha256:')}"
+                                     for x in digests) + "\n"
+                for pin, digests in sorted(lock.items())))
+            argv += ["--require-hashes", "-r", str(req)]
+        else:
+            argv += pins
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True,
+                                  timeout=PIP_TIMEOUT_S, env=env, check=False)
+        except subprocess.TimeoutExpired:
+            raise MirrorError(f"pip download from {index_url} took longer than "
+                              f"{PIP_TIMEOUT_S} s") from None
     if proc.returncode != 0:
+        said = (proc.stdout + proc.stderr).strip()
+        if lock:
+            raise MirrorError(
+                f"pip could not download the {len(lock)} wheels stack {stack.name} is "
+                f"locked to from {index_url}: {said[-900:]}",
+                hint="the index serves other bytes or lacks a locked wheel: use the index "
+                     "the lock was made from, or lock again (nodecert stack lock, or the "
+                     "site's framework_wheel_hashes) after checking why")
         raise MirrorError(f"pip could not download {' '.join(pins)} from {index_url}: "
-                          f"{(proc.stdout + proc.stderr).strip()[-600:]}")
+                          f"{said[-600:]}")
     hashes: dict[str, list[str]] = {}
     for whl in sorted(wheels.glob("*.whl")):
         dist, version = _wheel_name(whl)
         hashes.setdefault(f"{dist}=={version}", []).append(sha256_file(whl))
-    lock = stack.framework.hashes or {}
     if lock:  # a locked stack: the lock decides, every wheel and every pin
         problems = lock_differences(lock, hashes)
         if problems:
@@ -242,23 +273,6 @@ def build_wheels(stack: Stack, index_url: str, out: Path) -> dict[str, list[str]
     return hashes
 
 
-def _normal(hashes: dict[str, Any]) -> dict[str, set[str]]:
-    return {str(pin).lower(): {str(d).lower().removeprefix("sha256:") for d in digests}
-            for pin, digests in hashes.items()}
-
-
-def lock_differences(lock: dict[str, Any], wheels: dict[str, Any]) -> list[str]:
-    """How a set of wheels ({"name==version": [sha256]}) differs from a stack's lock:
-    a wheel the lock does not list, a locked pin missing, a digest the lock does not
-    name. Empty when they are the same set."""
-    want, got = _normal(lock), _normal(wheels)
-    out = [f"{pin}: not in the lock" for pin in sorted(set(got) - set(want))]
-    out += [f"{pin}: locked, but not among the wheels" for pin in sorted(set(want) - set(got))]
-    out += [f"{pin}: sha256 {', '.join(sorted(got[pin] - want[pin]))[:16]}... is not the "
-            "locked one" for pin in sorted(set(want) & set(got)) if got[pin] - want[pin]]
-    return out
-
-
 def lock_stack(stack_name: str, out: Path, index_url: str | None = None) -> dict[str, Any]:
     """Write `out`: the stack's manifest with `framework.hashes` set to the sha256 of
     every wheel its environment installs (the framework's and each dependency's), as
@@ -269,8 +283,12 @@ def lock_stack(stack_name: str, out: Path, index_url: str | None = None) -> dict
     if out.name != f"{stack.name}.yml":
         raise MirrorError(f"{out}: a stack file is named after its stack",
                           hint=f"name it {stack.name}.yml (in $NODECERT_HOME/stacks)")
+    # From the stack's own index, its dependency wheels may come from the indexes it names
+    # beside it (PyPI); a site's index (--index-url) must carry them all.
+    extras = () if index_url else stack.framework.extra_index_urls
     with tempfile.TemporaryDirectory(prefix="nodecert-lock-") as d:
-        hashes = build_wheels(stack, index_url or stack.framework.index_url, Path(d))
+        hashes = build_wheels(stack, index_url or stack.framework.index_url, Path(d),
+                              lock={}, extra_index_urls=extras)
     if not hashes:
         raise MirrorError(f"stack {stack.name} installs no framework wheels: nothing to lock")
     text = stack.path.read_text()
@@ -283,10 +301,16 @@ def lock_stack(stack_name: str, out: Path, index_url: str | None = None) -> dict
         end += 1
     while end > start + 1 and not lines[end - 1].strip():
         end -= 1
+    # The old lock goes whole: its digests, where they were read, its indexes and the
+    # comments about them (the framework block's comments are the lock's).
     body = [ln for ln in lines[start + 1:end] if not ln.startswith(
-        ("  hashes:", "    ", "  # sha256 of every wheel"))]
+        ("  hashes", "  extra_index_urls:", "    ", "  #"))]
     block = ["  # sha256 of every wheel, as `nodecert stack lock` downloaded them from "
-             f"{index_url or stack.framework.index_url}", "  hashes:"] + [
+             f"{' and '.join((index_url or stack.framework.index_url, *extras))}",
+             "  hashes_source: [LOCK]",
+             *([f"  extra_index_urls: [{', '.join(json.dumps(x) for x in extras)}]"]
+               if extras else []),
+             "  hashes:"] + [
         f"    \"{pin}\": [{', '.join(digests)}]" for pin, digests in sorted(hashes.items())]
     out.parent.mkdir(parents=True, exist_ok=True)
     new = "\n".join(lines[:start + 1] + body + block + lines[end:]) + "\n"
@@ -326,8 +350,12 @@ def _all_files(root: Path) -> dict[str, dict[str, Any]]:
 
 def build(stack_name: str, os_name: str, out: Path, *, apt_upstream: str | None = None,
           index_url: str | None = None, key: Path | None = None,
-          allow_unsigned: bool = False, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Build the mirror into `out` (which must not exist or be empty); its manifest."""
+          allow_unsigned: bool = False, extra: tuple[str, ...] = (),
+          site_lock: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Build the mirror into `out` (which must not exist or be empty); its manifest.
+
+    The wheels are the stack's lock, or the site's (`site_lock`, as the inventory's
+    framework_wheel_hashes gives it) in its place; with neither, what the index serves."""
     stack = find_stack(stack_name)
     if os_name not in stack.os:
         raise ManifestError(f"stack {stack.name} has no packages for {os_name}",
@@ -343,11 +371,16 @@ def build(stack_name: str, os_name: str, out: Path, *, apt_upstream: str | None 
     try:
         apt = build_apt(stack, os_name, upstream, tmp / "nvidia", key=key,
                         allow_unsigned=allow_unsigned, extra=extra)
-        wheels = build_wheels(stack, index, tmp)
+        lock = dict(site_lock) if site_lock else stack.framework.hashes
+        # The locked dependency wheels may come from the indexes the stack names beside its
+        # own (by digest); a site's index (--index-url) must carry them all.
+        wheels = build_wheels(stack, index, tmp, lock=lock, extra_index_urls=(
+            stack.framework.extra_index_urls if lock and not index_url else ()))
         manifest = {
             "schema": SCHEMA, "stack": stack.name, "os": os_name,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "upstreams": {"apt": upstream, "index": index}, "signature": apt.signature,
+            "lock": "site" if site_lock else "stack" if stack.framework.hashes else None,
             "extra_packages": list(extra),
             "packages": apt.packages,
             "from_os_archive": apt.external,
@@ -365,5 +398,4 @@ def build(stack_name: str, os_name: str, out: Path, *, apt_upstream: str | None 
 
 
 __all__ = ["MANIFEST", "SCHEMA", "MirrorError", "build", "fetch_bytes", "framework_pins",
-           "lock_differences", "lock_stack",
-           "mirror_manifest", "read_manifest", "verify", "write_simple_index"]
+           "lock_stack", "mirror_manifest", "read_manifest", "verify", "write_simple_index"]

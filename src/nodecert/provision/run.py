@@ -28,6 +28,7 @@ from nodecert.core.paths import product_dir, stacks_dir
 from nodecert.core.verdict import Verdict
 from nodecert.inventory.maps import parse_mapping
 from nodecert.inventory.reader import hostvars
+from nodecert.provision.locks import site_wheel_locks
 from nodecert.provision.preflight import preflight
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import record_provision_inputs, write_json
@@ -140,15 +141,19 @@ def _refuse_mirror_credentials(mirror: str | None) -> None:
 
 
 def mirror_vars(mirror: str, manifests: dict[str, Stack],
-                warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+                warn: Callable[[str], None] | None = None,
+                site_locks: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Role variables for a mirror laid out as `nodecert mirror build` writes it: its
     repository, its index, the repository key it carries and, when the mirror has a
     manifest, every wheel's sha256 (pip then installs with --require-hashes).
 
-    A locked stack's `framework.hashes` decide: the mirror's list must be the same set
-    (else InventoryError) and is not handed on. An unlocked stack takes the mirror's
-    list, which over plain http anyone on the path could have changed: said to `warn`."""
-    from nodecert.provision.mirror import lock_differences, mirror_manifest
+    A locked stack's `framework.hashes` decide, or the site's lock in their place (the
+    inventory's framework_wheel_hashes for the stack, `site_locks`): the mirror's list
+    must be the same set (else InventoryError) and is not handed on. An unlocked stack
+    takes the mirror's list, which over plain http anyone on the path could have changed:
+    said to `warn`."""
+    from nodecert.provision.locks import lock_differences
+    from nodecert.provision.mirror import mirror_manifest
 
     base = mirror.rstrip("/")
     out: dict[str, Any] = {
@@ -164,16 +169,18 @@ def mirror_vars(mirror: str, manifests: dict[str, Stack],
                                  f"this run provisions {', '.join(sorted(manifests))}",
                                  hint="build a mirror per stack (nodecert mirror build "
                                       "--stack ...) and give the matching one")
-        lock = manifests[str(built["stack"])].framework.hashes or {}
+        site = (site_locks or {}).get(str(built["stack"])) or {}
+        lock = dict(site) or manifests[str(built["stack"])].framework.hashes or {}
         if lock:
             problems = lock_differences(lock, built["wheels"])
             if problems:
                 raise InventoryError(
                     f"the mirror at {mirror} lists other wheels than stack {built['stack']} "
-                    f"is locked to: " + "; ".join(problems[:6]),
-                    hint="rebuild the mirror from the locked stack (nodecert mirror build), "
-                         "or find out who changed it")
-            return out  # the roles install with the stack's own lock
+                    f"is locked to{' by the inventory' if site else ''}: "
+                    + "; ".join(problems[:6]),
+                    hint="rebuild the mirror from the locked stack (nodecert mirror build"
+                         f"{' --wheel-hashes' if site else ''}), or find out who changed it")
+            return out  # the roles install with the lock (the site's, else the stack's)
         if base.startswith("http://") and warn is not None:
             warn(f"warning: stack {built['stack']} is not locked, so the wheels' sha256 come "
                  f"from the mirror's manifest over plain http ({mirror}): anyone on the path "
@@ -339,7 +346,8 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
                                  Path.home() / ".cache" / "nodecert" / "bundles"),
                              **(extravars or {})}
     if mirror:
-        xvars.update(mirror_vars(mirror, manifests, warn=say))
+        xvars.update(mirror_vars(mirror, manifests, warn=say,
+                                 site_locks=site_wheel_locks(inventory, sorted(pre.hosts))))
     write_json(run.extravars_input, xvars, private=True)
     hosts = sorted(pre.hosts)
     tracker = _Tracker(hosts, say)

@@ -67,6 +67,12 @@ class Framework:
     # "name==version" -> allowed sha256 digests, for every wheel of the environment (the
     # framework and each wheel it pulls in): with them, pip installs with --require-hashes
     hashes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Where the lock's digests were read (source keys).
+    hashes_source: tuple[str, ...] = ()
+    # Indexes the locked dependency wheels are published on besides index_url (PyPI):
+    # used only with the lock, where pip refuses any wheel whose digest it does not list,
+    # so which index serves a wheel cannot change what is installed.
+    extra_index_urls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -203,6 +209,36 @@ def _wheel_hashes(node: yamldoc.Node) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def _norm_dist(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _check_lock(framework: Framework, fw: dict[str, yamldoc.Node]) -> None:
+    """A lock holds the framework pins themselves, says where its digests were read, and
+    names extra indexes only beside a lock (without one they would let any index serve
+    any version of a dependency)."""
+    if framework.extra_index_urls and not framework.hashes:
+        raise fw["extra_index_urls"].error(
+            "extra_index_urls without hashes: an unlocked install would take a dependency "
+            "from whichever index offers it", hint="lock the stack (hashes:) or remove them")
+    if not framework.hashes:
+        return
+    if not framework.hashes_source:
+        raise fw["hashes"].error("a lock must say where its digests were read",
+                                 hint="add hashes_source: [KEY, ...] (stacks/compat/sources.yml)")
+    locked = {_norm_dist(pin.split("==", 1)[0]): pin.split("==", 1)[1]
+              for pin in framework.hashes}
+    pins = ([("torch", str(framework.pytorch))] if framework.pytorch is not None else []) + (
+        [("tensorflow", framework.tensorflow)] if framework.tensorflow else [])
+    for dist, version in pins:
+        if locked.get(dist) != version:
+            raise fw["hashes"].error(
+                f"the lock does not hold {dist}=={version}, the framework it is for "
+                f"(it has {dist}=={locked[dist]})" if dist in locked else
+                f"the lock does not hold {dist}=={version}, the framework it is for",
+                hint="lock the stack again (nodecert stack lock)")
+
+
 def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
     matrix = matrix or default_matrix()
     root = yamldoc.load(path)
@@ -235,14 +271,18 @@ def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
               if "cuda_compat" in c else None)
 
     fw = f["framework"].mapping({"python", "index_url", "pytorch", "tensorflow", "source"},
-                                {"hashes"})
+                                {"hashes", "hashes_source", "extra_index_urls"})
     framework = Framework(
         python=fw["python"].text(), index_url=fw["index_url"].text(),
         pytorch=fw["pytorch"].opt_parsed(TorchVersion.parse),
         tensorflow=fw["tensorflow"].opt_text(), source=_sources(fw["source"], matrix)[0],
-        hashes=_wheel_hashes(fw["hashes"]) if "hashes" in fw else {})
+        hashes=_wheel_hashes(fw["hashes"]) if "hashes" in fw else {},
+        hashes_source=_sources(fw["hashes_source"], matrix) if "hashes_source" in fw else (),
+        extra_index_urls=tuple(fw["extra_index_urls"].text_list())
+        if "extra_index_urls" in fw else ())
     if framework.pytorch is None and framework.tensorflow is None:
         raise f["framework"].error("pin at least one of pytorch or tensorflow")
+    _check_lock(framework, fw)
 
     r = f["repository"].mapping({"url", "key_url", "key_fingerprint", "source"})
     fpr = r["key_fingerprint"].text()
