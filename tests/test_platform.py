@@ -160,11 +160,71 @@ def test_the_real_lsmod_shows_peermem_loaded() -> None:
     assert res.verdict is Verdict.PASS and "nvidia_peermem" in res.summary
 
 
+def _without_peermem(text: str) -> str:
+    """The listing of a node whose nvidia_peermem is not loaded: no row, and no module
+    naming it as a user."""
+    return text.replace("nvidia_peermem         16384  0\n", "").replace("nvidia_peermem,", "")
+
+
 def test_no_gpudirect_path_fails_where_a_fabric_is_ordered_only() -> None:
-    mods = system.parse_lsmod(LSMOD.replace("nvidia_peermem         16384  0\n", ""))
+    mods = system.parse_lsmod(_without_peermem(LSMOD))
+    assert "nvidia_peermem" not in system.loaded_modules(mods)
     assert plat.judge_gpudirect(mods, "proprietary", True, limits()).verdict is Verdict.FAIL
     assert plat.judge_gpudirect(mods, "open", True, limits()).verdict is Verdict.PASS
     assert plat.judge_gpudirect(mods, None, False, limits()).verdict is Verdict.PASS
+
+
+@pytest.mark.parametrize("listing", [
+    # the real listing without its own nvidia_peermem row: ib_uverbs and nvidia name it
+    LSMOD.replace("nvidia_peermem         16384  0\n", ""),
+    # `lsmod | grep ib_` on the same node: only the RDMA core's row, naming its users
+    next(line for line in LSMOD.splitlines() if line.startswith("ib_uverbs")) + "\n",
+    # the users column wrapped onto the next line (a narrow terminal or a paste)
+    "Module                  Size  Used by\nnvidia              54292480  63 nvidia_uvm,\n"
+    "nvidia_peermem,nvidia_modeset\n"])
+def test_peermem_named_only_as_a_user_is_loaded(listing: str) -> None:
+    """A module another module lists as its user is loaded: a filtered or wrapped lsmod
+    that shows nvidia_peermem only in a Used-by column passes (with the nvidia module
+    shown, or the open driver read beside it)."""
+    mods = system.parse_lsmod(listing)
+    assert "nvidia_peermem" in system.loaded_modules(mods)
+    res = plat.judge_gpudirect(mods, "proprietary", True, limits())
+    assert res.verdict is Verdict.PASS and "nvidia_peermem" in res.summary, res.summary
+
+
+PROC_MODULES = (  # /proc/modules' row format, as the kernel writes it
+    "nvidia_uvm 4956160 0 - Live 0x0000000000000000 (POE)\n"
+    "nvidia_peermem 16384 0 - Live 0x0000000000000000 (POE)\n"
+    "ib_uverbs 200704 3 nvidia_peermem,rdma_ucm,mlx5_ib, Live 0x0000000000000000\n"
+    "nvidia 54292480 63 nvidia_uvm,nvidia_peermem,nvidia_modeset, Live 0x0000000000000000 "
+    "(POE)\n")
+
+
+def test_proc_modules_and_sysfs_are_evidence_equal_to_lsmod() -> None:
+    proc = system.parse_proc_modules(PROC_MODULES)
+    assert proc["ib_uverbs"] == ["nvidia_peermem", "rdma_ucm", "mlx5_ib"]
+    assert proc["nvidia_peermem"] == []
+    empty_lsmod = system.parse_lsmod("Module                  Size  Used by\n")
+    # lsmod filtered to nothing, /proc/modules shows it: loaded
+    assert plat.judge_gpudirect(empty_lsmod, None, True, limits(),
+                                proc).verdict is Verdict.PASS
+    # /sys/module's directories alone (no users known)
+    sysfs = {"nvidia": [], "nvidia_peermem": []}
+    assert plat.judge_gpudirect(empty_lsmod, None, True, limits(),
+                                sysfs).verdict is Verdict.PASS
+    with pytest.raises(ParseError, match="/proc/modules: not a module row"):
+        system.parse_proc_modules("nvidia_peermem 16384\n")
+
+
+def test_a_listing_that_cannot_show_peermem_is_error_never_fail() -> None:
+    """A listing that shows no nvidia module at all (filtered to other modules, or
+    empty) cannot show whether nvidia_peermem is loaded: ERROR. With the nvidia module
+    shown and no peermem anywhere, FAIL."""
+    other = system.parse_lsmod("video                  73728  2 dell_wmi,i915\n")
+    res = plat.judge_gpudirect(other, "proprietary", True, limits())
+    assert res.verdict is Verdict.ERROR and "cannot show" in res.summary
+    shown = system.parse_lsmod(_without_peermem(LSMOD))
+    assert plat.judge_gpudirect(shown, "proprietary", True, limits()).verdict is Verdict.FAIL
 
 
 def test_an_lsmod_row_that_is_no_module_is_refused() -> None:

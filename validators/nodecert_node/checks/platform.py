@@ -236,21 +236,33 @@ def numa_balancing(ctx: Ctx) -> Result:
 # --- platform.gpudirect -------------------------------------------------------------------
 
 def judge_gpudirect(modules: dict[str, list[str]], driver_flavour: str | None,
-                    fabric: bool, limits: Limits) -> Result:
+                    fabric: bool, limits: Limits,
+                    *more: dict[str, list[str]]) -> Result:
     """GPUDirect RDMA paths available: the nvidia_peermem module loaded, or dma-buf (the
     open kernel modules, which NCCL uses on kernels from 5.12). Judged only where the
-    order has an RDMA fabric."""
+    order has an RDMA fabric. `modules` (lsmod) and `more` (/proc/modules, /sys/module's
+    names as rows without users) are equal evidence: a module is loaded when any listing
+    shows its row or names it as another module's user. A listing that shows no nvidia
+    module at all cannot show whether nvidia_peermem is loaded: ERROR, never a FAIL."""
+    loaded = system.loaded_modules(modules, *more)
     paths = []
-    if "nvidia_peermem" in modules:
+    if "nvidia_peermem" in loaded:
         paths.append("nvidia_peermem")
     if driver_flavour == "open":
         paths.append("dma-buf (open kernel modules)")
-    facts = {"paths": paths, "nvidia_loaded": "nvidia" in modules,
+    facts = {"paths": paths, "nvidia_loaded": "nvidia" in loaded,
              "driver_flavour": driver_flavour}
     if not fabric:
         return Result("platform.gpudirect", Verdict.PASS,
                       "no RDMA fabric ordered: GPUDirect RDMA is not needed"
                       + (f" (available: {', '.join(paths)})" if paths else ""), facts=facts)
+    if not paths and "nvidia" not in loaded:
+        return Result("platform.gpudirect", Verdict.ERROR,
+                      "the module listings show no nvidia module, so they cannot show "
+                      "whether nvidia_peermem is loaded (a filtered or partial listing)",
+                      facts=facts,
+                      remediation="Read the full `lsmod` and /proc/modules on the node; if "
+                                  "the nvidia driver is not loaded, fix that first.")
     fails: list[str] = []
     within(limits, "platform.gpudirect_paths_min", len(paths),
            "GPUDirect RDMA paths (nvidia_peermem loaded, or dma-buf with the open kernel "
@@ -275,6 +287,18 @@ def gpudirect(ctx: Ctx) -> Result:
         flavour: str | None = "open" if "Open Kernel Module" in version else "proprietary"
     except OSError:
         flavour = None
+    # The kernel's own lists, equal evidence to lsmod's (which reads /proc/modules too,
+    # but may be a wrapper or filtered): what any of them shows loaded is loaded.
+    more: list[dict[str, list[str]]] = []
+    try:
+        with open("/proc/modules") as f:
+            more.append(system.parse_proc_modules(f.read()))
+    except (OSError, ParseError):
+        pass  # lsmod's own listing still stands; an unreadable extra proves nothing
+    more.append({name: [] for name in ("nvidia", "nvidia_peermem")
+                 if os.path.isdir(f"/sys/module/{name}")})
     return judge_gpudirect(system.parse_lsmod(out.text), flavour,
-                           bool(ctx.spec.get("fabric")), ctx.limits).with_(
+                           bool(ctx.spec.get("fabric")), ctx.limits, *more).with_(
         evidence=(out.evidence,))
+
+

@@ -133,19 +133,59 @@ def parse_runc_version(text: str) -> dict[str, str]:
     return out
 
 
+_MODULE = re.compile(r"^[A-Za-z0-9_]+$")
+_USERS = re.compile(r"^[A-Za-z0-9_,]+,?$")
+
+
+def _users(field: str) -> list[str]:
+    """A module's users as lsmod and /proc/modules write them: "a,b", "a,b," or "-"
+    (none); "[permanent]" is a flag, not a user."""
+    return [u for u in field.split(",") if u and u not in ("-", "[permanent]")]
+
+
 def parse_lsmod(text: str) -> dict[str, list[str]]:
-    """`lsmod`: module -> the modules using it. The header and lines that are no module
-    row (a grep's other matches are rows too) are skipped; a row without its size and
-    use count is refused."""
+    """`lsmod`: module -> the modules using it. The header and blank lines are skipped; a
+    line holding only a comma list after a row is that row's users wrapped onto the next
+    line (a narrow terminal or a paste); any other line that is no module row (name,
+    size, use count) is refused."""
     out: dict[str, list[str]] = {}
+    last: str | None = None
     for line in text.splitlines():
         parts = line.split()
         if not parts or parts[0] == "Module":
             continue
-        if len(parts) < 3 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
+        if len(parts) == 1 and last is not None and "," in parts[0] \
+                and _USERS.match(parts[0]):
+            out[last] += _users(parts[0])
+            continue
+        if len(parts) < 3 or not _MODULE.match(parts[0]) or not parts[1].isdigit() \
+                or not parts[2].lstrip("-").isdigit():
             raise ParseError(f"lsmod: not a module row: {line.strip()!r}")
-        out[parts[0]] = parts[3].split(",") if len(parts) > 3 else []
+        out[parts[0]] = [u for p in parts[3:] for u in _users(p)]
+        last = parts[0]
     return out
+
+
+def parse_proc_modules(text: str) -> dict[str, list[str]]:
+    """`/proc/modules` ("name size refcount users state address [taints]"): module -> the
+    modules using it. A line that is not such a row is refused."""
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) < 5 or not _MODULE.match(parts[0]) or not parts[1].isdigit() \
+                or not parts[2].lstrip("-").isdigit():
+            raise ParseError(f"/proc/modules: not a module row: {line.strip()!r}")
+        out[parts[0]] = _users(parts[3])
+    return out
+
+
+def loaded_modules(*listings: dict[str, list[str]]) -> set[str]:
+    """Every module a listing shows loaded: each row, and each module named as another's
+    user (a user is loaded, whether or not its own row was kept by a filter)."""
+    return {name for rows in listings for mod, users in rows.items()
+            for name in (mod, *users)}
 
 
 _CPU = re.compile(r"^analyzing CPU (\d+):")
