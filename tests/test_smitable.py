@@ -212,3 +212,67 @@ def test_container_check_names_the_engine_error_cause(monkeypatch: pytest.Monkey
     assert inside is None and error is not None
     assert "Docker has no GPU device driver registered" in error
     assert "nvidia-ctk runtime configure --runtime=docker" in error
+
+
+# --- R610's header: "KMD Version" and "CUDA UMD Version" -------------------------------------
+
+R610 = SMI / "geforce-gtx1650-1gpu-610.57.04-default-table-kmd-version.txt"
+WDDM = SMI / "geforce-rtx3050-1gpu-617.14-default-table-kmd-version-wddm.txt"
+
+
+def test_r610_title_row_reads_as_driver_and_cuda() -> None:
+    r = parse_smi_table(R610.read_text())
+    assert (r["smi_version"], r["driver_version"], r["cuda_version"]) == (
+        "610.57.04", "610.57.04", "13.3")
+    g = r["gpus"][0]
+    assert (g["name"], g["persistence"], g["memory_total_mib"], g["power_w"]) == (
+        "NVIDIA GeForce GTX 1650", "Off", 4096.0, None)
+
+
+def test_a_windows_table_has_a_driver_model_and_no_mig_row() -> None:
+    r = parse_smi_table(WDDM.read_text())
+    g = r["gpus"][0]
+    assert (r["driver_version"], r["cuda_version"]) == ("617.14", "13.4")
+    assert (g["driver_model"], g["persistence"], g["temp_c"], g["fan_pct"]) == (
+        "WDDM", None, 40.0, None)
+    # a Linux table whose block stops after two rows is still cut short
+    cut = R610.read_text().replace(
+        "|                                         |                        |"
+        "                  N/A |\n", "")
+    with pytest.raises(ParseError, match="a GPU block of 2 row"):
+        parse_smi_table(cut)
+
+
+@given(st.sampled_from(["Driver Version", "KMD Version"]),
+       st.sampled_from(["CUDA Version", "CUDA UMD Version"]))
+def test_every_branchs_header_spelling_reads_alike(driver: str, cuda: str) -> None:
+    """The same table, -q and -q -x with either branch's header words give the same reading;
+    one header giving a field twice with two values is refused."""
+    from nodecert_node.parse import smi
+    table = H100_8.read_text()
+    variant = table.replace("Driver Version:", f"{driver}:").replace("CUDA Version:",
+                                                                     f"{cuda}:")
+    assert parse_smi_table(variant)["driver_version"] == \
+        parse_smi_table(table)["driver_version"]
+    q = (SMI / "h200-1gpu-590.48.01-q-idle.txt").read_text()
+    qv = q.replace("Driver Version    ", driver.ljust(len("Driver Version    ")), 1) \
+        .replace("CUDA Version      ", cuda.ljust(len("CUDA Version      ")), 1)
+    assert smi.parse_q(qv)[0]["Driver Version"] == smi.parse_q(q)[0]["Driver Version"]
+    assert smi.parse_q(qv)[0]["CUDA Version"] == smi.parse_q(q)[0]["CUDA Version"]
+    xml = (SMI / "b200-8gpu-580.105.08-q-x-v13.xml").read_text()
+    tag = {"Driver Version": "driver_version", "KMD Version": "kmd_version"}[driver]
+    xv = xml.replace("<driver_version>", f"<{tag}>").replace("</driver_version>", f"</{tag}>")
+    assert smi.parse_q_xml(xv)[0]["Driver Version"] == smi.parse_q_xml(xml)[0]["Driver Version"]
+
+
+def test_a_header_giving_the_driver_twice_is_refused() -> None:
+    from nodecert_node.parse import smi
+    q = (SMI / "h200-1gpu-590.48.01-q-idle.txt").read_text()
+    line = next(ln for ln in q.splitlines() if ln.startswith("Driver Version"))
+    twice = q.replace(line, line + "\nKMD Version                               : 610.1.1", 1)
+    with pytest.raises(ParseError, match="gives Driver Version twice"):
+        smi.parse_q(twice)
+    xml = (SMI / "b200-8gpu-580.105.08-q-x-v13.xml").read_text()
+    with pytest.raises(ParseError, match="gives Driver Version twice"):
+        smi.parse_q_xml(xml.replace("<driver_version>",
+                                    "<kmd_version>610.1.1</kmd_version><driver_version>", 1))

@@ -62,6 +62,16 @@ def _bus(raw: str) -> str:
 
 # --- -q text ----------------------------------------------------------------------------
 
+# The header fields' spellings by branch: R610 prints the kernel-mode driver's version as
+# "KMD Version" and the CUDA version the user-mode driver supports as "CUDA UMD Version"
+# (in the table's title row and in -q); both mean what "Driver Version" and "CUDA
+# Version" meant. The XML's element names follow the same words.
+HEADER_ALIASES = {"KMD Version": "Driver Version", "CUDA UMD Version": "CUDA Version"}
+_XML_HEADER = (("Driver Version", ("driver_version", "kmd_version")),
+               ("CUDA Version", ("cuda_version", "cuda_umd_version")),
+               ("Attached GPUs", ("attached_gpus",)))
+
+
 def q_tree(text: str) -> tuple[dict[str, str], list[tuple[str, dict[str, str]]]]:
     """`nvidia-smi -q` -> (header fields, [(bus id, {"Section/Sub/Label": value})]).
 
@@ -92,7 +102,13 @@ def q_tree(text: str) -> tuple[dict[str, str], list[tuple[str, dict[str, str]]]]
         path = "/".join([s for _, s in stack] + [label])
         if cur is None:
             if sep and value.strip():
-                header[label] = value.strip()
+                # R610 renamed the header's fields: one key for each field, whichever
+                # branch printed it (a key both spellings fill is refused below).
+                key = HEADER_ALIASES.get(label, label)
+                if key in header and header[key] != value.strip():
+                    raise ParseError(f"the header gives {key} twice ({header[key]!r} and "
+                                     f"{value.strip()!r} as {label!r})")
+                header[key] = value.strip()
             continue
         if sep and value.strip():
             cur.setdefault(path, value.strip())
@@ -285,9 +301,13 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
         raise ParseError(f"not well-formed nvidia-smi XML: {exc}") from exc
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"root element is <{root.tag}>, expected <nvidia_smi_log>")
-    header = {k: v for k, v in (("Driver Version", _t(root, "driver_version")),
-                                ("CUDA Version", _t(root, "cuda_version")),
-                                ("Attached GPUs", _t(root, "attached_gpus"))) if v}
+    header: dict[str, str] = {}
+    for key, tags in _XML_HEADER:
+        found = {v for v in (_t(root, tag) for tag in tags) if v}
+        if len(found) > 1:
+            raise ParseError(f"the XML gives {key} twice: {sorted(found)}")
+        if found:
+            header[key] = found.pop()
     gpus: list[Gpu] = []
     for g in root.findall("gpu"):
         reasons: dict[str, bool] = {}

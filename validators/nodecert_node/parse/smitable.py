@@ -16,7 +16,10 @@ from typing import Any
 
 from nodecert_node.parse import ParseError
 
-_HEAD = re.compile(r"NVIDIA-SMI (\S+)\s+Driver Version: (\S+)\s+CUDA Version: (\S+)")
+# The title row; R610 spells the driver "KMD Version" and the CUDA it supports "CUDA UMD
+# Version" (smi.HEADER_ALIASES), earlier branches "Driver Version" and "CUDA Version".
+_HEAD = re.compile(r"NVIDIA-SMI (\S+)\s+(?:Driver|KMD) Version: (\S+)\s+"
+                   r"CUDA (?:UMD )?Version: (\S+)")
 _BORDER = re.compile(r"^\s*[+|][-=+|]+[+|]?\s*$")
 _NA = ("N/A", "ERR!", "[N/A]", "Unknown", "[Unknown Error]")
 
@@ -39,10 +42,16 @@ def _num(raw: str, unit: str, what: str, n: int) -> float | None:
     return float(m.group(1))
 
 
-def _gpu_row1(cells: list[str], n: int) -> dict[str, Any]:
+# Windows drivers print the driver model where Linux prints persistence mode.
+_DRIVER_MODELS = ("WDDM", "TCC", "MCDM")
+
+
+def _gpu_row1(cells: list[str], n: int, windows: bool = False) -> dict[str, Any]:
     first = cells[0].split()
-    if len(first) < 3 or not first[0].isdigit() or first[-1] not in ("On", "Off", "N/A"):
-        raise ParseError(f"nvidia-smi table line {n}: expected 'index name persistence', got "
+    allowed = (*_DRIVER_MODELS, "N/A") if windows else ("On", "Off", "N/A")
+    if len(first) < 3 or not first[0].isdigit() or first[-1] not in allowed:
+        raise ParseError(f"nvidia-smi table line {n}: expected 'index name "
+                         f"{'driver-model' if windows else 'persistence'}', got "
                          f"{cells[0]!r}")
     name = " ".join(first[1:-1])
     bus = cells[1].split()
@@ -50,7 +59,8 @@ def _gpu_row1(cells: list[str], n: int) -> dict[str, Any]:
         raise ParseError(f"nvidia-smi table line {n}: expected a PCI bus id, got {cells[1]!r}")
     ecc = cells[2]
     return {"index": int(first[0]), "name": name, "name_truncated": name.endswith("..."),
-            "persistence": first[-1], "bus_id": bus[0].upper(),
+            "persistence": None if windows else first[-1],
+            **({"driver_model": first[-1]} if windows else {}), "bus_id": bus[0].upper(),
             "display_active": bus[1] if len(bus) > 1 else None,
             "ecc_volatile_uncorrected": int(ecc) if ecc.isdigit() else None,
             "ecc_cell": ecc}
@@ -117,8 +127,8 @@ def parse_smi_table(text: str) -> dict[str, Any]:
     and MIG mode), per MIG device (GPU, GI, CI, device, memory) and per process."""
     head = _HEAD.search(text)
     if not head:
-        raise ParseError("no 'NVIDIA-SMI ... Driver Version: ... CUDA Version:' header: not "
-                         "the nvidia-smi table")
+        raise ParseError("no 'NVIDIA-SMI ... Driver (or KMD) Version: ... CUDA (UMD) "
+                         "Version:' header: not the nvidia-smi table")
     lines = list(enumerate(text.splitlines(), 1))
     sections: list[tuple[str, list[tuple[int, str]]]] = []
     cur: list[tuple[int, str]] = []
@@ -160,13 +170,24 @@ def _after_rule(rows: list[tuple[int, str]]) -> list[tuple[int, str]]:
     return []
 
 
+def _gpu_block(block: list[tuple[int, list[str]]], windows: bool) -> dict[str, Any]:
+    gpu = _gpu_row1(block[0][1], block[0][0], windows)
+    gpu.update(_gpu_row2(block[1][1], block[1][0]))
+    mig_cell = block[2][1][2] if len(block) >= 3 else ""
+    gpu["mig_mode"] = mig_cell if mig_cell and mig_cell not in _NA else None
+    return gpu
+
+
 def _gpu_section(rows: list[tuple[int, str]]) -> list[dict[str, Any]]:
     # The header's rows between the top border and the `===` rule: 3 since R450 (MIG M.),
     # 2 before; each GPU block has as many.
-    start = next((k for k, (_, ln) in enumerate(rows) if "Persistence-M" in ln), None)
+    start = next((k for k, (_, ln) in enumerate(rows)
+                  if "Persistence-M" in ln or "Driver-Model" in ln), None)
     if start is None:
-        raise ParseError("no 'GPU  Name ... Persistence-M' header row: not the nvidia-smi "
-                         "table")
+        raise ParseError("no 'GPU  Name ... Persistence-M' (or Driver-Model) header row: "
+                         "not the nvidia-smi table")
+    # Windows (Driver-Model) has no MIG: its blocks may stop after two rows, at a border.
+    windows = "Driver-Model" in rows[start][1]
     per_gpu = 0
     for _, ln in rows[start:]:
         if "|===" in ln:
@@ -176,6 +197,9 @@ def _gpu_section(rows: list[tuple[int, str]]) -> list[dict[str, Any]]:
     block: list[tuple[int, list[str]]] = []
     for n, line in _after_rule(rows[start:]):
         if _BORDER.match(line) or not line.strip():
+            if windows and len(block) == 2 and per_gpu == 3:
+                gpus.append(_gpu_block(block, windows))
+                block = []
             if block:
                 raise ParseError(f"nvidia-smi table line {n}: a GPU block of {len(block)} "
                                  f"row(s) where the header has {per_gpu} (cut short?)")
@@ -186,11 +210,7 @@ def _gpu_section(rows: list[tuple[int, str]]) -> list[dict[str, Any]]:
                              f"in {line.strip()[:100]!r}")
         block.append((n, cells))
         if len(block) == per_gpu:
-            gpu = _gpu_row1(block[0][1], block[0][0])
-            gpu.update(_gpu_row2(block[1][1], block[1][0]))
-            mig_cell = block[2][1][2] if per_gpu >= 3 else ""
-            gpu["mig_mode"] = mig_cell if mig_cell and mig_cell not in _NA else None
-            gpus.append(gpu)
+            gpus.append(_gpu_block(block, windows))
             block = []
     if block:
         raise ParseError(f"nvidia-smi table line {block[-1][0]}: the last GPU block is cut "
