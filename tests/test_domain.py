@@ -152,6 +152,46 @@ def test_a_domain_missing_trays_fails() -> None:
     assert "the IMEX domain lists 2 nodes; rack rack-a1 has 18 compute trays" in r.findings
 
 
+def _addressed_rack() -> dict[str, Any]:
+    """RACK with each tray's inventory address: the real 18-node domain's addresses, in
+    order."""
+    nodes = parse_imex_status(IMEX_NEW.read_text())["nodes"]
+    return {**RACK, "tray_addresses": {f"tray{n['index']:02d}": n["address"] for n in nodes}}
+
+
+def test_the_trays_imex_lacks_or_adds_are_named_by_host_and_address() -> None:
+    rack = _addressed_rack()
+    full = parse_imex_status(IMEX_NEW.read_text())
+    assert judge_imex("domain.imex", full, rack, "active").verdict.name == "PASS"
+    lost = copy.deepcopy(full)
+    gone = lost["nodes"].pop(4)
+    r = judge_imex("domain.imex", lost, rack, "active")
+    assert r.verdict.name == "FAIL"
+    assert (f"the IMEX domain lacks 1 of rack rack-a1's 18 compute trays: tray04 "
+            f"({gone['address']})") in r.findings, r.findings
+    stranger = copy.deepcopy(full)
+    stranger["nodes"][7] = {**stranger["nodes"][7], "address": "10.9.9.9"}
+    r = judge_imex("domain.imex", stranger, rack, "active")
+    assert "the IMEX domain lists 1 node(s) that are no compute tray of rack rack-a1: " \
+        "#7 (10.9.9.9)" in r.findings
+    assert any(f.startswith("the IMEX domain lacks 1 of rack rack-a1's 18 compute trays: "
+                            "tray07 (") for f in r.findings)
+    twice = copy.deepcopy(full)
+    twice["nodes"][3] = {**twice["nodes"][3], "address": twice["nodes"][2]["address"]}
+    r = judge_imex("domain.imex", twice, rack, "active")
+    assert any(f.startswith("the IMEX domain lists a tray more than once: tray02")
+               for f in r.findings)
+
+
+def test_imex_on_its_own_network_is_compared_by_count_and_says_why() -> None:
+    rack = {**RACK, "tray_addresses": {f"tray{i:02d}": f"10.0.0.{i}" for i in range(18)}}
+    full = parse_imex_status(IMEX_NEW.read_text())
+    assert judge_imex("domain.imex", full, rack, "active").verdict.name == "PASS"
+    r = judge_imex("domain.imex", parse_imex_status(IMEX_OLD.read_text()), rack, "active")
+    assert "the IMEX domain lists 2 nodes; rack rack-a1 has 18 compute trays (no IMEX " \
+        "address is a tray's inventory address, so the trays cannot be named)" in r.findings
+
+
 @pytest.mark.parametrize(("text", "why"), [
     ("", "no 'Domain State:' line"),
     (IMEX_NEW.read_text().split("Domain State")[0], "no 'Domain State:' line"),

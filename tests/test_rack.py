@@ -50,6 +50,8 @@ def test_a_full_rack_is_read_and_each_tray_knows_its_rack(tmp_path: Path) -> Non
     rack = specs["tray07"].validation["rack"]
     assert rack["kind"] == "GB200-NVL72" and rack["imex"] is True and rack["gpus"] == 72
     assert rack["trays"] == [f"tray{i:02d}" for i in range(18)]
+    # each tray's address: IMEX lists addresses, the node names the tray it lacks
+    assert rack["tray_addresses"] == {f"tray{i:02d}": f"10.0.0.{i + 1}" for i in range(18)}
     assert [s["name"] for s in rack["switch_trays"]][:2] == ["nvsw-01", "nvsw-02"]
     assert rack["cdu"] == {"name": "cdu-01", "address": "10.10.5.41"}
 

@@ -391,8 +391,13 @@ def _check_racks(report: InventoryReport, trays: list[TrayInfo], where: str) -> 
     for t in trays:
         spec = report.hosts.get(t.host)
         if spec is not None and "rack" in spec.validation:
-            spec.validation["rack"] = {**spec.validation["rack"],
-                                       "trays": sorted(members[t.rack["name"]])}
+            names = sorted(members[t.rack["name"]])
+            # each tray's address, so the node can name a tray IMEX lacks by host and
+            # address (IMEX lists addresses only)
+            spec.validation["rack"] = {
+                **spec.validation["rack"], "trays": names,
+                "tray_addresses": {h: report.hosts[h].address for h in names
+                                   if h in report.hosts}}
 
 
 def hostvars(inventory: Path, hosts: list[str]) -> dict[str, dict[str, Any]]:

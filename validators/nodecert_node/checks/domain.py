@@ -86,6 +86,44 @@ def domain_fabric(ctx: Ctx) -> Result:
         evidence=tuple(ev))
 
 
+def _imex_membership(nodes: list[dict[str, Any]], rack: dict[str, Any]) -> list[str]:
+    """The trays the IMEX domain lacks and the nodes it lists that are no tray of the rack,
+    each by host and address (the inventory's address of each tray against the
+    addresses IMEX lists). Where no IMEX address is any tray's (IMEX on a network of its
+    own), only the counts can be compared, and the finding says why."""
+    trays = list(rack.get("trays") or [])
+    if not trays:
+        return []
+    where = {str(h): str(a) for h, a in (rack.get("tray_addresses") or {}).items()}
+    listed = {str(n["address"]) for n in nodes}
+    name = rack.get("name")
+    if not (listed & set(where.values())):
+        if len(nodes) == len(trays):
+            return []
+        return [f"the IMEX domain lists {len(nodes)} nodes; rack {name} has {len(trays)} "
+                "compute trays" + (" (no IMEX address is a tray's inventory address, so "
+                                   "the trays cannot be named)" if where else "")]
+    out = []
+    missing = [f"{h} ({where[h]})" if h in where else f"{h} (no inventory address)"
+               for h in trays if where.get(h) not in listed]
+    if missing:
+        out.append(f"the IMEX domain lacks {len(missing)} of rack {name}'s {len(trays)} "
+                   f"compute trays: {', '.join(missing)}")
+    by_address = {a: h for h, a in where.items()}
+    extra = [f"#{n['index']} ({n['address']})" for n in nodes
+             if str(n["address"]) not in by_address]
+    if extra:
+        out.append(f"the IMEX domain lists {len(extra)} node(s) that are no compute tray of "
+                   f"rack {name}: {', '.join(extra)}")
+    seen: dict[str, int] = {}
+    for n in nodes:
+        seen[str(n["address"])] = seen.get(str(n["address"]), 0) + 1
+    twice = [f"{by_address.get(a, a)} ({a})" for a, k in sorted(seen.items()) if k > 1]
+    if twice:
+        out.append(f"the IMEX domain lists a tray more than once: {', '.join(twice)}")
+    return out
+
+
 def judge_imex(name: str, status: dict[str, Any], rack: dict[str, Any],
                service: str | None) -> Result:
     """The IMEX domain: the service running, the domain UP, one READY node per compute
@@ -102,10 +140,7 @@ def judge_imex(name: str, status: dict[str, Any], rack: dict[str, Any],
                          "expected READY")
     if status["domain_state"] != "UP":
         fails.append(f"IMEX domain state {status['domain_state']}, expected UP")
-    want = len(rack.get("trays") or [])
-    if want and len(nodes) != want:
-        fails.append(f"the IMEX domain lists {len(nodes)} nodes; rack {rack.get('name')} has "
-                     f"{want} compute trays")
+    fails += _imex_membership(nodes, rack)
     for src, row in sorted(status["matrix"].items()):
         for dst, code in sorted(row.items()):
             if code != "C":
