@@ -72,6 +72,21 @@ def test_each_fabric_health_fault_fails_naming_the_gpu(change: dict[str, str],
                                                          "insufficient NVLinks)")]
 
 
+def test_a_named_reason_leads_the_summary() -> None:
+    """A GPU whose health mask names why (a wrong chassis serial) leads with that, its
+    generic Unhealthy riding on it, before other GPUs' generic findings."""
+    gpus = copy.deepcopy(_gpus(GB200))
+    gpus[0]["fabric_health"].update({"summary": "Unhealthy"})
+    gpus[3]["fabric_health"].update({"summary": "Unhealthy",
+                                     "incorrect_configuration": "Incorrect Chassis Serial"})
+    r = judge_fabric("domain.fabric", gpus, RACK)
+    assert r.summary.startswith(f"GPU {gpus[3]['bus_id']}: fabric incorrect configuration: "
+                                "Incorrect Chassis Serial (fabric health Unhealthy)"), r.summary
+    assert r.findings[1] == f"GPU {gpus[0]['bus_id']}: fabric health Unhealthy"
+    assert not any(f == f"GPU {gpus[3]['bus_id']}: fabric health Unhealthy"
+                   for f in r.findings)
+
+
 def test_a_gpu_in_another_clique_splits_the_tray() -> None:
     gpus = copy.deepcopy(_gpus(GB200))
     gpus[3]["fabric_clique_id"] = "7"

@@ -30,6 +30,10 @@ def judge_fabric(name: str, gpus: list[dict[str, Any]], rack: dict[str, Any]) ->
     """Every GPU registered in the NVLink fabric (Completed/Success), healthy, at full
     bandwidth, in a clique of a cluster, and all of the tray's GPUs in the same one. Pure."""
     fails: list[str] = []
+    # A named reason (the health mask's incorrect configuration, an unhealthy route, the
+    # bandwidth) says what to fix; it leads the findings, and a GPU's generic "Unhealthy"
+    # summary rides on its first reason instead of standing before it.
+    reasons: list[str] = []
     warns: list[str] = []
     seen: dict[tuple[str | None, str | None], list[str]] = {}
     for g in gpus:
@@ -45,14 +49,19 @@ def judge_fabric(name: str, gpus: list[dict[str, Any]], rack: dict[str, Any]) ->
                          "the rack's NVLink domain")
         seen.setdefault((clique, uuid), []).append(who)
         health = g.get("fabric_health") or {}
-        if health.get("summary") not in (None, "Healthy"):
-            fails.append(f"{who}: fabric health {health['summary']}")
-        if health.get("bandwidth") not in (None, "Full"):
-            fails.append(f"{who}: NVLink fabric bandwidth {health['bandwidth']} (degraded: "
-                         "links down or insufficient NVLinks)")
+        own: list[str] = []
         for key in ("incorrect_configuration", "route_unhealthy"):
             if str(health.get(key, "N/A")) not in _NO_FAULT:
-                fails.append(f"{who}: fabric {key.replace('_', ' ')}: {health[key]}")
+                own.append(f"{who}: fabric {key.replace('_', ' ')}: {health[key]}")
+        if health.get("bandwidth") not in (None, "Full"):
+            own.append(f"{who}: NVLink fabric bandwidth {health['bandwidth']} (degraded: "
+                       "links down or insufficient NVLinks)")
+        if health.get("summary") not in (None, "Healthy"):
+            if own:
+                own[0] += f" (fabric health {health['summary']})"
+            else:
+                fails.append(f"{who}: fabric health {health['summary']}")
+        reasons += own
         for key in ("route_recovery_in_progress", "access_timeout_recovery"):
             if str(health.get(key, "N/A")) not in _NO_FAULT:
                 warns.append(f"{who}: fabric {key.replace('_', ' ')}: {health[key]}")
@@ -61,6 +70,7 @@ def judge_fabric(name: str, gpus: list[dict[str, Any]], rack: dict[str, Any]) ->
             f"clique {c} cluster {u}: {', '.join(w)}" for (c, u), w in sorted(
                 seen.items(), key=lambda kv: str(kv[0]))))
     clique, uuid = next(iter(seen), (None, None))
+    fails = reasons + fails
     return judge_findings(
         name, fails, warns,
         f"{len(gpus)} GPUs registered in NVLink clique {clique} of cluster {uuid} "
