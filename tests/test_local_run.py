@@ -112,7 +112,7 @@ def test_busy_gpus_skip_unless_forced(tmp_path: Path) -> None:
     assert r.returncode == 0
     assert r.stdout.startswith("nodecert: GPUs busy with user work: 4242, python3 train.py")
     rec = json.loads(sorted((state / "history").glob("*.json"))[-1].read_text())
-    assert rec["results"] == [] and rec["skipped"]
+    assert rec["results"] == [] and rec["skipped"] and rec["verdict"] is None  # never PASS
     fam = {f.name: f for f in text_string_to_metric_families((prom / "nodecert.prom").read_text())}
     assert fam["nodecert_last_run_skipped"].samples[0].value == 1.0
     # The skipped run keeps the last judged verdict and says when it was measured (before,
@@ -122,6 +122,50 @@ def test_busy_gpus_skip_unless_forced(tmp_path: Path) -> None:
         _approx(first["finished"])
     r = local_run(node, state, prom, "--force")
     assert r.stdout.startswith("nodecert: PASS")
+
+
+def test_a_tool_error_is_no_gpu_job(tmp_path: Path) -> None:
+    """nvidia-smi's own words in place of the process list are not a job: the run is not
+    skipped, it runs and says it could not tell; a skipped run records no verdict."""
+    node, state, prom = setup(tmp_path)
+    real = node.bin / "nvidia-smi"
+    real.rename(node.bin / "nvidia-smi.sim")
+    for words, code in (("Failed to initialize NVML: Driver/library version mismatch", 0),
+                        ("NVIDIA-SMI has failed because it couldn't communicate with the "
+                         "NVIDIA driver.", 9)):
+        said = tmp_path / "said.txt"
+        said.write_text(words + "\n")
+        real.write_text("#!/bin/sh\ncase \"$*\" in *query-compute-apps*) "
+                        f"cat {said}; exit {code};; esac\n"
+                        f"exec {node.bin / 'nvidia-smi.sim'} \"$@\"\n")
+        real.chmod(0o755)
+        r = local_run(node, state, prom)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.startswith("nodecert: PASS; could not tell whether the GPUs are busy")
+        assert words[:30] in r.stdout
+        rec = json.loads(sorted((state / "history").glob("*.json"))[-1].read_text())
+        assert not rec.get("skipped") and rec["results"] and rec["verdict"] == "PASS"
+
+
+def test_the_simulated_tool_lists_no_compute_apps(tmp_path: Path) -> None:
+    node, state, prom = setup(tmp_path)
+    env = node_env(node, state, prom)
+    r = subprocess.run([str(node.bin / "nvidia-smi"), "--query-compute-apps=pid,process_name",
+                        "--format=csv,noheader"], env=env, capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert (r.returncode, r.stdout) == (0, "")
+
+
+def test_compute_app_rows_are_read_strictly() -> None:
+    from nodecert_node.local import GpuUsersUnknown, parse_compute_apps
+    assert parse_compute_apps("") == []
+    assert parse_compute_apps("No running processes found\n") == []
+    assert parse_compute_apps("4242, python3 train.py\n77, /usr/bin/python3\n") == [
+        "4242, python3 train.py", "77, /usr/bin/python3"]
+    for text in ("Failed to initialize NVML: Unknown Error\n",
+                 "[Insufficient Permissions], python3\n", "4242,\n"):
+        with pytest.raises(GpuUsersUnknown, match="no process row"):
+            parse_compute_apps(text)
 
 
 def test_crashed_run_is_error_in_history_and_metrics_and_exits_3(tmp_path: Path) -> None:

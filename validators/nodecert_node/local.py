@@ -48,15 +48,36 @@ NOT_JUDGED = "NC-NOT-JUDGED"  # gathered here, judged by the control side
 DRAIN_PREFIX = "nodecert:"
 
 
+class GpuUsersUnknown(Exception):
+    """nvidia-smi could not say which processes use the GPUs (it failed, hung, or printed
+    something that is no process row): neither busy nor idle."""
+
+
+def parse_compute_apps(text: str) -> list[str]:
+    """`nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader`: one
+    "pid, name" row per compute process (none: no output, or "No running processes
+    found"). Any other line is the tool's own words, never a job: GpuUsersUnknown."""
+    rows = []
+    for line in text.splitlines():
+        ln = line.strip()
+        if not ln or ln.startswith("No running"):
+            continue
+        pid, sep, name = ln.partition(",")
+        if not sep or not pid.strip().isdigit() or not name.strip():
+            raise GpuUsersUnknown(f"nvidia-smi printed {ln[:200]!r}, which is no process row")
+        rows.append(ln)
+    return rows
+
+
 def gpu_users(timeout: float = 30) -> list[str]:
-    """Compute processes on the GPUs (user work), as nvidia-smi lists them."""
+    """Compute processes on the GPUs (user work), as nvidia-smi lists them. Raises
+    GpuUsersUnknown when the tool cannot say (an error is not a job, nor an idle GPU)."""
     try:
         out = tools.run(["nvidia-smi", "--query-compute-apps=pid,process_name",
                          "--format=csv,noheader"], timeout=timeout)
-    except tools.ToolError:
-        return []
-    return [ln.strip() for ln in out.text.splitlines()
-            if ln.strip() and "No running" not in ln]
+    except tools.ToolError as exc:
+        raise GpuUsersUnknown(str(exc)) from None
+    return parse_compute_apps(out.text)
 
 
 # --- metrics -----------------------------------------------------------------------------
@@ -308,13 +329,17 @@ def local_run(args: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):  # a crashed run leaves the queued run queued
                 os.unlink(os.path.join(STATE, PENDING))
         print(f"nodecert: {record.get('skipped') or record['verdict']}"
-              + (f" ({record['error']})" if record.get("error") else "") + f"; history {path}"
+              + (f" ({record['error']})" if record.get("error") else "")
+              + (f"; {record['idle_unknown']}" if record.get("idle_unknown") else "")
+              + f"; history {path}"
               + (f"; metrics {prom}" if prom else "")
               + (f"; metrics not written: {record['metrics_error']}"
                  if record.get("metrics_error") else "")
               + (f"; slurm: {record['slurm']}" if record.get("slurm") else ""))
         if record.get("crashed") or record.get("slurm_failed"):
             return EXIT_CRASH
+        if record.get("skipped"):
+            return 0  # it gave way, as it must: no finding, no broken unit
         return 0 if record["verdict"] in ("PASS", "WARN") else EXIT_FINDING
 
 
@@ -326,7 +351,11 @@ def _pid_of(app: str) -> int | None:
 def foreign_gpu_users(timeout: float = 10) -> list[str]:
     """GPU compute processes that are not this run's own (its checks' workers)."""
     ours = set(tools.descendants(os.getpid())) | {os.getpid()}
-    return [u for u in gpu_users(timeout) if _pid_of(u) not in ours]
+    try:
+        users = gpu_users(timeout)
+    except GpuUsersUnknown:
+        return []  # the tool's error is no job: the run goes on (its checks read the GPUs)
+    return [u for u in users if _pid_of(u) not in ours]
 
 
 class IdleGuard:
@@ -366,11 +395,19 @@ class IdleGuard:
 
 
 def _run_into(record: dict[str, Any], args: argparse.Namespace) -> None:
-    busy = [] if args.force else gpu_users()
+    busy: list[str] = []
+    if not args.force:
+        try:
+            busy = gpu_users()
+        except GpuUsersUnknown as exc:
+            # Not a job: the run goes on, and says it could not tell (the checks that
+            # read the GPUs judge whatever made the tool fail).
+            record["idle_unknown"] = f"could not tell whether the GPUs are busy: {exc}"
     plan_path = state.plan_path(args.suite)
     if busy:
+        # A skipped run judged nothing: no verdict (never a PASS).
         record.update(skipped=f"GPUs busy with user work: {'; '.join(busy[:5])}",
-                      verdict="PASS")
+                      verdict=None)
         return
     if not os.path.exists(plan_path):
         record.update(verdict="ERROR", error=f"no plan for suite {args.suite!r}: run "
@@ -384,7 +421,7 @@ def _run_into(record: dict[str, Any], args: argparse.Namespace) -> None:
             run_suite(plan, buf, None, guard.stop, guard.current)
         if guard.why:
             # A run cut short is no verdict: skipped, as a run on busy GPUs is.
-            record.update(skipped=guard.why, yielded=True, verdict="PASS", results=[])
+            record.update(skipped=guard.why, yielded=True, verdict=None, results=[])
             return
     else:
         run_suite(plan, buf, None)

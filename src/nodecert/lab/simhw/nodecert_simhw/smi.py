@@ -501,6 +501,14 @@ def cmd_nvidia_smi(argv):
         return 0
     if any(a.startswith("--query-gpu") for a in argv):
         return smi_query(hw, drv, argv)
+    if any(a.startswith("--query-compute-apps") for a in argv):
+        # No user job runs on simulated GPUs: with csv,noheader the real tool prints
+        # nothing then (a job would be one "pid, name" row per process).
+        if not any(a.startswith("--format") for a in argv):
+            print('"--format" must be specified with --query-compute-apps. Use '
+                  '"--format=csv".')
+            return 2
+        return 0
     if "-q" in argv or "--query" in argv:
         if "-x" in argv or "--xml-format" in argv:
             return smi_qx(hw, drv, argv)
