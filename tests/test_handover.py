@@ -168,8 +168,18 @@ def test_a_withdrawn_signing_key_fails_the_bundle(tmp_path: Path, signer: KeyPai
     code, text = nodecert("verify-bundle", str(out), "--pubkey", str(signer.public),
                           "--key-statement", str(gone), "--allow-simulated")
     assert code == 1 and "signed only by withdrawn keys" in text
+    # counted against what the manifest lists, each file named: never "0 of 0"
+    assert b.listed == ["certificates/node-n1.intoto.dsse.json"] and b.unchecked == b.listed
+    assert "NOT VALID: 0 of 1 certificates" in text, text
+    assert "certificates/node-n1.intoto.dsse.json" in text and "not checked" in text
     with pytest.raises(HandoverError, match="is withdrawn"):
         build([run], tmp_path / "c", [load_private_key(signer.private)], key_statements=[gone])
+    # the command refuses with exit 1, naming the key and its withdrawal; nothing written
+    code, text = nodecert("handover", str(run), "--out", str(tmp_path / "d"), "--key",
+                          str(signer.private), "--key-statement", str(gone))
+    assert code == 1 and f"signing key {signer.keyid[:16]}... is withdrawn (key leaked, " \
+        "since " in text, text
+    assert not (tmp_path / "d").exists()
 
 
 def test_a_bundle_built_before_a_revocation_fails_with_the_current_list(

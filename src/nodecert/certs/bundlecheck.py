@@ -31,7 +31,7 @@ from nodecert.certs.keyring import (
     KeyStatementError,
     load_keyring,
 )
-from nodecert.certs.signing import SignatureError, verify_signers
+from nodecert.certs.signing import SignatureError, b64decode_any, verify_signers
 from nodecert.certs.verify import (
     ReportError,
     Verification,
@@ -49,6 +49,15 @@ MAX_FILES = 100_000
 class BundleCheck:
     steps: list[tuple[str, bool, str]] = field(default_factory=list)
     certificates: dict[str, Verification] = field(default_factory=dict)  # file -> result
+    # The certificates the manifest names (read before its signature is checked when the
+    # bundle is refused first: counted and named so, never trusted).
+    listed: list[str] = field(default_factory=list)
+
+    @property
+    def unchecked(self) -> list[str]:
+        """Certificates the manifest names that were never checked (the bundle was
+        refused before they were read)."""
+        return [f for f in self.listed if f not in self.certificates]
 
     def step(self, name: str, ok: bool, detail: str) -> bool:
         self.steps.append((name, ok, detail))
@@ -138,6 +147,7 @@ def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
     except ReportError as exc:  # a manifest that is not even JSON any more
         out.step("manifest", False, exc.what)
         return out
+    out.listed = _names_listed(manifest)
     try:
         ptype, payload, signers = verify_signers(manifest, ring.keys)
     except SignatureError as exc:
@@ -165,6 +175,7 @@ def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
         return out
     _files_step(out, bundle, listed, files, odd)
     certs = [r.get("file") for r in body.get("certificates") or [] if isinstance(r, dict)]
+    out.listed = [str(c) for c in certs]
     if not out.step("certificates", bool(certs) and all(c in listed for c in certs),
                     f"{len(certs)} listed" if certs and all(c in listed for c in certs)
                     else "the manifest names no certificate, or one it does not list"):
@@ -186,6 +197,17 @@ def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
             allow_simulated=allow_simulated, lists=lists, now=now,
             require_acceptance=not allow_health_records, freshness=freshness)
     return out
+
+
+def _names_listed(envelope: dict[str, Any]) -> list[str]:
+    """The certificate files a manifest names, read from its payload without trusting it:
+    only to count and name what a refused bundle holds."""
+    try:
+        body = json.loads(b64decode_any(str(envelope.get("payload", ""))))
+        return [clean(str(r["file"]))[:200] for r in body.get("certificates") or []
+                if isinstance(r, dict) and "file" in r][:MAX_FILES]
+    except (ValueError, TypeError, AttributeError):
+        return []
 
 
 def _lists_step(out: BundleCheck, inside: Path | None, given: Path | None, ring: Keyring, *,

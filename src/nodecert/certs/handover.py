@@ -54,7 +54,7 @@ from nodecert.certs.signing import (
     verify_signers,
 )
 from nodecert.certs.verify import ReportError, read_envelope
-from nodecert.core.errors import NodecertError
+from nodecert.core.errors import ExitCode, NodecertError
 from nodecert.core.textsafe import clean
 from nodecert.runs.layout import CERT_SUFFIX, RunDir
 
@@ -68,6 +68,12 @@ KINDS = {PREDICATE_TYPE: "node", CLUSTER_PREDICATE_TYPE: "cluster",
 
 class HandoverError(NodecertError):
     """A bundle that cannot be built from what was given (bad input, exit 2)."""
+
+
+class WithdrawnSigningKey(HandoverError):
+    """A signing key its own statements withdraw: nothing it signs verifies (exit 1)."""
+
+    exit_code = ExitCode.FAILED
 
 
 @dataclass(frozen=True)
@@ -225,9 +231,11 @@ def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
                             [(str(p), *read_statement(p)) for p in key_statements or []])
     gone = [keyid(k.public_key()) for k in keys if keyid(k.public_key()) in ring.withdrawn]
     if gone:
-        raise HandoverError(f"signing key {gone[0][:16]}... is withdrawn "
-                            f"({ring.withdrawn[gone[0]][1]}): a bundle it signs verifies "
-                            "nowhere", hint="sign with a key that holds (--key)")
+        since, why = ring.withdrawn[gone[0]]
+        raise WithdrawnSigningKey(
+            f"signing key {gone[0][:16]}... is withdrawn ({why}"
+            + (f", since {since}" if since else "") + "): a bundle it signs verifies "
+            "nowhere; nothing was written", hint="sign with a key that holds (--key)")
     for k in keys:
         ring.trusted.setdefault(keyid(k.public_key()), k.public_key())
     chosen, older = newest(collect(runs))

@@ -36,9 +36,10 @@ acceptance run) is refused unless --allow-health-records, which the manifest
 records. The bundle is written whole into a new directory, or not at all.
 
 \b
-Exit codes: 0 written, 2 refused (no certificate, one not signed by a key of the
-hand-over, a health record without --allow-health-records, the directory exists,
-unreadable input).
+Exit codes: 0 written, 1 refused because a signing key is withdrawn (by a
+--key-statement: the key and its withdrawal are named), 2 refused (no certificate, one
+not signed by a key of the hand-over, a health record without --allow-health-records,
+the directory exists, unreadable input).
 
 \b
 Examples:
@@ -155,6 +156,7 @@ def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: 
     if as_json:
         emit_json({"bundle": str(bundle), "valid": b.ok,
                    "steps": [{"step": n, "ok": ok, "detail": d} for n, ok, d in b.steps],
+                   "listed": b.listed, "not_checked": b.unchecked,
                    "certificates": {f: {"valid": v.ok, "steps": [
                        {"step": n, "ok": ok, "detail": d} for n, ok, d in v.steps]}
                        for f, v in b.certificates.items()}})
@@ -177,9 +179,17 @@ def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: 
     if b.ok and health:
         echo(tr("VALID: the bundle holds; %(good)d certificates valid and READY, %(health)d "
                 "valid health records (HEALTHY)") % {"good": good, "health": health})
-    else:
+    elif b.ok:
         echo(tr("VALID: the bundle holds and all %(num)d certificates are valid and READY")
-             % {"num": good} if b.ok else
-             tr("NOT VALID: %(good)d of %(num)d certificates valid and READY; see the "
-                "failed step(s) above") % {"good": good, "num": len(b.certificates)})
+             % {"num": good})
+    else:
+        # Counted against what the manifest lists: a bundle refused before its
+        # certificates were read says how many it holds and names them, never "0 of 0".
+        unread = tr("not checked: the bundle was refused before it")
+        for f in b.unchecked:
+            click.echo(f"{mark(False)} {one_line(f)}")
+            click.echo(f"       {unread}")
+        echo(tr("NOT VALID: %(good)d of %(num)d certificates valid and READY; see the "
+                "failed step(s) above") % {"good": good,
+                                            "num": max(len(b.listed), len(b.certificates))})
     sys.exit(int(b.exit_code))
