@@ -245,6 +245,12 @@ def test_plan_of_members_is_pure() -> None:
     got = {s.component: s.action for s in plan_host(recipe, members)}
     assert got == {"cpld_mb": "current", "cpld_mid": "unordered", "erot_bios": "unknown",
                    "erot_bmc": "unknown"}
+    # an older backup bank beside the current image is never planned for (no downgrade,
+    # no update of what does not run)
+    spare = [*members, {"id": "CPLDMB_1", "version": "0.2.1.2", "odata_id": "/m/CPLDMB_1",
+                        "standby": True}]
+    steps = [s for s in plan_host(recipe, spare) if s.component == "cpld_mb"]
+    assert [(s.member, s.action) for s in steps] == [("/m/CPLDMB_0", "current")]
 
 
 def test_a_stop_ends_the_run_without_new_pushes(bmcs: list[Bmc], tmp_path: Path,

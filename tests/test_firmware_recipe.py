@@ -105,6 +105,35 @@ def test_real_firmware_inventory_members(name: str, ident: str, version: str) ->
     assert m["id"] == ident and m["version"] == version
 
 
+def test_the_backup_rom_is_kept_and_never_judged_as_what_runs() -> None:
+    """HPE lists the active System ROM and its backup bank ("SystemRomBackup", "Redundant
+    System ROM", an older version): a recipe matching both judges the active one only,
+    and keeps the backup in its bill of materials."""
+    active = rf.parse_software_inventory(real(
+        "hpe-ilo5-proliant-dl360-gen10-plus-firmwareinventory-2-system-rom-u46-1.56.json"))
+    backup = rf.parse_software_inventory(real(
+        "hpe-ilo5-proliant-dl360-gen10-plus-firmwareinventory-11-redundant-system-rom-"
+        "u46-1.42.json"))
+    assert (active["description"], active["standby"]) == ("SystemRomActive", False)
+    assert (backup["description"], backup["standby"]) == ("SystemRomBackup", True)
+    from nodecert.stack.firmware import Component, Recipe, judge_recipe
+    rom = Component("system_rom", "U46 v1.56", redfish=("^(2|11)$",))
+    recipe = Recipe("hpe", "t", ("H100",), ("S",), {"system_rom": rom})
+    r = judge_recipe(recipe, [active, backup], None)
+    assert r.verdict is Verdict.PASS, r.findings
+    assert r.facts["bom"]["system_rom"] == {
+        "wanted": "U46 v1.56", "found": {"BMC 2": "U46 v1.56 (11/29/2021)"},
+        "standby": {"BMC 11": "U46 v1.42 (05/26/2021)"}}
+    # the backup alone never stands in for what runs
+    r = judge_recipe(recipe, [backup], None)
+    assert r.verdict is Verdict.ERROR and "nothing reports it" in r.summary
+    # DMTF's word for a backup image: State StandbySpare
+    spare = rf.parse_software_inventory({**real(
+        "dmtf-mockup-public-rackmount1-firmwareinventory-bmc.json"),
+        "Status": {"State": "StandbySpare", "Health": "OK"}})
+    assert spare["standby"] is True
+
+
 def test_the_dmtf_member_keeps_its_optional_fields() -> None:
     m = rf.parse_software_inventory(real("dmtf-mockup-public-rackmount1-firmwareinventory-"
                                          "bmc.json"))
@@ -292,8 +321,33 @@ def test_real_flint_query() -> None:
     assert got["rom_info"] == ["type=UEFI version=14.35.15 cpu=AMD64,AARCH64",
                                "type=PXE version=3.7.500 cpu=AMD64"]  # wrapped onto 2 lines
     assert got["security"] == "secure-fw"
+    # the card's identity: base GUID and MAC with how many follow each
+    assert (got["base_guid"], got["guids"]) == ("e09d730300126474", 16)
+    assert (got["base_mac"], got["macs"]) == ("e09d73126474", 16)
     with pytest.raises(ParseError, match="no FW Version"):
         mlxfw.parse_flint_query("-E- Cannot open Device: /dev/mst/mt4129_pciconf0\n")
+
+
+@pytest.mark.parametrize(("row", "guid"), [
+    ("Base GUID:             N/A                     16", None),
+    ("Base GUID:             E09D730300126474", "e09d730300126474"),
+    ("Base GUID:             0xe09d730300126474        4", "e09d730300126474"),
+])
+def test_flint_base_guid_variants(row: str, guid: str | None) -> None:
+    from nodecert_node.parse import mlxfw
+    text = (MLX / "cx7-mt4129-ndr-flint-d-pciconf0-query-fw-28.42.1000-before-update.txt"
+            ).read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("Base GUID"))
+    assert mlxfw.parse_flint_query(text.replace(line, row))["base_guid"] == guid
+
+
+def test_a_base_guid_that_is_no_guid_is_refused() -> None:
+    from nodecert_node.parse import mlxfw
+    text = (MLX / "cx7-mt4129-ndr-flint-d-pciconf0-query-fw-28.42.1000-before-update.txt"
+            ).read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("Base MAC"))
+    with pytest.raises(ParseError, match="Base MAC 'e09d7312 16' is not 12 hex digits"):
+        mlxfw.parse_flint_query(text.replace(line, "Base MAC:              e09d7312 16"))
 
 
 def test_real_mlxup_query_with_padded_columns_and_the_update_log_after() -> None:

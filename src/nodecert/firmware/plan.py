@@ -47,7 +47,9 @@ def plan_host(recipe: Recipe, members: list[dict[str, Any]]) -> list[Step]:
     for name, comp in recipe.components.items():
         if not comp.redfish:
             continue  # read in band only: updated with the node's own tools
-        mine = [m for m in members if comp.matches(str(m.get("id", "")))]
+        # a backup bank is not what runs: the update is planned against the active image
+        mine = [m for m in members if comp.matches(str(m.get("id", "")))
+                and not m.get("standby")]
         if not mine:
             steps.append(Step(name, "", None, comp.version, "unknown",
                               "no FirmwareInventory member matches "

@@ -192,11 +192,19 @@ def readings(comp: Component, members: list[dict[str, Any]] | None,
     """Where the component was read -> the version found there."""
     out: dict[str, str | None] = {}
     for m in members or []:
-        if comp.matches(str(m.get("id", ""))):
+        # a backup bank's image is not what runs: never judged (standby_readings keeps it)
+        if comp.matches(str(m.get("id", ""))) and not m.get("standby"):
             out[f"BMC {m['id']}"] = m.get("version")
     if comp.inband and inband and inband.get(comp.inband):
         out.update(inband[comp.inband])
     return out
+
+
+def standby_readings(comp: Component, members: list[dict[str, Any]] | None
+                     ) -> dict[str, str | None]:
+    """The component's backup-bank images the BMC lists (kept beside what runs)."""
+    return {f"BMC {m['id']}": m.get("version") for m in members or []
+            if m.get("standby") and comp.matches(str(m.get("id", "")))}
 
 
 def inband_readings(results: list[Result]) -> dict[str, dict[str, str | None]] | None:
@@ -237,6 +245,9 @@ def judge_recipe(recipe: Recipe, members: list[dict[str, Any]] | None,
     for name, comp in recipe.components.items():
         got = readings(comp, members, inband)
         bom[name] = {"wanted": comp.version, "found": got}
+        spare = standby_readings(comp, members)
+        if spare:
+            bom[name]["standby"] = spare
         if not got:
             where = []
             if comp.redfish:
@@ -277,4 +288,5 @@ def judge_recipe(recipe: Recipe, members: list[dict[str, Any]] | None,
 
 __all__ = ["INBAND", "Component", "Recipe", "find_recipe", "inband_readings", "judge_recipe",
            "list_recipes", "load_recipe", "readings", "recipes_dir", "same_version",
+           "standby_readings",
            "with_overrides"]

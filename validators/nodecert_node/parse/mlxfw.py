@@ -18,9 +18,26 @@ from nodecert_node.parse import ParseError
 _KEY = re.compile(r"^([A-Z][A-Za-z /]+?):\s*(.*)$")
 
 
+def _base(key: str, fields: dict[str, list[str]], digits: int
+          ) -> tuple[str | None, int | None]:
+    """A "Base GUID:  e09d730300126474   16" row (the table under `Description: UID
+    GuidsNumber`): the identifier (lower-case hex) and how many follow it. N/A or absent
+    is None; anything else there is refused, never read as an identifier."""
+    raw = (fields.get(key) or [""])[0].split()
+    if not raw or raw[0] in ("N/A", "-"):
+        return None, None
+    ident = raw[0].lower().removeprefix("0x")
+    if not re.fullmatch(rf"[0-9a-f]{{{digits}}}", ident) or \
+            (len(raw) > 1 and not raw[1].isdigit()) or len(raw) > 2:
+        raise ParseError(f"flint query: {key} {' '.join(raw)!r} is not {digits} hex digits "
+                         "and a count")
+    return ident, int(raw[1]) if len(raw) > 1 else None
+
+
 def parse_flint_query(text: str) -> dict[str, Any]:
-    """{"fw_version", "product_version", "psid", "image_type", "release_date",
-    "rom_info": [..], "security": ...} of `flint -d DEV query`."""
+    """{"fw_version", "base_guid", "guids", "base_mac", "macs", "product_version",
+    "psid", "image_type", "release_date", "rom_info": [..], "security": ...} of `flint -d
+    DEV query` (the base GUID and MAC identify the card: kept with their counts)."""
     fields: dict[str, list[str]] = {}
     last = ""
     for raw in text.splitlines():
@@ -35,7 +52,10 @@ def parse_flint_query(text: str) -> dict[str, Any]:
     fw = (fields.get("FW Version") or [""])[0]
     if not re.fullmatch(r"\d+\.\d+\.\d+", fw):
         raise ParseError(f"flint query: no FW Version like 28.42.1000 (got {fw!r})")
+    guid, guids = _base("Base GUID", fields, 16)
+    mac, macs = _base("Base MAC", fields, 12)
     return {"fw_version": fw,
+            "base_guid": guid, "guids": guids, "base_mac": mac, "macs": macs,
             "product_version": (fields.get("Product Version") or [""])[0] or None,
             "psid": (fields.get("PSID") or [""])[0] or None,
             "image_type": (fields.get("Image type") or [""])[0] or None,

@@ -188,6 +188,9 @@ def parse_pcie_device(doc: Any) -> dict[str, Any]:
     return part
 
 
+_BACKUP = re.compile(r"(Backup|Redundant|Inactive|Standby)\b", re.I)
+
+
 def parse_software_inventory(doc: Any) -> dict[str, Any]:
     """A FirmwareInventory member (SoftwareInventory): id, name, version (None where the
     BMC gives none: never a made-up one), whether it is updateable, its status, and the
@@ -207,7 +210,14 @@ def parse_software_inventory(doc: Any) -> dict[str, Any]:
     if version is not None and not isinstance(version, str):
         raise ParseError(f"{what} {ident}: Version is {type(version).__name__}, not text")
     state, health = _status(doc)
-    return {"id": ident, "name": str(doc.get("Name") or ""),
+    description = str(doc.get("Description") or "")[:200]
+    name = str(doc.get("Name") or "")
+    return {"id": ident, "name": name, "description": description,
+            # The image that does not run: a backup bank (HPE names it in Description,
+            # "SystemRomBackup", and Name, "Redundant System ROM"; DMTF's State
+            # StandbySpare). Kept, never judged as what runs.
+            "standby": bool(_BACKUP.search(description) or name.startswith("Redundant ")
+                            or state == "StandbySpare"),
             "version": version.strip() if isinstance(version, str) and version.strip()
             else None,
             "updateable": doc.get("Updateable") is True, "state": state, "health": health,
