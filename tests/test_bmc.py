@@ -465,6 +465,41 @@ def test_gpus_listed_only_as_pcie_devices_are_compared(collection: bool) -> None
     assert res.verdict is Verdict.FAIL and "the BMC sees 1 GPUs, the OS 2" in res.findings
 
 
+def test_gpus_are_known_by_their_pci_ids_first_and_their_name_last() -> None:
+    """A device whose only NVIDIA marker is its Name (Cisco's CIMC: no Manufacturer, no
+    Model) is a GPU; a device whose functions carry vendor 0x10de with a 3D controller
+    class is a GPU whatever its names say, and one whose function is NVIDIA's network
+    class is not, though its Manufacturer says NVIDIA."""
+    from nodecert.bmc.gather import RedfishSource
+    sysp = "/redfish/v1/Chassis/1"
+    cisco = {"@odata.type": "#PCIeDevice.v1_3_0.PCIeDevice", "Id": "GPU-3",
+             "Name": "NVIDIA Tesla T4", "SerialNumber": "1321720012345",
+             "Status": {"State": "Enabled", "Health": "OK"}}
+    odd_name = {**_pcie(4, "", "", "1654922009999"), "Name": "Slot 4 device",
+                "PCIeFunctions": {"@odata.id": f"{sysp}/PCIeDevices/0-4/PCIeFunctions"}}
+    dpu = {**_pcie(5, "NVIDIA", "BlueField-3 SmartNIC", "MT2301"),
+           "Links": {"PCIeFunctions": [{"@odata.id": f"{sysp}/PCIeDevices/0-5/F/0"}]}}
+    docs: dict[str, Any] = {
+        f"{sysp}/PCIeDevices/GPU-3": cisco, f"{sysp}/PCIeDevices/0-4": odd_name,
+        f"{sysp}/PCIeDevices/0-5": dpu,
+        f"{sysp}/PCIeDevices/0-4/PCIeFunctions": {
+            "Members": [{"@odata.id": f"{sysp}/PCIeDevices/0-4/PCIeFunctions/0"}]},
+        f"{sysp}/PCIeDevices/0-4/PCIeFunctions/0": {
+            "@odata.type": "#PCIeFunction.v1_2_0.PCIeFunction", "VendorId": "0x10DE",
+            "DeviceId": "0x2330", "ClassCode": "0x030200", "DeviceClass": "DisplayController"},
+        f"{sysp}/PCIeDevices/0-5/F/0": {
+            "@odata.type": "#PCIeFunction.v1_2_0.PCIeFunction", "VendorId": "0x15B3",
+            "DeviceId": "0xA2DC", "ClassCode": "0x020000", "DeviceClass": "NetworkController"},
+    }
+    system = {"PCIeDevices": [{"@odata.id": link} for link in (
+        f"{sysp}/PCIeDevices/GPU-3", f"{sysp}/PCIeDevices/0-4", f"{sysp}/PCIeDevices/0-5")]}
+    src = RedfishSource.__new__(RedfishSource)
+    src.client = _Docs(docs)  # type: ignore[assignment]
+    gpus = src._pcie_gpus(system)
+    assert [(g["id"], g["gpu_by"], g["model"]) for g in gpus] == [
+        ("GPU-3", "name", "NVIDIA Tesla T4"), ("0-4", "PCI ids", "")]
+
+
 @pytest.mark.parametrize("offers_17", [True, False])
 def test_ipmi_asks_for_cipher_suite_17_first_and_records_the_suite(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offers_17: bool) -> None:

@@ -213,9 +213,27 @@ class RedfishSource:
             links = rf.member_links(self._fetch(str(raw["@odata.id"])), "PCIeDevices")
         else:
             return []
-        devices = [rf.parse_pcie_device(self._fetch(link))
-                   for link in _capped(links, "PCIeDevices")]
+        devices = []
+        for link in _capped(links, "PCIeDevices"):
+            doc = self._fetch(link)
+            devices.append(rf.parse_pcie_device(doc, self._pcie_functions(doc)))
         return [{**d, "type": "GPU"} for d in devices if d["gpu"]]
+
+    def _pcie_functions(self, device: Any) -> list[dict[str, Any]]:
+        """A device's PCIe functions (their ids decide what the device is): the
+        PCIeFunctions collection (newer schemas) or Links.PCIeFunctions (older)."""
+        if not isinstance(device, dict):
+            return []
+        coll = device.get("PCIeFunctions")
+        if isinstance(coll, dict) and coll.get("@odata.id"):
+            links = rf.member_links(self._fetch(str(coll["@odata.id"])), "PCIeFunctions")
+        else:
+            listed = (device.get("Links") or {}).get("PCIeFunctions") \
+                if isinstance(device.get("Links"), dict) else None
+            links = [str(m["@odata.id"]) for m in listed or []
+                     if isinstance(m, dict) and m.get("@odata.id")]
+        return [rf.parse_pcie_function(self._fetch(f))
+                for f in _capped(links, "PCIeFunctions")]
 
     def _nics(self, chassis: str) -> list[dict[str, Any]] | None:
         doc = self._fetch(chassis)

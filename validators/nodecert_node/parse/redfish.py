@@ -178,13 +178,62 @@ _NOT_GPU = re.compile(r"connectx|bluefield|mellanox|nvswitch|switch|ethernet|inf
                       r"network|nic\b", re.IGNORECASE)
 
 
-def parse_pcie_device(doc: Any) -> dict[str, Any]:
-    """A Redfish PCIeDevice: id, manufacturer, model, serial, status, and "gpu": whether it
-    is an NVIDIA GPU (an NVIDIA device that is not a NIC, DPU or switch by its model)."""
+NVIDIA_VENDOR = "10de"
+# PCI class codes (base class, subclass) of a GPU: display VGA-compatible, 3D controller.
+_GPU_CLASSES = ("0300", "0302")
+
+
+def _hex_id(raw: Any) -> str | None:
+    """A Redfish PCI id ("0x10DE", "0x030200") as lower-case hex without 0x; None where
+    absent or not hex."""
+    text = str(raw or "").strip().lower().removeprefix("0x")
+    return text if re.fullmatch(r"[0-9a-f]{4,6}", text) else None
+
+
+def parse_pcie_function(doc: Any) -> dict[str, Any]:
+    """A Redfish PCIeFunction: its vendor and device ids and class code (lower-case hex,
+    None where the BMC gives none) and its function class name."""
+    what = "Redfish PCIeFunction"
+    _check_type(doc, "PCIeFunction", what)
+    if not isinstance(doc, dict):
+        raise ParseError(f"{what}: expected a JSON object")
+    return {"vendor_id": _hex_id(doc.get("VendorId")),
+            "device_id": _hex_id(doc.get("DeviceId")),
+            "class_code": _hex_id(doc.get("ClassCode")),
+            "function_class": str(doc.get("DeviceClass") or "")}
+
+
+def gpu_by_functions(functions: list[dict[str, Any]]) -> bool | None:
+    """Whether a device's PCIe functions make it an NVIDIA GPU (an NVIDIA vendor id with a
+    display or 3D controller class); None where no function gives both ids."""
+    known = [f for f in functions if f.get("vendor_id") and (f.get("class_code") or "")[:4]]
+    if not known:
+        return None
+    return any(f["vendor_id"] == NVIDIA_VENDOR and str(f["class_code"])[:4] in _GPU_CLASSES
+               for f in known)
+
+
+def parse_pcie_device(doc: Any, functions: list[dict[str, Any]] | None = None
+                      ) -> dict[str, Any]:
+    """A Redfish PCIeDevice: id, manufacturer, model, name, serial, status, and "gpu":
+    whether it is an NVIDIA GPU, and "gpu_by" how that was known. Its functions decide
+    first (PCI vendor 0x10de with a display or 3D controller class code); then the
+    device's Manufacturer (an NVIDIA device that is not a NIC, DPU or switch by its
+    model); its Name last (some BMCs, Cisco's CIMC among them, name the card there
+    alone)."""
     part = _part(doc, "PCIeDevice", {"model": "Model", "manufacturer": "Manufacturer",
-                                      "serial": "SerialNumber"})
-    part["gpu"] = ("nvidia" in part["manufacturer"].lower() and bool(part["model"])
-                   and not _NOT_GPU.search(part["model"]))
+                                      "serial": "SerialNumber", "name": "Name"})
+    by_ids = gpu_by_functions(functions or [])
+    described = " ".join((part["model"], part["name"]))
+    if by_ids is not None:
+        part["gpu"], part["gpu_by"] = by_ids, "PCI ids"
+    elif "nvidia" in part["manufacturer"].lower() and part["model"]:
+        part["gpu"], part["gpu_by"] = not _NOT_GPU.search(part["model"]), "manufacturer"
+    else:
+        part["gpu"] = "nvidia" in described.lower() and not _NOT_GPU.search(described)
+        part["gpu_by"] = "name"
+    if not part["model"] and part["gpu"] and part["gpu_by"] == "name":
+        part["model"] = part["name"]  # the card is named there alone
     return part
 
 
