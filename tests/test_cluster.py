@@ -221,6 +221,26 @@ def test_one_slow_node_among_16_is_named_by_pairing_and_by_bisection_in_5_rounds
     assert data["isolation"]["rails"] == {"h11": [f"mlx5_{k}" for k in range(8)]}
 
 
+def test_nccl_without_gpudirect_rdma_fails_an_order_that_has_it(tmp_path: Path) -> None:
+    """A node whose NCCL channels lack "/GDRDMA" (host-staged traffic) fails every pairing
+    it is in and the all-reduce, though the figures meet their floors; an order without
+    GPUDirect RDMA (fabric gpudirect: false) only notes it."""
+    data = run_model(tmp_path, 4, ModelLauncher(no_gdr={"h3"}))
+    assert data["culprits"] == ["h3"] and data["verdict"] == "FAIL"
+    res = {r["check"]: r for r in data["results"]}
+    assert res["cluster.allreduce"]["verdict"] == "FAIL"
+    assert "NCCL ran over IB without GPUDirect RDMA" in res["cluster.allreduce"]["summary"]
+    other = tmp_path / "relaxed"
+    other.mkdir()
+    relaxed = run_model(other, 4, ModelLauncher(no_gdr={"h3"}),
+                        fabric={**FABRIC, "gpudirect": False})
+    assert relaxed["verdict"] == "PASS", relaxed["culprits"]
+    ar = next(r for r in relaxed["results"] if r["check"] == "cluster.allreduce")
+    assert ar["verdict"] == "PASS"
+    assert any(n.startswith("no NCCL network channel used GPUDirect RDMA")
+               for n in ar["facts"]["tool_notes"]["NCCL"])  # said, not judged
+
+
 def test_a_slow_rail_is_named_with_its_node(tmp_path: Path) -> None:
     data = run_model(tmp_path, 8, ModelLauncher(rails={"h3": {"mlx5_5": 0.5}}))
     assert data["isolation"]["rails"] == {"h3": ["mlx5_5"]}

@@ -400,3 +400,22 @@ def test_new_faults_on_a_running_host_keep_its_boot_time(tmp_path: Path) -> None
     assert after["boot_time"] == booted["boot_time"] and after["faults"]
     lab._install_hardware(1, "h1", "h200-sxm-8", [], "seed")  # a boot (up, reset): now
     assert json.loads(hw.read_text())["boot_time"] > booted["boot_time"] + 3000
+
+
+def test_the_simulated_nccl_drops_gdrdma_where_a_rank_has_no_peermem(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL_DEBUG=INFO's channels say "/GDRDMA" only where every rank has a GPUDirect RDMA
+    path: a host with the peermem_missing fault makes them plain "via NET/IB/k", and the
+    parser then reads gdrdma False."""
+    monkeypatch.syspath_prepend(str(REPO / "src" / "nodecert" / "lab" / "simhw"))
+    from nodecert_simhw import nccl
+
+    from nodecert_node.parse import toolnotes
+
+    def rank(host: str, gdr: bool) -> dict[str, Any]:
+        return {"host": host, "pid": 7, "buses": ["0000:18:00"], "rails": [400.0, 400.0],
+                "mnnvl": None, "gdr": gdr}
+    for gdr, want in ((True, True), (False, False)):
+        nccl._info_lines([rank("h1", True), rank("h2", gdr)], "2.27.7+cuda13.0")
+        got = toolnotes.nccl_notes(capsys.readouterr().out)
+        assert got["gdrdma"] is want and got["network"] == "IB"

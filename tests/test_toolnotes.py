@@ -23,7 +23,8 @@ def test_real_nccl_logs() -> None:
     good = toolnotes.nccl_notes(
         real("nccl-debug/roce-2node-nccl-debug-info-channels-via-net-ib-gdrdma-good-EXCERPT"
              ".log"))
-    assert good == {"nccl_version": None, "network": None, "gdrdma": True, "notes": []}
+    # no "Using network" line in the excerpt: the channels ("via NET/IB/1/GDRDMA") say IB
+    assert good == {"nccl_version": None, "network": "IB", "gdrdma": True, "notes": []}
     gb = toolnotes.nccl_notes(real(
         "nccl-debug/gb200-nvl72-1-tray-4rank-nccl-2.30.7-debug-init-mnnvl-cliqueid-fabric-"
         "uuid-EXCERPT.log"))
@@ -39,6 +40,18 @@ def test_real_nccl_logs() -> None:
         "the IB transport failed a transfer with peer 10.46.70.22<39226>: status 12 "
         "(IBV_WC_RETRY_EXC_ERR: transport retries exceeded, a link or the remote side did "
         "not answer)"]
+
+
+def test_channels_without_gdrdma_are_said_without_a_using_network_line() -> None:
+    """The real RoCE log with its channels' "/GDRDMA" taken away (NCCL fell back to host
+    memory staging) and no "Using network" line: said, with the transport from the
+    channels."""
+    text = real("nccl-debug/roce-2node-nccl-debug-info-channels-via-net-ib-gdrdma-good-"
+                "EXCERPT.log").replace("/GDRDMA", "")
+    got = toolnotes.nccl_notes(text)
+    assert got["gdrdma"] is False and got["network"] == "IB"
+    assert got["notes"] == ["no NCCL network channel used GPUDirect RDMA (no \"/GDRDMA\" on "
+                            "any \"via NET\" line): traffic was staged through host memory"]
 
 
 # NCCL's own lines (net_ib.cc, net_socket.cc, socket.cc), as NCCL_DEBUG=INFO prints them.

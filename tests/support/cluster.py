@@ -3,6 +3,7 @@ model (every job's output in the real tools' formats), and the lab's scaling mod
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +81,11 @@ class ModelLauncher(Launcher):
 
     def __init__(self, slow: dict[str, float] | None = None,
                  rails: dict[str, dict[str, float]] | None = None,
-                 hang: set[str] | None = None) -> None:
+                 hang: set[str] | None = None, no_gdr: set[str] | None = None) -> None:
         super().__init__(ClusterConfig(engine="slurm"), ep("h1"))
         self.slow, self.rails, self.hang = slow or {}, rails or {}, hang or set()
+        # nodes without GPUDirect RDMA: NCCL's channels through them lack "/GDRDMA"
+        self.no_gdr = no_gdr or set()
         self.ran: list[Job] = []
 
     def run(self, job: Job) -> JobResult:
@@ -92,7 +95,11 @@ class ModelLauncher(Launcher):
                              leftovers=dict.fromkeys(job.nodes, 0))
         busbw = 376.0 * min(self.slow.get(n, 1.0) for n in job.nodes)
         busbw *= min(min(self.rails.get(n, {}).values(), default=1.0) for n in job.nodes)
-        out = "".join(f" 0: {ln}\n" for ln in nccl_text(list(job.nodes), busbw).splitlines())
+        gdr = "" if self.no_gdr & set(job.nodes) else "/GDRDMA"
+        text = nccl_text(list(job.nodes), busbw) + "".join(
+            f"{job.nodes[0]}:100:101 [0] NCCL INFO Channel {c:02d}/0 : 0[0] -> 8[0] [send] "
+            f"via NET/IB/{c}{gdr}\n" for c in range(2))
+        out = "".join(f" 0: {ln}\n" for ln in text.splitlines())
         if "ib_write_bw" in job.script:
             for k in range(8):
                 dev = f"mlx5_{k}"
@@ -120,8 +127,11 @@ def fabric_ok(nodes: list[str], bad: dict[str, str] | None = None) -> dict[str, 
 
 
 def run_model(tmp_path: Path, n: int, launcher: ModelLauncher,
-              bad_fabric: dict[str, str] | None = None) -> dict[str, Any]:
+              bad_fabric: dict[str, str] | None = None, *,
+              fabric: dict[str, Any] | None = None) -> dict[str, Any]:
     ctx = context(n)
+    if fabric is not None:
+        ctx = dataclasses.replace(ctx, exp=expectation(fabric, 8, LIMITS))
     d = tmp_path / "cluster-run-abcdef"
     d.mkdir()
     return ClusterRun(ctx, d, lambda _: None, launcher).run(fabric_ok(ctx.nodes, bad_fabric))

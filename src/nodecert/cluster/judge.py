@@ -31,11 +31,20 @@ class Expectation:
     devices: tuple[str, ...]  # the rails (HCA names) paired
     gpus: int
     link_layer: str
+    gpudirect: bool = True  # the order has GPUDirect RDMA: NCCL must use it across nodes
 
     def as_dict(self) -> dict[str, Any]:
         return {"busbw": self.busbw.as_dict(), "rail": self.rail.as_dict(),
                 "devices": list(self.devices), "gpus": self.gpus,
-                "link_layer": self.link_layer}
+                "link_layer": self.link_layer, "gpudirect": self.gpudirect}
+
+    def transport_problem(self, reading: Reading) -> str:
+        """Why the run's transport breaks the order ('' where it does not, or where NCCL's
+        output does not show it): network channels without GPUDirect RDMA."""
+        if self.gpudirect and reading.gdrdma is False:
+            return (f"NCCL ran over {reading.network or 'the network'} without GPUDirect "
+                    "RDMA (no \"/GDRDMA\" on any \"via NET\" channel): the order has it")
+        return ""
 
 
 def expectation(fabric: dict[str, Any], gpus: int,
@@ -53,7 +62,7 @@ def expectation(fabric: dict[str, Any], gpus: int,
         Threshold(round(float(rail["value"]) * rate, 1), ">=", "Gb/s",
                   f"fabric spec {rate:g} Gb/s x cluster.rail_bw_fraction_min {rail['value']}",
                   str(rail.get("source", ""))),
-        devices, gpus, str(fabric["link_layer"]))
+        devices, gpus, str(fabric["link_layer"]), bool(fabric.get("gpudirect", True)))
 
 
 def prelude(first: str, port: int, extra_ports: int = 0) -> str:
@@ -112,6 +121,8 @@ class Reading:
     rails: dict[str, float | None] | None = None  # device -> Gb/s average
     problem: str = ""  # why a figure is missing
     notes: list[str] = field(default_factory=list)  # what NCCL/perftest said beside it
+    network: str | None = None  # the transport NCCL used (IB, Socket, ...), where shown
+    gdrdma: bool | None = None  # whether its network channels used GPUDirect RDMA
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -127,7 +138,8 @@ def read_allreduce(rank0: str) -> Reading:
         return Reading(problem=f"all_reduce_perf gave no figures: {why}",
                        notes=list(p["notes"]))
     last = max(p["rows"], key=lambda r: r["size"])
-    return Reading(busbw=float(last["busbw"]), oob=p["oob"], notes=list(p["notes"]))
+    return Reading(busbw=float(last["busbw"]), oob=p["oob"], notes=list(p["notes"]),
+                   network=p["network"], gdrdma=p["gdrdma"])
 
 
 def _rail_parts(rank1: str) -> dict[str, str]:

@@ -203,8 +203,12 @@ class ClusterRun:
         rails_ok = {d: v is not None and bool(self.ctx.exp.rail.check(v))
                     for d, v in reading.rails.items()}
         error = res.error or ("hung past its limit" if res.timed_out else "")
+        transport = self.ctx.exp.transport_problem(reading)
+        if transport:
+            reading.notes.insert(0, transport)
         return PairOutcome(pair, rnd, reading, res.job.name,
-                           ar_ok and all(rails_ok.values()) and not error, rails_ok, error)
+                           ar_ok and all(rails_ok.values()) and not error and not transport,
+                           rails_ok, error)
 
     def allreduce(self, nodes: list[str]) -> tuple[Reading, JobResult]:
         c = self.ctx
@@ -473,8 +477,13 @@ class ClusterRun:
             summary = f"all-reduce over all nodes did not run: {whole.error or reading.problem}"
         else:
             out = exp.check(reading.busbw)
-            v = Verdict.PASS if out and not reading.oob else Verdict.FAIL
+            transport = self.ctx.exp.transport_problem(reading)
+            v = Verdict.PASS if out and not reading.oob and not transport else Verdict.FAIL
             summary = f"all-reduce over {len(self.ctx.nodes)} nodes: busbw {out.message}"
+            if transport:
+                # the figure may still meet its floor: the path is what the order breaks
+                summary = f"{summary}; {transport}"
+                findings.append(transport)
             if reading.oob:
                 findings.append(f"{reading.oob} out-of-bounds (wrong) values")
         if bis is not None:

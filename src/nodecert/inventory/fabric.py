@@ -11,6 +11,8 @@ must be. Read once on the control side and sent to the node in the plan's spec.
                                  # bond or a DPU, are not judged)
       gpu_nic_affinity: PIX      # optional: every GPU has a compute NIC at least this
                                  # close in `nvidia-smi topo -m` (PIX, PXB, PHB, NODE)
+      gpudirect: true            # optional (default true): the order has GPUDirect RDMA,
+                                 # so a multi-node NCCL run without it FAILs
       roce:                      # optional, Ethernet: the lossless settings the site runs
         gid_type: v2             # every compute port has a routable RoCE v2 GID
         pfc_priorities: [3]      # PFC enabled on exactly these priorities (mlnx_qos)
@@ -26,7 +28,7 @@ from typing import Any
 from nodecert.core.yamldoc import keyed
 
 KEYS = {"link_layer", "ports", "rate_gbps", "width", "firmware", "devices", "gpu_nic_affinity",
-        "roce"}
+        "roce", "gpudirect"}
 ROCE_KEYS = {"gid_type", "pfc_priorities", "trust", "ecn_priorities"}
 AFFINITIES = ("PIX", "PXB", "PHB", "NODE")
 LINK_LAYERS = ("InfiniBand", "Ethernet")
@@ -70,6 +72,10 @@ def parse_fabric(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
             return None, f"devices must be a list of HCA names, got {devices!r}"
         out["devices"] = list(devices)
+    if "gpudirect" in raw:
+        if not isinstance(raw["gpudirect"], bool):
+            return None, f"gpudirect must be true or false, got {raw['gpudirect']!r}"
+        out["gpudirect"] = raw["gpudirect"]
     if "roce" in raw:
         roce, why = _parse_roce(raw["roce"])
         if roce is None:

@@ -126,7 +126,7 @@ VARIABLES: tuple[Variable, ...] = (
        page="docs/validation.md"),
     _v("fabric", "fabric", "plan", "net.ib, net.roce, topology",
        "the RDMA fabric each node must have: {link_layer: InfiniBand|Ethernet, ports, "
-       "rate_gbps, width, firmware, devices, gpu_nic_affinity, roce: {gid_type, "
+       "rate_gbps, width, firmware, devices, gpu_nic_affinity, gpudirect, roce: {gid_type, "
        "pfc_priorities, trust, ecn_priorities}}"),
     _v("shared_fs", "sharedfs", "plan", "storage.shared, cluster storage",
        "the shared file system every node reads its data from: {mounts: [{path, type}], "

@@ -68,6 +68,7 @@ def nccl_notes(text: str) -> dict[str, Any]:
     version: str | None = None
     network: str | None = None
     channels_net = gdr = 0
+    chosen: str | None = None
     for raw in text.splitlines():
         m = _NCCL_LINE.search(raw)
         if not m:
@@ -86,16 +87,21 @@ def nccl_notes(text: str) -> dict[str, Any]:
         elif ch:
             channels_net += 1
             gdr += "GDRDMA" in ch.group(1)
+            # the transport is the channel's first word (NET/IB/0, NET/Socket/0) where
+            # NCCL did not print its "Using network" line
+            chosen = chosen or ch.group(1).split("/", 1)[0]
         else:
             cause = _cause(m.group(1), body)
             if cause:
                 _add(notes, cause)
     gdrdma: bool | None = None
+    network = network or chosen
     if channels_net:
         gdrdma = gdr > 0
-        if not gdr and network not in (None, "Socket"):
+        # said whether or not NCCL printed "Using network": the channels show it
+        if not gdr and network != "Socket":
             _add(notes, "no NCCL network channel used GPUDirect RDMA (no \"/GDRDMA\" on any "
-                        "\"via NET\" line)")
+                        "\"via NET\" line): traffic was staged through host memory")
     return {"nccl_version": version, "network": network, "gdrdma": gdrdma, "notes": notes}
 
 

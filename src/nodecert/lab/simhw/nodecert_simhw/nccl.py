@@ -125,6 +125,8 @@ def cmd_all_reduce_perf(argv, test="all_reduce_perf"):
             "product": hw["profile"]["gpu"]["product_name"],
             "peak": busbw_peak(hw, gpus), "factor": faults.busbw_factor(), "rails": multinode.rail_gbps(hw),
             "hang": faults.nccl_hangs(), "wrong": faults.nccl_wrong(),
+            # no nvidia_peermem: no GPUDirect RDMA, NCCL stages through host memory
+            "gdr": faults.setting("peermem_missing") is None,
             "mnnvl": mnnvl(hw, gpus)}
     boot = None
     if size > 1:
@@ -188,9 +190,10 @@ def _info_lines(ranks, nccl):
         devs = " ".join(f"[{k}]mlx5_{k}:1/IB" for k in up)
         print(f"{tag} NET/IB : Using {devs} ; OOB eth0")
         print(f"{tag} Using network IB")
+        gdr = "/GDRDMA" if all(r.get("gdr", True) for r in ranks) else ""
         for c, k in enumerate(up):
             print(f"{tag} Channel {c:02d}/0 : 0[0] -> {len(me['buses'])}[0] [send] via "
-                  f"NET/IB/{k}/GDRDMA")
+                  f"NET/IB/{k}{gdr}")
     else:
         print(f"{tag} NET/IB : No device found.")
         print(f"{tag} NET/Socket : Using [0]eth0")
