@@ -64,6 +64,25 @@ def test_a_real_dell_bios_judged_against_the_profile() -> None:
     assert judge_bios(PROFILE, {"attributes": ok, "pending": {}}).verdict is Verdict.PASS
 
 
+def test_a_pending_change_that_breaks_the_profile_fails_before_the_reset() -> None:
+    """Right now as the profile wants, but the pending settings change it at the next
+    reset: FAIL, naming it; a pending object that repeats every attribute, some in
+    another representation (True for "true", 1 for "1"), names only what changes."""
+    ok = dict(rf.parse_bios(DELL)["attributes"], SriovGlobalEnable="Enabled")
+    copied = {k: (str(v) if isinstance(v, int) and not isinstance(v, bool) else v)
+              for k, v in ok.items()}  # the whole object again, numbers as text
+    copied["SysProfile"] = "PerfPerWattOptimizedDapc"
+    res = judge_bios(PROFILE, {"attributes": ok, "pending": copied})
+    assert res.verdict is Verdict.FAIL
+    assert res.findings == ("SysProfile is PerfOptimized as the profile wants, but the "
+                            "BIOS's pending settings change it to PerfPerWattOptimizedDapc "
+                            "at the next reset",)
+    assert res.facts["pending"] == {"SysProfile": "PerfPerWattOptimizedDapc"}
+    # a pending change to the wanted value, or a copy of the current values: no finding
+    same = {**copied, "SysProfile": "PerfOptimized"}
+    assert judge_bios(PROFILE, {"attributes": ok, "pending": same}).verdict is Verdict.PASS
+
+
 def test_an_attribute_the_bios_does_not_report_is_an_error() -> None:
     attrs = {k: v for k, v in PROFILE.attributes.items() if k != "SubNumaCluster"}
     res = judge_bios(PROFILE, {"attributes": attrs, "pending": {}})

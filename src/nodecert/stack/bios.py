@@ -4,7 +4,10 @@ source, and the pure judgement of what a BMC's Redfish Bios reports (`bmc.bios`)
 A host names its profile (`nodecert_bios_profile`) and may add or change attributes
 (`nodecert_bios`: {attribute: value}). An attribute the BMC does not report is ERROR,
 never a pass; one at another value is a FAIL naming it, found and wanted, and saying
-where a pending setting will change it at the next reset.
+where a pending setting will change it at the next reset; one right now that the pending
+settings change to another value at the next reset is a FAIL too, before the reset.
+Pending means changed: an attribute the pending object repeats at its current value (in
+another representation: True and "true") is no change.
 """
 
 from __future__ import annotations
@@ -93,6 +96,25 @@ def differences(profile: BiosProfile, current: dict[str, Any]) -> dict[str, Scal
             if k in current and current[k] != v}
 
 
+def _same(a: Any, b: Any) -> bool:
+    """One value in two representations (True and "true", 1 and "1", "Enabled" and
+    "enabled "), as BMCs write an attribute in the current and pending objects."""
+    def norm(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, float) and v.is_integer():
+            return str(int(v))
+        return str(v).strip().lower()
+    return norm(a) == norm(b)
+
+
+def pending_changes(current: dict[str, Any], pending: dict[str, Any]) -> dict[str, Any]:
+    """What the pending settings object changes at the next reset: its attributes whose
+    value is not the current one in another representation (many BMCs copy every
+    attribute into it)."""
+    return {k: v for k, v in pending.items() if not (k in current and _same(current[k], v))}
+
+
 def judge_bios(profile: BiosProfile, bios: dict[str, Any] | None, *,
                bmc_error: str = "") -> Result:
     """`bios`: {"attributes": {...}, "pending": {...}} as the BMC reports them (None where
@@ -103,7 +125,8 @@ def judge_bios(profile: BiosProfile, bios: dict[str, Any] | None, *,
                       facts={"profile": profile.name},
                       remediation="Check that the BMC answers over Redfish and lists the "
                                   "system's Bios, then validate again.")
-    current, pending = bios.get("attributes") or {}, bios.get("pending") or {}
+    current = bios.get("attributes") or {}
+    pending = pending_changes(current, bios.get("pending") or {})
     fails, errors = [], []
     for name, want in profile.attributes.items():
         if name not in current:
@@ -112,6 +135,10 @@ def judge_bios(profile: BiosProfile, bios: dict[str, Any] | None, *,
             note = (f" (pending: {pending[name]} at the next reset)" if name in pending
                     else "")
             fails.append(f"{name} is {current[name]}, the profile wants {want}{note}")
+        elif name in pending and not _same(pending[name], want):
+            # right now, wrong after the next reset: found before the reset happens
+            fails.append(f"{name} is {current[name]} as the profile wants, but the BIOS's "
+                         f"pending settings change it to {pending[name]} at the next reset")
     lines = errors + fails
     verdict = Verdict.ERROR if errors else Verdict.FAIL if fails else Verdict.PASS
     summary = (f"{lines[0]} (+{len(lines) - 1} more)" if len(lines) > 1 else lines[0]) \
@@ -133,4 +160,4 @@ def judge_bios(profile: BiosProfile, bios: dict[str, Any] | None, *,
 
 
 __all__ = ["BiosProfile", "differences", "find_profile", "judge_bios", "load_profile",
-           "profiles_dir", "with_site"]
+           "pending_changes", "profiles_dir", "with_site"]
