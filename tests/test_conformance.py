@@ -63,6 +63,39 @@ def test_imex_is_judged_only_on_the_trays_of_a_rack_that_expects_it() -> None:
     assert ok.checked == 8 + 1 + 3 + 1 + 1  # pins, IMEX, three services, driver, torch
 
 
+def _tray(text: str) -> str:
+    """The recorded host as a GB200 compute tray: no NVSwitch, IMEX pinned, held, running."""
+    return text.replace("##nvswitch\n4", "##nvswitch\n0").replace(
+        "##holds\n", "##holds\nnvidia-imex\n").replace(
+        "##pkgs\n", "##pkgs\nnvidia-imex\t580.173.02-1\thi \n").replace(
+        "##smi", "nvidia-imex enabled active\n##smi")
+
+
+def test_fabric_manager_on_a_compute_tray_is_a_finding() -> None:
+    """A GB200/GB300 tray (no NVSwitch, IMEX expected) with Fabric Manager installed or
+    running fails conformance naming it; without it, it passes."""
+    tray = _tray(RECORDED)
+    c = judge("tray01", STACK, tray, imex=True)
+    assert not c.ok
+    assert c.problems == [
+        "Fabric Manager on a compute tray of an NVLink domain (nvidia-fabricmanager "
+        "580.173.02-1; service nvidia-fabricmanager active): the rack's switch trays run the "
+        "NVLink fabric and IMEX shares memory across trays; stop and purge "
+        "nvidia-fabricmanager here"]
+    stopped = tray.replace("nvidia-fabricmanager enabled active",
+                           "nvidia-fabricmanager missing inactive")
+    only_pkg = judge("tray01", STACK, stopped, imex=True)
+    assert only_pkg.problems and "service nvidia-fabricmanager active" not in \
+        only_pkg.problems[0]
+    gone = stopped
+    for name in ("libnvidia-nscq", "nvidia-fabricmanager"):
+        gone = gone.replace(f"{name}\t580.173.02-1\thi \n", "")
+    clean = judge("tray01", STACK, gone, imex=True)
+    assert clean.ok, clean.problems
+    # an HGX host outside a rack is not judged on it
+    assert judge("h1", STACK, RECORDED.replace("##nvswitch\n4", "##nvswitch\n0")).ok
+
+
 def test_ssh_argv_checks_host_keys_and_uses_inventory_settings() -> None:
     argv = ssh_argv({"ansible_host": "10.78.0.11", "ansible_port": 2222, "ansible_user": "ops",
                      "ansible_ssh_private_key_file": "/k/id",

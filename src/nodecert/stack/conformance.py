@@ -99,6 +99,26 @@ def software(output: str) -> dict[str, Any]:
             "python": sorted(x.strip() for x in sec.get("freeze", []) if x.strip())}
 
 
+def _no_fabric_manager(c: Conformance, stack: Stack, os_name: str,
+                       installed: dict[str, tuple[str, str]],
+                       services: dict[str, list[str]]) -> None:
+    """A compute tray of an NVLink domain (GB200/GB300: no NVSwitch of its own, the
+    switch trays run the fabric, IMEX shares memory across trays) carries no Fabric
+    Manager (docs/rack.md): installed or running there, it is a finding, never silent."""
+    c.checked += 1
+    names = [p.name for p in stack.os[os_name].packages if p.component == "fabric_manager"]
+    present = [f"{n} {installed[n][0]}" for n in names
+               if n in installed and len(installed[n][1]) >= 2 and installed[n][1][1] == "i"]
+    state = services.get("nvidia-fabricmanager", [])
+    running = len(state) > 1 and state[1] == "active"
+    if present or running:
+        what = "; ".join(present + (["service nvidia-fabricmanager active"] if running
+                                    else []))
+        c.problems.append(f"Fabric Manager on a compute tray of an NVLink domain ({what}): "
+                          "the rack's switch trays run the NVLink fabric and IMEX shares "
+                          "memory across trays; stop and purge nvidia-fabricmanager here")
+
+
 def judge(host: str, stack: Stack, output: str, *, imex: bool = False) -> Conformance:
     """Pure: compare gathered facts with the stack's pins for the host's OS. `imex`: the
     host is a compute tray of a rack that expects an IMEX domain (only there is IMEX
@@ -132,6 +152,8 @@ def judge(host: str, stack: Stack, output: str, *, imex: bool = False) -> Confor
         elif p.name not in holds or got[1][0] != "h":
             c.problems.append(f"{p.name} {p.version} is not held against upgrades")
     services = {ln.split()[0]: ln.split()[1:] for ln in sec.get("services", []) if ln.split()}
+    if imex and not nvswitch:
+        _no_fabric_manager(c, stack, os_name, installed, services)
     wanted = (["nvidia-persistenced"] + (["nvidia-fabricmanager"] if nvswitch else [])
               + (["nvidia-imex"] if imex and stack.imex else []))
     for svc in wanted:
