@@ -47,6 +47,42 @@ def debian_mirror() -> str:
                         hint="set NODECERT_LAB_MIRROR=http://<your mirror>/debian")
 
 
+def mounts_under(mountinfo: str, path: Path) -> list[str]:
+    """The mount points at or below `path` in /proc/self/mountinfo's text, deepest first
+    (the order they must be unmounted in). Mount points are octal-escaped there."""
+    root = os.path.normpath(str(path))
+    found = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        if point == root or point.startswith(root + "/"):
+            found.append(point)
+    return sorted(set(found), key=lambda p: (-p.count("/"), p))
+
+
+def remove_build_dir(path: Path) -> None:
+    """Remove a build directory a killed build left, after unmounting what it left
+    mounted there (mmdebstrap's proc, sys and dev): removing through a mounted /sys or
+    /proc fails (EROFS) or reaches into the live system."""
+    if not path.exists():
+        return
+    try:
+        info = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        info = ""
+    for point in mounts_under(info, path.resolve()):
+        # lazy: a mount still busy is detached now and released when its user goes
+        run(["umount", "-l", point], timeout=60)
+    left = mounts_under(Path("/proc/self/mountinfo").read_text(), path.resolve()) \
+        if info else []
+    if left:
+        raise NodecertError(f"{path}: {left[0]} is still mounted after umount",
+                            hint=f"unmount it (umount -l {left[0]}) and run again")
+    shutil.rmtree(path)
+
+
 def base_ready(cfg: LabConfig) -> bool:
     stamp = cfg.base / STAMP
     return stamp.is_file() and stamp.read_text().split()[0] == BASE_RECIPE
@@ -58,10 +94,9 @@ def build_base(cfg: LabConfig, *, log: Callable[[str], None] = print) -> float:
         return 0.0
     t0 = time.monotonic()
     tmp = cfg.root / "base.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    if cfg.base.exists():
-        shutil.rmtree(cfg.base)  # an older recipe: rebuilt from scratch
+    # a build killed before it finished: its mounts undone, then rebuilt from scratch
+    remove_build_dir(tmp)
+    remove_build_dir(cfg.base)  # an older recipe: rebuilt from scratch
     cfg.root.mkdir(parents=True, exist_ok=True)
     mirror = debian_mirror()
     log(f"building the lab base rootfs ({cfg.suite} minbase) from {mirror} ...")
