@@ -135,6 +135,24 @@ def test_a_stuck_or_busy_task_is_that_hosts_error_with_the_bmcs_words(
     assert not run.ok
 
 
+def test_an_update_the_bmc_calls_done_but_did_not_apply_fails_that_host(
+        bmcs: list[Bmc], tmp_path: Path, mirror: Path) -> None:
+    """The task reaches Completed, the inventory keeps the old version: the host fails,
+    naming the component, the member and the version it still reports; the recipe judged
+    after the run FAILs, so no certificate can call it at its recipe."""
+    old = Fault("h1", "firmware_old", {"component": "cpld_mb", "version": "0.2.1.2"})
+    bmcs[0].set_faults([old, Fault("h1", "fw_not_applied", {})])
+    bmcs[1].set_faults([old])
+    run = run_firmware(req(inventory(tmp_path, bmcs), mirror=mirror))
+    h1 = run.hosts["h1"]
+    assert h1.status == "failed", h1.as_dict()
+    assert "cpld_mb: task /redfish/v1/TaskService/Tasks/1 Completed, but " in h1.error
+    assert "still reports 0.2.1.2, not 0.2.1.6: the update was not applied" in h1.error
+    assert h1.after is not None and h1.after["verdict"] == "FAIL"
+    assert any(e["what"] == "task" and e["state"] == "Completed" for e in h1.log)
+    assert run.hosts["h2"].status == "updated" and not run.ok
+
+
 def test_an_image_whose_digest_does_not_match_is_never_pushed(
         bmcs: list[Bmc], tmp_path: Path, mirror: Path) -> None:
     bmcs[0].set_faults([Fault("h1", "firmware_old", {"component": "cpld_mb",

@@ -43,6 +43,7 @@ from nodecert.stack.firmware import (
     Recipe,
     find_recipe,
     judge_recipe,
+    same_version,
     with_image_pins,
     with_overrides,
 )
@@ -295,6 +296,17 @@ def _update(h: _Host, step: Step) -> str | None:
                               poll_s=h.request.poll_s, note=note, stop=h.stop)
     if state != "Completed":
         return f"{step.component}: task {task} ended {state}" + (f": {said}" if said else "")
+    # The task's word is not the result: the member itself must now report the version.
+    try:
+        now = rf.parse_software_inventory(h.client.get(step.member)).get("version")
+    except (BmcError, ParseError) as exc:
+        what = exc.what if isinstance(exc, BmcError) else str(exc)
+        return (f"{step.component}: task {task} Completed, but {step.member} could not be "
+                f"read again: {what}")
+    note("read back", version=now)
+    if now is None or not same_version(str(now), step.wanted):
+        return (f"{step.component}: task {task} Completed, but {step.member} still reports "
+                f"{now or 'no version'}, not {step.wanted}: the update was not applied")
     return None
 
 

@@ -8,7 +8,8 @@ The image is the lab's own format (lab_image): a header line naming the componen
 version, then the payload. Like a real BMC this one refuses an image for another
 component, a malformed image, and a downgrade unless the push sets ForceUpdate. Faults
 of the host's hardware description: fw_task_stuck (the task stops at `percent`),
-fw_busy (every poll of a task answers 503).
+fw_busy (every poll of a task answers 503), fw_not_applied (a task reaches Completed
+and the inventory keeps the old version).
 
 Updated versions persist in BMC_DIR/firmware.json until the host is reset.
 
@@ -164,7 +165,9 @@ class Updates:
             now = time.time()
             if task.state == "Running" and task.stuck_at is None and \
                     now - task.started >= RUN_S:
-                self._set(task.member.rsplit("/", 1)[-1], task.version)
+                # fw_not_applied: the task says Completed, the inventory keeps the old one
+                if Faults(self._hw()).setting("fw_not_applied") is None:
+                    self._set(task.member.rsplit("/", 1)[-1], task.version)
                 task.state = "Completed"
                 task.messages = [_msg("Update.1.0.UpdateSuccessful",
                                       f"{task.component} updated to {task.version}")]

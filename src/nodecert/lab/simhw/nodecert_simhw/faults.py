@@ -139,6 +139,8 @@ FAULT_KINDS: dict[str, FaultKind] = {
                         "`percent` (default 40) and never end", "firmware apply"),
     "fw_busy": _k(set(), set(), "the BMC answers every poll of an update task with HTTP 503",
                   "firmware apply"),
+    "fw_not_applied": _k(set(), set(), "the BMC's update tasks reach Completed but its "
+                         "firmware inventory keeps the old version", "firmware apply"),
     # --- a rack tray's NVLink domain (hosts of a lab rack)
     "fabric_clique": _k(set(), {"clique"}, "the tray's GPUs register in another NVLink "
                         "clique (default 9) than the rest of its rack", "rack.domain"),
