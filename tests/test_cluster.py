@@ -9,6 +9,9 @@ import base64
 import datetime as dt
 import json
 import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +186,53 @@ def test_after_ctrl_c_no_job_starts_and_a_cancel_waits_for_slurm_to_drop_it() ->
     sent = len(sl.sent)
     sl.cancel()
     assert len(sl.sent) == sent  # nothing to cancel: nothing sent
+
+
+class _BlockingLauncher(ScriptedLauncher):
+    """Jobs that run until interrupted; each sweep and each cancel waits on a barrier
+    until all of them have started, so they can only finish if they run at once."""
+
+    def __init__(self, jobs: int) -> None:
+        super().__init__({})
+        self.barrier = threading.Barrier(jobs + 1, timeout=20)  # every sweep + the cancel
+        self.sweeps = self.cancels = 0
+        self.started = threading.Semaphore(0)
+
+    def remote(self, command: str, timeout: float,
+               always: bool = False) -> tuple[int | None, str, bool]:
+        if "srun" in command:
+            self.started.release()
+            while not self.cancelled.is_set():  # a hung job, until Ctrl-C
+                time.sleep(0.01)
+            return None, "", True
+        if command.startswith("scancel"):
+            self.cancels += 1
+            self.barrier.wait()
+        return 0, "", False
+
+    def sweep(self, job: Job) -> dict[str, int]:
+        self.sweeps += 1
+        self.barrier.wait()
+        return dict.fromkeys(job.nodes, 0)
+
+
+def test_ctrl_c_cancels_and_sweeps_every_job_at_once_and_only_once() -> None:
+    """The interrupt's cancel and every running job's sweep run at the same time (each
+    waits for all the others: run one after another they would never finish), and the
+    jobs' own threads do not cancel or sweep again one job after another."""
+    n = 6
+    bl = _BlockingLauncher(n)
+    jobs = [Job(f"nodecert-x-pair-{k}", (f"h{2 * k + 1}", f"h{2 * k + 2}"), "true", {}, 300)
+            for k in range(n)]
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        futures = [pool.submit(bl.run, j) for j in jobs]
+        for _ in jobs:
+            assert bl.started.acquire(timeout=20)
+        bl.interrupt()
+        results = [f.result(timeout=20) for f in futures]
+    assert (bl.sweeps, bl.cancels) == (n, 1)
+    assert all(r.error.startswith("interrupted") and set(r.leftovers.values()) == {-1}
+               for r in results)
 
 
 # --- the whole run against a fabric model ------------------------------------------------------

@@ -184,10 +184,21 @@ class Launcher:
             return JobResult(job, cmd, None, "", time.monotonic() - t0,
                              error=f"launch host {self.launch.host}: {exc}")
         finally:
-            self._running.pop(job.name, None)
+            # Under the admission lock: either the interrupt saw this job running (and
+            # cleans it up) or the job left before the interrupt looked (and cleans up
+            # after itself below).
+            with self._admit:
+                self._running.pop(job.name, None)
+                taken = self.cancelled.is_set()
         res = JobResult(job, cmd, rc, out, time.monotonic() - t0,
                         timed_out=timed_out or rc in (124, 137))
-        if not res.ok:
+        if not res.ok and taken:
+            # Interrupted: interrupt() cancels and sweeps every running job at once; this
+            # thread does not do it again, one job after another. What is left is then
+            # not known here (-1: never reported as clean).
+            res.error = res.error or "interrupted: cancelled with the run"
+            res.leftovers = dict.fromkeys(job.nodes, -1)
+        elif not res.ok:
             self.cancel(job)
             res.leftovers = self.sweep(job)
         return res
@@ -203,10 +214,14 @@ class Launcher:
         self._interrupted += running
         if not running:
             return
-        with ThreadPoolExecutor(max_workers=min(16, len(running)),
+        # The engine's cancel and every job's sweep at once: how long this takes is the
+        # slowest of them, not their sum, however many jobs ran and however loaded the
+        # machine is (each is bounded by its own SSH and command timeouts).
+        with ThreadPoolExecutor(max_workers=min(32, len(running) + 1),
                                 thread_name_prefix="nodecert-sweep") as pool:
+            cancelling = pool.submit(self.cancel, *running)
             list(pool.map(self.sweep, running))
-        self.cancel(*running)
+            cancelling.result()
 
     def settle(self) -> None:
         """After an interrupt, once every job's thread has cleaned up after it: the
@@ -220,27 +235,30 @@ class Launcher:
         engine, then SIGKILL a second later), then count what is still there (0
         everywhere: clean)."""
         script = sweep_script(job.name)
-        left: dict[str, int] = {}
         # The launch host too: srun or mpirun itself carries the job's name there.
         targets = {**{n: self.nodes.get(n) for n in job.nodes},
                    self.launch_name: self.nodes.get(self.launch_name, self.launch)}
-        for node, ep in targets.items():
-            if ep is None:
-                continue
+
+        def one(ep: Endpoint) -> int:
             try:
                 client = self._connector(ep)
             except (paramiko.SSHException, OSError):
-                left[node] = -1  # could not look: never reported as clean
-                continue
+                return -1  # could not look: never reported as clean
             try:
                 _, stdout, _ = client.exec_command(ep.as_root(script), timeout=30)
                 m = re.search(r"left=(\d+)", stdout.read().decode(errors="replace"))
-                left[node] = int(m.group(1)) if m else -1
+                return int(m.group(1)) if m else -1
             except (paramiko.SSHException, OSError):
-                left[node] = -1
+                return -1
             finally:
                 client.close()
-        return left
+        todo = {node: ep for node, ep in targets.items() if ep is not None}
+        if not todo:
+            return {}
+        # every node at once: the sweep takes the slowest node's time, not the sum
+        with ThreadPoolExecutor(max_workers=len(todo),
+                                thread_name_prefix="nodecert-sweep-node") as pool:
+            return dict(zip(todo, pool.map(one, todo.values()), strict=True))
 
 
 def _text(chunks: list[bytes]) -> str:
