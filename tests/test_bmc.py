@@ -500,6 +500,53 @@ def test_gpus_are_known_by_their_pci_ids_first_and_their_name_last() -> None:
         ("GPU-3", "name", "NVIDIA Tesla T4"), ("0-4", "PCI ids", "")]
 
 
+def test_a_servers_own_coolant_connectors_are_its_sensors() -> None:
+    """A liquid-cooled server's BMC: its chassis's ThermalSubsystem lists coolant
+    connectors (DMTF's example), their readings judged against the thresholds of the
+    Sensor each reading names (DMTF's mockup sensor); the connector's own health too."""
+    from nodecert.bmc.gather import RedfishSource
+    rack = Path(__file__).parent / "fixtures" / "real" / "redfish-rack"
+    conn = json.loads((rack / "dsp2046-example-coolantconnector-a.json").read_text())
+    sensor = json.loads((rack / "dmtf-mockup-public-cooling-unit-chassis-cdu-sensor-"
+                                "primarysupplypressure.json").read_text())
+    src_uri = sensor["@odata.id"]
+    conn["SupplyPressurekPa"] = {**conn["SupplyPressurekPa"], "DataSourceUri": src_uri}
+    ch = "/redfish/v1/Chassis/1"
+
+    def read(connector: dict[str, Any], pressure: dict[str, Any]) -> list[dict[str, Any]]:
+        docs = {ch: {"ThermalSubsystem": {"@odata.id": f"{ch}/ThermalSubsystem"}},
+                f"{ch}/ThermalSubsystem": {"CoolantConnectors": {
+                    "@odata.id": f"{ch}/ThermalSubsystem/CoolantConnectors"}},
+                f"{ch}/ThermalSubsystem/CoolantConnectors": {"Members": [
+                    {"@odata.id": f"{ch}/ThermalSubsystem/CoolantConnectors/A"}]},
+                f"{ch}/ThermalSubsystem/CoolantConnectors/A": connector, src_uri: pressure}
+        src = RedfishSource.__new__(RedfishSource)
+        src.client = _Docs(docs)  # type: ignore[assignment]
+        src.budget = type("B", (), {"check": lambda self, what: None})()  # type: ignore[attr-defined]
+        return src._coolant(ch)
+
+    got = read(conn, sensor)
+    assert [(s["name"], s["reading"]) for s in got][:3] == [
+        ("Rack Cooling Loop A (coolant connector)", None),
+        ("Rack Cooling Loop A supply temperature", 14.8),
+        ("Rack Cooling Loop A return temperature", 38.2)]
+    pressure = next(s for s in got if s["name"].endswith("supply pressure"))
+    assert (pressure["reading"], pressure["upper_critical"]) == (827.0, 1380.0)
+    assert judge_sensors(got).verdict is Verdict.PASS
+    over = read(conn, {**sensor, "Reading": 1400})
+    r = judge_sensors(over)
+    assert r.verdict is Verdict.FAIL
+    assert "Rack Cooling Loop A supply pressure 1400 kPa >= upper critical 1380 kPa" in \
+        r.findings
+    sick = read({**conn, "Status": {"State": "Enabled", "Health": "Critical"}}, sensor)
+    assert judge_sensors(sick).verdict is Verdict.FAIL
+    # an air-cooled server: no ThermalSubsystem, no coolant sensors
+    air = RedfishSource.__new__(RedfishSource)
+    air.client = _Docs({ch: {}})  # type: ignore[assignment]
+    air.budget = type("B", (), {"check": lambda self, what: None})()  # type: ignore[attr-defined]
+    assert air._coolant(ch) == []
+
+
 @pytest.mark.parametrize("offers_17", [True, False])
 def test_ipmi_asks_for_cipher_suite_17_first_and_records_the_suite(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offers_17: bool) -> None:

@@ -36,6 +36,11 @@ def _real(name: str) -> dict[str, Any]:
     return json.loads((REAL / f"dmtf-mockup-public-{name}.json").read_text())
 
 
+def _example(name: str) -> dict[str, Any]:
+    """A DMTF schema example (DSP2046) of a resource the mockups lack."""
+    return json.loads((REAL / f"{name}.json").read_text())
+
+
 def _coll(*paths: str) -> dict[str, Any]:
     return {"Members": [{"@odata.id": p} for p in paths]}
 
@@ -154,6 +159,79 @@ def test_a_leak_in_any_sample_fails_naming_the_detector() -> None:
     r = judge_cooling(RACK, [comp("cdu", "cdu-01", good, bad, good)])
     assert r is not None and r.verdict == Verdict.FAIL
     assert r.summary == "CDU cdu-01: LEAK detected by Fluid Level Overflow (Critical)"
+
+
+def _detectors_tree(**members: dict[str, Any]) -> infra.Tree:
+    """The healthy unit whose LeakDetection also links its LeakDetectors collection (the
+    mockup's summary with the link a service adds beside its groups), with `members`."""
+    summary = copy.deepcopy(_real("cooling-unit-cdu1-leakdetection-summary"))
+    coll = f"{CDU}/1/LeakDetection/LeakDetectors"
+    summary["LeakDetectors"] = {"@odata.id": coll}
+    tree = healthy_cdu_tree()
+    tree[f"{CDU}/1/LeakDetection"] = summary
+    tree[coll] = _coll(*(f"{coll}/{k}" for k in members))
+    tree.update({f"{coll}/{k}": v for k, v in members.items()})
+    return tree
+
+
+def test_each_leak_detector_is_read_with_its_type_and_state() -> None:
+    """The detectors the LeakDetectors collection lists, each with its type and state; a
+    group entry no member stands for is kept too (by name, once)."""
+    moisture = _real("cooling-unit-cdu1-leakdetector-moisture")
+    u = infra.cdu(_detectors_tree(Moisture=moisture))["units"][0]
+    assert [(d["name"], d["type"], d["state"]) for d in u["leaks"]] == [
+        ("Moisture Leak Detector", "Moisture", "OK"), ("Fluid Level Overflow", None, "OK")]
+    ok = infra.cdu(_detectors_tree(Moisture=moisture))
+    assert judge_cooling(RACK, [comp("cdu", "c", ok)]).verdict is Verdict.PASS  # type: ignore[union-attr]
+    wet = {**moisture, "DetectorState": "Critical"}
+    r = judge_cooling(RACK, [comp("cdu", "c", infra.cdu(_detectors_tree(Moisture=wet)))])
+    assert r is not None and r.verdict is Verdict.FAIL
+    assert "CDU c: LEAK detected by Moisture Leak Detector (Critical)" in r.findings
+    off = {**moisture, "Status": {"State": "Disabled", "Health": "OK"}}
+    r = judge_cooling(RACK, [comp("cdu", "c", infra.cdu(_detectors_tree(Moisture=off)))])
+    assert r is not None and r.verdict is Verdict.WARN
+    assert "CDU c: leak detector Moisture Leak Detector (Moisture) is Disabled: it watches " \
+        "nothing" in r.findings
+    sick = {**_example("dsp2046-example-leakdetector-moisture"),
+            "Status": {"State": "Enabled", "Health": "Critical"}}
+    r = judge_cooling(RACK, [comp("cdu", "c", infra.cdu(_detectors_tree(Moisture=sick)))])
+    assert r is not None and r.verdict is Verdict.FAIL
+    assert any("leak detector Moisture-type Leak Detector (Moisture) health Critical" in f
+               for f in r.findings)
+
+
+PDUS = "/redfish/v1/PowerEquipment/RackPDUs"
+
+
+def pdu_tree(**circuit: Any) -> infra.Tree:
+    """DMTF's rack PDU example with one mains circuit (DMTF's circuit example)."""
+    return {PDUS: _coll(f"{PDUS}/1"),
+            f"{PDUS}/1": _example("dsp2046-example-powerdistribution-rackpdu"),
+            f"{PDUS}/1/Mains": _coll(f"{PDUS}/1/Mains/A"),
+            f"{PDUS}/1/Mains/A": {**_example("dsp2046-example-circuit-branch-a"), **circuit}}
+
+
+def test_a_rack_pdu_and_its_mains_are_read_and_judged() -> None:
+    from nodecert.rack.gather import walk_rack_pdu
+    tree = pdu_tree()
+    walked = walk_rack_pdu(tree.__getitem__)
+    assert set(walked) == set(tree)
+    s = infra.rack_pdu(walked)
+    assert s == {"pdus": [{"id": "1", "serial": "29347ZT536", "firmware": "4.3.0",
+                           "health": "OK", "state": "Enabled", "health_rollup": None,
+                           "conditions": [], "mains": [{"id": "A", "breaker": "Normal",
+                                                        "health": "OK",
+                                                        "state": "Enabled"}]}]}
+    r = judge_power(RACK, [comp("rack_pdu", "pdu-01", s)])
+    assert r is not None and r.verdict is Verdict.PASS, r.findings
+    assert "1 rack PDU endpoint(s) healthy, 1 mains circuits closed" in r.summary
+    tripped = infra.rack_pdu(pdu_tree(BreakerState="Tripped"))
+    r = judge_power(RACK, [comp("rack_pdu", "pdu-01", tripped)])
+    assert r is not None and r.verdict is Verdict.FAIL
+    assert r.findings == ("rack PDU pdu-01 mains A: breaker Tripped",)
+    unread = judge_power(RACK, [comp("rack_pdu", "pdu-01", None, errors=["timed out"])])
+    assert unread is not None and unread.verdict is Verdict.FAIL
+    assert "rack pdu pdu-01" in unread.summary and "timed out" in unread.summary
 
 
 def _pressure(kpa: float) -> dict[str, Any]:

@@ -268,6 +268,35 @@ class RedfishSource:
             "\n".join(f"{m['id']}\t{m['version']}" for m in members)))
         return members
 
+    def _coolant(self, chassis: str) -> list[dict[str, Any]]:
+        """A liquid-cooled server's own coolant connectors (its chassis's
+        ThermalSubsystem), as sensors; none where the BMC lists none (air-cooled)."""
+        doc = self._fetch(chassis)
+        sub = _link(doc, "ThermalSubsystem") if isinstance(doc, dict) else None
+        if not sub:
+            return []
+        try:
+            coll = _link(self._fetch(sub), "CoolantConnectors")
+            if not coll:
+                return []
+            out: list[dict[str, Any]] = []
+            for link in _capped(rf.member_links(self._fetch(coll), "CoolantConnectors"),
+                                "CoolantConnectors"):
+                conn = self._fetch(link)
+                sensors: dict[str, Any] = {}
+                for prop, _, _ in rf.COOLANT_READINGS:
+                    raw = conn.get(prop) if isinstance(conn, dict) else None
+                    src = raw.get("DataSourceUri") if isinstance(raw, dict) else None
+                    if isinstance(src, str) and src.startswith("/redfish/v1/"):
+                        try:
+                            sensors[src] = self._fetch(src)
+                        except NotFound:
+                            pass  # the excerpt's own reading stands, without thresholds
+                out += rf.parse_coolant_connector(conn, sensors)
+            return out
+        except NotFound:
+            return []
+
     def _bios(self, system: str | None) -> dict[str, Any] | None:
         """The system's BIOS settings and those pending for its next reset (None where
         the BMC lists no Bios: bios_error says why)."""
@@ -302,7 +331,8 @@ class RedfishSource:
             sensors = rf.parse_thermal(self._get("thermal", f"{p['chassis']}/Thermal"))
             power = rf.parse_power(self._get("power", f"{p['chassis']}/Power"))
             manager = rf.parse_manager(self._get("manager", p["manager"]))
-            return {"sensors": sensors + power["voltages"], "power": power,
+            coolant = self._coolant(p["chassis"])
+            return {"sensors": sensors + power["voltages"] + coolant, "power": power,
                     "sel": self._sel(p["manager"]), "firmware": manager["firmware"],
                     "gpus": self._gpus(p["system"]) if p["system"] else None,
                     "nics": self._nics(p["chassis"]),

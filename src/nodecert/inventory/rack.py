@@ -10,6 +10,8 @@ set on every compute tray of the rack (usually in the rack's group_vars).
         - {name: nvsw-01, address: 10.10.5.21}
       power_shelves:
         - {name: ps-01, address: 10.10.5.31}
+      pdus:                        # optional: rack PDUs (Redfish PowerEquipment/RackPDUs)
+        - {name: pdu-01, address: 10.10.5.51}
       cdu: {name: cdu-01, address: 10.10.5.41}   # optional: the rack's coolant unit
       redfish:                     # how the switch trays, shelves and CDU are read
         username: nodecert
@@ -39,7 +41,8 @@ import yaml
 from nodecert.core.yamldoc import keyed
 from nodecert.inventory.bmc import parse_bmc
 
-KEYS = {"name", "kind", "gpus", "imex", "switch_trays", "power_shelves", "cdu", "redfish",
+KEYS = {"name", "kind", "gpus", "imex", "switch_trays", "power_shelves", "pdus", "cdu",
+        "redfish",
         "firmware", "samples", "sample_s"}
 # The rack's management endpoints share one set of credentials: a BMC's keys, less the
 # address (each switch tray, shelf and CDU has its own) and what only a server has.
@@ -119,7 +122,7 @@ def parse_rack(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(imex, bool):
         return None, f"imex must be true or false, got {imex!r}"
     spec: dict[str, Any] = {"name": name, "kind": kind_name, "gpus": gpus, "imex": imex}
-    for key in ("switch_trays", "power_shelves"):
+    for key in ("switch_trays", "power_shelves", "pdus"):
         parts, why = _parts(raw.get(key), key)
         if parts is None:
             return None, why
@@ -149,10 +152,11 @@ def parse_rack(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
 def _redfish(raw: Any, spec: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """The management endpoints' credentials (parsed as a BMC's); required as soon as the
     rack names a switch tray, a power shelf or a CDU, since they are read over Redfish."""
-    parts = spec["switch_trays"] or spec["power_shelves"] or spec["cdu"]
+    parts = spec["switch_trays"] or spec["power_shelves"] or spec["pdus"] or spec["cdu"]
     if raw is None:
         return None, ("redfish (username, password_file, ca_file or cert_sha256) must be "
-                      "set: the switch trays, power shelves and CDU are read over Redfish"
+                      "set: the switch trays, power shelves, PDUs and CDU are read over "
+                      "Redfish"
                       if parts else None)
     item, why = keyed(raw, REDFISH_KEYS)
     if item is None:

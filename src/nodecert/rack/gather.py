@@ -28,13 +28,14 @@ from nodecert.rack.infra import (
     link,
     members,
     power_shelf,
+    rack_pdu,
     switch_tray,
 )
 from nodecert.transport.become import read_password_file
 
 Get = Callable[[str], Any]
 WALK_LIMIT_S = 120.0  # one component's whole walk (a switch tray: some 150 requests)
-KINDS = ("switch_tray", "power_shelf", "cdu")
+KINDS = ("switch_tray", "power_shelf", "rack_pdu", "cdu")
 
 
 class _Walk:
@@ -95,7 +96,9 @@ def walk_cdu(get: Get, limit_s: float = WALK_LIMIT_S) -> Tree:
     w = _Walk(get, limit_s)
     for up in w.collection("/redfish/v1/ThermalEquipment/CDUs", optional=False):
         unit = w.fetch(up) or {}
-        w.fetch(link(unit, "LeakDetection"))
+        detection = w.fetch(link(unit, "LeakDetection"))
+        for dp in w.collection(link(detection, "LeakDetectors")):
+            w.fetch(dp)
         for pp in w.collection(link(unit, "Pumps")):
             w.fetch(pp)
         for cp in w.collection(link(unit, "PrimaryCoolantConnectors")):
@@ -108,10 +111,20 @@ def walk_cdu(get: Get, limit_s: float = WALK_LIMIT_S) -> Tree:
     return w.tree
 
 
+def walk_rack_pdu(get: Get, limit_s: float = WALK_LIMIT_S) -> Tree:
+    w = _Walk(get, limit_s)
+    for pp in w.collection("/redfish/v1/PowerEquipment/RackPDUs", optional=False):
+        pdu = w.fetch(pp) or {}
+        for cp in w.collection(link(pdu, "Mains")):
+            w.fetch(cp)
+    return w.tree
+
+
 WALKS: dict[str, tuple[Callable[[Get, float], Tree], Callable[[Tree], dict[str, Any]]]] = {
     "switch_tray": (walk_switch_tray, switch_tray),
     "power_shelf": (walk_power_shelf, power_shelf),
     "cdu": (walk_cdu, cdu),
+    "rack_pdu": (walk_rack_pdu, rack_pdu),
 }
 
 
@@ -120,7 +133,7 @@ class Component:
     """One management endpoint of the rack and what was read of it: one entry in
     `samples` per reading (its normalised shape, or None where that sample failed)."""
 
-    kind: str  # switch_tray | power_shelf | cdu
+    kind: str  # switch_tray | power_shelf | rack_pdu | cdu
     name: str
     address: str
     samples: list[dict[str, Any] | None] = field(default_factory=list)
@@ -139,6 +152,7 @@ def specs(rack: dict[str, Any]) -> list[tuple[str, dict[str, str], BmcSpec]]:
     password is read here once (InventoryError when it cannot be)."""
     parts = [("switch_tray", p) for p in rack.get("switch_trays") or []] + \
         [("power_shelf", p) for p in rack.get("power_shelves") or []] + \
+        [("rack_pdu", p) for p in rack.get("pdus") or []] + \
         ([("cdu", rack["cdu"])] if rack.get("cdu") else [])
     if not parts:
         return []

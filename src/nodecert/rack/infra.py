@@ -11,8 +11,11 @@ PowerSubsystem, PowerSupply, CoolingUnit, LeakDetection, CoolantConnector, Pump,
   power shelf  {"shelves": [{"id", "serial", "firmware", "health", "state",
                 "conditions", "supplies": [{"id", "health", "state", "line_input",
                 "firmware"}], "redundancy": [{"type", "min", "health"}]}]}
+  rack pdu     {"pdus": [{"id", "serial", "firmware", "health", "state", "conditions",
+                "mains": [{"id", "breaker", "health", "state"}]}]}
   cdu          {"units": [{"id", "serial", "firmware", "health", "state", "conditions",
-                "leaks": [{"name", "state"}], "pumps": [{"id", "health", "state"}],
+                "leaks": [{"name", "state", "type", "health", "status_state", "source"}],
+                "pumps": [{"id", "health", "state"}],
                 "readings": [READING]}]}
   READING      {"key", "label", "value", "unit", "source", "thresholds":
                 {"upper_critical", "upper_caution", "lower_critical", "lower_caution"}}
@@ -186,19 +189,66 @@ def _reading(tree: Tree, doc: dict[str, Any], prop: str, key: str, *, label: str
             "thresholds": thresholds}
 
 
+def _leak_detectors(tree: Tree, path: str | None) -> list[dict[str, Any]]:
+    """Every leak detector a LeakDetection resource names: each member of its
+    LeakDetectors collection (its type, state and status), and the detectors its groups
+    summarise that no member stands for (by name). A detector whose own record was read
+    is judged on that record."""
+    detection = tree.get(path or "")
+    if not isinstance(detection, dict):
+        return []
+    out: list[dict[str, Any]] = []
+    for dp in members(tree, link(detection, "LeakDetectors") or ""):
+        d = tree.get(dp)
+        if not isinstance(d, dict):
+            continue
+        st = _status(d)
+        out.append({"name": _text(d, "Name") or _text(d, "Id") or dp.rsplit("/", 1)[-1],
+                    "state": _text(d, "DetectorState"),
+                    "type": _text(d, "LeakDetectorType"),
+                    "health": st["health"], "status_state": st["state"], "source": dp})
+    seen = {str(x["name"]).lower() for x in out}
+    for group in detection.get("LeakDetectorGroups") or []:
+        for d in (group.get("Detectors") or []) if isinstance(group, dict) else []:
+            if not isinstance(d, dict):
+                continue
+            name = _text(d, "DeviceName") or _text(d, "DataSourceUri") or "leak detector"
+            if name.lower() not in seen:
+                out.append({"name": name, "state": _text(d, "DetectorState"), "type": None,
+                            "health": None, "status_state": None,
+                            "source": _text(d, "DataSourceUri")})
+    return out
+
+
+# --- rack PDUs (PowerDistribution, EquipmentType RackPDU) ---------------------------------
+
+def rack_pdu(tree: Tree) -> dict[str, Any]:
+    """{"pdus": [{"id", "serial", "firmware", "health", "state", "conditions",
+    "mains": [{"id", "breaker", "health", "state"}]}]}: every PDU the endpoint lists
+    under PowerEquipment/RackPDUs and its mains circuits."""
+    pdus = []
+    for pp in members(tree, "/redfish/v1/PowerEquipment/RackPDUs"):
+        pdu = _doc(tree, pp)
+        mains = []
+        for cp in members(tree, link(pdu, "Mains") or ""):
+            c = tree.get(cp)
+            if isinstance(c, dict):
+                st = _status(c)
+                mains.append({"id": _text(c, "Id") or cp.rsplit("/", 1)[-1],
+                              "breaker": _text(c, "BreakerState"),
+                              "health": st["health"], "state": st["state"]})
+        pdus.append({"id": _text(pdu, "Id") or pp.rsplit("/", 1)[-1],
+                     "serial": _text(pdu, "SerialNumber"),
+                     "firmware": _text(pdu, "FirmwareVersion"), **_status(pdu),
+                     "mains": mains})
+    return {"pdus": pdus}
+
+
 def cdu(tree: Tree) -> dict[str, Any]:
     units = []
     for up in members(tree, "/redfish/v1/ThermalEquipment/CDUs"):
         unit = _doc(tree, up)
-        leaks = []
-        detection = tree.get(link(unit, "LeakDetection") or "")
-        if isinstance(detection, dict):
-            for group in detection.get("LeakDetectorGroups") or []:
-                for d in (group.get("Detectors") or []) if isinstance(group, dict) else []:
-                    if isinstance(d, dict):
-                        leaks.append({"name": _text(d, "DeviceName")
-                                      or _text(d, "DataSourceUri") or "leak detector",
-                                      "state": _text(d, "DetectorState")})
+        leaks = _leak_detectors(tree, link(unit, "LeakDetection"))
         pumps = []
         for pp in members(tree, link(unit, "Pumps") or ""):
             pump = _doc(tree, pp)
@@ -222,4 +272,4 @@ def cdu(tree: Tree) -> dict[str, Any]:
 
 
 __all__ = ["COOLANT", "InfraError", "Tree", "cdu", "link", "members", "number",
-           "power_shelf", "switch_tray"]
+           "power_shelf", "rack_pdu", "switch_tray"]

@@ -234,12 +234,41 @@ def judge_power(rack: dict[str, Any], comps: list[dict[str, Any]]) -> Result | N
                 _health(pw, p.get("health"), p.get("state"), fails, warns)
                 if p.get("line_input") not in (None, "Normal"):
                     fails.append(f"{pw}: input {p['line_input']}")
-    if not shelves:
+    pdus = [c for c in comps if c["kind"] == "rack_pdu"]
+    circuits = _judge_pdus(comps, fails, warns)
+    if not shelves and not pdus:
         return None  # not judged: the record says so
     return judge_findings("rack.power", fails, warns,
-                          f"{len(shelves)} power shelves healthy, {supplies} supplies OK",
-                          value={"shelves": len(shelves), "supplies": supplies},
+                          f"{len(shelves)} power shelves healthy, {supplies} supplies OK"
+                          + (f"; {len(pdus)} rack PDU endpoint(s) healthy, {circuits} mains "
+                             "circuits closed" if pdus else ""),
+                          value={"shelves": len(shelves), "supplies": supplies,
+                                 "pdus": len(pdus), "mains": circuits},
                           fault_code="NC-RACK-POWER" if fails else "")
+
+
+def _judge_pdus(comps: list[dict[str, Any]], fails: list[str], warns: list[str]) -> int:
+    """Each rack PDU healthy and enabled, each of its mains circuits with its breaker
+    Normal (a tripped or off breaker cuts the trays it feeds); the circuits judged."""
+    circuits = 0
+    for c, last in _read(comps, "rack_pdu", fails):
+        if not last["pdus"]:
+            fails.append(f"rack PDU {c['name']}: its Redfish service lists no rack PDU")
+        for pdu in last["pdus"]:
+            who = f"rack PDU {c['name']}" + (f" ({pdu['id']})" if pdu["id"] != "1" else "")
+            _health(who, pdu.get("health"), pdu.get("state"), fails, warns)
+            for cond in pdu.get("conditions") or []:
+                if cond.get("severity") == "Critical":
+                    fails.append(f"{who}: {cond.get('message')}")
+            if not pdu["mains"]:
+                warns.append(f"{who}: reports no mains circuit: its breakers were not checked")
+            for m in pdu["mains"]:
+                circuits += 1
+                mw = f"{who} mains {m['id']}"
+                _health(mw, m.get("health"), m.get("state"), fails, warns)
+                if m.get("breaker") not in (None, "Normal"):
+                    fails.append(f"{mw}: breaker {m['breaker']}")
+    return circuits
 
 
 def _level(v: float, t: dict[str, float]) -> int:
@@ -290,6 +319,16 @@ def judge_cooling(rack: dict[str, Any], comps: list[dict[str, Any]]) -> Result |
                 for d in u["leaks"]:
                     if d.get("state") not in ("OK", None):
                         leaks.setdefault(f"{u['id']}:{d['name']}", set()).add(d["state"])
+        for u in good[-1]["units"]:
+            for d in u["leaks"]:  # a detector that does not watch is no "no leak"
+                kind = f" ({d['type']})" if d.get("type") else ""
+                if d.get("status_state") in ("Absent", "Disabled", "UnavailableOffline",
+                                             "StandbyOffline"):
+                    warns.append(f"CDU {c['name']}: leak detector {d['name']}{kind} is "
+                                 f"{d['status_state']}: it watches nothing")
+                elif d.get("health") in BAD_HEALTH and d.get("state") in ("OK", None):
+                    fails.append(f"CDU {c['name']}: leak detector {d['name']}{kind} health "
+                                 f"{d['health']}: its reading cannot be trusted")
         if not any(u["leaks"] for u in good[-1]["units"]):
             warns.append(f"CDU {c['name']}: reports no leak detector: leaks were not checked")
         if not any(u["readings"] for u in good[-1]["units"]):

@@ -41,7 +41,8 @@ from nodecert_node.contract import Result, Verdict, worst
 
 Progress = Callable[[str], None]
 # What the record keeps of the rack's spec (never its credentials' file names).
-PUBLIC = ("name", "kind", "gpus", "imex", "trays", "switch_trays", "power_shelves", "cdu",
+PUBLIC = ("name", "kind", "gpus", "imex", "trays", "switch_trays", "power_shelves", "pdus",
+          "cdu",
           "firmware", "samples", "sample_s")
 TrayRuns = Callable[[Path, dict[str, Any], Path, Progress], dict[str, dict[str, Any]]]
 
@@ -118,11 +119,12 @@ def judge_rack(rack: dict[str, Any], trays: dict[str, dict[str, Any]],
     not_judged = []
     for rule, judged, key in (("rack.switch_trays", judge_switch_trays(rack, comps),
                                "switch_trays"),
-                              ("rack.power", judge_power(rack, comps), "power_shelves"),
+                              ("rack.power", judge_power(rack, comps),
+                               "power_shelves or pdus"),
                               ("rack.cooling", judge_cooling(rack, comps), "cdu")):
         if judged is None:
             not_judged.append(f"{rule}: the rack names no {key.replace('_', ' ')} "
-                              f"(nodecert_rack.{key})")
+                              f"(nodecert_rack.{key.replace(' or ', ', ')})")
         else:
             results.append(judged)
     results.append(judge_firmware(rack, firmware_table(

@@ -74,6 +74,57 @@ def parse_thermal(doc: Any) -> list[dict[str, Any]]:
     return out
 
 
+# A coolant connector's readings (DMTF CoolantConnector): property, label, unit.
+COOLANT_READINGS = (("SupplyTemperatureCelsius", "supply temperature", "C"),
+                    ("ReturnTemperatureCelsius", "return temperature", "C"),
+                    ("DeltaTemperatureCelsius", "temperature rise", "C"),
+                    ("FlowLitersPerMinute", "flow", "L/min"),
+                    ("SupplyPressurekPa", "supply pressure", "kPa"),
+                    ("ReturnPressurekPa", "return pressure", "kPa"),
+                    ("DeltaPressurekPa", "pressure drop", "kPa"))
+# A Sensor's Thresholds, as the sensors' threshold keys.
+_SENSOR_THRESHOLDS = (("UpperFatal", "upper_fatal"), ("UpperCritical", "upper_critical"),
+                      ("LowerFatal", "lower_fatal"), ("LowerCritical", "lower_critical"),
+                      ("UpperCaution", "upper_noncritical"),
+                      ("LowerCaution", "lower_noncritical"))
+
+
+def parse_coolant_connector(doc: Any, sensors: dict[str, Any] | None = None
+                            ) -> list[dict[str, Any]]:
+    """A server's coolant connector (Chassis/<id>/ThermalSubsystem/CoolantConnectors/<id>)
+    as sensors: its own status (kind "coolant", no reading) and each reading it gives,
+    with the thresholds of the Sensor its excerpt names (`sensors`: path -> document,
+    where fetched). A reading it does not give is absent, never zero."""
+    what = "Redfish CoolantConnector"
+    _check_type(doc, "CoolantConnector", what)
+    if not isinstance(doc, dict):
+        raise ParseError(f"{what}: expected a JSON object")
+    name = str(doc.get("Name") or doc.get("Id") or "coolant connector")
+    state, health = _status(doc)
+    out = [{"name": f"{name} (coolant connector)", "kind": "coolant", "reading": None,
+            "unit": "", "state": state, "health": health}]
+    for prop, label, unit in COOLANT_READINGS:
+        raw = doc.get(prop)
+        if not isinstance(raw, dict):
+            continue
+        src = raw.get("DataSourceUri")
+        sensor = (sensors or {}).get(src) if isinstance(src, str) else None
+        item: dict[str, Any] = {"name": f"{name} {label}", "kind": "coolant",
+                                "reading": _num(raw.get("Reading")), "unit": unit,
+                                "state": "", "health": ""}
+        if isinstance(sensor, dict):
+            item["reading"] = _num(sensor.get("Reading")) if "Reading" in sensor \
+                else item["reading"]
+            item["state"], item["health"] = _status(sensor)
+            raw_limits = sensor.get("Thresholds")
+            limits: dict[str, Any] = raw_limits if isinstance(raw_limits, dict) else {}
+            for key, mine in _SENSOR_THRESHOLDS:
+                t = limits.get(key)
+                item[mine] = _num(t.get("Reading")) if isinstance(t, dict) else None
+        out.append(item)
+    return out
+
+
 def parse_power(doc: Any) -> dict[str, Any]:
     """Consumption, supplies, their redundancy and voltages of a legacy Power resource."""
     _check_type(doc, "Power", "Redfish Power")
