@@ -288,10 +288,9 @@ class RedfishSource:
                     raw = conn.get(prop) if isinstance(conn, dict) else None
                     src = raw.get("DataSourceUri") if isinstance(raw, dict) else None
                     if isinstance(src, str) and src.startswith("/redfish/v1/"):
-                        try:
+                        # a sensor not found: the excerpt's own reading stands, unlimited
+                        with contextlib.suppress(NotFound):
                             sensors[src] = self._fetch(src)
-                        except NotFound:
-                            pass  # the excerpt's own reading stands, without thresholds
                 out += rf.parse_coolant_connector(conn, sensors)
             return out
         except NotFound:
