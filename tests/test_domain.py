@@ -81,7 +81,7 @@ def test_a_named_reason_leads_the_summary() -> None:
                                      "incorrect_configuration": "Incorrect Chassis Serial"})
     r = judge_fabric("domain.fabric", gpus, RACK)
     assert r.summary.startswith(f"GPU {gpus[3]['bus_id']}: fabric incorrect configuration: "
-                                "Incorrect Chassis Serial (fabric health Unhealthy)"), r.summary
+                                "Incorrect Chassis Serial; fabric health Unhealthy"), r.summary
     assert r.findings[1] == f"GPU {gpus[0]['bus_id']}: fabric health Unhealthy"
     assert not any(f == f"GPU {gpus[3]['bus_id']}: fabric health Unhealthy"
                    for f in r.findings)

@@ -83,6 +83,26 @@ def test_the_trays_get_imex_from_the_role_and_their_domain_validates(
         assert by["stack.conformance"].verdict.name == "PASS", by["stack.conformance"].summary
 
 
+def test_provisioned_trays_have_no_fail_anywhere(rack: tuple[Lab, Path],
+                                                 tmp_path: Path) -> None:
+    """Trays provisioned with the whole stack like any host: the full lab suite (burn-in,
+    soak, NCCL, storage, containers, the stack, the tray's domain; the trays' two GPUs of
+    a board share a serial) finds nothing to FAIL on either."""
+    lab, runs = rack
+    if any(lab.ssh(h, "test -e /opt/nodecert/envs", check=False).returncode != 0
+           for h in TRAYS):
+        _provision(lab, runs)  # this test alone: provision as the test above does
+    vr = validate(ValidateRequest(lab.cfg.state / "inventory.ini", suite="lab", limit=TRAYS,
+                                  runs_dir=tmp_path / "runs"), progress=lambda line: None)
+    for h in TRAYS:
+        bad = {r.check: r.summary for r in vr.hosts[h].results
+               if r.verdict.name in ("FAIL", "ERROR")}
+        assert bad == {}, (h, bad)
+        checks = {r.check for r in vr.hosts[h].results}
+        assert {"stack.conformance", "container.gpu_smoke", "domain.imex",
+                "hardware.inventory"} <= checks, checks
+
+
 def test_a_changed_node_list_restarts_imex(rack: tuple[Lab, Path]) -> None:
     lab, runs = rack
     lab.ssh("h2", "echo 10.0.0.1 > /etc/nvidia-imex/nodes_config.cfg")

@@ -157,7 +157,7 @@ def test_the_simulated_tool_lists_no_compute_apps(tmp_path: Path) -> None:
 
 
 def test_compute_app_rows_are_read_strictly() -> None:
-    from nodecert_node.local import GpuUsersUnknown, parse_compute_apps
+    from nodecert_node.idle import GpuUsersUnknown, parse_compute_apps
     assert parse_compute_apps("") == []
     assert parse_compute_apps("No running processes found\n") == []
     assert parse_compute_apps("4242, python3 train.py\n77, /usr/bin/python3\n") == [

@@ -65,9 +65,9 @@ def test_insufficient_nvlinks_fail_naming_the_gpu(tmp_path: Path) -> None:
     r = judge_fabric("domain.fabric", gpus, SPEC)
     assert r.verdict == Verdict.FAIL
     bus = gpus[2]["bus_id"]
-    assert r.findings == (f"GPU {bus}: fabric health Unhealthy",
-                          f"GPU {bus}: NVLink fabric bandwidth Degraded (degraded: links down "
-                          "or insufficient NVLinks)")
+    # the named reason leads, the generic Unhealthy rides on it
+    assert r.findings == (f"GPU {bus}: NVLink fabric bandwidth Degraded (degraded: links down "
+                          "or insufficient NVLinks); fabric health Unhealthy",)
 
 
 def test_a_tray_in_another_clique_is_whole_on_its_own(tmp_path: Path) -> None:
@@ -138,9 +138,39 @@ def test_the_lab_rack_refuses_a_fault_on_a_part_it_does_not_have() -> None:
         part_faults([Fault("*", "rack_part_down", {"part": "nvsw-10"})])
 
 
-def test_a_lab_rack_is_gb200_trays_and_at_most_18() -> None:
+def test_a_lab_rack_is_gb200_or_gb300_trays_and_at_most_18() -> None:
+    from nodecert.lab.rack import kind_of
     check(18, ("gb200-nvl-4",))
+    check(18, ("gb300-nvl-4",))
+    assert (kind_of("gb200-nvl-4"), kind_of("gb300-nvl-4")) == ("GB200-NVL72", "GB300-NVL72")
     with pytest.raises(NodecertError, match=r"holds 1\.\.18 compute trays, not 19"):
         check(19, ("gb200-nvl-4",))
-    with pytest.raises(NodecertError, match="trays are gb200-nvl-4, not h200-sxm-8"):
+    with pytest.raises(NodecertError, match="trays are all gb200-nvl-4 or all gb300-nvl-4, "
+                                            "not h200-sxm-8"):
         check(4, ("h200-sxm-8",))
+    with pytest.raises(NodecertError, match="not gb200-nvl-4, gb300-nvl-4"):
+        check(2, ("gb200-nvl-4", "gb300-nvl-4"))
+
+
+@pytest.mark.parametrize(("profile", "recipe"), [("gb200-nvl-4", "dgx-gb200-compute-tray"),
+                                                 ("gb300-nvl-4", "dgx-gb300-compute-tray")])
+def test_a_lab_tray_carries_its_recipe_and_shares_a_serial_per_board(
+        tmp_path: Path, profile: str, recipe: str) -> None:
+    """A GB200/GB300 tray's two GPUs of a board share its serial, as the recorded tray
+    reports, and hardware.inventory passes it; its VBIOS and HCA firmware (read in band)
+    and its BMC's firmware inventory are at the tray's recipe: firmware.recipe PASSes."""
+    from nodecert.lab.bmcmodel import firmware_members
+    from nodecert.lab.hardware import profile as lab_profile
+    from nodecert.stack.firmware import find_recipe, inband_readings, judge_recipe
+    from support.simnode import SimNode
+    assert lab_profile(profile)["firmware_recipe"] == recipe
+    node = SimNode(tmp_path, profile)
+    hw = json.loads(node.hw.read_text())
+    serials = [g["serial"] for g in hw["identity"]["gpus"]]
+    assert serials[0] == serials[1] and serials[2] == serials[3] and serials[1] != serials[2]
+    inventory, ib = node.check("hardware.inventory"), node.check("net.ib")
+    assert inventory.verdict is Verdict.PASS, inventory.findings
+    members = [{"id": k, "name": v["name"], "version": v["version"]}
+               for k, v in firmware_members(hw, "1.0").items()]
+    judged = judge_recipe(find_recipe(recipe), members, inband_readings([inventory, ib]))
+    assert judged.verdict is Verdict.PASS, judged.findings

@@ -367,7 +367,7 @@ LIVE = {"temp_gpu", "temp_memory", "temp_headroom", "temp_tlimit_margin", "power
 
 
 @pytest.mark.parametrize("profile", ["h200-sxm-8", "h100-sxm-8", "a100-sxm-8", "l40s-pcie-4",
-                                     "b200-hgx-8", "gb200-nvl-4"])
+                                     "b200-hgx-8", "gb200-nvl-4", "gb300-nvl-4"])
 def test_q_x_writes_real_tags_and_the_facts_q_prints(tmp_path: Path, profile: str) -> None:
     from nodecert_node.parse import smi
     sim = Sim(tmp_path, profile)

@@ -42,7 +42,8 @@ def _lab() -> Any:
 @click.option("--profile", "profiles", multiple=True,
               help="Hardware profile; repeat to alternate profiles across hosts "
                    "(h200-sxm-8, h100-sxm-8, a100-sxm-8, l40s-pcie-4, b200-hgx-8, "
-                   "gb200-nvl-4).  [default: h200-sxm-8; gb200-nvl-4 with --rack]")
+                   "gb200-nvl-4, gb300-nvl-4).  [default: h200-sxm-8; gb200-nvl-4 with "
+                   "--rack]")
 @click.option("--faults", "faults_file", type=click.Path(path_type=Path, exists=True,
                                                           dir_okay=False),
               help="YAML fault file to inject (see README, 'Lab faults').")
@@ -54,14 +55,21 @@ def _lab() -> Any:
                    "(sushy-tools) and IPMI (OpenIPMI's ipmi_sim), readings SIMULATED from "
                    "the hardware model; the inventory names them (nodecert_bmc).")
 @click.option("--rack", "with_rack", is_flag=True,
-              help="Run the hosts as the compute trays (at most 18) of one GB200 NVL72 rack: "
+              help="Run the hosts as the compute trays (at most 18) of one GB200 (or, with "
+                   "--profile gb300-nvl-4, GB300) NVL72 rack: "
                    "their GPUs in one NVLink clique, IMEX running, the rack's 9 switch "
                    "trays, 2 power shelves and CDU as Redfish endpoints (.190+k); the "
                    "inventory names the rack (nodecert_rack).")
+@click.option("--provision/--no-provision", "provision_trays", default=None,
+              help="With --rack: provision the trays with the whole stack (r580-cuda13.0, "
+                   "over Ansible, as any host; about 14 minutes for 18 trays on 2 cores), "
+                   "not only the driver and IMEX the rack's own checks need.  [default: "
+                   "provision with --rack]")
 @json_option
 @handle_errors
 def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
-           as_cluster: bool, with_bmc: bool, with_rack: bool, as_json: bool) -> None:
+           as_cluster: bool, with_bmc: bool, with_rack: bool, provision_trays: bool | None,
+           as_json: bool) -> None:
     """Build (once) the base image and mirror, then boot NODES hosts; on a running lab,
     grow or shrink it to NODES hosts (new hosts take --profile, the others run on).
 
@@ -76,16 +84,23 @@ def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
       nodecert validate -i /var/tmp/nodecert-lab/state/inventory.ini
 
     \b
-    Example (a full GB200 NVL72 rack, validated as one unit):
+    Example (a full GB200 NVL72 rack, its trays provisioned with the whole stack, then
+    validated as one unit; --no-provision: only the driver and IMEX, in seconds):
       nodecert lab up --nodes 18 --rack
       nodecert rack validate -i /var/tmp/nodecert-lab/state/inventory.ini
+      nodecert lab up --nodes 18 --rack --profile gb300-nvl-4   # a GB300 NVL72
     """
     profiles = profiles or (("gb200-nvl-4",) if with_rack else ("h200-sxm-8",))
+    if provision_trays and not with_rack:
+        raise click.UsageError("--provision is for --rack (other lab hosts are provisioned "
+                               "with `provision`, as the README's main job does)")
     result = _lab().up(nodes=nodes, profiles=profiles, faults_file=faults_file,
                        as_cluster=as_cluster, with_bmc=with_bmc, with_rack=with_rack)
+    if with_rack and provision_trays is not False:
+        result["provision"] = _provision_trays(Path(result["inventory"]), nodes)
     if as_json:
         emit_json(result)
-        return
+        sys.exit(0 if result.get("provision", {}).get("ok", True) else 1)
     for h in result["hosts"]:
         echo(f"{h['name']:<5} {h['ip']:<14} {h['profile']:<12} SIMULATED GPUs  up")
     t = result["timings"]
@@ -95,6 +110,34 @@ def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
                f"{result['known_hosts']})")
     echo(f"try:         ssh -F {result['ssh_config']} h1 lspci -nn")
     echo(f"             nodecert inventory check -i {result['inventory']}")
+    prov = result.get("provision")
+    if prov is not None:
+        echo(f"trays provisioned with the whole stack: {'yes' if prov['ok'] else 'NO'} "
+             f"(run {prov['run']})")
+        for host, why in sorted(prov["failed"].items()):
+            echo(f"  {host}: {why}", err=True)
+        if not prov["ok"]:
+            sys.exit(1)
+
+
+def _provision_trays(inventory: Path, trays: int) -> dict[str, Any]:
+    """The rack's trays provisioned with the whole stack as any host is (the gate, the
+    site play over Ansible, conformance), so that they carry what a real tray does; no
+    validation (`rack validate` or `validate` is the next step)."""
+    from nodecert.lab.cluster import JOB_STACK
+    from nodecert.provision.run import ProvisionRequest, provision
+
+    echo(f"provisioning the {trays} trays with {JOB_STACK} (Ansible, as any host) ...",
+         err=True)
+    report = provision(ProvisionRequest(inventory, JOB_STACK, forks=trays,
+                                        runs_dir=inventory.parent / "provision-runs"),
+                       progress=lambda line: None)
+    bad = {h.host: h.first_error or "; ".join(h.conformance.problems if h.conformance
+                                               else []) or h.status
+           for h in report.hosts.values()
+           if h.status != "provisioned" or h.conformance is None or not h.conformance.ok}
+    return {"ok": not bad and not report.gate_failed, "run": str(report.run_dir),
+            "failed": bad}
 
 
 def lab_timing_line(t: dict[str, float]) -> str:

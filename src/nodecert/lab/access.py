@@ -124,7 +124,8 @@ def write_access_files(cfg: LabConfig, hosts: Sequence[Host], state: dict[str, A
         inv.append(f"nodecert_shared_fs='{json.dumps(LAB_SHARED_FS)}'")
     if state.get("rack"):
         inv.append("# Every host is a compute tray of the lab's rack (SIMULATED NVLink domain).")
-        inv.append(f"nodecert_rack='{json.dumps(labrack.inventory_rack(cfg, len(hosts)))}'")
+        rack = labrack.inventory_rack(cfg, len(hosts), hosts[0].profile)
+        inv.append(f"nodecert_rack='{json.dumps(rack)}'")
     inv.append("")
     (st / "inventory.ini").write_text("\n".join(inv))
     # Every framework wheel pinned by its sha256 (pip --require-hashes): the lab's

@@ -46,7 +46,8 @@ def load_profiles() -> dict[str, dict[str, Any]]:
     matrix = default_matrix()
     for name, node in root["profiles"].items():
         f = node.mapping({"gpu_model", "gpu_count", "pci_buses", "gpu", "nvswitch", "fabric",
-                          "host"}, {"hcas", "firmware_recipe", "bios_profile"})
+                          "host"}, {"hcas", "firmware_recipe", "bios_profile",
+                                    "gpus_per_board"})
         matrix.gpu(f["gpu_model"].text())  # the model must be one the gate knows
         if "firmware_recipe" in f:
             find_recipe(f["firmware_recipe"].text())  # a recipe stacks/firmware/ holds
@@ -116,6 +117,8 @@ def _digits(seed: str, n: int) -> str:
 
 
 def identity(lab_seed: str, host: str, prof: dict[str, Any], mac: str) -> dict[str, Any]:
+    per_board = int(prof.get("gpus_per_board", 1))
+
     def u(kind: str) -> str:
         return str(uuid.UUID(hashlib.sha256(f"{lab_seed}/{host}/{kind}".encode())
                              .hexdigest()[:32]))
@@ -124,7 +127,10 @@ def identity(lab_seed: str, host: str, prof: dict[str, Any], mac: str) -> dict[s
         "baseboard_serial": "SIMBB" + _digits(f"{lab_seed}/{host}/board", 10),
         "system_uuid": u("system"),
         "nic_macs": [mac],
-        "gpus": [{"serial": _digits(f"{lab_seed}/{host}/gpu{i}", 13),
+        # One serial per board: a board carrying several GPUs (GB200/GB300: two) gives
+        # each of them its serial, as the real trays report; every GPU its own UUID.
+        "gpus": [{"serial": _digits(f"{lab_seed}/{host}/gpu{i}" if per_board == 1 else
+                                    f"{lab_seed}/{host}/board{i // per_board}", 13),
                   "uuid": "GPU-" + u(f"gpu{i}")} for i in range(int(prof["gpu_count"]))],
         "nvme": [{"serial": "SIMNVME" + _digits(f"{lab_seed}/{host}/nvme{i}", 8),
                   "size_gb": prof["host"]["nvme_size_gb"]}

@@ -1,5 +1,6 @@
-"""A lab rack (`nodecert lab up --rack`): every host a GB200 compute tray of one NVLink
-domain, `rack-l1`, with the rack's management endpoints beside the trays' BMCs.
+"""A lab rack (`nodecert lab up --rack`): every host a GB200 (or, with --profile
+gb300-nvl-4, a GB300) compute tray of one NVLink domain, `rack-l1`, with the rack's
+management endpoints beside the trays' BMCs.
 
 * The trays' simulated hardware carries the rack (its NVLink clique and cluster UUID,
   drawn from the lab's seed, and the trays' addresses): their `nvidia-smi` reports the
@@ -35,6 +36,8 @@ from nodecert.stack.manifest import find_stack
 NAME = "rack-l1"
 KIND = "GB200-NVL72"
 PROFILE = "gb200-nvl-4"
+# The tray profiles a lab rack can be built of, and the rack kind each makes.
+KINDS_BY_PROFILE = {PROFILE: KIND, "gb300-nvl-4": "GB300-NVL72"}
 MAX_TRAYS = 18
 SWITCH_TRAYS = 9
 PARTS = ([("switch_tray", f"nvsw-{k:02d}") for k in range(1, SWITCH_TRAYS + 1)]
@@ -42,13 +45,20 @@ PARTS = ([("switch_tray", f"nvsw-{k:02d}") for k in range(1, SWITCH_TRAYS + 1)]
 
 
 def check(nodes: int, profiles: tuple[str, ...]) -> None:
-    """A rack of at most 18 trays, every one a GB200 tray."""
+    """A rack of at most 18 trays, all of one tray profile (GB200 or GB300)."""
     if not 1 <= nodes <= MAX_TRAYS:
         raise NodecertError(f"a {KIND} rack holds 1..{MAX_TRAYS} compute trays, not {nodes}",
                             hint="use --nodes 18 for a full rack")
-    if set(profiles) != {PROFILE}:
-        raise NodecertError(f"a lab rack's trays are {PROFILE}, not {', '.join(profiles)}",
-                            hint=f"drop --profile, or pass --profile {PROFILE}")
+    if len(set(profiles)) != 1 or profiles[0] not in KINDS_BY_PROFILE:
+        raise NodecertError(f"a lab rack's trays are all {PROFILE} or all gb300-nvl-4, not "
+                            f"{', '.join(profiles)}",
+                            hint=f"drop --profile, or pass --profile {PROFILE} (or "
+                                 "gb300-nvl-4)")
+
+
+def kind_of(profile_name: str) -> str:
+    """The rack kind a lab rack of these trays is."""
+    return KINDS_BY_PROFILE.get(profile_name, KIND)
 
 
 def hardware_rack(cfg: LabConfig, seed: str, hosts: list[tuple[str, int]]) -> dict[str, Any]:
@@ -59,13 +69,14 @@ def hardware_rack(cfg: LabConfig, seed: str, hosts: list[tuple[str, int]]) -> di
             "trays": [{"name": name, "ip": str(cfg.host_ip(n))} for name, n in hosts]}
 
 
-def inventory_rack(cfg: LabConfig, trays: int) -> dict[str, Any]:
+def inventory_rack(cfg: LabConfig, trays: int, tray_profile: str = PROFILE
+                   ) -> dict[str, Any]:
     """The rack as the lab's inventory describes it (nodecert_rack)."""
     parts = {kind: [{"name": name, "address": str(rackparts.part_ip(cfg, k))}
                     for k, (kd, name) in enumerate(PARTS) if kd == kind]
              for kind in ("switch_tray", "power_shelf", "cdu")}
     root = labbmc.root(cfg)
-    return {"name": NAME, "kind": KIND, "gpus": 4 * trays, "imex": True,
+    return {"name": NAME, "kind": kind_of(tray_profile), "gpus": 4 * trays, "imex": True,
             "switch_trays": parts["switch_tray"], "power_shelves": parts["power_shelf"],
             "cdu": parts["cdu"][0],
             "redfish": {"username": "nodecert", "password_file": str(root / "password"),
@@ -130,5 +141,6 @@ def parts_up(cfg: LabConfig, faults: list[Fault]) -> None:
         rackparts.wait_ready(d, ip, labbmc.REDFISH_PORT)
 
 
-__all__ = ["KIND", "MAX_TRAYS", "NAME", "PARTS", "PROFILE", "check", "hardware_rack",
-           "inventory_rack", "part_faults", "parts_up", "tray_script"]
+__all__ = ["KIND", "KINDS_BY_PROFILE", "MAX_TRAYS", "NAME", "PARTS", "PROFILE", "check",
+           "hardware_rack", "inventory_rack", "kind_of", "part_faults", "parts_up",
+           "tray_script"]

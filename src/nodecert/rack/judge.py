@@ -22,65 +22,17 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from nodecert.rack.judge_common import (
+    BAD_HEALTH,
+    judge_findings,
+    last_sample,
+    note_health,
+    read_of_kind,
+)
+from nodecert.rack.judge_equipment import judge_cooling, judge_power, sustained
 from nodecert_node.contract import Result, Verdict
 
-BAD_HEALTH = {"Critical"}
 DOMAIN_CHECKS = ("domain.fabric", "domain.imex")
-
-
-def judge_findings(name: str, fails: list[str], warns: list[str], ok_summary: str,
-                   **kw: Any) -> Result:
-    """FAIL with any fail finding, WARN with only warnings, else PASS (the node checks'
-    rule, for the rack's)."""
-    if fails or warns:
-        first = (fails or warns)[0]
-        n = len(fails or warns)
-        return Result(name, Verdict.FAIL if fails else Verdict.WARN,
-                      first if n == 1 else f"{first} (+{n - 1} more)",
-                      findings=tuple(fails + warns), **kw)
-    return Result(name, Verdict.PASS, ok_summary, **kw)
-
-
-def _who(c: dict[str, Any]) -> str:
-    return f"{c['kind'].replace('_', ' ')} {c['name']} ({c['address']})"
-
-
-def _last(c: dict[str, Any]) -> dict[str, Any] | None:
-    good = [s for s in c["samples"] if s is not None]
-    return good[-1] if good else None
-
-
-def _unread(c: dict[str, Any]) -> str | None:
-    if _last(c) is None:
-        return (f"{_who(c)} cannot be read: "
-                f"{c['errors'][-1] if c['errors'] else 'no answer'}")
-    return None
-
-
-def _read(comps: list[dict[str, Any]], kind: str, fails: list[str]
-          ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(component, its last good sample) for each of a kind that was read; one that was
-    not is a FAIL naming it."""
-    out = []
-    for c in comps:
-        if c["kind"] != kind:
-            continue
-        why = _unread(c)
-        if why:
-            fails.append(why)
-        else:
-            out.append((c, _last(c) or {}))
-    return out
-
-
-def _health(who: str, health: Any, state: Any, fails: list[str], warns: list[str],
-            *, absent_ok: bool = False) -> None:
-    if state in ("Absent", "Disabled", "UnavailableOffline") and not absent_ok:
-        fails.append(f"{who}: {state}")
-    if health in BAD_HEALTH:
-        fails.append(f"{who}: health {health}")
-    elif health == "Warning":
-        warns.append(f"{who}: health Warning")
 
 
 # --- trays ------------------------------------------------------------------------------
@@ -170,7 +122,7 @@ def judge_domain(rack: dict[str, Any], fabric: dict[str, dict[str, Any] | None])
                     "NVLink Subnet Manager, then validate the rack again." if fails else "")
 
 
-# --- switch trays, power, cooling -------------------------------------------------------
+# --- switch trays (power and cooling: judge_equipment) ---------------------------------
 
 def judge_switch_trays(rack: dict[str, Any], comps: list[dict[str, Any]]
                        ) -> Result | None:
@@ -178,13 +130,13 @@ def judge_switch_trays(rack: dict[str, Any], comps: list[dict[str, Any]]
     warns: list[str] = []
     ports_up = ports = 0
     trays = [c for c in comps if c["kind"] == "switch_tray"]
-    for c, s in _read(comps, "switch_tray", fails):
-        _health(f"switch tray {c['name']}", s.get("health"), s.get("state"), fails, warns)
+    for c, s in read_of_kind(comps, "switch_tray", fails):
+        note_health(f"switch tray {c['name']}", s.get("health"), s.get("state"), fails, warns)
         if not s.get("switches"):
             warns.append(f"switch tray {c['name']}: reports no NVLink switch (no Fabrics "
                          "resource): its ports cannot be judged")
         for sw in s.get("switches") or []:
-            _health(f"switch tray {c['name']} switch {sw['id']}", sw.get("health"),
+            note_health(f"switch tray {c['name']} switch {sw['id']}", sw.get("health"),
                     sw.get("state"), fails, warns)
             for p in sw["ports"]:
                 ports += 1
@@ -204,180 +156,6 @@ def judge_switch_trays(rack: dict[str, Any], comps: list[dict[str, Any]]
                           fault_code="NC-RACK-SWITCH" if fails else "")
 
 
-def judge_power(rack: dict[str, Any], comps: list[dict[str, Any]]) -> Result | None:
-    fails: list[str] = []
-    warns: list[str] = []
-    shelves = [c for c in comps if c["kind"] == "power_shelf"]
-    supplies = 0
-    for c, last in _read(comps, "power_shelf", fails):
-        if not last["shelves"]:
-            fails.append(f"power shelf {c['name']}: its Redfish service lists no power shelf")
-        for s in last["shelves"]:
-            if not s.get("supplies"):
-                warns.append(f"power shelf {c['name']}: reports no supplies: they were not "
-                             "checked")
-            who = f"power shelf {c['name']}" + (f" ({s['id']})" if s["id"] != "1" else "")
-            _health(who, s.get("health"), s.get("state"), fails, warns)
-            for cond in s.get("conditions") or []:
-                if cond.get("severity") == "Critical":
-                    fails.append(f"{who}: {cond.get('message')}")
-            for r in s.get("redundancy") or []:
-                if r.get("health") in BAD_HEALTH or r.get("health") == "Warning":
-                    fails.append(f"{who}: supply redundancy {r.get('type')} health "
-                                 f"{r.get('health')}")
-            for p in s.get("supplies") or []:
-                supplies += 1
-                pw = f"{who} supply {p['id']}"
-                if p.get("state") == "Absent":
-                    warns.append(f"{pw}: bay empty")
-                    continue
-                _health(pw, p.get("health"), p.get("state"), fails, warns)
-                if p.get("line_input") not in (None, "Normal"):
-                    fails.append(f"{pw}: input {p['line_input']}")
-    pdus = [c for c in comps if c["kind"] == "rack_pdu"]
-    circuits = _judge_pdus(comps, fails, warns)
-    if not shelves and not pdus:
-        return None  # not judged: the record says so
-    return judge_findings("rack.power", fails, warns,
-                          f"{len(shelves)} power shelves healthy, {supplies} supplies OK"
-                          + (f"; {len(pdus)} rack PDU endpoint(s) healthy, {circuits} mains "
-                             "circuits closed" if pdus else ""),
-                          value={"shelves": len(shelves), "supplies": supplies,
-                                 "pdus": len(pdus), "mains": circuits},
-                          fault_code="NC-RACK-POWER" if fails else "")
-
-
-def _judge_pdus(comps: list[dict[str, Any]], fails: list[str], warns: list[str]) -> int:
-    """Each rack PDU healthy and enabled, each of its mains circuits with its breaker
-    Normal (a tripped or off breaker cuts the trays it feeds); the circuits judged."""
-    circuits = 0
-    for c, last in _read(comps, "rack_pdu", fails):
-        if not last["pdus"]:
-            fails.append(f"rack PDU {c['name']}: its Redfish service lists no rack PDU")
-        for pdu in last["pdus"]:
-            who = f"rack PDU {c['name']}" + (f" ({pdu['id']})" if pdu["id"] != "1" else "")
-            _health(who, pdu.get("health"), pdu.get("state"), fails, warns)
-            for cond in pdu.get("conditions") or []:
-                if cond.get("severity") == "Critical":
-                    fails.append(f"{who}: {cond.get('message')}")
-            if not pdu["mains"]:
-                warns.append(f"{who}: reports no mains circuit: its breakers were not checked")
-            for m in pdu["mains"]:
-                circuits += 1
-                mw = f"{who} mains {m['id']}"
-                _health(mw, m.get("health"), m.get("state"), fails, warns)
-                if m.get("breaker") not in (None, "Normal"):
-                    fails.append(f"{mw}: breaker {m['breaker']}")
-    return circuits
-
-
-def _level(v: float, t: dict[str, float]) -> int:
-    """2 beyond a critical threshold, 1 beyond a caution one, 0 inside."""
-    if ("upper_critical" in t and v > t["upper_critical"]) or \
-            ("lower_critical" in t and v < t["lower_critical"]):
-        return 2
-    if ("upper_caution" in t and v > t["upper_caution"]) or \
-            ("lower_caution" in t and v < t["lower_caution"]):
-        return 1
-    return 0
-
-
-def sustained(values: list[float | None], thresholds: dict[str, float]
-              ) -> tuple[int, int, str]:
-    """(level held over every sample read, worst level seen, what it was) over consecutive
-    samples: a level counts only when every sample holds it -- a single spike is a
-    transient (GB trays and their coolant move tens of degrees in seconds), reported but
-    not a verdict on its own. Pure."""
-    read = [v for v in values if v is not None]
-    if not read or not thresholds:
-        return 0, 0, ""
-    levels = [_level(v, thresholds) for v in read]
-    shown = ", ".join(f"{v:g}" for v in read)
-    return min(levels), max(levels), shown
-
-
-def _value(sample: dict[str, Any], unit: str, key: str) -> float | None:
-    for u in sample["units"]:
-        if u["id"] == unit:
-            return next((r["value"] for r in u["readings"] if r["key"] == key), None)
-    return None
-
-
-def judge_cooling(rack: dict[str, Any], comps: list[dict[str, Any]]) -> Result | None:
-    fails: list[str] = []
-    warns: list[str] = []
-    units = [c for c in comps if c["kind"] == "cdu"]
-    judged = 0
-    for c, _ in _read(comps, "cdu", fails):
-        good = [s for s in c["samples"] if s is not None]
-        if len(good) < len(c["samples"]):
-            warns.append(f"CDU {c['name']}: {len(c['samples']) - len(good)} of "
-                         f"{len(c['samples'])} samples could not be read")
-        leaks: dict[str, set[str]] = {}
-        for s in good:  # a leak in any sample is a leak
-            for u in s["units"]:
-                for d in u["leaks"]:
-                    if d.get("state") not in ("OK", None):
-                        leaks.setdefault(f"{u['id']}:{d['name']}", set()).add(d["state"])
-        for u in good[-1]["units"]:
-            for d in u["leaks"]:  # a detector that does not watch is no "no leak"
-                kind = f" ({d['type']})" if d.get("type") else ""
-                if d.get("status_state") in ("Absent", "Disabled", "UnavailableOffline",
-                                             "StandbyOffline"):
-                    warns.append(f"CDU {c['name']}: leak detector {d['name']}{kind} is "
-                                 f"{d['status_state']}: it watches nothing")
-                elif d.get("health") in BAD_HEALTH and d.get("state") in ("OK", None):
-                    fails.append(f"CDU {c['name']}: leak detector {d['name']}{kind} health "
-                                 f"{d['health']}: its reading cannot be trusted")
-        if not any(u["leaks"] for u in good[-1]["units"]):
-            warns.append(f"CDU {c['name']}: reports no leak detector: leaks were not checked")
-        if not any(u["readings"] for u in good[-1]["units"]):
-            warns.append(f"CDU {c['name']}: reports no coolant readings (temperatures, flow, "
-                         "pressure): the loop was not checked")
-        for name, states in sorted(leaks.items()):
-            fails.append(f"CDU {c['name']}: LEAK detected by {name.split(':', 1)[1]} "
-                         f"({', '.join(sorted(states))})")
-        for u in good[-1]["units"]:
-            who = f"CDU {c['name']}"
-            _health(who, u.get("health"), u.get("state"), fails, warns)
-            for cond in u.get("conditions") or []:
-                if cond.get("severity") == "Critical":
-                    fails.append(f"{who}: {cond.get('message')}")
-            for p in u["pumps"]:
-                _health(f"{who} pump {p['id']}", p.get("health"), p.get("state"), fails,
-                        warns)
-            for r in u["readings"]:
-                series = [_value(s2, u["id"], r["key"]) for s2 in good]
-                if all(v is None for v in series):
-                    warns.append(f"{who} {r['label']}: no reading")
-                    continue
-                judged += 1
-                held, peak, shown = sustained(series, r["thresholds"])
-                limits = ", ".join(f"{k.replace('_', ' ')} {v:g}"
-                                   for k, v in sorted(r["thresholds"].items()))
-                what = (f"{who} {r['label']} {shown} {r['unit']} over {len(series)} "
-                        f"samples ({limits})")
-                if held == 2:
-                    fails.append(f"{what}: beyond its critical threshold in every sample")
-                elif held == 1 or peak == 2:
-                    warns.append(f"{what}: " + ("beyond its caution threshold in every "
-                                                "sample" if held == 1 else
-                                                "beyond its critical threshold in some "
-                                                "samples only (transient)"))
-                elif peak == 1:
-                    warns.append(f"{what}: beyond its caution threshold in some samples")
-    if not units:
-        return None  # not judged: the record says so
-    return judge_findings("rack.cooling", fails, warns,
-                          f"no leak; CDU healthy, {judged} coolant readings inside their "
-                          f"thresholds over {rack.get('samples', 3)} samples",
-                          value={"cdus": len(units), "readings": judged},
-                          fault_code="NC-RACK-COOLING" if fails else "",
-                          remediation="A leak or a failed pump stops the rack: isolate the "
-                                      "loop as the CDU's service manual says before any "
-                                      "load." if fails else "")
-
-
 # --- firmware across the domain ---------------------------------------------------------
 
 def firmware_table(trays: dict[str, dict[str, Any] | None], comps: list[dict[str, Any]]
@@ -394,7 +172,7 @@ def firmware_table(trays: dict[str, dict[str, Any] | None], comps: list[dict[str
             out.setdefault("gpu_vbios", {})[f"tray {host} GPU {g.get('bus_id')}"] = \
                 g.get("vbios")
     for c in comps:
-        s = _last(c)
+        s = last_sample(c)
         if s is None:
             continue
         if c["kind"] == "switch_tray":

@@ -58,7 +58,7 @@ def judge_fabric(name: str, gpus: list[dict[str, Any]], rack: dict[str, Any]) ->
                        "links down or insufficient NVLinks)")
         if health.get("summary") not in (None, "Healthy"):
             if own:
-                own[0] += f" (fabric health {health['summary']})"
+                own[0] += f"; fabric health {health['summary']}"
             else:
                 fails.append(f"{who}: fabric health {health['summary']}")
         reasons += own

@@ -4,6 +4,9 @@ Field names changed across drivers: "Clocks Throttle Reasons" became "Clocks
 Event Reasons" (R535+), ECC counters split SRAM into Parity/SEC-DED (R550+),
 temperature limits gained "T.Limit" forms on Hopper. Every variant seen in the
 real fixtures maps to the same keys here, so judges never see driver history.
+
+Long because it holds three readers of one tool's one shape (-q, -q -x, --query-gpu)
+and the field map they share: split, the map would be read in three places.
 """
 
 from __future__ import annotations
