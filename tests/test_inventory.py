@@ -282,6 +282,7 @@ nodecert_attestation_python: /opt/attest/bin/python3
 nodecert_attestation_rim_dirs: [/srv/mirror/rims]
 nodecert_thresholds: {storage.seq_read_mbps_min: 3000}
 nodecert_fabric: {link_layer: InfiniBand, ports: 8, rate_gbps: 400}
+nodecert_cabling_plan: PLAN
 nodecert_shared_fs: {mounts: [{path: /mnt/data, type: nfs4}]}
 nodecert_container: {image: "nvcr.io/nvidia/cuda@sha256:DIGEST_A"}
 nodecert_bmc: {address: 10.10.0.21, cert_sha256: DIGEST_B, username: nodecert,
@@ -289,7 +290,10 @@ nodecert_bmc: {address: 10.10.0.21, cert_sha256: DIGEST_B, username: nodecert,
 nodecert_cluster: {engine: slurm}
 nodecert_engine_name: gpu01
 nodecert_rack: {name: rack-a1, kind: GB200-NVL72, gpus: 4}
-""".replace("DIGEST_A", "a" * 64).replace("DIGEST_B", "b" * 64))
+""".replace("DIGEST_A", "a" * 64).replace("DIGEST_B", "b" * 64)
+    .replace("PLAN", str(inv.parent / "fabric.csv")))
+    (inv.parent / "fabric.csv").write_text(
+        "node,port,switch,switch_port\ngpu-01,mlx5_0,leaf-01,1\n")
     from nodecert.inventory.variables import ORDER, PLAN, VALIDATION, VARIABLES
     text = (inv / "host_vars" / "gpu-01.yml").read_text()
     # every variable but the vaulted secret is set above

@@ -357,7 +357,28 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
                 **{v.key: values.get(v.name, v.default) for v in ORDER},
                 validation={v.key: values[v.name] for v in VALIDATION if v.name in values})
     _check_racks(report, trays, str(path))
+    _check_cabling_plans(report, str(path))
     return report
+
+
+def _check_cabling_plans(report: InventoryReport, where: str) -> None:
+    """Every cable plan the hosts name, read against the inventory's hosts: a plan with
+    errors is refused naming its file and line."""
+    from nodecert.inventory.cableplan import PlanError, read_plan
+
+    plans: dict[str, list[str]] = {}
+    for name, spec in report.hosts.items():
+        plan = spec.validation.get("cabling_plan")
+        if plan:
+            plans.setdefault(str(plan), []).append(name)
+    for plan, named_by in sorted(plans.items()):
+        try:
+            read_plan(Path(plan).expanduser(), hosts=set(report.hosts))
+        except PlanError as exc:
+            report.problems.append(Problem(
+                named_by[0], exc.where or where, exc.what,
+                exc.hint or "fix the cable plan where named (nodecert_cabling_plan names "
+                            "it)"))
 
 
 def _racks_named(host: Any, loader: Any, inv: Any) -> dict[str, str]:

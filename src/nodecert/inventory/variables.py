@@ -128,6 +128,10 @@ VARIABLES: tuple[Variable, ...] = (
        "the RDMA fabric each node must have: {link_layer: InfiniBand|Ethernet, ports, "
        "rate_gbps, width, firmware, devices, gpu_nic_affinity, gpudirect, roce: {gid_type, "
        "pfc_priorities, trust, ecn_priorities}}"),
+    _v("cabling_plan", "str", "plan", "inventory check, fabric.cabling",
+       "the cable plan (CSV: node, port, rail, switch, switch_port, ...) the fabric must "
+       "be wired to; `nodecert inventory check` reads it against the inventory's hosts",
+       page="docs/cabling.md"),
     _v("shared_fs", "sharedfs", "plan", "storage.shared, cluster storage",
        "the shared file system every node reads its data from: {mounts: [{path, type}], "
        "read_mbps_min, aggregate_read_mbps_min, checkpoint_mbps_min, small_files_per_s_min, "
