@@ -227,3 +227,114 @@ def test_inventory_check_reads_the_plan_against_its_hosts(tmp_path: Path) -> Non
     plan.write_text(HEADER + "gpu-01,mlx5_0,0,leaf-00,1,4X,400\n")
     assert check_inventory(inv).ok
 
+
+
+# --- discovery over SSH -------------------------------------------------------------------
+
+class _Stream:
+    def __init__(self, text: str, rc: int = 0) -> None:
+        self.text, self.channel = text, self
+        self.rc = rc
+
+    def read(self) -> bytes:
+        return self.text.encode()
+
+    def recv_exit_status(self) -> int:
+        return self.rc
+
+
+class _Client:
+    """An SSH client whose node answers each command from `answers[host]`:
+    (rc, stdout, stderr), or an OSError for a node that cannot be reached."""
+
+    def __init__(self, host: str, answers: dict[str, object], seen: list[str]) -> None:
+        self.host, self.answers, self.seen = host, answers, seen
+
+    def exec_command(self, command: str, timeout: float) -> tuple[None, _Stream, _Stream]:
+        assert timeout and "timeout " in command  # every command bounded
+        self.seen.append(f"{self.host}: {command}")
+        got = self.answers[self.host]
+        assert isinstance(got, tuple)
+        rc, out, err = got
+        return None, _Stream(out, rc), _Stream(err)
+
+    def close(self) -> None:
+        pass
+
+
+def _eps(*names: str) -> dict[str, object]:
+    from nodecert.transport.ssh import Endpoint
+    return {n: Endpoint(n, "127.0.0.1", 22, "root", None, (), "python3") for n in names}
+
+
+def _connector(answers: dict[str, object], seen: list[str]):  # type: ignore[no-untyped-def]
+    def connect(ep):  # type: ignore[no-untyped-def]
+        got = answers[ep.host]
+        if isinstance(got, OSError):
+            raise got
+        return _Client(ep.host, answers, seen)
+    return connect
+
+
+def _lldp(node_rows: list[str]) -> str:
+    return json.dumps({"lldp": {"interface": [
+        {port: {"chassis": {sw: {}}, "port": {"id": {"type": "ifname", "value": swp}}}}
+        for _, port, _, sw, swp, *_ in (r.split(",") for r in node_rows)]}})
+
+
+def test_lldp_discovery_reads_every_node_and_judges_the_plan(tmp_path: Path) -> None:
+    from nodecert.cluster.cabling_discover import cabling_check
+    rows = [r.replace(",4X,400", ",,") for r in rail_plan(nodes=3, rails=2)]
+    plan = read_plan(plan_file(tmp_path, rows))
+    by_node = {n: [r for r in rows if r.startswith(n + ",")] for n in ("gpu-01", "gpu-02",
+                                                                         "gpu-03")}
+    answers: dict[str, object] = {n: (0, _lldp(rs), "") for n, rs in by_node.items()}
+    seen: list[str] = []
+    res = cabling_check(plan, "Ethernet", _eps(*by_node), _connector(answers, seen))  # type: ignore[arg-type]
+    assert res.verdict is Verdict.PASS, res.summary
+    assert res.facts["plan_sha256"] == plan.digest and len(seen) == 3
+    # gpu-02's two rails crossed: named as a swap
+    crossed = [r.replace("leaf-00", "X").replace("leaf-01", "leaf-00").replace("X", "leaf-01")
+               for r in by_node["gpu-02"]]
+    answers["gpu-02"] = (0, _lldp(crossed), "")
+    res = cabling_check(plan, "Ethernet", _eps(*by_node), _connector(answers, seen))  # type: ignore[arg-type]
+    assert res.verdict is Verdict.FAIL and all("gpu-02" in f for f in res.findings)
+    # a node that cannot be read leaves its lines unjudged: ERROR naming it and why
+    answers["gpu-02"] = (1, "", "unable to connect to socket /run/lldpd.socket")
+    answers["gpu-03"] = OSError("No route to host")
+    res = cabling_check(plan, "Ethernet", _eps(*by_node), _connector(answers, seen))  # type: ignore[arg-type]
+    assert res.verdict is Verdict.ERROR
+    assert "gpu-02, gpu-03 not read" in res.summary and "lldpd.socket" in res.summary \
+        and "No route to host" in res.summary
+
+
+def test_ib_discovery_asks_the_next_node_when_one_cannot_run_it(tmp_path: Path) -> None:
+    from nodecert.cluster.cabling_discover import cabling_check
+    plan = read_plan(plan_file(tmp_path, [
+        "o0001,HCA-1,1,ib-i1l1s01,10,4X,100", "o0002,HCA-1,1,ib-i1l1s01,11,4X,100"]))
+    seen: list[str] = []
+    answers: dict[str, object] = {"o0001": (124, "", ""), "o0002": (0, IBND.read_text(), "")}
+    res = cabling_check(plan, "InfiniBand", _eps("o0001", "o0002"),  # type: ignore[arg-type]
+                        _connector(answers, seen))
+    assert res.verdict is Verdict.PASS, res.summary
+    assert [s.split(":")[0] for s in seen] == ["o0001", "o0002"]
+    answers["o0002"] = (0, "Switch 36 \"S-0002c90200\"\n", "")
+    res = cabling_check(plan, "InfiniBand", _eps("o0001", "o0002"),  # type: ignore[arg-type]
+                        _connector(answers, seen))
+    assert res.verdict is Verdict.ERROR
+    assert "o0001: ibnetdiscover timed out" in res.summary and "not a port line" in res.summary
+
+
+def test_the_cluster_certificate_holds_the_plan_digest_and_each_finding(
+        tmp_path: Path) -> None:
+    from nodecert.certs.cluster import cabling_of
+    rows = rail_plan()
+    plan = read_plan(plan_file(tmp_path, rows))
+    built = [x for x in as_built(rows) if (x.node, x.port) != ("gpu-02", "mlx5_3")]
+    res = judge_cabling(plan, built)
+    got = cabling_of({"results": [res.as_dict()]})
+    assert got is not None and got["plan_sha256"] == plan.digest
+    assert got["verdict"] == "FAIL" and got["plan_lines"] == 16 and got["as_planned"] == 15
+    assert got["findings"] == [{"kind": "missing", "text": "gpu-02 mlx5_3: no link, the plan "
+                                "cables it to leaf-03 port 2 (plan line 9)"}]
+    assert cabling_of({"results": []}) is None

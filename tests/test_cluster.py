@@ -493,6 +493,29 @@ def test_errors_that_grow_during_the_jobs_fail_the_fabric_and_name_the_node(
         "h2": {"mlx5_0": {"SymbolErrorCounter": 412}}}
 
 
+def test_the_cabling_result_joins_the_cluster_verdict(tmp_path: Path) -> None:
+    from nodecert_node.contract import Result, Verdict
+    ctx = context(3)
+    calls: list[int] = []
+
+    def cabling() -> Result:
+        calls.append(1)
+        return Result("fabric.cabling", Verdict.FAIL, "h2 mlx5_0: no link, the plan cables "
+                      "it to leaf-00 port 2 (plan line 3)")
+    d = tmp_path / "cluster-run-abcdef"
+    d.mkdir()
+    data = ClusterRun(ctx, d, lambda _: None, ModelLauncher(), cabling=cabling).run(
+        fabric_ok(ctx.nodes))
+    cab = next(r for r in data["results"] if r["check"] == "fabric.cabling")
+    assert calls == [1] and cab["verdict"] == "FAIL" and data["verdict"] == "FAIL"
+    # no plan, no cabling result (nothing claimed about the cables)
+    d2 = tmp_path / "cluster-run-bcdefa"
+    d2.mkdir()
+    data = ClusterRun(ctx, d2, lambda _: None, ModelLauncher()).run(fabric_ok(ctx.nodes))
+    assert "fabric.cabling" not in [r["check"] for r in data["results"]]
+    assert data["verdict"] == "PASS"
+
+
 def test_extra_collectives_are_reported_not_judged(tmp_path: Path) -> None:
     from dataclasses import replace
     ctx = context(4)

@@ -18,7 +18,7 @@ import pytest
 from nodecert.lab.hardware import Fault
 from support import toolparse as tp
 from support.env import REPO
-from support.simnode import Sim
+from support.simnode import STACK_580, Sim
 
 SIMHW = REPO / "src" / "nodecert" / "lab" / "simhw" / "simhw.py"
 REAL = REPO / "tests" / "fixtures" / "real"
@@ -419,3 +419,22 @@ def test_the_simulated_nccl_drops_gdrdma_where_a_rank_has_no_peermem(
         nccl._info_lines([rank("h1", True), rank("h2", gdr)], "2.27.7+cuda13.0")
         got = toolnotes.nccl_notes(capsys.readouterr().out)
         assert got["gdrdma"] is want and got["network"] == "IB"
+
+
+def test_dcgm_fabric_manager_on_a_rack_tray_reads_the_switch_trays_fabric(
+        tmp_path: Path) -> None:
+    """A GB200 compute tray runs no Fabric Manager (the NVLink switch trays manage the
+    fabric): its diag passes the Fabric Manager test; a non-rack NVSwitch host without
+    Fabric Manager fails it."""
+    stack = {k: v for k, v in STACK_580.items() if k != "fabric_manager"}
+    (tmp_path / "tray").mkdir()
+    (tmp_path / "hgx").mkdir()
+    tray = Sim(tmp_path / "tray", profile="gb200-nvl-4", installed=stack)
+    desc = json.loads(tray.hw.read_text())
+    desc["rack"] = {"name": "rack-a1"}
+    tray.hw.write_text(json.dumps(desc))
+    got = tp.parse_dcgmi(tray("dcgmi", "diag", "-r", "1", check=False).stdout)
+    assert got["Fabric Manager"] == "Pass"
+    hgx = Sim(tmp_path / "hgx", installed=stack)
+    got = tp.parse_dcgmi(hgx("dcgmi", "diag", "-r", "1", check=False).stdout)
+    assert got["Fabric Manager"] == "Fail"

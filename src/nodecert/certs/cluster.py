@@ -105,12 +105,25 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
         if data.get("scaling") else None,
         "results": [{k: r[k] for k in ("check", "verdict", "summary", "findings", "value",
                                        "unit", "thresholds")} for r in data["results"]],
+        "cabling": cabling_of(data),
         "tool": {"name": "nodecert", "version": __version__},
     }
     return {"_type": STATEMENT_TYPE,
             "subject": [{"name": f"node:{n}", "digest": {"sha256": identity_digest(idents[n])}}
                         for n in data["nodes"]],
             "predicateType": CLUSTER_PREDICATE_TYPE, "predicate": predicate}
+
+
+def cabling_of(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The cable plan the fabric was judged against (its digest binds the certificate to
+    that plan) and what each planned link was found as; None when no plan was given."""
+    r = next((x for x in data["results"] if x["check"] == "fabric.cabling"), None)
+    if r is None:
+        return None
+    facts = r.get("facts") or {}
+    return {"verdict": r["verdict"], "plan_sha256": facts.get("plan_sha256"),
+            "plan_lines": facts.get("plan_lines"), "as_planned": facts.get("ok_lines"),
+            "findings": facts.get("findings", [])}
 
 
 def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,

@@ -5,6 +5,7 @@ nodes, and on its failure a bisection that names the culprit(s).
 Stages and what each contributes to the cluster's verdict:
   cluster.fabric     every node's own fabric check (net.ib / net.roce) run through
                      validate: ports, rates, firmware, error counters growing;
+  fabric.cabling     with a cable plan: the discovered links against it (clustercabling);
   cluster.pairs      pair rounds, isolation of the node (or the rail) whose pairings are
                      all bad while its partners do well elsewhere;
   cluster.allreduce  the collective over all nodes, bisected when it falls short.
@@ -101,7 +102,8 @@ class ClusterContext:
 class ClusterRun:
     def __init__(self, ctx: ClusterContext, run_dir: Path, say: Progress,
                  launch: Launcher | None = None,
-                 counters: Callable[[], dict[str, Any]] | None = None) -> None:
+                 counters: Callable[[], dict[str, Any]] | None = None, *,
+                 cabling: Callable[[], Result] | None = None) -> None:
         self.ctx, self.dir, self.say = ctx, run_dir, say
         by_engine = {ctx.engine_names[n]: ctx.endpoints[n] for n in ctx.nodes}
         self.launcher = launch or launcher(ctx.cfg, ctx.launch, by_engine)
@@ -114,6 +116,8 @@ class ClusterRun:
         self.jobs: list[JobResult] = []
         # Reads every node's error counters (clustercounters.read_all); None: not read.
         self.counters = counters
+        # Discovers the fabric and judges it against the cable plan; None: no plan.
+        self.cabling = cabling
 
     # --- jobs -------------------------------------------------------------------------
     def job(self, kind: str, nodes: tuple[str, ...], script_for: Callable[[str, int], str]
@@ -349,6 +353,9 @@ class ClusterRun:
         t0 = time.monotonic()
         started = time.time()
         before = self.counters() if self.counters else None
+        if self.cabling:
+            self.say("fabric.cabling: the discovered links against the cable plan")
+        cabled = self.cabling() if self.cabling else None
         pairs = self.pairs()
         iso = clusterplan.isolate({p.nodes: p.ok for p in pairs if not p.error})
         rail_culprits = self._rail_culprits(pairs)
@@ -367,6 +374,8 @@ class ClusterRun:
                 if before is not None and self.counters else {})
         results = [self._fabric_result(fabric, grew), self._pairs_result(pairs, iso, rail_culprits),
                    self._allreduce_result(reading, whole, bis)]
+        if cabled:
+            results.append(cabled)
         if extra:
             results.append(self._collectives_result(extra))
         if scaled:

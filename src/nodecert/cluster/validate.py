@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from nodecert.cluster.cabling_discover import cabling_check
 from nodecert.cluster.counters import read_all
 from nodecert.cluster.hosts import cluster_hosts
 from nodecert.cluster.jobs import Launcher
@@ -28,6 +29,7 @@ from nodecert.cluster.run import (
 )
 from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError, NodecertError
+from nodecert.inventory.cableplan import Plan, PlanError, read_plan
 from nodecert.inventory.cluster import ClusterConfig, inventory_cluster
 from nodecert.inventory.reader import hostvars, load_inventory
 from nodecert.profiles.thresholds import suite
@@ -152,6 +154,23 @@ def _storage_alone(request: ValidateRequest, vr: ValidationRun, say: Progress
     return out
 
 
+def cable_plan(ctx: ClusterContext) -> Plan | None:
+    """The nodes' cable plan (nodecert_cabling_plan), read before any job; None when the
+    inventory names none. InventoryError for a plan with errors, or nodes naming two."""
+    named = {str(ctx.specs[n].validation.get("cabling_plan") or "") for n in ctx.nodes}
+    if named == {""}:
+        return None
+    if len(named) != 1:
+        raise InventoryError("the nodes name different cable plans (nodecert_cabling_plan): "
+                             + ", ".join(sorted(p or "none" for p in named)),
+                             hint="name one plan for the cluster's nodes, in group_vars")
+    try:
+        return read_plan(Path(named.pop()).expanduser(), hosts=set(ctx.specs))
+    except PlanError as exc:
+        raise InventoryError(exc.what, where=exc.where,
+                             hint=exc.hint or "fix the cable plan where named") from exc
+
+
 @dataclass(frozen=True)
 class ClusterRequest:
     """What `nodecert cluster validate` is asked to do: the hosts (limited), the command
@@ -179,7 +198,10 @@ def cluster_validate(request: ClusterRequest, *, progress: Progress | None = Non
     # InfiniBand error counters before and after the jobs (perfquery on every node).
     counters = ((lambda: read_all(ctx.endpoints, ctx.exp.devices))
                 if ctx.exp.link_layer == "InfiniBand" else None)
-    runner = ClusterRun(ctx, run_dir, say, launch, counters)
+    plan = cable_plan(ctx)
+    cabling = ((lambda: cabling_check(plan, ctx.exp.link_layer, ctx.endpoints))
+               if plan is not None else None)
+    runner = ClusterRun(ctx, run_dir, say, launch, counters, cabling=cabling)
     if stop is not None:
         runner.stop = stop
     try:
