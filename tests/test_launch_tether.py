@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nodecert.cluster.jobs import Job
+from nodecert.cluster.jobs import Job, JobResult
 from nodecert.cluster.tether import tethered
 from support.cluster import ScriptedLauncher
 
@@ -120,15 +120,21 @@ def test_ctrl_c_sweeps_the_running_jobs_then_cancels_them_all_and_again_at_the_e
 
     sl = Blocking({})
     jobs = [Job(f"nodecert-x-pair-{k}", (f"h{k}",), "true", {}, 30) for k in (1, 2)]
-    threads = [threading.Thread(target=sl.run, args=(j,)) for j in jobs]
+    results: list[JobResult] = []
+    threads = [threading.Thread(target=lambda j=j: results.append(sl.run(j))) for j in jobs]
     for t in threads:
         t.start()
     assert wait_for(lambda: len(sl._running) == 2, 5)
     sl.interrupt()
     for t in threads:
         t.join(10)
-    # Each swept twice: by the interrupt, and by its own thread once its wait ended.
-    assert sorted(sl.swept) == ["nodecert-x-pair-1"] * 2 + ["nodecert-x-pair-2"] * 2
+    # Each swept once, by the interrupt (all at once); its own thread does not sweep it
+    # again node after node once its wait ended.
+    assert sorted(sl.swept) == ["nodecert-x-pair-1", "nodecert-x-pair-2"]
+    # what they left is then not known to their threads: never reported as clean
+    assert sorted((r.job.name, r.error, r.leftovers) for r in results) == [
+        (f"nodecert-x-pair-{k}", "interrupted: cancelled with the run", {f"h{k}": -1})
+        for k in (1, 2)]
     all_at_once = [c for c in sl.sent if c.startswith(
         "scancel --name=nodecert-x-pair-1; scancel --name=nodecert-x-pair-2;")
         or c.startswith("scancel --name=nodecert-x-pair-2; scancel --name=nodecert-x-pair-1;")]
