@@ -718,3 +718,36 @@ def test_the_port_range_is_the_sites_and_drawn_within_it(tmp_path: Path) -> None
         "bootstrap_port 65000 with port_slots 200 reaches port 68999, past 65535: lower "
         "either")
     assert "port_slots must be an integer 1..3000" in str(parse_cluster({"port_slots": 0})[1])
+
+
+def test_the_cluster_page_draws_the_fabric_against_the_cable_plan(tmp_path: Path) -> None:
+    from nodecert.cluster.cabling import judge_cabling
+    from nodecert.cluster.cabling_links import Link
+    from nodecert.inventory.cableplan import read_plan
+    data = run_model(tmp_path, 3, ModelLauncher())
+    plan_csv = tmp_path / "plan.csv"
+    rows = [(f"h{n}", f"mlx5_{k}", str(k), f"leaf-{k}", str(n))
+            for n in (1, 2, 3) for k in (0, 1)]
+    plan_csv.write_text("node,port,rail,switch,switch_port\n"
+                        + "".join(",".join(r) + "\n" for r in rows))
+    plan = read_plan(plan_csv)
+    links = [Link(a, b, s, p) for a, b, _, s, p in rows]
+    links[0], links[2] = Link("h1", "mlx5_0", "leaf-0", "2"), Link("h2", "mlx5_0", "leaf-0", "1")
+    res = judge_cabling(plan, links)
+    data["results"].append(res.as_dict())
+    data["verdict"] = "FAIL"
+    run_dir = tmp_path / "cluster-run-abcdef"
+    (run_dir / "results.json").write_text(json.dumps(data))
+    keys = init_key(tmp_path / "keys")
+    env, html, verdict = certify_cluster(run_dir, load_private_key(keys.private))
+    assert verdict == "NOT READY"
+    pred = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))["predicate"]
+    assert pred["cabling"]["plan_sha256"] == plan.digest
+    assert [x["status"] for x in pred["cabling"]["links"]] == [
+        "swapped", "ok", "swapped", "ok", "ok", "ok"]
+    page = html.read_text()
+    assert 'id="cabling"' in page and plan.digest in page
+    assert page.count('class="link ok"') == 4 and page.count('class="link wrong"') == 2
+    assert "h1 mlx5_0 -&gt; leaf-0 port 1 (plan line 2): swapped" in page
+    assert "rail 0 (leaf-0)" in page
+    assert verify_report(env, [keys.public], allow_simulated=True).steps[0][1]

@@ -123,7 +123,7 @@ def cabling_of(data: dict[str, Any]) -> dict[str, Any] | None:
     facts = r.get("facts") or {}
     return {"verdict": r["verdict"], "plan_sha256": facts.get("plan_sha256"),
             "plan_lines": facts.get("plan_lines"), "as_planned": facts.get("ok_lines"),
-            "findings": facts.get("findings", [])}
+            "findings": facts.get("findings", []), "links": facts.get("links", [])}
 
 
 def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,

@@ -24,6 +24,7 @@ import markupsafe
 from nodecert import __version__
 from nodecert.certs import readable as readable_values
 from nodecert.certs import svgplot
+from nodecert.certs.cablingdraw import cabling_grid, node_order
 from nodecert.certs.i18n import DEFAULT, ENGLISH, N_, Voice, gettext_for, voice
 from nodecert.core.textsafe import clean
 from nodecert_node.contract import all_figures
@@ -246,10 +247,11 @@ def cluster_page(statement: dict[str, Any], *, envelope_name: str, keyid: str,
     rail_floor = float(p["expectation"]["rail"]["value"])
     tr = voice(lang)
     return _env(lang).get_template("cluster.html.j2").render(
-        p=p, nodes=sorted(p["nodes"], key=_node_order), subjects=statement["subject"],
+        p=p, nodes=sorted(p["nodes"], key=node_order), subjects=statement["subject"],
         simulated=p["simulated"], simulated_text=tr(SIMULATED_TEXT),
         shade=lambda c: _shade(c, busbw_floor),
         scaling=scaling_chart(p.get("scaling"), tr),
+        cabling=cabling_grid(p.get("cabling"), tr),
         rail_shade=lambda v: _shade(None if v is None else {"busbw": v, "ok": v >= rail_floor},
                                     rail_floor),
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
@@ -264,7 +266,7 @@ def rack_page(statement: dict[str, Any], *, envelope_name: str, keyid: str,
                      if r["check"] == "rack.firmware"), None) or {}
     tr = voice(lang)
     return _env(lang).get_template("rack.html.j2").render(
-        p=p, trays=sorted(p["trays"], key=_node_order), subjects=statement["subject"],
+        p=p, trays=sorted(p["trays"], key=node_order), subjects=statement["subject"],
         firmware=firmware, heatmap=_sweep_heatmap(p["results"], tr),
         simulated=p["simulated"], simulated_text=tr(SIMULATED_TEXT),
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
@@ -282,14 +284,8 @@ def _sweep_heatmap(results: list[dict[str, Any]], tr: Tr = _same) -> str:
     low = float(mid) * float(peer) if mid and peer else None  # a slow pair's bound
     return svgplot.heat_map(
         tr("NVLink domain sweep: each GPU's best pair bus bandwidth"),
-        [(t, [heat[t].get(g) for g in cols]) for t in sorted(heat, key=_node_order)],
+        [(t, [heat[t].get(g) for g in cols]) for t in sorted(heat, key=node_order)],
         columns=[f"GPU {g}" for g in cols], unit="GB/s", low=low, kind="sweep")
-
-
-def _node_order(name: str) -> tuple[str, int]:
-    """h2 before h10: the text, then the trailing number."""
-    stem = name.rstrip("0123456789")
-    return stem, int(name[len(stem):] or 0)
 
 
 def key_figures(p: dict[str, Any]) -> dict[str, str]:

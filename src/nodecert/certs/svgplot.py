@@ -142,6 +142,26 @@ def bar_chart(title: str, bars: Sequence[tuple[str, float]], *, ylabel: str,
     return _frame(title, "", ylabel, body, kind)
 
 
+def _no_data(title: str, kind: str) -> str:
+    return _frame(title, "", "", [f'<text x="{W / 2}" y="{H / 2}" '
+                                  'text-anchor="middle">no data</text>'], kind)
+
+
+def _grid(rows: Sequence[tuple[str, Sequence[object]]], columns: Sequence[str],
+          body: list[str]) -> tuple[float, float]:
+    """A grid's column labels under it and row labels left of it, into `body`; (cell
+    width, cell height)."""
+    cw = (W - L - R) / max(len(columns), 1)
+    ch = (H - T - B) / len(rows)
+    for k, c in enumerate(columns):
+        body.append(f'<text x="{L + (k + 0.5) * cw:.1f}" y="{H - B + 14}" text-anchor="middle" '
+                    f'font-size="10">{escape(c)}</text>')
+    for j, (name, _) in enumerate(rows):
+        body.append(f'<text x="{L - 4}" y="{T + j * ch + ch / 2 + 3:.1f}" text-anchor="end" '
+                    f'font-size="{min(10.0, ch * 0.9):.1f}">{escape(name)}</text>')
+    return cw, ch
+
+
 def heat_map(title: str, rows: Sequence[tuple[str, Sequence[float | None]]], *,
              columns: Sequence[str], unit: str, low: float | None = None,
              kind: str = "heatmap") -> str:
@@ -150,19 +170,12 @@ def heat_map(title: str, rows: Sequence[tuple[str, Sequence[float | None]]], *,
     is hatched grey and says so in its tooltip."""
     vals = [v for _, r in rows for v in r if v is not None]
     if not rows or not vals:
-        return _frame(title, "", "", [f'<text x="{W / 2}" y="{H / 2}" '
-                                      'text-anchor="middle">no data</text>'], kind)
+        return _no_data(title, kind)
     lo, hi = min(vals), max(vals)
-    cw = (W - L - R) / max(len(columns), 1)
-    ch = (H - T - B) / len(rows)
-    body = []
-    for k, c in enumerate(columns):
-        body.append(f'<text x="{L + (k + 0.5) * cw:.1f}" y="{H - B + 14}" text-anchor="middle" '
-                    f'font-size="10">{escape(c)}</text>')
+    body: list[str] = []
+    cw, ch = _grid(rows, columns, body)
     for j, (name, row) in enumerate(rows):
         y = T + j * ch
-        body.append(f'<text x="{L - 4}" y="{y + ch / 2 + 3:.1f}" text-anchor="end" '
-                    f'font-size="{min(10.0, ch * 0.9):.1f}">{escape(name)}</text>')
         for k, v in enumerate(row):
             if v is None:
                 fill, tip = "#bbbbbb", "not measured"
@@ -236,4 +249,33 @@ def histogram(title: str, values: Sequence[float], *, unit: str,
     return _frame(title, unit, "count", body, kind)
 
 
-__all__ = ["bar_chart", "heat_map", "histogram", "line_chart"]
+def link_grid(title: str, rows: Sequence[tuple[str, Sequence[tuple[str, str] | None]]], *,
+              columns: Sequence[str], legend: Sequence[tuple[str, str]] = (),
+              kind: str = "cabling") -> str:
+    """A grid of links (a row per node, a column per rail): each cell's (status, tip),
+    green when "ok", red for any other status (its tip says what was found), blank where
+    no link is planned. `legend`: (status word, label) pairs shown at the right."""
+    if not rows or not columns:
+        return _no_data(title, kind)
+    body: list[str] = []
+    cw, ch = _grid(rows, columns, body)
+    for j, (_, row) in enumerate(rows):
+        y = T + j * ch
+        for k, cell in enumerate(row):
+            if cell is None:
+                continue
+            status, tip = cell
+            fill = "#2ca02c" if status == "ok" else "#d62728"
+            body.append(f'<rect class="link {"ok" if status == "ok" else "wrong"}" '
+                        f'x="{L + k * cw:.1f}" y="{y:.1f}" width="{cw - 1:.1f}" '
+                        f'height="{max(ch - 1, 1):.1f}" fill="{fill}"><title>{escape(tip)}'
+                        "</title></rect>")
+    for k, (status, label) in enumerate(legend):
+        y = T + 4 + k * 16
+        fill = "#2ca02c" if status == "ok" else "#d62728"
+        body.append(f'<rect x="{W - R + 6}" y="{y}" width="10" height="10" fill="{fill}"/>'
+                    f'<text x="{W - R + 20}" y="{y + 9}" font-size="10">{escape(label)}</text>')
+    return _frame(title, "", "", body, kind)
+
+
+__all__ = ["bar_chart", "heat_map", "histogram", "line_chart", "link_grid"]

@@ -29,6 +29,7 @@ class Cabling:
     judged: int = 0  # plan lines judged (those of the nodes read)
     ok: list[int] = field(default_factory=list)  # plan lines as planned
     findings: list[tuple[str, str]] = field(default_factory=list)  # (kind, text)
+    status: dict[int, str] = field(default_factory=dict)  # plan line -> "ok" or the kind
 
     def add(self, kind: str, text: str) -> None:
         self.findings.append((kind, text))
@@ -57,6 +58,7 @@ def compare(plan: Plan, links: list[Link], *, nodes: set[str] | None = None) -> 
         if link is None or link.state != "Active":
             out.add("missing", f"{p.node} {p.port}: no link, the plan cables it to "
                                f"{_plan(p)}")
+            out.status[p.line] = "missing"
             continue
         if (link.switch, link.switch_port) != (p.switch, p.switch_port):
             wrong[p.line] = (p, link)
@@ -70,8 +72,10 @@ def compare(plan: Plan, links: list[Link], *, nodes: set[str] | None = None) -> 
         if below:
             out.add("below", f"{p.node} {p.port} -> {_found(link)}: trained at "
                              f"{'; '.join(below)} (plan line {p.line})")
+            out.status[p.line] = "below"
         else:
             out.ok.append(p.line)
+            out.status[p.line] = "ok"
     # two planned cables exchanged: each one's link lands where the other was planned
     by_end = {(p.switch, p.switch_port): p for p in plan.links}
     swapped: set[int] = set()
@@ -83,6 +87,7 @@ def compare(plan: Plan, links: list[Link], *, nodes: set[str] | None = None) -> 
             o_link = wrong[other.line][1]
             if (o_link.switch, o_link.switch_port) == (p.switch, p.switch_port):
                 swapped |= {line, other.line}
+                out.status[line] = out.status[other.line] = "swapped"
                 out.add("swapped", f"{p.node} {p.port} and {other.node} {other.port} are "
                                    f"swapped: {p.node} {p.port} reaches {_found(link)} "
                                    f"(planned for {other.node} {other.port}, line "
@@ -94,19 +99,26 @@ def compare(plan: Plan, links: list[Link], *, nodes: set[str] | None = None) -> 
             on = switch_rail.get(link.switch)
             rail = (f": on rail {on}, the plan's rail {p.rail}" if p.rail is not None and
                     on is not None and on != p.rail else "")
-            out.add("wrong rail" if rail else "wrong switch",
+            out.status[p.line] = "wrong rail" if rail else "wrong switch"
+            out.add(out.status[p.line],
                     f"{p.node} {p.port} reaches {_found(link)}, the plan cables it to "
                     f"{_plan(p)}{rail}")
         else:
+            out.status[p.line] = "wrong port"
             out.add("wrong port", f"{p.node} {p.port} reaches {_found(link)}, the plan "
                                   f"cables it to port {p.switch_port} (plan line {p.line})")
+    _extras(out, plan, links, nodes)
+    return out
+
+
+def _extras(out: Cabling, plan: Plan, links: list[Link], nodes: set[str] | None) -> None:
+    """Every active link from a node port that no plan line names."""
     planned = {p.end for p in plan.links}
     for link in sorted(links, key=lambda x: (x.node, x.port)):
         if (link.node, link.port) not in planned and link.state == "Active" and \
                 (nodes is None or link.node in nodes):
             out.add("extra", f"{link.node} {link.port} reaches {_found(link)}: no plan line "
                              "names it")
-    return out
 
 
 def judge_cabling(plan: Plan, links: list[Link] | None, *, nodes: set[str] | None = None,
@@ -124,7 +136,12 @@ def judge_cabling(plan: Plan, links: list[Link] | None, *, nodes: set[str] | Non
                                   "lldpctl) where they can see it, then judge again.")
     c = compare(plan, links, nodes=nodes)
     facts.update(ok_lines=len(c.ok), links_found=len(links),
-                 findings=[{"kind": k, "text": t} for k, t in c.findings])
+                 findings=[{"kind": k, "text": t} for k, t in c.findings],
+                 # every judged plan line and what it was found as (the page draws them)
+                 links=[{"line": p.line, "node": p.node, "port": p.port, "rail": p.rail,
+                         "switch": p.switch, "switch_port": p.switch_port,
+                         "status": c.status[p.line]}
+                        for p in plan.links if p.line in c.status])
     if not c.findings:
         return Result("fabric.cabling", Verdict.PASS,
                       f"all {c.judged} planned links where the plan says, at its width "
