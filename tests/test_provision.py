@@ -38,6 +38,9 @@ def inventory(lab: Lab, tmp_path: Path, per_host: dict[str, str],
             out.append(extra_hosts)
     path = tmp_path / "inventory.ini"
     path.write_text("\n".join(out) + "\n")
+    # The lab's group_vars beside it: the lab mirror's wheels are the lab's own builds, so
+    # the inventory pins them by their sha256 (framework_wheel_hashes), as a site would.
+    shutil.copytree(lab.cfg.state / "group_vars", tmp_path / "group_vars", dirs_exist_ok=True)
     return path
 
 
