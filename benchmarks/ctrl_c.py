@@ -48,8 +48,7 @@ class Emulated(SlurmLauncher):
                always: bool = False) -> tuple[int | None, str, bool]:
         if "srun" in command:
             self.started.release()
-            while not self.cancelled.is_set():
-                time.sleep(0.01)
+            self.cancelled.wait(60)
             return None, "", True
         time.sleep(self.latency)
         return 0, "", False

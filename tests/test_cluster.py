@@ -10,7 +10,6 @@ import datetime as dt
 import json
 import re
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -202,8 +201,7 @@ class _BlockingLauncher(ScriptedLauncher):
                always: bool = False) -> tuple[int | None, str, bool]:
         if "srun" in command:
             self.started.release()
-            while not self.cancelled.is_set():  # a hung job, until Ctrl-C
-                time.sleep(0.01)
+            self.cancelled.wait(60)  # a hung job, until Ctrl-C
             return None, "", True
         if command.startswith("scancel"):
             self.cancels += 1
