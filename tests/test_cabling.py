@@ -338,3 +338,30 @@ def test_the_cluster_certificate_holds_the_plan_digest_and_each_finding(
     assert got["findings"] == [{"kind": "missing", "text": "gpu-02 mlx5_3: no link, the plan "
                                 "cables it to leaf-03 port 2 (plan line 9)"}]
     assert cabling_of({"results": []}) is None
+
+
+def test_the_cluster_reads_one_plan_for_its_nodes_before_any_job(tmp_path: Path) -> None:
+    import dataclasses
+    from types import SimpleNamespace
+
+    from nodecert.cluster.validate import cable_plan
+    from nodecert.core.errors import InventoryError
+    from support.cluster import context
+    good = plan_file(tmp_path, rail_plan(nodes=3, rails=2))
+    ctx = context(3)
+
+    def named(*plans: str | None) -> object:
+        specs = {f"h{k}": SimpleNamespace(validation={"cabling_plan": p} if p else {})
+                 for k, p in enumerate(plans, 1)}
+        return dataclasses.replace(ctx, specs=specs)  # type: ignore[arg-type]
+    assert cable_plan(named(None, None, None)) is None  # type: ignore[arg-type]
+    # the plan names gpu-NN, not h1..h3: refused naming the file and line
+    with pytest.raises(InventoryError) as bad:
+        cable_plan(named(str(good), str(good), str(good)))  # type: ignore[arg-type]
+    assert bad.value.where == f"{good}:2" and "gpu-01 is not a host" in bad.value.what
+    with pytest.raises(InventoryError, match="different cable plans"):
+        cable_plan(named(str(good), None, str(good)))  # type: ignore[arg-type]
+    ours = tmp_path / "ours.csv"
+    ours.write_text("node,port,switch,switch_port\nh1,mlx5_0,leaf-0,1\nh2,mlx5_0,leaf-0,2\n")
+    got = cable_plan(named(str(ours), str(ours), str(ours)))  # type: ignore[arg-type]
+    assert got is not None and len(got.links) == 2
