@@ -137,6 +137,10 @@ def kill_tree(pid: int) -> list[int]:
     killed. The tree is frozen first (SIGSTOP, top down, until no new process appears),
     so that nothing forks or is reparented out of reach between the look and the kill."""
     seen: list[int] = []
+    # The top process first: while it runs it can fork a child that calls setsid between
+    # the look below and the group kill, and so escape both.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGSTOP)
     for _ in range(20):
         new = [p for p in descendants(pid) if p not in seen]
         if not new:
