@@ -14,12 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nodecert.cli import main
+from nodecert.core import checks
 from nodecert.core.errors import ManifestError, UnknownNameError, VersionError
 from nodecert.core.paths import compat_dir
 from nodecert.stack import advisories
 from nodecert.stack.advisories import default_advisories, judge, judge_result, upstream
 from nodecert.stack.gate import evaluate
-from nodecert.stack.judged import judge_gathered
 from nodecert.stack.manifest import find_stack, list_stacks
 from nodecert.stack.versions import DriverVersion
 from nodecert_node.contract import Result, Verdict
@@ -211,8 +211,8 @@ def test_a_node_that_fell_below_a_fixed_release_fails_naming_it() -> None:
     assert res.verdict is Verdict.FAIL and res.fault_code == "NC-ADVISORY"
     assert res.summary.startswith("driver 580.126.09 is below 580.159.03")
     assert any("RUNC-2025-11" in f for f in res.findings)  # runc 1.1.12: no fix on its line
-    accepted = judge_gathered(_gathered({"driver": "580.126.09"}), "h1", None,
-                              {"allow_advisories": ["NVIDIA-DRIVER-2026-05"]})
+    accepted = checks.judge(_gathered({"driver": "580.126.09"}), checks.JudgeContext(
+        "h1", None, {"allow_advisories": ["NVIDIA-DRIVER-2026-05"]}))
     assert accepted.verdict is Verdict.WARN
     assert accepted.facts["accepted"] == ["NVIDIA-DRIVER-2026-05"]
 

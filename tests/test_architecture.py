@@ -150,7 +150,9 @@ LAYERS: dict[str, int] = {
     "bmc": 4,
     "validation": 5, "firmware": 5,
     "certs": 6, "cluster": 6,
-    "fleet": 7, "provision": 7, "rack": 7,
+    # checks: each check's control-side declarations (found at run time by
+    # nodecert.core.checks.discover, never imported by name from below)
+    "fleet": 7, "provision": 7, "rack": 7, "checks": 7,
     "revalidate": 8,
     "lab": 9,
     "docgen": 10,
@@ -193,7 +195,7 @@ def test_control_side_top_level_is_a_few_packages() -> None:
     entries = sorted(p.name for p in SRC.iterdir()
                      if p.name != "__pycache__" and not p.name.endswith(".egg-info"))
     named = [e for e in entries if not e.startswith("__")]
-    assert len(named) <= 18, named
+    assert len(named) <= 19, named
     for e in named:  # every entry is a package or module placed in a layer
         assert e.removesuffix(".py") in LAYERS, f"src/nodecert/{e} is in no layer"
 
@@ -231,6 +233,51 @@ def test_a_planted_upward_import_in_a_source_file_is_caught(tmp_path: Path) -> N
     assert edges == {"nodecert.provision.run"}
     found = layering_violations({"nodecert.core.errors": edges})
     assert found and "may not import nodecert.provision" in found[0]
+
+
+# --- the check contract: consumers ask the registries, never name a check -------------------
+
+# Where no check is named: the certificate and its pages, and validation (the plan, the
+# session, the echoes). They ask nodecert.core.checks (judge, plots, summary, echoes,
+# after_bmc, roles) and the node's catalog (suites, needs).
+NO_CHECK_NAMES = ("certs", "validation")
+
+
+def check_ids() -> set[str]:
+    from nodecert.bmc.judge import BMC_CHECKS
+    from nodecert.core import checks
+    from nodecert.profiles import catalog
+    return {c.name for c in catalog.checks()} | set(checks.discover()) | set(BMC_CHECKS)
+
+
+def check_names_written(path: Path, names: set[str]) -> list[str]:
+    """Every string constant in path that is a check's id (or starts with one and a colon,
+    the way a finding names its check)."""
+    out = []
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and (
+                n.value in names or n.value.split(":", 1)[0] in names):
+            out.append(f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path}:"
+                       f"{n.lineno} names {n.value!r}")
+    return out
+
+
+def test_no_check_is_named_in_the_certificate_or_validation_code() -> None:
+    names = check_ids()
+    assert {"load.burnin", "bmc.bios", "rack.sweep", "fabric.cabling"} <= names
+    found = [f for pkg in NO_CHECK_NAMES for p in sorted((SRC / pkg).rglob("*.py"))
+             for f in check_names_written(p, names)]
+    assert found == []
+
+
+def test_a_check_name_planted_in_the_certificate_code_is_caught(tmp_path: Path) -> None:
+    planted = tmp_path / "certify.py"
+    planted.write_text('def f(results):\n'
+                       '    return [r for r in results if r["check"] == "load.burnin"]\n'
+                       'NOTE = "rack.allreduce: not judged"\n')
+    found = check_names_written(planted, check_ids())
+    assert sorted(f.split(":", 1)[1] for f in found) == [
+        "2 names 'load.burnin'", "3 names 'rack.allreduce: not judged'"]
 
 
 def test_long_modules_say_why() -> None:

@@ -94,6 +94,14 @@ def json_sha256(doc: Any) -> str:
 
 OPS = (">=", "<=", ">", "<", "==", "in")
 
+# What a host must be for a check to apply (a check's `needs`); the control side plans
+# such a check only for a host whose order spec says so (nodecert.validation.plan).
+NEEDS = {
+    "rack": "a compute tray of a rack (its NVLink domain)",
+    "rack-imex": "in a rack that runs an IMEX domain",
+    "attestation": "a host whose site asked for GPU attestation",
+}
+
 
 def _fmt(v: Any, unit: str) -> str:
     if isinstance(v, float):
@@ -490,6 +498,6 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True
         os.close(dfd)
 
 
-__all__ = ["EVIDENCE_LIMIT", "OPS", "PLAN_SCHEMA", "RESULT_SCHEMA", "Evidence", "Figure",
+__all__ = ["EVIDENCE_LIMIT", "NEEDS", "OPS", "PLAN_SCHEMA", "RESULT_SCHEMA", "Evidence", "Figure",
            "Limits", "Outcome", "Plan", "Result", "Threshold", "Verdict", "all_figures",
            "error_result", "figures", "worst", "write_atomic"]

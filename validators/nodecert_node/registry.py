@@ -2,10 +2,11 @@
 prefix (`checks/dcgm.py` holds `dcgm.*`).
 
 A declaration names the check, its place in a suite (`order`: cheap, read-only
-checks first, loads last), the suites that include it, the tools it runs, a one-line
-description, and the function that gathers and judges. The suites' check lists come
-from these declarations alone. `discover()` imports every public module of
-the `checks` package, so adding a check never means editing the runner.
+checks first, loads last), the suites that include it, the tools it runs, what the host
+must be for it to apply (`needs`, from contract.NEEDS: the control side plans it only
+for such a host), a one-line description, and the function that gathers and judges.
+The suites' check lists come from these declarations alone. `discover()` imports every
+public module of the `checks` package, so adding a check never means editing the runner.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from nodecert_node.context import NoGpu
-from nodecert_node.contract import Evidence, Result, Verdict, error_result
+from nodecert_node.contract import NEEDS, Evidence, Result, Verdict, error_result
 from nodecert_node.parse import ParseError
 from nodecert_node.tools import ToolError
 
@@ -33,23 +34,28 @@ class CheckSpec:
     suites: tuple[str, ...]
     tools: tuple[str, ...]
     module: str
+    needs: tuple[str, ...] = ()
 
 
 REGISTRY: dict[str, CheckSpec] = {}
 
 
 def check(name: str, *, description: str, order: int, suites: tuple[str, ...] = (),
-          tools: tuple[str, ...] = ()) -> Callable[[Callable[[Any], Result]],
-                                                   Callable[[Any], Result]]:
+          tools: tuple[str, ...] = (), needs: tuple[str, ...] = ()
+          ) -> Callable[[Callable[[Any], Result]], Callable[[Any], Result]]:
     """Declare a check. Its module must be named after the check's prefix."""
     prefix = name.split(".", 1)[0]
+    unknown = sorted(set(needs) - set(NEEDS))
+    if unknown:
+        raise RuntimeError(f"check {name!r} needs {unknown}: not among {sorted(NEEDS)}")
 
     def deco(fn: Callable[[Any], Result]) -> Callable[[Any], Result]:
         module = fn.__module__
         if module.rsplit(".", 1)[-1] != prefix:
             raise RuntimeError(f"check {name!r} is declared in {module}; it belongs in "
                                f"nodecert_node.checks.{prefix}")
-        register(CheckSpec(name, fn, description, order, tuple(suites), tuple(tools), module))
+        register(CheckSpec(name, fn, description, order, tuple(suites), tuple(tools), module,
+                           tuple(needs)))
         return fn
     return deco
 

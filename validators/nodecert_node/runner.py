@@ -286,7 +286,8 @@ def main(argv: list[str]) -> int:
         if argv[1:] == ["--json"]:
             print(json.dumps([{"name": c.name, "description": c.description,
                                "order": c.order, "suites": list(c.suites),
-                               "tools": list(c.tools), "module": c.module} for c in
+                               "tools": list(c.tools), "needs": list(c.needs),
+                               "module": c.module} for c in
                               sorted(specs.values(), key=lambda c: (c.order, c.name))],
                              indent=1))
         else:

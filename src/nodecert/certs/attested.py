@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nodecert.certs import attestcheck
+from nodecert.core import checks
 from nodecert_node.contract import json_sha256
 
 
@@ -17,7 +18,7 @@ def attestation_summary(results: list[dict[str, Any]],
     `verifier` (NVIDIA's verifier's Python on this controller) the control side verifies
     the evidence itself; otherwise the status is stated as node-reported. A host that did
     not collect any is stated as not attested, never left for a reader to assume."""
-    r = next((r for r in results if r.get("check") == "attestation.gpu"), None)
+    r = checks.by_role(results, "attestation")
     facts = ((r or {}).get("facts") or {}).get("attestation")
     if not r or not isinstance(facts, dict):
         why = (f"the attestation check did not report ({r['verdict']}: {r['summary']})" if r
@@ -52,8 +53,8 @@ def attestation_said(p: dict[str, Any]) -> tuple[bool, str] | None:
     if raw != "not attested" and att.get("checked_by") != attestcheck.CONTROL:
         # the node's own word (a certificate from before the field: the node's too)
         status = f"{raw} (node-reported, not verified by the control side)"
-    facts = next((r.get("facts", {}).get("attestation") for r in p.get("results", [])
-                  if isinstance(r, dict) and r.get("check") == "attestation.gpu"), None)
+    r = checks.by_role([r for r in p.get("results", []) if isinstance(r, dict)], "attestation")
+    facts = r.get("facts", {}).get("attestation") if r is not None else None
     evidence = facts.get("evidence") if isinstance(facts, dict) else None
     stated = att.get("evidence_sha256")
     if evidence is None and not stated:

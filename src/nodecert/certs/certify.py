@@ -49,6 +49,7 @@ from nodecert.certs.signing import (
     sign_envelope,
     verify_envelope,
 )
+from nodecert.core import checks
 from nodecert.profiles import acceptance
 from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError
 from nodecert.runs.records import finished_run
@@ -212,12 +213,12 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
                        "--max-result-age-days (recorded in the certificate)")
     verdict, reasons = readiness(host, accepted)
     ident = host.get("identity") or {}
-    software = next((r.get("facts", {}).get("software") for r in host.get("results", [])
-                     if r["check"] == "stack.conformance"), None)
+    results = host.get("results", [])
+    software = (checks.by_role(results, "stack-record") or {}).get("facts", {}).get("software")
     # The firmware bill of materials: each component of the host's recipe, wanted and
     # found where it was read (the BMC's inventory, the node's own tools).
-    recipe = next((r.get("facts") or {} for r in host.get("results", [])
-                   if r["check"] == "firmware.recipe"), None)
+    recipe = checks.by_role(results, "firmware-record")
+    recipe = (recipe.get("facts") or {}) if recipe is not None else None
     firmware = {"recipe": recipe.get("recipe"), "sources": recipe.get("sources"),
                 "components": recipe.get("bom")} if recipe else None
     predicate = {

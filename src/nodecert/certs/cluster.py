@@ -27,6 +27,7 @@ from nodecert.certs.certify import (
 from nodecert.certs.identity import certificate_identity, identity_digest
 from nodecert.certs.intoto import CLUSTER_PREDICATE_TYPE, PAYLOAD_TYPE, STATEMENT_TYPE
 from nodecert.certs.signing import PrivateKey, canonical_json, keyid, sign_envelope
+from nodecert.core import checks
 from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError
 from nodecert.runs.records import read_cluster_record
 from nodecert_node.contract import write_atomic
@@ -117,7 +118,7 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
 def cabling_of(data: dict[str, Any]) -> dict[str, Any] | None:
     """The cable plan the fabric was judged against (its digest binds the certificate to
     that plan) and what each planned link was found as; None when no plan was given."""
-    r = next((x for x in data["results"] if x["check"] == "fabric.cabling"), None)
+    r = checks.by_role(data["results"], "cabling")
     if r is None:
         return None
     facts = r.get("facts") or {}

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
-import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,14 +24,12 @@ from nodecert.certs import readable as readable_values
 from nodecert.certs import svgplot
 from nodecert.certs.cablingdraw import cabling_grid, node_order
 from nodecert.certs.i18n import DEFAULT, ENGLISH, N_, Voice, gettext_for, voice
+from nodecert.core import checks
 from nodecert.core.textsafe import clean
 from nodecert_node.contract import all_figures
 
 SIMULATED_TEXT = N_("these results were measured on nodecert's simulated GPUs, not on real "
                     "hardware. They prove the software path, not the node.")
-
-
-DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
 
 
 # The words a page shows for a verdict and a kind (the data attributes keep the signed
@@ -74,10 +70,6 @@ def _env(lang: str = DEFAULT) -> jinja2.Environment:
     return env
 
 
-def _result(p: dict[str, Any], check: str) -> dict[str, Any] | None:
-    return next((r for r in p["results"] if r["check"] == check), None)
-
-
 Tr = Voice
 _same = ENGLISH
 
@@ -101,7 +93,7 @@ def pdf_of(page: str) -> bytes:
     return render(page)
 
 
-def scaling_chart(r: dict[str, Any] | None, tr: Tr = _same) -> str:
+def scaling_chart(r: dict[str, Any] | None, tr: checks.Voice = _same) -> str:
     """Efficiency against GPUs (load.scaling's or cluster.scaling's curve), beside linear."""
     curve = ((r or {}).get("facts") or {}).get("curve") or []
     try:
@@ -116,80 +108,10 @@ def scaling_chart(r: dict[str, Any] | None, tr: Tr = _same) -> str:
         xlabel="GPUs", ylabel=tr("efficiency"), kind="scaling")
 
 
-def bmc_charts(r: dict[str, Any] | None, tr: Tr = _same) -> list[str]:
-    """What the BMC read while the node's checks ran: the system's draw and the chassis
-    temperatures (the burn-in and the soak among them), over the run's seconds."""
-    samples = ((r or {}).get("facts") or {}).get("samples") or []
-    try:
-        t0 = float(samples[0]["t"])
-        power = [(float(s["t"]) - t0, float(s["power_w"])) for s in samples
-                 if s.get("power_w") is not None]
-        names = sorted({str(n) for s in samples for n in (s.get("temps") or {})})[:12]
-        temps = [(n, [(float(s["t"]) - t0, float(s["temps"][n])) for s in samples
-                      if n in (s.get("temps") or {})]) for n in names]
-    except (TypeError, ValueError, KeyError, IndexError):  # a malformed series is not drawn
-        return []
-    out = []
-    if len(power) >= 2:
-        out.append(svgplot.line_chart(tr("System power draw read by the BMC during the run"),
-                                      [(tr("draw"), power)], xlabel=tr("seconds"),
-                                      ylabel="W", kind="bmc-power"))
-    if temps and len(temps[0][1]) >= 2:
-        out.append(svgplot.line_chart(tr("Temperatures read by the BMC during the run"),
-                                      temps, xlabel=tr("seconds"), ylabel="C",
-                                      kind="bmc-temps"))
-    return out
-
-
 def plots(p: dict[str, Any], tr: Tr = _same) -> list[str]:
-    """The charts people would rather look at than read, where the run has the data."""
-    out: list[str] = bmc_charts(_result(p, "bmc.power"), tr)
-    soak = _result(p, "load.thermal_soak")
-    series = ((soak or {}).get("facts") or {}).get("series") or {}
-    if series:
-        fields = soak["facts"].get("series_fields") or []  # type: ignore[index]
-        for col, title, unit in (("temp_c", N_("GPU temperature during the soak"), "C"),
-                                 ("sm_mhz", N_("SM clock during the soak"), "MHz"),
-                                 ("power_w", N_("Power draw during the soak"), "W")):
-            if col not in fields:
-                continue
-            k = fields.index(col)
-            out.append(svgplot.line_chart(
-                tr(title), [(f"GPU{g}", [(float(row[0]), float(row[k] or 0)) for row in rows])
-                        for g, rows in sorted(series.items(), key=lambda x: int(x[0]))],
-                xlabel=tr("seconds (one sample per second)"), ylabel=unit,
-                kind=f"soak-{col}"))
-    nccl = _result(p, "fabric.nccl_allreduce")
-    curve = ((nccl or {}).get("value") or {}).get("curve") if nccl else None
-    if curve:
-        out.append(svgplot.line_chart(
-            tr("NCCL all-reduce bus bandwidth vs message size"),
-            [("busbw", [(float(c["size"]), float(c["busbw"])) for c in curve])],
-            xlabel=tr("message size (bytes)"), ylabel="GB/s", log_x=True,
-            kind="nccl-busbw"))
-    chart = scaling_chart(_result(p, "load.scaling"), tr)
-    if chart:
-        out.append(chart)
-    burn = _result(p, "load.burnin")
-    value = (burn or {}).get("value") or {}
-    if value.get("tflops_per_gpu"):
-        # an enumeration from the node: only known values reach the page
-        raw = value.get("dtype", "bf16")
-        dtype = raw if raw in DTYPES else "unknown dtype"
-        key = f"burnin.tflops_min_{dtype}"
-        floor = (burn or {}).get("thresholds", {}).get(key, {}).get("value")
-        out.append(svgplot.bar_chart(
-            tr("Sustained %(dtype)s GEMM TFLOPS per GPU") % {"dtype": dtype},
-            [(f"GPU{g}", float(v)) for g, v in sorted(value["tflops_per_gpu"].items(),
-                                                       key=lambda x: int(x[0]))],
-            ylabel="TFLOPS", floor=float(floor) if floor is not None else None,
-            kind="burnin-tflops"))
-    elif value.get("gflops_per_gpu"):
-        out.append(svgplot.bar_chart(
-            tr("gpu_burn FP32 Gflop/s per GPU"),
-            [(f"GPU{g}", float(v)) for g, v in enumerate(value["gflops_per_gpu"])],
-            ylabel="Gflop/s", kind="burnin-gflops"))
-    return out
+    """The charts people would rather look at than read, where the run has the data: each
+    check's own, as it declares them (nodecert.core.checks)."""
+    return checks.plots(p, tr)
 
 
 def shown(r: dict[str, Any], tr: Tr = _same) -> dict[str, Any]:
@@ -262,30 +184,14 @@ def rack_page(statement: dict[str, Any], *, envelope_name: str, keyid: str,
     """The rack certificate as a page: the rules, every tray in its NVLink domain, the
     switch trays, the infrastructure's latest readings, the firmware across the domain."""
     p = statement["predicate"]
-    firmware = next((r["facts"].get("firmware") for r in p["results"]
-                     if r["check"] == "rack.firmware"), None) or {}
+    firmware = ((checks.by_role(p["results"], "rack-firmware") or {}).get("facts")
+                or {}).get("firmware") or {}
     tr = voice(lang)
     return _env(lang).get_template("rack.html.j2").render(
         p=p, trays=sorted(p["trays"], key=node_order), subjects=statement["subject"],
-        firmware=firmware, heatmap=_sweep_heatmap(p["results"], tr),
+        firmware=firmware, heatmap="".join(checks.plots(p, tr, page="rack")),
         simulated=p["simulated"], simulated_text=tr(SIMULATED_TEXT),
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
-
-
-def _sweep_heatmap(results: list[dict[str, Any]], tr: Tr = _same) -> str:
-    """The NVLink domain's sweep as a heat-map (each GPU's best pair), "" without one."""
-    sweep = next((r for r in results if r["check"] == "rack.sweep"), None)
-    heat = ((sweep or {}).get("value") or {}).get("heatmap") or {}
-    if not heat:
-        return ""
-    cols = sorted({g for row in heat.values() for g in row}, key=int)
-    value = (sweep or {}).get("value") or {}
-    mid, peer = value.get("median_gbs"), value.get("peer_fraction_min")
-    low = float(mid) * float(peer) if mid and peer else None  # a slow pair's bound
-    return svgplot.heat_map(
-        tr("NVLink domain sweep: each GPU's best pair bus bandwidth"),
-        [(t, [heat[t].get(g) for g in cols]) for t in sorted(heat, key=node_order)],
-        columns=[f"GPU {g}" for g in cols], unit="GB/s", low=low, kind="sweep")
 
 
 def key_figures(p: dict[str, Any]) -> dict[str, str]:
@@ -301,51 +207,11 @@ def key_figures(p: dict[str, Any]) -> dict[str, str]:
             "peak": f"{peak.value:g} C" if peak else "-"}
 
 
-def _finite(values: Any) -> list[float]:
-    if not isinstance(values, dict):
-        return []
-    out = []
-    for v in values.values():
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-            out.append(float(v))
-    return out
-
-
 def energy(p: dict[str, Any], tr: Tr = _same) -> list[tuple[str, str]]:
-    """The summary's energy lines: throughput per watt at the burn-in's plateau draw, the
-    power limit in force, the energy the burn-in used, and the system's draw the BMC read
-    while the checks ran. Only what was measured: no line for a figure not reported."""
-    burn = _result(p, "load.burnin") or {}
-    e = (burn.get("value") or {}).get("energy") if isinstance(burn.get("value"), dict) else None
-    out: list[tuple[str, str]] = []
-    if isinstance(e, dict):
-        n = tr.localize
-        per_w = _finite(e.get("tflops_per_w_per_gpu"))
-        unit = "TFLOPS/W"
-        if not per_w:
-            per_w, unit = _finite(e.get("gflops_per_w_per_gpu")), "Gflop/s/W"
-        power, limit = _finite(e.get("power_w_per_gpu")), _finite(e.get("power_limit_w_per_gpu"))
-        if per_w:
-            out.append((tr("throughput per watt"),
-                        tr("%(low)s to %(high)s %(unit)s per GPU at %(watts)s W") % {
-                            "low": n(f"{min(per_w):.3f}"), "high": n(f"{max(per_w):.3f}"),
-                            "unit": unit, "watts": n(f"{statistics.median(power):.0f}")
-                            if power else "?"}))
-        if limit:
-            out.append((tr("power limit in force"), tr("%(watts)s W per GPU") % {
-                "watts": " / ".join(sorted({n(f"{x:.0f}") for x in limit}))}))
-        used = e.get("energy_wh")
-        if isinstance(used, int | float) and not isinstance(used, bool):
-            out.append((tr("energy of the burn-in"), tr("%(wh)s Wh (GPUs)") % {
-                "wh": n(f"{used:.2f}")}))
-    bmc = _result(p, "bmc.power") or {}
-    draw = [float(x["power_w"]) for x in ((bmc.get("facts") or {}).get("samples") or [])
-            if isinstance(x, dict) and isinstance(x.get("power_w"), int | float)]
-    if draw:
-        out.append((tr("system draw (BMC)"), tr("mean %(mean)s W, peak %(peak)s W") % {
-            "mean": tr.localize(f"{statistics.fmean(draw):.0f}"),
-            "peak": tr.localize(f"{max(draw):.0f}")}))
-    return out
+    """The summary's energy lines (throughput per watt, the power limit in force, the
+    burn-in's energy, the system's draw the BMC read), as the checks declare them. Only
+    what was measured: no line for a figure not reported."""
+    return checks.summary(p, tr)
 
 
 def _evidence_time(st: dict[str, Any]) -> tuple[str, str]:

@@ -26,13 +26,11 @@ from nodecert.certs.cluster import issue
 from nodecert.certs.identity import certificate_identity, identity_digest
 from nodecert.certs.intoto import RACK_PREDICATE_TYPE, STATEMENT_TYPE
 from nodecert.certs.signing import PrivateKey, canonical_json
+from nodecert.core import checks
 from nodecert.runs.layout import RunDir, RunDirError
 from nodecert.runs.records import read_rack_record
 
 DEFAULT_VALID_DAYS = 30
-
-
-LOAD_RULES = ("rack.allreduce", "rack.sweep")
 
 
 def switch_identity(comp: dict[str, Any]) -> dict[str, Any] | None:
@@ -84,10 +82,11 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
     # A rack is ready only once its NVLink domain has carried traffic: a run without the
     # domain's jobs proves the wiring, not the domain.
     judged = {r["check"] for r in data["results"]}
-    unloaded = [c for c in LOAD_RULES if c not in judged]
+    load = checks.played_by("domain-load")
+    unloaded = [c for c in load if c not in judged]
     if unloaded:
         reasons.append(next(
-            (n for n in data.get("not_judged") or [] if n.startswith("rack.allreduce")),
+            (n for n in data.get("not_judged") or [] if n.startswith(unloaded[0])),
             f"{', '.join(unloaded)}: the NVLink domain was not measured under load"))
     verdict = READY if data["verdict"] in ("PASS", "WARN") and not unloaded else NOT_READY
     predicate = {

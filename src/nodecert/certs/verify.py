@@ -37,6 +37,7 @@ from nodecert.certs.intoto import RACK_PREDICATE_TYPE
 from nodecert.certs.keyring import Keyring, KeyStatementError, load_keyring
 from nodecert.certs.scope import scope
 from nodecert.certs.signing import SignatureError, verify_signers
+from nodecert.core import checks
 from nodecert.core.errors import ExitCode, NodecertError
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidateRequest, validate
@@ -444,12 +445,12 @@ def live_identity(host: str, inventory: Path, *, stack: str | None = None,
                   become: BecomeSource | None = None) -> dict[str, Any]:
     """The host's hardware identity now: hardware.inventory run over SSH (host keys
     checked as for validate)."""
+    identity = checks.with_role("identity")
     with tempfile.TemporaryDirectory(prefix="nodecert-verify-") as d:
         run = validate(ValidateRequest(inventory, limit=(host,), stack=stack, runs_dir=Path(d),
-                       checks=("hardware.inventory",), become=become), progress=lambda line: None)
+                       checks=(identity,), become=become), progress=lambda line: None)
         hr = run.hosts.get(host)
-        res = next((r for r in (hr.results if hr else []) if r.check == "hardware.inventory"),
-                   None)
+        res = checks.result_of(hr.results if hr else [], identity)
         ident = res.facts.get("identity") if res else None
         if not ident:
             why = (hr.error if hr and hr.error else res.summary if res else "host not reached")

@@ -27,6 +27,7 @@ class CheckInfo:
     tools: tuple[str, ...]
     description: str
     module: str
+    needs: tuple[str, ...] = ()
 
 
 def node_package_dir() -> Path:
@@ -50,7 +51,7 @@ def checks() -> tuple[CheckInfo, ...]:
                             hint="a check module fails to import; run `python3 -m "
                                  "nodecert_node list` in validators/ to see why")
     return tuple(CheckInfo(c["name"], int(c["order"]), tuple(c["suites"]), tuple(c["tools"]),
-                           c["description"], c["module"])
+                           c["description"], c["module"], tuple(c.get("needs") or ()))
                  for c in sorted(json.loads(out.stdout), key=lambda c: (c["order"], c["name"])))
 
 
@@ -58,4 +59,10 @@ def suite_checks(suite: str) -> tuple[str, ...]:
     return tuple(c.name for c in checks() if suite in c.suites)
 
 
-__all__ = ["CheckInfo", "checks", "node_package_dir", "suite_checks"]
+def needs_of(check: str) -> tuple[str, ...]:
+    """What a host must be for `check` to apply (nothing for a check the node does not
+    declare: a site's suite file may name one; the node then says it is unknown)."""
+    return next((c.needs for c in checks() if c.name == check), ())
+
+
+__all__ = ["CheckInfo", "checks", "needs_of", "node_package_dir", "suite_checks"]

@@ -18,8 +18,8 @@ from typing import Any
 
 import paramiko
 
+from nodecert.core import checks
 from nodecert.runs.store import HostRun, ValidationRun, write_json
-from nodecert.stack.judged import JUDGED_HERE, judge_gathered
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
 from nodecert.transport.ssh import Endpoint, connect, describe_error, start
@@ -113,8 +113,8 @@ def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None)
     hr.started, hr.finished = float(rec["started"]), float(rec["finished"])
     hr.simulated = bool(rec.get("simulated"))
     hr.node = {"collected_from": path, "reason": rec.get("reason"), "host": rec.get("host")}
-    hr.results = [judge_gathered(r, hr.host, hr.stack, hr.plan.spec)
-                  if r.check in JUDGED_HERE else held_to_plan(r, hr.plan)
+    here, ctx = checks.judged_here(), checks.JudgeContext(hr.host, hr.stack, hr.plan.spec)
+    hr.results = [checks.judge(r, ctx) if r.check in here else held_to_plan(r, hr.plan)
                   for r in rec["results"]]
     if rec.get("skipped") or rec.get("crashed") or rec.get("error"):
         hr.status = "lost"

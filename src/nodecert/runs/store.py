@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodecert.core import checks
 from nodecert.inventory.bmc import BmcSpec
 from nodecert.inventory.reader import HostSpec
 from nodecert.runs.layout import RESULTS, RunDir
@@ -97,8 +98,8 @@ class HostRun:
                     .with_(simulated=self.simulated))
 
     def as_dict(self) -> dict[str, Any]:
-        ident = next((r.facts.get("identity") for r in self.results
-                      if r.check == "hardware.inventory" and r.facts.get("identity")), None)
+        read = checks.by_role(self.results, "identity")
+        ident = (read.facts.get("identity") or None) if read is not None else None
         return {
             "schema": SCHEMA, "host": self.host, "run_id": self.plan.run_id,
             "suite": self.plan.suite, "status": self.status, "error": self.error,

@@ -9,18 +9,14 @@ left as it is: the check's own judge decides what an absent figure means.
 
 from __future__ import annotations
 
-from typing import Any
-
+from nodecert.core import checks
 from nodecert.core.textsafe import clean
 from nodecert_node.contract import Plan, Result, Verdict
 
-# check -> (the result's value key, the plan's load option, its default, how they compare)
-# "equal": the same value; "at_least": a run may last a moment longer, never shorter.
-ECHOES: dict[str, tuple[tuple[str, str, Any, str], ...]] = {
-    "load.burnin": (("dtype", "dtype", "bf16", "equal"), ("n", "gemm_size", 8192, "equal"),
-                    ("seconds", "burnin_s", 60, "at_least")),
-}
-# load.burnin's gpu_burn engine reports no dtype or size: only its duration is compared.
+# What each check echoes is declared with the check (nodecert.core.checks: the result's
+# value key, the plan's load option, its default, how they compare: "equal", the same
+# value; "at_least", a run may last a moment longer, never shorter).
+# The gpu_burn engine reports no dtype or size: only its duration is compared.
 ENGINE_KEYS = {"gpu_burn": {"seconds"}}
 # gpu_burn reports whole seconds and the GEMM worker stops at the first step past the
 # planned time; a run reported shorter than this share of the plan stopped early.
@@ -33,7 +29,7 @@ def mismatches(res: Result, plan: Plan) -> list[str]:
     load = plan.options.get("load") or {}
     engine = value.get("load")
     out: list[str] = []
-    for key, option, default, how in ECHOES.get(res.check, ()):
+    for key, option, default, how in checks.echoes(res.check):
         if key not in value or value[key] is None:
             continue
         if engine in ENGINE_KEYS and key not in ENGINE_KEYS[engine]:
@@ -66,4 +62,4 @@ def held_to_plan(res: Result, plan: Plan) -> Result:
                                  "run the check again.")
 
 
-__all__ = ["ECHOES", "held_to_plan", "mismatches"]
+__all__ = ["held_to_plan", "mismatches"]

@@ -6,17 +6,27 @@ and source) and the stack; serialised only by contract.Plan.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from nodecert.inventory.reader import HostSpec
 from nodecert.inventory.variables import BY_NAME, PLAN
-from nodecert.profiles import thresholds
+from nodecert.profiles import catalog, thresholds
 from nodecert.stack import conformance
 from nodecert.stack.compat import load_matrix
 from nodecert.stack.manifest import Stack
 from nodecert_node.contract import Plan
 
 DEFAULT_SCRATCH = str(BY_NAME["nodecert_storage_targets"].default)
+
+# How a host's order spec says it is what a check needs (contract.NEEDS): a compute tray
+# (nodecert_rack), in a rack with an IMEX domain, GPU attestation asked for (it needs
+# NVIDIA's verifier and GPUs in confidential-computing mode).
+HAS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "rack": lambda v: bool(v.get("rack")),
+    "rack-imex": lambda v: bool((v.get("rack") or {}).get("imex")),
+    "attestation": lambda v: bool(v.get("attestation")),
+}
 
 
 def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run_id: str, *,
@@ -35,14 +45,9 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
                  "cpu_cores": spec.cpu_cores, "ram_gb": spec.ram_gb,
                  "nvme_count": spec.nvme_count, "nvme_min_gb": spec.nvme_min_gb,
                  **{var.key: v[var.key] for var in PLAN if var.key in v}}
-    # The NVLink domain's checks only for a compute tray of a rack, IMEX only where the
-    # rack expects a domain: a server in no rack is never judged on them.
-    rack = v.get("rack") or {}
-    # GPU attestation only where the site asked for it (it needs NVIDIA's verifier and
-    # GPUs in confidential-computing mode).
-    applicable = [c for c in suite.checks if (not c.startswith("domain.")
-                  or (rack and (c != "domain.imex" or rack.get("imex"))))
-                  and (c != "attestation.gpu" or v.get("attestation"))]
+    # A check applies where the host is what it needs (its declaration): a server in no
+    # rack is never judged on the NVLink domain's checks.
+    applicable = [c for c in suite.checks if all(HAS[n](v) for n in catalog.needs_of(c))]
     chosen = [c for c in applicable if not checks or c in checks]  # suite order
     limits = thresholds.resolve(spec.gpu_model, inventory=v.get("thresholds"),
                                 cli=cli_thresholds, host=spec.name)
@@ -77,4 +82,4 @@ def framework_plan(stack: Stack) -> dict[str, Any]:
             "cudnn": str(stack.cudnn), "nccl": str(stack.nccl)}
 
 
-__all__ = ["DEFAULT_SCRATCH", "build_plan", "framework_plan"]
+__all__ = ["DEFAULT_SCRATCH", "HAS", "build_plan", "framework_plan"]

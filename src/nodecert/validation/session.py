@@ -20,10 +20,9 @@ import paramiko
 
 from nodecert.bmc.judge import BMC_CHECKS
 from nodecert.bmc.monitor import BmcMonitor
+from nodecert.core import checks
 from nodecert.core.textsafe import clean
 from nodecert.runs.store import HostLink, HostRun
-from nodecert.stack import bios, firmware
-from nodecert.stack.judged import judge_gathered
 from nodecert.stack.manifest import Stack
 from nodecert.transport.bundle import NODE_BASE, install_script
 from nodecert.transport.events import BadEvent, LineReader, decode_event
@@ -47,7 +46,7 @@ from nodecert.validation.nodecmd import (
     recorded_stack,
 )
 from nodecert.validation.progress import RunProgress
-from nodecert_node.contract import Evidence, Result, Verdict, error_result
+from nodecert_node.contract import Evidence, Verdict, error_result
 
 Progress = Callable[[str], None]
 HEARTBEAT_S = 15.0
@@ -180,28 +179,19 @@ class NodeSessions:
         self._firmware_result(hr, monitor)
 
     def _firmware_result(self, hr: HostRun, monitor: BmcMonitor | None) -> None:
-        """firmware.recipe and bmc.bios where the host names a recipe or a BIOS profile:
-        what the BMC and the node's own checks report, against them."""
-        none = "the host has no nodecert_bmc"
-        judged: list[tuple[str, Callable[[], Result]]] = []
-        if hr.recipe is not None:
-            recipe = hr.recipe
-            judged.append(("firmware.recipe", lambda: firmware.judge_recipe(
-                recipe, monitor.firmware_inventory if monitor else None,
-                firmware.inband_readings(hr.results),
-                bmc_error=monitor.firmware_error if monitor else none)))
-        if hr.bios is not None:
-            profile = hr.bios
-            judged.append(("bmc.bios", lambda: bios.judge_bios(
-                profile, monitor.bios if monitor else None,
-                bmc_error=monitor.bios_error if monitor else none)))
-        for check, judge in judged:
+        """The checks judged once the run and the BMC's readings are in (the firmware
+        recipe, the BIOS profile, where the host names one): what the BMC and the node's
+        own checks report, against them."""
+        readings = checks.HostReadings(hr.recipe, hr.bios, monitor, list(hr.results))
+        for decl in checks.after_bmc():
             try:
-                res = judge()
+                got = decl.after_bmc(readings) if decl.after_bmc else None
             except Exception as exc:  # never sinks the node's results
-                res = error_result(check, f"internal error while judging it: "
-                                          f"{type(exc).__name__}: {exc}")
-            res = res.with_(simulated=hr.simulated)
+                got = error_result(decl.id, f"internal error while judging it: "
+                                            f"{type(exc).__name__}: {exc}")
+            if got is None:
+                continue
+            res = got.with_(simulated=hr.simulated)
             hr.results.append(res)
             self.emit(hr, f"{res.check} {res.verdict.name}"
                       f"{' (SIMULATED)' if res.simulated else ''} - {res.summary[:110]}",
@@ -325,7 +315,7 @@ class NodeSessions:
             return limit + 30  # the node enforces limit; +30 for transit
         elif kind == "result":
             res = held_to_plan(ev["result"], hr.plan)
-            res = judge_gathered(res, hr.host, hr.stack, hr.plan.spec)
+            res = checks.judge(res, checks.JudgeContext(hr.host, hr.stack, hr.plan.spec))
             hr.results.append(res)
             hr.current = None
             hr.save(interim=True)

@@ -147,6 +147,7 @@ def not_attested(reason: str) -> Result:
 
 
 @check("attestation.gpu", order=28, suites=("quick", "standard", "full", "lab"),
+       needs=("attestation",),
        description="GPU attestation evidence, verified by NVIDIA's local verifier")
 def gpu_attestation(ctx: Ctx) -> Result:
     python = str(ctx.spec.get("attestation_python") or DEFAULT_PYTHON)

@@ -88,7 +88,7 @@ def judge_fabric(name: str, gpus: list[dict[str, Any]], rack: dict[str, Any]) ->
 
 
 @check("domain.fabric", order=13, suites=("quick", "standard", "full", "lab"),
-       tools=("nvidia-smi",),
+       tools=("nvidia-smi",), needs=("rack",),
        description="each GPU registered in the rack's NVLink domain: clique, cluster, health")
 def domain_fabric(ctx: Ctx) -> Result:
     _, gpus, ev = nvidia_smi_q(ctx)
@@ -173,7 +173,7 @@ def judge_imex(name: str, status: dict[str, Any], rack: dict[str, Any],
 
 
 @check("domain.imex", order=13, suites=("quick", "standard", "full", "lab"),
-       tools=("nvidia-imex-ctl", "systemctl"),
+       tools=("nvidia-imex-ctl", "systemctl"), needs=("rack", "rack-imex"),
        description="the rack's IMEX domain: every tray READY and connected")
 def domain_imex(ctx: Ctx) -> Result:
     ev = []
