@@ -12,7 +12,7 @@ from typing import Any
 
 from nodecert.core.errors import InventoryError
 from nodecert.inventory.cluster import ClusterConfig
-from nodecert.inventory.reader import hostvars, load_inventory
+from nodecert.inventory.reader import Inventory, resolve
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.ssh import Endpoint
 
@@ -26,7 +26,7 @@ class ClusterHosts:
     launch: Endpoint
 
 
-def cluster_hosts(inventory: Path, names: list[str], hv_all: dict[str, dict[str, Any]],
+def cluster_hosts(inventory: Path | Inventory, names: list[str], hv_all: dict[str, dict[str, Any]],
                   cfg: ClusterConfig, become: BecomeSource | None) -> ClusterHosts:
     """InventoryError on a name the engine cannot take or a launch host not in the
     inventory; nothing is contacted."""
@@ -36,11 +36,12 @@ def cluster_hosts(inventory: Path, names: list[str], hv_all: dict[str, dict[str,
         raise InventoryError(f"{inventory}: {', '.join(bad)} is not a plain host name",
                              hint="set nodecert_engine_name to the name Slurm/mpirun use")
     launch_name = cfg.launch_host or names[0]
-    if launch_name not in load_inventory(inventory):
+    inventory = resolve(inventory)
+    if launch_name not in inventory.hosts:
         raise InventoryError(f"launch host {launch_name!r} is not in {inventory}",
                              hint="add it (its SSH settings come from the inventory), or "
                                   "name one of its hosts with --launch-host")
-    launch_hv = hostvars(inventory, [launch_name])[launch_name]
+    launch_hv = inventory.hostvars([launch_name])[launch_name]
     passwords = (become or BecomeSource.from_env()).passwords(
         {n: hv_all[n] for n in names if Endpoint.from_hostvars(n, hv_all[n]).become})
     endpoints = {n: dataclasses.replace(Endpoint.from_hostvars(n, hv_all[n]),

@@ -27,11 +27,10 @@ from nodecert.cluster.run import (
     new_run_dir,
     save,
 )
-from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.inventory.cableplan import Plan, PlanError, read_plan
 from nodecert.inventory.cluster import ClusterConfig, inventory_cluster
-from nodecert.inventory.reader import hostvars, load_inventory
+from nodecert.inventory.reader import Inventory, resolve
 from nodecert.profiles.thresholds import suite
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import ValidationRun
@@ -43,18 +42,19 @@ FABRIC_CHECK = {"InfiniBand": "net.ib", "Ethernet": "net.roce"}
 SUITE = "standard"  # the node runs' settings and limits when they include load.scaling
 
 
-def context(inventory: Path, *, limit: tuple[str, ...] = (),
+def context(inventory: Path | Inventory, *, limit: tuple[str, ...] = (),
             overrides: dict[str, Any] | None = None,
             become: BecomeSource | None = None) -> ClusterContext:
     """Everything the run needs; InventoryError on bad input, before any connection."""
-    specs = load_inventory(inventory)
+    inventory = resolve(inventory)
+    specs = inventory.hosts
     if limit:
-        specs = {h: specs[h] for h in select_hosts(inventory, limit, list(specs))}
+        specs = {h: specs[h] for h in inventory.select(limit, list(specs))}
     if len(specs) < 2:
         raise InventoryError(f"a cluster needs at least 2 nodes, {inventory} gives "
                              f"{len(specs)}", hint="list the cluster's nodes (or widen --limit)")
     names = sorted(specs)
-    hv_all = hostvars(inventory, names)
+    hv_all = inventory.hostvars(names)
     cfg = inventory_cluster(inventory, hv_all[names[0]].get("nodecert_cluster")) \
         or ClusterConfig()
     cfg = cfg.with_(**(overrides or {}))
@@ -90,7 +90,7 @@ def _scaling_steps() -> tuple[int, int]:
     return int(load.get("scaling_steps", 30)), int(load.get("scaling_warmup", 10))
 
 
-def node_fabric(inventory: Path, ctx: ClusterContext, run_dir: Path,
+def node_fabric(inventory: Path | Inventory, ctx: ClusterContext, run_dir: Path,
                 say: Progress, become: BecomeSource | None) -> dict[str, dict[str, Any]]:
     """Every node's own fabric check and identity (and, with scaling, its own training
     run: load.scaling), through validate."""
@@ -191,7 +191,7 @@ def cluster_validate(request: ClusterRequest, *, progress: Progress | None = Non
     engine that cannot run jobs at all (nothing half-done is left: the run directory
     records what was found)."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    inventory, become = request.inventory, request.become
+    inventory, become = resolve(request.inventory), request.become  # read once
     ctx = context(inventory, limit=request.limit, overrides=dict(request.overrides or {}),
                   become=become)
     run_dir = new_run_dir(request.runs_dir)

@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from nodecert.core.errors import InventoryError
 from nodecert.core.paths import product_dir
@@ -45,17 +46,21 @@ def ansible_quiet() -> None:
     os.environ.setdefault("ANSIBLE_DEPRECATION_WARNINGS", "False")
 
 
-def select_hosts(inventory: Path, patterns: tuple[str, ...], known: list[str]) -> list[str]:
+def select_hosts(inventory: Path, patterns: tuple[str, ...], known: list[str], *,
+                 manager: Any = None) -> list[str]:
     """--limit as Ansible reads it: host names, groups, globs (gpu-*), `!host` to leave
     out, `&group` to intersect; commas or repeats. Each positive pattern must match a
-    host of the inventory (a typo is an error, never an empty run)."""
+    host of the inventory (a typo is an error, never an empty run). `manager`: Ansible's
+    inventory of `inventory` where it was already parsed."""
     if not patterns:
         return sorted(known)
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
+    if manager is None:
+        from ansible.inventory.manager import InventoryManager
+        from ansible.parsing.dataloader import DataLoader
 
-    ansible_quiet()
-    inv = InventoryManager(loader=DataLoader(), sources=[str(inventory.resolve())])
+        ansible_quiet()
+        manager = InventoryManager(loader=DataLoader(), sources=[str(inventory.resolve())])
+    inv = manager
     for p in patterns:
         bare = p.lstrip("!&")
         if bare and not inv.get_hosts(bare):
@@ -63,7 +68,10 @@ def select_hosts(inventory: Path, patterns: tuple[str, ...], known: list[str]) -
                                  where=str(inventory),
                                  hint=f"hosts are: {', '.join(sorted(known))}")
     inv.subset(",".join(patterns))
-    chosen = {h.name for h in inv.get_hosts()}
+    try:
+        chosen = {h.name for h in inv.get_hosts()}
+    finally:
+        inv.subset(None)  # a shared inventory: the next question sees every host
     return sorted(n for n in known if n in chosen)
 
 

@@ -36,7 +36,7 @@ from nodecert.firmware.images import (
 )
 from nodecert.firmware.plan import Step, plan_host
 from nodecert.inventory.bmc import BmcSpec, bmc_spec
-from nodecert.inventory.reader import hostvars, load_inventory
+from nodecert.inventory.reader import resolve
 from nodecert.runs.layout import RunDir
 from nodecert.stack.bios import BiosProfile, differences, find_profile, with_site
 from nodecert.stack.firmware import (
@@ -110,14 +110,15 @@ Target = tuple[BmcSpec, Recipe, BiosProfile | None]
 
 def _targets(request: FirmwareRequest) -> dict[str, Target]:
     """Every chosen host's BMC and recipe; refuses bad input before any connection."""
-    specs = load_inventory(request.inventory)
+    inventory = resolve(request.inventory)
+    specs = inventory.hosts
     if request.limit:
         missing = [h for h in request.limit if h not in specs]
         if missing:
             raise InventoryError(f"no host {', '.join(missing)} in the inventory",
                                  where=str(request.inventory))
         specs = {h: specs[h] for h in request.limit}
-    hv = hostvars(request.inventory, sorted(specs))
+    hv = inventory.hostvars(sorted(specs))
     out = {}
     for name, spec in sorted(specs.items()):
         chosen, bmc = spec.validation.get("firmware_recipe"), spec.validation.get("bmc")

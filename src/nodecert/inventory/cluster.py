@@ -64,7 +64,7 @@ KEYS = {f.name for f in fields(ClusterConfig)}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$")
 
 
-def inventory_cluster(inventory: Path, raw: Any) -> ClusterConfig | None:
+def inventory_cluster(inventory: Path | Any, raw: Any) -> ClusterConfig | None:
     """The nodecert_cluster a host's variables give (None: none given). Quoted JSON in an
     INI inventory is read as JSON. InventoryError naming the inventory on bad input."""
     if raw is None:

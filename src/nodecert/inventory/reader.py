@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from nodecert.core.ansible_env import ansible_quiet
+from nodecert.core.ansible_env import ansible_quiet, select_hosts
 from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.core.yamldoc import UniqueKeyLoader
 from nodecert.inventory.maps import EXAMPLES, MAPPING_KINDS, parse_mapping
@@ -78,6 +78,10 @@ class InventoryReport:
     path: Path
     hosts: dict[str, HostSpec] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    # every host's variables as Ansible resolved them, and Ansible's inventory itself
+    # (for --limit patterns): kept so that nothing downstream parses the inventory again
+    vars: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    manager: Any = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -332,8 +336,10 @@ def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport
     known_stacks = {p.stem for p in stack_paths()}
     endpoints: dict[tuple[str, int], str] = {}
     trays: list[TrayInfo] = []
+    report.manager = inv
     for host in sorted(hosts, key=lambda h: h.name):
         hv = vm.get_vars(host=host)
+        report.vars[host.name] = dict(hv)
         values = _validate_host(host.name, hv, str(path), matrix, known_stacks=known_stacks,
                                 problems=report.problems)
         if "nodecert_rack" in values and all(v in values for v in REQUIRED):
@@ -421,8 +427,50 @@ def _check_racks(report: InventoryReport, trays: list[TrayInfo], where: str) -> 
                                    if h in report.hosts}}
 
 
-def hostvars(inventory: Path, hosts: list[str]) -> dict[str, dict[str, Any]]:
-    """Each host's variables as Ansible resolves them (one inventory parse)."""
+@dataclass(frozen=True)
+class Inventory:
+    """An inventory read, checked and resolved once: its hosts' order specs, every
+    host's variables as Ansible resolves them, and Ansible's inventory for --limit
+    patterns. A command reads it once (`Inventory.read`) and passes it down; every
+    function that takes an inventory takes this or a path (`resolve`)."""
+
+    path: Path
+    hosts: dict[str, HostSpec]
+    vars: dict[str, dict[str, Any]] = field(repr=False)
+    manager: Any = field(repr=False, compare=False)
+
+    def __str__(self) -> str:  # messages name the inventory by its path
+        return str(self.path)
+
+    @classmethod
+    def read(cls, path: Path, matrix: Matrix | None = None) -> Inventory:
+        """The inventory, or InventoryError listing every problem found."""
+        report = check_inventory(path, matrix)
+        if not report.ok:
+            raise InventoryError(
+                f"{len(report.problems)} problem(s) in the inventory:\n"
+                + "\n".join("  " + p.render().replace("\n", "\n  ") for p in report.problems),
+                where=str(path))
+        return cls(path, report.hosts, report.vars, report.manager)
+
+    def hostvars(self, hosts: list[str]) -> dict[str, dict[str, Any]]:
+        return {h: self.vars[h] for h in hosts}
+
+    def select(self, patterns: tuple[str, ...], known: list[str]) -> list[str]:
+        """--limit as Ansible reads it (select_hosts), on this inventory."""
+        return select_hosts(self.path, patterns, known, manager=self.manager)
+
+
+def resolve(inventory: Path | Inventory) -> Inventory:
+    """`inventory` read once where it is still a path; as it is where it was read."""
+    return inventory if isinstance(inventory, Inventory) else Inventory.read(inventory)
+
+
+def hostvars(inventory: Path | Inventory, hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """Each host's variables as Ansible resolves them (one inventory parse, none for an
+    inventory already read)."""
+    if isinstance(inventory, Inventory):
+        return inventory.hostvars(hosts)
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
@@ -434,12 +482,9 @@ def hostvars(inventory: Path, hosts: list[str]) -> dict[str, dict[str, Any]]:
 
 
 
-def load_inventory(path: Path, matrix: Matrix | None = None) -> dict[str, HostSpec]:
+def load_inventory(path: Path | Inventory, matrix: Matrix | None = None
+                   ) -> dict[str, HostSpec]:
     """All host specs, or InventoryError listing every problem found."""
-    report = check_inventory(path, matrix)
-    if not report.ok:
-        raise InventoryError(
-            f"{len(report.problems)} problem(s) in the inventory:\n"
-            + "\n".join("  " + p.render().replace("\n", "\n  ") for p in report.problems),
-            where=str(path))
-    return report.hosts
+    if isinstance(path, Inventory):
+        return path.hosts
+    return Inventory.read(path, matrix).hosts

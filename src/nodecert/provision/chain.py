@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodecert.core.errors import ExitCode
 from nodecert.core.verdict import Verdict
+from nodecert.inventory.reader import Inventory, resolve
 
 if TYPE_CHECKING:
     from nodecert.provision.run import ProvisionRequest
@@ -72,16 +73,15 @@ class ChainRequest:
 LAB_SUITE, REAL_SUITE = "lab", "standard"
 
 
-def acceptance_suite(inventory: Path, limit: tuple[str, ...] = ()) -> str:
+def acceptance_suite(inventory: Path | Inventory, limit: tuple[str, ...] = ()) -> str:
     """`lab` when every host is a lab host (nodecert_simulated), `standard` when none is;
     an inventory that mixes both is refused (one run cannot hold both minimums)."""
-    from nodecert.core.ansible_env import select_hosts
     from nodecert.core.errors import InventoryError
-    from nodecert.inventory.reader import load_inventory
 
-    specs = load_inventory(inventory)
+    inventory = resolve(inventory)
+    specs = inventory.hosts
     if limit:
-        specs = {h: specs[h] for h in select_hosts(inventory, limit, list(specs))}
+        specs = {h: specs[h] for h in inventory.select(limit, list(specs))}
     lab = sorted(h for h, s in specs.items() if s.simulated)
     real = sorted(h for h, s in specs.items() if not s.simulated)
     if lab and real:
@@ -106,7 +106,8 @@ def run_chain(request: ChainRequest, *,
     say = progress or (lambda line: None)
     p = request.provision
     # chosen before anything is touched: a mixed inventory is bad input
-    suite = request.suite or (acceptance_suite(p.inventory, p.limit)
+    inventory = resolve(p.inventory) if request.validate and not p.check else p.inventory
+    suite = request.suite or (acceptance_suite(inventory, p.limit)
                               if request.validate and not p.check else REAL_SUITE)
     report = provision(p, progress=say)
     result = ChainResult(report)
@@ -114,7 +115,7 @@ def run_chain(request: ChainRequest, *,
         return result
     say(f"validating (suite {suite}) ...")
     result.validation = run_validation(
-        ValidateRequest(p.inventory, suite=suite, limit=p.limit, stack=p.stack,
+        ValidateRequest(inventory, suite=suite, limit=p.limit, stack=p.stack,
                         runs_dir=p.runs_dir, become=p.become), progress=say)
     if request.certify:
         key, result.created_key = signing_key(request.key_path)

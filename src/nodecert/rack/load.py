@@ -28,7 +28,7 @@ from nodecert.cluster.judge import Expectation, Reading, allreduce_script, prelu
 from nodecert.cluster.run import ClusterContext, ClusterRun, model_limits
 from nodecert.core.errors import InventoryError
 from nodecert.inventory.cluster import inventory_cluster
-from nodecert.inventory.reader import hostvars, load_inventory
+from nodecert.inventory.reader import Inventory, resolve
 from nodecert.rack import sweep
 from nodecert.transport.become import BecomeSource
 from nodecert_node.contract import Evidence, Result, Threshold, Verdict
@@ -53,14 +53,15 @@ class LoadPlan:
     not_judged: list[str] = field(default_factory=list)
 
 
-def load_plan(inventory: Path, rack: dict[str, Any],
+def load_plan(inventory: Path | Inventory, rack: dict[str, Any],
               become: BecomeSource | None = None) -> LoadPlan | None:
     """The plan, or None when the trays name no job engine (nodecert_cluster): the
     domain under load is then not judged, and the record says so. InventoryError on
     bad input, before any connection."""
     names = list(rack["trays"])
-    specs = {h: s for h, s in load_inventory(inventory).items() if h in names}
-    hv_all = hostvars(inventory, names)
+    inventory = resolve(inventory)
+    specs = {h: s for h, s in inventory.hosts.items() if h in names}
+    hv_all = inventory.hostvars(names)
     raw = hv_all[names[0]].get("nodecert_cluster")
     if not raw:
         return None

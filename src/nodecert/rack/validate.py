@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.core.errors import InventoryError
-from nodecert.inventory.reader import HostSpec, load_inventory
+from nodecert.inventory.reader import HostSpec, Inventory, resolve
 from nodecert.rack.gather import read_rack
 from nodecert.rack.gather import specs as endpoint_specs
 from nodecert.rack.judge import (
@@ -44,7 +44,8 @@ Progress = Callable[[str], None]
 PUBLIC = ("name", "kind", "gpus", "imex", "trays", "switch_trays", "power_shelves", "pdus",
           "cdu",
           "firmware", "samples", "sample_s")
-TrayRuns = Callable[[Path, dict[str, Any], Path, Progress], dict[str, dict[str, Any]]]
+TrayRuns = Callable[[Path | Inventory, dict[str, Any], Path, Progress],
+                   dict[str, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def rack_of(specs: dict[str, HostSpec], name: str | None, where: Path
     return rack
 
 
-def tray_runs(inventory: Path, rack: dict[str, Any], run_dir: Path, say: Progress,
+def tray_runs(inventory: Path | Inventory, rack: dict[str, Any], run_dir: Path, say: Progress,
               become: BecomeSource | None = None) -> dict[str, dict[str, Any]]:
     """Every tray's domain checks and identity, through validate: host -> {"results",
     "identity", "inventory", "fabric", "simulated"} or {"error"}."""
@@ -141,10 +142,10 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
     anything runs or is written. `trays_fn` and `load_fn` stand in for the trays' node
     runs and the domain's jobs (tests)."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    specs = load_inventory(request.inventory)
-    rack = rack_of(specs, request.rack, request.inventory)
+    inventory = resolve(request.inventory)  # read once: the trays' runs and the jobs too
+    rack = rack_of(inventory.hosts, request.rack, inventory.path)
     endpoint_specs(rack)  # the credentials readable, before anything runs or is written
-    plan = load_plan(request.inventory, rack, request.become) if request.load else None
+    plan = load_plan(inventory, rack, request.become) if request.load else None
     run_dir = RunDir.new(request.runs_dir, "rack").make().path
     started = time.time()
     say(f"rack {rack['name']} ({rack['kind']}): {len(rack['trays'])} compute trays, "
@@ -162,7 +163,7 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rack") as pool:
         infra = pool.submit(timed_read)  # the endpoints are read while the trays run
         try:
-            trays = run_trays(request.inventory, rack, run_dir, say)
+            trays = run_trays(inventory, rack, run_dir, say)
             trays_s = time.monotonic() - t0
             loaded = (load_fn() if load_fn else
                       _under_load(plan, run_dir, say, stop) if plan else None)

@@ -19,6 +19,7 @@ from typing import Any
 import paramiko
 
 from nodecert.core import checks
+from nodecert.inventory.reader import Inventory
 from nodecert.runs.store import HostRun, ValidationRun, write_json
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
@@ -128,7 +129,7 @@ def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None)
     hr.finish_missing("the node's scheduled run did not report this check", "NC-NOT-REPORTED")
 
 
-def collect(inventory: Path, *, suite: str = "quick", limit: tuple[str, ...] = (),
+def collect(inventory: Path | Inventory, *, suite: str = "quick", limit: tuple[str, ...] = (),
             stack: str | None = None, runs_dir: Path = Path("runs"),
             checks: tuple[str, ...] = (), suite_file: Path | None = None,
             reason: str = "any",

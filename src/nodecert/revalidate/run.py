@@ -19,11 +19,10 @@ from nodecert.certs import revocations as revlist
 from nodecert.certs.certify import PAYLOAD_TYPE, CertifyRun, certify
 from nodecert.certs.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
 from nodecert.certs.verify import ReportError, read_envelope
-from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import NodecertError
 from nodecert.fleet import judging as fleet_judging
 from nodecert.fleet.baseline import Baseline
-from nodecert.inventory.reader import load_inventory
+from nodecert.inventory.reader import resolve
 from nodecert.profiles import thresholds
 from nodecert.revalidate import drift
 from nodecert.revalidate import repair as repairgate
@@ -183,6 +182,7 @@ def revalidate(request: RevalidateRequest, *,
     """Validate again (or collect), compare every host with its certified baseline and
     certify the new run."""
     v = request.validation
+    v = replace(v, inventory=resolve(v.inventory))  # read once, for every step below
     inventory, suite, limit, stack, runs_dir, checks, become = (
         v.inventory, v.suite, v.limit, v.stack, v.runs_dir, v.checks, v.become)
     if request.baseline is not None:
@@ -236,7 +236,7 @@ def revalidate(request: RevalidateRequest, *,
             hr.results.append(g)
         hr.save()
     if request.after_repair:
-        _slurm_gate(request, out, progress)
+        _slurm_gate(replace(request, validation=v), out, progress)
     write_json(run.dir.summary, run.summary())
     # entered on the list next to the runs: a repaired node's new certificate supersedes
     # the one it had, for every verifier given that list
@@ -248,8 +248,9 @@ def _retest(v: ValidateRequest, progress: Callable[[str], None] | None) -> tuple
         ValidationRun, dict[str, tuple[str | None, list[str]]]]:
     """The loaded re-test: each host's failing checks (from its newest run) and the
     loaded checks, of the suite asked for."""
-    specs = load_inventory(v.inventory)
-    names = sorted(select_hosts(v.inventory, v.limit, list(specs)) if v.limit else specs)
+    inventory = resolve(v.inventory)
+    specs = inventory.hosts
+    names = sorted(inventory.select(v.limit, list(specs)) if v.limit else specs)
     failing = {h: repairgate.failing_before(v.runs_dir, h) for h in names}
     suite = thresholds.suite(v.suite, v.suite_file)
     checks = repairgate.retest_checks(suite.checks, {h: f for h, (_, f) in failing.items()})

@@ -32,10 +32,9 @@ from nodecert.cluster.jobs import (
     launcher,
     slurm_base_state,
 )
-from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.inventory.cluster import inventory_cluster
-from nodecert.inventory.reader import hostvars, load_inventory
+from nodecert.inventory.reader import Inventory, resolve
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.bundle import NODE_BASE
 
@@ -120,16 +119,17 @@ def jobs_for(hosts: dict[str, str], suite: str, token: str, run_s: float,
             for i, (h, engine) in enumerate(sorted(hosts.items()))}
 
 
-def slurm_launcher(inventory: Path, limit: tuple[str, ...] = (),
+def slurm_launcher(inventory: Path | Inventory, limit: tuple[str, ...] = (),
                    become: BecomeSource | None = None, *, partition: str | None = None,
                    reservation: str | None = None) -> tuple[Launcher, dict[str, str]]:
     """The inventory's Slurm launch host and each host's Slurm name; InventoryError on
     bad input, before any connection."""
-    specs = load_inventory(inventory)
-    names = sorted(select_hosts(inventory, limit, list(specs)) if limit else specs)
+    inventory = resolve(inventory)
+    specs = inventory.hosts
+    names = sorted(inventory.select(limit, list(specs)) if limit else specs)
     if not names:
         raise InventoryError(f"{inventory} selects no host", hint="check --limit")
-    hv_all = hostvars(inventory, names)
+    hv_all = inventory.hostvars(names)
     cfg = inventory_cluster(inventory, hv_all[names[0]].get("nodecert_cluster"))
     if cfg is None or cfg.engine != "slurm":
         raise InventoryError(f"{inventory}: --via slurm needs nodecert_cluster with engine "

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodecert.core.ansible_env import select_hosts
 from nodecert.core.errors import InventoryError, ManifestError, UnknownNameError
 from nodecert.inventory.bmc import BmcSpec, bmc_spec
-from nodecert.inventory.reader import HostSpec, hostvars, load_inventory
+from nodecert.inventory.reader import HostSpec, Inventory, resolve
 from nodecert.profiles import acceptance, thresholds
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import HostLink, HostRun, ValidationRun, record_inputs, write_json
@@ -53,7 +52,7 @@ class ValidateRequest:
     happen and a summary line. cli_thresholds and option_overrides: the command line's
     --threshold and --set, over the profile and the suite."""
 
-    inventory: Path
+    inventory: Path | Inventory  # a path, or the inventory the caller already read
     suite: str = "quick"
     limit: tuple[str, ...] = ()
     stack: str | None = None
@@ -69,7 +68,7 @@ class ValidateRequest:
     detail: bool | None = None
 
 
-def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
+def _prepare(inventory: Path | Inventory, suite: thresholds.Suite, limit: tuple[str, ...],
              stack: str | None, run_dir: Path, *, cli_thresholds: dict[str, Any],
              scratch: str | None, checks: tuple[str, ...],
              host_timeout_s: float | None,
@@ -81,13 +80,14 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
     if unknown:
         raise InventoryError(f"check(s) {', '.join(unknown)} are not in suite {suite.name}",
                              hint=f"suite {suite.name} runs: {', '.join(suite.checks)}")
-    specs = load_inventory(inventory)
+    inv = resolve(inventory)
+    specs = inv.hosts
     if limit:
-        specs = {h: specs[h] for h in select_hosts(inventory, limit, list(specs))}
+        specs = {h: specs[h] for h in inv.select(limit, list(specs))}
     if not specs:
-        raise InventoryError(f"no hosts in {inventory}", hint="add hosts with their spec vars")
-    refuse_lab_minimums(suite, specs, inventory)
-    hv = hostvars(inventory, sorted(specs))
+        raise InventoryError(f"no hosts in {inv}", hint="add hosts with their spec vars")
+    refuse_lab_minimums(suite, specs, inv.path)
+    hv = inv.hostvars(sorted(specs))
     endpoints = {n: Endpoint.from_hostvars(n, hv[n]) for n in specs}
     # A become password is read only for the hosts that become (a non-root user).
     need = {n: hv[n] for n, ep in endpoints.items() if ep.become}
@@ -107,8 +107,8 @@ def _prepare(inventory: Path, suite: thresholds.Suite, limit: tuple[str, ...],
             dataclasses.replace(endpoints[name], become_password=passwords.get(name)),
             bmcs.get(name))
         runs[name] = HostRun(name, spec, plan, st, run_dir / name, simulated=spec.simulated,
-                             recipe=_recipe(name, spec, inventory),
-                             bios=_bios(name, spec, inventory))
+                             recipe=_recipe(name, spec, inv.path),
+                             bios=_bios(name, spec, inv.path))
     return runs, links
 
 
