@@ -280,6 +280,45 @@ def test_a_check_name_planted_in_the_certificate_code_is_caught(tmp_path: Path) 
         "2 names 'load.burnin'", "3 names 'rack.allreduce: not judged'"]
 
 
+# --- the GPU backend seam: only a vendor's backend runs its GPU tool ------------------------
+
+NODE = REPO / "validators" / "nodecert_node"
+# each vendor's GPU management tool, and the module that alone may run it
+GPU_TOOLS = {"nvidia-smi": NODE / "gpu" / "nvidia.py"}
+
+
+def vendor_tool_runs(path: Path) -> list[str]:
+    """Every command line (a list or tuple of strings) in path that starts a vendor's GPU
+    tool, or names one among a check's tools; every call of the old direct reader."""
+    out = []
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.List | ast.Tuple):
+            for e in n.elts:
+                if isinstance(e, ast.Constant) and e.value in GPU_TOOLS \
+                        and GPU_TOOLS[e.value] != path:
+                    out.append(f"{path.name}:{n.lineno} runs or declares {e.value}")
+        if isinstance(n, ast.Name | ast.Attribute) and \
+                (n.id if isinstance(n, ast.Name) else n.attr) == "nvidia_smi_q":
+            out.append(f"{path.name}:{n.lineno} reads GPUs around the backend")
+    return out
+
+
+def test_only_the_gpu_backend_runs_the_vendors_gpu_tool() -> None:
+    found = [f for p in sorted(NODE.rglob("*.py")) for f in vendor_tool_runs(p)]
+    assert found == []
+
+
+def test_a_vendor_tool_run_planted_in_a_check_is_caught(tmp_path: Path) -> None:
+    planted = tmp_path / "health.py"
+    planted.write_text('def f(ctx):\n'
+                       '    out = run(["nvidia-smi", "-q"], timeout=ctx.timeout)\n'
+                       '    return nvidia_smi_q(ctx)\n'
+                       'TOOLS = ("lspci", "nvidia-smi")\n')
+    assert sorted(vendor_tool_runs(planted)) == [
+        "health.py:2 runs or declares nvidia-smi", "health.py:3 reads GPUs around the backend",
+        "health.py:4 runs or declares nvidia-smi"]
+
+
 def test_long_modules_say_why() -> None:
     """A module past ~400 lines says at its top why it must be that long."""
     long = [p for p in modules().values() if len(p.read_text().splitlines()) > 420]

@@ -56,7 +56,7 @@ def test_a_rack_run_reads_its_inventory_once(tmp_path: Path, builds: list[str]) 
         (inv / "hosts.ini").write_text("[rack_a1]\n" + "\n".join(
             f"{t} ansible_host=127.0.0.1 ansible_port={p} ansible_user=root "
             f"ansible_ssh_common_args='-o UserKnownHostsFile={known}' {TRAY}"
-            for t, p in zip(TRAYS, closed_ports(len(TRAYS)))) + "\n")
+            for t, p in zip(TRAYS, closed_ports(len(TRAYS)), strict=True)) + "\n")
         spec = rack.spec()
         spec.pop("name"), spec.pop("imex")
         (inv / "group_vars" / "rack_a1.yml").write_text(yaml.safe_dump(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -401,7 +402,10 @@ def test_provision_validate_certify_verify_on_the_lab(plab: Lab, tmp_path: Path)
     assert ok.exit_code == 0, ok.output
     assert "the host's live hardware identity matches the certificate" in ok.output
     # the main job's default: the lab acceptance suite, every stage measured
-    assert "acceptance certificate: suite lab, acceptance profile lab; burn-in 3 s" in ok.output
+    # the burn-in as measured: at least the plan's 3 s (a busy machine runs a step over)
+    said = re.search(r"acceptance certificate: suite lab, acceptance profile lab; "
+                     r"burn-in ([0-9.]+) s", ok.output)
+    assert said and 3 <= float(said.group(1)) < 10, ok.output
     assert verify("--allow-simulated", "--require", "acceptance").exit_code == 0
     other = verify("--allow-simulated", "--host", "h3", "-i", str(inv(plab)))
     assert other.exit_code == 1

@@ -1,8 +1,8 @@
 """What every check gets (its context) and the helpers checks share.
 
 `Ctx` wraps the plan the control side sent: the order spec, the resolved limits,
-the suite's options. `nvidia_smi_q` is the common first step of every GPU check
-and turns "no GPU" or "no driver" into a FAIL (`NoGpu`), never a pass.
+the suite's options. Every GPU check starts with `gpu.inventory(ctx)` (the GPU
+backend), which turns "no GPU" or "no driver" into a FAIL (`NoGpu`), never a pass.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, Dict, List, Tuple
 
 from nodecert_node.contract import Evidence, Limits, Plan, Result, Verdict
-from nodecert_node.parse import pci, smi
 from nodecert_node.tools import ToolError, run
 
 Facts = Dict[str, Any]
@@ -27,7 +26,7 @@ class Ctx:
 
 
 class NoGpu(Exception):
-    """The node has no usable NVIDIA GPU (absent, or no driver): a FAIL, never a pass."""
+    """The node has no usable GPU (absent, or no driver): a FAIL, never a pass."""
 
     def __init__(self, message: str, evidence: list[Evidence], code: str, fix: str) -> None:
         super().__init__(message)
@@ -59,37 +58,6 @@ def judge_findings(name: str, fails: list[str], warns: list[str], ok_summary: st
         summary = warns[0] if len(warns) == 1 else f"{warns[0]} (+{len(warns) - 1} more)"
         return Result(name, Verdict.WARN, summary, findings=tuple(warns), **kw)
     return Result(name, Verdict.PASS, ok_summary, **kw)
-
-
-def nvidia_smi_q(ctx: Ctx) -> tuple[dict[str, str], list[dict[str, Any]], list[Evidence]]:
-    """`nvidia-smi -q`, parsed; NoGpu when there is no GPU or no working driver."""
-    try:
-        out = run(["nvidia-smi", "-q"], timeout=ctx.timeout, ok_codes=(0,))
-    except ToolError as exc:
-        ev = [exc.evidence] if exc.evidence else []
-        gpus_on_bus: int | None = None
-        try:
-            ls = run(["lspci", "-nn", "-D"], timeout=ctx.timeout)
-            ev.append(ls.evidence)
-            gpus_on_bus = len(pci.nvidia_gpus(pci.parse_lspci(ls.text)))
-        except ToolError as exc2:
-            if exc2.evidence:
-                ev.append(exc2.evidence)
-        if gpus_on_bus == 0:
-            raise NoGpu("no NVIDIA GPU on this node: lspci shows no NVIDIA display/3D "
-                        "controller", ev, "NC-NO-GPU",
-                        "Check that the GPUs are seated and powered and the node is the one "
-                        "ordered; a GPU node without GPUs cannot be certified.") from exc
-        if exc.kind == "timeout":
-            raise
-        raise NoGpu(f"the NVIDIA driver is not working: {exc}", ev, "NC-NO-DRIVER",
-                    "Install/load the pinned NVIDIA driver (nodecert provision), then check "
-                    "`nvidia-smi` and `dmesg | grep NVRM`.") from exc
-    header, gpus = smi.parse_q(out.text)
-    if not gpus:
-        raise NoGpu("nvidia-smi reports no GPU (\"No devices were found\")", [out.evidence],
-                    "NC-NO-GPU", "Check GPU seating/power and `dmesg | grep NVRM`.")
-    return header, gpus, [out.evidence]
 
 
 def within(limits: Limits, key: str, measured: Any, what: str, into: list[str]) -> bool | None:

@@ -58,7 +58,7 @@ def summarize(rows: list[dict[str, str]], seconds: float,
 
 
 def with_energy(res: Result, rows: list[dict[str, str]], raw: list[str], elapsed: float,
-                 rc: int | None) -> Result:
+                 rc: int | None, *, command: str = "telemetry sampler") -> Result:
     """The burn-in's result with what it drew: power per GPU, the limit in force, the
     energy, throughput per watt (reported, not judged), and the samples as evidence."""
     value = dict(res.value) if isinstance(res.value, dict) else None
@@ -68,9 +68,7 @@ def with_energy(res: Result, rows: list[dict[str, str]], raw: list[str], elapsed
         str(g): v for g, v in enumerate(value.get("gflops_per_gpu") or [])}
     unit = "tflops" if value.get("tflops_per_gpu") else "gflops"
     value["energy"] = summarize(rows, elapsed, per_gpu, unit)
-    tel = Evidence.of("power", f"nvidia-smi --query-gpu={','.join(ENERGY_FIELDS)} "
-                               "--format=csv,noheader,nounits -lms 1000", rc, "".join(raw),
-                      elapsed)
+    tel = Evidence.of("power", command, rc, "".join(raw), elapsed)
     return res.with_(value=value, evidence=(*res.evidence, tel))
 
 

@@ -13,7 +13,7 @@ import signal
 import threading
 from typing import Any
 
-from nodecert_node import tools
+from nodecert_node import gpu, tools
 from nodecert_node.runner import stop_current
 
 
@@ -42,11 +42,10 @@ def gpu_users(timeout: float = 30) -> list[str]:
     """Compute processes on the GPUs (user work), as nvidia-smi lists them. Raises
     GpuUsersUnknown when the tool cannot say (an error is not a job, nor an idle GPU)."""
     try:
-        out = tools.run(["nvidia-smi", "--query-compute-apps=pid,process_name",
-                         "--format=csv,noheader"], timeout=timeout)
+        text = gpu.default().compute_apps(timeout)
     except tools.ToolError as exc:
         raise GpuUsersUnknown(str(exc)) from None
-    return parse_compute_apps(out.text)
+    return parse_compute_apps(text)
 
 
 def _pid_of(app: str) -> int | None:

@@ -1,33 +1,28 @@
-"""nvidia-smi sampling beside a load: `--query-gpu=FIELDS -lms PERIOD` in its own session,
-its rows parsed as they come, stopped (and killed if it will not stop) when the load ends."""
+"""GPU telemetry sampled beside a load by the GPU backend (NVIDIA: `nvidia-smi
+--query-gpu=FIELDS -lms PERIOD` in its own session), its rows parsed as they come,
+stopped (and killed if it will not stop) when the load ends."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 import threading
 
-from nodecert_node.parse import smi
-from nodecert_node.tools import which
+from nodecert_node.gpu import Backend
 
 
-def sample(stop: threading.Event, rows: list[dict[str, str]], raw: list[str],
-           period_ms: int, fields: list[str]) -> subprocess.Popen[str]:
-    exe = which("nvidia-smi") or "nvidia-smi"
-    proc = subprocess.Popen([exe, f"--query-gpu={','.join(fields)}",
-                             "--format=csv,noheader,nounits", "-lms", str(period_ms)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+def sample(backend: Backend, stop: threading.Event, rows: list[dict[str, str]],
+           raw: list[str], *, period_ms: int, fields: list[str]) -> subprocess.Popen[str]:
+    """The backend's sampler, started; its rows parsed into `rows` as they come."""
+    return backend.sample(stop, rows, raw, period_ms, fields)
 
-    def reader() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            raw.append(line)
-            if stop.is_set():
-                break
-            if line.strip():
-                rows.extend(smi.parse_query_csv(line, fields))
-    threading.Thread(target=reader, daemon=True).start()
-    return proc
+
+def command(sampler: subprocess.Popen[str]) -> str:
+    """The sampler's command line as evidence names it (the tool by its name)."""
+    argv = [str(a) for a in sampler.args] if isinstance(sampler.args, (list, tuple)) \
+        else [str(sampler.args)]
+    return shlex.join([os.path.basename(argv[0]), *argv[1:]])
 
 
 def stop(flag: threading.Event, sampler: subprocess.Popen[str]) -> None:
@@ -39,4 +34,4 @@ def stop(flag: threading.Event, sampler: subprocess.Popen[str]) -> None:
         sampler.kill()
 
 
-__all__ = ["sample", "stop"]
+__all__ = ["command", "sample", "stop"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from nodecert_node import gpu
 from nodecert_node.context import Ctx, judge_findings, try_text
 from nodecert_node.contract import Evidence, Result, Verdict
 from nodecert_node.parse import ParseError, cdi
@@ -123,9 +124,10 @@ def _inside(ctx: Ctx, ordered: dict[str, Any], ev: list[Evidence]
         if got is None or got.strip().replace("sha256:", "") != ref.replace("sha256:", ""):
             return None, (f"the archive holds no image {ref} (the order pins it by its id; "
                           f"found {(got or '').strip()[:80]!r})")
+    listing = gpu.backend(ctx).list_argv()
     try:
-        out = run([engine, "run", "--rm", "--device", "nvidia.com/gpu=all", ref,
-                   "nvidia-smi", "-L"], timeout=timeout, name=f"{engine} run nvidia-smi -L")
+        out = run([engine, "run", "--rm", "--device", "nvidia.com/gpu=all", ref, *listing],
+                  timeout=timeout, name=f"{engine} run {' '.join(listing)}")
     except ToolError as exc:
         ev.extend([exc.evidence] if exc.evidence else [])
         said = exc.evidence.output if exc.evidence else ""
@@ -142,7 +144,7 @@ def _inside(ctx: Ctx, ordered: dict[str, Any], ev: list[Evidence]
 
 
 @check("container.gpu_smoke", order=32, suites=("quick", "standard", "full", "lab"),
-       tools=("nvidia-ctk", "nvidia-smi", "podman"),
+       tools=("nvidia-ctk", gpu.SMI, "podman"),
        description="the container GPU path: toolkit, CDI spec for the running driver, "
                    "the ordered image by digest seeing every GPU")
 def container_gpu_smoke(ctx: Ctx) -> Result:
@@ -164,8 +166,12 @@ def container_gpu_smoke(ctx: Ctx) -> Result:
     listed: list[str] = []
     if toolkit is not None:
         listed = cdi.parse_ctk_list(try_text(ev, ["nvidia-ctk", "cdi", "list"], ctx) or "")
-    drv = try_text(ev, ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], ctx)
-    driver = (drv or "").strip().splitlines()[0].strip() if (drv or "").strip() else None
+    try:
+        driver, drv_ev = gpu.backend(ctx).driver_version(ctx)
+        ev.append(drv_ev)
+    except ToolError as exc:  # for facts the check can do without
+        ev.extend([exc.evidence] if exc.evidence else [])
+        driver = None
     outside = inside = None
     inside_error = None
     # The quick suite (the node timer, the apt hook) judges the toolkit and the spec
@@ -173,7 +179,7 @@ def container_gpu_smoke(ctx: Ctx) -> Result:
     run_it = ctx.plan.suite != "quick"
     if ordered and toolkit is not None and run_it:
         try:
-            outside = cdi.parse_smi_list(try_text(ev, ["nvidia-smi", "-L"], ctx) or "")
+            outside = cdi.parse_smi_list(gpu.backend(ctx).list_text(ctx, ev) or "")
         except ParseError as exc:
             inside_error = f"outside the container: {exc}"
         if inside_error is None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q
+from nodecert_node import gpu
+from nodecert_node.context import Ctx, judge_findings
 from nodecert_node.contract import Result
 from nodecert_node.parse.imex import MEANING, parse_imex_status
 from nodecert_node.registry import check
@@ -88,10 +89,10 @@ def judge_fabric(name: str, gpus: list[dict[str, Any]], rack: dict[str, Any]) ->
 
 
 @check("domain.fabric", order=13, suites=("quick", "standard", "full", "lab"),
-       tools=("nvidia-smi",), needs=("rack",),
+       tools=(gpu.SMI,), needs=("rack",),
        description="each GPU registered in the rack's NVLink domain: clique, cluster, health")
 def domain_fabric(ctx: Ctx) -> Result:
-    _, gpus, ev = nvidia_smi_q(ctx)
+    _, gpus, ev = gpu.inventory(ctx)
     return judge_fabric("domain.fabric", gpus, ctx.spec.get("rack") or {}).with_(
         evidence=tuple(ev))
 

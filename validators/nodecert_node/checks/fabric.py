@@ -6,7 +6,8 @@ import os
 import statistics
 from typing import Any
 
-from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q, within
+from nodecert_node import gpu
+from nodecert_node.context import Ctx, judge_findings, within
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
 from nodecert_node.framework import WORKERS, NoFramework, framework_python
 from nodecert_node.parse import bench
@@ -112,7 +113,7 @@ def judge_nccl(parsed: dict[str, Any], gpus: int, limits: Limits) -> Result:
        tools=("all_reduce_perf",),
        description="NCCL all-reduce bus bandwidth over all GPUs, with every value checked")
 def nccl_allreduce(ctx: Ctx) -> Result:
-    _, gpus, ev = nvidia_smi_q(ctx)
+    _, gpus, ev = gpu.inventory(ctx)
     opts = ctx.options.get("fabric") or {}
     timeout = float(opts.get("timeout_s", 300))
     if which("all_reduce_perf") is None:
@@ -205,7 +206,7 @@ def judge_bandwidth(parsed: dict[str, Any], limits: Limits,
        tools=("nvbandwidth",),
        description="host<->GPU and GPU<->GPU copy bandwidth per GPU and pair")
 def bandwidth(ctx: Ctx) -> Result:
-    _, gpus, ev = nvidia_smi_q(ctx)
+    _, gpus, ev = gpu.inventory(ctx)
     opts = ctx.options.get("fabric") or {}
     tests = ["host_to_device_memcpy_ce", "device_to_host_memcpy_ce"]
     if int(ctx.limits.value("nvlink.links_per_gpu", 0) or 0) > 0 and len(gpus) > 1:

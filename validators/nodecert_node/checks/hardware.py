@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from nodecert_node import gpu
 from nodecert_node.context import (
     Ctx,
     Facts,
     Gathered,
     judge_findings,
-    nvidia_smi_q,
     try_text,
     within,
 )
@@ -42,7 +42,7 @@ def _macs() -> list[str]:
 
 
 def gather_inventory(ctx: Ctx) -> Gathered:
-    header, gpus, ev = nvidia_smi_q(ctx)
+    header, gpus, ev = gpu.inventory(ctx)
     facts: Facts = {"driver": header.get("Driver Version"), "gpus": gpus}
     ls = try_text(ev, ["lspci", "-nn", "-D"], ctx)
     facts["pci_gpus"] = [d["slot"] for d in pci.nvidia_gpus(pci.parse_lspci(ls))] if ls else None
@@ -200,7 +200,7 @@ def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Resul
 
 
 @check("hardware.inventory", order=10, suites=("quick", "standard", "full", "lab"),
-       tools=("nvidia-smi", "lspci", "lscpu", "dmidecode", "lsblk"),
+       tools=(gpu.SMI, "lspci", "lscpu", "dmidecode", "lsblk"),
        description="GPUs, CPU, memory and NVMe against the order; the hardware identity")
 def hardware_inventory(ctx: Ctx) -> Result:
     facts, ev = gather_inventory(ctx)
@@ -267,10 +267,10 @@ def judge_pcie(gpus: list[dict[str, Any]], devices: list[dict[str, Any]],
 
 
 @check("hardware.pcie", order=11, suites=("quick", "standard", "full", "lab"),
-       tools=("nvidia-smi", "lspci"),
+       tools=(gpu.SMI, "lspci"),
        description="each GPU's PCIe link generation and width against the model's")
 def hardware_pcie(ctx: Ctx) -> Result:
-    _, gpus, ev = nvidia_smi_q(ctx)
+    _, gpus, ev = gpu.inventory(ctx)
     devices: list[dict[str, Any]] = []
     try:
         out = run(["lspci", "-vv", "-nn", "-D"], timeout=ctx.timeout)
@@ -358,18 +358,16 @@ def judge_topology(facts: Facts, limits: Limits) -> Result:
 
 
 @check("hardware.topology", order=12, suites=("quick", "standard", "full", "lab"),
-       tools=("nvidia-smi", "lspci", "systemctl"),
+       tools=(gpu.SMI, "lspci", "systemctl"),
        description="NVLink links and speed, NVSwitches, fabric state and Fabric Manager")
 def hardware_topology(ctx: Ctx) -> Result:
-    _, gpus, ev = nvidia_smi_q(ctx)
+    _, gpus, ev = gpu.inventory(ctx)
     facts: Facts = {"gpus": gpus}
     if int(ctx.limits.value("nvlink.links_per_gpu", 0) or 0) > 0:
-        out = run(["nvidia-smi", "topo", "-m"], timeout=ctx.timeout)
-        ev.append(out.evidence)
-        facts["matrix"] = topo.parse_topo_matrix(out.text)
-        out = run(["nvidia-smi", "nvlink", "-s"], timeout=ctx.timeout)
-        ev.append(out.evidence)
-        facts["nvlink"] = topo.parse_nvlink_status(out.text)
+        facts["matrix"], _, topo_ev = gpu.backend(ctx).topology(ctx)
+        ev.append(topo_ev)
+        facts["nvlink"], link_ev = gpu.backend(ctx).link_status(ctx)
+        ev.append(link_ev)
     if ctx.limits.value("nvswitch.count"):
         ls = run(["lspci", "-nn", "-D"], timeout=ctx.timeout)
         ev.append(ls.evidence)

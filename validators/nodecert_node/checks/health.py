@@ -7,7 +7,8 @@ import os
 import time
 from typing import Any
 
-from nodecert_node.context import Ctx, NoGpu, judge_findings, nvidia_smi_q, within
+from nodecert_node import gpu
+from nodecert_node.context import Ctx, NoGpu, judge_findings, within
 from nodecert_node.contract import Evidence, Limits, Result, Threshold
 from nodecert_node.parse import kernel
 from nodecert_node.registry import check
@@ -109,11 +110,11 @@ def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: st
 
 
 @check("health.gpu", order=20, suites=("quick", "standard", "full", "lab"),
-       tools=("nvidia-smi",),
+       tools=(gpu.SMI,),
        description="ECC, row remapping, retired pages, clock-event reasons, infoROM, "
                    "persistence and MIG mode against the order, clocks below default")
 def health_gpu(ctx: Ctx) -> Result:
-    header, gpus, ev = nvidia_smi_q(ctx)
+    header, gpus, ev = gpu.inventory(ctx)
     return judge_gpu_health(header, gpus, ev[0].output, ctx.limits,
                             bool(ctx.spec.get("mig_enabled"))).with_(evidence=tuple(ev))
 
@@ -254,7 +255,7 @@ def read_kernel_log(timeout: float) -> tuple[str, list[Evidence], bool]:
                    "the journal), judged with the Xid catalog")
 def health_xid(ctx: Ctx) -> Result:
     try:  # GPU names only label the events; the kernel log is judged without them too
-        _, gpus, ev = nvidia_smi_q(ctx)
+        _, gpus, ev = gpu.inventory(ctx)
     except NoGpu as exc:
         gpus, ev = [], list(exc.evidence)
     except ToolError as exc:  # e.g. nvidia-smi hangs: the kernel log says why, read it

@@ -21,8 +21,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from nodecert_node import energy, scaling, telemetry
-from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q, within
+from nodecert_node import energy, gpu, scaling, telemetry
+from nodecert_node.context import Ctx, judge_findings, within
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
 from nodecert_node.framework import (
     WORKERS,
@@ -168,14 +168,15 @@ def judge_burnin(parsed: dict[str, Any], limits: Limits) -> Result:
        tools=("gpu_burn",),
        description="a GEMM on every GPU in the framework: correct results, sustained TFLOPS")
 def burnin(ctx: Ctx) -> Result:
-    _, gpus, ev = nvidia_smi_q(ctx)  # no GPU or no driver: FAIL before any load
+    _, gpus, ev = gpu.inventory(ctx)  # no GPU or no driver: FAIL before any load
     seconds = int((ctx.options.get("load") or {}).get("burnin_s", 60))
     rows: list[dict[str, str]] = []
     raw: list[str] = []
     stop = threading.Event()
     start = time.monotonic()
     # The draw while the load runs: what it cost (energy) and what each watt bought.
-    sampler = telemetry.sample(stop, rows, raw, 1000, energy.ENERGY_FIELDS)
+    sampler = telemetry.sample(gpu.backend(ctx), stop, rows, raw, period_ms=1000,
+                               fields=energy.ENERGY_FIELDS)
     try:
         if engine(ctx) == "torch":
             try:
@@ -191,7 +192,8 @@ def burnin(ctx: Ctx) -> Result:
     finally:
         elapsed = time.monotonic() - start
         telemetry.stop(stop, sampler)
-    return energy.with_energy(res, rows, raw, elapsed, sampler.returncode)
+    return energy.with_energy(res, rows, raw, elapsed, sampler.returncode,
+                              command=telemetry.command(sampler))
 
 
 # --- load.thermal_soak ------------------------------------------------------------------
@@ -318,10 +320,10 @@ def _plateau(series: dict[int, list[list[float | None]]], field: int) -> dict[in
 
 
 @check("load.thermal_soak", order=71, suites=("standard", "full", "lab"),
-       tools=("nvidia-smi", "gpu_burn"),
+       tools=(gpu.SMI, "gpu_burn"),
        description="temperatures, clocks, power and slowdown reasons under a sustained load")
 def thermal_soak(ctx: Ctx) -> Result:
-    _, gpus, ev = nvidia_smi_q(ctx)
+    _, gpus, ev = gpu.inventory(ctx)
     seconds = int((ctx.options.get("load") or {}).get("soak_s", 60))
     absolute = {i: g.get("temp_max_operating") for i, g in enumerate(gpus)}
     rows: list[dict[str, str]] = []
@@ -329,7 +331,8 @@ def thermal_soak(ctx: Ctx) -> Result:
     stop = threading.Event()
     start = time.monotonic()
     use_torch = engine(ctx) == "torch"
-    sampler = telemetry.sample(stop, rows, raw, 1000, SOAK_FIELDS)
+    sampler = telemetry.sample(gpu.backend(ctx), stop, rows, raw, period_ms=1000,
+                               fields=SOAK_FIELDS)
     load_ev: list[Evidence] = []
     load_error = ""
     try:
@@ -345,10 +348,8 @@ def thermal_soak(ctx: Ctx) -> Result:
         return no_framework("load.thermal_soak", exc, ev)
     finally:
         telemetry.stop(stop, sampler)
-    ev += [*load_ev, Evidence.of("telemetry", f"nvidia-smi --query-gpu="
-                                      f"{','.join(SOAK_FIELDS)} --format=csv,noheader,nounits "
-                                      "-lms 1000", sampler.returncode, "".join(raw),
-                                      time.monotonic() - start)]
+    ev += [*load_ev, Evidence.of("telemetry", telemetry.command(sampler), sampler.returncode,
+                                 "".join(raw), time.monotonic() - start)]
     res = judge_soak(rows, absolute, ctx.limits).with_(evidence=tuple(ev))
     if load_error and res.verdict < Verdict.FAIL:
         # Telemetry without the full load proves nothing about a loaded GPU.
@@ -362,7 +363,7 @@ def thermal_soak(ctx: Ctx) -> Result:
 @check("load.scaling", order=72, suites=("standard", "full", "lab"),
        description="training throughput on 1 GPU and all GPUs of the node: scaling efficiency")
 def scaling_run(ctx: Ctx) -> Result:
-    _, gpus, ev = nvidia_smi_q(ctx)
+    _, gpus, ev = gpu.inventory(ctx)
     if ctx.plan.framework and not framework(ctx).get("torch"):
         # The reference job is PyTorch: a stack without it is not failed for that, and
         # not passed either: the figure is simply missing, and the result says so.

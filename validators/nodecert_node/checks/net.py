@@ -16,9 +16,10 @@ from __future__ import annotations
 import time
 from typing import Any, Dict
 
+from nodecert_node import gpu
 from nodecert_node.context import Ctx, judge_findings, within
 from nodecert_node.contract import Evidence, Limits, Result, Verdict
-from nodecert_node.parse import ParseError, ib, roce, topo
+from nodecert_node.parse import ParseError, ib, roce
 from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
 
@@ -46,15 +47,15 @@ def affinity_problems(matrix: dict[str, dict[str, str]], legend: dict[str, str],
         return [f"`nvidia-smi topo -m` lists none of the order's NICs "
                 f"({', '.join(devices or []) or 'any'}): GPU-NIC affinity cannot be judged"]
     out = []
-    for gpu in sorted((g for g in matrix if g.startswith("GPU")), key=lambda g: int(g[3:])):
-        cells = [(NEAR.index(c), c, nics[col]) for col, c in matrix[gpu].items()
+    for name in sorted((g for g in matrix if g.startswith("GPU")), key=lambda g: int(g[3:])):
+        cells = [(NEAR.index(c), c, nics[col]) for col, c in matrix[name].items()
                  if col in nics and c in NEAR]
         if not cells:
-            out.append(f"{gpu}: no NIC of the order in its `topo -m` row")
+            out.append(f"{name}: no NIC of the order in its `topo -m` row")
             continue
         rank, cell, dev = min(cells)
         if rank > NEAR.index(want):
-            out.append(f"{gpu}: nearest fabric NIC {dev} is {cell}, the order wants {want} or "
+            out.append(f"{name}: nearest fabric NIC {dev} is {cell}, the order wants {want} or "
                        "nearer (traffic crosses the CPU)")
     return out
 
@@ -282,10 +283,10 @@ def _gather_and_judge(ctx: Ctx, name: str, layer: str) -> Result:
         after = _counters(judged, ctx, ev)
     affinity = None
     if spec is not None and spec["link_layer"] == layer and spec.get("gpu_nic_affinity"):
-        tp = run(["nvidia-smi", "topo", "-m"], timeout=ctx.timeout, name="nvidia-smi topo")
-        ev.append(tp.evidence)
-        affinity = affinity_problems(topo.parse_topo_matrix(tp.text), topo.nic_legend(tp.text),
-                                     spec["gpu_nic_affinity"], spec.get("devices"))
+        matrix, legend, tp_ev = gpu.backend(ctx).topology(ctx)
+        ev.append(tp_ev)
+        affinity = affinity_problems(matrix, legend, spec["gpu_nic_affinity"],
+                                     spec.get("devices"))
     settings = (_roce_settings(ctx, spec, ports, ev) if spec is not None and layer == "Ethernet"
                 and spec["link_layer"] == layer and spec.get("roce") else None)
     return judge_ports(name, layer, spec, ports, before=before, after=after, window_s=window,

@@ -8,35 +8,11 @@ passes. The measure is the ratio enforced / default per GPU, judged against
 
 from __future__ import annotations
 
-from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q, within
+from nodecert_node import gpu
+from nodecert_node.context import Ctx, judge_findings, within
 from nodecert_node.contract import Limits, Result
-from nodecert_node.parse import smi
+from nodecert_node.parse.smi import power_limits
 from nodecert_node.registry import check
-from nodecert_node.tools import run
-
-# Section and label names across driver generations: R535+ "GPU Power Readings"
-# with "Current Power Limit"; older drivers "Power Readings" with "Enforced Power Limit".
-CURRENT = ("GPU Power Readings/Current Power Limit", "Power Readings/Enforced Power Limit",
-           "Power Readings/Power Limit")
-DEFAULT = ("GPU Power Readings/Default Power Limit", "Power Readings/Default Power Limit")
-
-
-def _watts(d: dict[str, str], labels: tuple[str, ...]) -> float | None:
-    for label in labels:
-        raw = d.get(label, "")
-        number = raw[:-1].strip() if raw.endswith("W") else ""
-        try:
-            return float(number)
-        except ValueError:
-            continue
-    return None
-
-
-def power_limits(q_text: str) -> dict[str, dict[str, float | None]]:
-    """`nvidia-smi -q` -> {bus id: {"current_w", "default_w"}} (None where N/A). Pure."""
-    _, blocks = smi.q_tree(q_text)
-    return {bus: {"current_w": _watts(d, CURRENT), "default_w": _watts(d, DEFAULT)}
-            for bus, d in blocks}
 
 
 def judge_power(limits_w: dict[str, dict[str, float | None]], limits: Limits) -> Result:
@@ -61,10 +37,12 @@ def judge_power(limits_w: dict[str, dict[str, float | None]], limits: Limits) ->
     return res.with_(findings=res.findings + tuple(notes))
 
 
-@check("power.limit", order=22, suites=("quick", "standard", "full", "lab"), tools=("nvidia-smi",),
+@check("power.limit", order=22, suites=("quick", "standard", "full", "lab"), tools=(gpu.SMI,),
        description="each GPU's enforced power limit against its default")
 def power_limit(ctx: Ctx) -> Result:
-    _, _, ev = nvidia_smi_q(ctx)  # no GPU or no driver: FAIL, as every GPU check
-    out = run(["nvidia-smi", "-q", "-d", "POWER"], timeout=ctx.timeout, name="nvidia-smi power")
-    return judge_power(power_limits(out.text), ctx.limits).with_(
-        evidence=(*ev, out.evidence))
+    _, _, ev = gpu.inventory(ctx)  # no GPU or no driver: FAIL, as every GPU check
+    limits_w, power_ev = gpu.backend(ctx).power_limits(ctx)
+    return judge_power(limits_w, ctx.limits).with_(evidence=(*ev, power_ev))
+
+
+__all__ = ["judge_power", "power_limit", "power_limits"]

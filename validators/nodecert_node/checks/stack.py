@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from nodecert_node.context import Ctx, judge_findings, nvidia_smi_q
+from nodecert_node import gpu
+from nodecert_node.context import Ctx, judge_findings
 from nodecert_node.contract import Result, Verdict
 from nodecert_node.framework import WORKERS, NoFramework, framework, framework_python
 from nodecert_node.parse import ParseError
@@ -25,7 +26,7 @@ from nodecert_node.tools import ToolError, run
 
 
 @check("stack.conformance", order=30, suites=("quick", "standard", "full", "lab"),
-       tools=("dpkg-query", "apt-mark", "nvidia-smi"),
+       tools=("dpkg-query", "apt-mark", gpu.SMI),
        description="every pinned package installed at its version and held; driver loaded")
 def stack_conformance(ctx: Ctx) -> Result:
     spec = ctx.plan.conformance
@@ -46,17 +47,15 @@ def stack_conformance(ctx: Ctx) -> Result:
 # --- stack.advisories ----------------------------------------------------------------------
 
 @check("stack.advisories", order=31, suites=("quick", "standard", "full", "lab"),
-       tools=("nvidia-smi",),
+       tools=(gpu.SMI,),
        description="driver, container toolkit and runc at or above the security bulletins' "
                    "fixed releases")
 def stack_advisories(ctx: Ctx) -> Result:
     """Gathers the installed versions; the control side judges them against its table of
     security bulletins (nodecert.stack.advisories) and always replaces this Result."""
-    drv = run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-              timeout=ctx.timeout, name="driver version")
-    first = drv.text.split()
-    versions: dict[str, Any] = {"driver": first[0] if first else None}
-    evidence = [drv.evidence]
+    driver, drv_ev = gpu.backend(ctx).driver_version(ctx)
+    versions: dict[str, Any] = {"driver": driver}
+    evidence = [drv_ev]
     try:
         ctk = run(["dpkg-query", "-W", "-f=${Version}\t${db:Status-Abbrev}",
                    "nvidia-container-toolkit"], timeout=ctx.timeout, ok_codes=(0, 1),
@@ -170,7 +169,7 @@ def _mm(v: Any) -> str:
        tools=(),
        description="the stack's framework sees every GPU and trains a small model on each")
 def framework_smoke(ctx: Ctx) -> Result:
-    _, gpus, ev = nvidia_smi_q(ctx)
+    _, gpus, ev = gpu.inventory(ctx)
     try:
         py = framework_python(ctx)
     except NoFramework as exc:

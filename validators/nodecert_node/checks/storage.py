@@ -17,8 +17,8 @@ import stat
 import struct
 from typing import Any
 
-from nodecert_node import scaling, sharedfs
-from nodecert_node.context import Ctx, NoGpu, judge_findings, nvidia_smi_q
+from nodecert_node import gpu, scaling, sharedfs
+from nodecert_node.context import Ctx, NoGpu, judge_findings
 from nodecert_node.contract import Evidence, Limits, Result, Threshold, Verdict
 from nodecert_node.parse import fio
 from nodecert_node.registry import check
@@ -380,7 +380,7 @@ def storage_shared(ctx: Ctx) -> Result:
 def checkpoint_size_mb(ctx: Ctx) -> int:
     """The reference model's checkpoint for this node's GPUs (load.scaling's model)."""
     try:
-        _, gpus, _ = nvidia_smi_q(ctx)
+        _, gpus, _ = gpu.inventory(ctx)
     except NoGpu:
         return 1024
     size = scaling.model_size(min(float(g.get("memory_total_mib") or 0) for g in gpus))

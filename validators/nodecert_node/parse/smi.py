@@ -429,3 +429,28 @@ def parse_query_csv(text: str, fields: list[str] | None = None) -> list[dict[str
 def csv_number(value: str) -> float | None:
     """'81920 MiB' / '81920' / '' -> float or None."""
     return _num(value) if value else None
+
+
+# Section and label names across driver generations: R535+ "GPU Power Readings"
+# with "Current Power Limit"; older drivers "Power Readings" with "Enforced Power Limit".
+CURRENT = ("GPU Power Readings/Current Power Limit", "Power Readings/Enforced Power Limit",
+           "Power Readings/Power Limit")
+DEFAULT = ("GPU Power Readings/Default Power Limit", "Power Readings/Default Power Limit")
+
+
+def _watts(d: dict[str, str], labels: tuple[str, ...]) -> float | None:
+    for label in labels:
+        raw = d.get(label, "")
+        number = raw[:-1].strip() if raw.endswith("W") else ""
+        try:
+            return float(number)
+        except ValueError:
+            continue
+    return None
+
+
+def power_limits(q_text: str) -> dict[str, dict[str, float | None]]:
+    """`nvidia-smi -q` -> {bus id: {"current_w", "default_w"}} (None where N/A). Pure."""
+    _, blocks = q_tree(q_text)
+    return {bus: {"current_w": _watts(d, CURRENT), "default_w": _watts(d, DEFAULT)}
+            for bus, d in blocks}
