@@ -319,6 +319,42 @@ def test_a_vendor_tool_run_planted_in_a_check_is_caught(tmp_path: Path) -> None:
         "health.py:4 runs or declares nvidia-smi"]
 
 
+# --- the runner seam: only the SSH runner speaks SSH --------------------------------------
+
+# The SSH runner's modules; every other module of validation reaches nodes through the
+# Runner it is given (validation/runner.py). An Endpoint (where a host is) is data.
+SSH_RUNNER = {"session.py", "nodecmd.py"}
+
+
+def ssh_uses(path: Path) -> list[str]:
+    out = []
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.Import) and any(a.name.split(".")[0] == "paramiko"
+                                             for a in n.names):
+            out.append(f"{path.name}:{n.lineno} imports paramiko")
+        if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "paramiko":
+            out.append(f"{path.name}:{n.lineno} imports paramiko")
+        if isinstance(n, ast.ImportFrom) and n.module == "nodecert.transport.ssh":
+            used = sorted(a.name for a in n.names if a.name != "Endpoint")
+            if used:
+                out.append(f"{path.name}:{n.lineno} uses SSH ({', '.join(used)})")
+    return out
+
+
+def test_only_the_ssh_runner_speaks_ssh_in_validation() -> None:
+    found = [f for p in sorted((SRC / "validation").glob("*.py")) if p.name not in SSH_RUNNER
+             for f in ssh_uses(p)]
+    assert found == []
+
+
+def test_an_ssh_call_planted_outside_the_runner_is_caught(tmp_path: Path) -> None:
+    planted = tmp_path / "run.py"
+    planted.write_text("import paramiko\n"
+                       "from nodecert.transport.ssh import Endpoint, connect\n")
+    assert ssh_uses(planted) == ["run.py:1 imports paramiko",
+                                 "run.py:2 uses SSH (connect)"]
+
+
 def test_long_modules_say_why() -> None:
     """A module past ~400 lines says at its top why it must be that long."""
     long = [p for p in modules().values() if len(p.read_text().splitlines()) > 420]

@@ -291,7 +291,7 @@ def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes
     import json
 
     from nodecert.validation.run import ValidateRequest, open_new_run
-    from nodecert.validation.session import NodeSessions
+    from nodecert.validation.session import SshRunner
     inv = tmp_path / "inv.ini"
     inv.write_text("[g]\ngpu-01 ansible_host=192.0.2.10 nodecert_gpu_model=H200-SXM "
                    "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
@@ -299,7 +299,7 @@ def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes
     run = open_new_run(ValidateRequest(inv, suite="quick", runs_dir=tmp_path / "runs"))
     hr = run.hosts["gpu-01"]
     assert hr.stack is None and not hr.plan.conformance
-    ns = NodeSessions(run.hosts, run.links, lambda line: None, threading.Event(), (b"", "0" * 64))
+    ns = SshRunner(run.hosts, run.links, lambda line: None, threading.Event(), (b"", "0" * 64))
     ns._adopt_recorded_stack(hr, _Client(recorded, rc))  # type: ignore[arg-type]
     assert (hr.stack.name if hr.stack else None) == adopted
     plan = json.loads((run.run_dir / "inputs" / "plan-gpu-01.json").read_text())

@@ -21,7 +21,7 @@ from nodecert.transport.silence import NodeLimit
 from nodecert.transport.ssh import Endpoint
 from nodecert.validation import session as nodesession
 from nodecert.validation.plan import build_plan
-from nodecert.validation.session import MAX_ANSWER, NodeAnswerTooLarge, NodeSessions, exec_command
+from nodecert.validation.session import MAX_ANSWER, NodeAnswerTooLarge, SshRunner, exec_command
 from nodecert_node.contract import Result, Verdict
 from support.env import REPO
 from support.nodeclient import Exited
@@ -154,9 +154,9 @@ def test_hostile_host_errors_the_other_finishes(tmp_path: Path, bad: bytes,
                b'{"event": "start", "check": "health.xid"}', bad, b'{"event": "done"}'],
     }
     monkeypatch.setattr(nodesession, "connect", lambda ep, **_: Client(scripts[ep.host]))
-    monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c, hr: "/opt/x")
+    monkeypatch.setattr(SshRunner, "_install_code", lambda self, c, hr: "/opt/x")
     said: list[str] = []
-    ns = NodeSessions(runs, links(runs), said.append, threading.Event(), (b"", "0" * 64))
+    ns = SshRunner(runs, links(runs), said.append, threading.Event(), (b"", "0" * 64))
     for hr in runs.values():
         ns.run_host(hr)
     assert runs[good].verdict is Verdict.PASS and runs[good].status == "done"
@@ -202,14 +202,14 @@ def test_validate_json_is_written_when_a_host_handler_crashes(
     from nodecert.validation import run as validation
     from nodecert.validation.run import ValidateRequest
 
-    def run_host(self: NodeSessions, hr: HostRun) -> None:
+    def run_host(self: SshRunner, hr: HostRun) -> None:
         if hr.host == sorted(self.runs)[0]:
             raise RuntimeError("boom")
         hr.status = "done"
         hr.results = [Result(c, Verdict.PASS, "ok") for c in hr.checks]
         hr.save()
 
-    monkeypatch.setattr(NodeSessions, "run_host", run_host)
+    monkeypatch.setattr(SshRunner, "run_host", run_host)
     run = validation.validate(ValidateRequest(REPO / "inventory" / "sample" / "lab.ini",
                               checks=tuple(CHECKS), runs_dir=tmp_path), progress=lambda line: None)
     summary = json.loads((run.run_dir / "validate.json").read_text())
@@ -255,9 +255,9 @@ def test_a_result_echoing_another_test_than_planned_fails(
                             Verdict.FAIL)):
         runs[spec.name] = HostRun(spec.name, spec, plan, None, tmp_path / spec.name)
         monkeypatch.setattr(nodesession, "connect", lambda ep, lines=lines, **_: Client(lines))
-        monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c, hr: "/opt/x")
+        monkeypatch.setattr(SshRunner, "_install_code", lambda self, c, hr: "/opt/x")
         said: list[str] = []
-        NodeSessions(runs, links(runs), said.append, threading.Event(),
+        SshRunner(runs, links(runs), said.append, threading.Event(),
                      (b"", "0" * 64)).run_host(runs[spec.name])
         (res,) = runs[spec.name].results
         assert res.verdict is verdict, res.summary
@@ -335,8 +335,8 @@ def test_a_flooding_node_is_lost_with_its_reason_and_the_run_goes_on(
     runs = _runs(tmp_path)
     hr = next(iter(runs.values()))
     monkeypatch.setattr(nodesession, "connect", lambda ep, **_: FloodClient(Flood(32 * 2**20)))
-    monkeypatch.setattr(NodeSessions, "_install_code", lambda self, c, hr: "/opt/x")
-    ns = NodeSessions({hr.host: hr}, links(runs), [].append, threading.Event(), (b"", "0" * 64))
+    monkeypatch.setattr(SshRunner, "_install_code", lambda self, c, hr: "/opt/x")
+    ns = SshRunner({hr.host: hr}, links(runs), [].append, threading.Event(), (b"", "0" * 64))
     ns.run_host(hr)
     assert hr.status == "lost" and "more than 1 MiB" in hr.error
     assert hr.verdict is Verdict.ERROR and all(r.verdict is Verdict.ERROR for r in hr.results)

@@ -22,7 +22,7 @@ from nodecert.transport.silence import UNREAD_GRACE, NodeLimit
 from nodecert.transport.ssh import Endpoint
 from nodecert.validation import session as nodesession
 from nodecert.validation.plan import build_plan
-from nodecert.validation.session import NodeSessions
+from nodecert.validation.session import SshRunner
 from support.env import REPO
 
 
@@ -42,10 +42,10 @@ def _host(tmp_path: Path) -> HostRun:
     return HostRun(spec.name, spec, plan, None, tmp_path / spec.name)
 
 
-def _sessions(hr: HostRun, gate: LoadGate) -> tuple[NodeSessions, list[str]]:
+def _sessions(hr: HostRun, gate: LoadGate) -> tuple[SshRunner, list[str]]:
     said: list[str] = []
     links = {hr.host: HostLink(Endpoint.from_hostvars(hr.host, {}))}
-    return NodeSessions({hr.host: hr}, links, said.append, threading.Event(), (b"", "0" * 64),
+    return SshRunner({hr.host: hr}, links, said.append, threading.Event(), (b"", "0" * 64),
                         gate=gate), said
 
 

@@ -31,12 +31,12 @@ from nodecert.stack.bios import BiosProfile
 from nodecert.stack.firmware import Recipe
 from nodecert.stack.manifest import Stack, find_stack
 from nodecert.transport.become import BecomeSource, unlock_vault
-from nodecert.transport.bundle import node_bundle
 from nodecert.transport.loadgate import LoadGate
 from nodecert.transport.ssh import Endpoint
+from nodecert.validation import session as _ssh  # noqa: F401  (registers the SSH runner)
 from nodecert.validation.plan import build_plan
 from nodecert.validation.progress import DETAIL_MAX_HOSTS, RunProgress, Snapshot
-from nodecert.validation.session import NodeSessions
+from nodecert.validation.runner import Runner, runner_class
 
 Progress = Callable[[str], None]
 SWITCH_INTERVAL_S = 0.05
@@ -50,7 +50,8 @@ class ValidateRequest:
     code's shipping are bounded on their own). detail: print every host's every line
     (default: when the run has at most DETAIL_MAX_HOSTS hosts); otherwise alarms as they
     happen and a summary line. cli_thresholds and option_overrides: the command line's
-    --threshold and --set, over the profile and the suite."""
+    --threshold and --set, over the profile and the suite. runner: a registered runner's
+    name (validation/runner.py)."""
 
     inventory: Path | Inventory  # a path, or the inventory the caller already read
     suite: str = "quick"
@@ -66,6 +67,7 @@ class ValidateRequest:
     suite_file: Path | None = None
     become: BecomeSource | None = None
     detail: bool | None = None
+    runner: str = "ssh"  # how each node's run is started and read (validation/runner.py)
 
 
 def _prepare(inventory: Path | Inventory, suite: thresholds.Suite, limit: tuple[str, ...],
@@ -213,7 +215,7 @@ def ensure_open_files(need: int) -> None:
 LATE_NOTE_S = 5.0
 
 
-def _supervise(runner: NodeSessions, forks: int, say: Progress) -> None:
+def _supervise(runner: Runner, forks: int, say: Progress) -> None:
     """Run every host's session on a pool of threads until all end (or Ctrl-C)."""
     runs, stop, view = runner.runs, runner.stop, runner.progress
     done = threading.Event()
@@ -274,6 +276,7 @@ def validate(request: ValidateRequest, *, progress: Progress | None = None,
     finished is kept); status: fed once a second with a snapshot (a live view), instead of
     lines, when the run is too large to print every host's every line."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    runner_cls = runner_class(request.runner)  # an unknown one: refused before any write
     result = open_new_run(request)
     run_dir, runs = result.run_dir, result.hosts
     suite, checks, detail = request.suite, request.checks, request.detail
@@ -282,7 +285,7 @@ def validate(request: ValidateRequest, *, progress: Progress | None = None,
     view = RunProgress(runs, say, status=status,
                        detail=len(runs) <= DETAIL_MAX_HOSTS if detail is None else detail)
     gate = LoadGate().start()
-    runner = NodeSessions(runs, result.links, say, stop, node_bundle(), progress=view, gate=gate)
+    runner = runner_cls(runs, result.links, say, stop, progress=view, gate=gate)
     n_checks = len(checks or the_suite.checks)
     say(f"validating {len(runs)} host(s), suite {suite} ({n_checks} checks); "
         f"results in {run_dir}"
