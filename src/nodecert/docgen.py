@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from nodecert.core.paths import data_root
+from nodecert.inventory.rack import kinds as rack_kinds
 from nodecert.inventory.variables import ORDER, VARIABLES
 from nodecert.lab.hardware import FAULT_KINDS
 from nodecert.profiles import catalog, thresholds
@@ -130,10 +131,19 @@ def gpu_models_table() -> str:
                    "threshold profile"], rows)
 
 
+def rack_kinds_table() -> str:
+    """Every rack kind an inventory may name (src/nodecert/inventory/rack-kinds.yml)."""
+    rows = [[f"`{k.name}`", k.trays_max, k.gpus_per_tray, k.trays_max * k.gpus_per_tray,
+             ", ".join(k.gpu_models), k.switch_trays_max, "yes" if k.imex else "no"]
+            for k in rack_kinds().values()]
+    return _table(["kind", "compute trays", "GPUs per tray", "GPUs", "GPU models",
+                   "switch trays", "IMEX by default"], rows)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "checks": checks_table, "thresholds": thresholds_table, "faults": faults_table,
     "inventory": inventory_table, "order_spec": order_spec, "roles": roles_table,
-    "stacks": stacks_table, "gpu_models": gpu_models_table,
+    "stacks": stacks_table, "gpu_models": gpu_models_table, "rack_kinds": rack_kinds_table,
 }
 
 

@@ -105,7 +105,8 @@ json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print machine-readable JSON instead of text.")
 inventory_option = click.option("-i", "--inventory", "path", required=True,
                                 type=click.Path(path_type=Path),
-                                help="Ansible inventory with the hosts and their spec.")
+                                help="Ansible inventory (INI or YAML) with the hosts and "
+                                     "their spec.")
 limit_option = click.option("--limit", multiple=True,
                             help="Only these hosts (repeatable or comma-separated).")
 runs_dir_option = click.option("--runs-dir", type=click.Path(path_type=Path),

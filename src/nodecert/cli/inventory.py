@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from nodecert.cli.common import echo, emit_json, handle_errors, json_option
+from nodecert.cli.common import echo, emit_json, handle_errors, inventory_option, json_option
 from nodecert.core.errors import ExitCode
 from nodecert.inventory.reader import check_inventory
 
@@ -18,8 +18,7 @@ def inventory() -> None:
 
 
 @inventory.command("check")
-@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
-              help="INI or YAML Ansible inventory.")
+@inventory_option
 @json_option
 @handle_errors
 def inventory_check(path: Path, as_json: bool) -> None:

@@ -15,6 +15,7 @@ from nodecert.cli.common import (
     echo,
     emit_json,
     handle_errors,
+    inventory_option,
     json_option,
     limit_option,
     print_validation,
@@ -67,8 +68,7 @@ Examples:
 @click.command("provision", help=_PROVISION_HELP,
                context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="provision")
-@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
-              help="INI or YAML Ansible inventory.")
+@inventory_option
 @stack_option
 @limit_option
 @click.option("--check", "check_mode", is_flag=True, help="Dry run: change nothing.")

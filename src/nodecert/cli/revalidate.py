@@ -16,6 +16,7 @@ from nodecert.cli.common import (
     echo,
     emit_json,
     handle_errors,
+    inventory_option,
     json_option,
     limit_option,
     runs_dir_option,
@@ -88,7 +89,7 @@ Examples:
 
 
 @click.command("revalidate", help=_REVALIDATE_HELP)
-@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path))
+@inventory_option
 @click.option("--baseline", "baselines", multiple=True, type=click.Path(path_type=Path),
               help="A reports or run directory to compare with (default: newest under "
                    "--runs-dir); and/or a fleet baseline file (nodecert fleet baseline) to "

@@ -16,6 +16,7 @@ from nodecert.cli.common import (
     echo,
     emit_json,
     handle_errors,
+    inventory_option,
     json_option,
     limit_option,
     print_validation,
@@ -66,8 +67,7 @@ Examples:
 
 
 @click.command("validate", help=_VALIDATE_HELP)
-@click.option("-i", "--inventory", "path", required=True, type=click.Path(path_type=Path),
-              help="Ansible inventory with the hosts and their spec.")
+@inventory_option
 @suite_option
 @limit_option
 @checks_option

@@ -3,7 +3,7 @@ set on every compute tray of the rack (usually in the rack's group_vars).
 
     nodecert_rack:
       name: rack-a1                # the rack (NVLink domain) this host is a compute tray of
-      kind: GB200-NVL72            # GB200-NVL72 | GB200-NVL36 | GB300-NVL72 (rack-kinds.yml)
+      kind: GB200-NVL72            # a kind of rack-kinds.yml (docs/rack.md lists them)
       gpus: 72                     # GPUs the domain must have (a partial build says fewer)
       imex: true                   # an IMEX domain is expected (default: the kind's)
       switch_trays:                # the NVLink switch trays and their management address

@@ -148,8 +148,8 @@ VARIABLES: tuple[Variable, ...] = (
        "the BMC password, encrypted with ansible-vault (or password_file in nodecert_bmc)",
        page="docs/bmc.md"),
     _v("rack", "rack", "plan", "fabric.nvlink_domain, fabric.imex, the inventory check",
-       "the rack-scale NVLink domain this host is a compute tray of: {name, kind: "
-       "GB200-NVL72|GB200-NVL36|GB300-NVL72, gpus, imex, switch_trays: [{name, address}], "
+       "the rack-scale NVLink domain this host is a compute tray of: {name, kind (a rack "
+       "kind of rack.md), gpus, imex, switch_trays: [{name, address}], "
        "power_shelves: [{name, address}], cdu: {name, address}}", page="docs/rack.md"),
     # Cluster validation.
     _v("cluster", "cluster", "hostvars", "cluster validate, rack validate, revalidate --via-slurm",

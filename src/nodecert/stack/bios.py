@@ -21,6 +21,7 @@ from nodecert.core.errors import ManifestError, UnknownNameError
 from nodecert.core.paths import compat_dir, stacks_dir
 from nodecert.core.verdict import Verdict
 from nodecert.stack.compat import load_sources
+from nodecert.stack.lines import judged
 from nodecert_node.contract import Result
 
 SCHEMA = "nodecert.bios-profile/v1"
@@ -139,24 +140,21 @@ def judge_bios(profile: BiosProfile, bios: dict[str, Any] | None, *,
             # right now, wrong after the next reset: found before the reset happens
             fails.append(f"{name} is {current[name]} as the profile wants, but the BIOS's "
                          f"pending settings change it to {pending[name]} at the next reset")
-    lines = errors + fails
-    verdict = Verdict.ERROR if errors else Verdict.FAIL if fails else Verdict.PASS
-    summary = (f"{lines[0]} (+{len(lines) - 1} more)" if len(lines) > 1 else lines[0]) \
-        if lines else f"all {len(profile.attributes)} attributes of {profile.name} as wanted"
-    return Result(
-        "bmc.bios", verdict, summary, findings=tuple(lines),
+    return judged(
+        "bmc.bios", errors, fails,
+        f"all {len(profile.attributes)} attributes of {profile.name} as wanted",
         value={"attributes": len(profile.attributes), "differ": len(fails),
                "unreported": len(errors)},
         facts={"profile": profile.name, "sources": profile.sources,
                "wanted": profile.attributes,
                "found": {k: current.get(k) for k in profile.attributes},
                "pending": pending},
-        fault_code="NC-BIOS-UNREAD" if errors else "NC-BIOS" if fails else "",
-        remediation=("Set the attributes named (`nodecert firmware apply --bios` writes "
-                     "them to the BIOS's pending settings and resets the system), then "
-                     "validate again." if fails else "")
-        + (" An attribute the BIOS does not report has another name on this platform: "
-           "set the profile's name for it." if errors else ""))
+        codes=("NC-BIOS-UNREAD", "NC-BIOS"),
+        fix_fails="Set the attributes named (`nodecert firmware apply --bios` writes them "
+                  "to the BIOS's pending settings and resets the system), then validate "
+                  "again.",
+        fix_errors="An attribute the BIOS does not report has another name on this "
+                   "platform: set the profile's name for it.")
 
 
 __all__ = ["BiosProfile", "differences", "find_profile", "judge_bios", "load_profile",

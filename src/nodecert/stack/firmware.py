@@ -21,6 +21,7 @@ from nodecert.core.errors import ManifestError, UnknownNameError
 from nodecert.core.paths import compat_dir, stacks_dir
 from nodecert.core.verdict import Verdict
 from nodecert.stack.compat import load_sources
+from nodecert.stack.lines import judged
 from nodecert_node.contract import Result
 
 # What the node reports in band, by the name a recipe uses for it.
@@ -264,26 +265,23 @@ def judge_recipe(recipe: Recipe, members: list[dict[str, Any]] | None,
             elif not same_version(str(version), comp.version):
                 fails.append(f"{name}: {place} runs {version}, the recipe wants "
                              f"{comp.version}")
-    verdict = Verdict.ERROR if errors else Verdict.FAIL if fails else Verdict.PASS
-    lines = errors + fails
     n_read = sum(len(b["found"]) for b in bom.values())
-    summary = (f"{lines[0]} (+{len(lines) - 1} more)" if len(lines) > 1 else lines[0]) \
-        if lines else (f"all {len(recipe.components)} components of {recipe.name} at the "
-                       f"recipe's versions ({n_read} readings)")
-    return Result(
-        "firmware.recipe", verdict, summary, findings=tuple(lines),
+    return judged(
+        "firmware.recipe", errors, fails,
+        f"all {len(recipe.components)} components of {recipe.name} at the recipe's "
+        f"versions ({n_read} readings)",
         value={"components": len(recipe.components), "behind": len(fails),
                "unreported": len(errors)},
         facts={"recipe": recipe.name, "recipe_title": recipe.title,
                "sources": list(recipe.sources), "overridden": list(recipe.overridden),
                "bom": bom},
-        fault_code="NC-FIRMWARE-UNREAD" if errors else "NC-FIRMWARE" if fails else "",
-        remediation=("Bring each component named to the recipe's version (the platform's "
-                     "firmware package, through the BMC's UpdateService), then validate "
-                     "again." if fails else "")
-        + (" Where nothing reports a component, check that the BMC lists it in "
-           "UpdateService/FirmwareInventory (or set the recipe's redfish patterns to the "
-           "Ids it uses) and that the node's tools ran." if errors else ""))
+        codes=("NC-FIRMWARE-UNREAD", "NC-FIRMWARE"),
+        fix_fails="Bring each component named to the recipe's version (the platform's "
+                  "firmware package, through the BMC's UpdateService), then validate "
+                  "again.",
+        fix_errors="Where nothing reports a component, check that the BMC lists it in "
+                   "UpdateService/FirmwareInventory (or set the recipe's redfish patterns "
+                   "to the Ids it uses) and that the node's tools ran.")
 
 
 __all__ = ["INBAND", "Component", "Recipe", "find_recipe", "inband_readings", "judge_recipe",
