@@ -19,9 +19,10 @@ from sushy.resources.constants import ResetType  # type: ignore[import-untyped]
 
 from nodecert.cli import main
 from nodecert.core.errors import InventoryError
-from nodecert.firmware.apply import FirmwareRequest, multipart, run_firmware
+from nodecert.firmware.apply import FirmwareRequest, run_firmware
 from nodecert.firmware.images import load_manifest
 from nodecert.firmware.plan import order, plan_host
+from nodecert.firmware.redfishops import multipart
 from nodecert.lab.bmcupdate import Updates, lab_image, lab_image_pins, write_lab_images
 from nodecert.lab.hardware import Fault
 from nodecert.stack.firmware import find_recipe

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nodecert.cluster.context import ClusterContext
 from nodecert.cluster.jobs import Job, JobResult, Launcher
 from nodecert.cluster.judge import Expectation, Reading
-from nodecert.cluster.run import ClusterContext
 from nodecert.inventory.cluster import ClusterConfig
 from nodecert.rack import sweep
 from nodecert.rack.load import DomainLoad, LoadPlan, judge_allreduce, mnnvl_span, pair_script

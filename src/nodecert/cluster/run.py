@@ -14,9 +14,10 @@ Stages and what each contributes to the cluster's verdict:
 A job that could not run (launch failure, hang past its limit) is ERROR with its logs;
 a node is named only from evidence, never guessed.
 
-This module is long because it holds every stage's job orchestration side by side (the
-jobs share one sequence of names and ports, one wave scheduler and one log directory);
-what each stage's figures mean lives in clusterjudge, clusterscaling and clusterstorage.
+This module holds every stage's job orchestration side by side (the jobs share one
+sequence of names and ports, one wave scheduler and one log directory); the stages'
+results are built in results.py, what each stage's figures mean lives in judge.py,
+scaling.py and storage.py, and what a run is given in context.py.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,9 @@ from nodecert.cluster import counters as clustercounters
 from nodecert.cluster import pairing as clusterplan
 from nodecert.cluster import scaling as clusterscaling
 from nodecert.cluster import storage as clusterstorage
+from nodecert.cluster.context import ClusterContext, PairOutcome
 from nodecert.cluster.jobs import Job, JobResult, Launcher, launcher
 from nodecert.cluster.judge import (
-    Expectation,
     Reading,
     allreduce_script,
     expectation,
@@ -47,56 +47,23 @@ from nodecert.cluster.judge import (
     read_rails,
 )
 from nodecert.cluster.output import port_busy
+from nodecert.cluster.results import (
+    allreduce_result,
+    fabric_result,
+    job_evidence,
+    pairs_result,
+    rail_culprits,
+)
 from nodecert.core.errors import InventoryError
-from nodecert.inventory.cluster import PORT_BLOCK, ClusterConfig
+from nodecert.inventory.cluster import PORT_BLOCK
 from nodecert.inventory.reader import HostSpec
 from nodecert.profiles import thresholds
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import write_json
-from nodecert.transport.ssh import Endpoint
-from nodecert_node.contract import Evidence, Result, Threshold, Verdict, worst
+from nodecert_node.contract import Result, Verdict, worst
 
 Progress = Callable[[str], None]
 SCHEMA = "nodecert.cluster-run/v1"
-
-
-@dataclass
-class PairOutcome:
-    nodes: tuple[str, str]
-    round: int
-    reading: Reading
-    job: str
-    ok: bool
-    rails_ok: dict[str, bool] = field(default_factory=dict)
-    error: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"nodes": list(self.nodes), "round": self.round, "job": self.job,
-                "ok": self.ok, "busbw": self.reading.busbw, "oob": self.reading.oob,
-                "rails": self.reading.rails or {}, "rails_ok": self.rails_ok,
-                "problem": self.reading.problem, "error": self.error}
-
-
-@dataclass
-class ClusterContext:
-    """Everything a cluster run needs, resolved from the inventory before any job."""
-
-    nodes: list[str]  # inventory names
-    engine_names: dict[str, str]  # inventory name -> the engine's name for it
-    specs: dict[str, HostSpec]
-    endpoints: dict[str, Endpoint]
-    launch: Endpoint
-    cfg: ClusterConfig
-    exp: Expectation
-    simulated: bool
-    # error counters may gain this much while the jobs run (net.error_counter_growth_max)
-    counter_limit: Threshold = field(default_factory=lambda: Threshold(0, "<=", "errors"))
-    # the nodes' resolved thresholds (the scaling stage's floors)
-    limits: dict[str, Threshold] = field(default_factory=dict)
-    # the scaling job's timed and warm-up steps (the suite's load.scaling_steps/_warmup)
-    scaling_steps: tuple[int, int] = (30, 10)
-    # the order's shared file system (nodecert_shared_fs), None where it names none
-    shared_fs: dict[str, Any] | None = None
 
 
 class ClusterRun:
@@ -264,7 +231,7 @@ class ClusterRun:
                                              limits=c.limits, link_layer=c.exp.link_layer,
                                              simulated=c.simulated)
         if result.verdict != Verdict.PASS:
-            result = result.with_(evidence=self._evidence(
+            result = result.with_(evidence=job_evidence(self.jobs,
                 {j.job.name for j in self.jobs if "-scaling-" in j.job.name}))
         return result, named
 
@@ -289,7 +256,7 @@ class ClusterRun:
              for n in c.nodes}, rates, error, spec=spec, peer=peer, simulated=c.simulated,
             repeat=repeat, repeat_error=again)
         if result.verdict != Verdict.PASS or repeat is not None:
-            result = result.with_(evidence=self._evidence(jobs))
+            result = result.with_(evidence=job_evidence(self.jobs, jobs))
         return result, named
 
     def _read_at_once(self, spec: dict[str, Any], tag: str
@@ -358,7 +325,7 @@ class ClusterRun:
         cabled = self.cabling() if self.cabling else None
         pairs = self.pairs()
         iso = clusterplan.isolate({p.nodes: p.ok for p in pairs if not p.error})
-        rail_culprits = self._rail_culprits(pairs)
+        rails = rail_culprits(self.ctx, pairs)
         self.say(f"all-reduce over all {len(c.nodes)} nodes")
         reading, whole = self.allreduce(c.nodes)
         whole_ok = self._group_ok(whole)
@@ -372,8 +339,9 @@ class ClusterRun:
         stored = (self.storage(fabric) if c.shared_fs and not self.stop.is_set() else None)
         grew = (clustercounters.growth(before, self.counters())
                 if before is not None and self.counters else {})
-        results = [self._fabric_result(fabric, grew), self._pairs_result(pairs, iso, rail_culprits),
-                   self._allreduce_result(reading, whole, bis)]
+        results = [fabric_result(self.ctx, fabric, grew),
+                   pairs_result(self.ctx, self.jobs, pairs, iso, rails),
+                   allreduce_result(self.ctx, self.jobs, reading, whole, bis)]
         if cabled:
             results.append(cabled)
         if extra:
@@ -384,7 +352,7 @@ class ClusterRun:
             results.append(stored[0])
         culprits = sorted({*iso.culprits, *(bis.culprits if bis else []), *grew,
                            *(scaled[1] if scaled else []), *(stored[1] if stored else []),
-                           *rail_culprits, *[n for n, f in fabric.items()
+                           *rails, *[n for n, f in fabric.items()
                                              if f["verdict"] in ("FAIL", "ERROR")]})
         verdict = worst(r.verdict for r in results)
         return {
@@ -401,7 +369,7 @@ class ClusterRun:
             "shared_fs": stored[0].as_dict() if stored else None,
             "rounds": max((p.round for p in pairs), default=0),
             "isolation": {"culprits": iso.culprits, "suspects": iso.suspects,
-                          "healthy": iso.healthy, "rails": rail_culprits},
+                          "healthy": iso.healthy, "rails": rails},
             "allreduce": {"nodes": c.nodes, "busbw": reading.busbw, "ok": whole_ok,
                           "problem": reading.problem, "job": whole.job.name},
             "bisection": ({"rounds": [[list(g) for g in r] for r in bis.rounds],
@@ -413,102 +381,6 @@ class ClusterRun:
                       "seconds": round(j.seconds, 2), "leftovers": j.leftovers,
                       "error": j.error} for j in self.jobs],
         }
-
-    def _rail_culprits(self, pairs: list[PairOutcome]) -> dict[str, list[str]]:
-        """node -> rails whose pairings were all below the rail floor while each partner's
-        same rail did well with someone else."""
-        out: dict[str, list[str]] = {}
-        for dev in self.ctx.exp.devices:
-            iso = clusterplan.isolate({p.nodes: p.rails_ok.get(dev, False) for p in pairs
-                                       if not p.error and p.reading.rails})
-            for node in iso.culprits:
-                out.setdefault(node, []).append(dev)
-        return out
-
-    def _evidence(self, names: set[str]) -> tuple[Evidence, ...]:
-        return tuple(Evidence.of(j.job.name, j.command, j.returncode, j.output, j.seconds)
-                     for j in self.jobs if j.job.name in names)
-
-    def _fabric_result(self, fabric: dict[str, dict[str, Any]],
-                       grew: dict[str, dict[str, dict[str, int]]]) -> Result:
-        bad = {n: f for n, f in fabric.items() if f["verdict"] in ("FAIL", "ERROR")}
-        v = worst(Verdict[f["verdict"]] for f in fabric.values()) if fabric else Verdict.ERROR
-        findings = tuple(f"{n}: {f['verdict']} {f['summary']}" for n, f in sorted(bad.items()))
-        limit = self.ctx.counter_limit
-        over = [f"{n} {dev}: {k} +{g} during the cluster's jobs ({limit.check(g).message})"
-                for n, devs in sorted(grew.items()) for dev, cs in sorted(devs.items())
-                for k, g in sorted(cs.items()) if not limit.check(g)]
-        if over:
-            findings += tuple(over)
-            v = max(v, Verdict.FAIL)
-        summary = (f"{len(fabric) - len(bad)}/{len(fabric)} nodes' fabric as ordered"
-                   if fabric else "no node's fabric check ran")
-        return Result("cluster.fabric", v, summary, findings=findings,
-                      simulated=self.ctx.simulated)
-
-    def _pairs_result(self, pairs: list[PairOutcome], iso: clusterplan.Isolation,
-                      rails: dict[str, list[str]]) -> Result:
-        errors = [p for p in pairs if p.error]
-        findings = [f"{n}: every pairing below expectation while its partners passed "
-                    "elsewhere" for n in iso.culprits]
-        findings += [f"{', '.join(iso.suspects)}: bad pairings the evidence cannot pin on "
-                     "one node (pair them with known-good nodes)"] if iso.suspects else []
-        findings += [f"{n}: rail(s) {', '.join(d)} below {self.ctx.exp.rail.describe()} in "
-                     "every pairing" for n, d in sorted(rails.items())]
-        findings += [f"{' + '.join(p.nodes)}: {p.error} ({p.job})" for p in errors]
-        bad = [p for p in pairs if not p.ok and not p.error]
-        v = (Verdict.FAIL if iso.culprits or iso.suspects or rails or bad else Verdict.PASS)
-        if errors:
-            v = max(v, Verdict.ERROR)
-        busbw = [p.reading.busbw for p in pairs if p.reading.busbw is not None]
-        summary = (f"{len(pairs) - len(bad) - len(errors)}/{len(pairs)} pairings meet "
-                   f"{self.ctx.exp.busbw.describe()} and every rail "
-                   f"{self.ctx.exp.rail.describe()}")
-        return Result("cluster.pairs", v, summary, value=min(busbw) if busbw else None,
-                      unit="GB/s", thresholds={"busbw": self.ctx.exp.busbw,
-                                               "rail": self.ctx.exp.rail},
-                      findings=tuple(findings),
-                      evidence=self._evidence({p.job for p in pairs if not p.ok}),
-                      fault_code="NC-CLUSTER-PAIR" if v != Verdict.PASS else "",
-                      simulated=self.ctx.simulated).noted(
-            "NCCL/perftest", [f"{' + '.join(p.nodes)}: {n}" for p in pairs
-                              for n in p.reading.notes])
-
-    def _allreduce_result(self, reading: Reading, whole: JobResult,
-                          bis: clusterplan.Bisection | None) -> Result:
-        exp = self.ctx.exp.busbw
-        findings: list[str] = []
-        if whole.timed_out:
-            v, summary = Verdict.ERROR, (f"all-reduce over {len(self.ctx.nodes)} nodes hung "
-                                         f"past {self.ctx.cfg.job_timeout_s:g} s")
-        elif whole.error or reading.busbw is None:
-            v = Verdict.ERROR
-            summary = f"all-reduce over all nodes did not run: {whole.error or reading.problem}"
-        else:
-            out = exp.check(reading.busbw)
-            transport = self.ctx.exp.transport_problem(reading)
-            v = Verdict.PASS if out and not reading.oob and not transport else Verdict.FAIL
-            summary = f"all-reduce over {len(self.ctx.nodes)} nodes: busbw {out.message}"
-            if transport:
-                # the figure may still meet its floor: the path is what the order breaks
-                summary = f"{summary}; {transport}"
-                findings.append(transport)
-            if reading.oob:
-                findings.append(f"{reading.oob} out-of-bounds (wrong) values")
-        if bis is not None:
-            findings.append(f"bisection in {len(bis.rounds)} round(s) names: "
-                            f"{', '.join(bis.culprits) or 'nobody (every group passed)'}")
-            if v == Verdict.ERROR and bis.culprits:
-                v = Verdict.FAIL  # the hang is explained: the named node
-        left = {n: k for j in self.jobs for n, k in j.leftovers.items() if k}
-        if left:
-            findings.append(f"processes left after cancelled jobs: {left}")
-            v = max(v, Verdict.ERROR)
-        return Result("cluster.allreduce", v, summary, value=reading.busbw, unit="GB/s",
-                      thresholds={"busbw": exp}, findings=tuple(findings),
-                      evidence=self._evidence({whole.job.name}) if v != Verdict.PASS else (),
-                      simulated=self.ctx.simulated).noted("NCCL", reading.notes)
-
 
 def new_run_dir(runs_dir: Path) -> Path:
     return RunDir.new(runs_dir, "cluster").make().path
@@ -527,5 +399,4 @@ def save(run_dir: Path, data: dict[str, Any]) -> None:
     write_json(RunDir(run_dir).cluster_results, data)
 
 
-__all__ = ["SCHEMA", "ClusterContext", "ClusterRun", "PairOutcome",
-           "expectation", "model_limits", "new_run_dir", "save"]
+__all__ = ["SCHEMA", "ClusterRun", "expectation", "model_limits", "new_run_dir", "save"]

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.cluster.cabling_discover import cabling_check
+from nodecert.cluster.context import ClusterContext
 from nodecert.cluster.counters import read_all
 from nodecert.cluster.hosts import cluster_hosts
 from nodecert.cluster.jobs import Launcher
 from nodecert.cluster.judge import expectation
 from nodecert.cluster.run import (
-    ClusterContext,
     ClusterRun,
     Progress,
     model_limits,
