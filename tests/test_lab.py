@@ -363,12 +363,12 @@ def test_never_takes_another_labs_objects_for_its_own_leftovers() -> None:
 
 
 def test_lab_needs_root_and_tools_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodecert.lab import hosts
+    from nodecert.lab import machine
     real_which = shutil.which
-    monkeypatch.setattr(hosts.shutil, "which", lambda tool: None if tool == "mmdebstrap"
+    monkeypatch.setattr(machine.shutil, "which", lambda tool: None if tool == "mmdebstrap"
                         else real_which(tool))
     with pytest.raises(NodecertError) as exc:
-        hosts.preflight_tools()
+        machine.preflight_tools()
     assert exc.value.hint == "apt-get install mmdebstrap"
 
 
@@ -475,15 +475,15 @@ def test_lab_refuses_more_hosts_than_inotify_allows(tmp_path: Path,
     """systemd in a host dies at boot ("Too many open files") past the machine's
     inotify limit: `lab up` says so before creating anything."""
     from nodecert.core.errors import NodecertError
-    from nodecert.lab import hosts as lab_hosts
+    from nodecert.lab import machine
     limit = tmp_path / "max_user_instances"
     limit.write_text("40\n")
-    monkeypatch.setattr(lab_hosts, "INOTIFY_LIMIT", limit)
-    monkeypatch.setattr(lab_hosts, "inotify_in_use", lambda: 10)
-    lab_hosts.check_inotify(3)  # 10 + 3 x 8 = 34 <= 40
+    monkeypatch.setattr(machine, "INOTIFY_LIMIT", limit)
+    monkeypatch.setattr(machine, "inotify_in_use", lambda: 10)
+    machine.check_inotify(3)  # 10 + 3 x 8 = 34 <= 40
     with pytest.raises(NodecertError, match="4 lab hosts need about 42 inotify instances, "
                                             "the machine allows 40") as e:
-        lab_hosts.check_inotify(4)
+        machine.check_inotify(4)
     assert "sysctl -w fs.inotify.max_user_instances=512" in str(e.value.hint)
 
 

@@ -20,7 +20,8 @@ import yaml
 
 from nodecert.certs.signing import init_key
 from nodecert.core.errors import NodecertError
-from nodecert.lab.hosts import INOTIFY_LIMIT, Lab, check_inotify
+from nodecert.lab.hosts import Lab
+from nodecert.lab.machine import INOTIFY_LIMIT, check_inotify
 from support.env import require_root
 from support.lab import lab_config
 

@@ -506,8 +506,8 @@ def test_a_second_lab_gets_names_of_its_own(tmp_path: Path) -> None:
     veth and machine names and its own state, so it never meets the standard lab's."""
     import ipaddress
 
+    from nodecert.lab import stop
     from nodecert.lab.config import LabConfig
-    from nodecert.lab.hosts import Lab
     standard = LabConfig(root=Path("/var/tmp/nodecert-lab"),
                          subnet=ipaddress.IPv4Network("10.78.0.0/24"))
     assert (standard.prefix, standard.bridge, standard.state_name) == ("nclab", "nclab0",
@@ -523,9 +523,8 @@ def test_a_second_lab_gets_names_of_its_own(tmp_path: Path) -> None:
     # the same settings give the same names (a later `down` finds what `up` made)
     assert LabConfig(root=tmp_path / "lab", subnet=standard.subnet) == elsewhere
     # a recorded PID is never signalled unless it is still that host's boot loop
-    lab = Lab(elsewhere, log=lambda m: None)
-    assert not lab._ours(os.getpid(), elsewhere.netns(1))
-    assert not lab._ours(None, elsewhere.netns(1))
+    assert not stop.ours(elsewhere, os.getpid(), elsewhere.netns(1))
+    assert not stop.ours(elsewhere, None, elsewhere.netns(1))
 
 
 def test_two_labs_build_what_they_share_one_at_a_time(tmp_path: Path) -> None:

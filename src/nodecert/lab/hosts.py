@@ -22,7 +22,6 @@ import os
 import secrets
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -34,51 +33,22 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.core.errors import NodecertError
-from nodecert.core.shell import CommandError, run
-from nodecert.lab import blkio, cluster, net
+from nodecert.core.shell import run
+from nodecert.lab import blkio, cluster, net, stop
 from nodecert.lab import bmc as labbmc
 from nodecert.lab import rack as labrack
 from nodecert.lab.access import write_access_files
 from nodecert.lab.config import MAX_HOSTS, LabConfig
+from nodecert.lab.containerfaults import CONTAINER_CONFIG, container_fault_script
 from nodecert.lab.hardware import Fault, hardware_description, load_faults, profile
+from nodecert.lab.machine import check_inotify, preflight_tools
 from nodecert.lab.mirror import build_mirror
 from nodecert.lab.rootfs import build_base
 
 Log = Callable[[str], None]
 SIMHW = Path(__file__).parent / "simhw" / "simhw.py"  # the launcher
 SIMHW_PACKAGE = SIMHW.parent / "nodecert_simhw"  # the emulators, one module per tool
-REQUIRED_TOOLS = {"systemd-nspawn": "systemd-container", "mmdebstrap": "mmdebstrap",
-                  "ip": "iproute2", "ssh": "openssh-client", "ssh-keygen": "openssh-client",
-                  "dpkg-deb": "dpkg", "apt-ftparchive": "apt-utils"}
 BOOT_TIMEOUT_S = 90.0
-# Podman inside a lab host: what systemd-nspawn's isolation allows. nspawn's seccomp
-# filter refuses keyctl (no session keyring per container), the host's cgroups are not
-# delegated (no cgroup per container), CAP_NET_ADMIN is not granted (no network
-# namespace per container: the host's), and overlayfs cannot sit on the host's overlay
-# root (vfs storage). The GPU path (CDI devices and mounts) is untouched by any of it.
-CONTAINER_CONFIG = {
-    "etc/containers/containers.conf": "# nodecert lab: what podman can do inside "
-    "systemd-nspawn\n[containers]\nkeyring = false\ncgroups = \"disabled\"\nnetns = \"host\"\n",
-    "etc/containers/storage.conf": "# nodecert lab: overlayfs cannot stack on the host's "
-    "overlay root\n[storage]\ndriver = \"vfs\"\nrunroot = \"/run/containers/storage\"\n"
-    "graphroot = \"/var/lib/containers/storage\"\n"}
-_FAULT_SUFFIX = ".nodecert-lab-fault"
-
-
-def container_fault_script(kinds: set[str]) -> str:
-    """Undo every container fault, then set those in `kinds` (a shell script)."""
-    ctk, spec = "/usr/bin/nvidia-ctk", "/etc/cdi/nvidia.yaml"
-    out = [f"for f in {ctk} {spec}; do if [ -e \"$f{_FAULT_SUFFIX}\" ]; then "
-           f"mv -f \"$f{_FAULT_SUFFIX}\" \"$f\"; fi; done"]
-    if "toolkit_missing" in kinds:
-        out.append(f"if [ -e {ctk} ]; then mv {ctk} {ctk}{_FAULT_SUFFIX}; fi")
-    if "cdi_missing" in kinds:
-        out.append(f"if [ -e {spec} ]; then mv {spec} {spec}{_FAULT_SUFFIX}; fi")
-    elif "cdi_stale" in kinds:
-        out.append(f"if [ -e {spec} ]; then cp -p {spec} {spec}{_FAULT_SUFFIX} && sed -i "
-                   f"'s/--host-driver-version=[0-9.]*/--host-driver-version=570.211.01/' "
-                   f"{spec}; fi")
-    return "; ".join(out)
 
 
 # Supervisor of one host: runs systemd-nspawn, starts it again when the container
@@ -101,7 +71,6 @@ while :; do
   echo "=== nodecert lab: host rebooted, starting it again" >&2
 done
 """
-STOP_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -115,42 +84,6 @@ class LabHost:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-# systemd in each host holds about 7 inotify instances (measured: 28 for 4 hosts).
-INOTIFY_PER_HOST = 8
-INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
-
-
-def inotify_in_use() -> int:
-    n = 0
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
-        with contextlib.suppress(OSError):
-            n += sum(1 for fd in fd_dir.iterdir() if os.readlink(fd) == "anon_inode:inotify")
-    return n
-
-
-def check_inotify(nodes: int) -> None:
-    """Refuse (before creating anything) a lab whose hosts' systemd would run out of
-    inotify instances and die while booting ("Too many open files")."""
-    limit = int(INOTIFY_LIMIT.read_text())
-    need = inotify_in_use() + INOTIFY_PER_HOST * nodes
-    if need > limit:
-        raise NodecertError(
-            f"{nodes} lab hosts need about {need} inotify instances, the machine allows "
-            f"{limit} (fs.inotify.max_user_instances)",
-            hint=f"raise it: sysctl -w fs.inotify.max_user_instances={max(512, need * 2)} "
-                 "(or start fewer hosts)")
-
-
-def preflight_tools() -> None:
-    if os.geteuid() != 0:
-        raise NodecertError("the lab needs root (network namespaces, overlay mounts, nspawn)",
-                            hint="run it with sudo, or as root")
-    missing = sorted({pkg for tool, pkg in REQUIRED_TOOLS.items() if not shutil.which(tool)})
-    if missing:
-        raise NodecertError(f"host tools missing: {', '.join(missing)}",
-                            hint=f"apt-get install {' '.join(missing)}")
 
 
 class Lab:
@@ -187,21 +120,6 @@ class Lab:
         names = ", ".join(h.name for h in self.hosts()) or "none (is the lab up?)"
         raise NodecertError(f"no lab host named {name!r}", hint=f"lab hosts: {names}")
 
-    @staticmethod
-    def _alive(pid: int | None) -> bool:
-        """True while pid runs; a zombie (exited, not yet reaped) counts as gone."""
-        if not pid:
-            return False
-        with contextlib.suppress(ChildProcessError):
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:  # our own child: reap it
-                return False
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        # Field 3 (after the parenthesised command name) is the state; Z = zombie.
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
     # --- up ---------------------------------------------------------------------------
 
     def up(self, nodes: int = 2, profiles: tuple[str, ...] = ("h200-sxm-8",),
@@ -225,7 +143,7 @@ class Lab:
         faults: list[Fault] = (load_faults(faults_file, names, host_profiles)
                                if faults_file else [])
         state = self._read_state()
-        if state and any(self._alive(h.get("pid")) for h in state.get("hosts", [])):
+        if state and any(stop.alive(h.get("pid")) for h in state.get("hosts", [])):
             if faults_file:
                 raise NodecertError("the lab is up: its faults change with `nodecert lab "
                                     "faults`, not with `lab up`",
@@ -365,7 +283,7 @@ class Lab:
         faults = [Fault(**f) for f in state.get("faults", [])]
         new: list[LabHost] = []
         for h in current[nodes:]:
-            self._stop_host(h)
+            stop.stop_host(self.cfg, h.netns, h.pid)
             shutil.rmtree(self.cfg.host_dir(h.n), ignore_errors=True)
         kept = current[:nodes]
         if nodes > len(current):
@@ -516,7 +434,7 @@ class Lab:
         try:
             while pending:
                 for name, h in list(pending.items()):
-                    if not self._alive(h.pid):
+                    if not stop.alive(h.pid):
                         tail = (self.cfg.host_dir(h.n) / "console.log").read_text()[-2000:]
                         raise NodecertError(f"lab host {name} exited while booting:\n{tail}")
                     if self._port_open(h.ip) and self._ssh_ok(name):
@@ -611,7 +529,7 @@ class Lab:
         t0 = time.monotonic()
         state = self._read_state() or {}
         faults = [Fault(**f) for f in state.get("faults", [])]
-        self._stop_host(h)
+        stop.stop_host(self.cfg, h.netns, h.pid)
         d = self.cfg.host_dir(h.n)
         for sub in ("upper", "work"):
             shutil.rmtree(d / sub, ignore_errors=True)
@@ -628,72 +546,6 @@ class Lab:
         self._wait_ready([new])
         return time.monotonic() - t0
 
-    def _ours(self, pid: int | None, netns: str) -> bool:
-        """pid is alive and still the boot loop this lab started for netns (a recorded
-        PID may have been reused by any other process since)."""
-        if not self._alive(pid):
-            return False
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return False
-        n = int(netns.rsplit("-h", 1)[1])
-        return (b"nodecert-lab-boot" in argv and netns.encode() in argv
-                and str(self.cfg.host_dir(n) / "root").encode() in argv)
-
-    def _signal_host(self, h: LabHost) -> None:
-        if self._ours(h.pid, h.netns):
-            assert h.pid is not None
-            # nspawn --boot powers the container off on SIGTERM (~1.5-2 s).
-            os.kill(h.pid, signal.SIGTERM)
-
-    def _stop_host(self, h: LabHost) -> None:
-        self._signal_host(h)
-        self._finish_stop(h.netns, h.pid)
-
-    def _wait_exit(self, pid: int, timeout: float) -> None:
-        """Block until pid exits (a pidfd becomes readable), at most timeout seconds."""
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:  # already gone
-            return
-        try:
-            select.select([fd], [], [], timeout)
-        finally:
-            os.close(fd)
-        self._alive(pid)  # reaps it when it is our own child
-
-    def _finish_stop(self, netns: str, pid: int | None) -> None:
-        if not self._ours(pid, netns):
-            pid = None  # gone, or no longer the host's: never waited on, never killed
-        if pid:
-            self._wait_exit(pid, STOP_TIMEOUT_S)
-        # Whatever still runs inside the lab's own namespace was started by the lab; a
-        # namespace its records do not prove its own is left alone, name or not.
-        owned = netns in net.owned_netns(self.cfg)
-        if owned:
-            for p in net.netns_pids(netns):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGKILL)
-        if pid and self._alive(pid):
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(f"/run/systemd/nspawn/propagate/{netns}", ignore_errors=True)
-        n = int(netns.rsplit("-h", 1)[1])
-        root = self.cfg.host_dir(n) / "root"
-        for m in net.owned_mounts(self.cfg):
-            if m == root or root in m.parents:
-                self._umount(m)
-        if owned:
-            net.netns_del(self.cfg, netns)
-        blkio.remove(self.cfg, netns)
-
-    @staticmethod
-    def _umount(path: Path) -> None:
-        try:
-            run(["umount", str(path)], timeout=30)
-        except CommandError:
-            run(["umount", "-l", str(path)], timeout=30)
-
     def down(self, *, drop_guard: bool = False) -> dict[str, int]:
         """Stop every lab host and remove every object the lab created."""
         # the bridge's name is another lab's, and so are its hosts' names: touch nothing
@@ -701,14 +553,14 @@ class Lab:
         hosts = self.hosts()
         by_ns = {h.netns: h for h in hosts}
         for h in hosts:
-            self._signal_host(h)
+            stop.signal_host(self.cfg, h.netns, h.pid)
         stale = [ns for ns in net.owned_netns(self.cfg) if ns not in by_ns]
         with ThreadPoolExecutor(max_workers=16) as pool:
-            list(pool.map(lambda h: self._finish_stop(h.netns, h.pid), hosts))
-            list(pool.map(lambda ns: self._finish_stop(ns, None), stale))
+            list(pool.map(lambda h: stop.finish_stop(self.cfg, h.netns, h.pid), hosts))
+            list(pool.map(lambda ns: stop.finish_stop(self.cfg, ns, None), stale))
         leftover_mounts = net.owned_mounts(self.cfg)
         for m in leftover_mounts:
-            self._umount(m)
+            stop.umount(m)
         for group in blkio.owned(self.cfg):
             blkio.remove(self.cfg, group)
         labbmc.down(self.cfg)
@@ -738,7 +590,7 @@ class Lab:
         state = self._read_state()
         hosts = []
         for h in self.hosts():
-            alive = self._alive(h.pid)
+            alive = stop.alive(h.pid)
             hosts.append({**h.as_dict(), "running": alive,
                           "ssh": alive and self._port_open(h.ip) and self._ssh_ok(h.name)})
         return {
