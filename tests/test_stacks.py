@@ -252,3 +252,44 @@ def test_framework_wheel_hashes_in_a_manifest(tmp_path: Path) -> None:
             load_stack(bad_path)
     assert "torch==2.9.1+cu130" in load_stack(REPO / "stacks" / "r580-cuda13.0.yml"
                                               ).framework.hashes
+
+
+# --- the vendor: what the gate's rules and the node's GPU backend select by ---------------
+
+def test_a_stack_names_its_vendor_and_its_components_roles(tmp_path: Path) -> None:
+    for stack in list_stacks():
+        assert stack.vendor == "nvidia"  # a stack that names none is NVIDIA's
+        roles = stack.roles()
+        assert {"driver", "runtime", "collectives", "libraries", "diagnostics"} <= set(roles)
+        assert roles["collectives"] == {"nccl": str(stack.nccl)}
+    data = manifest()
+    data["vendor"] = "nvidia"
+    assert load_stack(write_manifest(tmp_path, data)).vendor == "nvidia"
+    data["vendor"] = "acme"
+    err = _load_data(tmp_path, data)
+    assert "'acme' is not one of: nvidia" in err.what
+    assert (err.where or "").startswith(str(tmp_path / "test-stack.yml"))
+
+
+def test_the_gate_judges_a_stack_by_its_vendors_rules() -> None:
+    import dataclasses
+    stack = find_stack("r580-cuda13.0")
+    other = dataclasses.replace(stack, vendor="acme")
+    with pytest.raises(UnknownNameError, match="no compatibility rules for acme stacks"):
+        evaluate(other, gpu="H200-SXM", os_name="ubuntu-24.04", today=TODAY)
+    assert evaluate(stack, gpu="H200-SXM", os_name="ubuntu-24.04", today=TODAY).results
+
+
+def test_the_plan_tells_the_node_its_gpu_vendor() -> None:
+    from nodecert.inventory.reader import HostSpec
+    from nodecert.profiles import thresholds
+    from nodecert.validation.plan import build_plan
+    spec = HostSpec(name="h1", address="127.0.0.1", port=22, groups=(), gpu_model="H200-SXM",
+                    gpu_count=8, cpu_cores=112, ram_gb=2048, nvme_count=8, nvme_min_gb=3500,
+                    simulated=False, validation={})
+    with_stack = build_plan(spec, thresholds.suite("quick"), find_stack("r580-cuda13.0"),
+                            "r", cli_thresholds={}, scratch=None)
+    assert with_stack.spec["gpu_vendor"] == "nvidia"
+    without = build_plan(spec, thresholds.suite("quick"), None, "r", cli_thresholds={},
+                         scratch=None)
+    assert "gpu_vendor" not in without.spec  # the node's default backend (NVIDIA)

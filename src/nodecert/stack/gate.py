@@ -85,6 +85,11 @@ RULES: tuple[tuple[str, Callable[[RuleContext], RuleResult]], ...] = (
 MULTI_RULES: tuple[Callable[[RuleContext], list[RuleResult]], ...] = (
     rule_os_supported, rule_pins_confirmed, rule_advisories,
 )
+# Each vendor's rules: a stack is judged by its vendor's (stack.vendor).
+RULES_BY_VENDOR: dict[str, tuple[tuple[tuple[str, Callable[[RuleContext], RuleResult]], ...],
+                                 tuple[Callable[[RuleContext], list[RuleResult]], ...]]] = {
+    "nvidia": (RULES, MULTI_RULES),
+}
 
 
 def evaluate(stack: Stack, *, gpu: str | GpuModel | None = None, os_name: str | None = None,
@@ -107,9 +112,13 @@ def evaluate(stack: Stack, *, gpu: str | GpuModel | None = None, os_name: str | 
                tuple(sorted((others or {}).items())), allow_advisories)
     results: list[RuleResult] = []
     skipped: list[tuple[str, str]] = []
-    for multi in MULTI_RULES:
+    if stack.vendor not in RULES_BY_VENDOR:
+        raise UnknownNameError(f"no compatibility rules for {stack.vendor} stacks",
+                               hint=f"the gate knows: {', '.join(sorted(RULES_BY_VENDOR))}")
+    rules, multi_rules = RULES_BY_VENDOR[stack.vendor]
+    for multi in multi_rules:
         results.extend(multi(ctx))
-    for rule_id, rule in RULES:
+    for rule_id, rule in rules:
         try:
             results.append(rule(ctx))
         except NotEvaluated as why:
@@ -118,4 +127,4 @@ def evaluate(stack: Stack, *, gpu: str | GpuModel | None = None, os_name: str | 
                       tuple(results), tuple(skipped))
 
 
-__all__ = ["GateReport", "RuleResult", "evaluate"]
+__all__ = ["RULES_BY_VENDOR", "GateReport", "RuleResult", "evaluate"]

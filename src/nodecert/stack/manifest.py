@@ -28,6 +28,18 @@ SUPPORTED_OS = ("ubuntu-22.04", "ubuntu-24.04", "debian-12")
 COMPONENTS = ("driver", "fabric_manager", "nscq", "imex", "cuda", "cudnn", "nccl", "dcgm",
               "cuda_compat")
 REQUIRED_COMPONENTS = ("driver", "cuda", "cudnn", "nccl", "dcgm")
+# What each component of a vendor's stack is, in vendor-neutral roles: what the gate
+# (its rules are a vendor's), the node's GPU backend (spec gpu_vendor) and a reader of
+# the stack select by. A stack names its vendor (`vendor:`, NVIDIA where it names none).
+ROLES = ("driver", "runtime", "collectives", "libraries", "management daemon",
+         "diagnostics")
+COMPONENT_ROLES: dict[str, dict[str, str]] = {
+    "nvidia": {"driver": "driver", "cuda": "runtime", "cuda_compat": "runtime",
+               "nccl": "collectives", "cudnn": "libraries",
+               "fabric_manager": "management daemon", "nscq": "management daemon",
+               "imex": "management daemon", "dcgm": "diagnostics"},
+}
+DEFAULT_VENDOR = "nvidia"
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
@@ -113,6 +125,14 @@ class Stack:
     os: dict[str, OsPins]
     # IMEX (the NVLink domain's memory export service of GB200/GB300 compute trays)
     imex: DriverVersion | None = None
+    vendor: str = DEFAULT_VENDOR
+
+    def roles(self) -> dict[str, dict[str, str]]:
+        """role -> {component: version}: the stack in vendor-neutral terms."""
+        out: dict[str, dict[str, str]] = {}
+        for comp, version in self.components().items():
+            out.setdefault(COMPONENT_ROLES[self.vendor][comp], {})[comp] = version
+        return out
 
     def components(self) -> dict[str, str]:
         """Upstream version of every component present, for tables and JSON."""
@@ -243,7 +263,7 @@ def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
     matrix = matrix or default_matrix()
     root = yamldoc.load(path)
     f = root.mapping({"schema", "name", "title", "status", "driver", "components", "framework",
-                      "repository", "artifacts", "os"})
+                      "repository", "artifacts", "os"}, {"vendor"})
     if f["schema"].text() != "nodecert.stack/v1":
         raise f["schema"].error(f"unsupported schema {f['schema'].value!r}",
                                 hint="this nodecert reads schema: nodecert.stack/v1")
@@ -317,7 +337,8 @@ def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
         fabric_manager=drv("fabric_manager"), nscq=drv("nscq"), imex=drv("imex"), cuda=cuda,
         cudnn=cudnn,
         nccl=nccl, dcgm=dcgm, cuda_compat=compat, framework=framework, repository=repository,
-        artifacts=tuple(artifacts), os=os_pins)
+        artifacts=tuple(artifacts), os=os_pins,
+        vendor=f["vendor"].choice(tuple(COMPONENT_ROLES)) if "vendor" in f else DEFAULT_VENDOR)
 
 
 def stack_paths(directory: Path | None = None) -> list[Path]:
@@ -342,4 +363,5 @@ def find_stack(name: str, directory: Path | None = None, matrix: Matrix | None =
                            hint=f"known stacks: {known}; run `nodecert stack list`")
 
 
-__all__ = ["SUPPORTED_OS", "ManifestError", "Stack", "find_stack", "list_stacks", "load_stack"]
+__all__ = ["COMPONENT_ROLES", "DEFAULT_VENDOR", "ROLES", "SUPPORTED_OS", "ManifestError", "Stack",
+           "find_stack", "list_stacks", "load_stack"]

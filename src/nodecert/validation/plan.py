@@ -52,6 +52,8 @@ def build_plan(spec: HostSpec, suite: thresholds.Suite, stack: Stack | None, run
     limits = thresholds.resolve(spec.gpu_model, inventory=v.get("thresholds"),
                                 cli=cli_thresholds, host=spec.name)
     plan_spec["threshold_gaps"] = thresholds.gaps(spec.gpu_model, limits)
+    if stack is not None:  # the node reads its GPUs through this vendor's backend
+        plan_spec["gpu_vendor"] = stack.vendor
     return Plan(
         run_id=run_id, host=spec.name, suite=suite.name, checks=chosen,
         check_timeout_s=suite.check_timeout_s, tool_timeout_s=60,
