@@ -143,6 +143,25 @@ def check_command(line: str) -> str | None:
     return None
 
 
+# "`name(...)` in `path`", "`name` (`path`)", "`path`'s `name`": the file exists, and must
+# still hold what the sentence says it does (a function moved out of it makes the claim
+# stale while the path check still passes).
+_IN_PATH = r"`((?:src|validators|tests|benchmarks|roles|playbooks)/[\w./-]+\.(?:py|yml|j2))`"
+_NAMED = r"`([A-Za-z_][\w.]*)(?:\([^`]*\))?`"
+NAME_IN_PATH = (re.compile(_NAMED + r"[^`\n]{0,40}?\b(?:in|of|from|at)\s+" + _IN_PATH),
+                re.compile(_NAMED + r"\s+\(" + _IN_PATH + r"\)"))
+PATH_NAMES = (re.compile(_IN_PATH + r"(?:'s|:)\s+" + _NAMED),
+              re.compile(_IN_PATH + r"\s+\(" + _NAMED + r"\)"))
+
+
+def content_claims(text: str) -> Iterator[tuple[str, str]]:
+    """(name, path) for every sentence that says a file holds a name."""
+    for pat in NAME_IN_PATH:
+        yield from ((m.group(1), m.group(2)) for m in pat.finditer(text))
+    for pat in PATH_NAMES:
+        yield from ((m.group(2), m.group(1)) for m in pat.finditer(text))
+
+
 def claims(doc: Path) -> list[str]:
     return claims_in(doc.read_text(), str(doc.relative_to(REPO)))
 
@@ -158,6 +177,11 @@ def claims_in(text: str, rel: str) -> list[str]:
         elif test and not any(re.search(rf"def {test}\b", p.read_text())
                               for p in REPO.glob(f"tests/{fname}")):
             bad.append(f"{rel}: names {fname}::{test}, which does not exist")
+    for name, path in sorted(set(content_claims(text))):
+        last = name.rsplit(".", 1)[-1]
+        if (REPO / path).is_file() and not re.search(rf"\b{re.escape(last)}\b",
+                                                      (REPO / path).read_text()):
+            bad.append(f"{rel}: says {path} holds {name}, which it does not")
     for dotted in sorted(set(MODULE.findall(text))):
         why = module_exists(dotted)
         if why:
@@ -186,6 +210,14 @@ def test_what_a_docstring_or_comment_points_at_exists() -> None:
                 if p.startswith(CODE_ROOTS) and not (REPO / p).exists():
                     bad.append(f"{f.relative_to(REPO)}:{n}: points at {p}, which is gone")
     assert bad == []
+
+
+def test_a_claim_about_what_a_file_holds_is_checked_against_the_file() -> None:
+    text = ("The parser (`power_limits(q_text)` in `validators/nodecert_node/checks/power.py`)"
+            " and `src/nodecert/stack/gate.py`'s `judge_recipe`; `judge_power` in "
+            "`validators/nodecert_node/checks/power.py` holds.")
+    assert claims_in(text, "doc.md") == [
+        "doc.md: says src/nodecert/stack/gate.py holds judge_recipe, which it does not"]
 
 
 def test_a_claim_about_something_gone_is_caught() -> None:
