@@ -227,14 +227,7 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     a node certificate must be an acceptance certificate (a health record fails); lists:
     revocation lists already read (with `revocations`: every one applies); freshness:
     how old a list may be, and the verifier's memory of the lists seen."""
-    if ring is None:
-        if not pubkeys:
-            raise ReportError("no trusted public key given", hint="pass --pubkey nodecert.pub "
-                              "(the public key of the signer you trust)")
-        try:
-            ring = load_keyring(pubkeys, key_statements or [])
-        except KeyStatementError as exc:
-            raise ReportError(exc.what, hint=exc.hint) from exc
+    ring = ring or _keyring(pubkeys, key_statements or [])
     if require_signers < 1:
         raise ReportError(f"--require-signers must be at least 1 (got {require_signers})")
     trusted = ring.keys
@@ -244,24 +237,11 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     except revlist.RevocationError as exc:
         raise ReportError(exc.what, hint=exc.hint) from exc
     reg = (regs, freshness or revlist.Freshness(), now or dt.datetime.now(dt.UTC))
-    envelope = read_envelope(path)
     v = Verification()
-    try:
-        ptype, payload, signers = verify_signers(envelope, trusted)
-    except SignatureError as exc:
-        v.step("signature", False, withdrawn_signers(envelope, ring) or str(exc))
+    signed = _signature_step(v, read_envelope(path), ring, require_signers)
+    if signed is None:
         return v
-    parties = ring.parties(signers)
-    enough = len(parties) >= require_signers
-    names = ", ".join(f"{k[:16]}..." for k in signers)
-    if not v.step("signature", enough,
-                  (f"valid, signed by trusted key {names}" if len(signers) == 1 else
-                   f"valid, signed by {len(signers)} trusted keys: {names}")
-                  + ("" if len(parties) == len(signers) else
-                     f" ({len(parties)} part{'y' if len(parties) == 1 else 'ies'}: a key "
-                     "and its hand-over are one)")
-                  + ("" if enough else f"; {require_signers} different signers required")):
-        return v
+    ptype, payload = signed
     if not v.step("payload type", ptype == PAYLOAD_TYPE,
                   f"{ptype}" + ("" if ptype == PAYLOAD_TYPE else f", expected {PAYLOAD_TYPE}")):
         return v
@@ -293,13 +273,52 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
            + ("matches the certified identity" if identity_digest(p["identity"]) == digest
               else "does NOT match the identity in the predicate"))
     if live_identity is not None:
-        changes = identity_changes(p["identity"], live_identity)
-        same = identity_digest(live_identity) == digest
-        v.step("hardware", same, "the host's live hardware identity matches the certificate"
-               if same else "the host's hardware differs from the certificate: "
-               + ("; ".join(changes) or "identity digest differs"))
+        _hardware_step(v, p["identity"], live_identity, digest)
     _attestation_step(v, p)
     return _node_verdict(v, p, allow_simulated, require_acceptance)
+
+
+def _keyring(pubkeys: list[Path], key_statements: list[Path]) -> Keyring:
+    """The keys trusted: the given ones, those they handed over to, less the withdrawn."""
+    if not pubkeys:
+        raise ReportError("no trusted public key given", hint="pass --pubkey nodecert.pub "
+                          "(the public key of the signer you trust)")
+    try:
+        return load_keyring(pubkeys, key_statements)
+    except KeyStatementError as exc:
+        raise ReportError(exc.what, hint=exc.hint) from exc
+
+
+def _signature_step(v: Verification, envelope: dict[str, Any], ring: Keyring,
+                    require_signers: int) -> tuple[str, bytes] | None:
+    """(payload type, payload) when enough different parties of the ring signed it; the
+    step recorded either way."""
+    try:
+        ptype, payload, signers = verify_signers(envelope, ring.keys)
+    except SignatureError as exc:
+        v.step("signature", False, withdrawn_signers(envelope, ring) or str(exc))
+        return None
+    parties = ring.parties(signers)
+    enough = len(parties) >= require_signers
+    names = ", ".join(f"{k[:16]}..." for k in signers)
+    if not v.step("signature", enough,
+                  (f"valid, signed by trusted key {names}" if len(signers) == 1 else
+                   f"valid, signed by {len(signers)} trusted keys: {names}")
+                  + ("" if len(parties) == len(signers) else
+                     f" ({len(parties)} part{'y' if len(parties) == 1 else 'ies'}: a key "
+                     "and its hand-over are one)")
+                  + ("" if enough else f"; {require_signers} different signers required")):
+        return None
+    return ptype, payload
+
+
+def _hardware_step(v: Verification, certified: dict[str, Any], live: dict[str, Any],
+                   digest: str) -> None:
+    changes = identity_changes(certified, live)
+    same = identity_digest(live) == digest
+    v.step("hardware", same, "the host's live hardware identity matches the certificate"
+           if same else "the host's hardware differs from the certificate: "
+           + ("; ".join(changes) or "identity digest differs"))
 
 
 def _node_verdict(v: Verification, p: dict[str, Any], allow_simulated: bool,

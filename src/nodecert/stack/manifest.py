@@ -259,6 +259,42 @@ def _check_lock(framework: Framework, fw: dict[str, yamldoc.Node]) -> None:
                 hint="lock the stack again (nodecert stack lock)")
 
 
+def _framework(node: yamldoc.Node, matrix: Matrix) -> Framework:
+    fw = node.mapping({"python", "index_url", "pytorch", "tensorflow", "source"},
+                      {"hashes", "hashes_source", "extra_index_urls"})
+    framework = Framework(
+        python=fw["python"].text(), index_url=fw["index_url"].text(),
+        pytorch=fw["pytorch"].opt_parsed(TorchVersion.parse),
+        tensorflow=fw["tensorflow"].opt_text(), source=_sources(fw["source"], matrix)[0],
+        hashes=_wheel_hashes(fw["hashes"]) if "hashes" in fw else {},
+        hashes_source=_sources(fw["hashes_source"], matrix) if "hashes_source" in fw else (),
+        extra_index_urls=tuple(fw["extra_index_urls"].text_list())
+        if "extra_index_urls" in fw else ())
+    if framework.pytorch is None and framework.tensorflow is None:
+        raise node.error("pin at least one of pytorch or tensorflow")
+    _check_lock(framework, fw)
+    return framework
+
+
+def _repository(node: yamldoc.Node, matrix: Matrix) -> Repository:
+    r = node.mapping({"url", "key_url", "key_fingerprint", "source"})
+    fpr = r["key_fingerprint"].text()
+    if not _FINGERPRINT_RE.match(fpr):
+        raise r["key_fingerprint"].error(
+            "must be the key's full 40-hex-digit fingerprint in upper case",
+            hint="a short key id can be forged; use `gpg --show-keys --with-fingerprint`")
+    return Repository(r["url"].text(), r["key_url"].text(), fpr, _sources(r["source"], matrix))
+
+
+def _artifact(node: yamldoc.Node, matrix: Matrix) -> Artifact:
+    a = node.mapping({"name", "url", "sha256", "source"})
+    digest = a["sha256"].text()
+    if not _SHA256_RE.match(digest):
+        raise a["sha256"].error("must be a 64-hex-digit lower-case sha256",
+                                hint="every file downloaded outside apt/pip is verified")
+    return Artifact(a["name"].text(), a["url"].text(), digest, _sources(a["source"], matrix)[0])
+
+
 def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
     matrix = matrix or default_matrix()
     root = yamldoc.load(path)
@@ -290,38 +326,9 @@ def load_stack(path: Path, matrix: Matrix | None = None) -> Stack:
     compat = (c["cuda_compat"].parsed(lambda s: DottedVersion.parse(s, min_parts=2))
               if "cuda_compat" in c else None)
 
-    fw = f["framework"].mapping({"python", "index_url", "pytorch", "tensorflow", "source"},
-                                {"hashes", "hashes_source", "extra_index_urls"})
-    framework = Framework(
-        python=fw["python"].text(), index_url=fw["index_url"].text(),
-        pytorch=fw["pytorch"].opt_parsed(TorchVersion.parse),
-        tensorflow=fw["tensorflow"].opt_text(), source=_sources(fw["source"], matrix)[0],
-        hashes=_wheel_hashes(fw["hashes"]) if "hashes" in fw else {},
-        hashes_source=_sources(fw["hashes_source"], matrix) if "hashes_source" in fw else (),
-        extra_index_urls=tuple(fw["extra_index_urls"].text_list())
-        if "extra_index_urls" in fw else ())
-    if framework.pytorch is None and framework.tensorflow is None:
-        raise f["framework"].error("pin at least one of pytorch or tensorflow")
-    _check_lock(framework, fw)
-
-    r = f["repository"].mapping({"url", "key_url", "key_fingerprint", "source"})
-    fpr = r["key_fingerprint"].text()
-    if not _FINGERPRINT_RE.match(fpr):
-        raise r["key_fingerprint"].error(
-            "must be the key's full 40-hex-digit fingerprint in upper case",
-            hint="a short key id can be forged; use `gpg --show-keys --with-fingerprint`")
-    repository = Repository(r["url"].text(), r["key_url"].text(), fpr,
-                            _sources(r["source"], matrix))
-
-    artifacts = []
-    for n in f["artifacts"].seq():
-        a = n.mapping({"name", "url", "sha256", "source"})
-        digest = a["sha256"].text()
-        if not _SHA256_RE.match(digest):
-            raise a["sha256"].error("must be a 64-hex-digit lower-case sha256",
-                                    hint="every file downloaded outside apt/pip is verified")
-        artifacts.append(Artifact(a["name"].text(), a["url"].text(), digest,
-                                  _sources(a["source"], matrix)[0]))
+    framework = _framework(f["framework"], matrix)
+    repository = _repository(f["repository"], matrix)
+    artifacts = [_artifact(n, matrix) for n in f["artifacts"].seq()]
 
     stack_components = {"driver": str(driver)} | {k: c[k].text() for k in c}
     os_pins = {os_name: _load_os_pins(os_name, node, stack_components, matrix)
