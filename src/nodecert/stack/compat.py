@@ -180,6 +180,66 @@ def _source(node: yamldoc.Node, sources: dict[str, Source]) -> str:
     return key
 
 
+def _gpus(node: yamldoc.Node, archs: tuple[str, ...], sources: dict[str, Source]
+          ) -> dict[str, GpuModel]:
+    gpus: dict[str, GpuModel] = {}
+    for n in node.seq():
+        f = n.mapping({"key", "name", "pci_device_ids", "architecture", "datacenter", "nvswitch",
+                       "open_modules", "first_driver_open", "first_driver_proprietary",
+                       "practical_min_branch", "memory_gb", "source"}, {"imex"})
+        arch = f["architecture"].text()
+        if arch not in archs:
+            raise f["architecture"].error(f"{arch!r} is not listed under architectures")
+        key = f["key"].text()
+        gpus[key] = GpuModel(
+            key=key, name=f["name"].text(),
+            pci_device_ids=tuple(i.lower() for i in f["pci_device_ids"].text_list()),
+            architecture=arch, datacenter=f["datacenter"].boolean(),
+            nvswitch=f["nvswitch"].boolean(),
+            open_modules=f["open_modules"].choice(("required", "supported", "unsupported")),
+            first_driver_open=f["first_driver_open"].opt_parsed(DriverVersion.parse),
+            first_driver_proprietary=f["first_driver_proprietary"].opt_parsed(
+                DriverVersion.parse),
+            practical_min_branch=f["practical_min_branch"].opt_text(),
+            memory_gb=f["memory_gb"].integer(), source=_source(f["source"], sources),
+            imex=f["imex"].boolean() if "imex" in f else False)
+    return gpus
+
+
+def _frameworks(root: dict[str, yamldoc.Node], archs: tuple[str, ...],
+                sources: dict[str, Source]) -> tuple[dict[str, TorchBuilds],
+                                                     list[TorchArchFloor],
+                                                     dict[str, TensorflowBuild]]:
+    """PyTorch's builds per CUDA, its architecture floors, TensorFlow's builds."""
+    def src(f: dict[str, yamldoc.Node]) -> str:
+        return _source(f["source"], sources)
+
+    def dotted(node: yamldoc.Node) -> DottedVersion:
+        return node.parsed(DottedVersion.parse)
+
+    torch: dict[str, TorchBuilds] = {}
+    for n in root["torch_builds"].seq():
+        f = n.mapping({"torch", "stable", "experimental", "source"})
+        t = f["torch"].text()
+        torch[t] = TorchBuilds(t, tuple(f["stable"].text_list()),
+                               tuple(f["experimental"].text_list()), src(f))
+
+    floors = []
+    for n in root["torch_cuda_min_architecture"].seq():
+        f = n.mapping({"cuda_major", "min_architecture", "source"})
+        arch = f["min_architecture"].text()
+        if arch not in archs:
+            raise f["min_architecture"].error(f"{arch!r} is not listed under architectures")
+        floors.append(TorchArchFloor(f["cuda_major"].integer(), arch, src(f)))
+
+    tf: dict[str, TensorflowBuild] = {}
+    for n in root["tensorflow_builds"].seq():
+        f = n.mapping({"tensorflow", "cuda", "cudnn", "source"})
+        v = f["tensorflow"].text()
+        tf[v] = TensorflowBuild(v, dotted(f["cuda"]), dotted(f["cudnn"]), src(f))
+    return torch, floors, tf
+
+
 def load_matrix(directory: Path | None = None) -> Matrix:
     directory = directory or compat_dir()
     sources = load_sources(directory / "sources.yml")
@@ -221,27 +281,7 @@ def load_matrix(directory: Path | None = None) -> Matrix:
 
     archs = tuple(root["architectures"].text_list())
 
-    gpus: dict[str, GpuModel] = {}
-    for n in root["gpus"].seq():
-        f = n.mapping({"key", "name", "pci_device_ids", "architecture", "datacenter", "nvswitch",
-                       "open_modules", "first_driver_open", "first_driver_proprietary",
-                       "practical_min_branch", "memory_gb", "source"}, {"imex"})
-        arch = f["architecture"].text()
-        if arch not in archs:
-            raise f["architecture"].error(f"{arch!r} is not listed under architectures")
-        key = f["key"].text()
-        gpus[key] = GpuModel(
-            key=key, name=f["name"].text(),
-            pci_device_ids=tuple(i.lower() for i in f["pci_device_ids"].text_list()),
-            architecture=arch, datacenter=f["datacenter"].boolean(),
-            nvswitch=f["nvswitch"].boolean(),
-            open_modules=f["open_modules"].choice(("required", "supported", "unsupported")),
-            first_driver_open=f["first_driver_open"].opt_parsed(DriverVersion.parse),
-            first_driver_proprietary=f["first_driver_proprietary"].opt_parsed(
-                DriverVersion.parse),
-            practical_min_branch=f["practical_min_branch"].opt_text(),
-            memory_gb=f["memory_gb"].integer(), source=src(f),
-            imex=f["imex"].boolean() if "imex" in f else False)
+    gpus = _gpus(root["gpus"], archs, sources)
 
     def dotted(node: yamldoc.Node) -> DottedVersion:
         return node.parsed(DottedVersion.parse)
@@ -253,26 +293,7 @@ def load_matrix(directory: Path | None = None) -> Matrix:
                                dotted(f["cuda_from"]), dotted(f["cuda_to"]),
                                f["min_driver"].opt_parsed(DriverVersion.parse), src(f)))
 
-    torch: dict[str, TorchBuilds] = {}
-    for n in root["torch_builds"].seq():
-        f = n.mapping({"torch", "stable", "experimental", "source"})
-        t = f["torch"].text()
-        torch[t] = TorchBuilds(t, tuple(f["stable"].text_list()),
-                               tuple(f["experimental"].text_list()), src(f))
-
-    floors = []
-    for n in root["torch_cuda_min_architecture"].seq():
-        f = n.mapping({"cuda_major", "min_architecture", "source"})
-        arch = f["min_architecture"].text()
-        if arch not in archs:
-            raise f["min_architecture"].error(f"{arch!r} is not listed under architectures")
-        floors.append(TorchArchFloor(f["cuda_major"].integer(), arch, src(f)))
-
-    tf: dict[str, TensorflowBuild] = {}
-    for n in root["tensorflow_builds"].seq():
-        f = n.mapping({"tensorflow", "cuda", "cudnn", "source"})
-        v = f["tensorflow"].text()
-        tf[v] = TensorflowBuild(v, dotted(f["cuda"]), dotted(f["cudnn"]), src(f))
+    torch, floors, tf = _frameworks(root, archs, sources)
 
     rule_sources = {}
     for rule, n in root["rule_sources"].items():
