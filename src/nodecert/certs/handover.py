@@ -224,40 +224,12 @@ def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
     if out.exists():
         raise HandoverError(f"{out} already exists: a bundle is never written over",
                             hint="name a new directory with --out")
-    # The signing keys are trusted here too: a withdrawal they (or their chain) signed
-    # counts, and a withdrawn signing key is refused below.
-    ring: Keyring = resolve([load_public_key(p) for p in pubkeys or []]
-                            + [k.public_key() for k in keys],
-                            [(str(p), *read_statement(p)) for p in key_statements or []])
-    gone = [keyid(k.public_key()) for k in keys if keyid(k.public_key()) in ring.withdrawn]
-    if gone:
-        since, why = ring.withdrawn[gone[0]]
-        raise WithdrawnSigningKey(
-            f"signing key {gone[0][:16]}... is withdrawn ({why}"
-            + (f", since {since}" if since else "") + "): a bundle it signs verifies "
-            "nowhere; nothing was written", hint="sign with a key that holds (--key)")
-    for k in keys:
-        ring.trusted.setdefault(keyid(k.public_key()), k.public_key())
+    ring = _signing_ring(keys, pubkeys or [], key_statements or [])
     chosen, older = newest(collect(runs))
     health = [c for c in chosen if c.health_record]
     if health and not allow_health_records:
-        lacks = "; ".join(
-            f"{c.name} ({c.source.name}: suite {c.statement['predicate'].get('suite')}, lacks "
-            + ", ".join((c.statement["predicate"].get("acceptance") or {}).get("missing")
-                        or ["acceptance"]) + ")" for c in health[:10])
-        raise HandoverError(f"{len(health)} node(s) hold only a health record, not an "
-                            f"acceptance certificate: {lacks}",
-                            hint="validate them with an acceptance suite (standard or full) "
-                                 "and certify, or hand the health records over knowingly "
-                                 "with --allow-health-records (recorded in the manifest)")
-    signed_by: dict[str, list[str]] = {}
-    for c in chosen:
-        try:
-            signed_by[c.stem] = verify_signers(c.envelope, ring.keys)[2]
-        except SignatureError as exc:
-            raise HandoverError(f"{c.source}: not signed by a key of this hand-over ({exc})",
-                                hint="pass the signer's public key with --pubkey, or its "
-                                     "rotation with --key-statement") from exc
+        _refuse_health_records(health)
+    signed_by = _signers(chosen, ring)
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -303,6 +275,51 @@ def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
         shutil.rmtree(work, ignore_errors=True)
         raise
     return Handover(out, chosen, older, signers)
+
+
+def _signing_ring(keys: list[PrivateKey], pubkeys: list[Path],
+                  key_statements: list[Path]) -> Keyring:
+    """The keys trusted, the signing keys among them: a withdrawal they (or their chain)
+    signed counts, and a withdrawn signing key is refused before anything is written."""
+    ring: Keyring = resolve([load_public_key(p) for p in pubkeys]
+                            + [k.public_key() for k in keys],
+                            [(str(p), *read_statement(p)) for p in key_statements])
+    gone = [keyid(k.public_key()) for k in keys if keyid(k.public_key()) in ring.withdrawn]
+    if gone:
+        since, why = ring.withdrawn[gone[0]]
+        raise WithdrawnSigningKey(
+            f"signing key {gone[0][:16]}... is withdrawn ({why}"
+            + (f", since {since}" if since else "") + "): a bundle it signs verifies "
+            "nowhere; nothing was written", hint="sign with a key that holds (--key)")
+    for k in keys:
+        ring.trusted.setdefault(keyid(k.public_key()), k.public_key())
+    return ring
+
+
+def _refuse_health_records(health: list[Certificate]) -> None:
+    lacks = "; ".join(
+        f"{c.name} ({c.source.name}: suite {c.statement['predicate'].get('suite')}, lacks "
+        + ", ".join((c.statement["predicate"].get("acceptance") or {}).get("missing")
+                    or ["acceptance"]) + ")" for c in health[:10])
+    raise HandoverError(f"{len(health)} node(s) hold only a health record, not an "
+                        f"acceptance certificate: {lacks}",
+                        hint="validate them with an acceptance suite (standard or full) "
+                             "and certify, or hand the health records over knowingly "
+                             "with --allow-health-records (recorded in the manifest)")
+
+
+def _signers(chosen: list[Certificate], ring: Keyring) -> dict[str, list[str]]:
+    """Each certificate's trusted signers; a certificate no key of the ring signed is
+    refused, naming its file."""
+    signed_by: dict[str, list[str]] = {}
+    for c in chosen:
+        try:
+            signed_by[c.stem] = verify_signers(c.envelope, ring.keys)[2]
+        except SignatureError as exc:
+            raise HandoverError(f"{c.source}: not signed by a key of this hand-over ({exc})",
+                                hint="pass the signer's public key with --pubkey, or its "
+                                     "rotation with --key-statement") from exc
+    return signed_by
 
 
 def _row(c: Certificate, signers: list[str]) -> dict[str, Any]:
