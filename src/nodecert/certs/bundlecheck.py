@@ -139,40 +139,10 @@ def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
         return out
     if statements:
         out.step("keys", True, "; ".join(ring.notes) or "key statements change nothing")
-    if MANIFEST not in files:
-        out.step("manifest", False, f"no {MANIFEST}: not a hand-over bundle")
+    body = _manifest(out, bundle, files, ring, require_signers)
+    if body is None:
         return out
-    try:
-        manifest = read_envelope(bundle / MANIFEST)
-    except ReportError as exc:  # a manifest that is not even JSON any more
-        out.step("manifest", False, exc.what)
-        return out
-    out.listed = _names_listed(manifest)
-    try:
-        ptype, payload, signers = verify_signers(manifest, ring.keys)
-    except SignatureError as exc:
-        out.step("manifest", False, withdrawn_signers(manifest, ring) or f"signature: {exc}")
-        return out
-    parties = ring.parties(signers)
-    enough = len(parties) >= require_signers
-    names = ", ".join(f"{k[:16]}..." for k in signers)
-    if not out.step("manifest", enough and ptype == MANIFEST_TYPE,
-                    f"signed by {len(signers)} trusted key(s): {names}"
-                    + ("" if len(parties) == len(signers) else
-                       f" ({len(parties)} part{'y' if len(parties) == 1 else 'ies'}: a key "
-                       "and its hand-over are one)")
-                    + ("" if enough else f"; {require_signers} different signers required")
-                    + ("" if ptype == MANIFEST_TYPE else f"; payload type {ptype!r}, "
-                       f"expected {MANIFEST_TYPE}")):
-        return out
-    try:
-        body = json.loads(payload)
-        listed = body["files"]
-        if body.get("schema") != SCHEMA or not isinstance(listed, dict):
-            raise ValueError(f"schema {body.get('schema')!r}")
-    except (ValueError, KeyError, TypeError) as exc:
-        out.step("manifest", False, f"not a hand-over manifest ({exc})")
-        return out
+    listed = body["files"]
     _files_step(out, bundle, listed, files, odd)
     certs = [r.get("file") for r in body.get("certificates") or [] if isinstance(r, dict)]
     out.listed = [str(c) for c in certs]
@@ -197,6 +167,47 @@ def check(bundle: Path, pubkeys: list[Path], *, require_signers: int = 1,
             allow_simulated=allow_simulated, lists=lists, now=now,
             require_acceptance=not allow_health_records, freshness=freshness)
     return out
+
+
+def _manifest(out: BundleCheck, bundle: Path, files: list[str], ring: Keyring,
+              require_signers: int) -> dict[str, Any] | None:
+    """The manifest's body when it is there, signed by enough parties of the ring and a
+    hand-over manifest; None (its step recorded) when not."""
+    if MANIFEST not in files:
+        out.step("manifest", False, f"no {MANIFEST}: not a hand-over bundle")
+        return None
+    try:
+        manifest = read_envelope(bundle / MANIFEST)
+    except ReportError as exc:  # a manifest that is not even JSON any more
+        out.step("manifest", False, exc.what)
+        return None
+    out.listed = _names_listed(manifest)
+    try:
+        ptype, payload, signers = verify_signers(manifest, ring.keys)
+    except SignatureError as exc:
+        out.step("manifest", False, withdrawn_signers(manifest, ring) or f"signature: {exc}")
+        return None
+    parties = ring.parties(signers)
+    enough = len(parties) >= require_signers
+    names = ", ".join(f"{k[:16]}..." for k in signers)
+    if not out.step("manifest", enough and ptype == MANIFEST_TYPE,
+                    f"signed by {len(signers)} trusted key(s): {names}"
+                    + ("" if len(parties) == len(signers) else
+                       f" ({len(parties)} part{'y' if len(parties) == 1 else 'ies'}: a key "
+                       "and its hand-over are one)")
+                    + ("" if enough else f"; {require_signers} different signers required")
+                    + ("" if ptype == MANIFEST_TYPE else f"; payload type {ptype!r}, "
+                       f"expected {MANIFEST_TYPE}")):
+        return None
+    try:
+        body = json.loads(payload)
+        listed = body["files"]
+        if body.get("schema") != SCHEMA or not isinstance(listed, dict):
+            raise ValueError(f"schema {body.get('schema')!r}")
+    except (ValueError, KeyError, TypeError) as exc:
+        out.step("manifest", False, f"not a hand-over manifest ({exc})")
+        return None
+    return dict(body)
 
 
 def _names_listed(envelope: dict[str, Any]) -> list[str]:
