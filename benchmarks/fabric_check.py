@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from simnode import SimNode
+from support.simnode import SimNode
 
 
 def main() -> int:

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.lab.config import LabConfig
-from nodecert.lab.hosts import INOTIFY_LIMIT, Lab
+from nodecert.lab.hosts import Lab
+from nodecert.lab.machine import INOTIFY_LIMIT
 
 TRAYS = 18
 

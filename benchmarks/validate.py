@@ -30,7 +30,8 @@ from typing import Any
 
 from nodecert.core.errors import NodecertError
 from nodecert.lab.config import LabConfig
-from nodecert.lab.hosts import INOTIFY_LIMIT, Lab, check_inotify
+from nodecert.lab.hosts import Lab
+from nodecert.lab.machine import INOTIFY_LIMIT, check_inotify
 from nodecert.provision.run import ProvisionRequest, provision
 from nodecert.validation.run import ValidateRequest, validate
 

@@ -18,7 +18,7 @@ from nodecert.runs.store import HostRun
 from nodecert.validation import session as nodesession
 from nodecert.validation.progress import RunProgress, Snapshot
 from nodecert.validation.run import ValidateRequest, validate
-from nodecert.validation.session import NodeSessions
+from nodecert.validation.session import SshRunner
 from support.emulated import emulated_fleet
 
 
@@ -244,12 +244,12 @@ def test_a_starved_controller_calls_no_healthy_node_silent(
     silent_s, hold_s = 3.0, 8.0
     kinds = json.loads((fleet / "kinds.json").read_text())
     hosts = tuple(h for h, k in kinds.items() if k == "ok")[:4]
-    on_event = NodeSessions._on_event
+    on_event = SshRunner._on_event
 
-    def short(self: NodeSessions, hr: HostRun, ev: dict[str, Any]) -> float | None:
+    def short(self: SshRunner, hr: HostRun, ev: dict[str, Any]) -> float | None:
         quiet = on_event(self, hr, ev)
         return None if quiet is None else silent_s  # every silence limit: 3 s
-    monkeypatch.setattr(NodeSessions, "_on_event", short)
+    monkeypatch.setattr(SshRunner, "_on_event", short)
     monkeypatch.setattr(nodesession, "EVENT_SILENCE_S", silent_s)
     held = threading.Event()
 
