@@ -284,21 +284,8 @@ def hardware_pcie(ctx: Ctx) -> Result:
 
 # --- hardware.topology ------------------------------------------------------------------
 
-def judge_topology(facts: Facts, limits: Limits) -> Result:
-    name = "hardware.topology"
-    fails: list[str] = []
-    warns: list[str] = []
-    want_links = int(limits.value("nvlink.links_per_gpu", 0) or 0)
-    gap = limits.gap_notes("nvlink.links_per_gpu")
-    if want_links == 0 and gap:
-        # The model may or may not carry NVLink (optional bridges, multi-superchip
-        # systems only): say so rather than pass an NVLink nobody looked at.
-        return Result(name, Verdict.WARN, gap[0], value={"nvlink": "not judged"},
-                      findings=tuple(gap))
-    if want_links == 0:
-        return Result(name, Verdict.PASS, "PCIe-only GPU model: no NVLink expected",
-                      value={"nvlink": "not expected"}, thresholds=limits.pick(
-                          "nvlink.links_per_gpu"))
+def _judge_links(facts: Facts, limits: Limits, want_links: int, fails: list[str]) -> None:
+    """Each GPU's NVLinks: every one up, as many as the model has, at its speed."""
     status = facts.get("nvlink") or {}
     for idx in range(len(facts.get("gpus", []))):
         if "nvlink" in facts and idx not in status:
@@ -316,8 +303,11 @@ def judge_topology(facts: Facts, limits: Limits) -> Result:
         for k, v in enumerate(links):
             if v is not None:
                 within(limits, "nvlink.link_gbs", v, f"GPU{idx} NVLink {k} speed", fails)
-    matrix: dict[str, dict[str, str]] = facts.get("matrix") or {}
-    gpus = sorted(matrix, key=lambda g: int(g[3:]))
+
+
+def _judge_pairs(matrix: dict[str, dict[str, str]], gpus: list[str], want_links: int,
+                 fails: list[str]) -> int:
+    """Every GPU pair of the topology matrix on NV<want_links>; how many are."""
     pairs_ok = 0
     for a in gpus:
         for b in gpus:
@@ -331,19 +321,46 @@ def judge_topology(facts: Facts, limits: Limits) -> Result:
                 fails.append(f"{a}<->{b} have {n} NVLinks (NV{n}), expected NV{want_links}")
             else:
                 pairs_ok += 1
+    return pairs_ok
+
+
+def _judge_nvswitch_fabric(facts: Facts, limits: Limits, fails: list[str]) -> None:
+    """The NVSwitches on the bus, each GPU's fabric registered, Fabric Manager active."""
+    got_sw = facts.get("nvswitches")
+    if got_sw is not None:
+        within(limits, "nvswitch.count", got_sw, "NVSwitches on the PCI bus", fails)
+    for g in facts.get("gpus", []):
+        st, stat = g.get("fabric_state"), g.get("fabric_status")
+        if st is not None and (st != "Completed" or (stat and stat != "Success")):
+            fails.append(f"GPU {g['bus_id']}: fabric state {st}/{stat}, expected "
+                         "Completed/Success (Fabric Manager has not set up the NVSwitch "
+                         "fabric)")
+    fm = facts.get("fabricmanager")
+    if fm is not None and fm != "active":
+        fails.append(f"nvidia-fabricmanager service is {fm}, expected active")
+
+
+def judge_topology(facts: Facts, limits: Limits) -> Result:
+    name = "hardware.topology"
+    fails: list[str] = []
+    warns: list[str] = []
+    want_links = int(limits.value("nvlink.links_per_gpu", 0) or 0)
+    gap = limits.gap_notes("nvlink.links_per_gpu")
+    if want_links == 0 and gap:
+        # The model may or may not carry NVLink (optional bridges, multi-superchip
+        # systems only): say so rather than pass an NVLink nobody looked at.
+        return Result(name, Verdict.WARN, gap[0], value={"nvlink": "not judged"},
+                      findings=tuple(gap))
+    if want_links == 0:
+        return Result(name, Verdict.PASS, "PCIe-only GPU model: no NVLink expected",
+                      value={"nvlink": "not expected"}, thresholds=limits.pick(
+                          "nvlink.links_per_gpu"))
+    _judge_links(facts, limits, want_links, fails)
+    matrix: dict[str, dict[str, str]] = facts.get("matrix") or {}
+    gpus = sorted(matrix, key=lambda g: int(g[3:]))
+    pairs_ok = _judge_pairs(matrix, gpus, want_links, fails)
     if limits.value("nvswitch.count"):
-        got_sw = facts.get("nvswitches")
-        if got_sw is not None:
-            within(limits, "nvswitch.count", got_sw, "NVSwitches on the PCI bus", fails)
-        for g in facts.get("gpus", []):
-            st, stat = g.get("fabric_state"), g.get("fabric_status")
-            if st is not None and (st != "Completed" or (stat and stat != "Success")):
-                fails.append(f"GPU {g['bus_id']}: fabric state {st}/{stat}, expected "
-                             "Completed/Success (Fabric Manager has not set up the NVSwitch "
-                             "fabric)")
-        fm = facts.get("fabricmanager")
-        if fm is not None and fm != "active":
-            fails.append(f"nvidia-fabricmanager service is {fm}, expected active")
+        _judge_nvswitch_fabric(facts, limits, fails)
     return judge_findings(
         name, fails, warns,
         f"all {pairs_ok} GPU pairs on NV{want_links}; every NVLink up"
