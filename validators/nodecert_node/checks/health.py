@@ -40,6 +40,31 @@ def _mode_findings(b: str, g: dict[str, Any], mig_ordered: bool, fails: list[str
                      "(nvidia-smi -rgc / -rac restores the defaults)")
 
 
+def _memory_findings(b: str, g: dict[str, Any], limits: Limits, fails: list[str],
+                     warns: list[str]) -> None:
+    """ECC on and clean, no row remapping or page retirement pending or failed."""
+    if g.get("ecc_current") is False:
+        fails.append(f"{b}: ECC is disabled")
+    elif g.get("ecc_pending") is not None and g.get("ecc_pending") != g.get("ecc_current"):
+        warns.append(f"{b}: ECC mode change pending until the next GPU reset")
+    vu = g.get("ecc_volatile_uncorrectable")
+    if vu:
+        fails.append(f"{b}: {vu} uncorrectable ECC errors since the driver loaded")
+    au = g.get("ecc_aggregate_uncorrectable")
+    if au and not vu:
+        warns.append(f"{b}: {au} uncorrectable ECC errors in the GPU's lifetime "
+                     "(none since the driver loaded)")
+    if g.get("remap_pending"):
+        fails.append(f"{b}: row remapping pending: the GPU needs a reset to retire the "
+                     "failing memory rows")
+    if g.get("remap_failure"):
+        fails.append(f"{b}: row remapping failed: the GPU has run out of spare rows (RMA)")
+    retired = (g.get("retired_sbe") or 0) + (g.get("retired_dbe") or 0)
+    within(limits, "health.retired_pages_max", retired, f"{b} retired pages", fails)
+    if g.get("retired_pending"):
+        fails.append(f"{b}: page retirement pending: the GPU needs a reset")
+
+
 def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: str,
                      limits: Limits, mig_ordered: bool = False) -> Result:
     name = "health.gpu"
@@ -55,26 +80,7 @@ def judge_gpu_health(header: dict[str, str], gpus: list[dict[str, Any]], raw: st
         b = f"GPU {g['bus_id']}"
         if g.get("persistence_mode") is False:
             warns.append(f"{b}: persistence mode is off (enable nvidia-persistenced)")
-        if g.get("ecc_current") is False:
-            fails.append(f"{b}: ECC is disabled")
-        elif g.get("ecc_pending") is not None and g.get("ecc_pending") != g.get("ecc_current"):
-            warns.append(f"{b}: ECC mode change pending until the next GPU reset")
-        vu = g.get("ecc_volatile_uncorrectable")
-        if vu:
-            fails.append(f"{b}: {vu} uncorrectable ECC errors since the driver loaded")
-        au = g.get("ecc_aggregate_uncorrectable")
-        if au and not vu:
-            warns.append(f"{b}: {au} uncorrectable ECC errors in the GPU's lifetime "
-                         "(none since the driver loaded)")
-        if g.get("remap_pending"):
-            fails.append(f"{b}: row remapping pending: the GPU needs a reset to retire the "
-                         "failing memory rows")
-        if g.get("remap_failure"):
-            fails.append(f"{b}: row remapping failed: the GPU has run out of spare rows (RMA)")
-        retired = (g.get("retired_sbe") or 0) + (g.get("retired_dbe") or 0)
-        within(limits, "health.retired_pages_max", retired, f"{b} retired pages", fails)
-        if g.get("retired_pending"):
-            fails.append(f"{b}: page retirement pending: the GPU needs a reset")
+        _memory_findings(b, g, limits, fails, warns)
         reasons = g.get("clock_reasons") or {}
         hw = [label for key, label in HW_REASONS.items() if reasons.get(key)]
         if hw:
