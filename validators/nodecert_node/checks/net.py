@@ -137,6 +137,52 @@ def _roce_settings(ctx: Ctx, spec: dict[str, Any], ports: list[dict[str, Any]],
     return roce_problems(want, devices, gids, qos, ecn)
 
 
+def _port_findings(p: dict[str, Any], spec: dict[str, Any], fails: list[str],
+                   warns: list[str]) -> None:
+    """One port against the order: Active/LinkUp, its rate, width and firmware; and what
+    mlxlink's own diagnosis recommends."""
+    where = f"{p['ca']} port {p['port']}"
+    if p.get("state") != "Active" or p.get("phys_state") not in (None, "LinkUp"):
+        fails.append(f"{where}: {p.get('state')}/{p.get('phys_state')}, expected "
+                     "Active/LinkUp")
+        return
+    rate = p.get("rate_gbps")
+    if rate is not None and rate < spec["rate_gbps"]:
+        fails.append(f"{where}: {rate:g} Gb/s, the order says {spec['rate_gbps']:g}")
+    if spec.get("width") and p.get("width") and p["width"] != spec["width"]:
+        fails.append(f"{where}: link width {p['width']}, the order says {spec['width']}")
+    if spec.get("firmware") and p.get("firmware") and p["firmware"] != spec["firmware"]:
+        fails.append(f"{where}: firmware {p['firmware']}, the site's golden version is "
+                     f"{spec['firmware']}")
+    advice = (p.get("mlxlink") or {}).get("recommendation")
+    if advice and advice != "No issue was observed":  # mlxlink's own link diagnosis
+        warns.append(f"{where}: mlxlink recommends: {advice}")
+
+
+def _counter_growth(mine: list[dict[str, Any]], before: Counters, after: Counters, *,
+                    window_s: float, limits: Limits, fails: list[str],
+                    notes: list[str]) -> dict[str, dict[str, int]]:
+    """Each port's error counters over the window, judged; counts that did not grow are
+    noted, not judged (they predate the window)."""
+    growth: dict[str, dict[str, int]] = {}
+    for p in mine:
+        k = _key(p)
+        b, a = before.get(k), after.get(k)
+        if b is None or a is None:
+            continue
+        grew = {c: a[c] - b[c] for c in ib.ERROR_COUNTERS if c in a and c in b}
+        growth[k] = grew
+        for c, g in sorted(grew.items()):
+            within(limits, "net.error_counter_growth_max", g,
+                   f"{p['ca']} port {p['port']} {c} over {window_s:g} s", fails)
+        old = {c: a[c] for c in ib.ERROR_COUNTERS if a.get(c) and not grew.get(c)}
+        if old:
+            notes.append(f"{p['ca']} port {p['port']}: "
+                         + ", ".join(f"{c} {v}" for c, v in sorted(old.items()))
+                         + " since the counters were last cleared (not growing)")
+    return growth
+
+
 def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
                 ports: list[dict[str, Any]], *, before: Counters, after: Counters,
                 window_s: float, limits: Limits, affinity: list[str] | None = None,
@@ -167,39 +213,10 @@ def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
     if len(mine) < spec["ports"]:
         fails.append(f"{len(mine)} {layer} ports, the order has {spec['ports']}")
     for p in mine:
-        where = f"{p['ca']} port {p['port']}"
-        if p.get("state") != "Active" or p.get("phys_state") not in (None, "LinkUp"):
-            fails.append(f"{where}: {p.get('state')}/{p.get('phys_state')}, expected "
-                         "Active/LinkUp")
-            continue
-        rate = p.get("rate_gbps")
-        if rate is not None and rate < spec["rate_gbps"]:
-            fails.append(f"{where}: {rate:g} Gb/s, the order says {spec['rate_gbps']:g}")
-        if spec.get("width") and p.get("width") and p["width"] != spec["width"]:
-            fails.append(f"{where}: link width {p['width']}, the order says {spec['width']}")
-        if spec.get("firmware") and p.get("firmware") and p["firmware"] != spec["firmware"]:
-            fails.append(f"{where}: firmware {p['firmware']}, the site's golden version is "
-                         f"{spec['firmware']}")
-        advice = (p.get("mlxlink") or {}).get("recommendation")
-        if advice and advice != "No issue was observed":  # mlxlink's own link diagnosis
-            warns.append(f"{where}: mlxlink recommends: {advice}")
+        _port_findings(p, spec, fails, warns)
     fails += (affinity or []) + (settings or [])
-    growth: dict[str, dict[str, int]] = {}
-    for p in mine:
-        k = _key(p)
-        b, a = before.get(k), after.get(k)
-        if b is None or a is None:
-            continue
-        grew = {c: a[c] - b[c] for c in ib.ERROR_COUNTERS if c in a and c in b}
-        growth[k] = grew
-        for c, g in sorted(grew.items()):
-            within(limits, "net.error_counter_growth_max", g,
-                   f"{p['ca']} port {p['port']} {c} over {window_s:g} s", fails)
-        old = {c: a[c] for c in ib.ERROR_COUNTERS if a.get(c) and not grew.get(c)}
-        if old:
-            notes.append(f"{p['ca']} port {p['port']}: "
-                         + ", ".join(f"{c} {v}" for c, v in sorted(old.items()))
-                         + " since the counters were last cleared (not growing)")
+    growth = _counter_growth(mine, before, after, window_s=window_s, limits=limits,
+                             fails=fails, notes=notes)
     summary = (f"{len(mine)} {layer} ports Active at {spec['rate_gbps']:g} Gb/s"
                + (f" {spec['width']}" if spec.get("width") else "")
                + (", error counters steady" if growth else ""))
