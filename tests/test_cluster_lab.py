@@ -168,7 +168,10 @@ def test_the_same_through_mpirun_without_slurm(cluster_lab: Lab, tmp_path: Path)
     assert [f.split(":")[0] for f in col["findings"]] == ["all_gather", "alltoall"]
     assert all("reported, not judged" in f for f in col["findings"])
     faults(cluster_lab, tmp_path, "{host: h3, kind: rail_slow, hca: 4, factor: 0.4}")
-    rc, data, err = validate(cluster_lab, tmp_path, "--engine", "mpirun")
+    # the stages a slow rail shows in (the run above covers the others passing; under a
+    # loaded machine the shared file system's figures are not this test's subject)
+    rc, data, err = validate(cluster_lab, tmp_path, "--engine", "mpirun",
+                             "--no-scaling", "--no-storage")
     assert rc == 1 and data["culprits"] == ["h3"], err
     run = json.loads((Path(data["run_dir"]) / "results.json").read_text())
     assert run["engine"] == "mpirun" and run["isolation"]["rails"] == {"h3": ["mlx5_4"]}
