@@ -13,6 +13,20 @@ developer machine and fails in CI (CI=true), where every prerequisite must be in
 
 from __future__ import annotations
 
+import os
+import sys
+
+# Bytecode outside the checkout. Where PYTHONDONTWRITEBYTECODE is set (as on this
+# project's machines) every worker would compile the sources and rewrite the tests'
+# asserts again on every run, a third of the unit tier's time; the tests keep that
+# bytecode in the user's cache instead, never in the checkout. Set first, so that the
+# modules this file imports are kept there too.
+if sys.dont_write_bytecode and not sys.pycache_prefix:
+    sys.pycache_prefix = os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+        "nodecert-tests", "pycache")
+    sys.dont_write_bytecode = False
+
 import atexit
 import re
 import shutil
@@ -47,6 +61,10 @@ _HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="nodecert-hypothesis-")
 set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, True)
 LAB_FIXTURES = frozenset({"lab", "fresh_h1"})
+# The fixtures that run the lab's Redfish emulators as servers on loopback (a rack's
+# management endpoints, a node's BMC): a test using one runs end to end over real
+# HTTPS and sampling intervals, an integration test.
+SERVER_FIXTURES = frozenset({"endpoints", "bmc"})
 
 
 @pytest.fixture(autouse=True)
@@ -170,8 +188,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     f"{item.nodeid} uses the shared lab, but it is in OWN_LAB_FILES or "
                     "OWN_LAB_TESTS (it runs beside the shared lab's tests, in another "
                     "process): use a lab of its own, or take it out of those")
-        elif not item.get_closest_marker("integration"):
+        elif item.get_closest_marker("integration") or SERVER_FIXTURES & set(
+                getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+        else:
             item.add_marker(pytest.mark.unit)
+        tiers = [m for m in ("unit", "integration", "lab") if item.get_closest_marker(m)]
+        if len(tiers) > 1:
+            # one test, one tier: `pytest -m unit` must never run an integration test
+            raise pytest.UsageError(
+                f"{item.nodeid} is in {len(tiers)} tiers ({', '.join(tiers)}): a test is in "
+                "one; drop the module's tier mark where some of its tests are in another")
 
 
 # --- the lab (needs root; CI runs as root) -----------------------------------------------

@@ -17,8 +17,6 @@ from nodecert_node.contract import Limits, Verdict
 from nodecert_node.parse import ParseError, pci, system
 from support.simnode import SimNode
 
-pytestmark = pytest.mark.unit
-
 REAL = Path(__file__).parent / "fixtures" / "real"
 PATH_VVV = (REAL / "lspci" / "h100-sxm-dell-xe9680-gpu0-pcie-path-root-port-pex890xx-switch-"
             "nvme-gpu-cx7-lspci-vvv-EXCERPT.txt").read_text()
