@@ -24,7 +24,7 @@ from nodecert.lab.fleet import FleetSpec
 from nodecert.lab.fleetfigures import NodeFigures
 from nodecert.lab.fleetruns import write_run
 from nodecert.runs.records import HostRecord, finished_run
-from nodecert_node.contract import Limits, Verdict, figures
+from nodecert_node.contract import Limits, Result, Verdict, figures
 from support.runs import recorded_results
 
 LIMITS = fleet_limits(None)
@@ -64,7 +64,7 @@ def test_identical_figures_do_not_make_every_difference_infinite() -> None:
 # --- figures ------------------------------------------------------------------------------
 
 def test_figures_of_a_real_h200_run_become_fleet_samples() -> None:
-    res = recorded_results()
+    res = [Result.from_dict(r) for r in recorded_results()]
     got = {(s.metric, s.label): s for s in samples(res)}
     assert gpu_model(res) == "NVIDIA H200"
     gemm = got[("gemm_tflops", "gpu=0")]
@@ -76,10 +76,10 @@ def test_figures_of_a_real_h200_run_become_fleet_samples() -> None:
 
 
 def test_copy_bandwidth_figures_per_gpu_and_pair() -> None:
-    bw = {"check": "fabric.bandwidth", "verdict": "PASS",
-          "value": {"host_to_device_memcpy_ce": {"0": 53.1, "1": 52.9},
-                    "device_to_host_memcpy_ce": {"0": 52.0, "1": 51.8},
-                    "device_to_device_memcpy_read_ce": {"0-1": 390.0, "1-0": 391.0}}}
+    bw = Result("fabric.bandwidth", Verdict.PASS, "", value={
+        "host_to_device_memcpy_ce": {"0": 53.1, "1": 52.9},
+        "device_to_host_memcpy_ce": {"0": 52.0, "1": 51.8},
+        "device_to_device_memcpy_read_ce": {"0-1": 390.0, "1-0": 391.0}})
     got = {(s.metric, s.label): s.value for s in samples([bw])}
     assert got == {("h2d_gbs", "gpu=0"): 53.1, ("h2d_gbs", "gpu=1"): 52.9,
                    ("d2h_gbs", "gpu=0"): 52.0, ("d2h_gbs", "gpu=1"): 51.8,
@@ -122,7 +122,7 @@ def test_slow_but_passing_nodes_are_named_and_no_healthy_node_is(
     # the weak nodes pass every absolute floor: their burn-in is PASS on the node
     for h in bad:
         rec = next(r for r in recs if r.host == h)
-        assert next(r for r in rec.results if r["check"] == "load.burnin")["verdict"] == "PASS"
+        assert next(r for r in rec.results if r.check == "load.burnin").verdict is Verdict.PASS
         assert min(s.value for s in samples(rec.results) if s.metric == "gemm_tflops") > 590
 
 
@@ -147,10 +147,10 @@ def test_too_few_peers_is_not_judged_and_says_so() -> None:
 
 def test_a_node_without_figures_or_model_is_not_judged_never_passed() -> None:
     b = fb.build([_node(f"h{i}") for i in range(10)])
-    bare = [r for r in _node("x").results if r["check"] == "hardware.inventory"]
+    bare = [r for r in _node("x").results if r.check == "hardware.inventory"]
     assert peers.judge(bare, b, LIMITS).verdict == Verdict.WARN
     other = copy.deepcopy(_node("y").results)
-    next(r for r in other if r["check"] == "hardware.inventory")["value"]["gpu_model"] = \
+    next(r for r in other if r.check == "hardware.inventory").value["gpu_model"] = \
         "NVIDIA B200"
     res = peers.judge(other, b, LIMITS)
     assert res.verdict == Verdict.WARN and "no NVIDIA B200 nodes" in res.summary
@@ -283,7 +283,7 @@ def test_a_fleet_with_no_figures_gives_no_baseline() -> None:
 # --- trends ----------------------------------------------------------------------------------
 
 def _hist(values: list[float], *, temps: list[float] | None = None) -> list[
-        tuple[str, list[dict[str, Any]]]]:
+        tuple[str, list[Result]]]:
     temps = temps or [60.0] * len(values)
     return [(f"r{k}", _node("h", gemm=v, temp=t).results)
             for k, (v, t) in enumerate(zip(values, temps, strict=True))]
@@ -348,7 +348,7 @@ def test_a_record_with_a_fleet_fail_is_a_failing_record() -> None:
     res = peers.judge(rec.results, fb.build([_node(f"p{i}", gemm=700.0 + i % 3)
                                               for i in range(10)]), LIMITS)
     assert res.verdict == Verdict.FAIL
-    assert with_results(rec, [res]).verdict == "FAIL"
+    assert with_results(rec, [res]).verdict is Verdict.FAIL
 
 
 # --- cluster runs: each node's pairings -------------------------------------------------------

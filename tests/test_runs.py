@@ -23,6 +23,7 @@ from nodecert.runs.records import (
 from nodecert.runs.store import HostLink, HostRun, write_json
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidateRequest, open_new_run
+from nodecert_node.contract import Result, Verdict
 
 INVENTORY = ("[gpu]\ngpu-01 ansible_host=192.0.2.10 ansible_user=ops nodecert_gpu_model=H200-SXM "
              "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
@@ -97,8 +98,8 @@ def test_finished_run_reads_every_record_and_refuses_what_is_not_one(tmp_path: P
     with pytest.raises(RunDirError, match=r"has no validate\.json"):
         finished_run(run.path)  # still running, or interrupted before its summary
     write_json(run.summary, {"verdict": "FAIL"})
-    assert [(r.host, r.verdict) for r in finished_run(run.path)] == [("h1", "PASS"),
-                                                                      ("h2", "FAIL")]
+    assert [(r.host, r.verdict) for r in finished_run(run.path)] == [("h1", Verdict.PASS),
+                                                                      ("h2", Verdict.FAIL)]
     run.results("h3").parent.mkdir()
     run.results("h3").write_text('{"schema": "other"}')
     with pytest.raises(RunDirError, match=r"h3/results\.json: not a nodecert host result"):
@@ -134,6 +135,35 @@ def test_a_record_with_absent_or_odd_fields_is_read_as_absent(tmp_path: Path) ->
     rec = read_host_record(_record(run, "h1", started=None, finished="soon", results="x",
                                    run_id=None))
     assert (rec.started, rec.finished, rec.results, rec.run_id) == (0.0, 0.0, [], None)
+
+
+def test_a_record_reads_as_the_contracts_types(tmp_path: Path) -> None:
+    run = RunDir.new(tmp_path).make()
+    rec = read_host_record(_record(run, "h1"))
+    assert rec.verdict is Verdict.PASS and rec.verdict is not None  # PASS is 0: never "no verdict"
+    (r,) = rec.results
+    assert isinstance(r, Result) and (r.check, r.verdict, r.summary) == (
+        "health.gpu", Verdict.PASS, "ok")
+    assert rec.result("health.gpu") == r and rec.result("load.burnin") is None
+    # a verdict that is none of the four is no verdict, never a PASS
+    assert read_host_record(_record(run, "h2", verdict="READY")).verdict is None
+
+
+@pytest.mark.parametrize("entry", [
+    {"check": "load.burnin", "verdict": "GREAT", "summary": "x"},  # no such verdict
+    {"check": "load.burnin", "summary": "cut short"},  # no verdict
+    {"check": "load.burnin", "verdict": "PASS", "schema": "other/v9"},
+    "load.burnin PASS",  # not an object
+])
+def test_a_damaged_result_reads_as_an_error_never_dropped(tmp_path: Path, entry: object) -> None:
+    run = RunDir.new(tmp_path).make()
+    ok = {"check": "health.gpu", "verdict": "PASS", "summary": "ok"}
+    rec = read_host_record(_record(run, "h1", results=[ok, entry]))
+    good, bad = rec.results
+    assert good.verdict is Verdict.PASS
+    assert bad.verdict is Verdict.ERROR and bad.fault_code == "NC-RECORD-DAMAGED"
+    assert bad.check == ("load.burnin" if isinstance(entry, dict) else "record")
+    assert "result 2 is unreadable" in bad.summary and str(rec.path) in bad.summary
 
 
 def test_a_cluster_run_is_read_or_refused(tmp_path: Path) -> None:

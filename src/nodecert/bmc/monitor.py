@@ -28,7 +28,7 @@ from nodecert.core.errors import NodecertError
 from nodecert.inventory.bmc import BmcSpec
 from nodecert.runs.layout import RESULTS, RunDirError
 from nodecert.runs.records import host_history, read_host_record
-from nodecert_node.contract import Limits, Result, error_result
+from nodecert_node.contract import Limits, Result, Verdict, error_result
 
 # Checks during which the node draws its full power: the burn-in, the soak, the
 # training job, DCGM's stress levels.
@@ -146,11 +146,11 @@ class BmcMonitor:
             return None, None
         gpus = nics = None
         for r in record.results:
-            if r.get("check") == "hardware.inventory" and r.get("verdict") != "ERROR":
-                ident = (r.get("facts") or {}).get("identity") or {}
+            if r.check == "hardware.inventory" and r.verdict is not Verdict.ERROR:
+                ident = r.facts.get("identity") or {}
                 gpus = list(ident.get("gpus") or []) or None
-            if r.get("check") in ("net.ib", "net.roce") and isinstance(r.get("value"), dict):
-                ports = r["value"].get("ports")
+            if r.check in ("net.ib", "net.roce") and isinstance(r.value, dict):
+                ports = r.value.get("ports")
                 if isinstance(ports, list) and ports:
                     nics = len(ports)
         return gpus, nics

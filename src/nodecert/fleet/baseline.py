@@ -29,11 +29,11 @@ from nodecert.fleet import stats
 from nodecert.fleet.samples import FleetDataError, Sample, gpu_model, samples
 from nodecert.runs.records import HostRecord
 from nodecert.runs.store import write_json
+from nodecert_node.contract import Verdict
 
 PAYLOAD_TYPE = "application/vnd.nodecert.fleet-baseline+json"
 SCHEMA = "nodecert.fleet-baseline/v1"
 MAX_BYTES = 16 << 20
-EXCLUDED_VERDICTS = ("FAIL", "ERROR")
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,9 @@ def build(records: Iterable[HostRecord], *, now: dt.datetime | None = None,
     simulated = False
     for rec in newest_per_host(records):
         model = gpu_model(rec.results)
-        if rec.verdict in EXCLUDED_VERDICTS:
-            excluded[rec.host] = f"verdict {rec.verdict} in run {rec.run_id}"
+        if rec.verdict is None or rec.verdict >= Verdict.FAIL:
+            said = "none" if rec.verdict is None else rec.verdict.name
+            excluded[rec.host] = f"verdict {said} in run {rec.run_id}"
             continue
         if not model:
             excluded[rec.host] = f"no GPU model read (hardware.inventory) in run {rec.run_id}"

@@ -29,14 +29,13 @@ from nodecert.fleet.repair import action
 from nodecert.fleet.samples import gpu_model
 from nodecert.runs.records import HostRecord
 from nodecert.runs.store import write_json
-from nodecert_node.contract import write_atomic
+from nodecert_node.contract import Result, Verdict, write_atomic
 
 OBSERVABILITY = Path(__file__).with_name("observability")
 LABEL_PREFIX = "nodecert.io"
 NPD_VERDICT_PATH = "/var/lib/nodecert/npd-verdict.json"
 MESSAGE_MAX = 1024
 _LABEL_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
-_VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
 
 
 def label_value(text: str) -> str:
@@ -49,24 +48,24 @@ def _msg(text: str) -> str:
     return t if len(t) <= MESSAGE_MAX else t[:MESSAGE_MAX - 3] + "..."
 
 
+def _outcome(rec: HostRecord) -> Verdict:
+    """The record's verdict; one it does not hold (cut short, damaged) is ERROR."""
+    return rec.verdict if rec.verdict is not None else Verdict.ERROR
+
+
 def _verdict(rec: HostRecord) -> str:
-    v = rec.verdict
-    return v if v in _VERDICTS else "ERROR"
+    return _outcome(rec).name
 
 
-def _not_passing(rec: HostRecord) -> list[dict[str, Any]]:
-    return [r for r in rec.results if r.get("verdict") in ("FAIL", "ERROR", "WARN")]
-
-
-def _fleet(rec: HostRecord, check: str) -> dict[str, Any] | None:
-    return next((r for r in rec.results if r.get("check") == check), None)
+def _failing(rec: HostRecord) -> list[Result]:
+    return [r for r in rec.results if r.verdict >= Verdict.FAIL]
 
 
 def k8s_patch(rec: HostRecord, when: str) -> dict[str, Any]:
     verdict = _verdict(rec)
-    ready = verdict in ("PASS", "WARN")
-    failing = [r for r in rec.results if r.get("verdict") in ("FAIL", "ERROR")]
-    peers, trend = _fleet(rec, "fleet.peers"), _fleet(rec, "fleet.trend")
+    ready = _outcome(rec) <= Verdict.WARN
+    failing = _failing(rec)
+    peers, trend = rec.result("fleet.peers"), rec.result("fleet.trend")
 
     def cond(ctype: str, status: str, reason: str, message: str) -> dict[str, str]:
         return {"type": ctype, "status": status, "reason": reason, "message": _msg(message),
@@ -74,18 +73,18 @@ def k8s_patch(rec: HostRecord, when: str) -> dict[str, Any]:
     conditions = [cond("NodecertValidated", "True" if ready else "False",
                        "NodecertPassed" if ready else "NodecertFailed",
                        f"nodecert run {rec.run_id}: {verdict}" + (
-                           "; " + "; ".join(f"{r.get('check')}: {r.get('summary')}"
+                           "; " + "; ".join(f"{r.check}: {r.summary}"
                                             for r in failing[:3]) if failing else ""))]
     if peers is not None:
-        out = peers.get("verdict") in ("FAIL", "WARN")
+        out = peers.verdict in (Verdict.FAIL, Verdict.WARN)
         conditions.append(cond("NodecertFleetOutlier", "True" if out else "False",
                                "NodecertBeyondPeers" if out else "NodecertWithinPeers",
-                               str(peers.get("summary", ""))))
+                               peers.summary))
     if trend is not None:
-        worse = trend.get("verdict") == "WARN"
+        worse = trend.verdict is Verdict.WARN
         conditions.append(cond("NodecertWorseningTrend", "True" if worse else "False",
                                "NodecertFigureWorsening" if worse else "NodecertNoTrend",
-                               str(trend.get("summary", ""))))
+                               trend.summary))
     labels = {f"{LABEL_PREFIX}/verdict": verdict, f"{LABEL_PREFIX}/ready": str(ready).lower(),
               f"{LABEL_PREFIX}/run": label_value(rec.run_id or "unknown"),
               f"{LABEL_PREFIX}/simulated": str(rec.simulated).lower()}
@@ -96,8 +95,8 @@ def k8s_patch(rec: HostRecord, when: str) -> dict[str, Any]:
             "status": {"conditions": conditions}}
 
 
-def _entities(r: dict[str, Any]) -> list[dict[str, str]]:
-    raw = r.get("value")
+def _entities(r: Result) -> list[dict[str, str]]:
+    raw = r.value
     v: dict[str, Any] = raw if isinstance(raw, dict) else {}
     gpus = sorted({str(o.get("label", "")).removeprefix("gpu=")
                    for o in (v.get("outliers") or []) if isinstance(o, dict)
@@ -109,35 +108,34 @@ def nvsentinel_events(rec: HostRecord, when: str) -> dict[str, Any]:
     """HealthEvents (NVSentinel health_event.proto, protobuf JSON: lowerCamel field names,
     enums by name). STORE_ONLY: a validation verdict is evidence for the site's policy,
     not an order to remediate."""
-    def event(r: dict[str, Any] | None) -> dict[str, Any]:
-        code = str(r.get("fault_code") or "") if r else ""
-        bad = r is not None and r.get("verdict") in ("FAIL", "ERROR")
+    def event(r: Result | None) -> dict[str, Any]:
+        code = r.fault_code if r else ""
+        bad = r is not None and r.verdict >= Verdict.FAIL
         act = action(code) if bad else action("")
         return {"version": 1, "agent": "nodecert", "componentClass": "GPU" if r is not None
-                and str(r.get("check", "")).split(".")[0] in ("health", "load", "fleet")
-                else "NODE", "checkName": str(r.get("check")) if r else "nodecert.validation",
+                and r.check.split(".")[0] in ("health", "load", "fleet")
+                else "NODE", "checkName": r.check if r else "nodecert.validation",
                 "isFatal": bool(bad and act.chain[0] == "drain"), "isHealthy": not bad,
-                "message": _msg(f"{r.get('verdict')}: {r.get('summary')}" if r else
+                "message": _msg(f"{r.verdict.name}: {r.summary}" if r else
                                 f"nodecert run {rec.run_id}: {_verdict(rec)}"),
                 "recommendedAction": act.nvidia if bad else "NONE",
                 "errorCode": [code] if code else [],
                 "entitiesImpacted": _entities(r) if r else [],
-                "metadata": {"run_id": str(rec.run_id or ""), "verdict": str(r.get("verdict"))
+                "metadata": {"run_id": str(rec.run_id or ""), "verdict": r.verdict.name
                              if r else _verdict(rec), "simulated": str(rec.simulated).lower(),
                              "action_chain": ",".join(act.chain)},
                 "generatedTimestamp": when, "nodeName": rec.host,
                 "processingStrategy": "STORE_ONLY"}
-    bad = [r for r in rec.results if r.get("verdict") in ("FAIL", "ERROR")]
-    return {"version": 1, "events": [event(r) for r in bad] or [event(None)]}
+    return {"version": 1, "events": [event(r) for r in _failing(rec)] or [event(None)]}
 
 
 def npd_verdict(rec: HostRecord, when: str) -> dict[str, Any]:
     verdict = _verdict(rec)
-    bad = [r for r in rec.results if r.get("verdict") in ("FAIL", "ERROR")]
+    bad = _failing(rec)
     return {"schema": "nodecert.npd-verdict/v1", "node": rec.host, "run_id": rec.run_id,
             "verdict": verdict, "when": when, "simulated": rec.simulated,
             "message": _msg(f"nodecert {verdict}" + (
-                ": " + "; ".join(f"{r.get('check')} {r.get('verdict')}" for r in bad[:5])
+                ": " + "; ".join(f"{r.check} {r.verdict.name}" for r in bad[:5])
                 if bad else f" (run {rec.run_id})"))}
 
 
@@ -157,22 +155,21 @@ def fleet_prom(recs: list[HostRecord]) -> str:
     lines = ["# HELP nodecert_fleet_peer_verdict The node judged against its fleet's baseline "
              "(0 PASS, 1 WARN, 2 FAIL, 3 ERROR).", "# TYPE nodecert_fleet_peer_verdict gauge"]
     for rec in recs:
-        r = _fleet(rec, "fleet.peers")
-        if r is not None and r.get("verdict") in _VERDICTS:
+        r = rec.result("fleet.peers")
+        if r is not None:
             lines.append(f'nodecert_fleet_peer_verdict{{node="{_esc(rec.host)}"}} '
-                         f"{_VERDICTS.index(r['verdict'])}")
+                         f"{int(r.verdict)}")
     lines += ["# HELP nodecert_fleet_trends Figures worse at each of the node's last runs.",
               "# TYPE nodecert_fleet_trends gauge"]
     for rec in recs:
-        r = _fleet(rec, "fleet.trend")
+        r = rec.result("fleet.trend")
         if r is not None:
-            n = len((r.get("value") or {}).get("trends") or []) \
-                if isinstance(r.get("value"), dict) else 0
+            n = len(r.value.get("trends") or []) if isinstance(r.value, dict) else 0
             lines.append(f'nodecert_fleet_trends{{node="{_esc(rec.host)}"}} {n}')
     lines += ["# HELP nodecert_fleet_node_verdict The node's verdict in its run "
               "(0 PASS .. 3 ERROR).", "# TYPE nodecert_fleet_node_verdict gauge"]
     lines += [f'nodecert_fleet_node_verdict{{node="{_esc(rec.host)}"}} '
-              f"{_VERDICTS.index(_verdict(rec))}" for rec in recs]
+              f"{int(_outcome(rec))}" for rec in recs]
     return "\n".join(lines) + "\n"
 
 

@@ -43,7 +43,7 @@ def fleet_limits(limits: Limits | None) -> Limits:
 
 
 def history_of(runs_dir: Path, host: str, current: Path | None = None) -> list[
-        tuple[str, list[dict[str, Any]]]]:
+        tuple[str, list[Result]]]:
     """(run id, results) of each of the host's runs under runs_dir, oldest first; with
     `current` (a record), only the runs that started before it, then it: a run judged
     later is never judged with runs made after it."""
@@ -65,13 +65,13 @@ def host_results(hr: HostRun, *, baseline: Baseline | None,
     limits = fleet_limits(hr.plan.limits())
     res: list[Result] = []
     if baseline is not None:
-        res.append(peers.judge([r.as_dict() for r in hr.results], baseline, limits,
+        res.append(peers.judge(list(hr.results), baseline, limits,
                                host=hr.host).with_(simulated=hr.simulated or baseline.simulated))
     if runs_dir is not None:
         # This run's record was saved when its host finished: judged as the newest run.
         saved = hr.out_dir / RESULTS
         hist = history_of(runs_dir, hr.host, current=saved) if saved.is_file() else \
-            [*history_of(runs_dir, hr.host), (hr.plan.run_id, [r.as_dict() for r in hr.results])]
+            [*history_of(runs_dir, hr.host), (hr.plan.run_id, list(hr.results))]
         res.append(trends.judge(hist, limits).with_(simulated=hr.simulated))
     return res
 
@@ -136,12 +136,11 @@ def with_results(rec: HostRecord, extra: list[Result]) -> HostRecord:
     """The record with `extra` results in place of any it held for the same checks, and
     its verdict the worse of the saved one and theirs (a node the fleet FAILs is FAIL)."""
     names = {r.check for r in extra}
-    results = [r for r in rec.results if r.get("check") not in names] + [
-        r.as_dict() for r in extra]
-    order = [str(v) for v in Verdict]
-    saved = rec.verdict if rec.verdict in order else "ERROR"
-    verdict = max([saved, *(str(r.verdict) for r in extra)], key=order.index)
-    return HostRecord(rec.path, {**rec.data, "results": results, "verdict": verdict})
+    results = [r for r in rec.results if r.check not in names] + list(extra)
+    verdict = worst([rec.verdict if rec.verdict is not None else Verdict.ERROR,
+                     *(r.verdict for r in extra)])
+    return HostRecord(rec.path, {**rec.data, "results": [r.as_dict() for r in results],
+                                 "verdict": verdict.name})
 
 
 def add_to_cluster_run(run_dir: Path, data: dict[str, Any],

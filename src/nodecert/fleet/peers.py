@@ -67,7 +67,7 @@ def _limit(limits: Limits, key: str) -> Threshold:
     return t
 
 
-def judge(results: list[dict[str, Any]], baseline: Baseline, limits: Limits, *,
+def judge(results: list[Result], baseline: Baseline, limits: Limits, *,
           host: str = "", policy: dict[str, MetricPolicy] | None = None,
           extra: Iterable[Sample] = ()) -> Result:
     """fleet.peers for one node's results (and `extra` figures measured elsewhere: its

@@ -35,6 +35,7 @@ from nodecert.core.errors import NodecertError
 from nodecert.fleet.repair import action
 from nodecert.runs.layout import CERT_SUFFIX, RESULTS
 from nodecert.runs.records import HostRecord, host_history
+from nodecert_node.contract import Result, Verdict
 
 PAYLOAD_TYPE = "application/vnd.nodecert.rma-manifest+json"
 MANIFEST = "manifest.json"
@@ -49,8 +50,8 @@ class RmaError(NodecertError):
     """An RMA bundle that cannot be made or does not verify."""
 
 
-def _bad(rec: HostRecord) -> list[dict[str, Any]]:
-    return [r for r in rec.results if r.get("verdict") in ("FAIL", "ERROR")]
+def _bad(rec: HostRecord) -> list[Result]:
+    return [r for r in rec.results if r.verdict >= Verdict.FAIL]
 
 
 def failing_record(runs_dir: Path, host: str, run: str | None = None) -> HostRecord:
@@ -72,11 +73,10 @@ def kernel_lines(rec: HostRecord) -> list[str]:
     reporting, once each, in order."""
     seen: dict[str, None] = {}
     for r in rec.results:
-        for ev in r.get("evidence") or []:
-            if not isinstance(ev, dict) or str(ev.get("name")) not in ("dmesg", "journalctl",
-                                                                       "kernel log"):
+        for ev in r.evidence:
+            if ev.name not in ("dmesg", "journalctl", "kernel log"):
                 continue
-            for line in str(ev.get("output") or "").splitlines():
+            for line in ev.output.splitlines():
                 if KERNEL.search(line):
                     seen.setdefault(line.rstrip(), None)
     return list(seen)
@@ -105,24 +105,25 @@ def build(runs_dir: Path, host: str, out: Path, key: PrivateKey, *, run: str | N
         if p.stat().st_size > MAX_ADDED:
             raise RmaError(f"--add {p}: larger than {MAX_ADDED >> 20} MiB")
     bad = _bad(rec)
-    bmc = [r for r in rec.results if str(r.get("check", "")).startswith("bmc.")]
+    bmc = [r for r in rec.results if r.check.startswith("bmc.")]
     hist = []
     certs: dict[str, bytes] = {}
     for h in sorted(host_history(runs_dir, host), key=lambda r: r.started or r.finished):
         cert = h.run.certificate(host)
-        hist.append({"run_id": h.run_id, "suite": h.suite, "verdict": h.verdict,
+        hist.append({"run_id": h.run_id, "suite": h.suite,
+                     "verdict": h.verdict.name if h.verdict is not None else None,
                      "started": h.started, "simulated": h.simulated,
-                     "failing": [f"{r.get('check')}: {r.get('summary')}" for r in _bad(h)],
+                     "failing": [f"{r.check}: {r.summary}" for r in _bad(h)],
                      "certificate": f"certificates/{h.run.run_id}{CERT_SUFFIX}"
                      if cert.is_file() else None})
         if cert.is_file():
             certs[f"certificates/{h.run.run_id}{CERT_SUFFIX}"] = cert.read_bytes()
     files: dict[str, bytes] = {
         RESULTS: _json(rec.data),
-        "failing.json": _json([{**r, "actions": action(str(r.get("fault_code") or "")
-                                                         ).as_dict()} for r in bad]),
+        "failing.json": _json([{**r.as_dict(), "actions": action(r.fault_code).as_dict()}
+                               for r in bad]),
         "kernel-log.txt": ("\n".join(kernel_lines(rec)) + "\n").encode(),
-        "bmc.json": _json(bmc),
+        "bmc.json": _json([r.as_dict() for r in bmc]),
         "identity.json": _json(rec.data.get("identity")),
         "history.json": _json(hist),
         **certs,
@@ -131,7 +132,7 @@ def build(runs_dir: Path, host: str, out: Path, key: PrivateKey, *, run: str | N
     digests = {n: hashlib.sha256(b).hexdigest() for n, b in sorted(files.items())}
     manifest = {"schema": "nodecert.rma/v1", "host": host, "run_id": rec.run_id,
                 "created": (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "simulated": rec.simulated, "failing": [str(r.get("check")) for r in bad],
+                "simulated": rec.simulated, "failing": [r.check for r in bad],
                 "not_collected": [] if added else [
                     "nvidia-bug-report: run `sudo nvidia-bug-report.sh` on the node and add "
                     "its nvidia-bug-report.log.gz with --add"],

@@ -11,13 +11,14 @@ import functools
 import math
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nodecert.core import yamldoc
 from nodecert.core.errors import NodecertError
-from nodecert_node.contract import all_figures
+from nodecert_node.contract import Result, all_figures
 
 POLICY = Path(__file__).with_name("peer-metrics.yml")
 # Aggregates of per-GPU figures (their worst GPU): the GPUs are judged themselves.
@@ -73,10 +74,11 @@ def policy_for(metric: str, policy: dict[str, MetricPolicy]) -> MetricPolicy | N
     return None
 
 
-def samples(results: list[dict[str, Any]]) -> list[Sample]:
+def samples(results: Iterable[Result]) -> list[Sample]:
     """The fleet samples of one host's results (ERROR results have no figures)."""
     out = []
-    for name, f in sorted(all_figures(results).items()):
+    # the figures as the report and drift read them: from the results as recorded
+    for name, f in sorted(all_figures(r.as_dict() for r in results).items()):
         if name in AGGREGATES or not math.isfinite(f.value):
             continue
         m = _LABELLED.match(name)
@@ -127,11 +129,11 @@ def pair_samples(pairs: list[dict[str, Any]]) -> dict[str, list[Sample]]:
     return out
 
 
-def gpu_model(results: list[dict[str, Any]]) -> str | None:
+def gpu_model(results: Iterable[Result]) -> str | None:
     """The node's GPU model as hardware.inventory read it (None: not measured)."""
     for r in results:
-        if r.get("check") == "hardware.inventory" and isinstance(r.get("value"), dict):
-            model = r["value"].get("gpu_model")
+        if r.check == "hardware.inventory" and isinstance(r.value, dict):
+            model = r.value.get("gpu_model")
             return str(model) if model else None
     return None
 

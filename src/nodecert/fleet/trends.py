@@ -50,7 +50,7 @@ class Trend:
                 "values": list(self.values), "runs": list(self.runs)}
 
 
-def series(history: list[tuple[str, list[dict[str, Any]]]]) -> dict[
+def series(history: list[tuple[str, list[Result]]]) -> dict[
         tuple[str, str], list[tuple[str, float, str, str]]]:
     """(metric, label) -> [(run id, value, unit, better)] oldest first."""
     out: dict[tuple[str, str], list[tuple[str, float, str, str]]] = defaultdict(list)
@@ -60,7 +60,7 @@ def series(history: list[tuple[str, list[dict[str, Any]]]]) -> dict[
     return out
 
 
-def find(history: list[tuple[str, list[dict[str, Any]]]], limits: Limits) -> list[Trend]:
+def find(history: list[tuple[str, list[Result]]], limits: Limits) -> list[Trend]:
     """The figures whose last runs each got worse, beyond the limits (see the module)."""
     n = int(limits.get("fleet.trend_runs").value)
     drop, rise = limits.get("fleet.trend_drop_fraction_max"), limits.get("fleet.trend_rise_c_max")
@@ -87,7 +87,7 @@ def find(history: list[tuple[str, list[dict[str, Any]]]], limits: Limits) -> lis
     return out
 
 
-def judge(history: list[tuple[str, list[dict[str, Any]]]], limits: Limits) -> Result:
+def judge(history: list[tuple[str, list[Result]]], limits: Limits) -> Result:
     """fleet.trend: WARN naming each figure that got worse run after run (a floor not
     crossed yet is the point: this is the warning before it), PASS when none did."""
     n = int(limits.get("fleet.trend_runs").value)

@@ -9,6 +9,7 @@ from typing import Any
 from nodecert.core.errors import NodecertError
 from nodecert.revalidate.drift import metrics, record_of
 from nodecert.runs.records import host_history
+from nodecert_node.contract import Verdict
 
 
 class HistoryError(NodecertError):
@@ -27,9 +28,10 @@ def history(runs_dir: Path, host: str) -> list[dict[str, Any]]:
                      "when": dt.datetime.fromtimestamp(started, dt.UTC).strftime(
                          "%Y-%m-%d %H:%M:%S"), "t": started,
                      "run_id": rec.run_id, "suite": rec.suite,
-                     "verdict": rec.verdict, "simulated": rec.data.get("simulated"),
-                     "failing": [f"{r.get('check')}: {r.get('summary')}" for r in rec.results
-                                 if r.get("verdict") in ("FAIL", "ERROR")],
+                     "verdict": rec.verdict.name if rec.verdict is not None else None,
+                     "simulated": rec.simulated,
+                     "failing": [f"{r.check}: {r.summary}" for r in rec.results
+                                 if r.verdict >= Verdict.FAIL],
                      "figures": figures, "results": str(rec.path)})
     _mark_certificates(rows, host)
     if not rows:

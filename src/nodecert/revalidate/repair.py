@@ -55,13 +55,12 @@ def failing_before(runs_dir: Path, host: str) -> tuple[str | None, list[str]]:
     open_in: dict[str, str] = {}  # check: the run it (last) failed in
     for rec in recs[since + 1:]:
         for r in rec.results:
-            check = str(r.get("check"))
-            if check == CHECK:  # a gate that failed before is not a check to re-run
+            if r.check == CHECK:  # a gate that failed before is not a check to re-run
                 continue
-            if r.get("verdict") in ("FAIL", "ERROR"):
-                open_in[check] = rec.run_id or "?"
-            elif r.get("verdict") in ("PASS", "WARN"):
-                open_in.pop(check, None)
+            if r.verdict >= Verdict.FAIL:
+                open_in[r.check] = rec.run_id or "?"
+            else:
+                open_in.pop(r.check, None)
     if not open_in:
         return (recs[-1].run_id if recs else None), []
     return ", ".join(sorted(set(open_in.values()))), sorted(open_in)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.runs.layout import RESULTS, RunDir, RunDirError, runs_under
-from nodecert_node.contract import Plan
+from nodecert_node.contract import RESULT_SCHEMA, Plan, Result, Verdict, error_result
 
 SCHEMA = "nodecert.validation/v1"
 
@@ -40,8 +40,10 @@ class HostRecord:
         return self.data.get("suite")
 
     @property
-    def verdict(self) -> str | None:
-        return self.data.get("verdict")
+    def verdict(self) -> Verdict | None:
+        """The run's verdict for the host; None where the record holds none (a run still
+        writing, an interrupted one) or one that is no verdict."""
+        return verdict_of(self.data.get("verdict"))
 
     @property
     def simulated(self) -> bool:
@@ -57,9 +59,17 @@ class HostRecord:
         return _seconds(self.data.get("finished"))
 
     @property
-    def results(self) -> list[dict[str, Any]]:
+    def results(self) -> list[Result]:
+        """The host's results as the contract's type. An entry that is no result (damaged,
+        cut short) is an ERROR result saying so, never dropped: a record with an unreadable
+        result never reads as one that passed."""
         res = self.data.get("results")
-        return [r for r in res if isinstance(r, dict)] if isinstance(res, list) else []
+        return [_result(self.path, i, r) for i, r in enumerate(res)] \
+            if isinstance(res, list) else []
+
+    def result(self, check: str) -> Result | None:
+        """The host's result for `check`, or None where the run has none."""
+        return next((r for r in self.results if r.check == check), None)
 
     @property
     def run(self) -> RunDir:
@@ -73,6 +83,29 @@ def recorded_plan(run: RunDir, host: str) -> Plan | None:
     if not p.is_file():
         return None
     return Plan.from_dict(json.loads(p.read_text()))
+
+
+def verdict_of(value: Any) -> Verdict | None:
+    """A verdict as written in a record (its name), or None where it is none."""
+    return Verdict.__members__.get(value) if isinstance(value, str) else None
+
+
+def _result(path: Path, index: int, raw: Any) -> Result:
+    try:
+        if isinstance(raw, dict):
+            # The record's schema already says what its entries are: an entry without a
+            # schema or a summary of its own still reads; one without a check or a
+            # verdict does not.
+            return Result.from_dict({"schema": RESULT_SCHEMA, "summary": "", **raw}
+                                    if raw.get("schema") is None else raw)
+        problem = f"a {type(raw).__name__}, not a result"
+    except (KeyError, TypeError, ValueError) as exc:
+        problem = str(exc)
+    check = raw.get("check") if isinstance(raw, dict) else None
+    return error_result(str(check) if isinstance(check, str) and check else "record",
+                        f"{path}: result {index + 1} is unreadable ({problem})",
+                        fault_code="NC-RECORD-DAMAGED",
+                        remediation="re-run the validation for this host")
 
 
 def _seconds(value: Any) -> float:
@@ -163,4 +196,4 @@ def read_rack_record(run_dir: Path) -> dict[str, Any]:
 
 __all__ = ["RACK_SCHEMA", "SCHEMA", "HostRecord", "finished_run", "host_history",
            "host_records", "read_cluster_record", "read_host_record", "read_rack_record",
-           "recorded_plan"]
+           "recorded_plan", "verdict_of"]
