@@ -332,12 +332,12 @@ def test_the_cluster_certificate_holds_the_plan_digest_and_each_finding(
     plan = read_plan(plan_file(tmp_path, rows))
     built = [x for x in as_built(rows) if (x.node, x.port) != ("gpu-02", "mlx5_3")]
     res = judge_cabling(plan, built)
-    got = cabling_of({"results": [res.as_dict()]})
+    got = cabling_of([res])
     assert got is not None and got["plan_sha256"] == plan.digest
     assert got["verdict"] == "FAIL" and got["plan_lines"] == 16 and got["as_planned"] == 15
     assert got["findings"] == [{"kind": "missing", "text": "gpu-02 mlx5_3: no link, the plan "
                                 "cables it to leaf-03 port 2 (plan line 9)"}]
-    assert cabling_of({"results": []}) is None
+    assert cabling_of([]) is None
 
 
 def test_the_cluster_reads_one_plan_for_its_nodes_before_any_job(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from nodecert.cluster.judge import (
 from nodecert.cluster.output import demux
 from nodecert.cluster.run import ClusterRun
 from nodecert.inventory.cluster import ClusterConfig, parse_cluster
+from nodecert.runs.records import GroupRecord
 from nodecert_node.contract import Threshold
 from support.cluster import (
     FABRIC,
@@ -408,7 +409,7 @@ def test_cluster_certificate_verifies_and_a_changed_subject_does_not(tmp_path: P
     steps = {name: ok for name, ok, _ in v.steps}
     assert steps["signature"] and steps["statement"] and steps["subject"]
     assert not steps["verdict"]  # NOT READY never verifies as ready
-    st = statement(data, issued=dt.datetime.now(dt.UTC))
+    st = statement(GroupRecord(tmp_path / "results.json", data), issued=dt.datetime.now(dt.UTC))
     st["subject"][0]["digest"]["sha256"] = "0" * 64
     from nodecert.certs.cluster import subject_problems
     assert subject_problems(st) == ["h1: digest does NOT match its identity in the predicate"]
@@ -615,17 +616,18 @@ def test_a_cluster_certificate_is_valid_from_its_measurement_and_refuses_old_run
     ended = dt.datetime.fromtimestamp(data["finished"], dt.UTC).replace(microsecond=0)
     assert data["started"] <= data["finished"]
     later = ended + dt.timedelta(days=3)
-    st = statement(data, issued=later, valid_days=30)
+    rec = GroupRecord(tmp_path / "results.json", data)
+    st = statement(rec, issued=later, valid_days=30)
     v = st["predicate"]["validity"]
     assert v["not_before"] == ended.isoformat()
     assert v["not_after"] == (ended + dt.timedelta(days=30)).isoformat()
     assert v["issued"] == later.isoformat() and v["max_result_age_days"] == 7.0
     assert st["predicate"]["validated"]["finished"] == ended.isoformat()
     with pytest.raises(RunError, match=r"8\.0 days old .* more than the 7 days"):
-        statement(data, issued=ended + dt.timedelta(days=8))
-    assert statement(data, issued=ended + dt.timedelta(days=8), max_age_days=9)
+        statement(rec, issued=ended + dt.timedelta(days=8))
+    assert statement(rec, issued=ended + dt.timedelta(days=8), max_age_days=9)
     with pytest.raises(RunError, match="records no end time"):
-        statement({**data, "finished": None}, issued=later)
+        statement(GroupRecord(rec.path, {**data, "finished": None}), issued=later)
     # verify: expired 30 days after the run's end, whenever it was signed
     run_dir = tmp_path / "cluster-run-abcdef"
     (run_dir / "results.json").write_text(json.dumps(data))

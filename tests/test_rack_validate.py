@@ -28,6 +28,7 @@ from nodecert.cli import main
 from nodecert.core.errors import InventoryError
 from nodecert.rack import sweep
 from nodecert.rack.validate import RackRequest, rack_validate
+from nodecert.runs.records import GroupRecord
 from nodecert_node.contract import Result, Threshold, Verdict
 from support.racklab import Rack, running
 
@@ -189,7 +190,8 @@ def test_a_statement_whose_subjects_do_not_match_its_trays_is_refused(
     inv = _inventory(tmp_path, endpoints)
     _, data = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
                             progress=lambda s: None, trays_fn=_trays())
-    st = rackcert.statement(data, issued=dt.datetime.fromtimestamp(data["finished"], dt.UTC))
+    st = rackcert.statement(GroupRecord(tmp_path / "results.json", data),
+                            issued=dt.datetime.fromtimestamp(data["finished"], dt.UTC))
     assert rackcert.rack_problems(st) == [] and rackcert.subject_problems(st) == []
     st["subject"][3]["digest"]["sha256"] = "0" * 64
     st["subject"] = [*st["subject"][:-1], st["subject"][0] | {"name": "node:tray99"}]

@@ -13,6 +13,7 @@ from nodecert.core.errors import NodecertError
 from nodecert.revalidate.history import history
 from nodecert.runs.layout import RUN_ID, RunDir, RunDirError, new_run_id, runs_under
 from nodecert.runs.records import (
+    GroupRecord,
     finished_run,
     host_history,
     host_records,
@@ -171,7 +172,23 @@ def test_a_cluster_run_is_read_or_refused(tmp_path: Path) -> None:
     with pytest.raises(RunDirError, match="is not a cluster run"):
         read_cluster_record(run.path)
     write_json(run.cluster_results, {"schema": "nodecert.cluster-run/v1", "pairs": []})
-    assert read_cluster_record(run.path)["pairs"] == []
+    assert read_cluster_record(run.path).pairs == []
     run.cluster_results.write_text(json.dumps([1, 2]))
     with pytest.raises(RunDirError, match="not a cluster run record"):
         read_cluster_record(run.path)
+
+
+def test_a_group_record_reads_typed_and_an_odd_verdict_is_never_ready(tmp_path: Path) -> None:
+    from nodecert.certs.cluster import passed, reasons_of
+    path = tmp_path / "results.json"
+    fail = {"check": "cluster.pairs", "verdict": "FAIL", "summary": "h3 is slow"}
+    rec = GroupRecord(path, {"verdict": "FAIL", "nodes": ["h1", 2], "pairs": [{}, "x"],
+                             "results": [fail, {"check": "cluster.allreduce"}]})
+    assert rec.verdict is Verdict.FAIL and rec.nodes == ["h1", "2"] and rec.pairs == [{}]
+    assert [r.verdict for r in rec.results] == [Verdict.FAIL, Verdict.ERROR]
+    assert reasons_of(rec)[0] == "cluster.pairs: FAIL h3 is slow"
+    assert not passed(rec) and passed(GroupRecord(path, {"verdict": "WARN"}))
+    for odd in ("READY", "pass", None, 0):  # no verdict is never a passing one
+        assert not passed(GroupRecord(path, {"verdict": odd}))
+    assert not GroupRecord(path, {"problems": ["no host answered"]}).measured
+

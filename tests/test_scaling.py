@@ -17,6 +17,7 @@ import yaml
 from nodecert.cluster.scaling import NodeScaling, job_script, judge
 from nodecert.inventory.cluster import parse_cluster
 from nodecert.profiles import thresholds
+from nodecert.runs.records import GroupRecord
 from nodecert_node.contract import Limits, Threshold, Verdict
 from nodecert_node.parse.events import events
 from nodecert_node.scaling import judge_scaling, model_size, topology
@@ -320,7 +321,7 @@ def test_the_cluster_certificate_carries_the_scaling_curve_and_its_floors(
                    limits=cluster_limits(), link_layer="InfiniBand", simulated=True)
     data["scaling"] = res.as_dict()
     data["results"].append(res.as_dict())
-    st = statement(data, issued=dt.datetime.now(dt.UTC))
+    st = statement(GroupRecord(tmp_path / "results.json", data), issued=dt.datetime.now(dt.UTC))
     sc = st["predicate"]["scaling"]
     assert sc["value"]["efficiency"] == 0.9625 and sc["facts"]["curve"][-1] == [16, 0.9625]
     assert sc["thresholds"]["efficiency"]["value"] == 0.85

@@ -29,8 +29,8 @@ from nodecert.certs.intoto import CLUSTER_PREDICATE_TYPE, PAYLOAD_TYPE, STATEMEN
 from nodecert.certs.signing import PrivateKey, canonical_json, keyid, sign_envelope
 from nodecert.core import checks
 from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError
-from nodecert.runs.records import read_cluster_record
-from nodecert_node.contract import write_atomic
+from nodecert.runs.records import GroupRecord, read_cluster_record
+from nodecert_node.contract import Result, Verdict, write_atomic
 
 DEFAULT_VALID_DAYS = 30
 
@@ -62,11 +62,32 @@ def _iso(t: Any) -> str | None:
     return dt.datetime.fromtimestamp(float(t), dt.UTC).isoformat(timespec="seconds")
 
 
-def statement(data: dict[str, Any], *, issued: dt.datetime,
+RESULT_KEYS = ("check", "verdict", "summary", "findings", "value", "unit", "thresholds")
+
+
+def judged_results(rec: GroupRecord, keys: tuple[str, ...] = RESULT_KEYS) -> list[
+        dict[str, Any]]:
+    """The run's results as a group certificate holds them (`keys` of each)."""
+    return [{k: d[k] for k in keys} for d in (r.as_dict() for r in rec.results)]
+
+
+def reasons_of(rec: GroupRecord) -> list[str]:
+    """Why a group is not ready: each result that FAILed or ERRORed."""
+    return [f"{r.check}: {r.verdict.name} {r.summary}" for r in rec.results
+            if r.verdict >= Verdict.FAIL]
+
+
+def passed(rec: GroupRecord) -> bool:
+    """The run's verdict is PASS or WARN (one it does not hold is neither)."""
+    return rec.verdict is not None and rec.verdict <= Verdict.WARN
+
+
+def statement(rec: GroupRecord, *, issued: dt.datetime,
               valid_days: int = DEFAULT_VALID_DAYS,
               max_age_days: float = DEFAULT_MAX_AGE_DAYS) -> dict[str, Any]:
     """Raises RunError when the run records no end, or ended more than max_age_days
     before `issued`: validity runs from the measurement, never from the signature."""
+    data = rec.data
     ended = validation_end({"host": f"cluster run {data.get('run_id')}",
                             "finished": data.get("finished")})
     age = (issued - ended).total_seconds() / 86400
@@ -82,11 +103,10 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
                        "cluster certificate names every node by its identity",
                        hint="re-run `nodecert cluster validate` once the nodes answer")
     idents = {n: data["fabric"][n]["identity"] for n in data["nodes"]}
-    verdict = READY if data["verdict"] in ("PASS", "WARN") else NOT_READY
-    reasons = [f"{r['check']}: {r['verdict']} {r['summary']}" for r in data["results"]
-               if r["verdict"] not in ("PASS", "WARN")]
+    verdict = READY if passed(rec) else NOT_READY
     predicate = {
-        "schema": "nodecert.cluster-readiness/v1", "verdict": verdict, "reasons": reasons,
+        "schema": "nodecert.cluster-readiness/v1", "verdict": verdict,
+        "reasons": reasons_of(rec),
         "simulated": bool(data["simulated"]), "run_id": data["run_id"],
         "engine": data["engine"], "launch_host": data["launch_host"],
         "validated": {"started": _iso(data.get("started")),
@@ -104,9 +124,8 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
         "scaling": {k: (data.get("scaling") or {}).get(k) for k in ("value", "thresholds",
                                                                      "facts")}
         if data.get("scaling") else None,
-        "results": [{k: r[k] for k in ("check", "verdict", "summary", "findings", "value",
-                                       "unit", "thresholds")} for r in data["results"]],
-        "cabling": cabling_of(data),
+        "results": judged_results(rec),
+        "cabling": cabling_of(rec.results),
         "tool": {"name": "nodecert", "version": __version__},
     }
     return {"_type": STATEMENT_TYPE,
@@ -115,14 +134,14 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
             "predicateType": CLUSTER_PREDICATE_TYPE, "predicate": predicate}
 
 
-def cabling_of(data: dict[str, Any]) -> dict[str, Any] | None:
+def cabling_of(results: list[Result]) -> dict[str, Any] | None:
     """The cable plan the fabric was judged against (its digest binds the certificate to
     that plan) and what each planned link was found as; None when no plan was given."""
-    r = checks.by_role(data["results"], "cabling")
-    if r is None:
+    r = checks.by_role(results, "cabling")
+    if not isinstance(r, Result):
         return None
-    facts = r.get("facts") or {}
-    return {"verdict": r["verdict"], "plan_sha256": facts.get("plan_sha256"),
+    facts = r.facts
+    return {"verdict": r.verdict.name, "plan_sha256": facts.get("plan_sha256"),
             "plan_lines": facts.get("plan_lines"), "as_planned": facts.get("ok_lines"),
             "findings": facts.get("findings", []), "links": facts.get("links", [])}
 
@@ -138,15 +157,15 @@ def certify_cluster(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = No
     With `revocations`, the certificate is entered on that signed list (older ones for
     the same nodes superseded)."""
     try:
-        data = read_cluster_record(run_dir)
+        rec = read_cluster_record(run_dir)
     except RunDirError as exc:
         raise RunError(exc.what, hint=exc.hint) from exc
-    if "pairs" not in data:
+    if not rec.measured:
         raise RunError(f"{run_dir}: the cluster run stopped before its jobs ("
-                       f"{'; '.join(data.get('problems', [])) or 'no results'}): nothing to "
-                       "certify", hint="fix what it says and run `cluster validate` again")
+                       f"{'; '.join(rec.data.get('problems', [])) or 'no results'}): nothing "
+                       "to certify", hint="fix what it says and run `cluster validate` again")
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
-    st = statement(data, issued=issued, valid_days=valid_days, max_age_days=max_age_days)
+    st = statement(rec, issued=issued, valid_days=valid_days, max_age_days=max_age_days)
     return issue(st, key, out_dir or RunDir(run_dir).reports, "cluster",
                  report_html.cluster_page, revocations=revocations, issued=issued,
                  rendering=rendering)

@@ -22,13 +22,13 @@ from nodecert.certs.certify import (
     validation_end,
     validity,
 )
-from nodecert.certs.cluster import issue
+from nodecert.certs.cluster import issue, judged_results, passed, reasons_of
 from nodecert.certs.identity import certificate_identity, identity_digest
 from nodecert.certs.intoto import RACK_PREDICATE_TYPE, STATEMENT_TYPE
 from nodecert.certs.signing import PrivateKey, canonical_json
 from nodecert.core import checks
 from nodecert.runs.layout import RunDir, RunDirError
-from nodecert.runs.records import read_rack_record
+from nodecert.runs.records import GroupRecord, read_rack_record
 
 DEFAULT_VALID_DAYS = 30
 
@@ -55,11 +55,12 @@ def _latest(comp: dict[str, Any]) -> dict[str, Any] | None:
     return next((s for s in reversed(comp["samples"]) if s is not None), None)
 
 
-def statement(data: dict[str, Any], *, issued: dt.datetime,
+def statement(rec: GroupRecord, *, issued: dt.datetime,
               valid_days: int = DEFAULT_VALID_DAYS,
               max_age_days: float = DEFAULT_MAX_AGE_DAYS) -> dict[str, Any]:
     """RunError when the run is too old, or a tray has no identity: every compute tray is
     a subject, named by its identity."""
+    data = rec.data
     ended = validation_end({"host": f"rack run {data.get('run_id')}",
                             "finished": data.get("finished")})
     age = (issued - ended).total_seconds() / 86400
@@ -77,18 +78,17 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
     trays = {h: data["trays"][h] for h in rack["trays"]}
     switches = {c["name"]: switch_identity(c) for c in data["components"]
                 if c["kind"] == "switch_tray"}
-    reasons = [f"{r['check']}: {r['verdict']} {r['summary']}" for r in data["results"]
-               if r["verdict"] not in ("PASS", "WARN")]
+    reasons = reasons_of(rec)
     # A rack is ready only once its NVLink domain has carried traffic: a run without the
     # domain's jobs proves the wiring, not the domain.
-    judged = {r["check"] for r in data["results"]}
+    judged = {r.check for r in rec.results}
     load = checks.played_by("domain-load")
     unloaded = [c for c in load if c not in judged]
     if unloaded:
         reasons.append(next(
             (n for n in data.get("not_judged") or [] if n.startswith(unloaded[0])),
             f"{', '.join(unloaded)}: the NVLink domain was not measured under load"))
-    verdict = READY if data["verdict"] in ("PASS", "WARN") and not unloaded else NOT_READY
+    verdict = READY if passed(rec) and not unloaded else NOT_READY
     predicate = {
         "schema": "nodecert.rack-readiness/v1", "verdict": verdict, "reasons": reasons,
         "simulated": bool(data["simulated"]), "run_id": data["run_id"], "rack": rack,
@@ -102,8 +102,8 @@ def statement(data: dict[str, Any], *, issued: dt.datetime,
         "infrastructure": [{"kind": c["kind"], "name": c["name"], "address": c["address"],
                             "samples": len(c["samples"]), "errors": c["errors"],
                             "latest": _latest(c)} for c in data["components"]],
-        "results": [{k: r[k] for k in ("check", "verdict", "summary", "findings", "value",
-                                       "facts")} for r in data["results"]],
+        "results": judged_results(rec, ("check", "verdict", "summary", "findings", "value",
+                                        "facts")),
         "not_judged": data.get("not_judged") or [],
         "tool": {"name": "nodecert", "version": __version__},
     }
@@ -123,11 +123,11 @@ def certify_rack(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
                  ) -> tuple[Path, Path, str]:
     """(envelope, HTML, verdict) for a rack run; both files whole or not at all."""
     try:
-        data = read_rack_record(run_dir)
+        rec = read_rack_record(run_dir)
     except RunDirError as exc:
         raise RunError(exc.what, hint=exc.hint) from exc
     issued = (now or dt.datetime.now(dt.UTC)).replace(microsecond=0)
-    st = statement(data, issued=issued, valid_days=valid_days, max_age_days=max_age_days)
+    st = statement(rec, issued=issued, valid_days=valid_days, max_age_days=max_age_days)
     return issue(st, key, out_dir or RunDir(run_dir).reports, "rack", report_html.rack_page,
                  revocations=revocations, issued=issued, rendering=rendering)
 

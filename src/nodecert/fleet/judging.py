@@ -18,6 +18,7 @@ from nodecert.fleet.samples import FleetDataError, Sample, pair_samples
 from nodecert.profiles import thresholds
 from nodecert.runs.layout import RESULTS, RunDir, RunDirError, runs_under
 from nodecert.runs.records import (
+    GroupRecord,
     HostRecord,
     finished_run,
     host_history,
@@ -100,11 +101,11 @@ def load_runs(paths: Iterable[Path]) -> tuple[list[HostRecord], dict[str, list[S
     for path in paths:
         if RunDir(path).cluster_results.is_file():
             try:
-                data = read_cluster_record(path)
+                cluster = read_cluster_record(path)
             except RunDirError as exc:
                 raise FleetDataError(exc.what, hint=exc.hint) from exc
             records += [rec for run in runs_under(path / "nodes") for rec in host_records(run)]
-            extra.update(pair_samples(list(data.get("pairs") or [])))
+            extra.update(pair_samples(cluster.pairs))
         else:
             records += finished_run(path)
     return newest_per_host(records), extra
@@ -150,7 +151,8 @@ def add_to_cluster_run(run_dir: Path, data: dict[str, Any],
     node beyond its peers; the cluster's verdict is the worse of its own and that one.
     The cluster record is saved again; returns it."""
     per_node: dict[str, Result] = {}
-    pairs = pair_samples(list(data.get("pairs") or []))
+    cluster = GroupRecord(RunDir(run_dir).cluster_results, data)
+    pairs = pair_samples(cluster.pairs)
     for run in runs_under(run_dir / "nodes"):
         for rec in host_records(run):
             res = judge_records([rec], baseline=baseline, runs_dir=None, extra=pairs)[rec.host]
@@ -164,15 +166,14 @@ def add_to_cluster_run(run_dir: Path, data: dict[str, Any],
                + "; ".join(f"{n}: {r.summary}" for n, r in list(flagged.items())[:2]))
     result = Result("fleet.peers", verdict if per_node else Verdict.ERROR,
                     summary if per_node else "no node record to judge against the fleet",
-                    value={n: r.as_dict()["value"] for n, r in per_node.items()},
+                    value={n: r.value for n, r in per_node.items()},
                     findings=tuple(f"{n}: {r.summary}" for n, r in flagged.items()),
                     fault_code="NC-FLEET-OUTLIER" if verdict >= Verdict.FAIL else "",
-                    simulated=bool(data.get("simulated")))
-    results = [r for r in data.get("results") or [] if r.get("check") != "fleet.peers"]
-    order = [str(v) for v in Verdict]
-    new = {**data, "results": [*results, result.as_dict()],
-           "verdict": max([str(data.get("verdict") or "ERROR"), str(result.verdict)],
-                          key=order.index),
+                    simulated=cluster.simulated)
+    results = [*(r for r in cluster.results if r.check != "fleet.peers"), result]
+    saved = cluster.verdict if cluster.verdict is not None else Verdict.ERROR
+    new = {**data, "results": [r.as_dict() for r in results],
+           "verdict": worst([saved, result.verdict]).name,
            "culprits": sorted({*(data.get("culprits") or []),
                                *(n for n, r in flagged.items() if r.verdict >= Verdict.FAIL)})}
     write_json(RunDir(run_dir).cluster_results, new)

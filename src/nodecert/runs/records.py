@@ -164,7 +164,63 @@ def host_history(runs_dir: Path, host: str) -> Iterator[HostRecord]:
                 continue
 
 
-def read_cluster_record(run_dir: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GroupRecord:
+    """A cluster or rack run's saved record (results.json), as written: its verdict and
+    results typed like a host's; the measurements it holds (pairings, the fabric, the
+    rack's components) in `data`, as the run recorded them."""
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def run_id(self) -> str | None:
+        rid = self.data.get("run_id")
+        return str(rid) if rid else None
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return verdict_of(self.data.get("verdict"))
+
+    @property
+    def results(self) -> list[Result]:
+        res = self.data.get("results")
+        return [_result(self.path, i, r) for i, r in enumerate(res)] \
+            if isinstance(res, list) else []
+
+    def result(self, check: str) -> Result | None:
+        return next((r for r in self.results if r.check == check), None)
+
+    @property
+    def nodes(self) -> list[str]:
+        nodes = self.data.get("nodes")
+        return [str(n) for n in nodes] if isinstance(nodes, list) else []
+
+    @property
+    def simulated(self) -> bool:
+        return bool(self.data.get("simulated"))
+
+    @property
+    def started(self) -> float:
+        return _seconds(self.data.get("started"))
+
+    @property
+    def finished(self) -> float:
+        return _seconds(self.data.get("finished"))
+
+    @property
+    def pairs(self) -> list[dict[str, Any]]:
+        """A cluster run's pairings as recorded (none where it stopped before them)."""
+        pairs = self.data.get("pairs")
+        return [p for p in pairs if isinstance(p, dict)] if isinstance(pairs, list) else []
+
+    @property
+    def measured(self) -> bool:
+        """Whether the run reached its jobs (one stopped before them records its
+        problems, no pairings)."""
+        return "pairs" in self.data
+
+
+def read_cluster_record(run_dir: Path) -> GroupRecord:
     """A cluster run's record, or RunDirError."""
     path = RunDir(run_dir).cluster_results
     try:
@@ -175,25 +231,25 @@ def read_cluster_record(run_dir: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RunDirError(f"{path}: not a cluster run record",
                           hint="pass the directory `nodecert cluster validate` printed")
-    return data
+    return GroupRecord(path, data)
 
 
 RACK_SCHEMA = "nodecert.rack-run/v1"
 
 
-def read_rack_record(run_dir: Path) -> dict[str, Any]:
+def read_rack_record(run_dir: Path) -> GroupRecord:
     """A rack run's record, or RunDirError."""
     try:
-        data = read_cluster_record(run_dir)
+        rec = read_cluster_record(run_dir)
     except RunDirError as exc:
         raise RunDirError(exc.what.replace("cluster run", "rack run"),
                           hint="pass the directory `nodecert rack validate` printed") from exc
-    if data.get("schema") != RACK_SCHEMA:
-        raise RunDirError(f"{run_dir}: not a rack run (schema {data.get('schema')!r})",
+    if rec.data.get("schema") != RACK_SCHEMA:
+        raise RunDirError(f"{run_dir}: not a rack run (schema {rec.data.get('schema')!r})",
                           hint="pass the directory `nodecert rack validate` printed")
-    return data
+    return rec
 
 
-__all__ = ["RACK_SCHEMA", "SCHEMA", "HostRecord", "finished_run", "host_history",
+__all__ = ["RACK_SCHEMA", "SCHEMA", "GroupRecord", "HostRecord", "finished_run", "host_history",
            "host_records", "read_cluster_record", "read_host_record", "read_rack_record",
            "recorded_plan", "verdict_of"]
