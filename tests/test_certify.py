@@ -44,6 +44,7 @@ from nodecert.certs.signing import (
 from nodecert.certs.verify import verify_report
 from nodecert.cli import main
 from nodecert.core.textsafe import one_line
+from nodecert.runs.records import HostRecord
 from support.browser import headless, too_wide
 from support.env import require_root
 from support.runs import make_run, passing, recorded_results
@@ -243,33 +244,44 @@ def test_simulated_reports_are_refused_unless_allowed(tmp_path: Path, key: Path)
     assert verify_report(cr.nodes[0].envelope, pub, allow_simulated=True).ok
 
 
+def _readiness(host: dict[str, Any], accepted: dict[str, Any] | None = None) -> tuple[
+        str, list[str]]:
+    return readiness(HostRecord(Path("run/h1/results.json"), host), accepted)
+
+
 def test_readiness_rules() -> None:
     host = {"status": "done", "verdict": "WARN", "identity": {"gpus": [],
                                                               "system_serial": "S1"},
             "results": [{"check": "health.gpu", "verdict": "WARN", "summary": "w"}]}
     accepted = {"accepted": True, "reasons": []}
-    assert readiness(host, accepted) == (READY, [])
+    assert _readiness(host, accepted) == (READY, [])
     # nothing failed, but no accepted acceptance run: a health record, saying why
-    assert readiness(host) == (HEALTHY, ["the run was not judged for acceptance"])
-    assert readiness(host, {"accepted": False, "reasons": ["burnin: load.burnin did not "
+    assert _readiness(host) == (HEALTHY, ["the run was not judged for acceptance"])
+    assert _readiness(host, {"accepted": False, "reasons": ["burnin: load.burnin did not "
                                                            "run"]}) == (
         HEALTHY, ["burnin: load.burnin did not run"])
     # a failure outweighs acceptance
-    assert readiness({**host, "verdict": "ERROR"}, accepted)[0] == NOT_READY
+    assert _readiness({**host, "verdict": "ERROR"}, accepted)[0] == NOT_READY
     # An identity of empty strings names no hardware: every such node has one digest.
     empty = {"system_serial": "", "system_uuid": "", "baseboard_serial": "", "nic_macs": [],
              "gpus": [{"serial": "", "uuid": ""}], "nvme": [{"serial": "", "model": "x"}]}
-    verdict, why = readiness({**host, "identity": empty})
+    verdict, why = _readiness({**host, "identity": empty})
     assert verdict == NOT_READY and "names no serial, UUID or MAC" in why[0]
     for one in ({"nic_macs": ["02:00:00:00:00:01"]}, {"gpus": [{"uuid": "GPU-1"}]},
                 {"nvme": [{"serial": "N1"}]}, {"system_uuid": "u"}):
-        assert readiness({**host, "identity": {**empty, **one}}, accepted)[0] == READY, one
-    assert readiness({**host, "status": "interrupted", "error": "Ctrl-C"})[0] == NOT_READY
-    assert readiness({**host, "identity": None})[1] == [
+        assert _readiness({**host, "identity": {**empty, **one}}, accepted)[0] == READY, one
+    assert _readiness({**host, "status": "interrupted", "error": "Ctrl-C"})[0] == NOT_READY
+    assert _readiness({**host, "identity": None})[1] == [
         "no hardware identity: hardware.inventory did not run or failed to read it, so the "
         "certificate could not be bound to the hardware"]
-    assert readiness({**host, "verdict": "ERROR"}) == (
+    assert _readiness({**host, "verdict": "ERROR"}) == (
         NOT_READY, ["the run's verdict for this host is ERROR"])
+    # a verdict that is none of the four, or a damaged result, is never READY
+    assert _readiness({**host, "verdict": "READY"}, accepted)[0] == NOT_READY
+    cut = {**host, "results": [*host["results"], {"check": "load.burnin", "summary": "x"}]}
+    verdict, why = _readiness(cut, accepted)
+    assert verdict == NOT_READY and why[0].startswith("load.burnin ERROR: ") and \
+        "result 2 is unreadable" in why[0]
 
 
 def test_certify_bad_input(tmp_path: Path, key: Path) -> None:

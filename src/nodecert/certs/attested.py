@@ -7,10 +7,10 @@ from typing import Any
 
 from nodecert.certs import attestcheck
 from nodecert.core import checks
-from nodecert_node.contract import json_sha256
+from nodecert_node.contract import Result, json_sha256
 
 
-def attestation_summary(results: list[dict[str, Any]],
+def attestation_summary(results: list[Result],
                         verifier: str | None = None) -> dict[str, Any]:
     """What the certificate states of the GPUs' hardware-rooted evidence: the status the
     attestation.gpu check judged, its reason, the evidence digest, the nonce and each GPU's
@@ -18,20 +18,21 @@ def attestation_summary(results: list[dict[str, Any]],
     `verifier` (NVIDIA's verifier's Python on this controller) the control side verifies
     the evidence itself; otherwise the status is stated as node-reported. A host that did
     not collect any is stated as not attested, never left for a reader to assume."""
-    r = checks.by_role(results, "attestation")
-    facts = ((r or {}).get("facts") or {}).get("attestation")
-    if not r or not isinstance(facts, dict):
-        why = (f"the attestation check did not report ({r['verdict']}: {r['summary']})" if r
-               else "not collected: the host's inventory does not ask for attestation "
-                    "(nodecert_attestation)")
+    found = checks.by_role(results, "attestation")
+    r = found if isinstance(found, Result) else None
+    facts = r.facts.get("attestation") if r is not None else None
+    if r is None or not isinstance(facts, dict):
+        why = (f"the attestation check did not report ({r.verdict.name}: {r.summary})"
+               if r is not None else "not collected: the host's inventory does not ask for "
+               "attestation (nodecert_attestation)")
         return {"status": "not attested", "reason": why, "evidence_sha256": None, "gpus": [],
                 "checked_by": attestcheck.NODE}
     return attestcheck.checked(_node_summary(r, facts), facts.get("evidence"), verifier)
 
 
-def _node_summary(r: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+def _node_summary(r: Result, facts: dict[str, Any]) -> dict[str, Any]:
     return {"status": facts.get("status"), "reason": facts.get("reason"),
-            "verdict": r.get("verdict"), "evidence_sha256": facts.get("evidence_sha256"),
+            "verdict": r.verdict.name, "evidence_sha256": facts.get("evidence_sha256"),
             "nonce": facts.get("nonce"), "replayed": bool(facts.get("replayed")),
             "verifier": facts.get("verifier"),
             "gpus": [{"index": g.get("index"), "uuid": g.get("uuid"),

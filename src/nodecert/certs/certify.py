@@ -52,9 +52,9 @@ from nodecert.certs.signing import (
 from nodecert.core import checks
 from nodecert.profiles import acceptance
 from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError
-from nodecert.runs.records import finished_run
+from nodecert.runs.records import HostRecord, finished_run
 from nodecert.stack.manifest import Stack, find_stack, load_stack
-from nodecert_node.contract import write_atomic
+from nodecert_node.contract import Result, Verdict, write_atomic
 
 READY, NOT_READY, HEALTHY = "READY", "NOT READY", "HEALTHY"
 DEFAULT_VALID_DAYS = 90
@@ -93,37 +93,37 @@ def _stack_pins(stack: Stack) -> dict[str, Any]:
             "manifest_sha256": _sha256_file(stack.path)}
 
 
-def _result_entry(r: dict[str, Any]) -> dict[str, Any]:
-    return {"check": r["check"], "verdict": r["verdict"], "summary": r["summary"],
-            "value": r.get("value"), "unit": r.get("unit", ""),
-            "thresholds": r.get("thresholds", {}), "findings": r.get("findings", []),
-            "fault_code": r.get("fault_code", ""), "remediation": r.get("remediation", ""),
-            "duration_s": r.get("duration_s", 0.0), "simulated": bool(r.get("simulated")),
-            "facts": {k: v for k, v in (r.get("facts") or {}).items() if k not in _RAW_FACTS},
-            "evidence": [{"name": e.get("name"), "command": e.get("command"),
-                          "returncode": e.get("returncode"), "sha256": e.get("sha256")}
-                         for e in r.get("evidence", [])]}
+def _result_entry(r: Result) -> dict[str, Any]:
+    return {"check": r.check, "verdict": r.verdict.name, "summary": r.summary,
+            "value": r.value, "unit": r.unit,
+            "thresholds": {k: t.as_dict() for k, t in sorted(r.thresholds.items())},
+            "findings": list(r.findings), "fault_code": r.fault_code,
+            "remediation": r.remediation, "duration_s": r.duration_s,
+            "simulated": r.simulated,
+            "facts": {k: v for k, v in r.facts.items() if k not in _RAW_FACTS},
+            "evidence": [{"name": e.name, "command": e.command, "returncode": e.returncode,
+                          "sha256": e.sha256} for e in r.evidence]}
 
 
-def readiness(host: dict[str, Any],
+def readiness(host: HostRecord,
               accepted: dict[str, Any] | None = None) -> tuple[str, list[str]]:
     """NOT READY unless the run finished, every planned check reported (the host verdict
     is ERROR otherwise), the hardware identity is known and nothing FAILed/ERRORed; then
     READY only where the acceptance judgement (acceptance.judge) accepted the run, else
     HEALTHY with the reasons it was not accepted."""
     reasons: list[str] = []
-    if host.get("status") != "done":
-        reasons.append(f"the validation did not finish ({host.get('status')}: "
-                       f"{host.get('error') or 'no reason recorded'})")
-    for r in host.get("results", []):
-        if r["verdict"] in ("FAIL", "ERROR"):
-            reasons.append(f"{r['check']} {r['verdict']}: {r['summary']}")
-    if host.get("verdict") not in ("PASS", "WARN") and not reasons:
-        reasons.append(f"the run's verdict for this host is {host.get('verdict')}")
-    if not host.get("identity"):
+    if host.status != "done":
+        reasons.append(f"the validation did not finish ({host.status}: "
+                       f"{host.data.get('error') or 'no reason recorded'})")
+    for r in host.results:
+        if r.verdict >= Verdict.FAIL:
+            reasons.append(f"{r.check} {r.verdict.name}: {r.summary}")
+    if (host.verdict is None or host.verdict >= Verdict.FAIL) and not reasons:
+        reasons.append(f"the run's verdict for this host is {host.data.get('verdict')}")
+    if host.identity is None:
         reasons.append("no hardware identity: hardware.inventory did not run or failed to "
                        "read it, so the certificate could not be bound to the hardware")
-    elif not identifies(host["identity"]):
+    elif not identifies(host.identity):
         reasons.append("the hardware identity names no serial, UUID or MAC (every field "
                        "empty): the certificate could not be bound to this node's hardware")
     if reasons:
@@ -134,13 +134,13 @@ def readiness(host: dict[str, Any],
                          ["the run was not judged for acceptance"])
 
 
-def validation_end(host: dict[str, Any]) -> dt.datetime:
-    """When the host's validation ended: a certificate's validity starts there."""
-    t = host.get("finished") or 0
-    if not isinstance(t, (int, float)) or t <= 0:
-        raise RunError(f"{host.get('host')}: the run records no end time for this host "
+def validation_end(name: str, finished: float) -> dt.datetime:
+    """When the run of `name` (a host, a cluster or rack run) ended, as its record's
+    `finished` reads (0: none): a certificate's validity starts there."""
+    if finished <= 0:
+        raise RunError(f"{name}: the run records no end time for this host "
                        "(an unfinished run): re-validate it")
-    return dt.datetime.fromtimestamp(float(t), dt.UTC).replace(microsecond=0)
+    return dt.datetime.fromtimestamp(finished, dt.UTC).replace(microsecond=0)
 
 
 def cluster_reference(envelope: Path, key: PrivateKey) -> dict[str, Any]:
@@ -191,7 +191,7 @@ def validity(issued: dt.datetime, ended: dt.datetime, valid_days: int,
             "max_result_age_days": max_age_days}
 
 
-def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
+def statement(host: HostRecord, stack: Stack | None, *, issued: dt.datetime,
               valid_days: int, inputs: dict[str, str] | None = None,
               max_age_days: float = DEFAULT_MAX_AGE_DAYS,
               cluster: dict[str, Any] | None = None,
@@ -204,49 +204,50 @@ def statement(host: dict[str, Any], stack: Stack | None, *, issued: dt.datetime,
     stack manifest): the certificate names exactly what the run was judged with.
 
     Raises RunError when the results are older than max_age_days at `issued`."""
-    ended = validation_end(host)
+    ended = validation_end(host.host, host.finished)
     age = (issued - ended).total_seconds() / 86400
     if age > max_age_days:
-        raise RunError(f"{host['host']}: the results are {age:.1f} days old (validation "
+        raise RunError(f"{host.host}: the results are {age:.1f} days old (validation "
                        f"ended {ended.isoformat()}), more than the {max_age_days:g} days a "
                        "certificate may rest on: re-validate the host, or raise "
                        "--max-result-age-days (recorded in the certificate)")
     verdict, reasons = readiness(host, accepted)
-    ident = host.get("identity") or {}
-    results = host.get("results", [])
-    software = (checks.by_role(results, "stack-record") or {}).get("facts", {}).get("software")
+    ident = host.identity or {}
+    results = host.results
+    record = checks.by_role(results, "stack-record")
+    software = record.facts.get("software") if isinstance(record, Result) else None
     # The firmware bill of materials: each component of the host's recipe, wanted and
     # found where it was read (the BMC's inventory, the node's own tools).
-    recipe = checks.by_role(results, "firmware-record")
-    recipe = (recipe.get("facts") or {}) if recipe is not None else None
+    bom = checks.by_role(results, "firmware-record")
+    recipe = bom.facts if isinstance(bom, Result) else None
     firmware = {"recipe": recipe.get("recipe"), "sources": recipe.get("sources"),
                 "components": recipe.get("bom")} if recipe else None
     predicate = {
         "schema": "nodecert.node-readiness/v1",
-        "verdict": verdict, "reasons": reasons, "simulated": bool(host.get("simulated")),
-        "host": host["host"], "run_id": host.get("run_id"), "suite": host.get("suite"),
+        "verdict": verdict, "reasons": reasons, "simulated": host.simulated,
+        "host": host.host, "run_id": host.data.get("run_id"), "suite": host.suite,
         # what the run measured against what READY requires
         "acceptance": accepted or None,
-        "validated": {"started": _iso(host.get("started")),
-                      "finished": _iso(host.get("finished"))},
+        "validated": {"started": _iso(host.data.get("started")),
+                      "finished": _iso(host.data.get("finished"))},
         # valid from the evidence, not from the signature: signing old results late
         # must not extend how long they count
         "validity": validity(issued, ended, valid_days, max_age_days),
-        "order": host.get("spec"), "identity": certificate_identity(ident),
+        "order": host.data.get("spec"), "identity": certificate_identity(ident),
         "stack": _stack_pins(stack) if stack else None, "software": software,
         "firmware": firmware,
-        "attestation": attestation_summary(host.get("results", []), attestation_verifier),
-        "results": [_result_entry(r) for r in host.get("results", [])],
+        "attestation": attestation_summary(results, attestation_verifier),
+        "results": [_result_entry(r) for r in results],
         "inputs": dict(sorted((inputs or {}).items())),
         "tool": {"name": "nodecert", "version": __version__},
     }
     digest = identity_digest(ident)
-    link = cluster_link(cluster, host["host"], digest) if cluster is not None else None
+    link = cluster_link(cluster, host.host, digest) if cluster is not None else None
     if link is not None:
         # the cluster (or rack) certificate it was proven in
         predicate[cluster.get("kind", "cluster") if cluster else "cluster"] = link
     return {"_type": STATEMENT_TYPE,
-            "subject": [{"name": f"node:{host['host']}",
+            "subject": [{"name": f"node:{host.host}",
                          "digest": {"sha256": digest}}],
             "predicateType": PREDICATE_TYPE, "predicate": predicate}
 
@@ -269,27 +270,26 @@ def suite_acceptance(rd: RunDir) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def judged(rd: RunDir, host: dict[str, Any], profile: str | None) -> dict[str, Any]:
+def judged(rd: RunDir, host: HostRecord, profile: str | None) -> dict[str, Any]:
     """The acceptance judgement of one host's run, from the plan it recorded (the
     settings it really ran with), its suite's profile and its results."""
-    return acceptance.judge(profile, suite=host.get("suite"),
-                            plan=_read_input(rd.plan_file(str(host["host"]))),
-                            results=list(host.get("results") or []),
-                            simulated=bool(host.get("simulated")))
+    return acceptance.judge(profile, suite=host.suite,
+                            plan=_read_input(rd.plan_file(host.host)),
+                            results=host.results, simulated=host.simulated)
 
 
-def _run_inputs(rd: RunDir, host: dict[str, Any]) -> tuple[Stack | None, dict[str, str]]:
+def _run_inputs(rd: RunDir, host: HostRecord) -> tuple[Stack | None, dict[str, str]]:
     """The stack manifest and input digests the run recorded for this host. A run that
     recorded none (made before inputs were kept) falls back to the installed stacks."""
-    files = {"plan": rd.plan_file(str(host["host"])), "suite": rd.suite_input}
+    files = {"plan": rd.plan_file(host.host), "suite": rd.suite_input}
     stack: Stack | None = None
-    if host.get("stack"):
-        copy = rd.stack_input(str(host["stack"]))
+    if host.stack:
+        copy = rd.stack_input(host.stack)
         if copy.is_file():
             stack = load_stack(copy)
             files["stack"] = copy
         else:
-            stack = find_stack(str(host["stack"]))
+            stack = find_stack(host.stack)
     return stack, {k: _sha256_file(p) for k, p in files.items() if p.is_file()}
 
 
@@ -341,10 +341,10 @@ def listing(path: Path | None, key: PrivateKey,
     return revlist.updating(path, key, now) if path is not None else nullcontext([])
 
 
-def load_run(run_dir: Path) -> list[dict[str, Any]]:
+def load_run(run_dir: Path) -> list[HostRecord]:
     """Every host's record of a finished validation run, checked for shape."""
     try:
-        return [rec.data for rec in finished_run(run_dir)]
+        return finished_run(run_dir)
     except RunDirError as exc:
         raise RunError(exc.what, hint=exc.hint) from exc
 
@@ -380,7 +380,7 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
     statements = []
     ready: list[tuple[list[Path], list[bytes]]] = []
     for h in hosts:
-        name = h["host"]
+        name = h.host
         paths = [out / f"{name}{CERT_SUFFIX}", out / f"{name}.html",
                  out / f"{name}.junit.xml"] + ([out / f"{name}.pdf"] if rendering.pdf else [])
         try:

@@ -88,8 +88,7 @@ def statement(rec: GroupRecord, *, issued: dt.datetime,
     """Raises RunError when the run records no end, or ended more than max_age_days
     before `issued`: validity runs from the measurement, never from the signature."""
     data = rec.data
-    ended = validation_end({"host": f"cluster run {data.get('run_id')}",
-                            "finished": data.get("finished")})
+    ended = validation_end(f"cluster run {rec.run_id}", rec.finished)
     age = (issued - ended).total_seconds() / 86400
     if age > max_age_days:
         raise RunError(f"cluster run {data.get('run_id')}: the results are {age:.1f} days old "

@@ -61,8 +61,7 @@ def statement(rec: GroupRecord, *, issued: dt.datetime,
     """RunError when the run is too old, or a tray has no identity: every compute tray is
     a subject, named by its identity."""
     data = rec.data
-    ended = validation_end({"host": f"rack run {data.get('run_id')}",
-                            "finished": data.get("finished")})
+    ended = validation_end(f"rack run {rec.run_id}", rec.finished)
     age = (issued - ended).total_seconds() / 86400
     if age > max_age_days:
         raise RunError(f"rack run {data.get('run_id')}: the results are {age:.1f} days old "

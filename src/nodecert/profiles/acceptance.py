@@ -16,6 +16,7 @@ from typing import Any
 from nodecert.core import yamldoc
 from nodecert.core.errors import UnknownNameError
 from nodecert.profiles.datafiles import render_source, validators_dir
+from nodecert_node.contract import Result, Verdict
 
 SCHEMA = "nodecert.acceptance/v1"
 # The profile a run that declares none is compared with, to say what it lacks.
@@ -139,7 +140,7 @@ def _soak_plateau(value: Any) -> str:
         else "no GPU was loaded")
 
 
-def _judge_stage(stage: Stage, plan: dict[str, Any], results: dict[str, dict[str, Any]],
+def _judge_stage(stage: Stage, plan: dict[str, Any], results: dict[str, Result],
                  gpus: int | None) -> dict[str, Any]:
     out: dict[str, Any] = {"stage": stage.name, "checks": list(stage.checks), "met": False,
                            "detail": "", "minimum": None, "measured": None}
@@ -155,16 +156,16 @@ def _judge_stage(stage: Stage, plan: dict[str, Any], results: dict[str, dict[str
     if absent:
         out["detail"] = f"{', '.join(absent)} did not run"
         return out
-    bad = [f"{c} {results[c]['verdict']}" for c in stage.checks
-           if results[c]["verdict"] not in ("PASS", "WARN")]
+    bad = [f"{c} {results[c].verdict.name}" for c in stage.checks
+           if results[c].verdict >= Verdict.FAIL]
     if bad:
         out["detail"] = "; ".join(bad)
         return out
     if stage.measured:
-        unmeasured = [c for c in stage.checks if not _measured(results[c].get("value"))]
+        unmeasured = [c for c in stage.checks if not _measured(results[c].value)]
         if unmeasured:
             out["detail"] = f"{', '.join(unmeasured)} reported no measurement: " + \
-                "; ".join(str(results[c].get("summary")) for c in unmeasured)
+                "; ".join(results[c].summary for c in unmeasured)
             return out
     if stage.minimum:
         m = stage.minimum
@@ -174,7 +175,7 @@ def _judge_stage(stage: Stage, plan: dict[str, Any], results: dict[str, dict[str
                              f"under the {m.value} {m.unit} acceptance requires")
             return out
         if m.measured:
-            seen = _measure(m.measured, results[stage.checks[0]].get("value"))
+            seen = _measure(m.measured, results[stage.checks[0]].value)
             out["measured"] = round(seen, 1) if seen is not None else None
             if seen is None:
                 out["detail"] = f"{stage.checks[0]} reported no {m.measured}"
@@ -185,7 +186,7 @@ def _judge_stage(stage: Stage, plan: dict[str, Any], results: dict[str, dict[str
                                  "acceptance requires")
                 return out
     if stage.name == "soak":
-        why = _soak_plateau(results[stage.checks[0]].get("value"))
+        why = _soak_plateau(results[stage.checks[0]].value)
         if why:
             out["detail"] = why
             return out
@@ -207,14 +208,14 @@ def _measured(value: Any) -> bool:
 
 
 def judge(profile_name: str | None, *, suite: str | None, plan: dict[str, Any] | None,
-          results: list[dict[str, Any]], simulated: bool) -> dict[str, Any]:
+          results: list[Result], simulated: bool) -> dict[str, Any]:
     """What a certificate states of acceptance: accepted only when the suite declares a
     profile, the run did all of it (not --only), every stage is met, and a profile for
     simulated hardware judged simulated hardware."""
     declared = profile_name is not None
     prof = profile(profile_name or PRODUCTION)
     plan = plan or {}
-    by_check = {str(r.get("check")): r for r in results if isinstance(r, dict)}
+    by_check = {r.check: r for r in results}
     gpus = (plan.get("spec") or {}).get("gpu_count")
     stages = [_judge_stage(s, plan, by_check, gpus if isinstance(gpus, int) else None)
               for s in prof.stages]

@@ -75,6 +75,24 @@ class HostRecord:
     def run(self) -> RunDir:
         return RunDir(self.path.parent.parent)
 
+    @property
+    def status(self) -> str | None:
+        """How the host's run ended ("done" when it ran to its end)."""
+        status = self.data.get("status")
+        return str(status) if status is not None else None
+
+    @property
+    def identity(self) -> dict[str, Any] | None:
+        """The hardware identity hardware.inventory read (None: not read)."""
+        ident = self.data.get("identity")
+        return ident if isinstance(ident, dict) and ident else None
+
+    @property
+    def stack(self) -> str | None:
+        """The name of the stack the run judged the host against."""
+        stack = self.data.get("stack")
+        return str(stack) if stack else None
+
 
 def recorded_plan(run: RunDir, host: str) -> Plan | None:
     """The plan the run sent to `host`, as recorded at its start (None for runs made
