@@ -97,12 +97,14 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          fleet_baseline: Path | None, pubkeys: tuple[Path, ...],
                          runs_dir: Path, as_json: bool,
                          become_file: Path | None, vault_file: Path | None) -> None:
-    from nodecert.certs.cluster import certify_cluster
+    from nodecert.certs.cluster import certify_cluster, passed
     from nodecert.certs.revocations import DEFAULT_NAME
     from nodecert.certs.signing import load_private_key
     from nodecert.cluster.validate import ClusterRequest, cluster_validate
     from nodecert.core.errors import InventoryError
     from nodecert.inventory.cluster import parse_cluster
+    from nodecert.runs.layout import RunDir
+    from nodecert.runs.records import GroupRecord
 
     given = {k: v for k, v in (("engine", engine), ("launch_host", launch_host),
                                ("partition", partition), ("account", account),
@@ -127,18 +129,20 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
         env, html, verdict = certify_cluster(run_dir, key,
                                              revocations=run_dir.parent / DEFAULT_NAME)
         cert = {"certificate": str(env), "html": str(html), "certificate_verdict": verdict}
-    code = ExitCode.OK if data["verdict"] in ("PASS", "WARN") else ExitCode.FAILED
+    rec = GroupRecord(RunDir(run_dir).cluster_results, data)
+    code = ExitCode.OK if passed(rec) else ExitCode.FAILED
+    verdict = rec.verdict.name if rec.verdict is not None else "ERROR"
     if as_json:
-        emit_json({"run_dir": str(run_dir), "verdict": data["verdict"],
-                   "culprits": data["culprits"], "results": data["results"], **cert})
+        emit_json({"run_dir": str(run_dir), "verdict": verdict, "culprits": rec.culprits,
+                   "results": [r.as_dict() for r in rec.results], **cert})
         sys.exit(int(code))
-    for r in data["results"]:
-        echo(one_line(f"{r['check']:<18} {r['verdict']:<6} {r['summary']}"))
-        for f in r["findings"]:
+    for r in rec.results:
+        echo(one_line(f"{r.check:<18} {r.verdict.name:<6} {r.summary}"))
+        for f in r.findings:
             echo(f"    {one_line(f)}")
-    echo(f"cluster: {data['verdict']}" + (f"  named: {', '.join(data['culprits'])}"
-                                          if data["culprits"] else "")
-         + ("  (SIMULATED)" if data["simulated"] else ""))
+    echo(f"cluster: {verdict}" + (f"  named: {', '.join(rec.culprits)}"
+                                  if rec.culprits else "")
+         + ("  (SIMULATED)" if rec.simulated else ""))
     echo(f"run: {run_dir}")
     if cert:
         echo(f"certificate: {cert['certificate']} ({cert['certificate_verdict']}), page: "

@@ -71,10 +71,13 @@ Examples:
 def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
                       load: bool, runs_dir: Path, as_json: bool, become_file: Path | None,
                       vault_file: Path | None) -> None:
+    from nodecert.certs.cluster import passed
     from nodecert.certs.rack import certify_rack
     from nodecert.certs.revocations import DEFAULT_NAME
     from nodecert.certs.signing import load_private_key
     from nodecert.rack.validate import RackRequest, rack_validate
+    from nodecert.runs.layout import RunDir
+    from nodecert.runs.records import GroupRecord
 
     key = load_private_key(key_path) if key_path else None  # a bad key fails before work
     request = RackRequest(path, rack=rack_name, runs_dir=runs_dir,
@@ -84,20 +87,21 @@ def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
     if key is not None:
         env, html, verdict = certify_rack(run_dir, key, revocations=run_dir.parent / DEFAULT_NAME)
         cert = {"certificate": str(env), "html": str(html), "certificate_verdict": verdict}
-    code = ExitCode.OK if data["verdict"] in ("PASS", "WARN") else ExitCode.FAILED
+    rec = GroupRecord(RunDir(run_dir).cluster_results, data)
+    code = ExitCode.OK if passed(rec) else ExitCode.FAILED
+    verdict = rec.verdict.name if rec.verdict is not None else "ERROR"
     if as_json:
         emit_json({"run_dir": str(run_dir), "rack": data["rack"]["name"],
-                   "verdict": data["verdict"], "results": data["results"],
+                   "verdict": verdict, "results": [r.as_dict() for r in rec.results],
                    "not_judged": data["not_judged"], "seconds": data["seconds"], **cert})
         sys.exit(int(code))
-    for r in data["results"]:
-        echo(one_line(f"{r['check']:<18} {r['verdict']:<6} {r['summary']}"))
-        for f in r["findings"][:20]:
+    for r in rec.results:
+        echo(one_line(f"{r.check:<18} {r.verdict.name:<6} {r.summary}"))
+        for f in r.findings[:20]:
             echo(f"    {one_line(f)}")
     for n in data["not_judged"]:
         echo(f"not judged: {one_line(n)}")
-    echo(f"rack {data['rack']['name']}: {data['verdict']}"
-         + ("  (SIMULATED)" if data["simulated"] else ""))
+    echo(f"rack {data['rack']['name']}: {verdict}" + ("  (SIMULATED)" if rec.simulated else ""))
     echo(f"run: {run_dir}")
     if cert:
         echo(f"certificate: {cert['certificate']} ({cert['certificate_verdict']}), page: "

@@ -226,6 +226,12 @@ class GroupRecord:
         return _seconds(self.data.get("finished"))
 
     @property
+    def culprits(self) -> list[str]:
+        """The nodes the run named as the cause of what failed."""
+        named = self.data.get("culprits")
+        return [str(n) for n in named] if isinstance(named, list) else []
+
+    @property
     def pairs(self) -> list[dict[str, Any]]:
         """A cluster run's pairings as recorded (none where it stopped before them)."""
         pairs = self.data.get("pairs")
