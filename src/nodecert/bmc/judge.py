@@ -252,12 +252,10 @@ def judge_sel(entries: list[dict[str, Any]], *, since: float | None, since_what:
 
 # --- power ---------------------------------------------------------------------------------
 
-def judge_power(power: dict[str, Any] | None, samples: list[dict[str, Any]], *,
-                spares: int, limits: Limits, loaded_checks: list[str],
-                evidence: tuple[Evidence, ...] = (), simulated: bool = False) -> Result:
-    fails: list[str] = []
-    warns: list[str] = []
-    psus = [p for p in (power or {}).get("psus", []) if p.get("state") != "Absent"]
+def _supplies(power: dict[str, Any] | None, psus: list[dict[str, Any]], fails: list[str],
+              warns: list[str]) -> list[dict[str, Any]]:
+    """The supplies that still deliver (a Warning one counts, and is said), each failed
+    supply and each degraded redundancy set added to `fails`."""
     healthy = []
     for p in psus:
         if p.get("health") == "Critical" or p.get("state") in ("UnavailableOffline",
@@ -272,6 +270,16 @@ def judge_power(power: dict[str, Any] | None, samples: list[dict[str, Any]], *,
     for r in (power or {}).get("redundancy", []):
         if r.get("health") in ("Critical", "Warning") and r.get("state") != "Absent":
             fails.append(f"{r['name']}: redundancy {r.get('health')} (mode {r.get('mode')})")
+    return healthy
+
+
+def judge_power(power: dict[str, Any] | None, samples: list[dict[str, Any]], *,
+                spares: int, limits: Limits, loaded_checks: list[str],
+                evidence: tuple[Evidence, ...] = (), simulated: bool = False) -> Result:
+    fails: list[str] = []
+    warns: list[str] = []
+    psus = [p for p in (power or {}).get("psus", []) if p.get("state") != "Absent"]
+    healthy = _supplies(power, psus, fails, warns)
     draws = [float(s["power_w"]) for s in samples if s.get("power_w") is not None]
     if power and power.get("consumed_w") is not None:
         draws.append(float(power["consumed_w"]))

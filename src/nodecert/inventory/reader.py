@@ -304,21 +304,28 @@ def _source_problems(path: Path) -> list[Problem]:
     return [] if path.suffix in (".yml", ".yaml") else _ini_duplicate_hosts(path)
 
 
-def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport:
-    """Parse with ansible-core and validate every host's spec; never raises on bad content."""
-    matrix = matrix or default_matrix()
-    report = InventoryReport(path)
+def _unparsable(path: Path) -> list[Problem]:
+    """What keeps the inventory from being parsed at all: it is absent, or one of its
+    sources is no inventory (ansible-core would skip it with a warning)."""
     if not path.is_file() and not path.is_dir():
-        report.problems.append(Problem(None, str(path), "inventory does not exist",
-                                       "pass an INI or YAML inventory file or an inventory "
-                                       "directory, e.g. inventory/sample/lab.ini"))
-        return report
+        return [Problem(None, str(path), "inventory does not exist",
+                        "pass an INI or YAML inventory file or an inventory directory, "
+                        "e.g. inventory/sample/lab.ini")]
     ansible_quiet()
     for source in inventory_sources(path):
         problems = _source_problems(source)
         if problems:
-            report.problems.extend(problems)
-            return report
+            return problems
+    return []
+
+
+def check_inventory(path: Path, matrix: Matrix | None = None) -> InventoryReport:
+    """Parse with ansible-core and validate every host's spec; never raises on bad content."""
+    matrix = matrix or default_matrix()
+    report = InventoryReport(path)
+    report.problems.extend(_unparsable(path))
+    if report.problems:
+        return report
 
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader

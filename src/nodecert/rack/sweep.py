@@ -130,29 +130,7 @@ def judge(figures: dict[GpuPair, float | None], errors: dict[GpuPair, str],
     iso = named(figures, peer)
     confirm = {p.ends[0]: p for p in figures if p.round == 0}
     ok = slow(figures, peer)
-    fails: list[str] = []
-    warns: list[str] = []
-    culprits: list[str] = []
-    for name in iso.culprits + iso.suspects:
-        own = sorted((p for p in figures if p.round > 0 and name in p.ends),
-                     key=lambda p: p.round)
-        seen = ", ".join(f"{figures[p]:.1f} GB/s with {_other(p, name)}" for p in own
-                         if figures[p] is not None)
-        c = confirm.get(name)
-        again = figures.get(c) if c else None
-        if c is None or again is None or not mid:
-            why = errors.get(c, "not run") if c else "no GPU known good to confirm it with"
-            fails.append(f"{name}: slow in every sampling round ({seen}); not confirmed: "
-                         f"{why}")
-            culprits.append(name)
-        elif not ok.get(c, False):
-            culprits.append(name)
-            fails.append(f"{name}: {seen}, and {again:.1f} GB/s with {_other(c, name)} in "
-                         f"confirmation: {peer.check(round(again / mid, 3)).message} of the "
-                         f"median pair ({mid:.1f} GB/s)")
-        else:
-            warns.append(f"{name}: slow in the sampling rounds ({seen}) but {again:.1f} GB/s "
-                         f"with {_other(c, name)} in confirmation: a transient, not named")
+    fails, warns, culprits = _confirmed(figures, errors, peer, iso.culprits + iso.suspects)
     # A slow pair that names nobody (each of its GPUs did well elsewhere) is still slow:
     # never a pass.
     ends = set(iso.culprits + iso.suspects)
@@ -182,6 +160,41 @@ def judge(figures: dict[GpuPair, float | None], errors: dict[GpuPair, str],
                    thresholds={"peer": peer}, findings=tuple(fails + warns + errs),
                    fault_code="NC-RACK-SWEEP" if v == Verdict.FAIL else "",
                    simulated=simulated), culprits)
+
+
+def _confirmed(figures: dict[GpuPair, float | None], errors: dict[GpuPair, str],
+               peer: Threshold, named_gpus: list[str]) -> tuple[list[str], list[str],
+                                                                  list[str]]:
+    """(fails, warns, culprits): each GPU the sampling rounds named, as its confirmation
+    pairing (with a GPU known good) settles it: still slow, a transient, or not
+    confirmed (never cleared without a figure)."""
+    mid = median_of(figures)
+    confirm = {p.ends[0]: p for p in figures if p.round == 0}
+    ok = slow(figures, peer)
+    fails: list[str] = []
+    warns: list[str] = []
+    culprits: list[str] = []
+    for name in named_gpus:
+        own = sorted((p for p in figures if p.round > 0 and name in p.ends),
+                     key=lambda p: p.round)
+        seen = ", ".join(f"{figures[p]:.1f} GB/s with {_other(p, name)}" for p in own
+                         if figures[p] is not None)
+        c = confirm.get(name)
+        again = figures.get(c) if c else None
+        if c is None or again is None or not mid:
+            why = errors.get(c, "not run") if c else "no GPU known good to confirm it with"
+            fails.append(f"{name}: slow in every sampling round ({seen}); not confirmed: "
+                         f"{why}")
+            culprits.append(name)
+        elif not ok.get(c, False):
+            culprits.append(name)
+            fails.append(f"{name}: {seen}, and {again:.1f} GB/s with {_other(c, name)} in "
+                         f"confirmation: {peer.check(round(again / mid, 3)).message} of the "
+                         f"median pair ({mid:.1f} GB/s)")
+        else:
+            warns.append(f"{name}: slow in the sampling rounds ({seen}) but {again:.1f} GB/s "
+                         f"with {_other(c, name)} in confirmation: a transient, not named")
+    return fails, warns, culprits
 
 
 def _other(p: GpuPair, name: str) -> str:

@@ -119,24 +119,16 @@ def _no_fabric_manager(c: Conformance, stack: Stack, os_name: str,
                           "memory across trays; stop and purge nvidia-fabricmanager here")
 
 
-def judge(host: str, stack: Stack, output: str, *, imex: bool = False) -> Conformance:
-    """Pure: compare gathered facts with the stack's pins for the host's OS. `imex`: the
-    host is a compute tray of a rack that expects an IMEX domain (only there is IMEX
-    part of the stack)."""
-    c = Conformance(host)
-    sec = _sections(output)
-    os_name = (sec.get("os") or [""])[0].strip()
-    if os_name not in stack.os:
-        c.problems.append(f"host runs {os_name or 'an unknown OS'}; stack {stack.name} pins "
-                          f"nothing for it")
-        return c
+def _packages(c: Conformance, stack: Stack, os_name: str, sec: dict[str, list[str]], *,
+              imex: bool, nvswitch: bool) -> dict[str, tuple[str, str]]:
+    """Each pinned package of the host's OS installed at its version and held; returns
+    what dpkg lists as installed (name -> (version, status))."""
     installed = {}
     for line in sec.get("pkgs", []):
         parts = line.split("\t")
         if len(parts) == 3:
             installed[parts[0]] = (parts[1], parts[2].strip())
     holds = set(sec.get("holds", []))
-    nvswitch = int((sec.get("nvswitch") or ["0"])[0] or 0) > 0
     for p in stack.os[os_name].packages:
         if p.component in ("fabric_manager", "nscq") and not nvswitch:
             continue  # Fabric Manager belongs only on NVSwitch systems
@@ -151,6 +143,22 @@ def judge(host: str, stack: Stack, output: str, *, imex: bool = False) -> Confor
             c.problems.append(f"{p.name} is {got[0]}, pinned {p.version}")
         elif p.name not in holds or got[1][0] != "h":
             c.problems.append(f"{p.name} {p.version} is not held against upgrades")
+    return installed
+
+
+def judge(host: str, stack: Stack, output: str, *, imex: bool = False) -> Conformance:
+    """Pure: compare gathered facts with the stack's pins for the host's OS. `imex`: the
+    host is a compute tray of a rack that expects an IMEX domain (only there is IMEX
+    part of the stack)."""
+    c = Conformance(host)
+    sec = _sections(output)
+    os_name = (sec.get("os") or [""])[0].strip()
+    if os_name not in stack.os:
+        c.problems.append(f"host runs {os_name or 'an unknown OS'}; stack {stack.name} pins "
+                          f"nothing for it")
+        return c
+    nvswitch = int((sec.get("nvswitch") or ["0"])[0] or 0) > 0
+    installed = _packages(c, stack, os_name, sec, imex=imex, nvswitch=nvswitch)
     services = {ln.split()[0]: ln.split()[1:] for ln in sec.get("services", []) if ln.split()}
     if imex and not nvswitch:
         _no_fabric_manager(c, stack, os_name, installed, services)
