@@ -136,6 +136,22 @@ def nccl_allreduce(ctx: Ctx) -> Result:
 
 # --- fabric.bandwidth -------------------------------------------------------------------
 
+def _judge_pairs(d2d: dict[str, Any], limits: Limits, fails: list[str]) -> dict[str, float]:
+    """GPU<->GPU copy bandwidth: each pair against its floor and the other pairs'
+    median; returns the pairs' figures ("a-b": GB/s)."""
+    pairs = {(a, b): v for a, row in d2d["matrix"].items() for b, v in row.items()
+             if v is not None}
+    med = statistics.median(pairs.values()) if pairs else 0.0
+    for (a, b), v in sorted(pairs.items()):
+        if within(limits, "fabric.d2d_gbs_min", v, f"GPU{a}->GPU{b}", fails) is False:
+            continue
+        if med:
+            within(limits, "fabric.peer_fraction_min", round(v / med, 3),
+                   f"GPU{a}->GPU{b} {v:g} GB/s as a fraction of the other pairs' median "
+                   f"({med:g} GB/s)", fails)
+    return {f"{a}-{b}": v for (a, b), v in pairs.items()}
+
+
 def judge_bandwidth(parsed: dict[str, Any], limits: Limits,
                     planned: list[str] | None = None) -> Result:
     """Each GPU's and pair's copy bandwidth against its floor and its peers' median. A
@@ -164,18 +180,7 @@ def judge_bandwidth(parsed: dict[str, Any], limits: Limits,
                        f"({med:g} GB/s)", fails)
     d2d = parsed["tests"].get("device_to_device_memcpy_read_ce")
     if d2d:
-        pairs = {(a, b): v for a, row in d2d["matrix"].items() for b, v in row.items()
-                 if v is not None}
-        value["device_to_device_memcpy_read_ce"] = {f"{a}-{b}": v for (a, b), v in
-                                                    pairs.items()}
-        med = statistics.median(pairs.values()) if pairs else 0.0
-        for (a, b), v in sorted(pairs.items()):
-            if within(limits, "fabric.d2d_gbs_min", v, f"GPU{a}->GPU{b}", fails) is False:
-                continue
-            if med:
-                within(limits, "fabric.peer_fraction_min", round(v / med, 3),
-                       f"GPU{a}->GPU{b} {v:g} GB/s as a fraction of the other pairs' median "
-                       f"({med:g} GB/s)", fails)
+        value["device_to_device_memcpy_read_ce"] = _judge_pairs(d2d, limits, fails)
     if not value:
         return Result(name, Verdict.ERROR, "nvbandwidth measured nothing: "
                       + ("; ".join(unmeasured) or "no host<->GPU or GPU<->GPU matrix"),

@@ -135,6 +135,18 @@ def _judge_unique_ids(gpus: list[dict[str, Any]], limits: Limits, fails: list[st
                          f"{share.check(len(buses)).message}")
 
 
+def _judge_nvme(nvme: list[dict[str, Any]], spec: dict[str, Any], fails: list[str]) -> None:
+    """The NVMe drives against the order: at least as many, each at least as large (1%
+    below the ordered size allowed: vendors' GB and the kernel's bytes round apart)."""
+    if spec.get("nvme_count") is not None and len(nvme) < int(spec["nvme_count"]):
+        fails.append(f"{len(nvme)} NVMe drives, the spec orders {spec['nvme_count']}")
+    if spec.get("nvme_min_gb"):
+        for d in nvme:
+            if d["size_bytes"] < float(spec["nvme_min_gb"]) * 1e9 * 0.99:
+                fails.append(f"NVMe {d['name']} is {d['size_bytes'] / 1e9:.0f} GB, the spec "
+                             f"orders >= {spec['nvme_min_gb']} GB")
+
+
 def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Result:
     name = "hardware.inventory"
     fails: list[str] = []
@@ -161,13 +173,7 @@ def judge_inventory(facts: Facts, spec: dict[str, Any], limits: Limits) -> Resul
         if ram < floor:
             fails.append(f"{ram:g} GB RAM ({ram_src}), the spec orders {spec['ram_gb']} GB")
     nvme = facts.get("nvme", [])
-    if spec.get("nvme_count") is not None and len(nvme) < int(spec["nvme_count"]):
-        fails.append(f"{len(nvme)} NVMe drives, the spec orders {spec['nvme_count']}")
-    if spec.get("nvme_min_gb"):
-        for d in nvme:
-            if d["size_bytes"] < float(spec["nvme_min_gb"]) * 1e9 * 0.99:
-                fails.append(f"NVMe {d['name']} is {d['size_bytes'] / 1e9:.0f} GB, the spec "
-                             f"orders >= {spec['nvme_min_gb']} GB")
+    _judge_nvme(nvme, spec, fails)
     n = max(len(gpus), 1)
     if cores is not None:
         within(limits, "host.cpu_cores_per_gpu", round(cores / n, 1),

@@ -247,6 +247,38 @@ def _counters(ports: list[dict[str, Any]], ctx: Ctx, ev: list[Evidence]) -> Coun
     return out
 
 
+def _link_details(ctx: Ctx, ports: list[dict[str, Any]], layer: str,
+                  ev: list[Evidence]) -> None:
+    """Add to each port what the optional tools say: width and speed (ibstatus), and the
+    link's own diagnosis on an active port of `layer` (mlxlink, where MFT is installed).
+    A tool that is absent or fails leaves those fields unset, never guessed."""
+    try:
+        st = run(["ibstatus"], timeout=ctx.timeout)
+        ev.append(st.evidence)
+        extra = {_key(p): p for p in ib.parse_ibstatus(st.text)}
+        for p in ports:
+            got = extra.get(_key(p), {})
+            p["width"], p["speed"] = got.get("width"), got.get("speed")
+    except (ToolError, ParseError):
+        pass
+    for p in ports:
+        if p.get("link_layer") != layer or p.get("state") != "Active":
+            continue
+        try:
+            ml = run(["mlxlink", "-d", p["ca"]], timeout=ctx.timeout, name=f"mlxlink {p['ca']}")
+        except ToolError as exc:
+            if exc.kind == "missing":
+                break
+            if exc.evidence:
+                ev.append(exc.evidence)
+            continue
+        ev.append(ml.evidence)
+        try:
+            p["mlxlink"] = ib.parse_mlxlink(ml.text)[0]
+        except ParseError:
+            continue
+
+
 def _gather_and_judge(ctx: Ctx, name: str, layer: str) -> Result:
     spec = ctx.spec.get("fabric")
     ev: list[Evidence] = []
@@ -265,31 +297,7 @@ def _gather_and_judge(ctx: Ctx, name: str, layer: str) -> Result:
         raise
     ev.append(out.evidence)
     ports = ib.parse_ibstat(out.text)
-    try:  # width and speed: ibstatus, where installed
-        st = run(["ibstatus"], timeout=ctx.timeout)
-        ev.append(st.evidence)
-        extra = {_key(p): p for p in ib.parse_ibstatus(st.text)}
-        for p in ports:
-            got = extra.get(_key(p), {})
-            p["width"], p["speed"] = got.get("width"), got.get("speed")
-    except (ToolError, ParseError):
-        pass
-    for p in ports:  # mlxlink's link diagnosis, where MFT is installed
-        if p.get("link_layer") != layer or p.get("state") != "Active":
-            continue
-        try:
-            ml = run(["mlxlink", "-d", p["ca"]], timeout=ctx.timeout, name=f"mlxlink {p['ca']}")
-        except ToolError as exc:
-            if exc.kind == "missing":
-                break
-            if exc.evidence:
-                ev.append(exc.evidence)
-            continue
-        ev.append(ml.evidence)
-        try:
-            p["mlxlink"] = ib.parse_mlxlink(ml.text)[0]
-        except ParseError:
-            continue
+    _link_details(ctx, ports, layer, ev)
     window = float((ctx.options.get("fabric") or {}).get("counter_window_s", 3))
     judged = [p for p in ports if p.get("link_layer") == layer and p.get("state") == "Active"]
     before: Counters = {}
