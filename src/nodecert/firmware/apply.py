@@ -269,17 +269,23 @@ def _set_bios(h: _Host) -> str | None:
         time.sleep(h.request.poll_s)
 
 
+def _bios_steps(h: _Host) -> list[Step]:
+    """A step for each BIOS attribute the host's recipe sets that its BMC reads otherwise
+    now (none where the recipe sets no BIOS)."""
+    if h.bios is None:
+        return []
+    link, bios, _ = read_bios(h.client)
+    return [Step(f"BIOS {k}", link, str(bios["attributes"].get(k)), str(v), "set")
+            for k, v in differences(h.bios, bios["attributes"]).items()]
+
+
 def _apply_host(h: _Host) -> None:
     hf, request = h.hf, h.request
     try:
         members, h.service = read_inventory(h.client)
         hf.steps = plan_host(h.recipe, members)
         hf.note("read", members={m["id"]: m["version"] for m in members})
-        if h.bios is not None:
-            link, bios, _ = read_bios(h.client)
-            hf.steps += [Step(f"BIOS {k}", link, str(bios["attributes"].get(k)), str(v),
-                              "set") for k, v in differences(h.bios,
-                                                             bios["attributes"]).items()]
+        hf.steps += _bios_steps(h)
         todo = [s for s in hf.steps if s.action in ("update", "unordered")
                 or (s.action == "downgrade" and request.allow_downgrade)]
         for s in hf.steps:
@@ -309,11 +315,8 @@ def _apply_host(h: _Host) -> None:
                     "bom": judged.facts.get("bom")}
         hf.note("read after", members={m["id"]: m["version"] for m in after})
         behind_now = [s for s in plan_host(h.recipe, after) if s.action != "current"]
-        if request.bios and h.bios is not None:
-            link, now, _ = read_bios(h.client)
-            behind_now += [Step(f"BIOS {k}", link, str(now["attributes"].get(k)), str(v),
-                                "set") for k, v in differences(h.bios,
-                                                               now["attributes"]).items()]
+        if request.bios:
+            behind_now += _bios_steps(h)
         if failures:
             hf.status, hf.error = "failed", "; ".join(failures)
         elif behind_now:
