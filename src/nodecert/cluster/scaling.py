@@ -73,17 +73,12 @@ def job_script(first: str, port: int, node: NodeScaling, *, gpus: int,
             f"--master \"$first:{port}\"")
 
 
-def judge(per_node: dict[str, NodeScaling], rank0: str, job_error: str, *, gpus: int,
-          limits: dict[str, Threshold], link_layer: str, simulated: bool) -> tuple[Result,
-                                                                                  list[str]]:
-    """(cluster.scaling, the nodes it names) from every node's own run and the job's
-    rank-0 output (pure)."""
-    peer = limits["scaling.peer_fraction_min"]
-    floor = limits[f"scaling.cluster_efficiency_min_{link_layer.lower()}"]
+def _nodes(per_node: dict[str, NodeScaling], peer: Threshold, gpus: int) -> tuple[
+        list[str], list[str]]:
+    """(findings, the nodes named): each node whose own run FAILed, and each whose
+    throughput on its GPUs is below its fraction of the best node's."""
     findings: list[str] = []
     named: list[str] = []
-    errors = [f"{n}: {s.summary}" for n, s in sorted(per_node.items())
-              if s.verdict == "ERROR" or s.tokens_s_n is None]
     for n, s in sorted(per_node.items()):
         if s.verdict == "FAIL":
             named.append(n)
@@ -96,6 +91,19 @@ def judge(per_node: dict[str, NodeScaling], rank0: str, job_error: str, *, gpus:
             named.append(n)
             findings.append(f"{n}: {v:.0f} tokens/s on its {gpus} GPUs as a fraction of the "
                             f"best node's ({best:.0f}): {out.message}")
+    return findings, named
+
+
+def judge(per_node: dict[str, NodeScaling], rank0: str, job_error: str, *, gpus: int,
+          limits: dict[str, Threshold], link_layer: str, simulated: bool) -> tuple[Result,
+                                                                                  list[str]]:
+    """(cluster.scaling, the nodes it names) from every node's own run and the job's
+    rank-0 output (pure)."""
+    peer = limits["scaling.peer_fraction_min"]
+    floor = limits[f"scaling.cluster_efficiency_min_{link_layer.lower()}"]
+    errors = [f"{n}: {s.summary}" for n, s in sorted(per_node.items())
+              if s.verdict == "ERROR" or s.tokens_s_n is None]
+    findings, named = _nodes(per_node, peer, gpus)
     singles = [float(s.tokens_s_1) for s in per_node.values() if s.tokens_s_1]
     evs = events(rank0)
     res = next((e for e in evs if e["event"] == "result"), None)

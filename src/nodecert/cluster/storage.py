@@ -75,13 +75,11 @@ def laggards(rates: dict[str, float | None], peer: Threshold) -> dict[str, str]:
     return out
 
 
-def judge(per_node: dict[str, dict[str, Any]], rates: dict[str, float | None],
-          job_error: str, *, spec: dict[str, Any], peer: Threshold,
-          simulated: bool, repeat: dict[str, float | None] | None = None,
-          repeat_error: str = "") -> tuple[Result, list[str]]:
-    """(cluster.storage, the nodes it names) (pure). `repeat`: the second read at once,
-    taken when a node was below its share in the first; a node is named for its share
-    only when it is below in both."""
+def _own_runs(per_node: dict[str, dict[str, Any]]) -> tuple[list[str], list[str], list[str],
+                                                              set[str]]:
+    """(findings, errors, notes, nodes named) from each node's own storage.shared run:
+    one that FAILed is named, one that ERRORed is an error, one re-measured alone is
+    noted."""
     findings: list[str] = []
     errors: list[str] = []
     notes: list[str] = []
@@ -94,6 +92,17 @@ def judge(per_node: dict[str, dict[str, Any]], rates: dict[str, float | None],
             findings.append(f"{n}: {r.get('summary', '')}")
         elif r.get("verdict") == "ERROR":
             errors.append(f"{n}: {r.get('summary', '')}")
+    return findings, errors, notes, named
+
+
+def judge(per_node: dict[str, dict[str, Any]], rates: dict[str, float | None],
+          job_error: str, *, spec: dict[str, Any], peer: Threshold,
+          simulated: bool, repeat: dict[str, float | None] | None = None,
+          repeat_error: str = "") -> tuple[Result, list[str]]:
+    """(cluster.storage, the nodes it names) (pure). `repeat`: the second read at once,
+    taken when a node was below its share in the first; a node is named for its share
+    only when it is below in both."""
+    findings, errors, notes, named = _own_runs(per_node)
     reads = [(rates, job_error, "the aggregate read")]
     if repeat is not None:
         reads.append((repeat, repeat_error, "the repeated aggregate read"))
