@@ -354,6 +354,20 @@ class ClusterRun:
                            *(scaled[1] if scaled else []), *(stored[1] if stored else []),
                            *rails, *[n for n, f in fabric.items()
                                              if f["verdict"] in ("FAIL", "ERROR")]})
+        return self._record(
+            started=started, seconds=time.monotonic() - t0, fabric=fabric, pairs=pairs,
+            grew=grew, extra=extra, scaled=scaled[0] if scaled else None,
+            stored=stored[0] if stored else None, iso=iso, rails=rails, reading=reading,
+            whole_ok=whole_ok, whole=whole, bis=bis, results=results, culprits=culprits)
+
+    def _record(self, *, started: float, seconds: float, fabric: dict[str, dict[str, Any]],
+                pairs: list[PairOutcome], grew: dict[str, Any], extra: dict[str, Any],
+                scaled: Result | None, stored: Result | None,
+                iso: clusterplan.Isolation, rails: dict[str, list[str]], reading: Any,
+                whole_ok: bool, whole: JobResult, bis: clusterplan.Bisection | None,
+                results: list[Result], culprits: list[str]) -> dict[str, Any]:
+        """The cluster run's record (results.json), as written."""
+        c = self.ctx
         verdict = worst(r.verdict for r in results)
         return {
             "schema": SCHEMA, "run_id": self.dir.name, "engine": c.cfg.engine,
@@ -365,8 +379,8 @@ class ClusterRun:
             "fabric": fabric, "pairs": [p.as_dict() for p in pairs],
             "counter_growth": grew,
             "collectives": {k: r.as_dict() for k, r in extra.items()},
-            "scaling": scaled[0].as_dict() if scaled else None,
-            "shared_fs": stored[0].as_dict() if stored else None,
+            "scaling": scaled.as_dict() if scaled else None,
+            "shared_fs": stored.as_dict() if stored else None,
             "rounds": max((p.round for p in pairs), default=0),
             "isolation": {"culprits": iso.culprits, "suspects": iso.suspects,
                           "healthy": iso.healthy, "rails": rails},
@@ -375,7 +389,7 @@ class ClusterRun:
             "bisection": ({"rounds": [[list(g) for g in r] for r in bis.rounds],
                            "culprits": bis.culprits} if bis else None),
             "results": [r.as_dict() for r in results], "verdict": verdict.name,
-            "culprits": culprits, "seconds": round(time.monotonic() - t0, 1),
+            "culprits": culprits, "seconds": round(seconds, 1),
             "jobs": [{"name": j.job.name, "nodes": list(j.job.nodes),
                       "returncode": j.returncode, "timed_out": j.timed_out,
                       "seconds": round(j.seconds, 2), "leftovers": j.leftovers,
