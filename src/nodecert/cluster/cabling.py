@@ -63,12 +63,7 @@ def compare(plan: Plan, links: list[Link], *, nodes: set[str] | None = None) -> 
         if (link.switch, link.switch_port) != (p.switch, p.switch_port):
             wrong[p.line] = (p, link)
             continue
-        below = []
-        if p.width and link.width and int(link.width[:-1]) < int(p.width[:-1]):
-            below.append(f"width {link.width}, the plan's {p.width}")
-        speed = link.speed_gbps
-        if p.speed_gbps and speed is not None and speed < p.speed_gbps * (1 - SPEED_TOLERANCE):
-            below.append(f"{speed:g} Gb/s, the plan's {p.speed_gbps:g} Gb/s")
+        below = _below(p, link)
         if below:
             out.add("below", f"{p.node} {p.port} -> {_found(link)}: trained at "
                              f"{'; '.join(below)} (plan line {p.line})")
@@ -76,7 +71,26 @@ def compare(plan: Plan, links: list[Link], *, nodes: set[str] | None = None) -> 
         else:
             out.ok.append(p.line)
             out.status[p.line] = "ok"
-    # two planned cables exchanged: each one's link lands where the other was planned
+    _misplaced(out, plan, wrong, switch_rail)
+    _extras(out, plan, links, nodes)
+    return out
+
+
+def _below(p: PlanLink, link: Link) -> list[str]:
+    """How a link cabled as planned trained below the plan's width or speed."""
+    below = []
+    if p.width and link.width and int(link.width[:-1]) < int(p.width[:-1]):
+        below.append(f"width {link.width}, the plan's {p.width}")
+    speed = link.speed_gbps
+    if p.speed_gbps and speed is not None and speed < p.speed_gbps * (1 - SPEED_TOLERANCE):
+        below.append(f"{speed:g} Gb/s, the plan's {p.speed_gbps:g} Gb/s")
+    return below
+
+
+def _misplaced(out: Cabling, plan: Plan, wrong: dict[int, tuple[PlanLink, Link]],
+               switch_rail: dict[str, str]) -> None:
+    """Each link that lands elsewhere than planned: two planned cables exchanged (each
+    lands where the other was planned), on another rail or switch, or another port."""
     by_end = {(p.switch, p.switch_port): p for p in plan.links}
     swapped: set[int] = set()
     for line, (p, link) in sorted(wrong.items()):
@@ -107,8 +121,6 @@ def compare(plan: Plan, links: list[Link], *, nodes: set[str] | None = None) -> 
             out.status[p.line] = "wrong port"
             out.add("wrong port", f"{p.node} {p.port} reaches {_found(link)}, the plan "
                                   f"cables it to port {p.switch_port} (plan line {p.line})")
-    _extras(out, plan, links, nodes)
-    return out
 
 
 def _extras(out: Cabling, plan: Plan, links: list[Link], nodes: set[str] | None) -> None:
