@@ -183,33 +183,13 @@ def revalidate(request: RevalidateRequest, *,
     certify the new run."""
     v = request.validation
     v = replace(v, inventory=resolve(v.inventory))  # read once, for every step below
-    inventory, suite, limit, stack, runs_dir, checks, become = (
-        v.inventory, v.suite, v.limit, v.stack, v.runs_dir, v.checks, v.become)
+    runs_dir = v.runs_dir
     if request.baseline is not None:
         base_dir: Path | None = request.baseline
         base = load_baseline(request.baseline, request.trusted)
     else:
         base, base_dir = acceptance_baseline(runs_dir, request.trusted)
-    failing: dict[str, tuple[str | None, list[str]]] = {}
-    if request.via_slurm:
-        launch, engine_names = slurm_launcher(inventory, limit, become,
-                                              partition=request.slurm_partition,
-                                              reservation=request.slurm_reservation)
-        sub = submit(launch, engine_names, suite=suite, start_within_s=request.slurm_wait_s,
-                     progress=progress, idle=request.idle)
-        failures = {h: why for h in engine_names if (why := sub.failure(h))}
-        run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
-                      checks=checks, suite_file=v.suite_file, reason=SLURM_REASON,
-                      progress=progress, become=become,
-                      jobs={h: r.job.name for h, r in sub.jobs.items()}, failures=failures)
-    elif request.collect_reason:
-        run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
-                      checks=checks, suite_file=v.suite_file,
-                      reason=request.collect_reason, progress=progress, become=become)
-    elif request.after_repair:
-        run, failing = _retest(v, progress)
-    else:
-        run = validate(v, progress=progress)
+    run, failing = _new_run(request, v, progress)
     out = Revalidation(run, base_dir)
     for name, hr in sorted(run.hosts.items()):
         new = drift.record_of(hr.as_dict())
@@ -242,6 +222,36 @@ def revalidate(request: RevalidateRequest, *,
     # the one it had, for every verifier given that list
     out.cert = certify(run.run_dir, request.key, revocations=runs_dir / revlist.DEFAULT_NAME)
     return out
+
+
+def _new_run(request: RevalidateRequest, v: ValidateRequest,
+             progress: Callable[[str], None] | None) -> tuple[
+        ValidationRun, dict[str, tuple[str | None, list[str]]]]:
+    """The run to compare with the baseline: through Slurm, collected from the nodes'
+    own timers, the loaded re-test after a repair (with what failed before), or a new
+    validation."""
+    inventory, suite, limit, stack, runs_dir, checks, become = (
+        v.inventory, v.suite, v.limit, v.stack, v.runs_dir, v.checks, v.become)
+    if request.via_slurm:
+        launch, engine_names = slurm_launcher(inventory, limit, become,
+                                              partition=request.slurm_partition,
+                                              reservation=request.slurm_reservation)
+        sub = submit(launch, engine_names, suite=suite, start_within_s=request.slurm_wait_s,
+                     progress=progress, idle=request.idle)
+        failures = {h: why for h in engine_names if (why := sub.failure(h))}
+        run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
+                      checks=checks, suite_file=v.suite_file, reason=SLURM_REASON,
+                      progress=progress, become=become,
+                      jobs={h: r.job.name for h, r in sub.jobs.items()}, failures=failures)
+    elif request.collect_reason:
+        run = collect(inventory, suite=suite, limit=limit, stack=stack, runs_dir=runs_dir,
+                      checks=checks, suite_file=v.suite_file,
+                      reason=request.collect_reason, progress=progress, become=become)
+    elif request.after_repair:
+        return _retest(v, progress)
+    else:
+        run = validate(v, progress=progress)
+    return run, {}
 
 
 def _retest(v: ValidateRequest, progress: Callable[[str], None] | None) -> tuple[
