@@ -149,6 +149,27 @@ def _gpu_for(pci_addr: str, gpus: list[dict[str, Any]]) -> str:
     return f"GPU at {pci_addr}"
 
 
+def _classify(kind: str, xid: int, evs: list[dict[str, Any]],
+              catalog: dict[int, dict[str, Any]], *, where: str,
+              when: str) -> tuple[str, str | None, str]:
+    """(severity, the catalog's action, the message) of one Xid (or GPU loss) seen on
+    one GPU: a GPU lost without an Xid is fatal; an Xid the catalog lacks, or a line
+    whose number cannot be read, is of unknown severity (never informational)."""
+    count = len(evs)
+    times = f"{count}x" if count > 1 else "once"
+    if kind == "gpu_lost":
+        return "fatal", "RESTART_BM", (f"GPU lost on {where} ({evs[0]['message']}, no Xid), "
+                                       f"{times}{when}: {evs[0]['line'][:200]}")
+    if xid < 0:
+        return "unknown", None, (f"unreadable Xid line on {where}{when}: "
+                                 f"{evs[0]['line'][:200]}")
+    entry = catalog.get(xid, {"severity": "unknown", "name": "not in the catalog",
+                              "action": None})
+    sev, action = entry.get("severity") or "unknown", entry.get("action")
+    return sev, action, (f"Xid {xid} ({entry.get('name')}) on {where}, {times}{when}: "
+                         f"severity {sev}, action {action or 'none given'}")
+
+
 def judge_xids(events: list[dict[str, Any]], catalog: dict[int, dict[str, Any]],
                gpus: list[dict[str, Any]], *, now: float, window_h: float,
                limits: Limits, covered_from: float | None = None) -> Result:
@@ -171,24 +192,10 @@ def judge_xids(events: list[dict[str, Any]], catalog: dict[int, dict[str, Any]],
     for (kind, xid, pci_addr, recent), evs in sorted(seen.items()):
         count = len(evs)
         where = _gpu_for(pci_addr, gpus)
-        times = f"{count}x" if count > 1 else "once"
         when = f" in the last {window_h:g}h" if recent else ", before the window"
         if any(e["time"] is None for e in evs) and recent:
             when += " (time not readable: counted as recent)"
-        if kind == "gpu_lost":
-            sev, what = "fatal", evs[0]["message"]
-            msg = (f"GPU lost on {where} ({what}, no Xid), {times}{when}: "
-                   f"{evs[0]['line'][:200]}")
-            action = "RESTART_BM"
-        elif xid < 0:
-            sev, action = "unknown", None
-            msg = f"unreadable Xid line on {where}{when}: {evs[0]['line'][:200]}"
-        else:
-            entry = catalog.get(xid, {"severity": "unknown", "name": "not in the catalog",
-                                      "action": None})
-            sev, action = entry.get("severity") or "unknown", entry.get("action")
-            msg = (f"Xid {xid} ({entry.get('name')}) on {where}, {times}{when}: "
-                   f"severity {sev}, action {action or 'none given'}")
+        sev, action, msg = _classify(kind, xid, evs, catalog, where=where, when=when)
         classified.append({"kind": kind, "xid": None if xid < 0 else xid, "gpu": where,
                            "count": count, "recent": recent, "severity": sev,
                            "action": action})
