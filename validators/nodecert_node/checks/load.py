@@ -41,6 +41,35 @@ HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_BRAKE = 0x8, 0x20, 0x40, 0x80
 SOAK_FIELDS = ["index", "temperature.gpu", "temperature.gpu.tlimit", "clocks.sm",
                "power.draw", "clocks_event_reasons.active", "temperature.memory"]
 
+def _judge_results(g: int, x: dict[str, Any], dtype: str) -> tuple[list[str], list[str],
+                                                                    list[str]]:
+    """(fails, warns, errors) of one GPU's GEMM results: wrong from the start (against
+    the float64 reference), silently corrupted later, not bit-identical within
+    tolerance, or not finished."""
+    fails: list[str] = []
+    warns: list[str] = []
+    errors: list[str] = []
+    ready, done = x["ready"], x["done"]
+    if ready.get("ref_bad"):
+        fails.append(f"GPU{g}: its first {dtype} product differs from the float64 reference "
+                     f"({ready['ref_bad']} elements, max relative error "
+                     f"{ready.get('ref_max_rel', 0):.3g}): wrong results from the start")
+    bad = sum(int(m.get("bad", 0)) for m in x["mismatches"])
+    if bad:
+        first = x["mismatches"][0]
+        fails.append(f"GPU{g}: silent data corruption: {bad} elements differ from the "
+                     f"reference product beyond the {dtype} tolerance (first at iteration "
+                     f"{first.get('iter')}, max relative error "
+                     f"{float(first.get('max_rel', 0)):.3g})")
+    elif x["mismatches"]:
+        warns.append(f"GPU{g}: repeated products are not bit-identical "
+                     f"({len(x['mismatches'])} checks), all within the {dtype} tolerance")
+    if x["errors"] or not done:
+        errors.append(f"GPU{g}: the GEMM load did not finish: "
+                      f"{(x['errors'] or ['no result reported'])[-1][:300]}")
+    return fails, warns, errors
+
+
 def judge_gemm(per_gpu: dict[int, list[dict[str, Any]]], limits: Limits,
                check_name: str = "load.burnin") -> Result:
     fails: list[str] = []
@@ -50,24 +79,8 @@ def judge_gemm(per_gpu: dict[int, list[dict[str, Any]]], limits: Limits,
     dtype = next((x["dtype"] for x in s.values() if x["dtype"]), "bf16")
     floor_key = f"burnin.tflops_min_{dtype}"
     for g, x in s.items():
-        ready, done = x["ready"], x["done"]
-        if ready.get("ref_bad"):
-            fails.append(f"GPU{g}: its first {dtype} product differs from the float64 reference "
-                         f"({ready['ref_bad']} elements, max relative error "
-                         f"{ready.get('ref_max_rel', 0):.3g}): wrong results from the start")
-        bad = sum(int(m.get("bad", 0)) for m in x["mismatches"])
-        if bad:
-            first = x["mismatches"][0]
-            fails.append(f"GPU{g}: silent data corruption: {bad} elements differ from the "
-                         f"reference product beyond the {dtype} tolerance (first at iteration "
-                         f"{first.get('iter')}, max relative error "
-                         f"{float(first.get('max_rel', 0)):.3g})")
-        elif x["mismatches"]:
-            warns.append(f"GPU{g}: repeated products are not bit-identical "
-                         f"({len(x['mismatches'])} checks), all within the {dtype} tolerance")
-        if x["errors"] or not done:
-            errors.append(f"GPU{g}: the GEMM load did not finish: "
-                          f"{(x['errors'] or ['no result reported'])[-1][:300]}")
+        f, w, e = _judge_results(g, x, dtype)
+        fails, warns, errors = fails + f, warns + w, errors + e
     rates = {g: x["sustained"] for g, x in s.items() if x["sustained"] is not None}
     best = max(rates.values(), default=0.0)
     for g, v in rates.items():
