@@ -248,6 +248,19 @@ class _Sustained:
             self._transient(g, kind)  # a run still open at the end is as long as it got
 
 
+def _reading(row: dict[str, str]) -> tuple[float | None, float | None, float | None,
+                                           float | None, int, float | None]:
+    """(temperature, T.Limit margin, SM clock, power, throttle reasons, memory
+    temperature) of one telemetry row; a figure the GPU does not report is None (memory
+    temperature is N/A on GDDR parts), never 0."""
+    return (smi.csv_number(row["temperature.gpu"]),
+            smi.csv_number(row.get("temperature.gpu.tlimit", "")),
+            smi.csv_number(row.get("clocks.sm") or row.get("clocks.current.sm") or ""),
+            smi.csv_number(row["power.draw"]),
+            int(row["clocks_event_reasons.active"] or "0", 16),
+            smi.csv_number(row.get("temperature.memory") or ""))
+
+
 def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None],
                limits: Limits) -> Result:
     """samples: --query-gpu rows (SOAK_FIELDS); headroom_abs: GPU -> absolute max-operating
@@ -260,12 +273,7 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
     for row in samples:
         g = int(row["index"])
         k = len(series.get(g, []))  # this GPU's sample number (about one per second)
-        temp = smi.csv_number(row["temperature.gpu"])
-        tlimit = smi.csv_number(row.get("temperature.gpu.tlimit", ""))
-        clock = smi.csv_number(row.get("clocks.sm") or row.get("clocks.current.sm") or "")
-        power = smi.csv_number(row["power.draw"])
-        reasons = int(row["clocks_event_reasons.active"] or "0", 16)
-        mem = smi.csv_number(row.get("temperature.memory") or "")  # N/A on GDDR parts
+        temp, tlimit, clock, power, reasons, mem = _reading(row)
         series.setdefault(g, []).append([k, temp or 0, clock or 0, power or 0, reasons,
                                          mem if mem is not None else None])
         limit_abs = headroom_abs.get(g)
