@@ -86,6 +86,24 @@ def stack_advisories(ctx: Ctx) -> Result:
 # --- stack.framework_smoke ---------------------------------------------------------------------
 
 
+def _libraries(fw: str, info: dict[str, Any], expect: dict[str, Any], on_gpus: bool, *,
+               fails: list[str], warns: list[str]) -> None:
+    """The libraries a framework bundles: cuDNN present (another major than the system's
+    warns), and torch's NCCL usable where there are GPUs (another minor warns)."""
+    if not info.get("cudnn"):
+        fails.append(f"{fw}: no cuDNN")
+    elif expect.get("cudnn") and _major(info["cudnn"]) != _major(expect["cudnn"]):
+        warns.append(f"{fw}: bundles cuDNN {info['cudnn']}, the stack's system cuDNN is "
+                     f"{expect['cudnn']} (different major)")
+    if fw == "torch" and on_gpus:
+        nccl = str(info.get("nccl") or "")
+        if not nccl or nccl.startswith("unavailable"):
+            fails.append(f"torch: NCCL {nccl or 'not reported'}")
+        elif expect.get("nccl") and _mm(nccl) != _mm(expect["nccl"]):
+            warns.append(f"torch: bundles NCCL {nccl}, the stack's system NCCL is "
+                         f"{expect['nccl']} (different minor)")
+
+
 def judge_smoke(evs: list[dict[str, Any]], expect: dict[str, Any], gpu_count: int) -> Result:
     """expect: {"torch": version, "torch_cuda": "13.0", "tensorflow": ..., "tensorflow_cuda":
     ..., "cudnn": stack's cuDNN, "nccl": stack's NCCL}; gpu_count: GPUs nvidia-smi sees."""
@@ -112,18 +130,7 @@ def judge_smoke(evs: list[dict[str, Any]], expect: dict[str, Any], gpu_count: in
         gpus = list(info.get("gpus") or [])
         if len(gpus) != gpu_count:
             fails.append(f"{fw}: sees {len(gpus)} GPUs, nvidia-smi sees {gpu_count}")
-        if not info.get("cudnn"):
-            fails.append(f"{fw}: no cuDNN")
-        elif expect.get("cudnn") and _major(info["cudnn"]) != _major(expect["cudnn"]):
-            warns.append(f"{fw}: bundles cuDNN {info['cudnn']}, the stack's system cuDNN is "
-                         f"{expect['cudnn']} (different major)")
-        if fw == "torch" and gpus:
-            nccl = str(info.get("nccl") or "")
-            if not nccl or nccl.startswith("unavailable"):
-                fails.append(f"torch: NCCL {nccl or 'not reported'}")
-            elif expect.get("nccl") and _mm(nccl) != _mm(expect["nccl"]):
-                warns.append(f"torch: bundles NCCL {nccl}, the stack's system NCCL is "
-                             f"{expect['nccl']} (different minor)")
+        _libraries(fw, info, expect, bool(gpus), fails=fails, warns=warns)
         trained = {str(e["device"]): e for e in evs
                    if e["event"] == "train" and e.get("framework") == fw}
         for msg in errs if info is not None else []:
