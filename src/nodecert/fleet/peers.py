@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodecert.fleet import stats
-from nodecert.fleet.baseline import Baseline
+from nodecert.fleet.baseline import Baseline, MetricStats
 from nodecert.fleet.samples import (
     MetricPolicy,
     Sample,
@@ -67,32 +67,17 @@ def _limit(limits: Limits, key: str) -> Threshold:
     return t
 
 
-def judge(results: list[Result], baseline: Baseline, limits: Limits, *,
-          host: str = "", policy: dict[str, MetricPolicy] | None = None,
-          extra: Iterable[Sample] = ()) -> Result:
-    """fleet.peers for one node's results (and `extra` figures measured elsewhere: its
-    cluster pairings). Only figures the node measured are judged;
-    a metric the baseline lacks, or whose group has too few peers, is listed as not judged."""
-    policy = policy if policy is not None else load_policy()
+def _compare(figures: list[Sample], group: dict[str, MetricStats],
+             policy: dict[str, MetricPolicy],
+             limits: Limits) -> tuple[list[Outlier], dict[str, int], dict[str, str]]:
+    """(outliers, metric -> peers it was judged among, metric -> why not judged): each
+    figure against its model group's median and spread; a figure is an outlier only
+    when it misses both limits (deviations and fraction) on its worse side."""
     k_max, frac_min, peers_min = (_limit(limits, k) for k in KEYS)
-    model = gpu_model(results)
-    thresholds = {k: _limit(limits, k) for k in KEYS}
-    base = {"baseline": baseline.version, "gpu_model": model}
-    if not model:
-        return Result(CHECK, Verdict.WARN, "not judged against the fleet: the node's GPU model "
-                      "was not read (hardware.inventory)", value=base, thresholds=thresholds,
-                      fault_code="NC-FLEET-NOT-JUDGED")
-    group = baseline.groups.get(model)
-    if not group:
-        return Result(CHECK, Verdict.WARN, f"not judged against the fleet: baseline "
-                      f"{baseline.version} has no {model} nodes", value=base,
-                      thresholds=thresholds, fault_code="NC-FLEET-NOT-JUDGED",
-                      remediation="Build a baseline from runs of this model's nodes "
-                                  "(nodecert fleet baseline).")
     outliers: list[Outlier] = []
     judged: dict[str, int] = {}
     not_judged: dict[str, str] = {}
-    for s in [*samples(results), *extra]:
+    for s in figures:
         pol = policy_for(s.metric, policy)
         st = group.get(s.metric)
         if pol is None:
@@ -113,6 +98,32 @@ def judge(results: list[Result], baseline: Baseline, limits: Limits, *,
             outliers.append(Outlier(s.metric, s.label, s.value, s.unit, st.better, st.median,
                                     st.sigma,
                                     dev, frac, Verdict[pol.verdict], pol.source))
+    return outliers, judged, not_judged
+
+
+def judge(results: list[Result], baseline: Baseline, limits: Limits, *,
+          host: str = "", policy: dict[str, MetricPolicy] | None = None,
+          extra: Iterable[Sample] = ()) -> Result:
+    """fleet.peers for one node's results (and `extra` figures measured elsewhere: its
+    cluster pairings). Only figures the node measured are judged;
+    a metric the baseline lacks, or whose group has too few peers, is listed as not judged."""
+    policy = policy if policy is not None else load_policy()
+    model = gpu_model(results)
+    thresholds = {k: _limit(limits, k) for k in KEYS}
+    base = {"baseline": baseline.version, "gpu_model": model}
+    if not model:
+        return Result(CHECK, Verdict.WARN, "not judged against the fleet: the node's GPU model "
+                      "was not read (hardware.inventory)", value=base, thresholds=thresholds,
+                      fault_code="NC-FLEET-NOT-JUDGED")
+    group = baseline.groups.get(model)
+    if not group:
+        return Result(CHECK, Verdict.WARN, f"not judged against the fleet: baseline "
+                      f"{baseline.version} has no {model} nodes", value=base,
+                      thresholds=thresholds, fault_code="NC-FLEET-NOT-JUDGED",
+                      remediation="Build a baseline from runs of this model's nodes "
+                                  "(nodecert fleet baseline).")
+    outliers, judged, not_judged = _compare([*samples(results), *extra], group, policy,
+                                            limits)
     value = {**base, "judged": judged, "not_judged": not_judged,
              "outliers": [o.as_dict() for o in outliers]}
     if not judged:
