@@ -204,6 +204,31 @@ def read_envelope(path: Path) -> Any:
         raise ReportError(f"{path} is not JSON ({_why(exc)})", hint=hint) from exc
 
 
+def _lists(lists: list[revlist.Register] | None, revocations: Path | None,
+           ring: Keyring) -> list[revlist.Register]:
+    """The revocation lists that apply: those already read and the one given, which
+    must be signed by a trusted key (a list that cannot be trusted is bad input, refused
+    before anything is said)."""
+    try:
+        return list(lists or []) + (
+            [revlist.load(revocations, ring.keys)] if revocations is not None else [])
+    except revlist.RevocationError as exc:
+        raise ReportError(exc.what, hint=exc.hint) from exc
+
+
+def _subject_step(v: Verification, p: dict[str, Any], subject: dict[str, Any],
+                  live_identity: dict[str, Any] | None) -> None:
+    """The signed subject names the certified identity; with a live identity, the
+    hardware read now is that identity."""
+    digest = subject["digest"]["sha256"]
+    ok = identity_digest(p["identity"]) == digest
+    v.step("subject", ok, f"{subject.get('name')} sha256:{digest[:16]}... "
+           + ("matches the certified identity" if ok
+              else "does NOT match the identity in the predicate"))
+    if live_identity is not None:
+        _hardware_step(v, p["identity"], live_identity, digest)
+
+
 def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = None,
                   allow_simulated: bool = False,
                   live_identity: dict[str, Any] | None = None,
@@ -230,13 +255,8 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     ring = ring or _keyring(pubkeys, key_statements or [])
     if require_signers < 1:
         raise ReportError(f"--require-signers must be at least 1 (got {require_signers})")
-    trusted = ring.keys
-    try:  # a list that cannot be trusted is bad input, refused before anything is said
-        regs = list(lists or []) + (
-            [revlist.load(revocations, trusted)] if revocations is not None else [])
-    except revlist.RevocationError as exc:
-        raise ReportError(exc.what, hint=exc.hint) from exc
-    reg = (regs, freshness or revlist.Freshness(), now or dt.datetime.now(dt.UTC))
+    reg = (_lists(lists, revocations, ring), freshness or revlist.Freshness(),
+           now or dt.datetime.now(dt.UTC))
     v = Verification()
     signed = _signature_step(v, read_envelope(path), ring, require_signers)
     if signed is None:
@@ -266,14 +286,8 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     now = now or dt.datetime.now(dt.UTC)
     _validity_step(v, p, now)
     _revocation_step(v, st, reg, payload)
-    digest = subj[0]["digest"]["sha256"]
     _expected_step(v, st, wanted)
-    v.step("subject", identity_digest(p["identity"]) == digest,
-           f"{subj[0].get('name')} sha256:{digest[:16]}... "
-           + ("matches the certified identity" if identity_digest(p["identity"]) == digest
-              else "does NOT match the identity in the predicate"))
-    if live_identity is not None:
-        _hardware_step(v, p["identity"], live_identity, digest)
+    _subject_step(v, p, subj[0], live_identity)
     _attestation_step(v, p)
     return _node_verdict(v, p, allow_simulated, require_acceptance)
 
