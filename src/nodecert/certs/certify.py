@@ -349,6 +349,24 @@ def load_run(run_dir: Path) -> list[HostRecord]:
         raise RunError(exc.what, hint=exc.hint) from exc
 
 
+def _check_ages(valid_days: int, max_age_days: float) -> None:
+    if valid_days < 1:
+        raise RunError(f"--valid-days must be at least 1 (got {valid_days})")
+    if max_age_days <= 0:
+        raise RunError(f"--max-result-age-days must be above 0 (got {max_age_days:g})")
+
+
+def _certified(name: str, st: dict[str, Any], paths: list[Path],
+               accepted: dict[str, Any]) -> Certified:
+    """What the run says of one node it certified (its files: envelope, page, JUnit and,
+    where rendered, the PDF)."""
+    p = st["predicate"]
+    return Certified(name, p["verdict"], p["simulated"], p["reasons"], paths[0], paths[1],
+                     paths[2], pdf=paths[3] if len(paths) > 3 else None,
+                     missing=list(accepted["missing"]),
+                     acceptance_asked=bool(accepted["profile"]) and not accepted["partial"])
+
+
 def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
             valid_days: int = DEFAULT_VALID_DAYS, now: dt.datetime | None = None,
             max_age_days: float = DEFAULT_MAX_AGE_DAYS,
@@ -365,10 +383,7 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
     Each host is built (statement, signature, HTML, JUnit, all in memory) inside its own
     error boundary: a host that fails is named in `failed` and gets no files; the others
     are written, each file whole or not at all (temp + rename)."""
-    if valid_days < 1:
-        raise RunError(f"--valid-days must be at least 1 (got {valid_days})")
-    if max_age_days <= 0:
-        raise RunError(f"--max-result-age-days must be above 0 (got {max_age_days:g})")
+    _check_ages(valid_days, max_age_days)
     hosts = load_run(run_dir)
     cluster = cluster_reference(cluster_cert, key) if cluster_cert else None
     rd = RunDir(run_dir)
@@ -400,13 +415,7 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
                 f"{type(exc).__name__}: {exc}"
             continue
         ready.append((paths, blobs))
-        p = st["predicate"]
-        asked = bool(accepted["profile"]) and not accepted["partial"]
-        run.nodes.append(Certified(name, p["verdict"], p["simulated"], p["reasons"],
-                                   paths[0], paths[1], paths[2],
-                                   pdf=paths[3] if rendering.pdf else None,
-                                   missing=list(accepted["missing"]),
-                                   acceptance_asked=asked))
+        run.nodes.append(_certified(name, st, paths, accepted))
         statements.append(st)
     with listing(revocations, key, issued) as listed:  # a list that fails: nothing written
         out.mkdir(parents=True, exist_ok=True)
@@ -415,12 +424,18 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
                 write_atomic(str(path), blob)
         listed.extend(revlist.entry_for(st, canonical_json(st)) for st in statements)
     run.revocations = revocations
-    run.index = out / "index.html"
+    _write_index(run, statements, rendering)
+    return run
+
+
+def _write_index(run: CertifyRun, statements: list[dict[str, Any]],
+                 rendering: report_html.Rendering) -> None:
+    """The run's fleet page and JUnit file, over every node certified."""
+    run.index = run.out_dir / "index.html"
     write_atomic(str(run.index), report_html.fleet_page(statements, keyid=run.keyid,
                                                         lang=rendering.lang).encode())
-    run.junit = out / "junit.xml"
+    run.junit = run.out_dir / "junit.xml"
     write_atomic(str(run.junit), junit.fleet_xml(statements))
-    return run
 
 
 __all__ = [
