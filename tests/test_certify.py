@@ -97,6 +97,17 @@ def test_cli_keys_init(tmp_path: Path) -> None:
 
 # --- DSSE tampering --------------------------------------------------------------------------
 
+@pytest.mark.parametrize("payload", [b"null", b"[]", b"7", b'"READY"', b"{}"])
+def test_a_signed_payload_that_is_no_statement_never_verifies(key: Path, tmp_path: Path,
+                                                               payload: bytes) -> None:
+    priv = load_private_key(key)
+    path = tmp_path / "x.intoto.json"
+    path.write_text(json.dumps(sign_envelope(payload, PAYLOAD_TYPE, priv)))
+    v = verify_report(path, [key.with_suffix(".pub")], allow_simulated=True)
+    steps = {name: ok for name, ok, _ in v.steps}
+    assert not v.ok and steps["signature"] and steps["statement"] is False
+
+
 def test_every_byte_of_payload_and_signature_is_covered(key: Path, tmp_path: Path) -> None:
     priv = load_private_key(key)
     pub = priv.public_key()

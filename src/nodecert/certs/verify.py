@@ -229,6 +229,20 @@ def _subject_step(v: Verification, p: dict[str, Any], subject: dict[str, Any],
         _hardware_step(v, p["identity"], live_identity, digest)
 
 
+def _payload(v: Verification, ptype: str, payload: bytes) -> tuple[bool, Any]:
+    """(read, the signed statement as JSON: any JSON value, null included, judged by the
+    statement step); not read, with the failed step recorded, where the payload is of
+    another type or not usable JSON."""
+    if not v.step("payload type", ptype == PAYLOAD_TYPE,
+                  f"{ptype}" + ("" if ptype == PAYLOAD_TYPE else f", expected {PAYLOAD_TYPE}")):
+        return False, None
+    try:
+        return True, _strict_json(payload.decode("utf-8"))
+    except (ValueError, UnicodeError, RecursionError) as exc:
+        v.step("statement", False, f"signed payload is not usable JSON: {_why(exc)}")
+        return False, None
+
+
 def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = None,
                   allow_simulated: bool = False,
                   live_identity: dict[str, Any] | None = None,
@@ -262,13 +276,8 @@ def verify_report(path: Path, pubkeys: list[Path], *, now: dt.datetime | None = 
     if signed is None:
         return v
     ptype, payload = signed
-    if not v.step("payload type", ptype == PAYLOAD_TYPE,
-                  f"{ptype}" + ("" if ptype == PAYLOAD_TYPE else f", expected {PAYLOAD_TYPE}")):
-        return v
-    try:
-        st = _strict_json(payload.decode("utf-8"))
-    except (ValueError, UnicodeError, RecursionError) as exc:
-        v.step("statement", False, f"signed payload is not usable JSON: {_why(exc)}")
+    read, st = _payload(v, ptype, payload)
+    if not read:
         return v
     wanted = {k: val for k, val in (expect or {}).items() if val is not None}
     if isinstance(st, dict) and st.get("predicateType") in (CLUSTER_PREDICATE_TYPE,
