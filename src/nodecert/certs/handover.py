@@ -209,6 +209,26 @@ def digest_files(root: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _write_certificate(work: Path, c: Certificate, signer: str, *, lang: str,
+                       pdf: bool) -> None:
+    """One certificate in the bundle: its envelope and the page people read (and PDF)."""
+    _write(work, f"certificates/{c.stem}{CERT_SUFFIX}",
+           json.dumps(c.envelope, indent=1).encode() + b"\n")
+    page = _page(c, signer, lang)
+    _write(work, f"reports/{c.stem}.html", page.encode())
+    if pdf:
+        _write(work, f"reports/{c.stem}.pdf", report_html.pdf_of(page))
+
+
+def _signed(body: dict[str, Any], keys: list[PrivateKey]) -> dict[str, Any]:
+    """The manifest in one envelope signed by every key (each party's signature)."""
+    env = sign_envelope(canonical_json(body), MANIFEST_TYPE, keys[0])
+    for k in keys[1:]:
+        env["signatures"] += sign_envelope(canonical_json(body), MANIFEST_TYPE,
+                                           k)["signatures"]
+    return env
+
+
 def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
           pubkeys: list[Path] | None = None, key_statements: list[Path] | None = None,
           revocations: Path | None = None, now: dt.datetime | None = None,
@@ -235,12 +255,7 @@ def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         for c in chosen:
-            _write(work, f"certificates/{c.stem}{CERT_SUFFIX}",
-                   json.dumps(c.envelope, indent=1).encode() + b"\n")
-            page = _page(c, signed_by[c.stem][0], lang)
-            _write(work, f"reports/{c.stem}.html", page.encode())
-            if pdf:
-                _write(work, f"reports/{c.stem}.pdf", report_html.pdf_of(page))
+            _write_certificate(work, c, signed_by[c.stem][0], lang=lang, pdf=pdf)
         used = {kid for kids in signed_by.values() for kid in kids} | {
             keyid(k.public_key()) for k in keys}
         for kid in sorted(used):
@@ -264,11 +279,7 @@ def build(runs: list[Path], out: Path, keys: list[PrivateKey], *,
                 # the signer's choice to hand health records over, for every verifier
                 "health_records_allowed": bool(health),
                 "files": digest_files(work)}
-        env = sign_envelope(canonical_json(body), MANIFEST_TYPE, keys[0])
-        for k in keys[1:]:
-            env["signatures"] += sign_envelope(canonical_json(body), MANIFEST_TYPE,
-                                               k)["signatures"]
-        _write(work, MANIFEST, json.dumps(env, indent=1).encode() + b"\n")
+        _write(work, MANIFEST, json.dumps(_signed(body, keys), indent=1).encode() + b"\n")
         work.chmod(0o755)
         os.rename(work, out)  # whole or not at all
     except BaseException:
