@@ -240,18 +240,11 @@ def _frameworks(root: dict[str, yamldoc.Node], archs: tuple[str, ...],
     return torch, floors, tf
 
 
-def load_matrix(directory: Path | None = None) -> Matrix:
-    directory = directory or compat_dir()
-    sources = load_sources(directory / "sources.yml")
-    root = yamldoc.load(directory / "matrix.yml").mapping({
-        "schema", "cuda_min_driver", "minor_version_compat", "forward_compat",
-        "driver_branches", "architectures", "gpus", "cudnn_cuda", "torch_builds",
-        "torch_cuda_min_architecture", "tensorflow_builds", "rule_sources",
-        "driver_eol_warning_days",
-    })
-    if root["schema"].text() != "nodecert.compat/v1":
-        raise root["schema"].error("expected schema nodecert.compat/v1")
-
+def _drivers(root: dict[str, yamldoc.Node], sources: dict[str, Source]) -> tuple[
+        list[CudaMinDriver], list[MinorVersionCompat], ForwardCompat,
+        dict[str, DriverBranch]]:
+    """The driver facts: each CUDA's minimum driver, minor-version and forward
+    compatibility, and the driver branches with their end of life."""
     def src(f: dict[str, yamldoc.Node]) -> str:
         return _source(f["source"], sources)
 
@@ -278,6 +271,25 @@ def load_matrix(directory: Path | None = None) -> Matrix:
         eol, past = _eol(f["eol"])
         b = f["branch"].text()
         branches[b] = DriverBranch(b, f["designation"].text(), eol, past, src(f))
+    return cuda_rows, mvc, forward, branches
+
+
+def load_matrix(directory: Path | None = None) -> Matrix:
+    directory = directory or compat_dir()
+    sources = load_sources(directory / "sources.yml")
+    root = yamldoc.load(directory / "matrix.yml").mapping({
+        "schema", "cuda_min_driver", "minor_version_compat", "forward_compat",
+        "driver_branches", "architectures", "gpus", "cudnn_cuda", "torch_builds",
+        "torch_cuda_min_architecture", "tensorflow_builds", "rule_sources",
+        "driver_eol_warning_days",
+    })
+    if root["schema"].text() != "nodecert.compat/v1":
+        raise root["schema"].error("expected schema nodecert.compat/v1")
+
+    def src(f: dict[str, yamldoc.Node]) -> str:
+        return _source(f["source"], sources)
+
+    cuda_rows, mvc, forward, branches = _drivers(root, sources)
 
     archs = tuple(root["architectures"].text_list())
 
