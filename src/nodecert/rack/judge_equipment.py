@@ -109,6 +109,32 @@ def _value(sample: dict[str, Any], unit: str, key: str) -> float | None:
     return None
 
 
+def _leak_detectors(cdu: str, good: list[dict[str, Any]], fails: list[str],
+                    warns: list[str]) -> None:
+    """A CDU's leak detectors: a leak in any sample is a leak; a detector that does not
+    watch (absent, disabled, offline) is no "no leak"; one whose health is bad cannot be
+    trusted to say there is none."""
+    leaks: dict[str, set[str]] = {}
+    for s in good:
+        for u in s["units"]:
+            for d in u["leaks"]:
+                if d.get("state") not in ("OK", None):
+                    leaks.setdefault(f"{u['id']}:{d['name']}", set()).add(d["state"])
+    for u in good[-1]["units"]:
+        for d in u["leaks"]:
+            kind = f" ({d['type']})" if d.get("type") else ""
+            if d.get("status_state") in ("Absent", "Disabled", "UnavailableOffline",
+                                         "StandbyOffline"):
+                warns.append(f"CDU {cdu}: leak detector {d['name']}{kind} is "
+                             f"{d['status_state']}: it watches nothing")
+            elif d.get("health") in BAD_HEALTH and d.get("state") in ("OK", None):
+                fails.append(f"CDU {cdu}: leak detector {d['name']}{kind} health "
+                             f"{d['health']}: its reading cannot be trusted")
+    for name, states in sorted(leaks.items()):
+        fails.append(f"CDU {cdu}: LEAK detected by {name.split(':', 1)[1]} "
+                     f"({', '.join(sorted(states))})")
+
+
 def judge_cooling(rack: dict[str, Any], comps: list[dict[str, Any]]) -> Result | None:
     fails: list[str] = []
     warns: list[str] = []
@@ -119,30 +145,12 @@ def judge_cooling(rack: dict[str, Any], comps: list[dict[str, Any]]) -> Result |
         if len(good) < len(c["samples"]):
             warns.append(f"CDU {c['name']}: {len(c['samples']) - len(good)} of "
                          f"{len(c['samples'])} samples could not be read")
-        leaks: dict[str, set[str]] = {}
-        for s in good:  # a leak in any sample is a leak
-            for u in s["units"]:
-                for d in u["leaks"]:
-                    if d.get("state") not in ("OK", None):
-                        leaks.setdefault(f"{u['id']}:{d['name']}", set()).add(d["state"])
-        for u in good[-1]["units"]:
-            for d in u["leaks"]:  # a detector that does not watch is no "no leak"
-                kind = f" ({d['type']})" if d.get("type") else ""
-                if d.get("status_state") in ("Absent", "Disabled", "UnavailableOffline",
-                                             "StandbyOffline"):
-                    warns.append(f"CDU {c['name']}: leak detector {d['name']}{kind} is "
-                                 f"{d['status_state']}: it watches nothing")
-                elif d.get("health") in BAD_HEALTH and d.get("state") in ("OK", None):
-                    fails.append(f"CDU {c['name']}: leak detector {d['name']}{kind} health "
-                                 f"{d['health']}: its reading cannot be trusted")
+        _leak_detectors(c["name"], good, fails, warns)
         if not any(u["leaks"] for u in good[-1]["units"]):
             warns.append(f"CDU {c['name']}: reports no leak detector: leaks were not checked")
         if not any(u["readings"] for u in good[-1]["units"]):
             warns.append(f"CDU {c['name']}: reports no coolant readings (temperatures, flow, "
                          "pressure): the loop was not checked")
-        for name, states in sorted(leaks.items()):
-            fails.append(f"CDU {c['name']}: LEAK detected by {name.split(':', 1)[1]} "
-                         f"({', '.join(sorted(states))})")
         for u in good[-1]["units"]:
             who = f"CDU {c['name']}"
             note_health(who, u.get("health"), u.get("state"), fails, warns)
