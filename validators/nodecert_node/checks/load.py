@@ -261,6 +261,19 @@ def _reading(row: dict[str, str]) -> tuple[float | None, float | None, float | N
             smi.csv_number(row.get("temperature.memory") or ""))
 
 
+def _slowdowns(g: int, k: int, reasons: int, temp: float | None,
+               clock: float | None) -> list[tuple[str, str, str]]:
+    """(kind, message, "fail" or "warn") for each slowdown the throttle reasons of one
+    sample show: a hardware slowdown under load fails, a software thermal one warns."""
+    out = [(name, f"GPU{g}: {name} under load (sample {k}, {temp or 0:g} C, clock "
+                  f"{clock or 0:g} MHz)", "fail")
+           for bit, name in ((HW_SLOWDOWN, "HW Slowdown"), (HW_THERMAL, "HW Thermal Slowdown"),
+                             (HW_BRAKE, "HW Power Brake Slowdown")) if reasons & bit]
+    if reasons & SW_THERMAL:
+        out.append(("sw", f"GPU{g}: SW Thermal Slowdown under load (sample {k})", "warn"))
+    return out
+
+
 def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None],
                limits: Limits) -> Result:
     """samples: --query-gpu rows (SOAK_FIELDS); headroom_abs: GPU -> absolute max-operating
@@ -280,17 +293,10 @@ def judge_soak(samples: list[dict[str, str]], headroom_abs: dict[int, int | None
         headroom = tlimit if tlimit is not None else (
             limit_abs - temp if limit_abs is not None and temp is not None else None)
 
-        def once(kind: str, msg: str, into: list[str], g: int = g) -> None:
-            if (g, kind) not in flagged:
+        for kind, msg, into in _slowdowns(g, k, reasons, temp, clock):
+            if (g, kind) not in flagged:  # each GPU's slowdown said once
                 flagged.add((g, kind))
-                into.append(msg)
-        for bit, name in ((HW_SLOWDOWN, "HW Slowdown"), (HW_THERMAL, "HW Thermal Slowdown"),
-                          (HW_BRAKE, "HW Power Brake Slowdown")):
-            if reasons & bit:
-                once(name, f"GPU{g}: {name} under load (sample {k}, {temp or 0:g} C, clock "
-                     f"{clock or 0:g} MHz)", fails)
-        if reasons & SW_THERMAL:
-            once("sw", f"GPU{g}: SW Thermal Slowdown under load (sample {k})", warns)
+                (fails if into == "fail" else warns).append(msg)
         if headroom is not None and (g, "temp") not in flagged:
             miss: list[str] = []
             within(limits, "soak.headroom_c_min", headroom, f"GPU{g} headroom to its max "
