@@ -133,6 +133,24 @@ def judge_rack(rack: dict[str, Any], trays: dict[str, dict[str, Any]],
     return results, not_judged
 
 
+def _interrupted(run_dir: Path, rack: dict[str, Any]) -> None:
+    """The record of a run stopped by Ctrl-C: an ERROR saying so, never a verdict on
+    what did not finish."""
+    write_json(RunDir(run_dir).cluster_results, {
+        "schema": SCHEMA, "run_id": run_dir.name, "verdict": "ERROR",
+        "interrupted": True, "rack": {k: rack.get(k) for k in PUBLIC},
+        "results": [], "problems": ["interrupted: the trays' checks or the domain's "
+                                    "jobs were stopped (running jobs cancelled)"]})
+
+
+def _tray_record(t: dict[str, Any]) -> dict[str, Any]:
+    """What the rack's record keeps of a tray's run: its readings, and each check's
+    verdict and summary (the tray's own record holds the rest)."""
+    return {k: v for k, v in t.items() if k != "results"} | {
+        "checks": {r["check"]: {k: r[k] for k in ("verdict", "summary")}
+                   for r in t.get("results") or []}}
+
+
 def rack_validate(request: RackRequest, *, progress: Progress | None = None,
                   trays_fn: TrayRuns | None = None,
                   stop: threading.Event | None = None,
@@ -169,11 +187,7 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
                       _under_load(plan, run_dir, say, stop) if plan else None)
         except KeyboardInterrupt:
             stop.set()  # the endpoints' sampling ends at its next wait
-            write_json(RunDir(run_dir).cluster_results, {
-                "schema": SCHEMA, "run_id": run_dir.name, "verdict": "ERROR",
-                "interrupted": True, "rack": {k: rack.get(k) for k in PUBLIC},
-                "results": [], "problems": ["interrupted: the trays' checks or the domain's "
-                                            "jobs were stopped (running jobs cancelled)"]})
+            _interrupted(run_dir, rack)
             raise
         load_s = time.monotonic() - t0 - trays_s
         found, infra_s = infra.result()
@@ -192,10 +206,7 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
             "rack": {k: rack.get(k) for k in PUBLIC},
             "verdict": verdict.name, "results": [r.as_dict() for r in results],
             "not_judged": not_judged,
-            "trays": {h: {k: v for k, v in t.items() if k != "results"}
-                      | {"checks": {r["check"]: {k: r[k] for k in ("verdict", "summary")}
-                                    for r in t.get("results") or []}}
-                      for h, t in trays.items()},
+            "trays": {h: _tray_record(t) for h, t in trays.items()},
             "components": comps,
             "simulated": any(t.get("simulated") for t in trays.values()),
             # wall times: the trays' checks and the endpoints' reading ran at once
