@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -87,6 +88,9 @@ Examples:
   nodecert revalidate -i cluster.ini --via slurm --idle --slurm-partition nodecert-idle
 """
 
+if TYPE_CHECKING:  # the command imports it when it runs (a fast --help)
+    from nodecert.revalidate.run import Revalidation
+
 
 @click.command("revalidate", help=_REVALIDATE_HELP)
 @inventory_option
@@ -144,16 +148,8 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
     from nodecert.revalidate.run import RevalidateRequest, revalidate
     from nodecert.validation.run import ValidateRequest
 
-    if via == "slurm" and collect_reason:
-        raise click.UsageError("--via slurm runs the nodes' checks; --collect runs none: "
-                               "give one of them")
-    if (idle or slurm_partition or slurm_reservation) and via != "slurm":
-        raise click.UsageError("--idle, --slurm-partition and --slurm-reservation go with "
-                               "--via slurm (without Slurm, the node's timer runs idle "
-                               "checks: validators_schedule_idle)")
-    if after_repair and (collect_reason or via == "slurm"):
-        raise click.UsageError("--after-repair re-tests over SSH (a drained node runs no "
-                               "Slurm job): drop --collect / --via slurm")
+    _refuse_combinations(via=via, collect_reason=collect_reason, after_repair=after_repair,
+                         slurm_options=bool(idle or slurm_partition or slurm_reservation))
     dirs = [b for b in baselines if b.is_dir()]
     files = [b for b in baselines if not b.is_dir()]
     if len(dirs) > 1 or len(files) > 1:
@@ -192,6 +188,28 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
                    "repair": {h: r.as_dict() for h, r in sorted(rv.repair.items())},
                    "certificates": certified_json(rv.cert)})
         sys.exit(int(code))
+    _print(rv)
+    sys.exit(int(code))
+
+
+def _refuse_combinations(*, via: str, collect_reason: str | None, after_repair: bool,
+                         slurm_options: bool) -> None:
+    """The options that do not go together, refused before anything runs."""
+    if via == "slurm" and collect_reason:
+        raise click.UsageError("--via slurm runs the nodes' checks; --collect runs none: "
+                               "give one of them")
+    if slurm_options and via != "slurm":
+        raise click.UsageError("--idle, --slurm-partition and --slurm-reservation go with "
+                               "--via slurm (without Slurm, the node's timer runs idle "
+                               "checks: validators_schedule_idle)")
+    if after_repair and (collect_reason or via == "slurm"):
+        raise click.UsageError("--after-repair re-tests over SSH (a drained node runs no "
+                               "Slurm job): drop --collect / --via slurm")
+
+
+def _print(rv: Revalidation) -> None:
+    """The re-validation for people: each host's drift, fleet and repair results, then
+    each node's new certificate."""
     echo(f"baseline: {rv.baseline or '(none found)'}")
     shown = {h: [*rs, *rv.fleet.get(h, []), *([rv.repair[h]] if h in rv.repair else [])]
              for h, rs in rv.drift.items()}
@@ -203,7 +221,6 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
     for n in rv.cert.nodes:
         echo(f"{n.host:<14} {n.verdict}{' (SIMULATED)' if n.simulated else ''}")
     echo(f"run: {rv.run.run_dir}\ncertificates: {rv.cert.out_dir}")
-    sys.exit(int(code))
 
 
 _HISTORY_HELP = """A node's validation history: every run under --runs-dir, oldest first.
