@@ -151,6 +151,17 @@ def _tray_record(t: dict[str, Any]) -> dict[str, Any]:
                    for r in t.get("results") or []}}
 
 
+def _not_loaded(loaded: list[Result] | None, plan: LoadPlan | None, *,
+                asked: bool) -> list[str]:
+    """What of the domain under load was not judged, and why."""
+    if loaded is not None:
+        return list(plan.not_judged) if plan else []
+    return ["rack.allreduce, rack.sweep: " + (
+        "not asked for (--no-load)" if not asked else
+        "the trays name no job engine (nodecert_cluster): the NVLink domain was not "
+        "measured under load")]
+
+
 def rack_validate(request: RackRequest, *, progress: Progress | None = None,
                   trays_fn: TrayRuns | None = None,
                   stop: threading.Event | None = None,
@@ -193,14 +204,8 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
         found, infra_s = infra.result()
         comps = [c.as_dict() for c in found]
     results, not_judged = judge_rack(rack, trays, comps)
-    if loaded is not None:
-        results += loaded
-        not_judged += plan.not_judged if plan else []
-    else:
-        not_judged.append("rack.allreduce, rack.sweep: " + (
-            "not asked for (--no-load)" if not request.load else
-            "the trays name no job engine (nodecert_cluster): the NVLink domain was not "
-            "measured under load"))
+    results += loaded or []
+    not_judged += _not_loaded(loaded, plan, asked=request.load)
     verdict = worst(r.verdict for r in results) if results else Verdict.ERROR
     data = {"schema": SCHEMA, "run_id": run_dir.name,
             "rack": {k: rack.get(k) for k in PUBLIC},
