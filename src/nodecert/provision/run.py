@@ -29,7 +29,7 @@ from nodecert.core.verdict import Verdict
 from nodecert.inventory.maps import parse_mapping
 from nodecert.inventory.reader import hostvars
 from nodecert.provision.locks import site_wheel_locks
-from nodecert.provision.preflight import preflight
+from nodecert.provision.preflight import PreflightReport, preflight
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import record_provision_inputs, write_json
 from nodecert.stack.conformance import Conformance, check_host
@@ -312,9 +312,46 @@ def _verify(inventory: Path, done: list[str], stacks: dict[str, Stack], tracker:
             name, connection[name], stacks[name], imex=bool((rack or {}).get("imex")))
 
 
+def _extravars(request: ProvisionRequest, fleet: FleetSettings, pre: PreflightReport,
+               manifests: dict[str, Stack], say: Progress) -> dict[str, Any]:
+    """The play's extra variables: where the stacks are (Ansible reads the same manifests
+    as this process: NODECERT_HOME decides), what the gate passed, the node bundle,
+    the rolling settings and the mirror's."""
+    xvars: dict[str, Any] = {"nodecert_common_stacks_dir": str(stacks_dir().resolve()),
+                             **({"stack": request.stack} if request.stack else {}),
+                             **fleet.extravars(),
+                             "nodecert_gates_passed": gates_passed(pre.gates),
+                             "nodecert_gate_allow_advisories": sorted(request.allow_advisories),
+                             # Built here once, not by a Python started from the play
+                             # (where the validators role's default would keep it).
+                             "nodecert_node_bundle": write_bundle(
+                                 Path.home() / ".cache" / "nodecert" / "bundles"),
+                             **(request.extravars or {})}
+    if request.mirror:
+        xvars.update(mirror_vars(request.mirror, manifests, warn=say,
+                                 site_locks=site_wheel_locks(request.inventory,
+                                                             sorted(pre.hosts))))
+    return xvars
+
+
+def _settle(tracker: _Tracker, runner: Any, playbook_error: str | None) -> None:
+    """Each host's outcome from the play's recap: unreachable, failed or provisioned; a
+    host the recap does not name keeps the first error seen (or the playbook's)."""
+    stats = runner.stats or {}
+    for name, h in tracker.hosts.items():
+        if h.status == "unreachable" or name in (stats.get("dark") or {}):
+            h.status = "unreachable"
+        elif name in (stats.get("failures") or {}) or h.failed:
+            h.status = "failed"
+        elif name in (stats.get("ok") or {}):
+            h.status = "provisioned"
+        else:
+            h.first_error = h.first_error or playbook_error or f"playbook {runner.status}"
+
+
 def provision(request: ProvisionRequest, *, progress: Progress | None = None) -> ProvisionReport:
     """Gate every host, run site.yml, verify conformance. Raises only on bad input."""
-    (inventory, stack, limit, check, tags, forks, mirror, runs_dir, extravars, pipelining,
+    (inventory, stack, limit, check, tags, forks, mirror, runs_dir, _given_vars, pipelining,
      become, fleet, allow) = (getattr(request, f.name) for f in dataclasses.fields(request))
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     _refuse_mirror_credentials(mirror)
@@ -334,20 +371,8 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
     record_provision_inputs(run, inventory, [m.path for m in manifests.values()])
     run_dir = run.path
     report.run_dir = run_dir
-    # Ansible reads the same manifests as this process (NODECERT_HOME decides).
     fleet = fleet or FleetSettings()
-    xvars: dict[str, Any] = {"nodecert_common_stacks_dir": str(stacks_dir().resolve()),
-                             **({"stack": stack} if stack else {}), **fleet.extravars(),
-                             "nodecert_gates_passed": gates_passed(pre.gates),
-                             "nodecert_gate_allow_advisories": sorted(allow),
-                             # Built here once, not by a Python started from the play
-                             # (where the validators role's default would keep it).
-                             "nodecert_node_bundle": write_bundle(
-                                 Path.home() / ".cache" / "nodecert" / "bundles"),
-                             **(extravars or {})}
-    if mirror:
-        xvars.update(mirror_vars(mirror, manifests, warn=say,
-                                 site_locks=site_wheel_locks(inventory, sorted(pre.hosts))))
+    xvars = _extravars(request, fleet, pre, manifests, say)
     write_json(run.extravars_input, xvars, private=True)
     hosts = sorted(pre.hosts)
     tracker = _Tracker(hosts, say)
@@ -369,17 +394,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
                                control_dir=control_dir, fleet=fleet)
     finally:
         shutil.rmtree(control_dir, ignore_errors=True)
-    stats = runner.stats or {}
-    playbook_error = _playbook_error(run.ansible) if runner.rc != 0 else None
-    for name, h in tracker.hosts.items():
-        if h.status == "unreachable" or name in (stats.get("dark") or {}):
-            h.status = "unreachable"
-        elif name in (stats.get("failures") or {}) or h.failed:
-            h.status = "failed"
-        elif name in (stats.get("ok") or {}):
-            h.status = "provisioned"
-        else:
-            h.first_error = h.first_error or playbook_error or f"playbook {runner.status}"
+    _settle(tracker, runner, _playbook_error(run.ansible) if runner.rc != 0 else None)
     done = [n for n, h in tracker.hosts.items() if h.status == "provisioned"]
     if done and not check:
         _verify(inventory, done, {n: manifests[host_stack[n]] for n in done}, tracker, say)
