@@ -203,6 +203,28 @@ def _wheel_name(path: Path) -> tuple[str, str]:
     return dist.replace("_", "-").lower(), version
 
 
+def _pip_download(py: str, wheels: Path, index_url: str,
+                  extra_index_urls: tuple[str, ...]) -> list[str]:
+    """pip download of binary wheels only, for the node's Python (`py`) and platforms,
+    from these indexes alone (no cache, no user's pip configuration)."""
+    abi = "cp" + py.replace(".", "")
+    return [sys.executable, "-m", "pip", "download", "--dest", str(wheels), "--index-url",
+            index_url, *[a for x in extra_index_urls for a in ("--extra-index-url", x)],
+            "--only-binary=:all:", "--no-cache-dir", "--disable-pip-version-check",
+            "--timeout", str(FETCH_TIMEOUT_S), "--python-version", py,
+            "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
+            *[a for p in WHEEL_PLATFORMS for a in ("--platform", p)]]
+
+
+def _wheel_hashes(wheels: Path) -> dict[str, list[str]]:
+    """{"name==version": [sha256 of each of its wheels]} of what pip downloaded."""
+    hashes: dict[str, list[str]] = {}
+    for whl in sorted(wheels.glob("*.whl")):
+        dist, version = _wheel_name(whl)
+        hashes.setdefault(f"{dist}=={version}", []).append(sha256_file(whl))
+    return hashes
+
+
 def build_wheels(stack: Stack, index_url: str, out: Path, *,
                  lock: Mapping[str, Any] | None = None,
                  extra_index_urls: tuple[str, ...] = ()) -> dict[str, list[str]]:
@@ -217,14 +239,7 @@ def build_wheels(stack: Stack, index_url: str, out: Path, *,
     wheels.mkdir(parents=True)
     if not pins:
         return {}
-    py = stack.framework.python or "3"
-    abi = "cp" + py.replace(".", "")
-    argv = [sys.executable, "-m", "pip", "download", "--dest", str(wheels), "--index-url",
-            index_url, *[a for x in extra_index_urls for a in ("--extra-index-url", x)],
-            "--only-binary=:all:", "--no-cache-dir", "--disable-pip-version-check",
-            "--timeout", str(FETCH_TIMEOUT_S), "--python-version", py,
-            "--implementation", "cp", "--abi", abi, "--abi", "abi3", "--abi", "none",
-            *[a for p in WHEEL_PLATFORMS for a in ("--platform", p)]]
+    argv = _pip_download(stack.framework.python or "3", wheels, index_url, extra_index_urls)
     env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}
     with tempfile.TemporaryDirectory(prefix="nodecert-pins-") as d:
         if lock:
@@ -255,10 +270,7 @@ def build_wheels(stack: Stack, index_url: str, out: Path, *,
                      "site's framework_wheel_hashes) after checking why")
         raise MirrorError(f"pip could not download {' '.join(pins)} from {index_url}: "
                           f"{said[-600:]}")
-    hashes: dict[str, list[str]] = {}
-    for whl in sorted(wheels.glob("*.whl")):
-        dist, version = _wheel_name(whl)
-        hashes.setdefault(f"{dist}=={version}", []).append(sha256_file(whl))
+    hashes = _wheel_hashes(wheels)
     if lock:  # a locked stack: the lock decides, every wheel and every pin
         problems = lock_differences(lock, hashes)
         if problems:
