@@ -21,14 +21,11 @@ SCHEMA = "nodecert.validation/v1"
 
 
 @dataclass(frozen=True)
-class HostRecord:
-    """One host's saved record of one validation run (results.json), as written."""
+class Record:
+    """A run's saved record (results.json), as written: what every kind of run records,
+    typed (verdict and results as the contract's types)."""
     path: Path
     data: dict[str, Any]
-
-    @property
-    def host(self) -> str:
-        return str(self.data.get("host") or self.path.parent.name)
 
     @property
     def run_id(self) -> str | None:
@@ -36,13 +33,9 @@ class HostRecord:
         return str(rid) if rid else None
 
     @property
-    def suite(self) -> str | None:
-        return self.data.get("suite")
-
-    @property
     def verdict(self) -> Verdict | None:
-        """The run's verdict for the host; None where the record holds none (a run still
-        writing, an interrupted one) or one that is no verdict."""
+        """The run's verdict; None where the record holds none (a run still writing, an
+        interrupted one) or one that is no verdict."""
         return verdict_of(self.data.get("verdict"))
 
     @property
@@ -51,7 +44,7 @@ class HostRecord:
 
     @property
     def started(self) -> float:
-        """When the host's checks started (Unix seconds; 0.0 when the record lacks it)."""
+        """When the run's checks started (Unix seconds; 0.0 when the record lacks it)."""
         return _seconds(self.data.get("started"))
 
     @property
@@ -60,16 +53,29 @@ class HostRecord:
 
     @property
     def results(self) -> list[Result]:
-        """The host's results as the contract's type. An entry that is no result (damaged,
-        cut short) is an ERROR result saying so, never dropped: a record with an unreadable
+        """The results as the contract's type. An entry that is no result (damaged, cut
+        short) is an ERROR result saying so, never dropped: a record with an unreadable
         result never reads as one that passed."""
         res = self.data.get("results")
         return [_result(self.path, i, r) for i, r in enumerate(res)] \
             if isinstance(res, list) else []
 
     def result(self, check: str) -> Result | None:
-        """The host's result for `check`, or None where the run has none."""
+        """The result for `check`, or None where the run has none."""
         return next((r for r in self.results if r.check == check), None)
+
+
+@dataclass(frozen=True)
+class HostRecord(Record):
+    """One host's saved record of one validation run."""
+
+    @property
+    def host(self) -> str:
+        return str(self.data.get("host") or self.path.parent.name)
+
+    @property
+    def suite(self) -> str | None:
+        return self.data.get("suite")
 
     @property
     def run(self) -> RunDir:
@@ -183,47 +189,15 @@ def host_history(runs_dir: Path, host: str) -> Iterator[HostRecord]:
 
 
 @dataclass(frozen=True)
-class GroupRecord:
-    """A cluster or rack run's saved record (results.json), as written: its verdict and
-    results typed like a host's; the measurements it holds (pairings, the fabric, the
-    rack's components) in `data`, as the run recorded them."""
-    path: Path
-    data: dict[str, Any]
-
-    @property
-    def run_id(self) -> str | None:
-        rid = self.data.get("run_id")
-        return str(rid) if rid else None
-
-    @property
-    def verdict(self) -> Verdict | None:
-        return verdict_of(self.data.get("verdict"))
-
-    @property
-    def results(self) -> list[Result]:
-        res = self.data.get("results")
-        return [_result(self.path, i, r) for i, r in enumerate(res)] \
-            if isinstance(res, list) else []
-
-    def result(self, check: str) -> Result | None:
-        return next((r for r in self.results if r.check == check), None)
+class GroupRecord(Record):
+    """A cluster or rack run's saved record: its verdict and results typed like a host's;
+    the measurements it holds (pairings, the fabric, the rack's components) in `data`,
+    as the run recorded them."""
 
     @property
     def nodes(self) -> list[str]:
         nodes = self.data.get("nodes")
         return [str(n) for n in nodes] if isinstance(nodes, list) else []
-
-    @property
-    def simulated(self) -> bool:
-        return bool(self.data.get("simulated"))
-
-    @property
-    def started(self) -> float:
-        return _seconds(self.data.get("started"))
-
-    @property
-    def finished(self) -> float:
-        return _seconds(self.data.get("finished"))
 
     @property
     def culprits(self) -> list[str]:
@@ -274,6 +248,6 @@ def read_rack_record(run_dir: Path) -> GroupRecord:
     return rec
 
 
-__all__ = ["RACK_SCHEMA", "SCHEMA", "GroupRecord", "HostRecord", "finished_run", "host_history",
-           "host_records", "read_cluster_record", "read_host_record", "read_rack_record",
-           "recorded_plan", "verdict_of"]
+__all__ = ["RACK_SCHEMA", "SCHEMA", "GroupRecord", "HostRecord", "Record", "finished_run",
+           "host_history", "host_records", "read_cluster_record", "read_host_record",
+           "read_rack_record", "recorded_plan", "verdict_of"]
