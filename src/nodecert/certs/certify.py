@@ -143,6 +143,20 @@ def validation_end(name: str, finished: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(finished, dt.UTC).replace(microsecond=0)
 
 
+def measured_end(name: str, finished: float, issued: dt.datetime, max_age_days: float, *,
+                 again: str) -> dt.datetime:
+    """When the run of `name` ended; RunError when it records no end, or ended more than
+    max_age_days before `issued` (`again`: what to run for fresh results)."""
+    ended = validation_end(name, finished)
+    age = (issued - ended).total_seconds() / 86400
+    if age > max_age_days:
+        raise RunError(f"{name}: the results are {age:.1f} days old (the run ended "
+                       f"{ended.isoformat()}), more than the {max_age_days:g} days a "
+                       f"certificate may rest on: {again}, or raise --max-result-age-days "
+                       "(recorded in the certificate)")
+    return ended
+
+
 def cluster_reference(envelope: Path, key: PrivateKey) -> dict[str, Any]:
     """What a node certificate records of the cluster or rack certificate its node was
     proven in: only one this signer signed (checked here) is referenced."""
@@ -204,13 +218,8 @@ def statement(host: HostRecord, stack: Stack | None, *, issued: dt.datetime,
     stack manifest): the certificate names exactly what the run was judged with.
 
     Raises RunError when the results are older than max_age_days at `issued`."""
-    ended = validation_end(host.host, host.finished)
-    age = (issued - ended).total_seconds() / 86400
-    if age > max_age_days:
-        raise RunError(f"{host.host}: the results are {age:.1f} days old (validation "
-                       f"ended {ended.isoformat()}), more than the {max_age_days:g} days a "
-                       "certificate may rest on: re-validate the host, or raise "
-                       "--max-result-age-days (recorded in the certificate)")
+    ended = measured_end(host.host, host.finished, issued, max_age_days,
+                         again="re-validate the host")
     verdict, reasons = readiness(host, accepted)
     ident = host.identity or {}
     results = host.results

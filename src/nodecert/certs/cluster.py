@@ -21,7 +21,7 @@ from nodecert.certs.certify import (
     READY,
     RunError,
     listing,
-    validation_end,
+    measured_end,
     validity,
 )
 from nodecert.certs.identity import certificate_identity, identity_digest
@@ -88,14 +88,8 @@ def statement(rec: GroupRecord, *, issued: dt.datetime,
     """Raises RunError when the run records no end, or ended more than max_age_days
     before `issued`: validity runs from the measurement, never from the signature."""
     data = rec.data
-    ended = validation_end(f"cluster run {rec.run_id}", rec.finished)
-    age = (issued - ended).total_seconds() / 86400
-    if age > max_age_days:
-        raise RunError(f"cluster run {data.get('run_id')}: the results are {age:.1f} days old "
-                       f"(the run ended {ended.isoformat()}), more than the "
-                       f"{max_age_days:g} days a certificate may rest on: run `nodecert "
-                       "cluster validate` again, or raise --max-result-age-days (recorded "
-                       "in the certificate)")
+    ended = measured_end(f"cluster run {rec.run_id}", rec.finished, issued, max_age_days,
+                         again="run `nodecert cluster validate` again")
     missing = [n for n in data["nodes"] if not (data["fabric"].get(n) or {}).get("identity")]
     if missing:
         raise RunError(f"no hardware identity for {', '.join(missing)} in the run: a "

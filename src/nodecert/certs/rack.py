@@ -19,7 +19,7 @@ from nodecert.certs.certify import (
     NOT_READY,
     READY,
     RunError,
-    validation_end,
+    measured_end,
     validity,
 )
 from nodecert.certs.cluster import issue, judged_results, passed, reasons_of
@@ -61,13 +61,8 @@ def statement(rec: GroupRecord, *, issued: dt.datetime,
     """RunError when the run is too old, or a tray has no identity: every compute tray is
     a subject, named by its identity."""
     data = rec.data
-    ended = validation_end(f"rack run {rec.run_id}", rec.finished)
-    age = (issued - ended).total_seconds() / 86400
-    if age > max_age_days:
-        raise RunError(f"rack run {data.get('run_id')}: the results are {age:.1f} days old "
-                       f"(the run ended {ended.isoformat()}), more than the {max_age_days:g} "
-                       "days a certificate may rest on: run `nodecert rack validate` again, "
-                       "or raise --max-result-age-days (recorded in the certificate)")
+    ended = measured_end(f"rack run {rec.run_id}", rec.finished, issued, max_age_days,
+                         again="run `nodecert rack validate` again")
     rack = data["rack"]
     missing = [h for h in rack["trays"] if not (data["trays"].get(h) or {}).get("identity")]
     if missing:
