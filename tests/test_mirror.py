@@ -335,7 +335,7 @@ def test_the_upstream_signature_is_checked_with_the_pinned_key(
 @pytest.mark.integration
 def test_provision_takes_the_mirrors_repository_key_and_digests(
         upstreams: tuple[Path, str], tmp_path: Path) -> None:
-    from nodecert.provision.run import mirror_vars
+    from nodecert.provision.mirrorvars import mirror_vars
     out = tmp_path / "m"
     m = _build(upstreams, out)
     got = mirror_vars(str(out), {STACK: _locked({})})
@@ -387,7 +387,7 @@ def test_a_locked_stack_decides_the_wheels(upstreams: tuple[Path, str], tmp_path
     """With a lock, the mirror's list must be the lock, wheel for wheel: the build fails
     on any wheel or pin the lock does not match, provisioning refuses a mirror listing
     others, and the mirror's list is never handed to pip in the lock's place."""
-    from nodecert.provision.run import mirror_vars
+    from nodecert.provision.mirrorvars import mirror_vars
     whl = next((tmp_path / "pypi" / "wheels").glob("torch-2.9.1+cu130-*.whl"))
     right = {"torch==2.9.1+cu130": (mirror.sha256_file(whl),)}
     # pip itself refuses other bytes or a pin the index lacks: it downloads by digest
@@ -417,7 +417,7 @@ def test_the_shipped_lock_refuses_other_wheels_and_a_site_lock_takes_its_place(
     bytes, nothing is built. A site that locks its own wheels (the inventory's
     framework_wheel_hashes, given to the build as --wheel-hashes) gets its mirror, and
     provisioning takes that lock in the stack's place, and only that one."""
-    from nodecert.provision.run import mirror_vars
+    from nodecert.provision.mirrorvars import mirror_vars
     monkeypatch.setattr(mirror, "find_stack", find_stack)
     shipped = find_stack(STACK)
     assert shipped.framework.hashes
@@ -456,10 +456,10 @@ def test_the_shipped_lock_refuses_other_wheels_and_a_site_lock_takes_its_place(
 
 def test_an_unlocked_stack_over_plain_http_is_warned_about(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodecert.provision import mirror as mirror_mod
-    from nodecert.provision.run import mirror_vars
+    from nodecert.provision import mirrorvars
+    from nodecert.provision.mirrorvars import mirror_vars
     built = {"schema": mirror.SCHEMA, "stack": STACK, "wheels": {"torch==1": ["a" * 64]}}
-    monkeypatch.setattr(mirror_mod, "mirror_manifest", lambda base: built)
+    monkeypatch.setattr(mirrorvars, "mirror_manifest", lambda base: built)
     said: list[str] = []
     for url in ("http://mirror.example/m", "https://mirror.example/m"):
         got = mirror_vars(url, {STACK: _locked({})}, warn=said.append)

@@ -188,6 +188,9 @@ def test_a_group_record_reads_typed_and_an_odd_verdict_is_never_ready(tmp_path: 
     assert [r.verdict for r in rec.results] == [Verdict.FAIL, Verdict.ERROR]
     assert reasons_of(rec)[0] == "cluster.pairs: FAIL h3 is slow"
     assert not passed(rec) and passed(GroupRecord(path, {"verdict": "WARN"}))
+    # a record whose verdict says more than its results do is judged by its results
+    assert not passed(GroupRecord(path, {"verdict": "PASS", "results": [fail]}))
+    assert GroupRecord(path, {"verdict": "PASS", "results": [fail]}).outcome is Verdict.FAIL
     for odd in ("READY", "pass", None, 0):  # no verdict is never a passing one
         assert not passed(GroupRecord(path, {"verdict": odd}))
     assert not GroupRecord(path, {"problems": ["no host answered"]}).measured

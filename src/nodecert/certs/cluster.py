@@ -78,8 +78,9 @@ def reasons_of(rec: GroupRecord) -> list[str]:
 
 
 def passed(rec: GroupRecord) -> bool:
-    """The run's verdict is PASS or WARN (one it does not hold is neither)."""
-    return rec.verdict is not None and rec.verdict <= Verdict.WARN
+    """The run's verdict, and every result it holds, is PASS or WARN (a verdict it does
+    not hold, or a damaged result, is neither)."""
+    return rec.outcome <= Verdict.WARN
 
 
 def statement(rec: GroupRecord, *, issued: dt.datetime,

@@ -14,6 +14,8 @@ from nodecert.cli.common import (
     become_source,
     certify_options,
     echo,
+    echo_results,
+    echo_run_end,
     emit_json,
     handle_errors,
     inventory_option,
@@ -24,7 +26,6 @@ from nodecert.cli.common import (
 )
 from nodecert.cli.fleet import baseline_file_option, pubkey_option, read_baseline
 from nodecert.core.errors import ExitCode
-from nodecert.core.textsafe import one_line
 
 
 @click.group("cluster")
@@ -131,22 +132,16 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
         cert = {"certificate": str(env), "html": str(html), "certificate_verdict": verdict}
     rec = GroupRecord(RunDir(run_dir).cluster_results, data)
     code = ExitCode.OK if passed(rec) else ExitCode.FAILED
-    verdict = rec.verdict.name if rec.verdict is not None else "ERROR"
+    verdict = rec.outcome.name
     if as_json:
         emit_json({"run_dir": str(run_dir), "verdict": verdict, "culprits": rec.culprits,
                    "results": [r.as_dict() for r in rec.results], **cert})
         sys.exit(int(code))
-    for r in rec.results:
-        echo(one_line(f"{r.check:<18} {r.verdict.name:<6} {r.summary}"))
-        for f in r.findings:
-            echo(f"    {one_line(f)}")
+    echo_results(rec.results)
     echo(f"cluster: {verdict}" + (f"  named: {', '.join(rec.culprits)}"
                                   if rec.culprits else "")
          + ("  (SIMULATED)" if rec.simulated else ""))
-    echo(f"run: {run_dir}")
-    if cert:
-        echo(f"certificate: {cert['certificate']} ({cert['certificate_verdict']}), page: "
-             f"{cert['html']}")
+    echo_run_end(run_dir, cert)
     sys.exit(int(code))
 
 

@@ -26,6 +26,23 @@ def echo(message: str = "", err: bool = False) -> None:
     """click.echo for anything that may hold node text: escapes and controls removed."""
     click.echo(clean(message), err=err)
 
+def echo_results(results: list[Any], *, findings_max: int | None = None) -> None:
+    """A group run's results for people: each check's verdict and summary, then its
+    findings (the first `findings_max`)."""
+    for r in results:
+        echo(one_line(f"{r.check:<18} {r.verdict.name:<6} {r.summary}"))
+        for f in r.findings[:findings_max]:
+            echo(f"    {one_line(f)}")
+
+
+def echo_run_end(run_dir: Path, cert: dict[str, Any]) -> None:
+    """Where a group run's record is, and its certificate where one was signed."""
+    echo(f"run: {run_dir}")
+    if cert:
+        echo(f"certificate: {cert['certificate']} ({cert['certificate_verdict']}), page: "
+             f"{cert['html']}")
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_KEY_DIR = Path("~/.config/nodecert/keys")

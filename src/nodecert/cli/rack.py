@@ -14,6 +14,8 @@ from nodecert.cli.common import (
     become_source,
     certify_options,
     echo,
+    echo_results,
+    echo_run_end,
     emit_json,
     handle_errors,
     inventory_option,
@@ -89,23 +91,17 @@ def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
         cert = {"certificate": str(env), "html": str(html), "certificate_verdict": verdict}
     rec = GroupRecord(RunDir(run_dir).cluster_results, data)
     code = ExitCode.OK if passed(rec) else ExitCode.FAILED
-    verdict = rec.verdict.name if rec.verdict is not None else "ERROR"
+    verdict = rec.outcome.name
     if as_json:
         emit_json({"run_dir": str(run_dir), "rack": data["rack"]["name"],
                    "verdict": verdict, "results": [r.as_dict() for r in rec.results],
                    "not_judged": data["not_judged"], "seconds": data["seconds"], **cert})
         sys.exit(int(code))
-    for r in rec.results:
-        echo(one_line(f"{r.check:<18} {r.verdict.name:<6} {r.summary}"))
-        for f in r.findings[:20]:
-            echo(f"    {one_line(f)}")
+    echo_results(rec.results, findings_max=20)
     for n in data["not_judged"]:
         echo(f"not judged: {one_line(n)}")
     echo(f"rack {data['rack']['name']}: {verdict}" + ("  (SIMULATED)" if rec.simulated else ""))
-    echo(f"run: {run_dir}")
-    if cert:
-        echo(f"certificate: {cert['certificate']} ({cert['certificate_verdict']}), page: "
-             f"{cert['html']}")
+    echo_run_end(run_dir, cert)
     sys.exit(int(code))
 
 

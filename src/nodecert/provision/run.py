@@ -29,6 +29,7 @@ from nodecert.core.verdict import Verdict
 from nodecert.inventory.maps import parse_mapping
 from nodecert.inventory.reader import hostvars
 from nodecert.provision.locks import site_wheel_locks
+from nodecert.provision.mirrorvars import mirror_vars, refuse_mirror_credentials
 from nodecert.provision.preflight import PreflightReport, preflight
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import record_provision_inputs, write_json
@@ -129,66 +130,6 @@ class _Tracker:
 
 
 SSH_ARGS = "-o StrictHostKeyChecking=yes -C -o ControlMaster=auto -o ControlPersist=60s"
-
-
-def _refuse_mirror_credentials(mirror: str | None) -> None:
-    if mirror and "@" in mirror.split("://", 1)[-1].split("/", 1)[0]:
-        raise InventoryError(
-            "--mirror carries credentials in its URL: they would be written to the run "
-            "directory and to every node's apt sources",
-            hint="give the mirror URL without user:password and put the credentials in "
-                 "/etc/apt/auth.conf.d on the nodes (or a netrc for pip)")
-
-
-def mirror_vars(mirror: str, manifests: dict[str, Stack],
-                warn: Callable[[str], None] | None = None,
-                site_locks: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """Role variables for a mirror laid out as `nodecert mirror build` writes it: its
-    repository, its index, the repository key it carries and, when the mirror has a
-    manifest, every wheel's sha256 (pip then installs with --require-hashes).
-
-    A locked stack's `framework.hashes` decide, or the site's lock in their place (the
-    inventory's framework_wheel_hashes for the stack, `site_locks`): the mirror's list
-    must be the same set (else InventoryError) and is not handed on. An unlocked stack
-    takes the mirror's list, which over plain http anyone on the path could have changed:
-    said to `warn`."""
-    from nodecert.provision.locks import lock_differences
-    from nodecert.provision.mirror import mirror_manifest
-
-    base = mirror.rstrip("/")
-    out: dict[str, Any] = {
-        "nvidia_repo_url": f"{base}/nvidia",
-        "framework_index_url": f"{base}/simple" if "://" in base else f"file://{base}/simple"}
-    keys = {Path(m.repository.key_url).name for m in manifests.values()}
-    if len(keys) == 1:
-        out["nvidia_repo_key_url"] = f"{base}/nvidia/{keys.pop()}"
-    built = mirror_manifest(base)
-    if built is not None:
-        if set(manifests) != {built.get("stack")}:
-            raise InventoryError(f"the mirror at {mirror} holds stack {built.get('stack')}; "
-                                 f"this run provisions {', '.join(sorted(manifests))}",
-                                 hint="build a mirror per stack (nodecert mirror build "
-                                      "--stack ...) and give the matching one")
-        site = (site_locks or {}).get(str(built["stack"])) or {}
-        lock = dict(site) or manifests[str(built["stack"])].framework.hashes or {}
-        if lock:
-            problems = lock_differences(lock, built["wheels"])
-            if problems:
-                raise InventoryError(
-                    f"the mirror at {mirror} lists other wheels than stack {built['stack']} "
-                    f"is locked to{' by the inventory' if site else ''}: "
-                    + "; ".join(problems[:6]),
-                    hint="rebuild the mirror from the locked stack (nodecert mirror build"
-                         f"{' --wheel-hashes' if site else ''}), or find out who changed it")
-            return out  # the roles install with the lock (the site's, else the stack's)
-        if base.startswith("http://") and warn is not None:
-            warn(f"warning: stack {built['stack']} is not locked, so the wheels' sha256 come "
-                 f"from the mirror's manifest over plain http ({mirror}): anyone on the path "
-                 "could change both; lock the stack (nodecert stack lock) or serve the "
-                 "mirror over https")
-        out["framework_wheel_hashes"] = {
-            built["stack"]: {str(k): [str(x) for x in v] for k, v in built["wheels"].items()}}
-    return out
 
 
 STRATEGIES = ("linear", "free", "mitogen_linear", "mitogen_free")
@@ -354,7 +295,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
     (inventory, stack, limit, check, tags, forks, mirror, runs_dir, _given_vars, pipelining,
      become, fleet, allow) = (getattr(request, f.name) for f in dataclasses.fields(request))
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-    _refuse_mirror_credentials(mirror)
+    refuse_mirror_credentials(mirror)
     pre = preflight(inventory, stack, limit=limit, allow_advisories=allow)
     # --stack applies to every host; without it each host gets its nodecert_stack.
     host_stack = {name: stack or spec.stack or "" for name, spec in pre.hosts.items()}

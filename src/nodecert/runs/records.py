@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.runs.layout import RESULTS, RunDir, RunDirError, runs_under
-from nodecert_node.contract import RESULT_SCHEMA, Plan, Result, Verdict, error_result
+from nodecert_node.contract import RESULT_SCHEMA, Plan, Result, Verdict, error_result, worst
 
 SCHEMA = "nodecert.validation/v1"
 
@@ -63,6 +63,13 @@ class Record:
     def result(self, check: str) -> Result | None:
         """The result for `check`, or None where the run has none."""
         return next((r for r in self.results if r.check == check), None)
+
+    @property
+    def outcome(self) -> Verdict:
+        """What the record supports: the worse of its verdict and its results' (a record
+        without a verdict, or with a damaged result, is ERROR: never a pass)."""
+        return worst([self.verdict if self.verdict is not None else Verdict.ERROR,
+                      *(r.verdict for r in self.results)])
 
 
 @dataclass(frozen=True)
