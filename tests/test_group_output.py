@@ -19,24 +19,27 @@ FAILING = {"check": "cluster.allreduce", "verdict": "FAIL", "summary": "h3 is sl
            "findings": ["h3: 120 GB/s", "h3: again 118 GB/s"]}
 
 
-def _cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: dict[str, Any],
-             *args: str) -> Any:
+def _invoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str,
+            record: dict[str, Any], *args: str) -> Any:
+    """`nodecert <kind> validate` over a run that left `record` (the run itself stood in)."""
     import nodecert.cluster.validate as cv
-    run_dir = tmp_path / "runs" / "cluster-x"
+    import nodecert.rack.validate as rv
+    run_dir = tmp_path / "runs" / f"{kind}-x"
     inv = tmp_path / "hosts.ini"
     inv.write_text("[gpu]\nh1\n")
-    monkeypatch.setattr(cv, "cluster_validate", lambda request, progress: (run_dir, record))
-    return CliRunner().invoke(main, ["cluster", "validate", "-i", str(inv), *args])
+    module, name = (cv, "cluster_validate") if kind == "cluster" else (rv, "rack_validate")
+    monkeypatch.setattr(module, name, lambda request, progress: (run_dir, record))
+    return CliRunner().invoke(main, [kind, "validate", "-i", str(inv), *args])
+
+
+def _cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: dict[str, Any],
+             *args: str) -> Any:
+    return _invoke(tmp_path, monkeypatch, "cluster", record, *args)
 
 
 def _rack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: dict[str, Any],
           *args: str) -> Any:
-    import nodecert.rack.validate as rv
-    run_dir = tmp_path / "runs" / "rack-x"
-    inv = tmp_path / "hosts.ini"
-    inv.write_text("[gpu]\nh1\n")
-    monkeypatch.setattr(rv, "rack_validate", lambda request, progress: (run_dir, record))
-    return CliRunner().invoke(main, ["rack", "validate", "-i", str(inv), *args])
+    return _invoke(tmp_path, monkeypatch, "rack", record, *args)
 
 
 def test_a_failing_cluster_run_says_what_failed_and_exits_1(
