@@ -473,3 +473,25 @@ def test_a_run_path_spelled_by_hand_is_caught() -> None:
     }
     assert [s.split(":")[0] for s in run_path_spellings(planted)] == [
         "nodecert.certs.x", "nodecert.revalidate.y", "nodecert.bmc.z"]
+
+
+# --- typed runs ------------------------------------------------------------------------------
+
+_RAW_RECORD = re.compile(r"""\.data\s*(?:\.get\(\s*|\[\s*)["'](results|verdict|check)["']""")
+
+
+def raw_record_reads(files: dict[str, Path]) -> list[str]:
+    """Lines that read a saved record's verdict or results from its JSON instead of
+    through the typed readers (runs/records.py)."""
+    return [f"{p.name}:{n}" for name, p in sorted(files.items())
+            if name != "nodecert.runs.records"
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if _RAW_RECORD.search(line)]
+
+
+def test_runs_are_read_typed(tmp_path: Path) -> None:
+    assert raw_record_reads(modules()) == []
+    planted = tmp_path / "planted.py"
+    planted.write_text("ok = rec.data['verdict'] == 'PASS'\n"
+                       "bad = [r for r in rec.data.get(\"results\") or []]\n")
+    assert raw_record_reads({"nodecert.x": planted}) == ["planted.py:1", "planted.py:2"]

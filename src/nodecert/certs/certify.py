@@ -119,7 +119,7 @@ def readiness(host: HostRecord,
         if r.verdict >= Verdict.FAIL:
             reasons.append(f"{r.check} {r.verdict.name}: {r.summary}")
     if (host.verdict is None or host.verdict >= Verdict.FAIL) and not reasons:
-        reasons.append(f"the run's verdict for this host is {host.data.get('verdict')}")
+        reasons.append(f"the run's verdict for this host is {host.verdict_written}")
     if host.identity is None:
         reasons.append("no hardware identity: hardware.inventory did not run or failed to "
                        "read it, so the certificate could not be bound to the hardware")

@@ -39,6 +39,11 @@ class Record:
         return verdict_of(self.data.get("verdict"))
 
     @property
+    def verdict_written(self) -> str:
+        """The verdict as the record writes it (for a message saying what it holds)."""
+        return str(self.data.get("verdict"))
+
+    @property
     def simulated(self) -> bool:
         return bool(self.data.get("simulated"))
 
