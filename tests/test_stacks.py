@@ -293,3 +293,44 @@ def test_the_plan_tells_the_node_its_gpu_vendor() -> None:
     without = build_plan(spec, thresholds.suite("quick"), None, "r", cli_thresholds={},
                          scratch=None)
     assert "gpu_vendor" not in without.spec  # the node's default backend (NVIDIA)
+
+
+def test_site_runs_a_vendors_roles_only_for_its_stacks() -> None:
+    from nodecert.stack.manifest import VENDOR_ROLES
+    play = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())[1]
+    assert play["vars"]["nodecert_site_vendor"] == \
+        "{{ nodecert_gpu_vendor | default('nvidia') }}"  # site.yml run by hand: NVIDIA's
+    roles = {r["role"]: r.get("when") for r in play["roles"]}
+    owned = {role: vendor for vendor, rs in VENDOR_ROLES.items() for role in rs}
+    assert set(owned) <= set(roles)  # every vendor role is in the play
+    for role, when in roles.items():
+        if role in owned:
+            assert when == f"nodecert_site_vendor == '{owned[role]}'", role
+        else:  # every vendor's: platform, framework, validators
+            assert when is None, role
+    assert set(roles) - set(owned) == {"framework", "platform", "validators"}
+
+
+def test_one_provisioning_run_installs_one_vendors_stacks() -> None:
+    import dataclasses
+
+    from nodecert.core.errors import InventoryError
+    from nodecert.provision.run import one_vendor
+    stack = find_stack("r580-cuda13.0")
+    assert one_vendor({stack.name: stack}) == "nvidia"
+    other = dataclasses.replace(stack, name="acme-1", vendor="acme")
+    with pytest.raises(InventoryError, match=r"more than one GPU vendor \(acme-1: acme, "
+                                             r"r580-cuda13.0: nvidia\)"):
+        one_vendor({stack.name: stack, other.name: other})
+
+
+def test_provision_tells_the_play_the_stacks_vendor(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodecert.provision import run as prun
+    from nodecert.provision.preflight import PreflightReport
+    monkeypatch.setattr(prun, "write_bundle", lambda where: tmp_path / "bundle.tar.gz")
+    stack = find_stack("r580-cuda13.0")
+    xvars = prun._extravars(prun.ProvisionRequest(tmp_path / "hosts.ini"),
+                            prun.FleetSettings(), PreflightReport({}, ()),
+                            {stack.name: stack}, lambda line: None)
+    assert xvars["nodecert_gpu_vendor"] == "nvidia"

@@ -35,7 +35,7 @@ from nodecert.runs.layout import RunDir
 from nodecert.runs.store import record_provision_inputs, write_json
 from nodecert.stack.conformance import Conformance, check_host
 from nodecert.stack.gate import GateReport
-from nodecert.stack.manifest import Stack, find_stack
+from nodecert.stack.manifest import DEFAULT_VENDOR, Stack, find_stack
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.bundle import write_bundle
 
@@ -261,6 +261,8 @@ def _extravars(request: ProvisionRequest, fleet: FleetSettings, pre: PreflightRe
     xvars: dict[str, Any] = {"nodecert_common_stacks_dir": str(stacks_dir().resolve()),
                              **({"stack": request.stack} if request.stack else {}),
                              **fleet.extravars(),
+                             # the vendor whose roles site.yml runs
+                             "nodecert_gpu_vendor": one_vendor(manifests),
                              "nodecert_gates_passed": gates_passed(pre.gates),
                              "nodecert_gate_allow_advisories": sorted(request.allow_advisories),
                              # Built here once, not by a Python started from the play
@@ -273,6 +275,18 @@ def _extravars(request: ProvisionRequest, fleet: FleetSettings, pre: PreflightRe
                                  site_locks=site_wheel_locks(request.inventory,
                                                              sorted(pre.hosts))))
     return xvars
+
+
+def one_vendor(manifests: dict[str, Stack]) -> str:
+    """The GPU vendor of the stacks one provisioning run installs: one run, one vendor
+    (site.yml runs that vendor's roles on every host)."""
+    vendors = {m.vendor for m in manifests.values()}
+    if len(vendors) > 1:
+        raise InventoryError(
+            "the hosts' stacks are of more than one GPU vendor ("
+            + ", ".join(f"{n}: {m.vendor}" for n, m in sorted(manifests.items())) + ")",
+            hint="provision each vendor's hosts in a run of their own (--limit)")
+    return vendors.pop() if vendors else DEFAULT_VENDOR
 
 
 def _settle(tracker: _Tracker, runner: Any, playbook_error: str | None) -> None:
@@ -308,6 +322,7 @@ def provision(request: ProvisionRequest, *, progress: Progress | None = None) ->
                                              first_error="stack fails the compatibility gate")
         return report
     manifests: dict[str, Stack] = {n: find_stack(n) for n in set(host_stack.values())}
+    one_vendor(manifests)  # bad input: refused before the run directory is made
     run = RunDir.new(runs_dir).make()
     record_provision_inputs(run, inventory, [m.path for m in manifests.values()])
     run_dir = run.path

@@ -40,6 +40,13 @@ COMPONENT_ROLES: dict[str, dict[str, str]] = {
                "imex": "management daemon", "dcgm": "diagnostics"},
 }
 DEFAULT_VENDOR = "nvidia"
+# The Ansible roles that install a vendor's stack (playbooks/site.yml runs each only for
+# its vendor's stacks); the other roles (platform, framework, validators) are every
+# vendor's.
+VENDOR_ROLES: dict[str, tuple[str, ...]] = {
+    "nvidia": ("nvidia_repo", "nvidia_driver", "fabric_manager", "imex", "cuda_toolkit",
+               "cudnn", "nccl", "dcgm", "container_toolkit"),
+}
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _FINGERPRINT_RE = re.compile(r"^[0-9A-F]{40}$")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
