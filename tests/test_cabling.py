@@ -176,8 +176,10 @@ def test_each_cabling_fault_is_named_by_link_node_port_and_plan(tmp_path: Path) 
                    "212.5 Gb/s, the plan's 400 Gb/s (plan line 14)"]
     # a missing cable, and a link that is down (flapping, caught down)
     got = _judge(tmp_path, rows, [x for x in built if (x.node, x.port) != ("gpu-02", "mlx5_3")])
-    assert got == ["gpu-02 mlx5_3: no link, the plan cables it to leaf-03 port 2 (plan line 9)"]
-    assert _judge(tmp_path, rows, edit("gpu-02", "mlx5_3", state="Down")) == got
+    assert got == ["gpu-02 mlx5_3: no link; the plan cables it to leaf-03 port 2 (plan line 9)"]
+    assert _judge(tmp_path, rows, edit("gpu-02", "mlx5_3", state="Down")) == [
+        "gpu-02 mlx5_3: its link to leaf-03 port 2 is Down, not Active; the plan cables it "
+        "to leaf-03 port 2 (plan line 9)"]
     # the wrong port of the right switch, and an extra cable
     extra = Link("gpu-01", "mlx5_9", "leaf-00", "40", "4X", 106.25)
     got = _judge(tmp_path, rows, [*edit("gpu-01", "mlx5_0", switch_port="33"), extra])
@@ -335,7 +337,7 @@ def test_the_cluster_certificate_holds_the_plan_digest_and_each_finding(
     got = cabling_of([res])
     assert got is not None and got["plan_sha256"] == plan.digest
     assert got["verdict"] == "FAIL" and got["plan_lines"] == 16 and got["as_planned"] == 15
-    assert got["findings"] == [{"kind": "missing", "text": "gpu-02 mlx5_3: no link, the plan "
+    assert got["findings"] == [{"kind": "missing", "text": "gpu-02 mlx5_3: no link; the plan "
                                 "cables it to leaf-03 port 2 (plan line 9)"}]
     assert cabling_of([]) is None
 

@@ -499,14 +499,18 @@ def test_the_cabling_result_joins_the_cluster_verdict(tmp_path: Path) -> None:
 
     def cabling() -> Result:
         calls.append(1)
-        return Result("fabric.cabling", Verdict.FAIL, "h2 mlx5_0: no link, the plan cables "
-                      "it to leaf-00 port 2 (plan line 3)")
+        return Result("fabric.cabling", Verdict.FAIL, "h2 mlx5_0: no link; the plan cables "
+                      "it to leaf-00 port 2 (plan line 3)",
+                      facts={"links": [{"node": "h1", "port": "mlx5_0", "status": "ok"},
+                                       {"node": "h2", "port": "mlx5_0",
+                                        "status": "missing"}]})
     d = tmp_path / "cluster-run-abcdef"
     d.mkdir()
     data = ClusterRun(ctx, d, lambda _: None, ModelLauncher(), cabling=cabling).run(
         fabric_ok(ctx.nodes))
     cab = next(r for r in data["results"] if r["check"] == "fabric.cabling")
     assert calls == [1] and cab["verdict"] == "FAIL" and data["verdict"] == "FAIL"
+    assert data["culprits"] == ["h2"]  # the node whose link is not as planned
     # no plan, no cabling result (nothing claimed about the cables)
     d2 = tmp_path / "cluster-run-bcdefa"
     d2.mkdir()

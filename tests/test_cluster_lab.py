@@ -108,7 +108,11 @@ def test_a_healthy_cluster_passes_on_slurm_and_its_certificate_verifies(
     assert run["engine"] == "slurm" and run["simulated"] is True
     assert {r["check"] for r in run["results"]} == {"cluster.fabric", "cluster.pairs",
                                                     "cluster.allreduce", "cluster.scaling",
-                                                    "cluster.storage"}
+                                                    "cluster.storage", "fabric.cabling"}
+    # the InfiniBand fabric (ibsim, its subnet up by OpenSM) read by the real ibnetdiscover
+    # from h1: every one of the plan's 32 cables where the plan says
+    cab = next(r for r in run["results"] if r["check"] == "fabric.cabling")
+    assert cab["summary"] == "all 32 planned links where the plan says, at its width and speed"
     assert run["allreduce"]["busbw"] >= 331.2
     # the training job over 4 nodes x 8 GPUs: the SIMULATED efficiency is the model's
     # (across nodes the all-reduce runs at 8 rails x 47 GB/s)
@@ -156,6 +160,37 @@ def test_each_fault_names_its_node(cluster_lab: Lab, tmp_path: Path, fault: str,
                              *stages.get(kind, ("--no-scaling", "--no-storage")))
     assert rc == 1, err
     assert data["culprits"] == [host], data
+    nothing_left(cluster_lab)
+
+
+def test_each_cabling_fault_is_named_by_link_and_nothing_else_fails(
+        cluster_lab: Lab, tmp_path: Path) -> None:
+    """Two cables swapped, a rail on the wrong leaf, a port at 2X, a missing cable and a
+    flapping link (caught down), each on the lab's ibsim fabric; the plan is unchanged."""
+    faults(cluster_lab, tmp_path, "{host: h2, kind: cable_swapped, hca: 0, with: 1}",
+           "{host: h3, kind: cable_wrong_leaf, hca: 2, leaf: 5}",
+           "{host: h4, kind: cable_width, hca: 3}", "{host: h2, kind: cable_missing, hca: 5}",
+           "{host: h3, kind: link_flapping, hca: 6}")
+    # what a node's ibnetdiscover reads is the real tool's output
+    raw = cluster_lab.ssh("h1", "ibnetdiscover -p", timeout=60).stdout
+    assert "( 'h4 mlx5_3' - 'leaf-03' )" in raw and " 2x " in raw
+    rc, data, err = validate(cluster_lab, tmp_path, "--no-scaling", "--no-storage")
+    assert rc == 1, err
+    run = json.loads((Path(data["run_dir"]) / "results.json").read_text())
+    verdicts = {r["check"]: r["verdict"] for r in run["results"]}
+    assert verdicts.pop("fabric.cabling") == "FAIL"
+    assert set(verdicts.values()) == {"PASS"}, verdicts  # nothing else fails
+    cab = next(r for r in run["results"] if r["check"] == "fabric.cabling")
+    text = "\n".join(cab["findings"])
+    assert len(cab["findings"]) == 5, text
+    assert "h2 mlx5_5: no link; the plan cables it to leaf-05 port 2" in text
+    assert "h3 mlx5_6: no link; the plan cables it to leaf-06 port 3" in text
+    assert "h4 mlx5_3 -> leaf-03 port 4: trained at width 2X, the plan's 4X" in text
+    assert ("h3 mlx5_2 reaches leaf-05 port 35, the plan cables it to leaf-02 port 3" in text
+            and "on rail 5, the plan's rail 2" in text)
+    swap = next(t for t in cab["findings"] if "swap" in t)
+    assert "h2 mlx5_0" in swap and "h2 mlx5_1" in swap
+    assert data["culprits"] == ["h2", "h3", "h4"]
     nothing_left(cluster_lab)
 
 

@@ -56,7 +56,9 @@ def compare(plan: Plan, links: list[Link], *, nodes: set[str] | None = None) -> 
     for p in judged:
         link = found.get(p.end)
         if link is None or link.state != "Active":
-            out.add("missing", f"{p.node} {p.port}: no link, the plan cables it to "
+            seen = ("no link" if link is None else
+                    f"its link to {_found(link)} is {link.state}, not Active")
+            out.add("missing", f"{p.node} {p.port}: {seen}; the plan cables it to "
                                f"{_plan(p)}")
             out.status[p.line] = "missing"
             continue

@@ -350,7 +350,10 @@ class ClusterRun:
             results.append(scaled[0])
         if stored:
             results.append(stored[0])
-        culprits = sorted({*iso.culprits, *(bis.culprits if bis else []), *grew,
+        # a node with a link not where (or not as) the plan says is a culprit too
+        miscabled = {str(x["node"]) for x in (cabled.facts.get("links") or [] if cabled
+                                              else []) if x.get("status") != "ok"}
+        culprits = sorted({*iso.culprits, *(bis.culprits if bis else []), *grew, *miscabled,
                            *(scaled[1] if scaled else []), *(stored[1] if stored else []),
                            *rails, *[n for n, f in fabric.items()
                                              if f["verdict"] in ("FAIL", "ERROR")]})

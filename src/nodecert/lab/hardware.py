@@ -96,11 +96,11 @@ def load_faults(path: Path, host_names: list[str], profiles: dict[str, str]) -> 
             for g in gpus:
                 if not 0 <= g < count:
                     raise node.error(f"GPU {g} does not exist on {h} ({count} GPUs, 0-{count - 1})")
-            if "hca" in params:
-                hcas = int((profile(profiles[h]).get("hcas") or {}).get("count", 0))
-                if not 0 <= f["hca"].integer() < hcas:
-                    raise f["hca"].error(f"HCA {params['hca']} does not exist on {h} ({hcas} "
-                                         "HCAs, mlx5_0 on)")
+            hcas = int((profile(profiles[h]).get("hcas") or {}).get("count", 0))
+            for key in ("hca", "with"):
+                if key in params and not 0 <= f[key].integer() < hcas:
+                    raise f[key].error(f"HCA {params[key]} does not exist on {h} ({hcas} "
+                                       "HCAs, mlx5_0 on)")
         if kind == "nvlink_down" and not gpus:
             raise node.error("nvlink_down needs gpu or gpus")
         for g in gpus or [None]:  # type: ignore[list-item]

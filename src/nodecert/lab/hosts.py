@@ -34,7 +34,7 @@ from typing import Any
 
 from nodecert.core.errors import NodecertError
 from nodecert.core.shell import run
-from nodecert.lab import blkio, cluster, net, stop
+from nodecert.lab import blkio, cluster, ibfabric, net, stop
 from nodecert.lab import bmc as labbmc
 from nodecert.lab import rack as labrack
 from nodecert.lab.access import write_access_files
@@ -138,6 +138,8 @@ class Lab:
                                     f"hosts, not {nodes}", hint="use fewer --nodes")
         if with_rack:
             labrack.check(nodes, profiles)
+        if as_cluster:
+            ibfabric.preflight()
         names = [f"h{n}" for n in range(1, nodes + 1)]
         host_profiles = {name: profiles[k % len(profiles)] for k, name in enumerate(names)}
         faults: list[Fault] = (load_faults(faults_file, names, host_profiles)
@@ -213,6 +215,7 @@ class Lab:
             self._wait_ready(hosts)
             if as_cluster:
                 self._cluster_ready(hosts)
+                self._fabric_up(hosts, faults)
             if data.get("bmc"):
                 self._bmcs_up(hosts, faults)
             if data.get("rack"):
@@ -222,6 +225,11 @@ class Lab:
             self.down()
             raise
         return hosts
+
+    def _fabric_up(self, hosts: list[LabHost], faults: list[Fault]) -> None:
+        """A cluster's InfiniBand fabric (ibsim), wired as the faults leave it."""
+        ibfabric.up(self.cfg, ibfabric.fabric_hosts(hosts), faults,
+                    {h.name: self.cfg.host_dir(h.n) / "root" for h in hosts})
 
     def _bmcs_up(self, hosts: list[LabHost], faults: list[Fault]) -> None:
         labbmc.up(self.cfg, [(h.n, h.name, int(profile(h.profile)["gpu_count"]))
@@ -484,6 +492,8 @@ class Lab:
                                    keep_boot=True)
         self._apply_storage_faults(hosts, faults)
         self._apply_container_faults(hosts, faults, [Fault(**f) for f in state.get("faults", [])])
+        if state.get("cluster"):
+            self._fabric_up(hosts, faults)
         if state.get("bmc"):
             self._bmcs_up(hosts, faults)
         if state.get("rack"):
@@ -544,6 +554,8 @@ class Lab:
         state["hosts"] = [new.as_dict() if x["name"] == name else x for x in state["hosts"]]
         self._write_state(state)
         self._wait_ready([new])
+        if state.get("cluster"):  # the host's fabric settings were in its reset layer
+            self._fabric_up(self.hosts(), faults)
         return time.monotonic() - t0
 
     def down(self, *, drop_guard: bool = False) -> dict[str, int]:
@@ -563,7 +575,9 @@ class Lab:
             stop.umount(m)
         for group in blkio.owned(self.cfg):
             blkio.remove(self.cfg, group)
-        labbmc.down(self.cfg)
+        ibfabric.stop(self.cfg)
+        labbmc.down(self.cfg)  # the management namespace, ibsim's too
+        shutil.rmtree(ibfabric.state_dir(self.cfg), ignore_errors=True)
         net.bridge_down(self.cfg)
         if drop_guard:
             net.drop_guard(self.cfg)
@@ -571,6 +585,7 @@ class Lab:
         shutil.rmtree(self.cfg.state / "group_vars", ignore_errors=True)
         shutil.rmtree(self.cfg.state / "nfs-export", ignore_errors=True)
         for f in ("lab.json", "inventory.ini", "ssh_config", "known_hosts", "hosts.json",
+                  "cabling-plan.csv",
                   "munge.key", "cluster_ed25519", "cluster_ed25519.pub"):
             (self.cfg.state / f).unlink(missing_ok=True)
         return {"hosts": len(hosts), "stale_netns": len(stale),

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from nodecert.core.errors import NodecertError
 from nodecert.core.shell import run
 from nodecert.lab import wheelhouse
 from nodecert.lab.config import LabConfig
@@ -33,7 +34,16 @@ from nodecert.stack.manifest import Package, list_stacks
 REAL_DEBIAN_PACKAGES = ("fio", "python3-venv", "python3-packaging",
                         # the cluster lab's NFS server and client (lab/cluster.py)
                         "nfs-ganesha", "nfs-ganesha-vfs", "rpcbind", "libnfs13",
-                        "python3-fusepy")
+                        "python3-fusepy",
+                        # the real InfiniBand diagnostics and ibsim's umad2sim preload: a
+                        # cluster lab's fabric is discovered by Debian's own ibnetdiscover
+                        # and iblinkinfo (lab/ibfabric.py); the simulated infiniband-diags
+                        # package below carries those two binaries
+                        "infiniband-diags", "libumad2sim0")
+# Debian's infiniband-diags is never served as itself: its fabric tools ride in the lab's
+# package of that name, beside the simulated HCA tools (ibstat, ibstatus, perfquery).
+REAL_IB_TOOLS = ("ibnetdiscover", "iblinkinfo")
+IB_TOOL_DEPENDS = "libibnetdisc5, libibmad5, libibumad3, libumad2sim0"
 SIM_TOOL_PACKAGES = {
     # name: (version, tools it provides). Versions say they are lab builds.
     "nccl-tests": ("2.17.8-1+nodecertlab", ("all_reduce_perf", "all_gather_perf",
@@ -55,7 +65,7 @@ SIM_TOOL_PACKAGES = {
 }
 # component -> tools its package provides (the rest carry only their marker).
 COMPONENT_TOOLS = {"driver": ("nvidia-smi",), "dcgm": ("dcgmi",), "imex": ("nvidia-imex-ctl",)}
-SIM_RECIPE = "sim-packages-v12-imex"
+SIM_RECIPE = "sim-packages-v13-ibsim"
 
 _PERSISTENCED_UNIT = """[Unit]
 Description=NVIDIA Persistence Daemon (SIMULATED, nodecert lab)
@@ -148,7 +158,8 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def _build_deb(out: Path, name: str, version: str, description: str,
-               fill: Callable[[Path], None], *, exclusive: str | None = None) -> Path:
+               fill: Callable[[Path], None], *, exclusive: str | None = None,
+               depends: str | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix="nodecert-deb-") as tmp:
         root = Path(tmp)
         (root / "DEBIAN").mkdir()
@@ -156,6 +167,7 @@ def _build_deb(out: Path, name: str, version: str, description: str,
         # exclude each other through a virtual package, as the real ones do.
         relations = (f"Provides: {exclusive}\nConflicts: {exclusive}\nReplaces: {exclusive}\n"
                      if exclusive else "")
+        relations += f"Depends: {depends}\n" if depends else ""
         (root / "DEBIAN/control").write_text(
             f"Package: {name}\nVersion: {version}\nArchitecture: amd64\n{relations}"
             "Maintainer: nodecert lab <lab@nodecert.invalid>\nSection: non-free/misc\n"
@@ -199,11 +211,47 @@ def _stack_package(out: Path, pkg: Package) -> Path:
                       fill, exclusive=exclusive)
 
 
-def _tool_package(out: Path, name: str, version: str, tools: tuple[str, ...]) -> Path:
+_IB_WRAPPER = """#!/bin/sh
+# {tool} of a nodecert lab host: Debian's own binary (infiniband-diags), attached through
+# ibsim's umad2sim preload to the lab's InfiniBand fabric simulator. SIMULATED FABRIC.
+env=/etc/nodecert-lab/ibfabric.env
+if [ ! -r "$env" ]; then
+  echo "{tool}: this lab host has no InfiniBand fabric (no simulated fabric)" >&2
+  exit 1
+fi
+. "$env"
+if [ -z "${{SIM_HOST:-}}" ]; then
+  echo "{tool}: no port of this host is cabled to the fabric" >&2
+  exit 1
+fi
+export SIM_HOST IBSIM_SERVER_NAME IBSIM_SERVER_PORT
+# umad2sim lays its stand-in sysfs under the working directory (and removes it)
+mkdir -p -m 0700 /run/nodecert-lab/umad2sim && cd /run/nodecert-lab/umad2sim || exit 1
+export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so
+exec /usr/lib/nodecert-lab/infiniband-diags/{tool} "$@"
+"""
+
+
+def _real_ib_tools(root: Path, real_deb: Path) -> None:
+    """Debian's ibnetdiscover and iblinkinfo, byte for byte, each behind its wrapper."""
+    with tempfile.TemporaryDirectory(prefix="nodecert-ibdiags-") as tmp:
+        run(["dpkg-deb", "-x", str(real_deb), tmp], timeout=120)
+        for tool in REAL_IB_TOOLS:
+            dest = root / "usr/lib/nodecert-lab/infiniband-diags" / tool
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(tmp) / "usr/sbin" / tool, dest)
+            _write(root / f"usr/sbin/{tool}", _IB_WRAPPER.format(tool=tool), 0o755)
+
+
+def _tool_package(out: Path, name: str, version: str, tools: tuple[str, ...],
+                  real_ib: Path | None = None) -> Path:
     def fill(root: Path) -> None:
         for tool in tools:
             _write(root / f"usr/bin/{tool}", _wrapper(tool), 0o755)
-    return _build_deb(out, name, version, f"{name} for nodecert lab", fill)
+        if real_ib is not None:
+            _real_ib_tools(root, real_ib)
+    return _build_deb(out, name, version, f"{name} for nodecert lab", fill,
+                      depends=IB_TOOL_DEPENDS if real_ib is not None else None)
 
 
 def stack_packages() -> list[Package]:
@@ -254,6 +302,15 @@ def _fetch_debian(cfg: LabConfig, dest: Path, packages: tuple[str, ...]) -> None
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _real_deb(debs: Path, name: str) -> Path:
+    found = sorted(debs.glob(f"{name}_*.deb"))
+    if not found:
+        raise NodecertError(f"Debian's {name} is missing from the lab's fetched packages "
+                            f"({debs})", hint="remove that directory; the next `lab up` "
+                                              "fetches it again")
+    return found[-1]
+
+
 def _referenced_mirrors(cfg: LabConfig) -> set[Path]:
     """Mirror versions that some lab sharing this root still has bind-mounted."""
     used = set()
@@ -297,10 +354,13 @@ def build_mirror(cfg: LabConfig, *, log: Callable[[str], None] = print) -> Path:
     log(f"building {len(pkgs)} simulated NVIDIA packages for the lab mirror ...")
     for p in pkgs:
         _stack_package(nvidia, p)
+    real_ib = _real_deb(debs, "infiniband-diags")
     for name, (version, tools) in SIM_TOOL_PACKAGES.items():
-        _tool_package(nvidia, name, version, tools)
+        _tool_package(nvidia, name, version, tools,
+                      real_ib if name == "infiniband-diags" else None)
     for deb in debs.glob("*.deb"):
-        shutil.copy2(deb, distro / deb.name)
+        if deb != real_ib:
+            shutil.copy2(deb, distro / deb.name)
     for repo, label in ((nvidia, "nodecert-lab-nvidia"), (distro, "nodecert-lab-debian")):
         packages = run(["apt-ftparchive", "packages", "."], timeout=300, cwd=repo).stdout
         (repo / "Packages").write_text(packages)
