@@ -22,7 +22,8 @@ NDR = "h100-node-8x-cx7-ndr-bf3-bond-all-active-ibstat-space-indent.txt"
 ROCE = "h100-roce-8x-cx7-400g-4x-cx6dx-100g-all-active-ibstat.txt"
 ROCE_DOWN = "h100-roce-8x-cx7-400g-2-ports-down-disabled-rate40-ibstat.txt"
 HDR_2X = "a100-brev-8x-cx6-hdr-rate-100-width-2x-ibstat-tabs.txt"
-LIMITS = Limits({"net.error_counter_growth_max": {"value": 0, "op": "<=", "unit": "errors"}})
+LIMITS = Limits({"net.error_counter_growth_max": {"value": 0, "op": "<=", "unit": "errors"},
+                 "net.post_fec_ber_max": {"value": 1e-12, "op": "<=", "unit": "BER"}})
 
 
 def _ports(name: str) -> list[dict[str, Any]]:
@@ -228,6 +229,33 @@ def test_real_mlxlink_outputs() -> None:
     assert info[0]["errors"] == ['"--show_ber_monitor" option is not supported for HCA']
     with pytest.raises(ParseError, match="is not a BER"):
         ib.parse_mlxlink("===== mlx5_0 =====\nRaw Physical BER : high\n")
+
+
+def test_a_post_fec_bit_error_rate_above_ibdiagnets_threshold_fails_the_port() -> None:
+    """The real HDR output (symbol and effective BER printed as 15E-255, raw BER up to
+    1E-7, which the FEC corrects) passes; a symbol BER above 1e-12 fails naming the port;
+    an output without post-FEC figures is not judged on them."""
+    real = ib.parse_mlxlink((REAL / "mlxlink" / "a100-brev-8x-cx6-hdr-mlxlink-show-counters-"
+                             "grep-ber-fec.txt").read_text())
+    assert max(d["raw_ber"] for d in real) == 1e-7
+    ports = _ports(NDR)
+    healthy = [dict(p, mlxlink=real[k % len(real)]) for k, p in enumerate(ports)]
+    assert _judge(healthy).verdict is Verdict.PASS
+    bad = [dict(p, mlxlink=dict(real[0], symbol_ber=4e-11)) if p["ca"] == "mlx5_4" else p
+           for p in healthy]
+    r = _judge(bad)
+    assert r.verdict is Verdict.FAIL
+    assert r.summary == ("mlx5_4 port 1 symbol BER (mlxlink): needs <= 1e-12 BER, measured "
+                         "4e-11 BER")
+    assert "net.post_fec_ber_max" in r.thresholds
+    # EDR: the effective BER is the one judged (no symbol BER printed)
+    edr = dict(real[0], effective_ber=3e-12)
+    del edr["symbol_ber"]
+    r = _judge([dict(p, mlxlink=edr) if p["ca"] == "mlx5_0" else p for p in ports])
+    assert r.summary.startswith("mlx5_0 port 1 effective BER (mlxlink): needs <= 1e-12")
+    # mlxlink without BER lines (the module/state view): nothing judged on BER
+    info = {"recommendation": "No issue was observed", "raw_ber": 1e-5}
+    assert _judge([dict(p, mlxlink=info) for p in ports]).verdict is Verdict.PASS
 
 
 def test_mlxlinks_own_diagnosis_is_a_warning() -> None:

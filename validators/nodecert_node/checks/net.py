@@ -137,10 +137,20 @@ def _roce_settings(ctx: Ctx, spec: dict[str, Any], ports: list[dict[str, Any]],
     return roce_problems(want, devices, gids, qos, ecn)
 
 
-def _port_findings(p: dict[str, Any], spec: dict[str, Any], fails: list[str],
-                   warns: list[str]) -> None:
-    """One port against the order: Active/LinkUp, its rate, width and firmware; and what
-    mlxlink's own diagnosis recommends."""
+def _post_fec_ber(ml: dict[str, Any]) -> tuple[str, float] | None:
+    """The BER the application sees, after error correction, as mlxlink reports it: the
+    symbol BER on HDR/NDR links, the effective BER on EDR (ibdiagnet's manual), None
+    where mlxlink did not report either (a filtered or older output: not judged)."""
+    for key, name in (("symbol_ber", "symbol BER"), ("effective_ber", "effective BER")):
+        if ml.get(key) is not None:
+            return name, float(ml[key])
+    return None
+
+
+def _port_findings(p: dict[str, Any], spec: dict[str, Any], limits: Limits,
+                   fails: list[str], warns: list[str]) -> None:
+    """One port against the order: Active/LinkUp, its rate, width and firmware; its
+    post-FEC bit error rate and what mlxlink's own diagnosis recommends."""
     where = f"{p['ca']} port {p['port']}"
     if p.get("state") != "Active" or p.get("phys_state") not in (None, "LinkUp"):
         fails.append(f"{where}: {p.get('state')}/{p.get('phys_state')}, expected "
@@ -154,6 +164,9 @@ def _port_findings(p: dict[str, Any], spec: dict[str, Any], fails: list[str],
     if spec.get("firmware") and p.get("firmware") and p["firmware"] != spec["firmware"]:
         fails.append(f"{where}: firmware {p['firmware']}, the site's golden version is "
                      f"{spec['firmware']}")
+    ber = _post_fec_ber(p.get("mlxlink") or {})
+    if ber is not None:
+        within(limits, "net.post_fec_ber_max", ber[1], f"{where} {ber[0]} (mlxlink)", fails)
     advice = (p.get("mlxlink") or {}).get("recommendation")
     if advice and advice != "No issue was observed":  # mlxlink's own link diagnosis
         warns.append(f"{where}: mlxlink recommends: {advice}")
@@ -213,7 +226,7 @@ def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
     if len(mine) < spec["ports"]:
         fails.append(f"{len(mine)} {layer} ports, the order has {spec['ports']}")
     for p in mine:
-        _port_findings(p, spec, fails, warns)
+        _port_findings(p, spec, limits, fails, warns)
     fails += (affinity or []) + (settings or [])
     growth = _counter_growth(mine, before, after, window_s=window_s, limits=limits,
                              fails=fails, notes=notes)
@@ -223,7 +236,7 @@ def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
     res = judge_findings(
         name, fails, warns, summary,
         value={"ports": mine, "counter_growth": growth, "window_s": window_s},
-        thresholds=limits.pick("net.error_counter_growth_max"),
+        thresholds=limits.pick("net.error_counter_growth_max", "net.post_fec_ber_max"),
         fault_code="NC-FABRIC-PORT" if fails else "",
         remediation="Check the named port's cable and transceiver and the switch port; "
                     "reseat or replace, flash the golden firmware (mlxfwmanager), then "
