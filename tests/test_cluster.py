@@ -501,9 +501,10 @@ def test_the_cabling_result_joins_the_cluster_verdict(tmp_path: Path) -> None:
         calls.append(1)
         return Result("fabric.cabling", Verdict.FAIL, "h2 mlx5_0: no link; the plan cables "
                       "it to leaf-00 port 2 (plan line 3)",
-                      facts={"links": [{"node": "h1", "port": "mlx5_0", "status": "ok"},
-                                       {"node": "h2", "port": "mlx5_0",
-                                        "status": "missing"}]})
+                      facts={"links": [{"node": "h1", "port": "mlx5_0", "status": "ok",
+                                        "switch": "leaf-00", "switch_port": "1"},
+                                       {"node": "h2", "port": "mlx5_0", "status": "missing",
+                                        "switch": "leaf-00", "switch_port": "2"}]})
     d = tmp_path / "cluster-run-abcdef"
     d.mkdir()
     data = ClusterRun(ctx, d, lambda _: None, ModelLauncher(), cabling=cabling).run(
@@ -511,6 +512,19 @@ def test_the_cabling_result_joins_the_cluster_verdict(tmp_path: Path) -> None:
     cab = next(r for r in data["results"] if r["check"] == "fabric.cabling")
     assert calls == [1] and cab["verdict"] == "FAIL" and data["verdict"] == "FAIL"
     assert data["culprits"] == ["h2"]  # the node whose link is not as planned
+    # a planned link whose counters grew during the jobs carries them (its health beside
+    # its place); the placement alone gives the verdict
+    reads = iter([{"h1": {"mlx5_0": {"SymbolErrorCounter": 5}}},
+                  {"h1": {"mlx5_0": {"SymbolErrorCounter": 17}}}])
+    d3 = tmp_path / "cluster-run-cdefab"
+    d3.mkdir()
+    data = ClusterRun(ctx, d3, lambda _: None, ModelLauncher(), cabling=cabling,
+                      counters=lambda: next(reads)).run(fabric_ok(ctx.nodes))
+    cab = next(r for r in data["results"] if r["check"] == "fabric.cabling")
+    ok = next(x for x in cab["facts"]["links"] if x["node"] == "h1")
+    assert ok["status"] == "ok" and ok["errors"] == {"SymbolErrorCounter": 12}
+    assert ("h1 mlx5_0 -> leaf-00 port 1: SymbolErrorCounter +12 during the cluster's jobs"
+            in cab["findings"])
     # no plan, no cabling result (nothing claimed about the cables)
     d2 = tmp_path / "cluster-run-bcdefa"
     d2.mkdir()

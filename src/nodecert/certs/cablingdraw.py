@@ -31,7 +31,8 @@ def cabling_grid(cabling: dict[str, Any] | None, tr: Voice = ENGLISH) -> str:
     cells: dict[str, dict[str, tuple[str, str]]] = {}
     for x in links:
         tip = (f"{x['node']} {x['port']} -> {x['switch']} port {x['switch_port']} "
-               f"(plan line {x['line']}): {x['status']}")
+               f"(plan line {x['line']}): {x['status']}"
+               + "".join(f"; {c} +{n}" for c, n in (x.get("errors") or {}).items()))
         cells.setdefault(str(x["node"]), {})[col_of(x)] = (str(x["status"]), tip)
     labels = [(tr("rail %(rail)s") % {"rail": c} + f" ({', '.join(switches[c])})") if by_rail
               else c for c in cols]

@@ -10,7 +10,7 @@ and the plan's expectation with its line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nodecert.cluster.cabling_links import Link
@@ -170,4 +170,27 @@ def judge_cabling(plan: Plan, links: list[Link] | None, *, nodes: set[str] | Non
                               "judge again.")
 
 
-__all__ = ["SPEED_TOLERANCE", "Cabling", "compare", "judge_cabling"]
+def with_link_errors(result: Result, grew: dict[str, dict[str, dict[str, int]]]) -> Result:
+    """The cabling result with each planned link's error counters that grew during the
+    cluster's jobs (node -> device -> counter -> gain, as cluster.fabric judges them):
+    the link's health beside its place, for the page and the certificate. The verdict is
+    cluster.fabric's to give, not this check's: placement alone judges fabric.cabling."""
+    links = result.facts.get("links") or []
+    noted: list[str] = []
+    marked = []
+    for x in links:
+        gained = (grew.get(str(x["node"])) or {}).get(str(x["port"]))
+        if not gained:
+            marked.append(x)
+            continue
+        marked.append(dict(x, errors=dict(sorted(gained.items()))))
+        noted.append(f"{x['node']} {x['port']} -> {x['switch']} port {x['switch_port']}: "
+                     + ", ".join(f"{c} +{n}" for c, n in sorted(gained.items()))
+                     + " during the cluster's jobs")
+    if not noted:
+        return result
+    return replace(result, facts=dict(result.facts, links=marked),
+                   findings=result.findings + tuple(noted))
+
+
+__all__ = ["SPEED_TOLERANCE", "Cabling", "compare", "judge_cabling", "with_link_errors"]

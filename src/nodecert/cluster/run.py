@@ -35,6 +35,7 @@ from nodecert.cluster import counters as clustercounters
 from nodecert.cluster import pairing as clusterplan
 from nodecert.cluster import scaling as clusterscaling
 from nodecert.cluster import storage as clusterstorage
+from nodecert.cluster.cabling import with_link_errors
 from nodecert.cluster.context import ClusterContext, PairOutcome
 from nodecert.cluster.jobs import Job, JobResult, Launcher, launcher
 from nodecert.cluster.judge import (
@@ -343,7 +344,7 @@ class ClusterRun:
                    pairs_result(self.ctx, self.jobs, pairs, iso, rails),
                    allreduce_result(self.ctx, self.jobs, reading, whole, bis)]
         if cabled:
-            results.append(cabled)
+            results.append(with_link_errors(cabled, grew))
         if extra:
             results.append(self._collectives_result(extra))
         if scaled:
