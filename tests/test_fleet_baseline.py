@@ -313,6 +313,28 @@ def test_a_warming_gpu_and_rising_error_counts_are_trends() -> None:
                         LIMITS).verdict == Verdict.PASS  # 2 C: within fleet.trend_rise_c_max
 
 
+def test_a_links_error_count_rising_run_after_run_is_a_trend() -> None:
+    """net.ib's counters as last read become link_errors{port=...} (data counters are not
+    errors); a port counting up at each of the last 3 runs is flagged, naming it."""
+    from nodecert_node.contract import all_figures
+
+    def ib(symbol: int, recovery: int) -> Result:
+        return Result("net.ib", Verdict.PASS, "8 ports", value={"counters": {
+            "mlx5_3/1": {"SymbolErrorCounter": symbol, "LinkErrorRecoveryCounter": recovery},
+            "mlx5_0/1": {"SymbolErrorCounter": 0}}})
+    figs = all_figures([ib(3, 1).as_dict()])
+    assert figs["link_errors{port=mlx5_3/1}"].value == 4.0
+    assert figs["link_errors{port=mlx5_3/1}"].unit == "errors"
+    hist = [(f"r{k}", [*_node("h", gemm=650.0).results, ib(s, r)])
+            for k, (s, r) in enumerate([(0, 0), (12, 1), (40, 2)])]
+    res = trends.judge(hist, LIMITS)
+    assert res.verdict == Verdict.WARN
+    assert res.findings == ("link_errors port mlx5_3/1 rose at each of the last 3 runs: "
+                            "0 -> 13 -> 42 errors",)
+    steady = [(f"r{k}", [*_node("h", gemm=650.0).results, ib(7, 0)]) for k in range(3)]
+    assert trends.judge(steady, LIMITS).verdict == Verdict.PASS
+
+
 def test_too_few_runs_say_so() -> None:
     res = trends.judge(_hist([660.0, 600.0]), LIMITS)
     assert res.verdict == Verdict.PASS and "a trend needs 3" in res.summary

@@ -383,6 +383,7 @@ def figures(result: dict[str, Any]) -> dict[str, Figure]:
     `gemm_tflops_min`, `gemm_tflops{gpu=N}`, `gemm_tflops_per_w{gpu=N}`, `h2d_gbs_min`,
     `soak_peak_temp`, `soak_peak_temp{gpu=N}`, `soak_sm_mhz{gpu=N}`, `soak_power_w{gpu=N}`,
     `h2d_gbs{gpu=N}`, `d2h_gbs{gpu=N}`, `p2p_gbs{pair=A-B}`, `ecc_corrected{gpu=N}`,
+    `link_errors{port=mlx5_N/P}`,
     `idle_temp{gpu=N}`,
     `storage <target> <metric>`, `scaling_efficiency`,
     `training_tokens_s`, `storage <mount> shared_<metric>`. An ERROR result has none:
@@ -433,6 +434,15 @@ def figures(result: dict[str, Any]) -> dict[str, Figure]:
                                 ("temp_c_per_gpu", "idle_temp", "C")):
             for g, x in sorted(_nums(v.get(key)).items()):
                 out[f"{name}{{gpu={g}}}"] = Figure(x, unit, "lower", (("gpu", g),))
+    elif check in ("net.ib", "net.roce"):
+        # Per port, every error counter's count since the last clear, summed: what the
+        # port's runs show over time (a link wearing out counts up between runs).
+        counters = v.get("counters")
+        for port, got in sorted((counters if isinstance(counters, dict) else {}).items()):
+            errs = _nums(got)
+            if errs:
+                out[f"link_errors{{port={port}}}"] = Figure(
+                    float(sum(errs.values())), "errors", "lower", (("port", str(port)),))
     elif check == "load.scaling":
         for key, name, unit in (("efficiency", "scaling_efficiency", "ratio"),
                                 ("tokens_s_n", "training_tokens_s", "tokens/s")):

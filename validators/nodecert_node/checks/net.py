@@ -235,7 +235,12 @@ def judge_ports(name: str, layer: str, spec: dict[str, Any] | None,
                + (", error counters steady" if growth else ""))
     res = judge_findings(
         name, fails, warns, summary,
-        value={"ports": mine, "counter_growth": growth, "window_s": window_s},
+        # the error counters as last read, per port: a count that rises from run to run
+        # is a link wearing out (the fleet's trends read it as link_errors)
+        value={"ports": mine, "counter_growth": growth, "window_s": window_s,
+               "counters": {_key(p): {c: after[_key(p)][c] for c in ib.ERROR_COUNTERS
+                                      if c in after[_key(p)]}
+                            for p in mine if _key(p) in after}},
         thresholds=limits.pick("net.error_counter_growth_max", "net.post_fec_ber_max"),
         fault_code="NC-FABRIC-PORT" if fails else "",
         remediation="Check the named port's cable and transceiver and the switch port; "
