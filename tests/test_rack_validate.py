@@ -130,6 +130,81 @@ def test_a_healthy_rack_passes_and_its_certificate_verifies(
     assert not v.ok and any(n == "hardware" and not ok for n, ok, _ in v.steps)
 
 
+def _cabled(tmp: Path, r: Rack, *, fabric: bool = True) -> tuple[Path, Path]:
+    """The rack's inventory naming a cable plan for its trays' scale-out fabric (each
+    tray's two HCAs on two leaves)."""
+    inv = _inventory(tmp, r)
+    plan = tmp / "plan.csv"
+    plan.write_text("node,port,rail,switch,switch_port,width\n" + "".join(
+        f"{t},mlx5_{k},{k},leaf-{k:02d},{i + 1},4X\n" for i, t in enumerate(TRAYS)
+        for k in range(2)))
+    extra = {"nodecert_cabling_plan": str(plan)}
+    if fabric:
+        extra["nodecert_fabric"] = {"link_layer": "InfiniBand", "ports": 2, "rate_gbps": 400}
+    (inv / "group_vars" / "all.yml").write_text(yaml.safe_dump(extra))
+    return inv, plan
+
+
+def test_the_trays_cabling_is_judged_and_bound_into_the_rack_certificate(
+        endpoints: Rack, tmp_path: Path) -> None:
+    from nodecert.cluster.cabling import judge_cabling
+    from nodecert.cluster.cabling_links import Link
+    from nodecert.inventory.cableplan import read_plan
+    inv, plan_file = _cabled(tmp_path, endpoints)
+    plan = read_plan(plan_file)
+    links = [Link(p.node, p.port, p.switch, p.switch_port, "4X", 106.25) for p in plan.links]
+    # tray03's two cables swapped at the leaves
+    a, b = (next(i for i, x in enumerate(links) if (x.node, x.port) == ("tray03", f"mlx5_{k}"))
+            for k in (0, 1))
+    links[a], links[b] = (Link("tray03", "mlx5_0", "leaf-01", "4", "4X", 106.25),
+                          Link("tray03", "mlx5_1", "leaf-00", "4", "4X", 106.25))
+    run_dir, data = rack_validate(
+        RackRequest(inv, runs_dir=tmp_path / "runs"), progress=lambda s: None,
+        trays_fn=_trays(), load_fn=_load, cabling_fn=lambda: judge_cabling(plan, links))
+    assert _verdicts(data)["fabric.cabling"] == "FAIL" and data["verdict"] == "FAIL"
+    assert {c: v for c, v in _verdicts(data).items() if v != "PASS"} == {
+        "fabric.cabling": "FAIL"}  # nothing else fails
+    kp = init_key(tmp_path / "keys")
+    env, html, verdict = certify_rack(run_dir, load_private_key(kp.private))
+    assert verdict == "NOT READY"
+    st = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))
+    cab = st["predicate"]["cabling"]
+    assert cab["plan_sha256"] == plan.digest and cab["plan_lines"] == 36
+    assert cab["as_planned"] == 34 and len(cab["links"]) == 36
+    assert [f["kind"] for f in cab["findings"]] == ["swapped"]
+    assert any("fabric.cabling" in r for r in st["predicate"]["reasons"])
+    v = verify_report(env, [kp.public], allow_simulated=True)
+    assert [n for n, ok, _ in v.steps if not ok] == ["verdict"], v.steps  # NOT READY, intact
+    page = html.read_text()
+    assert "Cabling" in page and plan.digest in page and 'id="cabling"' in page
+    # wired to plan: the rack is ready, the plan still bound
+    run_dir, data = rack_validate(
+        RackRequest(inv, runs_dir=tmp_path / "runs2"), progress=lambda s: None,
+        trays_fn=_trays(), load_fn=_load,
+        cabling_fn=lambda: judge_cabling(plan, [
+            Link(p.node, p.port, p.switch, p.switch_port, "4X", 106.25) for p in plan.links]))
+    assert data["verdict"] == "PASS"
+    env, _, verdict = certify_rack(run_dir, load_private_key(kp.private))
+    assert verdict == "READY"
+    st = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))
+    assert st["predicate"]["cabling"]["as_planned"] == 36
+
+
+def test_a_rack_cable_plan_with_errors_or_no_fabric_is_refused_before_anything_runs(
+        endpoints: Rack, tmp_path: Path) -> None:
+    inv, plan_file = _cabled(tmp_path / "a", endpoints)
+    plan_file.write_text(plan_file.read_text() + "tray99,mlx5_0,0,leaf-00,40,4X\n")
+
+    def never(*_: Any) -> dict[str, Any]:
+        raise AssertionError("the trays must not run")
+    with pytest.raises(InventoryError, match=r"plan.csv:38.*tray99") as e:
+        rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"), trays_fn=never)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir()), e
+    inv, _ = _cabled(tmp_path / "b", endpoints, fabric=False)
+    with pytest.raises(InventoryError, match="not one fabric"):
+        rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"), trays_fn=never)
+
+
 def test_faults_are_named_and_nothing_else_fails(endpoints: Rack, tmp_path: Path) -> None:
     inv = _inventory(tmp_path, endpoints)
     endpoints.procs["nvsw-02"].terminate()

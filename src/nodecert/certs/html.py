@@ -190,6 +190,7 @@ def rack_page(statement: dict[str, Any], *, envelope_name: str, keyid: str,
     return _env(lang).get_template("rack.html.j2").render(
         p=p, trays=sorted(p["trays"], key=node_order), subjects=statement["subject"],
         firmware=firmware, heatmap="".join(checks.plots(p, tr, page="rack")),
+        cabling=cabling_grid(p.get("cabling"), tr),
         simulated=p["simulated"], simulated_text=tr(SIMULATED_TEXT),
         envelope_name=envelope_name, keyid=keyid, tool_version=__version__)
 

@@ -22,7 +22,7 @@ from nodecert.certs.certify import (
     measured_end,
     validity,
 )
-from nodecert.certs.cluster import issue, judged_results, passed, reasons_of
+from nodecert.certs.cluster import cabling_of, issue, judged_results, passed, reasons_of
 from nodecert.certs.identity import certificate_identity, identity_digest
 from nodecert.certs.intoto import RACK_PREDICATE_TYPE, STATEMENT_TYPE
 from nodecert.certs.signing import PrivateKey, canonical_json
@@ -93,6 +93,8 @@ def statement(rec: GroupRecord, *, issued: dt.datetime,
                       "checks": t.get("checks") or {}, "fabric": t.get("fabric")}
                   for h, t in trays.items()},
         "switch_trays": switches,
+        # the scale-out fabric against the cable plan (its digest binds the certificate)
+        "cabling": cabling_of(rec.results),
         "infrastructure": [{"kind": c["kind"], "name": c["name"], "address": c["address"],
                             "samples": len(c["samples"]), "errors": c["errors"],
                             "latest": _latest(c)} for c in data["components"]],

@@ -30,7 +30,7 @@ from nodecert.cluster.run import (
 from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.inventory.cableplan import Plan, PlanError, read_plan
 from nodecert.inventory.cluster import ClusterConfig, inventory_cluster
-from nodecert.inventory.reader import Inventory, resolve
+from nodecert.inventory.reader import HostSpec, Inventory, resolve
 from nodecert.profiles.thresholds import suite
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import ValidationRun
@@ -157,7 +157,13 @@ def _storage_alone(request: ValidateRequest, vr: ValidationRun, say: Progress
 def cable_plan(ctx: ClusterContext) -> Plan | None:
     """The nodes' cable plan (nodecert_cabling_plan), read before any job; None when the
     inventory names none. InventoryError for a plan with errors, or nodes naming two."""
-    named = {str(ctx.specs[n].validation.get("cabling_plan") or "") for n in ctx.nodes}
+    return plan_of(ctx.specs, ctx.nodes)
+
+
+def plan_of(specs: Mapping[str, HostSpec], nodes: list[str]) -> Plan | None:
+    """The cable plan `nodes` name (a cluster's nodes, a rack's trays); None when they
+    name none; InventoryError for a plan with errors, or nodes naming two."""
+    named = {str(specs[n].validation.get("cabling_plan") or "") for n in nodes}
     if named == {""}:
         return None
     if len(named) != 1:
@@ -165,7 +171,7 @@ def cable_plan(ctx: ClusterContext) -> Plan | None:
                              + ", ".join(sorted(p or "none" for p in named)),
                              hint="name one plan for the cluster's nodes, in group_vars")
     try:
-        return read_plan(Path(named.pop()).expanduser(), hosts=set(ctx.specs))
+        return read_plan(Path(named.pop()).expanduser(), hosts=set(specs))
     except PlanError as exc:
         raise InventoryError(exc.what, where=exc.where,
                              hint=exc.hint or "fix the cable plan where named") from exc

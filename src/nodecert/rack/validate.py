@@ -18,7 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodecert.cluster.cabling_discover import cabling_check
+from nodecert.cluster.hosts import cluster_hosts
+from nodecert.cluster.validate import plan_of
 from nodecert.core.errors import InventoryError
+from nodecert.inventory.cluster import ClusterConfig
 from nodecert.inventory.reader import HostSpec, Inventory, resolve
 from nodecert.rack.gather import read_rack
 from nodecert.rack.gather import specs as endpoint_specs
@@ -162,19 +166,44 @@ def _not_loaded(loaded: list[Result] | None, plan: LoadPlan | None, *,
         "measured under load")]
 
 
+def rack_cabling(inventory: Inventory, rack: dict[str, Any], become: BecomeSource | None
+                 ) -> Callable[[], Result] | None:
+    """fabric.cabling over the trays' scale-out fabric when they name a cable plan
+    (nodecert_cabling_plan): the plan read now (InventoryError for one with errors), the
+    fabric discovered on the trays' own tools when called; None without a plan."""
+    trays = list(rack["trays"])
+    plan = plan_of(inventory.hosts, trays)
+    if plan is None:
+        return None
+    layers = {str((inventory.hosts[t].validation.get("fabric") or {}).get("link_layer") or "")
+              for t in trays}
+    if len(layers) != 1 or layers == {""}:
+        raise InventoryError(f"{inventory.path}: the trays name a cable plan but not one "
+                             "fabric (nodecert_fabric's link_layer): "
+                             + ", ".join(sorted(x or "none" for x in layers)),
+                             hint="state the trays' scale-out fabric in group_vars "
+                                  "(docs/inventory.md)")
+    eps = cluster_hosts(inventory, trays, inventory.hostvars(trays), ClusterConfig(),
+                        become).endpoints
+    layer = layers.pop()
+    return lambda: cabling_check(plan, layer, eps)
+
+
 def rack_validate(request: RackRequest, *, progress: Progress | None = None,
                   trays_fn: TrayRuns | None = None,
                   stop: threading.Event | None = None,
-                  load_fn: Callable[[], list[Result]] | None = None
+                  load_fn: Callable[[], list[Result]] | None = None,
+                  cabling_fn: Callable[[], Result] | None = None
                   ) -> tuple[Path, dict[str, Any]]:
     """Validate the rack; (run directory, record). InventoryError on bad input, before
-    anything runs or is written. `trays_fn` and `load_fn` stand in for the trays' node
-    runs and the domain's jobs (tests)."""
+    anything runs or is written. `trays_fn`, `load_fn` and `cabling_fn` stand in for the
+    trays' node runs, the domain's jobs and the fabric's discovery (tests)."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     inventory = resolve(request.inventory)  # read once: the trays' runs and the jobs too
     rack = rack_of(inventory.hosts, request.rack, inventory.path)
     endpoint_specs(rack)  # the credentials readable, before anything runs or is written
     plan = load_plan(inventory, rack, request.become) if request.load else None
+    cabling = cabling_fn or rack_cabling(inventory, rack, request.become)
     run_dir = RunDir.new(request.runs_dir, "rack").make().path
     started = time.time()
     say(f"rack {rack['name']} ({rack['kind']}): {len(rack['trays'])} compute trays, "
@@ -205,6 +234,9 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
         comps = [c.as_dict() for c in found]
     results, not_judged = judge_rack(rack, trays, comps)
     results += loaded or []
+    if cabling is not None and not stop.is_set():
+        say("fabric.cabling: the trays' discovered links against the cable plan")
+        results.append(cabling())
     not_judged += _not_loaded(loaded, plan, asked=request.load)
     verdict = worst(r.verdict for r in results) if results else Verdict.ERROR
     data = {"schema": SCHEMA, "run_id": run_dir.name,
@@ -244,4 +276,5 @@ def _under_load(plan: LoadPlan, run_dir: Path, say: Progress, stop: threading.Ev
         domain.close()
 
 
-__all__ = ["SCHEMA", "RackRequest", "judge_rack", "rack_of", "rack_validate", "tray_runs"]
+__all__ = ["SCHEMA", "RackRequest", "judge_rack", "rack_cabling", "rack_of", "rack_validate",
+           "tray_runs"]
