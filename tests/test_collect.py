@@ -13,15 +13,15 @@ import pytest
 
 from nodecert.inventory.reader import load_inventory
 from nodecert.profiles import thresholds
-from nodecert.revalidate import collect as collect_mod
 from nodecert.revalidate.collect import collect_host, fetch_command, read_record
 from nodecert.runs.store import HostRun
 from nodecert.transport.events import BadEvent
 from nodecert.transport.ssh import Endpoint
+from nodecert.validation import session as session_mod
 from nodecert.validation.plan import build_plan
 from nodecert_node.contract import Result, Verdict
 from support.env import REPO
-from support.nodeclient import CHECKS, Client, ep, host, raw, record
+from support.nodeclient import CHECKS, Client, ep, host, raw, record, runner
 
 
 def test_fetch_command_picks_the_newest_of_a_reason() -> None:
@@ -55,9 +55,9 @@ def test_read_record_refuses_what_it_cannot_trust(body: str, why: str) -> None:
 
 def test_collected_run_keeps_the_node_times_and_verdicts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(collect_mod, "connect", lambda ep: Client(raw(record())))
+    monkeypatch.setattr(session_mod, "connect", lambda ep: Client(raw(record())))
     hr = host(tmp_path)
-    collect_host(hr, ep(hr), "after-update")
+    collect_host(hr, runner(hr), "after-update")
     assert hr.status == "done" and hr.verdict is Verdict.PASS
     assert (hr.started, hr.finished) == (1795995981.0, 1795996100.0)
     assert hr.node["reason"] == "after-update" and hr.simulated
@@ -69,9 +69,9 @@ def test_collected_run_keeps_the_node_times_and_verdicts(
                                                       "ok").as_dict()]}])
 def test_incomplete_node_runs_are_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         over: dict[str, Any]) -> None:
-    monkeypatch.setattr(collect_mod, "connect", lambda ep: Client(raw(record(**over))))
+    monkeypatch.setattr(session_mod, "connect", lambda ep: Client(raw(record(**over))))
     hr = host(tmp_path)
-    collect_host(hr, ep(hr), "any")
+    collect_host(hr, runner(hr), "any")
     assert hr.verdict is Verdict.ERROR
     assert {r.check for r in hr.results} == set(CHECKS)  # every planned check accounted
 
@@ -115,8 +115,8 @@ def test_a_host_given_no_stack_is_judged_against_the_one_its_provisioning_record
     hr = HostRun(spec.name, spec, plan, None, tmp_path / "h1")
     (tmp_path / "h1").mkdir()
     client = NodeClient(raw(rec), b'{"stack": "r580-cuda13.0"}')
-    monkeypatch.setattr(collect_mod, "connect", lambda ep: client)
-    collect_host(hr, ep(hr), "any")
+    monkeypatch.setattr(session_mod, "connect", lambda ep: client)
+    collect_host(hr, runner(hr), "any")
     assert hr.stack is not None and hr.stack.name == "r580-cuda13.0"
     conf = next(r for r in hr.results if r.check == "stack.conformance")
     assert conf.verdict is Verdict.FAIL and conf.fault_code == "NC-STACK-DRIFT"
@@ -124,18 +124,18 @@ def test_a_host_given_no_stack_is_judged_against_the_one_its_provisioning_record
     assert hr.plan.conformance["stack"] == "r580-cuda13.0"
     # no provisioning record: nothing is invented, the result stays unjudged
     hr2 = HostRun(spec.name, spec, plan, None, tmp_path / "h1")
-    monkeypatch.setattr(collect_mod, "connect",
+    monkeypatch.setattr(session_mod, "connect",
                         lambda ep: NodeClient(raw(rec), b"not json"))
-    collect_host(hr2, ep(hr2), "any")
+    collect_host(hr2, runner(hr2), "any")
     assert hr2.stack is None
 
 
 def test_unreachable_host_is_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(ep: Endpoint) -> Any:
         raise OSError(111, "Connection refused")
-    monkeypatch.setattr(collect_mod, "connect", refuse)
+    monkeypatch.setattr(session_mod, "connect", refuse)
     hr = host(tmp_path)
-    collect_host(hr, ep(hr), "any")
+    collect_host(hr, runner(hr), "any")
     assert hr.status == "unreachable" and hr.verdict is Verdict.ERROR
 
 
@@ -143,8 +143,8 @@ def test_a_non_root_user_reads_the_history_through_sudo(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
     client = Client(raw(record()))
-    monkeypatch.setattr(collect_mod, "connect", lambda ep: client)
+    monkeypatch.setattr(session_mod, "connect", lambda ep: client)
     hr = host(tmp_path)
-    collect_host(hr, dataclasses.replace(ep(hr), user="ops", become=True), "any")
+    collect_host(hr, runner(hr, dataclasses.replace(ep(hr), user="ops", become=True)), "any")
     assert hr.status == "done"
     assert client.commands[0].startswith("sudo -n -- sh -c ")  # the history is root's

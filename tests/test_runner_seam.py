@@ -20,8 +20,8 @@ from nodecert.lab.hardware import spec_vars
 from nodecert.runs.store import HostRun
 from nodecert.transport.events import decode_event
 from nodecert.validation.run import ValidateRequest, validate
-from nodecert.validation.runner import RUNNERS, Runner, register
-from nodecert_node.contract import Verdict
+from nodecert.validation.runner import RUNNERS, Fetched, Runner, register
+from nodecert_node.contract import Result, Verdict
 from support.simnode import VALIDATORS, SimNode
 
 CHECKS = ("hardware.inventory", "health.gpu", "health.xid")
@@ -32,6 +32,18 @@ class LocalSim(Runner):
 
     name = "local-sim"
     node: ClassVar[SimNode]
+    history: ClassVar[Path]
+    fetched: ClassVar[list[str]] = []
+
+    def fetch(self, hr: HostRun, command: str, *, limit: int, timeout: float,
+              recorded_stack: bool = False) -> Fetched:
+        """The node's history read here: the command as a local shell would run it, its
+        history directory being the simulated node's."""
+        self.fetched.append(command)
+        p = subprocess.run(["sh", "-c", command.replace("/var/lib/nodecert/history",
+                                                        str(self.history))],
+                           capture_output=True, timeout=timeout, check=False)
+        return Fetched(p.stdout[:limit])
 
     def execute(self, hr: HostRun) -> None:
         proc = subprocess.Popen([sys.executable, "-m", "nodecert_node", "run"],
@@ -88,6 +100,26 @@ def test_a_throwaway_runner_plugs_in_without_touching_another_module(
     saved = json.loads((run.run_dir / "h1" / "results.json").read_text())
     assert [r["check"] for r in saved["results"]] == list(CHECKS)
     assert any("health.gpu PASS (SIMULATED)" in line for line in said)
+
+
+def test_the_same_runner_collects_a_nodes_own_run(local: type[LocalSim],
+                                                  tmp_path: Path) -> None:
+    """`revalidate --collect` reads the node's history through the runner too: the
+    throwaway runner's fetch, no SSH."""
+    from nodecert.revalidate.collect import collect
+    from support.nodeclient import record
+    local.history = tmp_path / "history"
+    local.history.mkdir()
+    (local.history / "20261206T000000Z-timer-1.json").write_text(json.dumps(
+        record(host="h1", reason="timer", results=[
+            Result(c, Verdict.PASS, "ok").as_dict() for c in CHECKS])))
+    run = collect(_inventory(tmp_path), checks=CHECKS, runs_dir=tmp_path / "runs",
+                  runner_name=local.name)
+    hr = run.hosts["h1"]
+    assert hr.status == "done", hr.error
+    assert [r.check for r in hr.results] == list(CHECKS)
+    assert hr.node["collected_from"].endswith("20261206T000000Z-timer-1.json")
+    assert local.fetched and "history" in local.fetched[-1]
 
 
 def test_an_unknown_runner_is_refused_before_anything_is_written(tmp_path: Path) -> None:

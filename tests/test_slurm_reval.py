@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-import nodecert.revalidate.collect as collect_mod
+import nodecert.validation.session as session_mod
 from nodecert.cluster.jobs import Job, JobResult
 from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.revalidate.collect import collect_host
 from nodecert.revalidate.slurm import Submission, job_script, jobs_for, submit, unschedulable
 from nodecert_node.contract import Verdict
 from support.cluster import ScriptedLauncher
-from support.nodeclient import Client, ep, host, raw, record
+from support.nodeclient import Client, host, raw, record, runner
 
 
 def test_only_nodes_slurm_will_start_a_job_on_are_submitted() -> None:
@@ -81,14 +81,14 @@ def test_a_dead_slurm_controller_stops_the_submission_before_any_job() -> None:
 def test_only_the_record_of_the_hosts_own_job_is_collected(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mine = record(reason="slurm", job="nodecert-reval-abc-0")
-    monkeypatch.setattr(collect_mod, "connect", lambda ep: Client(raw(mine)))
+    monkeypatch.setattr(session_mod, "connect", lambda ep: Client(raw(mine)))
     hr = host(tmp_path)
-    collect_host(hr, ep(hr), "slurm", "nodecert-reval-abc-0")
+    collect_host(hr, runner(hr), "slurm", "nodecert-reval-abc-0")
     assert hr.status == "done" and hr.verdict is Verdict.PASS
     # An older record (another submission's, or the timer's) is not this run's.
-    monkeypatch.setattr(collect_mod, "connect", lambda ep: Client(raw(
+    monkeypatch.setattr(session_mod, "connect", lambda ep: Client(raw(
         record(reason="slurm", job="nodecert-reval-old-0"))))
     hr = host(tmp_path / "2")
-    collect_host(hr, ep(hr), "slurm", "nodecert-reval-abc-0")
+    collect_host(hr, runner(hr), "slurm", "nodecert-reval-abc-0")
     assert hr.verdict is Verdict.ERROR
     assert "job nodecert-reval-abc-0 left no record" in hr.error

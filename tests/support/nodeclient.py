@@ -80,3 +80,12 @@ def host(tmp_path: Path) -> HostRun:
 def ep(hr: HostRun) -> Endpoint:
     return Endpoint.from_hostvars(hr.host, {})
 
+
+
+def runner(hr: HostRun, endpoint: Endpoint | None = None) -> Any:
+    """The SSH runner `revalidate --collect` reads a host's history through, for hr alone
+    (at `endpoint`, by default the host's own)."""
+    from nodecert.runs.store import HostLink
+    from nodecert.validation.session import SshRunner
+    return SshRunner({hr.host: hr}, {hr.host: HostLink(endpoint or ep(hr))}, lambda _: None,
+                     threading.Event(), bundle=(b"", ""))

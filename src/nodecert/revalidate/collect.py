@@ -12,21 +12,20 @@ NaN/Infinity, at most 16 MiB; anything else makes that host ERROR with the reaso
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import paramiko
 
 from nodecert.core import checks
 from nodecert.inventory.reader import Inventory
 from nodecert.runs.store import HostRun, ValidationRun, write_json
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
-from nodecert.transport.ssh import Endpoint, connect, describe_error, start
 from nodecert.validation.echoes import held_to_plan
-from nodecert.validation.nodecmd import adopt_stack, recorded_stack
+from nodecert.validation.nodecmd import adopt_stack
 from nodecert.validation.run import ValidateRequest, open_new_run
+from nodecert.validation.runner import HostUnreachable, Runner, runner_class
 
 HISTORY = "/var/lib/nodecert/history"
 RECORD_SCHEMA = "nodecert.local-run/v1"
@@ -69,31 +68,22 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a number a node may send")
 
 
-def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None) -> None:
-    """Fill hr from the node's newest scheduled run, reached at ep (or say why it
+def collect_host(hr: HostRun, runner: Runner, reason: str, job: str | None = None) -> None:
+    """Fill hr from the node's newest scheduled run, read through `runner` (or say why it
     cannot); with job, only the run that job started will do (an older record is not
     this run's)."""
     try:
-        client = connect(ep)
-    except (paramiko.SSHException, OSError) as exc:
-        hr.status, hr.error = "unreachable", describe_error(exc, ep)
-        hr.finish_missing(f"host unreachable: {hr.error}", "NC-HOST-UNREACHABLE")
-        return
-    try:
-        # as root (through sudo for a non-root user): the history is root's
-        chan = start(client, ep, fetch_command(reason), timeout=FETCH_TIMEOUT_S)
-        chan.settimeout(FETCH_TIMEOUT_S)
-        raw = b""
-        while len(raw) < MAX_LINE + 4096:
-            chunk = chan.recv(65536)
-            if not chunk:
-                break
-            raw += chunk
-        path, rec = read_record(raw, hr.checks)
         # as validate does: a host given no stack is judged against the one its
         # provisioning recorded on it (a held driver that changed is then drift)
-        recorded = recorded_stack(client, ep) if hr.stack is None else None
-    except (paramiko.SSHException, OSError, TimeoutError) as exc:
+        got = runner.fetch(hr, fetch_command(reason), limit=MAX_LINE + 4096,
+                           timeout=FETCH_TIMEOUT_S, recorded_stack=hr.stack is None)
+        path, rec = read_record(got.raw, hr.checks)
+        recorded = got.recorded
+    except HostUnreachable as exc:
+        hr.status, hr.error = "unreachable", exc.reason
+        hr.finish_missing(f"host unreachable: {hr.error}", "NC-HOST-UNREACHABLE")
+        return
+    except (OSError, TimeoutError) as exc:
         hr.status, hr.error = "lost", f"reading the node's history failed: {exc}"
         hr.finish_missing(hr.error, "NC-HOST-LOST")
         return
@@ -101,8 +91,6 @@ def collect_host(hr: HostRun, ep: Endpoint, reason: str, job: str | None = None)
         hr.status, hr.error = "lost", f"the node's scheduled run cannot be used: {exc}"
         hr.finish_missing(hr.error, "NC-NOT-COLLECTED")
         return
-    finally:
-        client.close()
     if job is not None and rec.get("job") != job:
         hr.status = "lost"
         hr.error = (f"job {job} left no record on the node (its newest {reason} run, {path}, "
@@ -135,7 +123,8 @@ def collect(inventory: Path | Inventory, *, suite: str = "quick", limit: tuple[s
             reason: str = "any",
             progress: Callable[[str], None] | None = None,
             become: BecomeSource | None = None, jobs: dict[str, str] | None = None,
-            failures: dict[str, str] | None = None) -> ValidationRun:
+            failures: dict[str, str] | None = None,
+            runner_name: str = "ssh") -> ValidationRun:
     """A run directory holding each host's newest scheduled run (`reason`: after-update,
     timer, slurm or any), judged on the control side; nothing is run on the nodes.
 
@@ -145,12 +134,14 @@ def collect(inventory: Path | Inventory, *, suite: str = "quick", limit: tuple[s
                        runs_dir=runs_dir, checks=checks, become=become,
                        suite_file=suite_file))
     say = progress or (lambda line: None)
+    # the runner that reaches the nodes reads their history too (SSH today)
+    runner = runner_class(runner_name)(run.hosts, run.links, say, threading.Event())
     for name, hr in sorted(run.hosts.items()):
         if failures and name in failures:
             hr.status, hr.error = "lost", failures[name]
             hr.finish_missing(hr.error, "NC-NOT-RUN")
         else:
-            collect_host(hr, run.links[name].endpoint, reason, (jobs or {}).get(name))
+            collect_host(hr, runner, reason, (jobs or {}).get(name))
         hr.save()
         say(f"{name:<14} {hr.verdict.name:<6} "
             + (hr.error or f"collected {hr.node.get('collected_from')} "

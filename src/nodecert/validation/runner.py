@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from nodecert.bmc.judge import BMC_CHECKS
@@ -19,6 +20,7 @@ from nodecert.bmc.monitor import BmcMonitor
 from nodecert.core import checks
 from nodecert.core.errors import NodecertError
 from nodecert.runs.store import HostLink, HostRun
+from nodecert.stack.manifest import Stack
 from nodecert.transport.loadgate import LoadGate
 from nodecert.validation.echoes import held_to_plan
 from nodecert.validation.progress import RunProgress
@@ -29,6 +31,23 @@ HEARTBEAT_S = 15.0
 # How long a node may stay silent between checks (after its hello or a result, before
 # the next start); during a check, the check's own limit and 30 s of transit.
 EVENT_SILENCE_S = 60.0
+
+
+class HostUnreachable(Exception):
+    """The runner could not reach the host; `reason` says why, in the runner's words."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What a runner read from a node: a command's output (at most the limit asked), and
+    the stack the node's provisioning recorded where it was asked for (None: none known)."""
+
+    raw: bytes
+    recorded: Stack | None = None
 
 
 class Runner:
@@ -70,6 +89,14 @@ class Runner:
     def execute(self, hr: HostRun) -> None:
         """Start hr's plan on its node and apply each event it sends (`_on_event`), then
         `_close(hr)`; a host not reached ends here with its status and reason."""
+        raise NotImplementedError
+
+    def fetch(self, hr: HostRun, command: str, *, limit: int, timeout: float,
+              recorded_stack: bool = False) -> Fetched:
+        """Run `command` as root on hr's node and read its output, at most `limit` bytes,
+        within `timeout`: how a run the node made on its own is collected (`revalidate
+        --collect`). HostUnreachable when the node cannot be reached; OSError or
+        TimeoutError when the reading fails."""
         raise NotImplementedError
 
     def _bmc_monitor(self, hr: HostRun) -> BmcMonitor | None:
@@ -217,4 +244,5 @@ def runner_class(name: str) -> type[Runner]:
     return found
 
 
-__all__ = ["EVENT_SILENCE_S", "HEARTBEAT_S", "RUNNERS", "Runner", "register", "runner_class"]
+__all__ = ["EVENT_SILENCE_S", "HEARTBEAT_S", "RUNNERS", "Fetched", "HostUnreachable", "Runner",
+           "register", "runner_class"]

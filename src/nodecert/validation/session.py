@@ -37,10 +37,17 @@ from nodecert.validation.nodecmd import (
     NodeAnswerTooLarge,
     adopt_stack,
     exec_command,
-    recorded_stack,
 )
+from nodecert.validation.nodecmd import recorded_stack as read_recorded_stack
 from nodecert.validation.progress import RunProgress
-from nodecert.validation.runner import EVENT_SILENCE_S, Progress, Runner, register
+from nodecert.validation.runner import (
+    EVENT_SILENCE_S,
+    Fetched,
+    HostUnreachable,
+    Progress,
+    Runner,
+    register,
+)
 
 # Back-pressure: at most this many SSH handshakes, and node-code installs, at a time
 # (nodecert policy: a handshake costs the controller a few ms of CPU and the bundle
@@ -94,6 +101,29 @@ class SshRunner(Runner):
             self._session(hr, client)
         finally:
             self.progress.connect_done(hr.host)
+            client.close()
+
+    def fetch(self, hr: HostRun, command: str, *, limit: int, timeout: float,
+              recorded_stack: bool = False) -> Fetched:
+        ep = self.endpoint(hr)
+        try:
+            client = connect(ep)
+        except (paramiko.SSHException, OSError) as exc:
+            raise HostUnreachable(describe_error(exc, ep)) from exc
+        try:
+            # as root (through sudo for a non-root user): the node's history is root's
+            chan = start(client, ep, command, timeout=timeout)
+            chan.settimeout(timeout)
+            raw = b""
+            while len(raw) < limit:
+                chunk = chan.recv(65536)
+                if not chunk:
+                    break
+                raw += chunk
+            return Fetched(raw, read_recorded_stack(client, ep) if recorded_stack else None)
+        except paramiko.SSHException as exc:
+            raise OSError(str(exc)) from exc
+        finally:
             client.close()
 
     def _connect(self, hr: HostRun) -> paramiko.SSHClient:
@@ -212,7 +242,7 @@ class SshRunner(Runner):
         self._close(hr)
 
     def _adopt_recorded_stack(self, hr: HostRun, client: paramiko.SSHClient) -> None:
-        stack = recorded_stack(client, self.endpoint(hr), cache=self.stacks,
+        stack = read_recorded_stack(client, self.endpoint(hr), cache=self.stacks,
                                lock=self.stacks_lock, clock=self.gate.clock, stop=self.stop)
         if stack is not None:
             adopt_stack(hr, stack)
