@@ -138,8 +138,9 @@ class Lab:
                                     f"hosts, not {nodes}", hint="use fewer --nodes")
         if with_rack:
             labrack.check(nodes, profiles)
-        if as_cluster:
-            ibfabric.preflight()
+        if as_cluster and any((profile(p).get("hcas") or {}).get("link_layer") == "InfiniBand"
+                              for p in profiles):
+            ibfabric.preflight()  # the cluster's InfiniBand fabric (a rack's trays have none)
         names = [f"h{n}" for n in range(1, nodes + 1)]
         host_profiles = {name: profiles[k % len(profiles)] for k, name in enumerate(names)}
         faults: list[Fault] = (load_faults(faults_file, names, host_profiles)
