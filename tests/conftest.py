@@ -92,7 +92,8 @@ OWN_LAB_FILES = {"test_cluster_lab.py": "the cluster lab",
                  "test_rack_lab.py": "the cluster lab",
                  "test_imex_lab.py": "the cluster lab",
                  "test_validate_lab.py": "the validation lab",
-                 "test_bmc_container_lab.py": "small own labs"}
+                 "test_bmc_container_lab.py": "small own labs",
+                 "test_roce_fabric_lab.py": "small own labs"}
 # Single tests with labs of their own in files that otherwise share the session's lab.
 OWN_LAB_TESTS = frozenset({
     "test_lab.py::test_down_after_a_crash_leaves_nothing_behind",

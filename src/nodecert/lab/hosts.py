@@ -34,7 +34,7 @@ from typing import Any
 
 from nodecert.core.errors import NodecertError
 from nodecert.core.shell import run
-from nodecert.lab import blkio, cluster, ibfabric, net, stop
+from nodecert.lab import blkio, cluster, ethfabric, ibfabric, net, stop
 from nodecert.lab import bmc as labbmc
 from nodecert.lab import rack as labrack
 from nodecert.lab.access import write_access_files
@@ -228,9 +228,17 @@ class Lab:
         return hosts
 
     def _fabric_up(self, hosts: list[LabHost], faults: list[Fault]) -> None:
-        """A cluster's InfiniBand fabric (ibsim), wired as the faults leave it."""
-        ibfabric.up(self.cfg, ibfabric.fabric_hosts(hosts), faults,
-                    {h.name: self.cfg.host_dir(h.n) / "root" for h in hosts})
+        """A cluster's fabric wired as the faults leave it: InfiniBand (ibsim), Ethernet
+        (LLDP from the lab's switches to lldpd on each host)."""
+        roots = {h.name: self.cfg.host_dir(h.n) / "root" for h in hosts}
+        ibfabric.up(self.cfg, ibfabric.fabric_hosts(hosts), faults, roots)
+        lldp = ethfabric.up(self.cfg, ethfabric.fabric_hosts(hosts), faults, roots)
+        if lldp:
+            script = ("command -v lldpd >/dev/null || apt-get install -y -qq lldpd >/dev/null"
+                      " && systemctl restart lldpd")
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(lambda h: self.ssh(h, script, timeout=300), lldp))
+            time.sleep(ethfabric.SETTLE_S)  # the hosts' lldpd hears the switches anew
 
     def _bmcs_up(self, hosts: list[LabHost], faults: list[Fault]) -> None:
         labbmc.up(self.cfg, [(h.n, h.name, int(profile(h.profile)["gpu_count"]))
@@ -577,8 +585,9 @@ class Lab:
         for group in blkio.owned(self.cfg):
             blkio.remove(self.cfg, group)
         ibfabric.stop(self.cfg)
-        labbmc.down(self.cfg)  # the management namespace, ibsim's too
+        labbmc.down(self.cfg)  # the management namespace, ibsim's and the switches' too
         shutil.rmtree(ibfabric.state_dir(self.cfg), ignore_errors=True)
+        shutil.rmtree(ethfabric.state_dir(self.cfg), ignore_errors=True)
         net.bridge_down(self.cfg)
         if drop_guard:
             net.drop_guard(self.cfg)

@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,14 +55,15 @@ CABLING_KINDS = ("cable_swapped", "cable_wrong_leaf", "cable_width", "cable_miss
 _WIDTH_CODES = {"1X": 1, "4X": 2, "2X": 16}  # ibsim's w= (the PortInfo width bits)
 
 
-def fabric_hosts(hosts: Sequence[Any]) -> list[tuple[str, int, int]]:
+def fabric_hosts(hosts: Sequence[Any], layer: str = "InfiniBand"
+                 ) -> list[tuple[str, int, int]]:
     """(name, number, rails) of lab hosts (anything with name, n and profile): the
-    rails are the profile's InfiniBand HCAs (none on an Ethernet profile)."""
+    rails are the profile's HCAs of that link layer (none on a profile of another)."""
     out = []
     for h in hosts:
         hcas = profile(h.profile).get("hcas") or {}
-        ib = hcas.get("link_layer") == "InfiniBand"
-        out.append((h.name, h.n, int(hcas.get("count", 0)) if ib else 0))
+        mine = hcas.get("link_layer") == layer
+        out.append((h.name, h.n, int(hcas.get("count", 0)) if mine else 0))
     return out
 
 
@@ -162,11 +163,15 @@ def topology(hosts: list[tuple[str, int, int]], faults: list[Fault]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plan_csv(hosts: list[tuple[str, int, int]]) -> str:
-    """The lab's cable plan: the fabric as ordered (no fault changes it)."""
-    rows = ["# The nodecert lab's cable plan (its InfiniBand fabric as ordered)",
-            "node,port,rail,switch,switch_port,cable_type,width"]
-    rows += [f"{c.host},mlx5_{c.hca},{c.hca},{c.switch},{c.port},DAC,{c.width}"
+def plan_csv(hosts: list[tuple[str, int, int]], *, fabric: str = "InfiniBand",
+             port: Callable[[int], str] = lambda hca: f"mlx5_{hca}",
+             switch_port: Callable[[int], str] = str, width: bool = True) -> str:
+    """The lab's cable plan: the fabric as ordered (no fault changes it); each host port
+    and switch port named as the fabric's tools name them."""
+    rows = [f"# The nodecert lab's cable plan (its {fabric} fabric as ordered)",
+            "node,port,rail,switch,switch_port,cable_type" + (",width" if width else "")]
+    rows += [f"{c.host},{port(c.hca)},{c.hca},{c.switch},{switch_port(c.port)},DAC"
+             + (f",{c.width}" if width else "")
              for c in sorted(wiring(hosts, []), key=lambda c: (c.host, c.hca))]
     return "\n".join(rows) + "\n"
 

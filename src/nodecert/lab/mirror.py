@@ -39,7 +39,10 @@ REAL_DEBIAN_PACKAGES = ("fio", "python3-venv", "python3-packaging",
                         # cluster lab's fabric is discovered by Debian's own ibnetdiscover
                         # and iblinkinfo (lab/ibfabric.py); the simulated infiniband-diags
                         # package below carries those two binaries
-                        "infiniband-diags", "libumad2sim0")
+                        "infiniband-diags", "libumad2sim0",
+                        # a cluster lab's Ethernet hosts hear the lab's switches with
+                        # Debian's lldpd (lab/ethfabric.py)
+                        "lldpd")
 # Debian's infiniband-diags is never served as itself: its fabric tools ride in the lab's
 # package of that name, beside the simulated HCA tools (ibstat, ibstatus, perfquery).
 REAL_IB_TOOLS = ("ibnetdiscover", "iblinkinfo")

@@ -76,14 +76,14 @@ FAULT_KINDS: dict[str, FaultKind] = {
                         "second (default 20): a marginal cable or transceiver", "net.ib"),
     "hca_firmware": _k({"hca"}, {"version"}, "the HCA runs other firmware (default "
                        "28.39.1002)", "net.ib"),
-    # --- a cluster lab's InfiniBand fabric (ibsim; lab/ibfabric.py): the wiring changes,
-    # the cable plan does not
+    # --- a cluster lab's fabric (InfiniBand: ibsim, lab/ibfabric.py; Ethernet: the
+    # switches' LLDP to lldpd, lab/ethfabric.py): the wiring changes, the plan does not
     "cable_swapped": _k({"hca", "with"}, set(), "the host's cables of HCAs `hca` and `with` "
                         "exchanged at the leaves", "fabric.cabling"),
     "cable_wrong_leaf": _k({"hca"}, {"leaf"}, "the HCA's cable lands on leaf `leaf` (default "
                            "the next rail's), a free port there", "fabric.cabling"),
-    "cable_width": _k({"hca"}, {"width"}, "the HCA's link trains at `width` (default 2X) "
-                      "instead of 4X", "fabric.cabling"),
+    "cable_width": _k({"hca"}, {"width"}, "the HCA's InfiniBand link trains at `width` "
+                      "(default 2X) instead of 4X", "fabric.cabling"),
     "cable_missing": _k({"hca"}, set(), "no cable on the HCA", "fabric.cabling"),
     "link_flapping": _k({"hca"}, set(), "the HCA's link is down while the fabric is read "
                         "(a flapping link caught down)", "fabric.cabling"),

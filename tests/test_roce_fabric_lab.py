@@ -1,0 +1,71 @@
+"""A cluster lab's Ethernet (RoCE) fabric read over LLDP: Debian's lldpd on each host
+hears the lab's leaf switches (real 802.1AB frames from the management namespace), and
+nodecert's discovery (`lldpctl -f json` on every host, over SSH) judged against the
+lab's cable plan names each cabling fault by link, node and port."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nodecert.cluster.cabling_discover import cabling_check
+from nodecert.cluster.validate import cable_plan, context
+from nodecert.lab.hosts import Lab
+from nodecert_node.contract import Result, Verdict
+from support.env import require_root
+from support.lab import lab_config
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def roce_lab() -> Iterator[Lab]:
+    require_root()
+    lab = Lab(lab_config("rf", 12), log=lambda m: None)
+    try:
+        lab.up(nodes=2, profiles=("l40s-pcie-4",), as_cluster=True)
+        yield lab
+    finally:
+        lab.down()
+
+
+def _faults(lab: Lab, tmp_path: Path, *items: str) -> None:
+    f = tmp_path / "faults.yml"
+    f.write_text("faults:\n" + "".join(f"  - {i}\n" for i in items) if items
+                 else "faults: []\n")
+    lab.apply_faults(f)
+
+
+def _cabling(lab: Lab) -> Result:
+    """What `cluster validate` judges as fabric.cabling on this lab."""
+    ctx = context(lab.cfg.state / "inventory.ini")
+    plan = cable_plan(ctx)
+    assert plan is not None and ctx.exp.link_layer == "Ethernet"
+    return cabling_check(plan, ctx.exp.link_layer, ctx.endpoints)
+
+
+def test_lldp_reads_the_fabric_as_wired_and_names_each_fault(
+        roce_lab: Lab, tmp_path: Path) -> None:
+    _faults(roce_lab, tmp_path)
+    doc = json.loads(roce_lab.ssh("h1", "lldpctl -f json").stdout)  # the real tool
+    text = json.dumps(doc)
+    assert "leaf-00" in text and "leaf-01" in text and "swp1" in text
+    r = _cabling(roce_lab)
+    assert r.verdict is Verdict.PASS, r.findings
+    assert r.summary == "all 4 planned links where the plan says, at its width and speed"
+    # h2's two cables swapped at the leaves, h1's second cable pulled
+    _faults(roce_lab, tmp_path, "{host: h2, kind: cable_swapped, hca: 0, with: 1}",
+            "{host: h1, kind: cable_missing, hca: 1}")
+    r = _cabling(roce_lab)
+    assert r.verdict is Verdict.FAIL
+    assert sorted(f["kind"] for f in r.facts["findings"]) == ["missing", "swapped"], r
+    assert any(t.startswith("h1 ens2f0np0: no link; the plan cables it to leaf-01 port "
+                            "swp1") for t in r.findings), r.findings
+    swap = next(t for t in r.findings if "swap" in t)
+    assert "h2 ens1f0np0" in swap and "h2 ens2f0np0" in swap
+    # wired again: as planned again
+    _faults(roce_lab, tmp_path)
+    assert _cabling(roce_lab).verdict is Verdict.PASS
