@@ -94,7 +94,12 @@ def test_a_healthy_rack_passes_and_its_certificate_verifies(rack_lab: Lab,
     by = _by(data)
     assert rc == 0 and data["verdict"] == "PASS", {k: v["summary"] for k, v in by.items()}
     assert list(by) == ["rack.trays", "rack.domain", "rack.switch_trays", "rack.power",
-                        "rack.cooling", "rack.firmware", "rack.allreduce", "rack.sweep"]
+                        "rack.cooling", "rack.firmware", "rack.allreduce", "rack.sweep",
+                        "fabric.cabling"]
+    # the trays' InfiniBand fabric (the lab's ibsim, 4 HCAs a tray) read by the real
+    # ibnetdiscover from a tray, against the plan the lab's inventory names
+    assert by["fabric.cabling"]["summary"] == ("all 72 planned links where the plan says, "
+                                               "at its width and speed")
     assert by["rack.allreduce"]["value"] >= 690
     assert by["rack.sweep"]["value"]["rounds"] == 2
     assert by["rack.sweep"]["value"]["confirmations"] == 0
@@ -110,6 +115,7 @@ def test_a_healthy_rack_passes_and_its_certificate_verifies(rack_lab: Lab,
     assert "18 compute trays and 9 switch trays" in v.stdout
     page = Path(data["html"]).read_text()
     assert 'id="sweep"' in page and page.count('class="cell"') == 72
+    assert page.count('class="link ok"') == 72  # the fabric drawn, every link as planned
     print(f"\nhealthy rack: trays {data['seconds']['trays']} s, load {data['seconds']['load']} "
           f"s, infrastructure {data['seconds']['infrastructure']} s, total "
           f"{data['seconds']['total']} s")
@@ -125,7 +131,8 @@ def test_tray_faults_are_named_and_nothing_else_fails(rack_lab: Lab, tmp_path: P
     assert verdicts == {"rack.trays": "ERROR", "rack.domain": "FAIL",
                         "rack.switch_trays": "PASS", "rack.power": "PASS",
                         "rack.cooling": "PASS", "rack.firmware": "FAIL",
-                        "rack.allreduce": "FAIL", "rack.sweep": "FAIL"}
+                        "rack.allreduce": "FAIL", "rack.sweep": "FAIL",
+                        "fabric.cabling": "PASS"}
     # h5 outside the domain's clique: NCCL goes over the NICs, its four GPUs are named
     sweep = by["rack.sweep"]["findings"]
     assert [f.split(":")[0] for f in sweep] == [f"h5 GPU {g}" for g in range(4)], sweep
@@ -151,7 +158,7 @@ def test_rack_faults_are_named_and_nothing_else_fails(rack_lab: Lab, tmp_path: P
     assert {k: v["verdict"] for k, v in by.items()} == {
         "rack.trays": "FAIL", "rack.domain": "PASS", "rack.switch_trays": "FAIL",
         "rack.power": "FAIL", "rack.cooling": "FAIL", "rack.firmware": "FAIL",
-        "rack.allreduce": "PASS", "rack.sweep": "PASS"}
+        "rack.allreduce": "PASS", "rack.sweep": "PASS", "fabric.cabling": "PASS"}
     ip3 = str(rack_lab.cfg.host_ip(3))
     trays = by["rack.trays"]["findings"]
     assert len(trays) == TRAYS and all(
@@ -176,7 +183,7 @@ def test_a_slow_nvlink_on_one_gpu_is_named_by_the_sweep(rack_lab: Lab, tmp_path:
     assert {k: v["verdict"] for k, v in by.items()} == {
         "rack.trays": "PASS", "rack.domain": "PASS", "rack.switch_trays": "PASS",
         "rack.power": "PASS", "rack.cooling": "PASS", "rack.firmware": "PASS",
-        "rack.allreduce": "FAIL", "rack.sweep": "FAIL"}
+        "rack.allreduce": "FAIL", "rack.sweep": "FAIL", "fabric.cabling": "PASS"}
     sweep = by["rack.sweep"]
     assert len(sweep["findings"]) == 1 and sweep["findings"][0].startswith("h7 GPU 2: ")
     assert sweep["value"]["rounds"] == 2 and sweep["value"]["confirmations"] == 1
