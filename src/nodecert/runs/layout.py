@@ -48,7 +48,8 @@ class RunDirError(NodecertError):
 
 def new_run_id(kind: str = "") -> str:
     """The run id: local time to the second, then 24 random bits (two runs started in one
-    second never share a directory); `kind` prefixes it (cluster runs)."""
+    second all but never draw the same id, and `RunDir.make` refuses a directory that
+    exists: a run never reuses another's); `kind` prefixes it (cluster runs)."""
     stamp = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
     return f"{kind}-{stamp}" if kind else stamp
 
