@@ -93,9 +93,9 @@ def test_a_healthy_rack_passes_and_its_certificate_verifies(rack_lab: Lab,
     rc, data = _validate(rack_lab, tmp_path, "--key", str(kp.private))
     by = _by(data)
     assert rc == 0 and data["verdict"] == "PASS", {k: v["summary"] for k, v in by.items()}
-    assert list(by) == ["rack.trays", "rack.domain", "rack.switch_trays", "rack.power",
-                        "rack.cooling", "rack.firmware", "rack.allreduce", "rack.sweep",
-                        "fabric.cabling"]
+    assert list(by) == ["rack.trays", "rack.domain", "rack.switch_trays", "rack.nvlink_map",
+                        "rack.power", "rack.cooling", "rack.firmware", "rack.allreduce",
+                        "rack.sweep", "fabric.cabling"]
     # the trays' InfiniBand fabric (the lab's ibsim, 4 HCAs a tray) read by the real
     # ibnetdiscover from a tray, against the plan the lab's inventory names
     assert by["fabric.cabling"]["summary"] == ("all 72 planned links where the plan says, "
@@ -107,6 +107,11 @@ def test_a_healthy_rack_passes_and_its_certificate_verifies(rack_lab: Lab,
     assert by["rack.domain"]["value"]["gpus"] == 72 and by["rack.domain"]["value"]["trays"] == 18
     assert by["rack.switch_trays"]["summary"] == ("9 switch trays healthy, 1296/1296 NVLink "
                                                   "ports up")
+    # the switch trays' ports name the GPU behind each (Redfish), the trays' runs their
+    # GPUs: every GPU once on every switch chip
+    assert by["rack.nvlink_map"]["summary"] == (
+        "72 GPUs each linked once to each of 18 NVLink switch chips (1296 links as the "
+        "GB200-NVL72 is wired)")
     assert data["not_judged"] == []
     assert data["certificate_verdict"] == "READY"
     v = _nodecert("verify", data["certificate"], "--pubkey", str(kp.public),
@@ -129,7 +134,8 @@ def test_tray_faults_are_named_and_nothing_else_fails(rack_lab: Lab, tmp_path: P
                       {"kind": "imex_hang", "host": "h11"})
     verdicts = {k: v["verdict"] for k, v in by.items()}
     assert verdicts == {"rack.trays": "ERROR", "rack.domain": "FAIL",
-                        "rack.switch_trays": "PASS", "rack.power": "PASS",
+                        "rack.switch_trays": "PASS", "rack.nvlink_map": "PASS",
+                        "rack.power": "PASS",
                         "rack.cooling": "PASS", "rack.firmware": "FAIL",
                         "rack.allreduce": "FAIL", "rack.sweep": "FAIL",
                         "fabric.cabling": "PASS"}
@@ -154,10 +160,13 @@ def test_rack_faults_are_named_and_nothing_else_fails(rack_lab: Lab, tmp_path: P
                       {"kind": "rack_part_down", "part": "nvsw-04"},
                       {"kind": "rack_psu_failed", "part": "ps-02", "bay": 4},
                       {"kind": "rack_leak"},
-                      {"kind": "rack_firmware", "part": "nvsw-06", "version": "35.2014.1500"})
+                      {"kind": "rack_firmware", "part": "nvsw-06", "version": "35.2014.1500"},
+                      {"kind": "rack_nvlink_crossed", "part": "nvsw-02", "switch": 1,
+                       "port": 9, "to": 13})
     assert {k: v["verdict"] for k, v in by.items()} == {
         "rack.trays": "FAIL", "rack.domain": "PASS", "rack.switch_trays": "FAIL",
-        "rack.power": "FAIL", "rack.cooling": "FAIL", "rack.firmware": "FAIL",
+        "rack.nvlink_map": "FAIL", "rack.power": "FAIL", "rack.cooling": "FAIL",
+        "rack.firmware": "FAIL",
         "rack.allreduce": "PASS", "rack.sweep": "PASS", "fabric.cabling": "PASS"}
     ip3 = str(rack_lab.cfg.host_ip(3))
     trays = by["rack.trays"]["findings"]
@@ -169,6 +178,15 @@ def test_rack_faults_are_named_and_nothing_else_fails(rack_lab: Lab, tmp_path: P
     power = by["rack.power"]["findings"]
     assert "power shelf ps-02 supply Bay4: health Critical" in power
     assert all(f.startswith("power shelf ps-02") for f in power), power
+    # port 9 carries GPU 8 (h3's first), 13 GPU 12 (h4's first): the crossed cable names
+    # both GPUs; the switch tray that did not answer leaves its links unmapped
+    nvl = by["rack.nvlink_map"]["findings"]
+    assert nvl[0].startswith("switch tray nvsw-02 switch NVSwitch_1 ports acp9, acp13: all "
+                             "to tray h4 GPU "), nvl
+    assert nvl[1].startswith("tray h3 GPU ") and nvl[1].endswith(
+        ": no NVLink to switch tray nvsw-02 switch NVSwitch_1"), nvl
+    assert len(nvl) == 3 and nvl[2].startswith("switch tray nvsw-04 (") and nvl[2].endswith(
+        "its switch chips' links are not mapped"), nvl
     assert by["rack.cooling"]["summary"].startswith("CDU cdu-01: LEAK detected by Moisture")
     assert all("nvsw-06" in f for f in by["rack.firmware"]["findings"]), \
         by["rack.firmware"]["findings"]
@@ -182,8 +200,9 @@ def test_a_slow_nvlink_on_one_gpu_is_named_by_the_sweep(rack_lab: Lab, tmp_path:
     by = _with_faults(rack_lab, tmp_path, {"kind": "nvlink_slow", "host": "h7", "gpu": 2})
     assert {k: v["verdict"] for k, v in by.items()} == {
         "rack.trays": "PASS", "rack.domain": "PASS", "rack.switch_trays": "PASS",
-        "rack.power": "PASS", "rack.cooling": "PASS", "rack.firmware": "PASS",
-        "rack.allreduce": "FAIL", "rack.sweep": "FAIL", "fabric.cabling": "PASS"}
+        "rack.nvlink_map": "PASS", "rack.power": "PASS", "rack.cooling": "PASS",
+        "rack.firmware": "PASS", "rack.allreduce": "FAIL", "rack.sweep": "FAIL",
+        "fabric.cabling": "PASS"}
     sweep = by["rack.sweep"]
     assert len(sweep["findings"]) == 1 and sweep["findings"][0].startswith("h7 GPU 2: ")
     assert sweep["value"]["rounds"] == 2 and sweep["value"]["confirmations"] == 1

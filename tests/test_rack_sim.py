@@ -16,7 +16,7 @@ import pytest
 
 from nodecert.core.errors import NodecertError
 from nodecert.lab.hardware import Fault
-from nodecert.lab.rack import check, part_faults
+from nodecert.lab.rack import check, part_faults, rack_gpus
 from nodecert_node.checks.domain import judge_fabric, judge_imex
 from nodecert_node.contract import Verdict
 from nodecert_node.parse.imex import parse_imex_status
@@ -136,6 +136,21 @@ def test_the_lab_rack_refuses_a_fault_on_a_part_it_does_not_have() -> None:
                    "cdu-01": {"leak": {"detector": "Moisture"}}}
     with pytest.raises(NodecertError, match="no part named nvsw-10"):
         part_faults([Fault("*", "rack_part_down", {"part": "nvsw-10"})])
+    crossed = part_faults([Fault("*", "rack_nvlink_crossed", {"part": "nvsw-02",
+                                                              "port": 9})])
+    assert crossed == {"nvsw-02": {"nvlink_crossed": {"switch": 0, "port": 9, "to": 10}}}
+
+
+def test_the_switch_trays_see_the_boards_the_trays_report(tmp_path: Path) -> None:
+    """What the switch trays' ports are wired to is each tray's GPUs, in tray order, as
+    the tray's own nvidia-smi reports them (a swapped board's UUID included)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = tray(tmp_path / "a")
+    b = tray(tmp_path / "b", {"kind": "gpu_swapped", "gpu": 2})
+    got = rack_gpus([a.hw, b.hw])
+    smi = [g["uuid"] for sim in (a, b) for g in parse_q(sim("nvidia-smi", "-q").stdout)[1]]
+    assert list(got) == smi and len(got) == 8 and got[6].endswith("7777")
 
 
 def test_a_lab_rack_is_gb200_or_gb300_trays_and_at_most_18() -> None:

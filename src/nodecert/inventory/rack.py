@@ -62,13 +62,16 @@ class RackKind:
     gpu_models: tuple[str, ...]
     switch_trays_max: int
     imex: bool
+    switch_chips_per_tray: int  # NVLink switch chips in one switch tray
+    nvlinks_per_gpu: int  # one to each switch chip of a full domain
 
 
 @cache
 def kinds() -> dict[str, RackKind]:
     data = yaml.safe_load(KINDS_FILE.read_text())
     return {name: RackKind(name, int(k["trays_max"]), int(k["gpus_per_tray"]),
-                           tuple(k["gpu_models"]), int(k["switch_trays_max"]), bool(k["imex"]))
+                           tuple(k["gpu_models"]), int(k["switch_trays_max"]), bool(k["imex"]),
+                           int(k["switch_chips_per_tray"]), int(k["nvlinks_per_gpu"]))
             for name, k in data["kinds"].items()}
 
 

@@ -250,7 +250,11 @@ class Lab:
         script = labrack.tray_script(rack)
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(lambda h: self.ssh(h.name, script, timeout=600), hosts))
-        labrack.parts_up(self.cfg, faults)
+        labrack.parts_up(self.cfg, faults, self._rack_gpus(hosts))
+
+    def _rack_gpus(self, hosts: list[LabHost]) -> tuple[str, ...]:
+        return labrack.rack_gpus([self.cfg.host_dir(h.n) / "root/etc/nodecert-lab/hardware.json"
+                                  for h in sorted(hosts, key=lambda h: h.n)])
 
     def _cluster_ready(self, hosts: list[LabHost]) -> None:
         """A cluster lab's hosts as a provisioned cluster's: the job tools installed on
@@ -506,7 +510,7 @@ class Lab:
         if state.get("bmc"):
             self._bmcs_up(hosts, faults)
         if state.get("rack"):
-            labrack.parts_up(self.cfg, faults)
+            labrack.parts_up(self.cfg, faults, self._rack_gpus(hosts))
         state["faults"] = [f.__dict__ for f in faults]
         self._write_state(state)
         return faults

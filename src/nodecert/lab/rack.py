@@ -11,7 +11,8 @@ management endpoints beside the trays' BMCs.
   from the rack (/etc/nvidia-imex/nodes_config.cfg), as the imex role leaves a tray.
 * The rack's 9 NVLink switch trays, 2 power shelves and CDU answer Redfish at .190+k of
   the lab subnet, in the BMC namespace (nodecert.lab.rackparts); faults stop one or
-  change what it reports.
+  change what it reports. Each switch tray's ports name the trays' GPUs behind them
+  (one link from every GPU to every switch chip), read from the trays' hardware.
 * The inventory names the rack for every host (`nodecert_rack`).
 
 SIMULATED -- NOT REAL HARDWARE.
@@ -20,7 +21,9 @@ SIMULATED -- NOT REAL HARDWARE.
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 from nodecert.core.errors import NodecertError
@@ -114,9 +117,21 @@ def part_faults(faults: list[Fault]) -> dict[str, dict[str, Any]]:
     return per_part
 
 
-def parts_up(cfg: LabConfig, faults: list[Fault]) -> None:
+def rack_gpus(hardware_files: list[Path]) -> tuple[str, ...]:
+    """The GPU UUIDs of the rack's trays in tray order, as each tray's simulated hardware
+    reports them (a swapped board included): what the switch trays' ports are wired to."""
+    out: list[str] = []
+    for f in hardware_files:
+        hw = json.loads(f.read_text())
+        out += [str(Faults(hw).gpu_identity(g, i)["uuid"])
+                for i, g in enumerate(hw["identity"]["gpus"])]
+    return tuple(out)
+
+
+def parts_up(cfg: LabConfig, faults: list[Fault], gpus: tuple[str, ...] = ()) -> None:
     """The rack's management endpoints, (re)started for the given faults: a part that is
-    down is stopped and not started again."""
+    down is stopped and not started again. gpus: the trays' GPU UUIDs in tray order
+    (rack_gpus), behind every switch chip's ports."""
     labbmc.preflight()
     labbmc.ensure_ca(cfg)
     labbmc.ns_up(cfg, [])
@@ -134,7 +149,9 @@ def parts_up(cfg: LabConfig, faults: list[Fault]) -> None:
         mine = dict(per_part.get(name) or {})
         if mine.pop("down", False):
             continue
-        rackparts.prepare(cfg, d, {"kind": kind, "name": name, "faults": mine}, ip)
+        rackparts.prepare(cfg, d, {"kind": kind, "name": name, "faults": mine,
+                                   **({"gpus": list(gpus)} if kind == "switch_tray" else {})},
+                          ip)
         rackparts.start(d, ip, labbmc.REDFISH_PORT, ns)
         started.append((d, ip))
     for d, ip in started:
@@ -143,4 +160,4 @@ def parts_up(cfg: LabConfig, faults: list[Fault]) -> None:
 
 __all__ = ["KIND", "KINDS_BY_PROFILE", "MAX_TRAYS", "NAME", "PARTS", "PROFILE", "check",
            "hardware_rack", "inventory_rack", "kind_of", "part_faults", "parts_up",
-           "tray_script"]
+           "rack_gpus", "tray_script"]

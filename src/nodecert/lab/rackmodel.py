@@ -4,9 +4,13 @@ schemas and public mockups (public-power-shelf, public-cooling-unit), with SIMUL
 readings that move a little from second to second and the lab's faults applied.
 
 A component's state is its directory's `component.json` ({kind, name, faults}), read
-again at every render so a test can inject a fault into a running endpoint:
+again at every render so a test can inject a fault into a running endpoint. A switch
+tray's component also lists the rack's GPU UUIDs (`gpus`, in tray order): each of its
+switch chips has one link from every GPU, GPU g on port g+1, each GPU a fabric Endpoint
+that the port names.
 
   port_down {switch, port}   an NVLink port of the switch tray down
+  nvlink_crossed {switch, port, to}  the port's cable lands on the GPU of port `to`
   firmware {version}         the component reports another firmware version
   psu_failed {bay}           a shelf's supply failed (Critical, input lost)
   shelf_failed               the shelf itself Critical
@@ -66,10 +70,13 @@ def _serial(name: str) -> str:
     return f"SIM{zlib.crc32(name.encode()) % 10**9:09d}"
 
 
-def switch_tray(name: str, faults: dict[str, Any], ports: int = PORTS_PER_SWITCH
-                ) -> dict[str, Any]:
+def switch_tray(name: str, faults: dict[str, Any], ports: int = PORTS_PER_SWITCH,
+                gpus: tuple[str, ...] = ()) -> dict[str, Any]:
+    """gpus: the rack's GPU UUIDs in tray order; port p of each switch chip carries one
+    link of GPU p-1 (one link from every GPU to every chip)."""
     fw = (faults.get("firmware") or {}).get("version", FIRMWARE["switch_tray"])
     down = faults.get("port_down") or {}
+    crossed = faults.get("nvlink_crossed") or {}
     tree: dict[str, Any] = {
         "": {"@odata.id": "/redfish/v1", "@odata.type": "#ServiceRoot.v1_15_0.ServiceRoot",
              "Id": "RootService", "Name": f"{name} (SIMULATED NVLink switch tray)",
@@ -95,8 +102,22 @@ def switch_tray(name: str, faults: dict[str, Any], ports: int = PORTS_PER_SWITCH
         "Fabrics/NVLink": {"@odata.id": "/redfish/v1/Fabrics/NVLink",
                            "@odata.type": "#Fabric.v1_3_0.Fabric", "Id": "NVLink",
                            "FabricType": "NVLink", "Status": _status(),
-                           "Switches": _id("Fabrics/NVLink/Switches")},
+                           "Switches": _id("Fabrics/NVLink/Switches"),
+                           **({"Endpoints": _id("Fabrics/NVLink/Endpoints")} if gpus else {})},
     }
+    # Each GPU behind the tray's ports is a fabric endpoint (DMTF Endpoint: the processor
+    # it connects, identified by its UUID); a port names its endpoint in its Links.
+    eps = [f"Fabrics/NVLink/Endpoints/GPU_{g}" for g in range(len(gpus))]
+    if gpus:
+        tree["Fabrics/NVLink/Endpoints"] = _coll("Fabrics/NVLink/Endpoints",
+                                                 "EndpointCollection", eps)
+    for g, (ep, uuid) in enumerate(zip(eps, gpus, strict=True)):
+        tree[ep] = {"@odata.id": f"/redfish/v1/{ep}",
+                    "@odata.type": "#Endpoint.v1_8_0.Endpoint", "Id": f"GPU_{g}",
+                    "Name": f"GPU {g}", "EndpointProtocol": "NVLink",
+                    "ConnectedEntities": [{"EntityType": "Processor", "EntityRole": "Both"}],
+                    "Identifiers": [{"DurableName": uuid.removeprefix("GPU-"),
+                                     "DurableNameFormat": "UUID"}]}
     sws = [f"Fabrics/NVLink/Switches/NVSwitch_{s}" for s in range(SWITCHES_PER_TRAY)]
     tree["Fabrics/NVLink/Switches"] = _coll("Fabrics/NVLink/Switches", "SwitchCollection", sws)
     for s, sw in enumerate(sws):
@@ -107,12 +128,17 @@ def switch_tray(name: str, faults: dict[str, Any], ports: int = PORTS_PER_SWITCH
         tree[f"{sw}/Ports"] = _coll(f"{sw}/Ports", "PortCollection", names)
         for p, port in enumerate(names, 1):
             bad = down.get("switch") == s and down.get("port") == p
+            # a crossed cable: the port's link lands on the GPU planned for port `to`
+            g = (int(crossed.get("to", p + 1)) if crossed.get("switch") == s and
+                 crossed.get("port") == p else p) - 1
             tree[port] = {"@odata.id": f"/redfish/v1/{port}",
                           "@odata.type": "#Port.v1_11_0.Port", "Id": f"acp{p}",
                           "PortProtocol": "NVLink", "PortType": "BidirectionalPort",
                           "LinkStatus": "LinkDown" if bad else "LinkUp",
                           "LinkState": "Enabled", "CurrentSpeedGbps": 0 if bad else 400,
-                          "Status": _status(not bad)}
+                          "Status": _status(not bad),
+                          **({"Links": {"AssociatedEndpoints": [_id(eps[g])]}}
+                             if 0 <= g < len(eps) else {})}
     return tree
 
 
@@ -238,7 +264,8 @@ def tree(component: dict[str, Any], now: float) -> dict[str, Any]:
     """Mockup path (under /redfish/v1) -> the resource's JSON, for one component."""
     kind, name, faults = component["kind"], component["name"], component.get("faults") or {}
     if kind == "switch_tray":
-        return switch_tray(name, faults, int(component.get("ports", PORTS_PER_SWITCH)))
+        return switch_tray(name, faults, int(component.get("ports", PORTS_PER_SWITCH)),
+                           tuple(component.get("gpus") or ()))
     if kind == "power_shelf":
         return power_shelf(name, faults, now)
     if kind == "cdu":

@@ -73,9 +73,13 @@ def walk_switch_tray(get: Get, limit_s: float = WALK_LIMIT_S) -> Tree:
     for p in w.collection("/redfish/v1/UpdateService/FirmwareInventory"):
         w.fetch(p)
     for fabric in w.collection("/redfish/v1/Fabrics"):
-        for sp in w.collection(link(w.fetch(fabric), "Switches")):
+        doc = w.fetch(fabric)
+        for sp in w.collection(link(doc, "Switches")):
             for pp in w.collection(link(w.fetch(sp), "Ports")):
                 w.fetch(pp)
+        # the GPUs behind the ports (where the tray reports them): the domain's wiring
+        for ep in w.collection(link(doc, "Endpoints")):
+            w.fetch(ep)
     return w.tree
 
 

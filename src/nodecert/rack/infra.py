@@ -7,7 +7,10 @@ PowerSubsystem, PowerSupply, CoolingUnit, LeakDetection, CoolantConnector, Pump,
 
   switch tray  {"serial", "model", "health", "state", "firmware": {id: version},
                 "switches": [{"id", "firmware", "health", "state", "ports": [{"id", "link",
-                "state", "health", "protocol", "speed_gbps"}]}]}
+                "state", "health", "protocol", "speed_gbps", "gpus", "unnamed"}]}],
+                "endpoints": bool}  gpus: the UUIDs (lower case, no "GPU-") of the
+                fabric endpoints a port's Links name; unnamed: those without a UUID;
+                endpoints: whether the tray reports any (absent, the wiring is not known)
   power shelf  {"shelves": [{"id", "serial", "firmware", "health", "state",
                 "conditions", "supplies": [{"id", "health", "state", "line_input",
                 "firmware"}], "redundancy": [{"type", "min", "health"}]}]}
@@ -106,7 +109,9 @@ def switch_tray(tree: Tree) -> dict[str, Any]:
         d = _doc(tree, p)
         firmware[_text(d, "Id") or p.rsplit("/", 1)[-1]] = _text(d, "Version")
     switches = []
+    reported = False
     for fabric in members(tree, "/redfish/v1/Fabrics"):
+        reported = reported or bool(link(_doc(tree, fabric), "Endpoints"))
         for sp in members(tree, link(_doc(tree, fabric), "Switches") or ""):
             sw = _doc(tree, sp)
             ports = []
@@ -116,6 +121,7 @@ def switch_tray(tree: Tree) -> dict[str, Any]:
                               "link": _text(port, "LinkStatus"),
                               "protocol": _text(port, "PortProtocol"),
                               "speed_gbps": number(port.get("CurrentSpeedGbps")),
+                              **_endpoints(tree, port),
                               **{k: v for k, v in _status(port).items()
                                  if k in ("health", "state")}})
             switches.append({"id": _text(sw, "Id") or sp.rsplit("/", 1)[-1],
@@ -124,7 +130,36 @@ def switch_tray(tree: Tree) -> dict[str, Any]:
                                 if k in ("health", "state")}, "ports": ports})
     return {"serial": _text(first, "SerialNumber"), "model": _text(first, "Model"),
             **{k: v for k, v in _status(first).items() if k in ("health", "state")},
-            "firmware": firmware, "switches": switches}
+            "firmware": firmware, "switches": switches, "endpoints": reported}
+
+
+def gpu_uuid(raw: str) -> str:
+    """A GPU's UUID as both sides compare it: nvidia-smi says GPU-<uuid>, a Redfish
+    endpoint's UUID identifier the bare <uuid>."""
+    raw = raw.strip().lower()
+    return raw[4:] if raw.startswith("gpu-") else raw
+
+
+def _endpoints(tree: Tree, port: dict[str, Any]) -> dict[str, list[str]]:
+    """The GPUs a port's Links name (AssociatedEndpoints: each a fabric Endpoint whose
+    Identifiers hold the processor's UUID), and the endpoints that name none."""
+    raw = port.get("Links")
+    links: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    gpus: list[str] = []
+    unnamed: list[str] = []
+    refs = links.get("AssociatedEndpoints")
+    for ref in refs if isinstance(refs, list) else []:
+        path = ref.get("@odata.id") if isinstance(ref, dict) else None
+        ep = tree.get(path) if isinstance(path, str) else None
+        idents = ep.get("Identifiers") if isinstance(ep, dict) else None
+        ids = [i for i in idents if isinstance(i, dict) and i.get("DurableNameFormat") ==
+               "UUID" and isinstance(i.get("DurableName"), str)] \
+            if isinstance(idents, list) else []
+        if ids:
+            gpus.append(gpu_uuid(ids[0]["DurableName"]))
+        else:
+            unnamed.append(str(path))
+    return {"gpus": gpus, "unnamed": unnamed}
 
 
 # --- power shelf ------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from nodecert.cluster.hosts import cluster_hosts
 from nodecert.cluster.validate import plan_of
 from nodecert.core.errors import InventoryError
 from nodecert.inventory.cluster import ClusterConfig
+from nodecert.inventory.rack import kinds
 from nodecert.inventory.reader import HostSpec, Inventory, resolve
 from nodecert.rack.gather import read_rack
 from nodecert.rack.gather import specs as endpoint_specs
@@ -35,6 +36,7 @@ from nodecert.rack.judge import (
     judge_switch_trays,
     judge_trays,
 )
+from nodecert.rack.judge_nvlink import judge_nvlink_map
 from nodecert.rack.load import DomainLoad, LoadPlan, load_plan
 from nodecert.runs.layout import RunDir
 from nodecert.runs.records import RACK_SCHEMA as SCHEMA
@@ -122,12 +124,19 @@ def judge_rack(rack: dict[str, Any], trays: dict[str, dict[str, Any]],
     results = [judge_trays(rack, trays),
                judge_domain(rack, {h: t.get("fabric") for h, t in trays.items()})]
     not_judged = []
+    gpus_of = {h: (t.get("identity") or {}).get("gpus") for h, t in trays.items()}
+    nvlink_map = judge_nvlink_map(rack, gpus_of, comps,
+                                  kinds()[rack["kind"]].switch_chips_per_tray)
     for rule, judged, key in (("rack.switch_trays", judge_switch_trays(rack, comps),
                                "switch_trays"),
+                              ("rack.nvlink_map", nvlink_map, "switch_trays"),
                               ("rack.power", judge_power(rack, comps),
                                "power_shelves or pdus"),
                               ("rack.cooling", judge_cooling(rack, comps), "cdu")):
-        if judged is None:
+        if judged is None and rule == "rack.nvlink_map" and rack.get("switch_trays"):
+            not_judged.append(f"{rule}: the switch trays report no GPU behind their NVLink "
+                              "ports (Redfish Port Links.AssociatedEndpoints)")
+        elif judged is None:
             not_judged.append(f"{rule}: the rack names no {key.replace('_', ' ')} "
                               f"(nodecert_rack.{key.replace(' or ', ', ')})")
         else:

@@ -174,6 +174,11 @@ FAULT_KINDS: dict[str, FaultKind] = {
     "rack_port_down": _k({"part"}, {"switch", "port"}, "NVLink port `port` (default 1) of "
                          "switch `switch` (default 0) of switch tray `part` is down",
                          "rack.switch_trays"),
+    "rack_nvlink_crossed": _k({"part"}, {"switch", "port", "to"}, "the NVLink cable of "
+                              "port `port` (default 1) of switch `switch` (default 0) of "
+                              "switch tray `part` lands on the GPU planned for port `to` "
+                              "(default the next): that GPU has two links to the switch chip, "
+                              "the port's own GPU none", "rack.nvlink_map"),
     "rack_psu_failed": _k({"part"}, {"bay"}, "supply `bay` (default 1) of power shelf `part` "
                           "failed, its input lost", "rack.power"),
     "rack_shelf_failed": _k({"part"}, set(), "power shelf `part` itself fails (Critical)",
@@ -225,6 +230,14 @@ class Faults:
     def swapped(self, gpu: int) -> bool:
         return bool(self._of("gpu_swapped", gpu))
 
+    def gpu_identity(self, ident: dict[str, Any], gpu: int) -> dict[str, Any]:
+        """The GPU's identity as the hardware reports it: another board in a swapped
+        slot (the switch trays' ports see the same board as the tray)."""
+        if self.swapped(gpu):
+            return dict(ident, serial=ident["serial"][:-4] + "7777",
+                        uuid=ident["uuid"][:-4] + "7777")
+        return ident
+
     # --- links
     def pcie_link(self, gpu: int, gen: int, width: int) -> tuple[int, int]:
         """(generation, width) the GPU's link trains at."""
@@ -272,6 +285,11 @@ class Faults:
             elif kind == "rack_port_down":
                 out.setdefault(part, {})["port_down"] = {"switch": int(f.get("switch", 0)),
                                                          "port": int(f.get("port", 1))}
+            elif kind == "rack_nvlink_crossed":
+                port = int(f.get("port", 1))
+                out.setdefault(part, {})["nvlink_crossed"] = {
+                    "switch": int(f.get("switch", 0)), "port": port,
+                    "to": int(f.get("to", port + 1))}
             elif kind == "rack_psu_failed":
                 out.setdefault(part, {})["psu_failed"] = {"bay": int(f.get("bay", 1))}
             elif kind == "rack_shelf_failed":

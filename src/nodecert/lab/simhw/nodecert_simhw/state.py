@@ -86,11 +86,7 @@ def bus_id(hw, i, width=8):
 
 
 def gpu_identity(hw, i):
-    ident = hw["identity"]["gpus"][i]
-    if Faults(hw).swapped(i):  # another board in this slot
-        return dict(ident, serial=ident["serial"][:-4] + "7777",
-                    uuid=ident["uuid"][:-4] + "7777")
-    return ident
+    return Faults(hw).gpu_identity(hw["identity"]["gpus"][i], i)
 
 
 def jitter(*key, spread=1.0):
