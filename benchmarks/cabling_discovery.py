@@ -18,7 +18,7 @@ from pathlib import Path
 from nodecert.cluster.cabling import judge_cabling
 from nodecert.cluster.cabling_links import parse_ibnetdiscover_ports
 from nodecert.inventory.cableplan import read_plan
-from nodecert.lab import ibfabric
+from nodecert.lab import fabricplan, ibfabric
 from nodecert.lab.hardware import Fault
 
 FAULTS = [Fault("h2", "cable_swapped", {"hca": 0, "with": 1}),
@@ -36,7 +36,7 @@ def main() -> None:
     hosts = [(f"h{n}", n, 8) for n in range(1, args.nodes + 1)]
     with tempfile.TemporaryDirectory(prefix="nodecert-bench-") as d:
         work = Path(d)
-        (work / "plan.csv").write_text(ibfabric.plan_csv(hosts))
+        (work / "plan.csv").write_text(fabricplan.plan_csv(hosts))
         plan = read_plan(work / "plan.csv")
         t0 = time.perf_counter()
         text = ibfabric.read_locally(hosts, FAULTS, ["ibnetdiscover", "-p"], work)

@@ -13,7 +13,7 @@ from nodecert.cluster.cabling import judge_cabling
 from nodecert.cluster.cabling_links import parse_iblinkinfo, parse_ibnetdiscover_ports
 from nodecert.core.errors import NodecertError
 from nodecert.inventory.cableplan import read_plan
-from nodecert.lab import ibfabric
+from nodecert.lab import fabricplan, ibfabric
 from nodecert.lab.hardware import Fault, load_faults
 from nodecert_node.contract import Verdict
 from support.env import require
@@ -29,7 +29,7 @@ FAULTS = [Fault("h2", "cable_swapped", {"hca": 0, "with": 1}),
 
 def _plan(tmp_path: Path) -> Path:
     p = tmp_path / "plan.csv"
-    p.write_text(ibfabric.plan_csv(HOSTS))
+    p.write_text(fabricplan.plan_csv(HOSTS))
     return p
 
 
@@ -47,8 +47,8 @@ def test_the_plan_is_the_healthy_wiring_and_reads_clean(tmp_path: Path) -> None:
 
 @pytest.mark.unit
 def test_each_fault_changes_only_its_cable() -> None:
-    healthy = {(c.host, c.hca): c for c in ibfabric.wiring(HOSTS, [])}
-    faulty = {(c.host, c.hca): c for c in ibfabric.wiring(HOSTS, FAULTS)}
+    healthy = {(c.host, c.hca): c for c in fabricplan.wiring(HOSTS, [])}
+    faulty = {(c.host, c.hca): c for c in fabricplan.wiring(HOSTS, FAULTS)}
     changed = {k for k in healthy if faulty.get(k) != healthy[k]}
     assert changed == {("h2", 0), ("h2", 1), ("h3", 2), ("h4", 3), ("h2", 5), ("h3", 6)}
     assert (faulty[("h2", 0)].switch, faulty[("h2", 1)].switch) == ("leaf-01", "leaf-00")
@@ -67,10 +67,10 @@ def test_a_host_attaches_through_its_first_cabled_hca(tmp_path: Path) -> None:
     every = [Fault("h4", "cable_missing", {"hca": n}) for n in range(8)]
     assert ibfabric.attachment("h4", HOSTS, every) is None
     with pytest.raises(NodecertError, match="HCA 1 has no cable"):
-        ibfabric.wiring(HOSTS, [Fault("h2", "cable_missing", {"hca": 1}),
+        fabricplan.wiring(HOSTS, [Fault("h2", "cable_missing", {"hca": 1}),
                                 Fault("h2", "cable_swapped", {"hca": 0, "with": 1})])
     with pytest.raises(NodecertError, match="width '3X'"):
-        ibfabric.wiring(HOSTS, [Fault("h2", "cable_width", {"hca": 1, "width": "3x"})])
+        fabricplan.wiring(HOSTS, [Fault("h2", "cable_width", {"hca": 1, "width": "3x"})])
 
 
 @pytest.mark.unit

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import yaml
 
 from nodecert.lab import bmc as labbmc
-from nodecert.lab import cluster, ethfabric, ibfabric
+from nodecert.lab import cluster, ethfabric, fabricplan
 from nodecert.lab import rack as labrack
 from nodecert.lab.bmcupdate import lab_image_pins
 from nodecert.lab.config import LabConfig
@@ -122,10 +122,10 @@ def write_access_files(cfg: LabConfig, hosts: Sequence[Host], state: dict[str, A
         inv += [f"{k}='{json.dumps(v)}'" if isinstance(v, dict) else f"{k}={v}"
                 for k, v in cluster.inventory_vars().items()]
         inv.append(f"nodecert_shared_fs='{json.dumps(LAB_SHARED_FS)}'")
-        ib, eth = ibfabric.fabric_hosts(hosts), ethfabric.fabric_hosts(hosts)
+        ib, eth = fabricplan.fabric_hosts(hosts), ethfabric.fabric_hosts(hosts)
         plan = st / "cabling-plan.csv"
         if any(rails for _, _, rails in ib):
-            plan.write_text(ibfabric.plan_csv(ib))
+            plan.write_text(fabricplan.plan_csv(ib))
             inv.append("# The cluster's cable plan: its InfiniBand fabric (ibsim) as ordered.")
             inv.append(f"nodecert_cabling_plan={plan}")
         elif any(ports for _, _, ports in eth):

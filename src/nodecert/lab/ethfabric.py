@@ -4,7 +4,7 @@ where the lab's switches announce themselves (lab/lldpsim.py, real 802.1AB frame
 host runs Debian's lldpd on those ports, so `lldpctl -f json` on the host is the real
 tool's reading of where its cables go.
 
-Rail-optimised as the InfiniBand fabric (lab/ibfabric.py): port r of host N on port
+Wired as the InfiniBand fabric (lab/fabricplan.py): port r of host N on port
 `swpN` of `leaf-0r`. The cabling faults rewire what the switches announce or pull the
 cable (the link down): cable_swapped, cable_wrong_leaf, cable_missing, link_flapping;
 cable_width is InfiniBand's (LLDP does not carry a link's width).
@@ -24,10 +24,10 @@ from typing import Any
 from nodecert.core.shell import run
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.config import LabConfig
+from nodecert.lab.fabricplan import fabric_hosts as layer_hosts
+from nodecert.lab.fabricplan import plan_csv as fabric_plan_csv
+from nodecert.lab.fabricplan import wiring
 from nodecert.lab.hardware import Fault
-from nodecert.lab.ibfabric import fabric_hosts as ib_fabric_hosts
-from nodecert.lab.ibfabric import plan_csv as ib_plan_csv
-from nodecert.lab.ibfabric import wiring
 from nodecert.lab.lldpsim import INTERVAL_S, TTL_S
 
 LLDPD_CONF = "/etc/lldpd.d/nodecert-lab.conf"
@@ -49,7 +49,7 @@ def peer(n: int, hca: int) -> str:
 
 def fabric_hosts(hosts: Sequence[Any]) -> list[tuple[str, int, int]]:
     """(name, number, Ethernet ports) of lab hosts whose profile's fabric is Ethernet."""
-    return ib_fabric_hosts(hosts, "Ethernet")
+    return layer_hosts(hosts, "Ethernet")
 
 
 def state_dir(cfg: LabConfig) -> Path:
@@ -73,7 +73,7 @@ def announcements(hosts: list[tuple[str, int, int]], faults: list[Fault]) -> dic
 def plan_csv(hosts: list[tuple[str, int, int]]) -> str:
     """The Ethernet fabric as ordered: the plan names each host's interface and each
     switch's (LLDP carries no width)."""
-    return ib_plan_csv(hosts, fabric="Ethernet", port=netdev,
+    return fabric_plan_csv(hosts, fabric="Ethernet", port=netdev,
                        switch_port=lambda p: f"swp{p}", width=False)
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from nodecert.core.errors import NodecertError
 from nodecert.core.shell import run
-from nodecert.lab import blkio, cluster, ethfabric, ibfabric, net, stop
+from nodecert.lab import blkio, cluster, ethfabric, fabricplan, ibfabric, net, stop
 from nodecert.lab import bmc as labbmc
 from nodecert.lab import rack as labrack
 from nodecert.lab.access import write_access_files
@@ -231,7 +231,7 @@ class Lab:
         """A cluster's fabric wired as the faults leave it: InfiniBand (ibsim), Ethernet
         (LLDP from the lab's switches to lldpd on each host)."""
         roots = {h.name: self.cfg.host_dir(h.n) / "root" for h in hosts}
-        ibfabric.up(self.cfg, ibfabric.fabric_hosts(hosts), faults, roots)
+        ibfabric.up(self.cfg, fabricplan.fabric_hosts(hosts), faults, roots)
         lldp = ethfabric.up(self.cfg, ethfabric.fabric_hosts(hosts), faults, roots)
         if lldp:
             script = ("command -v lldpd >/dev/null || apt-get install -y -qq lldpd >/dev/null"

@@ -2,19 +2,9 @@
 wired from a topology file this module writes, discovered on the hosts by the real
 infiniband-diags tools (ibnetdiscover, iblinkinfo) through ibsim's umad2sim preload.
 
-The fabric is rail-optimised, as GPU clusters are cabled: HCA r of every host to leaf
-switch `leaf-<r>` (port = the host's number), every leaf to one spine (its last port), so
-one host discovers the whole subnet. The cable plan the lab's inventory names
-(`cabling-plan.csv`) is this wiring as ordered; the cabling faults change only the
-simulated wiring, never the plan:
-
-  cable_swapped {hca, with}   the host's two cables exchanged (each lands on the other's
-                              leaf port)
-  cable_wrong_leaf {hca, leaf} the cable lands on another rail's leaf (a free port there)
-  cable_width {hca, width}    the link trains at 2X (or 1X) instead of 4X
-  cable_missing {hca}         no cable
-  link_flapping {hca}         the link is down while the fabric is read (ibsim holds it
-                              down: the moment a flapping link is caught down)
+The fabric is wired as nodecert.lab.fabricplan says (rail-optimised, every leaf to one
+spine, so one host discovers the whole subnet), the cabling faults included; a link
+caught flapping is one ibsim holds down while the fabric is read.
 
 OpenSM (a real subnet manager, run once at the spine after every change) gives the ports
 their LIDs and brings them Active, so iblinkinfo reads the fabric as on a real cluster.
@@ -32,43 +22,19 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nodecert.core.errors import NodecertError
 from nodecert.core.shell import run
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.config import LabConfig
-from nodecert.lab.hardware import Fault, profile
+from nodecert.lab.fabricplan import LEAF_PORTS, SPINE, leaf, switch_ports, wiring
+from nodecert.lab.hardware import Fault
 
 PORT = 7720  # ibsim's remote (UDP) port; its clients take the next ports
 UMAD2SIM = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
-LEAF_PORTS = 64  # a leaf's ports: more for a fabric of more than 31 hosts (ibsim: 255)
-SPINE = "spine-00"
-WRONG_PORT_BASE = 32  # a wrongly cabled HCA lands on port 32 + its host's number (or
-# past the hosts' ports on a larger fabric); the leaf's last port goes to the spine
 READY_TIMEOUT_S = 20.0
-CABLING_KINDS = ("cable_swapped", "cable_wrong_leaf", "cable_width", "cable_missing",
-                 "link_flapping")
 _WIDTH_CODES = {"1X": 1, "4X": 2, "2X": 16}  # ibsim's w= (the PortInfo width bits)
-
-
-def fabric_hosts(hosts: Sequence[Any], layer: str = "InfiniBand"
-                 ) -> list[tuple[str, int, int]]:
-    """(name, number, rails) of lab hosts (anything with name, n and profile): the
-    rails are the profile's HCAs of that link layer (none on a profile of another)."""
-    out = []
-    for h in hosts:
-        hcas = profile(h.profile).get("hcas") or {}
-        mine = hcas.get("link_layer") == layer
-        out.append((h.name, h.n, int(hcas.get("count", 0)) if mine else 0))
-    return out
-
-
-def leaf(rail: int) -> str:
-    return f"leaf-{rail:02d}"
 
 
 def fabric_ip(cfg: LabConfig) -> ipaddress.IPv4Address:
@@ -77,65 +43,6 @@ def fabric_ip(cfg: LabConfig) -> ipaddress.IPv4Address:
 
 def state_dir(cfg: LabConfig) -> Path:
     return cfg.state / "ibfabric"
-
-
-@dataclass(frozen=True)
-class Cable:
-    host: str
-    hca: int
-    switch: str
-    port: int
-    width: str = "4X"
-
-
-def _ports(hosts: list[tuple[str, int, int]]) -> tuple[int, int]:
-    """(the first port a wrongly cabled HCA may land on, a leaf's port count)."""
-    last = max((n for _, n, _ in hosts), default=0)
-    wrong = max(WRONG_PORT_BASE, last + 1)
-    ports = max(LEAF_PORTS, wrong + last + 1)
-    if ports > 255:
-        raise NodecertError(f"a lab fabric of host numbers up to {last} needs {ports} ports "
-                            "a leaf; ibsim's switches have at most 255")
-    return wrong, ports
-
-
-def wiring(hosts: list[tuple[str, int, int]], faults: list[Fault]) -> list[Cable]:
-    """The cables as the lab's faults leave them. hosts: (name, number, rails)."""
-    wrong_base, _ = _ports(hosts)
-    cables: dict[tuple[str, int], Cable] = {
-        (name, r): Cable(name, r, leaf(r), n) for name, n, rails in hosts for r in range(rails)}
-    number = {name: n for name, n, _ in hosts}
-    rails_of = {name: rails for name, _, rails in hosts}
-    for f in faults:
-        if f.kind not in CABLING_KINDS:
-            continue
-        targets = [name for name, _, _ in hosts] if f.host == "*" else [f.host]
-        for h in targets:
-            hca = int(f.params["hca"])
-            if (h, hca) not in cables:
-                continue  # the cable is already gone (another fault)
-            c = cables[(h, hca)]
-            if f.kind == "cable_swapped":
-                other = int(f.params["with"])
-                if (h, other) not in cables:
-                    raise NodecertError(f"cable_swapped on {h}: HCA {other} has no cable",
-                                        hint="name two HCAs that are cabled")
-                o = cables[(h, other)]
-                cables[(h, hca)] = Cable(h, hca, o.switch, o.port, c.width)
-                cables[(h, other)] = Cable(h, other, c.switch, c.port, o.width)
-            elif f.kind == "cable_wrong_leaf":
-                to = int(f.params.get("leaf", (hca + 1) % max(1, rails_of[h])))
-                cables[(h, hca)] = Cable(h, hca, leaf(to), wrong_base + number[h],
-                                         c.width)
-            elif f.kind == "cable_width":
-                width = str(f.params.get("width", "2X")).upper()
-                if width not in _WIDTH_CODES:
-                    raise NodecertError(f"cable_width on {h}: width {width!r} is not one of "
-                                        f"{', '.join(sorted(_WIDTH_CODES))}")
-                cables[(h, hca)] = Cable(h, hca, c.switch, c.port, width)
-            else:  # cable_missing, link_flapping
-                del cables[(h, hca)]
-    return sorted(cables.values(), key=lambda c: (c.switch, c.port))
 
 
 def _ca(host: str, hca: int) -> str:
@@ -148,7 +55,7 @@ def topology(hosts: list[tuple[str, int, int]], faults: list[Fault]) -> str:
     single-port CA per HCA, each link with its width on both ends."""
     cables = wiring(hosts, faults)
     rails = max((r for _, _, r in hosts), default=0)
-    _, leaf_ports = _ports(hosts)
+    _, leaf_ports = switch_ports(hosts)
     lines = ["# nodecert lab InfiniBand fabric (SIMULATED: ibsim)", "",
              f'Switch\t{max(LEAF_PORTS, rails)} "{SPINE}"']
     lines += [f'[{r + 1}]\t"{leaf(r)}"[{leaf_ports}]' for r in range(rails)]
@@ -161,19 +68,6 @@ def topology(hosts: list[tuple[str, int, int]], faults: list[Fault]) -> str:
         lines += ["", f'Hca\t1 "{_ca(c.host, c.hca)}"',
                   f'[1]\t"{c.switch}"[{c.port}]\tw={_WIDTH_CODES[c.width]}']
     return "\n".join(lines) + "\n"
-
-
-def plan_csv(hosts: list[tuple[str, int, int]], *, fabric: str = "InfiniBand",
-             port: Callable[[int], str] = lambda hca: f"mlx5_{hca}",
-             switch_port: Callable[[int], str] = str, width: bool = True) -> str:
-    """The lab's cable plan: the fabric as ordered (no fault changes it); each host port
-    and switch port named as the fabric's tools name them."""
-    rows = [f"# The nodecert lab's cable plan (its {fabric} fabric as ordered)",
-            "node,port,rail,switch,switch_port,cable_type" + (",width" if width else "")]
-    rows += [f"{c.host},{port(c.hca)},{c.hca},{c.switch},{switch_port(c.port)},DAC"
-             + (f",{c.width}" if width else "")
-             for c in sorted(wiring(hosts, []), key=lambda c: (c.host, c.hca))]
-    return "\n".join(rows) + "\n"
 
 
 def attachment(host: str, hosts: list[tuple[str, int, int]], faults: list[Fault]
@@ -341,22 +235,5 @@ def up(cfg: LabConfig, hosts: list[tuple[str, int, int]], faults: list[Fault],
         tmp.replace(etc / "ibfabric.env")
 
 
-__all__ = [
-    "CABLING_KINDS",
-    "UMAD2SIM",
-    "Cable",
-    "attachment",
-    "env_file",
-    "fabric_hosts",
-    "fabric_ip",
-    "plan_csv",
-    "preflight",
-    "read_locally",
-    "sm_command",
-    "sm_env",
-    "stop",
-    "tool",
-    "topology",
-    "up",
-    "wiring",
-]
+__all__ = ["UMAD2SIM", "attachment", "env_file", "fabric_ip", "preflight", "read_locally",
+           "sm_command", "sm_env", "stop", "tool", "topology", "up"]
