@@ -1,6 +1,6 @@
 """A cluster lab's Ethernet (RoCE) fabric read over LLDP: Debian's lldpd on each host
-hears the lab's leaf switches (real 802.1AB frames from the management namespace), and
-nodecert's discovery (`lldpctl -f json` on every host, over SSH) judged against the
+hears the lab's leaf switches (each one Debian's lldpd on its ports in the management
+namespace), and nodecert's discovery (`lldpctl -f json` on every host, over SSH) judged against the
 lab's cable plan names each cabling fault by link, node and port."""
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import pytest
 
 from nodecert.cluster.cabling_discover import cabling_check
 from nodecert.cluster.validate import cable_plan, context
+from nodecert.lab import bmc as labbmc
+from nodecert.lab import leafswitch
 from nodecert.lab.hosts import Lab
 from nodecert_node.contract import Result, Verdict
 from support.env import require_root
@@ -53,6 +55,10 @@ def test_lldp_reads_the_fabric_as_wired_and_names_each_fault(
     doc = json.loads(roce_lab.ssh("h1", "lldpctl -f json").stdout)  # the real tool
     text = json.dumps(doc)
     assert "leaf-00" in text and "leaf-01" in text and "swp1" in text
+    # what a switch's lldpd sends: the port ID as the switch names it, and the system
+    # description saying what the switch is
+    assert '"type": "local", "value": "swp1"' in text and leafswitch.DESCRIPTION in text
+    _switches_are_lldpd(roce_lab, 2)
     r = _cabling(roce_lab)
     assert r.verdict is Verdict.PASS, r.findings
     assert r.summary == "all 4 planned links where the plan says, at its width and speed"
@@ -69,3 +75,17 @@ def test_lldp_reads_the_fabric_as_wired_and_names_each_fault(
     # wired again: as planned again
     _faults(roce_lab, tmp_path)
     assert _cabling(roce_lab).verdict is Verdict.PASS
+    _switches_are_lldpd(roce_lab, 2)  # restarted with each rewiring, never piling up
+
+
+def _switches_are_lldpd(lab: Lab, count: int) -> None:
+    """The switches this lab runs: that many, each a live lldpd of the unpacked binary
+    in the lab's management namespace."""
+    d = leafswitch.state_dir(lab.cfg)
+    pids = [int(p.read_text()) for p in sorted(d.glob("*.pid"))]
+    assert len(pids) == count
+    lldpd = d / "lldpd/usr/sbin/lldpd"
+    netns = Path(f"/run/netns/{labbmc.netns_name(lab.cfg)}").stat().st_ino
+    for pid in pids:
+        assert Path(f"/proc/{pid}/exe").resolve() == lldpd
+        assert Path(f"/proc/{pid}/ns/net").stat().st_ino == netns

@@ -34,7 +34,7 @@ from typing import Any
 
 from nodecert.core.errors import NodecertError
 from nodecert.core.shell import run
-from nodecert.lab import blkio, cluster, ethfabric, fabricplan, ibfabric, net, stop
+from nodecert.lab import blkio, cluster, ethfabric, fabricplan, ibfabric, leafswitch, net, stop
 from nodecert.lab import bmc as labbmc
 from nodecert.lab import rack as labrack
 from nodecert.lab.access import write_access_files
@@ -232,7 +232,8 @@ class Lab:
         (LLDP from the lab's switches to lldpd on each host)."""
         roots = {h.name: self.cfg.host_dir(h.n) / "root" for h in hosts}
         ibfabric.up(self.cfg, fabricplan.fabric_hosts(hosts), faults, roots)
-        lldp = ethfabric.up(self.cfg, ethfabric.fabric_hosts(hosts), faults, roots)
+        lldp = ethfabric.up(self.cfg, ethfabric.fabric_hosts(hosts), faults, roots,
+                            Path((self._read_state() or {})["mirror"]))
         if lldp:
             script = ("command -v lldpd >/dev/null || apt-get install -y -qq lldpd >/dev/null"
                       " && systemctl restart lldpd")
@@ -589,6 +590,7 @@ class Lab:
         for group in blkio.owned(self.cfg):
             blkio.remove(self.cfg, group)
         ibfabric.stop(self.cfg)
+        leafswitch.stop(self.cfg)
         labbmc.down(self.cfg)  # the management namespace, ibsim's and the switches' too
         shutil.rmtree(ibfabric.state_dir(self.cfg), ignore_errors=True)
         shutil.rmtree(ethfabric.state_dir(self.cfg), ignore_errors=True)
