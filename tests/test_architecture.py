@@ -365,6 +365,37 @@ def test_long_modules_say_why() -> None:
     assert unexplained == []
 
 
+LONG_FUNCTION_LINES = 60
+# A ratchet: the functions past LONG_FUNCTION_LINES (simulators' output tables, the
+# lab's Redfish trees, a few parsers) are at most this many; lower it when one is split.
+LONG_FUNCTIONS_MAX = 15
+
+
+def long_functions(paths: list[Path]) -> list[str]:
+    """path:line name (lines) of each function longer than LONG_FUNCTION_LINES."""
+    out = []
+    for p in paths:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > LONG_FUNCTION_LINES:
+                    out.append(f"{p.name}:{node.lineno} {node.name} ({n})")
+    return out
+
+
+def test_long_functions_are_few() -> None:
+    paths = sorted((REPO / "src").rglob("*.py")) + sorted((REPO / "validators").rglob("*.py"))
+    long = long_functions(paths)
+    assert len(long) <= LONG_FUNCTIONS_MAX, long
+
+
+def test_a_planted_long_function_is_counted(tmp_path: Path) -> None:
+    planted = tmp_path / "big.py"
+    planted.write_text("def big() -> int:\n" + "    x = 1\n" * LONG_FUNCTION_LINES
+                       + "    return x\n\n\ndef small() -> None:\n    pass\n")
+    assert long_functions([planted]) == [f"big.py:1 big ({LONG_FUNCTION_LINES + 2})"]
+
+
 def helper_imports_outside_support(root: Path) -> list[str]:
     """Lines that take a helper from conftest or from another test file: helpers that more
     than one file uses live in tests/support."""

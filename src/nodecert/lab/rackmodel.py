@@ -70,6 +70,32 @@ def _serial(name: str) -> str:
     return f"SIM{zlib.crc32(name.encode()) % 10**9:09d}"
 
 
+def _gpu_endpoints(tree: dict[str, Any], gpus: tuple[str, ...]) -> list[str]:
+    """Each GPU behind the tray's ports as a fabric endpoint (DMTF Endpoint: the processor
+    it connects, identified by its UUID), added to the tree; their paths, in GPU order."""
+    eps = [f"Fabrics/NVLink/Endpoints/GPU_{g}" for g in range(len(gpus))]
+    if gpus:
+        tree["Fabrics/NVLink/Endpoints"] = _coll("Fabrics/NVLink/Endpoints",
+                                                 "EndpointCollection", eps)
+    for g, (ep, uuid) in enumerate(zip(eps, gpus, strict=True)):
+        tree[ep] = {"@odata.id": f"/redfish/v1/{ep}",
+                    "@odata.type": "#Endpoint.v1_8_0.Endpoint", "Id": f"GPU_{g}",
+                    "Name": f"GPU {g}", "EndpointProtocol": "NVLink",
+                    "ConnectedEntities": [{"EntityType": "Processor", "EntityRole": "Both"}],
+                    "Identifiers": [{"DurableName": uuid.removeprefix("GPU-"),
+                                     "DurableNameFormat": "UUID"}]}
+    return eps
+
+
+def _port(path: str, p: int, down: bool, endpoint: str | None) -> dict[str, Any]:
+    """One NVLink port: up (or down), naming the GPU endpoint its link reaches."""
+    return {"@odata.id": f"/redfish/v1/{path}", "@odata.type": "#Port.v1_11_0.Port",
+            "Id": f"acp{p}", "PortProtocol": "NVLink", "PortType": "BidirectionalPort",
+            "LinkStatus": "LinkDown" if down else "LinkUp", "LinkState": "Enabled",
+            "CurrentSpeedGbps": 0 if down else 400, "Status": _status(not down),
+            **({"Links": {"AssociatedEndpoints": [_id(endpoint)]}} if endpoint else {})}
+
+
 def switch_tray(name: str, faults: dict[str, Any], ports: int = PORTS_PER_SWITCH,
                 gpus: tuple[str, ...] = ()) -> dict[str, Any]:
     """gpus: the rack's GPU UUIDs in tray order; port p of each switch chip carries one
@@ -105,19 +131,7 @@ def switch_tray(name: str, faults: dict[str, Any], ports: int = PORTS_PER_SWITCH
                            "Switches": _id("Fabrics/NVLink/Switches"),
                            **({"Endpoints": _id("Fabrics/NVLink/Endpoints")} if gpus else {})},
     }
-    # Each GPU behind the tray's ports is a fabric endpoint (DMTF Endpoint: the processor
-    # it connects, identified by its UUID); a port names its endpoint in its Links.
-    eps = [f"Fabrics/NVLink/Endpoints/GPU_{g}" for g in range(len(gpus))]
-    if gpus:
-        tree["Fabrics/NVLink/Endpoints"] = _coll("Fabrics/NVLink/Endpoints",
-                                                 "EndpointCollection", eps)
-    for g, (ep, uuid) in enumerate(zip(eps, gpus, strict=True)):
-        tree[ep] = {"@odata.id": f"/redfish/v1/{ep}",
-                    "@odata.type": "#Endpoint.v1_8_0.Endpoint", "Id": f"GPU_{g}",
-                    "Name": f"GPU {g}", "EndpointProtocol": "NVLink",
-                    "ConnectedEntities": [{"EntityType": "Processor", "EntityRole": "Both"}],
-                    "Identifiers": [{"DurableName": uuid.removeprefix("GPU-"),
-                                     "DurableNameFormat": "UUID"}]}
+    eps = _gpu_endpoints(tree, gpus)
     sws = [f"Fabrics/NVLink/Switches/NVSwitch_{s}" for s in range(SWITCHES_PER_TRAY)]
     tree["Fabrics/NVLink/Switches"] = _coll("Fabrics/NVLink/Switches", "SwitchCollection", sws)
     for s, sw in enumerate(sws):
@@ -127,18 +141,11 @@ def switch_tray(name: str, faults: dict[str, Any], ports: int = PORTS_PER_SWITCH
         names = [f"{sw}/Ports/acp{p}" for p in range(1, ports + 1)]
         tree[f"{sw}/Ports"] = _coll(f"{sw}/Ports", "PortCollection", names)
         for p, port in enumerate(names, 1):
-            bad = down.get("switch") == s and down.get("port") == p
             # a crossed cable: the port's link lands on the GPU planned for port `to`
             g = (int(crossed.get("to", p + 1)) if crossed.get("switch") == s and
                  crossed.get("port") == p else p) - 1
-            tree[port] = {"@odata.id": f"/redfish/v1/{port}",
-                          "@odata.type": "#Port.v1_11_0.Port", "Id": f"acp{p}",
-                          "PortProtocol": "NVLink", "PortType": "BidirectionalPort",
-                          "LinkStatus": "LinkDown" if bad else "LinkUp",
-                          "LinkState": "Enabled", "CurrentSpeedGbps": 0 if bad else 400,
-                          "Status": _status(not bad),
-                          **({"Links": {"AssociatedEndpoints": [_id(eps[g])]}}
-                             if 0 <= g < len(eps) else {})}
+            tree[port] = _port(port, p, down.get("switch") == s and down.get("port") == p,
+                               eps[g] if 0 <= g < len(eps) else None)
     return tree
 
 

@@ -215,10 +215,7 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
     cabling = cabling_fn or rack_cabling(inventory, rack, request.become)
     run_dir = RunDir.new(request.runs_dir, "rack").make().path
     started = time.time()
-    say(f"rack {rack['name']} ({rack['kind']}): {len(rack['trays'])} compute trays, "
-        f"{len(rack.get('switch_trays') or [])} switch trays, "
-        f"{len(rack.get('power_shelves') or [])} power shelves"
-        + (", a CDU" if rack.get("cdu") else ""))
+    say(_what(rack))
     run_trays = trays_fn or (lambda inv, r, d, s: tray_runs(inv, r, d, s, request.become))
     t0 = time.monotonic()
 
@@ -247,21 +244,37 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
         say("fabric.cabling: the trays' discovered links against the cable plan")
         results.append(cabling())
     not_judged += _not_loaded(loaded, plan, asked=request.load)
+    # wall times: the trays' checks and the endpoints' reading ran at once
+    seconds = {"trays": round(trays_s, 1), "load": round(load_s, 1),
+               "infrastructure": round(infra_s, 1), "total": round(time.monotonic() - t0, 1)}
+    data = _record(run_dir, rack, results, not_judged=not_judged, trays=trays, comps=comps,
+                   seconds=seconds, started=started)
+    write_json(RunDir(run_dir).cluster_results, data)
+    return run_dir, data
+
+
+def _what(rack: dict[str, Any]) -> str:
+    return (f"rack {rack['name']} ({rack['kind']}): {len(rack['trays'])} compute trays, "
+            f"{len(rack.get('switch_trays') or [])} switch trays, "
+            f"{len(rack.get('power_shelves') or [])} power shelves"
+            + (", a CDU" if rack.get("cdu") else ""))
+
+
+def _record(run_dir: Path, rack: dict[str, Any], results: list[Result], *,
+            not_judged: list[str], trays: dict[str, dict[str, Any]],
+            comps: list[dict[str, Any]], seconds: dict[str, float], started: float
+            ) -> dict[str, Any]:
+    """The rack run's record (nodecert.rack-run/v1)."""
     verdict = worst(r.verdict for r in results) if results else Verdict.ERROR
-    data = {"schema": SCHEMA, "run_id": run_dir.name,
+    return {"schema": SCHEMA, "run_id": run_dir.name,
             "rack": {k: rack.get(k) for k in PUBLIC},
             "verdict": verdict.name, "results": [r.as_dict() for r in results],
             "not_judged": not_judged,
             "trays": {h: _tray_record(t) for h, t in trays.items()},
             "components": comps,
             "simulated": any(t.get("simulated") for t in trays.values()),
-            # wall times: the trays' checks and the endpoints' reading ran at once
-            "seconds": {"trays": round(trays_s, 1), "load": round(load_s, 1),
-                        "infrastructure": round(infra_s, 1),
-                        "total": round(time.monotonic() - t0, 1)},
+            "seconds": seconds,
             "started": round(started, 3), "finished": round(time.time(), 3)}
-    write_json(RunDir(run_dir).cluster_results, data)
-    return run_dir, data
 
 
 def _under_load(plan: LoadPlan, run_dir: Path, say: Progress, stop: threading.Event
