@@ -36,20 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodecert.certs import signing
 from nodecert.certs.intoto import (
     CLUSTER_PREDICATE_TYPE,
     LIST_PREDICATE_TYPE,
     PAYLOAD_TYPE,
     RACK_PREDICATE_TYPE,
     STATEMENT_TYPE,
-)
-from nodecert.certs.signing import (
-    PrivateKey,
-    PublicKey,
-    SignatureError,
-    canonical_json,
-    sign_envelope,
-    verify_envelope,
 )
 from nodecert.core.errors import NodecertError
 from nodecert_node.contract import write_atomic
@@ -239,11 +232,11 @@ def _entries(p: dict[str, Any]) -> dict[str, Entry]:
     return out
 
 
-def parse(envelope: Any, trusted: list[PublicKey], source: str) -> Register:
+def parse(envelope: Any, trusted: list[signing.PublicKey], source: str) -> Register:
     """The register a signed list holds, checked against the trusted keys."""
     try:
-        ptype, payload, signer = verify_envelope(envelope, trusted)
-    except SignatureError as exc:
+        ptype, payload, signer = signing.verify_envelope(envelope, trusted)
+    except signing.SignatureError as exc:
         raise RevocationError(f"{source}: the revocation list's signature does not verify "
                               f"({exc})", hint="use the list the same signer wrote; never "
                               "a copy someone else edited") from exc
@@ -262,7 +255,7 @@ def parse(envelope: Any, trusted: list[PublicKey], source: str) -> Register:
     return reg
 
 
-def load(path: Path, trusted: list[PublicKey], *, missing_ok: bool = False) -> Register:
+def load(path: Path, trusted: list[signing.PublicKey], *, missing_ok: bool = False) -> Register:
     """The list at path (an empty register where there is none yet and missing_ok)."""
     try:
         with path.open("rb") as f:
@@ -361,16 +354,16 @@ def locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def save(path: Path, reg: Register, key: PrivateKey, now: dt.datetime) -> Register:
+def save(path: Path, reg: Register, key: signing.PrivateKey, now: dt.datetime) -> Register:
     """Sign the register as the next list and write it whole (temp + rename)."""
     st = statement(reg, now)
-    env = sign_envelope(canonical_json(st), PAYLOAD_TYPE, key)
+    env = signing.sign_envelope(signing.canonical_json(st), PAYLOAD_TYPE, key)
     write_atomic(str(path), json.dumps(env, indent=1).encode() + b"\n")
     return Register(reg.entries, st["predicate"]["sequence"], st["predicate"]["issued"])
 
 
 @contextmanager
-def updating(path: Path, key: PrivateKey, now: dt.datetime) -> Iterator[list[Entry]]:
+def updating(path: Path, key: signing.PrivateKey, now: dt.datetime) -> Iterator[list[Entry]]:
     """Lock and read the list before the caller writes its certificates (an existing
     list that does not verify with this key is refused, never overwritten, and nothing
     is written); the entries the caller appends are signed into the list when its block
@@ -383,7 +376,7 @@ def updating(path: Path, key: PrivateKey, now: dt.datetime) -> Iterator[list[Ent
             save(path, register(reg, new, now), key, now)
 
 
-def revoke_file(path: Path, key: PrivateKey, digest: str, reason: str,
+def revoke_file(path: Path, key: signing.PrivateKey, digest: str, reason: str,
                 now: dt.datetime) -> Register:
     with locked(path):
         reg = load(path, [key.public_key()])

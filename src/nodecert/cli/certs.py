@@ -8,24 +8,7 @@ from typing import Any
 
 import click
 
-from nodecert.cli.common import (
-    become_options,
-    become_source,
-    echo,
-    emit_json,
-    freshness,
-    freshness_options,
-    handle_errors,
-    json_option,
-    key_statement_option,
-    lang_option,
-    pdf_option,
-    require_option,
-    revocations_option,
-    signing_key_option,
-    step_name,
-    style,
-)
+from nodecert.cli import common
 from nodecert.core.errors import ExitCode
 from nodecert.core.textsafe import one_line
 
@@ -41,12 +24,12 @@ def print_certified(run: Any) -> None:
         else:
             why = f": {n.reasons[0]}" + (f" (+{len(n.reasons) - 1} more)"
                                          if len(n.reasons) > 1 else "") if n.reasons else ""
-        echo(f"{n.host:<14} {n.verdict}{sim}{why}")
+        common.echo(f"{n.host:<14} {n.verdict}{sim}{why}")
     for host, why in run.failed.items():
-        echo(f"{host:<14} NOT CERTIFIED: {why}", err=True)
-    echo(f"certificates: {run.out_dir} (fleet page {run.index}, JUnit {run.junit})")
+        common.echo(f"{host:<14} NOT CERTIFIED: {why}", err=True)
+    common.echo(f"certificates: {run.out_dir} (fleet page {run.index}, JUnit {run.junit})")
     if run.revocations is not None:
-        echo(f"revocation list: {run.revocations} (older certificates of these nodes are "
+        common.echo(f"revocation list: {run.revocations} (older certificates of these nodes are "
              "superseded there)")
 
 
@@ -73,7 +56,7 @@ def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
 
     key, created = signing_key(key_path)
     if created is not None:
-        echo(f"created signing key {created.private} (0600) and {created.public}",
+        common.echo(f"created signing key {created.private} (0600) and {created.public}",
                    err=True)
     run = certify(run_dir, key, out_dir=out_dir, valid_days=valid_days or DEFAULT_VALID_DAYS,
                   max_age_days=max_age_days or DEFAULT_MAX_AGE_DAYS, cluster_cert=cluster_cert,
@@ -118,7 +101,7 @@ Examples:
 
 @click.command("certify", help=_CERTIFY_HELP)
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@signing_key_option
+@common.signing_key_option
 @click.option("--valid-days", type=click.IntRange(min=1), default=90, show_default=True,
               help="Days the certificate is valid, counted from the end of the validation.")
 @click.option("--max-result-age-days", "max_age_days", type=click.FloatRange(min=0.01),
@@ -129,17 +112,17 @@ Examples:
 @click.option("--cluster-cert", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="The cluster or rack certificate (same key) the nodes were proven in "
                    "together: each node's certificate references it.")
-@revocations_option
+@common.revocations_option
 @click.option("--attestation-verifier", metavar="PYTHON",
               help="The Python of NVIDIA's local GPU verifier on this machine: the GPUs' "
                    "evidence is verified here, not taken from the node (default: "
                    "NODECERT_ATTESTATION_VERIFIER; without either it is stated as "
                    "node-reported).")
-@require_option
-@lang_option
-@pdf_option
-@json_option
-@handle_errors
+@common.require_option
+@common.lang_option
+@common.pdf_option
+@common.json_option
+@common.handle_errors
 def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_days: float,
                 out_dir: Path | None, cluster_cert: Path | None, revocations: Path | None,
                 attestation_verifier: str | None, require: str | None, lang: str | None,
@@ -152,7 +135,7 @@ def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_d
                    rendering=Rendering(choose(lang), pdf),
                    attestation_verifier=attestation_verifier)
     if as_json:
-        emit_json(certified_json(run))
+        common.emit_json(certified_json(run))
     sys.exit(int(ExitCode.OK if run.ok(require_acceptance=require == "acceptance")
                  else ExitCode.FAILED))
 
@@ -184,8 +167,8 @@ Example:
               type=click.Path(path_type=Path, dir_okay=False),
               help="The private key that signed the certificate and the list.")
 @click.option("--reason", required=True, help="Why the certificate no longer holds.")
-@json_option
-@handle_errors
+@common.json_option
+@common.handle_errors
 def revoke_cmd(certificate: Path, revocations: Path, key_path: Path, reason: str,
                as_json: bool) -> None:
     import datetime as dt
@@ -203,10 +186,10 @@ def revoke_cmd(certificate: Path, revocations: Path, key_path: Path, reason: str
     digest = payload_digest(payload)
     reg = revoke_file(revocations, key, digest, reason, dt.datetime.now(dt.UTC))
     if as_json:
-        emit_json({"certificate": str(certificate), "statement_sha256": digest,
+        common.emit_json({"certificate": str(certificate), "statement_sha256": digest,
                    "revocations": str(revocations), "sequence": reg.sequence})
         return
-    echo(f"revoked sha256:{digest} on {revocations} (list #{reg.sequence}): give verifiers "
+    common.echo(f"revoked sha256:{digest} on {revocations} (list #{reg.sequence}): give verifiers "
          "the new list")
 
 
@@ -278,16 +261,16 @@ Examples:
 @click.option("--revocations", type=click.Path(path_type=Path, dir_okay=False),
               help="The signer's revocation list: fail if it revokes or supersedes the "
                    "certificate.")
-@freshness_options
-@key_statement_option
+@common.freshness_options
+@common.key_statement_option
 @click.option("--require-signers", type=click.IntRange(min=1), default=1, show_default=True,
               help="How many different parties must have signed (two-party signing; a key "
                    "and the keys it handed over to are one party).")
-@require_option
-@lang_option
-@json_option
-@become_options
-@handle_errors
+@common.require_option
+@common.lang_option
+@common.json_option
+@common.become_options
+@common.handle_errors
 def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                inventory: Path | None, allow_simulated: bool, expect_host: str | None,
                expect_serial: str | None, expect_identity: str | None,
@@ -301,7 +284,7 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
     if host and inventory is None:
         raise ReportError("--host needs --inventory to reach the host",
                           hint=f"add -i INVENTORY (the inventory {host} is in)")
-    live = live_identity(host, inventory, become=become_source(become_file, vault_file)) \
+    live = live_identity(host, inventory, become=common.become_source(become_file, vault_file)) \
         if host and inventory else None
     v = verify_report(report, list(pubkeys), allow_simulated=allow_simulated,
                       live_identity=live, live_host=host,
@@ -309,25 +292,26 @@ def verify_cmd(report: Path, pubkeys: tuple[Path, ...], host: str | None,
                               "identity": expect_identity}, revocations=revocations,
                       key_statements=list(key_statements), require_signers=require_signers,
                       require_acceptance=require == "acceptance",
-                      freshness=freshness(max_list_age_days, seen_lists))
+                      freshness=common.freshness(max_list_age_days, seen_lists))
     subject = subject_line(v.statement)
     if as_json:
-        emit_json({"report": str(report), "valid": v.ok, "kind": v.kind, "subject": subject,
+        common.emit_json({"report": str(report), "valid": v.ok, "kind": v.kind, "subject": subject,
                    "verdict": v.verdict or None,
                     "steps": [{"step": n, "ok": ok, "detail": d} for n, ok, d in v.steps]})
         sys.exit(int(v.exit_code))
     tr = gettext_for(choose(lang)).gettext
-    echo(tr("subject:") + " " + subject)  # first: whom this certificate is about
+    common.echo(tr("subject:") + " " + subject)  # first: whom this certificate is about
     for name, ok, detail in v.steps:
-        mark = style("ok  ", fg="green") if ok else style("FAIL", fg="red",
+        mark = common.style("ok  ", fg="green") if ok else common.style("FAIL", fg="red",
                                                                           bold=True)
         # the mark keeps its colour; a step's detail is the evidence, as found
-        click.echo(f"{mark} {step_name(name, tr):<14} {one_line(detail)}")
+        click.echo(f"{mark} {common.step_name(name, tr):<14} {one_line(detail)}")
     if not v.ok:
-        echo(tr("NOT VALID: see the failed step(s) above"))
+        common.echo(tr("NOT VALID: see the failed step(s) above"))
     elif v.verdict == "HEALTHY":
-        echo(tr("VALID as a health record: the node is HEALTHY, not READY (no acceptance "
+        common.echo(tr("VALID as a health record: the node is HEALTHY, not READY (no acceptance "
                 "run); see the scope step"))
     else:
-        echo(tr("VALID: the certificate holds and the %(kind)s is READY") % {"kind": tr(v.kind)})
+        common.echo(tr("VALID: the certificate holds and the %(kind)s is READY")
+                    % {"kind": tr(v.kind)})
     sys.exit(int(v.exit_code))

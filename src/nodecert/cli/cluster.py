@@ -9,21 +9,7 @@ from typing import Any
 
 import click
 
-from nodecert.cli.common import (
-    become_options,
-    become_source,
-    certify_options,
-    echo,
-    echo_results,
-    echo_run_end,
-    emit_json,
-    handle_errors,
-    inventory_option,
-    json_option,
-    limit_option,
-    runs_dir_option,
-    split_hosts,
-)
+from nodecert.cli import common
 from nodecert.cli.fleet import baseline_file_option, pubkey_option, read_baseline
 from nodecert.core.errors import ExitCode
 
@@ -61,8 +47,8 @@ Examples:
 
 
 @cluster.command("validate", help=_VALIDATE_HELP)
-@inventory_option
-@limit_option
+@common.inventory_option
+@common.limit_option
 @click.option("--engine", type=click.Choice(["slurm", "mpirun"]),
               help="Where jobs run (default: the inventory's, else mpirun).")
 @click.option("--launch-host", help="Inventory host srun/mpirun run on (default: the "
@@ -85,10 +71,10 @@ Examples:
               help="Sign the run as a cluster certificate with this private key.")
 @baseline_file_option
 @pubkey_option
-@runs_dir_option
-@json_option
-@become_options
-@handle_errors
+@common.runs_dir_option
+@common.json_option
+@common.become_options
+@common.handle_errors
 def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          launch_host: str | None, partition: str | None,
                          account: str | None, reservation: str | None,
@@ -119,9 +105,10 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
     given = {k: getattr(parsed, k) for k in given}  # as the settings hold them
     key = load_private_key(key_path) if key_path else None  # a bad key fails before jobs
     baseline = read_baseline(fleet_baseline, pubkeys)  # so does a bad fleet baseline
-    request = ClusterRequest(path, limit=split_hosts(limit), overrides=given,
-                             runs_dir=runs_dir, become=become_source(become_file, vault_file))
-    run_dir, data = cluster_validate(request, progress=lambda line: echo(line, err=True))
+    request = ClusterRequest(path, limit=common.split_hosts(limit), overrides=given,
+                             runs_dir=runs_dir,
+                             become=common.become_source(become_file, vault_file))
+    run_dir, data = cluster_validate(request, progress=lambda line: common.echo(line, err=True))
     if baseline is not None:
         from nodecert.fleet.judging import add_to_cluster_run
         data = add_to_cluster_run(run_dir, data, baseline)
@@ -134,20 +121,20 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
     code = ExitCode.OK if passed(rec) else ExitCode.FAILED
     verdict = rec.outcome.name
     if as_json:
-        emit_json({"run_dir": str(run_dir), "verdict": verdict, "culprits": rec.culprits,
+        common.emit_json({"run_dir": str(run_dir), "verdict": verdict, "culprits": rec.culprits,
                    "results": [r.as_dict() for r in rec.results], **cert})
         sys.exit(int(code))
-    echo_results(rec.results)
-    echo(f"cluster: {verdict}" + (f"  named: {', '.join(rec.culprits)}"
+    common.echo_results(rec.results)
+    common.echo(f"cluster: {verdict}" + (f"  named: {', '.join(rec.culprits)}"
                                   if rec.culprits else "")
          + ("  (SIMULATED)" if rec.simulated else ""))
-    echo_run_end(run_dir, cert)
+    common.echo_run_end(run_dir, cert)
     sys.exit(int(code))
 
 
 @cluster.command("certify")
-@certify_options
-@handle_errors
+@common.certify_options
+@common.handle_errors
 def cluster_certify_cmd(run_dir: Path, key_path: Path, valid_days: int,
                         max_age_days: float, revocations: Path | None, lang: str | None,
                         pdf: bool) -> None:
@@ -170,7 +157,7 @@ def cluster_certify_cmd(run_dir: Path, key_path: Path, valid_days: int,
                                          revocations=revocations
                                          or run_dir.parent / DEFAULT_NAME,
                                          rendering=Rendering(choose(lang), pdf))
-    echo(f"certificate: {env} ({verdict}), page: {html}")
+    common.echo(f"certificate: {env} ({verdict}), page: {html}")
 
 
 __all__ = ["cluster"]

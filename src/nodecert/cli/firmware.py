@@ -8,16 +8,7 @@ from pathlib import Path
 
 import click
 
-from nodecert.cli.common import (
-    echo,
-    emit_json,
-    handle_errors,
-    inventory_option,
-    json_option,
-    limit_option,
-    runs_dir_option,
-    split_hosts,
-)
+from nodecert.cli import common
 from nodecert.core.errors import ExitCode
 from nodecert.core.textsafe import one_line
 from nodecert.firmware.apply import FirmwareRequest, FirmwareRun, run_firmware
@@ -36,24 +27,24 @@ def firmware() -> None:
 
 def _print(run: FirmwareRun) -> None:
     for name, h in sorted(run.hosts.items()):
-        echo(f"{name:<14} {h.status:<11} {h.recipe}" + (f": {one_line(h.error)}"
+        common.echo(f"{name:<14} {h.status:<11} {h.recipe}" + (f": {one_line(h.error)}"
                                                       if h.error else ""))
         for s in h.steps:
             if s.action != "current":
-                echo(f"  {s.component:<12} {s.member.rsplit('/', 1)[-1]:<16} "
+                common.echo(f"  {s.component:<12} {s.member.rsplit('/', 1)[-1]:<16} "
                      f"{s.current or '-':<22} -> {s.wanted:<22} {s.action}"
                      + (f" ({s.why})" if s.why else ""))
     if run.run_dir:
-        echo(f"steps recorded in {run.run_dir}")
+        common.echo(f"steps recorded in {run.run_dir}")
 
 
 @firmware.command("plan")
-@inventory_option
-@limit_option
+@common.inventory_option
+@common.limit_option
 @click.option("--max-parallel", default=8, show_default=True, type=click.IntRange(min=1),
               help="BMCs read at a time.")
-@json_option
-@handle_errors
+@common.json_option
+@common.handle_errors
 def plan_cmd(path: Path, limit: tuple[str, ...], max_parallel: int, as_json: bool) -> None:
     """Show what bringing each host to its recipe would change: per component and BMC
     member, the version running, the one wanted and the action (update, or a downgrade
@@ -65,17 +56,17 @@ def plan_cmd(path: Path, limit: tuple[str, ...], max_parallel: int, as_json: boo
     Example:
       nodecert firmware plan -i /var/tmp/nodecert-lab/state/inventory.ini --json
     """
-    run = run_firmware(FirmwareRequest(path, split_hosts(limit), None, max_parallel))
+    run = run_firmware(FirmwareRequest(path, common.split_hosts(limit), None, max_parallel))
     if as_json:
-        emit_json(run.as_dict())
+        common.emit_json(run.as_dict())
     else:
         _print(run)
     sys.exit(int(ExitCode.OK if run.ok else ExitCode.FAILED))
 
 
 @firmware.command("apply")
-@inventory_option
-@limit_option
+@common.inventory_option
+@common.limit_option
 @click.option("--mirror", type=click.Path(path_type=Path, file_okay=False, exists=True),
               required=True, help="The mirror whose firmware/manifest.json lists the images "
                                   "(each pushed only when its sha256 matches).")
@@ -90,9 +81,9 @@ def plan_cmd(path: Path, limit: tuple[str, ...], max_parallel: int, as_json: boo
                    "reset, the attributes read back until they hold.")
 @click.option("--task-timeout", "task_timeout", default=600.0, show_default=True,
               type=click.FloatRange(min=1), help="Seconds one update task may run.")
-@runs_dir_option
-@json_option
-@handle_errors
+@common.runs_dir_option
+@common.json_option
+@common.handle_errors
 def apply_cmd(path: Path, limit: tuple[str, ...], mirror: Path, max_parallel: int,
               allow_downgrade: bool, bios: bool, task_timeout: float, runs_dir: Path,
               as_json: bool) -> None:
@@ -111,12 +102,12 @@ def apply_cmd(path: Path, limit: tuple[str, ...], mirror: Path, max_parallel: in
           --allow-downgrade
       nodecert firmware apply -i site.ini --mirror /srv/mirror --bios
     """
-    run = run_firmware(FirmwareRequest(path, split_hosts(limit), mirror, max_parallel,
+    run = run_firmware(FirmwareRequest(path, common.split_hosts(limit), mirror, max_parallel,
                                        allow_downgrade, task_timeout, runs_dir=runs_dir,
                                        bios=bios),
-                       progress=lambda line: echo(line, err=True))
+                       progress=lambda line: common.echo(line, err=True))
     if as_json:
-        emit_json(run.as_dict())
+        common.emit_json(run.as_dict())
     else:
         _print(run)
     sys.exit(int(ExitCode.OK if run.ok else ExitCode.FAILED))

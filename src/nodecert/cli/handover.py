@@ -7,19 +7,7 @@ from pathlib import Path
 
 import click
 
-from nodecert.cli.common import (
-    echo,
-    emit_json,
-    freshness,
-    freshness_options,
-    handle_errors,
-    json_option,
-    key_statement_option,
-    lang_option,
-    pdf_option,
-    step_name,
-    style,
-)
+from nodecert.cli import common
 from nodecert.core.textsafe import one_line
 
 _HANDOVER_HELP = """Put a delivery's certificates into one bundle the customer verifies
@@ -58,16 +46,16 @@ Examples:
               help="A private key that signs the manifest (repeatable: every party).")
 @click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(path_type=Path),
               help="Another signer whose certificates go in (repeatable).")
-@key_statement_option
+@common.key_statement_option
 @click.option("--revocations", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="The signer's revocation list, handed over with the certificates.")
 @click.option("--allow-health-records", is_flag=True,
               help="Hand over nodes that hold only a health record (HEALTHY), not an "
                    "acceptance certificate; recorded in the manifest.")
-@lang_option
-@pdf_option
-@json_option
-@handle_errors
+@common.lang_option
+@common.pdf_option
+@common.json_option
+@common.handle_errors
 def handover_cmd(runs: tuple[Path, ...], out: Path, key_paths: tuple[Path, ...],
                  pubkeys: tuple[Path, ...], key_statements: tuple[Path, ...],
                  revocations: Path | None, allow_health_records: bool, lang: str | None,
@@ -81,16 +69,16 @@ def handover_cmd(runs: tuple[Path, ...], out: Path, key_paths: tuple[Path, ...],
               key_statements=list(key_statements), revocations=revocations,
               lang=choose(lang), pdf=pdf, allow_health_records=allow_health_records)
     if as_json:
-        emit_json({"bundle": str(h.out), "signers": h.signers, "superseded": h.superseded,
+        common.emit_json({"bundle": str(h.out), "signers": h.signers, "superseded": h.superseded,
                    "certificates": [{"kind": c.kind, "name": c.name, "source": str(c.source),
                                      "verdict": c.statement["predicate"].get("verdict")}
                                     for c in h.certificates]})
         return
     for c in h.certificates:
-        echo(f"{c.kind:<8} {c.name:<24} {c.statement['predicate'].get('verdict')}")
+        common.echo(f"{c.kind:<8} {c.name:<24} {c.statement['predicate'].get('verdict')}")
     for old in h.superseded:
-        echo(f"not handed over (newer evidence): {old}")
-    echo(f"bundle: {h.out} ({len(h.certificates)} certificates); open {h.out}/index.html; "
+        common.echo(f"not handed over (newer evidence): {old}")
+    common.echo(f"bundle: {h.out} ({len(h.certificates)} certificates); open {h.out}/index.html; "
          f"verify with `nodecert verify-bundle {h.out} --pubkey SIGNER.pub`")
 
 
@@ -136,11 +124,11 @@ Examples:
 @click.option("--revocations", type=click.Path(path_type=Path, dir_okay=False),
               help="The signer's current revocation list, applied with the bundle's own: a "
                    "certificate revoked after the bundle was built fails.")
-@freshness_options
-@key_statement_option
-@lang_option
-@json_option
-@handle_errors
+@common.freshness_options
+@common.key_statement_option
+@common.lang_option
+@common.json_option
+@common.handle_errors
 def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: int,
                       allow_simulated: bool, allow_health_records: bool,
                       revocations: Path | None, max_list_age_days: float | None,
@@ -152,9 +140,9 @@ def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: 
     b = check(bundle, list(pubkeys), require_signers=require_signers,
               allow_simulated=allow_simulated, allow_health_records=allow_health_records,
               revocations=revocations, key_statements=list(key_statements),
-              freshness=freshness(max_list_age_days, seen_lists))
+              freshness=common.freshness(max_list_age_days, seen_lists))
     if as_json:
-        emit_json({"bundle": str(bundle), "valid": b.ok,
+        common.emit_json({"bundle": str(bundle), "valid": b.ok,
                    "steps": [{"step": n, "ok": ok, "detail": d} for n, ok, d in b.steps],
                    "listed": b.listed, "not_checked": b.unchecked,
                    "certificates": {f: {"valid": v.ok, "steps": [
@@ -163,24 +151,24 @@ def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: 
         sys.exit(int(b.exit_code))
 
     def mark(ok: bool) -> str:
-        return style("ok  ", fg="green") if ok else style("FAIL", fg="red", bold=True)
+        return common.style("ok  ", fg="green") if ok else common.style("FAIL", fg="red", bold=True)
 
     tr = gettext_for(choose(lang)).gettext
     for name, ok, detail in b.steps:
-        click.echo(f"{mark(ok)} {step_name(name, tr):<14} {one_line(detail)}")
+        click.echo(f"{mark(ok)} {common.step_name(name, tr):<14} {one_line(detail)}")
     for f, v in b.certificates.items():
         click.echo(f"{mark(v.ok)} {f}")
         for name, ok, detail in v.steps:
             if not ok:
-                click.echo(f"       {step_name(name, tr):<14} {one_line(detail)}")
+                click.echo(f"       {common.step_name(name, tr):<14} {one_line(detail)}")
     # a valid health record (--allow-health-records) is counted as one, never as READY
     health = sum(v.ok and v.verdict == "HEALTHY" for v in b.certificates.values())
     good = sum(v.ok for v in b.certificates.values()) - health
     if b.ok and health:
-        echo(tr("VALID: the bundle holds; %(good)d certificates valid and READY, %(health)d "
+        common.echo(tr("VALID: the bundle holds; %(good)d certificates valid and READY, %(health)d "
                 "valid health records (HEALTHY)") % {"good": good, "health": health})
     elif b.ok:
-        echo(tr("VALID: the bundle holds and all %(num)d certificates are valid and READY")
+        common.echo(tr("VALID: the bundle holds and all %(num)d certificates are valid and READY")
              % {"num": good})
     else:
         # Counted against what the manifest lists: a bundle refused before its
@@ -189,7 +177,7 @@ def verify_bundle_cmd(bundle: Path, pubkeys: tuple[Path, ...], require_signers: 
         for f in b.unchecked:
             click.echo(f"{mark(False)} {one_line(f)}")
             click.echo(f"       {unread}")
-        echo(tr("NOT VALID: %(good)d of %(num)d certificates valid and READY; see the "
+        common.echo(tr("NOT VALID: %(good)d of %(num)d certificates valid and READY; see the "
                 "failed step(s) above") % {"good": good,
                                             "num": max(len(b.listed), len(b.certificates))})
     sys.exit(int(b.exit_code))

@@ -8,22 +8,8 @@ from pathlib import Path
 import click
 
 from nodecert import __version__
+from nodecert.cli import common
 from nodecert.cli.certs import print_certified
-from nodecert.cli.common import (
-    become_options,
-    become_source,
-    echo,
-    emit_json,
-    handle_errors,
-    inventory_option,
-    json_option,
-    limit_option,
-    print_validation,
-    runs_dir_option,
-    signing_key_option,
-    split_hosts,
-    stack_option,
-)
 from nodecert.cli.stack import print_gate
 
 _PROVISION_HELP = """Provision hosts with a pinned stack, then verify each one.
@@ -68,9 +54,9 @@ Examples:
 @click.command("provision", help=_PROVISION_HELP,
                context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="provision")
-@inventory_option
-@stack_option
-@limit_option
+@common.inventory_option
+@common.stack_option
+@common.limit_option
 @click.option("--check", "check_mode", is_flag=True, help="Dry run: change nothing.")
 @click.option("--tags", multiple=True,
               help="Only these components (repo, driver, fabric_manager, imex, cuda_toolkit, "
@@ -94,7 +80,7 @@ Examples:
 @click.option("--fact-cache", type=click.Path(path_type=Path, file_okay=False), hidden=True)
 @click.option("--mirror", help="Base of an air-gapped mirror laid out like the lab's: "
                                "<mirror>/nvidia (apt) and <mirror>/simple (wheels).")
-@runs_dir_option
+@common.runs_dir_option
 @click.option("--no-validate", is_flag=True, help="Stop after provisioning and conformance.")
 @click.option("--no-certify", is_flag=True, help="Validate but do not sign certificates.")
 @click.option("--allow-advisory", "allow_advisories", multiple=True, metavar="ID",
@@ -103,10 +89,10 @@ Examples:
 @click.option("--suite", default=None,
               help="The validation suite (validators/suites.yml) [default: the acceptance "
                    "suite: standard, or lab for lab hosts].")
-@signing_key_option
-@json_option
-@become_options
-@handle_errors
+@common.signing_key_option
+@common.json_option
+@common.become_options
+@common.handle_errors
 def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_mode: bool,
               tags: tuple[str, ...], forks: int, strategy: str, serial: str | None,
               max_fail_percentage: int | None, fact_cache: Path | None,
@@ -118,27 +104,27 @@ def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_
     from nodecert.provision.run import FleetSettings, ProvisionRequest
 
     if fact_cache is not None:
-        echo("note: --fact-cache has no effect and will be removed: provisioning gathers no "
+        common.echo("note: --fact-cache has no effect and will be removed: provisioning gathers no "
              "Ansible facts (the roles read the OS from /etc/os-release)", err=True)
     fleet = FleetSettings(strategy, serial, max_fail_percentage)
     request = ChainRequest(
-        ProvisionRequest(path, stack_name, limit=split_hosts(limit), check=check_mode,
+        ProvisionRequest(path, stack_name, limit=common.split_hosts(limit), check=check_mode,
                          tags=tags, forks=forks, mirror=mirror, runs_dir=runs_dir,
-                         become=become_source(become_file, vault_file), fleet=fleet,
+                         become=common.become_source(become_file, vault_file), fleet=fleet,
                          allow_advisories=frozenset(allow_advisories)),
         validate=not no_validate, certify=not no_certify, suite=suite, key_path=key_path)
-    res = run_chain(request, progress=lambda line: echo(line, err=True))
+    res = run_chain(request, progress=lambda line: common.echo(line, err=True))
     report = res.provision
     if as_json:
-        emit_json(report.as_dict())
+        common.emit_json(report.as_dict())
         sys.exit(report.exit_code)
     if report.gate_failed:
         for hosts, gate in report.gates:
-            echo(f"preflight for {', '.join(hosts)}:")
+            common.echo(f"preflight for {', '.join(hosts)}:")
             print_gate(gate)
-        echo("preflight FAILED: no host was touched.", err=True)
+        common.echo("preflight FAILED: no host was touched.", err=True)
         sys.exit(report.exit_code)
-    echo(f"{'host':<14} {'result':<12} {'ok':>4} {'chg':>4} {'fail':>4}  detail")
+    common.echo(f"{'host':<14} {'result':<12} {'ok':>4} {'chg':>4} {'fail':>4}  detail")
     for h in report.hosts.values():
         result = h.status
         detail = h.first_error or ""
@@ -148,12 +134,12 @@ def provision(path: Path, stack_name: str | None, limit: tuple[str, ...], check_
                 f"{h.conformance.checked} checks passed")
         if check_mode and h.status == "provisioned":
             result = "checked"
-        echo(f"{h.host:<14} {result:<12} {h.ok:>4} {h.changed:>4} {h.failed:>4}  {detail}")
-    echo(f"run: {report.run_dir}")
+        common.echo(f"{h.host:<14} {result:<12} {h.ok:>4} {h.changed:>4} {h.failed:>4}  {detail}")
+    common.echo(f"run: {report.run_dir}")
     if res.validation is not None:
-        print_validation(res.validation)
+        common.print_validation(res.validation)
     if res.created_key is not None:
-        echo(f"created signing key {res.created_key.private} (0600) and "
+        common.echo(f"created signing key {res.created_key.private} (0600) and "
                    f"{res.created_key.public}", err=True)
     if res.certification is not None:
         print_certified(res.certification)

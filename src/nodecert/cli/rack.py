@@ -9,19 +9,7 @@ from typing import Any
 
 import click
 
-from nodecert.cli.common import (
-    become_options,
-    become_source,
-    certify_options,
-    echo,
-    echo_results,
-    echo_run_end,
-    emit_json,
-    handle_errors,
-    inventory_option,
-    json_option,
-    runs_dir_option,
-)
+from nodecert.cli import common
 from nodecert.core.errors import ExitCode
 from nodecert.core.textsafe import one_line
 
@@ -58,7 +46,7 @@ Examples:
 
 
 @rack.command("validate", help=_VALIDATE_HELP)
-@inventory_option
+@common.inventory_option
 @click.option("--rack", "rack_name", metavar="NAME",
               help="The rack to validate (default: the inventory's only rack).")
 @click.option("--key", "key_path", type=click.Path(path_type=Path, dir_okay=False),
@@ -66,10 +54,10 @@ Examples:
 @click.option("--load/--no-load", default=True, show_default=True,
               help="Measure the NVLink domain under load (all-reduce and sweep) where the "
                    "trays name a job engine.")
-@runs_dir_option
-@json_option
-@become_options
-@handle_errors
+@common.runs_dir_option
+@common.json_option
+@common.become_options
+@common.handle_errors
 def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
                       load: bool, runs_dir: Path, as_json: bool, become_file: Path | None,
                       vault_file: Path | None) -> None:
@@ -83,8 +71,8 @@ def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
 
     key = load_private_key(key_path) if key_path else None  # a bad key fails before work
     request = RackRequest(path, rack=rack_name, runs_dir=runs_dir,
-                          become=become_source(become_file, vault_file), load=load)
-    run_dir, data = rack_validate(request, progress=lambda line: echo(line, err=True))
+                          become=common.become_source(become_file, vault_file), load=load)
+    run_dir, data = rack_validate(request, progress=lambda line: common.echo(line, err=True))
     cert: dict[str, Any] = {}
     if key is not None:
         env, html, verdict = certify_rack(run_dir, key, revocations=run_dir.parent / DEFAULT_NAME)
@@ -93,21 +81,22 @@ def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
     code = ExitCode.OK if passed(rec) else ExitCode.FAILED
     verdict = rec.outcome.name
     if as_json:
-        emit_json({"run_dir": str(run_dir), "rack": data["rack"]["name"],
+        common.emit_json({"run_dir": str(run_dir), "rack": data["rack"]["name"],
                    "verdict": verdict, "results": [r.as_dict() for r in rec.results],
                    "not_judged": data["not_judged"], "seconds": data["seconds"], **cert})
         sys.exit(int(code))
-    echo_results(rec.results, findings_max=20)
+    common.echo_results(rec.results, findings_max=20)
     for n in data["not_judged"]:
-        echo(f"not judged: {one_line(n)}")
-    echo(f"rack {data['rack']['name']}: {verdict}" + ("  (SIMULATED)" if rec.simulated else ""))
-    echo_run_end(run_dir, cert)
+        common.echo(f"not judged: {one_line(n)}")
+    common.echo(f"rack {data['rack']['name']}: {verdict}"
+                + ("  (SIMULATED)" if rec.simulated else ""))
+    common.echo_run_end(run_dir, cert)
     sys.exit(int(code))
 
 
 @rack.command("certify")
-@certify_options
-@handle_errors
+@common.certify_options
+@common.handle_errors
 def rack_certify_cmd(run_dir: Path, key_path: Path, valid_days: int, max_age_days: float,
                      revocations: Path | None, lang: str | None, pdf: bool) -> None:
     """Sign a rack run as a rack certificate (and render its page): its subjects are
@@ -128,7 +117,7 @@ def rack_certify_cmd(run_dir: Path, key_path: Path, valid_days: int, max_age_day
                                       valid_days=valid_days, max_age_days=max_age_days,
                                       revocations=revocations or run_dir.parent / DEFAULT_NAME,
                                       rendering=Rendering(choose(lang), pdf))
-    echo(f"certificate: {env} ({verdict}), page: {html}")
+    common.echo(f"certificate: {env} ({verdict}), page: {html}")
 
 
 __all__ = ["rack"]

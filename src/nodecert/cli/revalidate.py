@@ -8,26 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from nodecert.cli import common
 from nodecert.cli.certs import certified_json
-from nodecert.cli.common import (
-    DEFAULT_KEY_DIR,
-    become_options,
-    become_source,
-    checks_option,
-    echo,
-    emit_json,
-    handle_errors,
-    inventory_option,
-    json_option,
-    limit_option,
-    runs_dir_option,
-    signing_key_option,
-    stack_option,
-    suite_file_option,
-    suite_option,
-    threshold_option,
-    verdict_text,
-)
 from nodecert.cli.fleet import baseline_limits
 from nodecert.core.errors import ExitCode
 from nodecert.core.textsafe import one_line
@@ -93,7 +75,7 @@ if TYPE_CHECKING:  # the command imports it when it runs (a fast --help)
 
 
 @click.command("revalidate", help=_REVALIDATE_HELP)
-@inventory_option
+@common.inventory_option
 @click.option("--baseline", "baselines", multiple=True, type=click.Path(path_type=Path),
               help="A reports or run directory to compare with (default: newest under "
                    "--runs-dir); and/or a fleet baseline file (nodecert fleet baseline) to "
@@ -103,16 +85,16 @@ if TYPE_CHECKING:  # the command imports it when it runs (a fast --help)
               help="Re-test, under load, what failed on each node since its last acceptance "
                    "certificate and has not passed since; resume it in "
                    "Slurm and certify it READY only if that passes (default suite: standard).")
-@suite_option
-@suite_file_option
-@limit_option
-@checks_option
-@stack_option
-@threshold_option
-@signing_key_option
+@common.suite_option
+@common.suite_file_option
+@common.limit_option
+@common.checks_option
+@common.stack_option
+@common.threshold_option
+@common.signing_key_option
 @click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(path_type=Path),
               help="Also trust this signer for the baseline (repeatable).")
-@runs_dir_option
+@common.runs_dir_option
 @click.option("--collect", "collect_reason", is_flag=False, flag_value="any",
               type=click.Choice(["any", "after-update", "timer", "slurm"]),
               help="Collect the nodes' own newest scheduled run instead of validating "
@@ -129,9 +111,9 @@ if TYPE_CHECKING:  # the command imports it when it runs (a fast --help)
 @click.option("--slurm-partition", help="With --via slurm: the partition the jobs go to "
               "(default: nodecert_cluster's).")
 @click.option("--slurm-reservation", help="With --via slurm: a reservation the site names.")
-@json_option
-@become_options
-@handle_errors
+@common.json_option
+@common.become_options
+@common.handle_errors
 def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, suite: str,
                    suite_file: Path | None,
                    limit: tuple[str, ...],
@@ -159,7 +141,7 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
     ctx = click.get_current_context()
     if after_repair and ctx.get_parameter_source("suite") == click.core.ParameterSource.DEFAULT:
         suite = "standard"  # the loaded checks (burn-in, NCCL) are in the standard suite
-    key_path = key_path or DEFAULT_KEY_DIR.expanduser() / "nodecert.key"
+    key_path = key_path or common.DEFAULT_KEY_DIR.expanduser() / "nodecert.key"
     key = load_private_key(key_path)
     trusted = [key.public_key(), *(load_public_key(p) for p in pubkeys)]
     # Verified with the same trusted keys as the certificates, before any node is touched.
@@ -168,19 +150,19 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
     validation = ValidateRequest(path, suite=suite, limit=limit, stack=stack_name,
                                  runs_dir=runs_dir, checks=checks, suite_file=suite_file,
                                  cli_thresholds=parse_cli_thresholds(threshold_items),
-                                 become=become_source(become_file, vault_file))
+                                 become=common.become_source(become_file, vault_file))
     rv = revalidate(RevalidateRequest(validation, key=key, trusted=trusted, baseline=baseline,
                                       collect_reason=collect_reason, via_slurm=via == "slurm",
                                       slurm_wait_s=slurm_wait_s, fleet_baseline=fleet_baseline,
                                       after_repair=after_repair, idle=idle,
                                       slurm_partition=slurm_partition,
                                       slurm_reservation=slurm_reservation),
-                    progress=lambda line: echo(line, err=True))
+                    progress=lambda line: common.echo(line, err=True))
     assert rv.cert is not None
     code = ExitCode.FAILED if rv.regressed or rv.repair_failed or not rv.cert.ok() \
         else ExitCode.OK
     if as_json:
-        emit_json({"baseline": str(rv.baseline) if rv.baseline else None,
+        common.emit_json({"baseline": str(rv.baseline) if rv.baseline else None,
                    "fleet_baseline": fleet_baseline.version if fleet_baseline else None,
                    "run": str(rv.run.run_dir), "regressed": rv.regressed,
                    "drift": {h: [r.as_dict() for r in rs] for h, rs in sorted(rv.drift.items())},
@@ -210,17 +192,17 @@ def _refuse_combinations(*, via: str, collect_reason: str | None, after_repair: 
 def _print(rv: Revalidation) -> None:
     """The re-validation for people: each host's drift, fleet and repair results, then
     each node's new certificate."""
-    echo(f"baseline: {rv.baseline or '(none found)'}")
+    common.echo(f"baseline: {rv.baseline or '(none found)'}")
     shown = {h: [*rs, *rv.fleet.get(h, []), *([rv.repair[h]] if h in rv.repair else [])]
              for h, rs in rv.drift.items()}
     for host, results in sorted(shown.items()):
         for r in results:
-            click.echo(f"{one_line(host):<14} {verdict_text(r.verdict)} {r.check:<34} "
+            click.echo(f"{one_line(host):<14} {common.verdict_text(r.verdict)} {r.check:<34} "
                        f"{one_line(r.summary)}")
     assert rv.cert is not None
     for n in rv.cert.nodes:
-        echo(f"{n.host:<14} {n.verdict}{' (SIMULATED)' if n.simulated else ''}")
-    echo(f"run: {rv.run.run_dir}\ncertificates: {rv.cert.out_dir}")
+        common.echo(f"{n.host:<14} {n.verdict}{' (SIMULATED)' if n.simulated else ''}")
+    common.echo(f"run: {rv.run.run_dir}\ncertificates: {rv.cert.out_dir}")
 
 
 _HISTORY_HELP = """A node's validation history: every run under --runs-dir, oldest first.
@@ -242,9 +224,9 @@ Examples:
 
 @click.command("history", help=_HISTORY_HELP)
 @click.argument("host")
-@runs_dir_option
-@json_option
-@handle_errors
+@common.runs_dir_option
+@common.json_option
+@common.handle_errors
 def history_cmd(host: str, runs_dir: Path, as_json: bool) -> None:
     from nodecert.fleet import trends
     from nodecert.fleet.judging import fleet_limits, history_of
@@ -252,16 +234,16 @@ def history_cmd(host: str, runs_dir: Path, as_json: bool) -> None:
 
     rows = history(runs_dir, host)
     if as_json:
-        emit_json(rows)
+        common.emit_json(rows)
         return
-    echo(f"{'when':<20} {'run':<24} {'suite':<9} {'verdict':<8} {'certificate':<11} "
+    common.echo(f"{'when':<20} {'run':<24} {'suite':<9} {'verdict':<8} {'certificate':<11} "
          "figures / failing")
     for r in rows:
         figs = " ".join(f"{k}={v}" for k, v in r["figures"].items())
         bad = "; ".join(r["failing"][:3])
-        echo(f"{r['when']:<20} {r['run_id']:<24} {r['suite']:<9} {r['verdict']:<8} "
+        common.echo(f"{r['when']:<20} {r['run_id']:<24} {r['suite']:<9} {r['verdict']:<8} "
              f"{r['certificate_status'] or '-':<11} {figs}{'  ' + bad if bad else ''}")
     trend = trends.judge(history_of(runs_dir, host), fleet_limits(None))
-    echo(f"trend: {trend.verdict} {one_line(trend.summary)}")
+    common.echo(f"trend: {trend.verdict} {one_line(trend.summary)}")
     for f in trend.findings[1:]:
-        echo(f"       {one_line(f)}")
+        common.echo(f"       {one_line(f)}")

@@ -8,24 +8,7 @@ from pathlib import Path
 
 import click
 
-from nodecert.cli import liveview
-from nodecert.cli.common import (
-    become_options,
-    become_source,
-    checks_option,
-    echo,
-    emit_json,
-    handle_errors,
-    inventory_option,
-    json_option,
-    limit_option,
-    print_validation,
-    runs_dir_option,
-    stack_option,
-    suite_file_option,
-    suite_option,
-    threshold_option,
-)
+from nodecert.cli import common, liveview
 from nodecert.cli.fleet import baseline_file_option, pubkey_option, read_baseline
 from nodecert.cli.liveview import live_view
 from nodecert.core.errors import ExitCode
@@ -67,13 +50,13 @@ Examples:
 
 
 @click.command("validate", help=_VALIDATE_HELP)
-@inventory_option
-@suite_option
-@limit_option
-@checks_option
-@stack_option
-@threshold_option
-@suite_file_option
+@common.inventory_option
+@common.suite_option
+@common.limit_option
+@common.checks_option
+@common.stack_option
+@common.threshold_option
+@common.suite_file_option
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Change a suite setting for this run: load.burnin_s=300, "
                    "load.soak_s=1800, fabric.nccl_iters=50, storage.size_mb=2048, ... "
@@ -93,10 +76,10 @@ Examples:
               help="Limit for a whole host (default: every check at its suite limit + 120 s).")
 @baseline_file_option
 @pubkey_option
-@runs_dir_option
-@json_option
-@become_options
-@handle_errors
+@common.runs_dir_option
+@common.json_option
+@common.become_options
+@common.handle_errors
 def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],
                  stack_name: str | None, threshold_items: tuple[str, ...],
                  suite_file: Path | None, settings: tuple[str, ...],
@@ -120,16 +103,16 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
             cli_thresholds=parse_cli_thresholds(threshold_items), scratch=scratch_dir,
             checks=checks, host_timeout_s=host_timeout,
             option_overrides=parse_suite_settings(settings), suite_file=suite_file,
-            become=become_source(become_file, vault_file), detail=detail)
+            become=common.become_source(become_file, vault_file), detail=detail)
         run = validate(request,
-                       progress=live.say if live else (lambda line: echo(line, err=True)),
+                       progress=live.say if live else (lambda line: common.echo(line, err=True)),
                        status=live.status if live else None)
     if baseline is not None:
         add_to_run(run, baseline=baseline)
     code = ExitCode.OK if run.verdict <= Verdict.WARN and not run.interrupted \
         else ExitCode.FAILED
     if as_json:
-        emit_json(run.summary())
+        common.emit_json(run.summary())
         sys.exit(int(code))
-    print_validation(run)
+    common.print_validation(run)
     sys.exit(int(code))

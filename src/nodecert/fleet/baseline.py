@@ -17,14 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodecert.certs.signing import (
-    PrivateKey,
-    PublicKey,
-    SignatureError,
-    canonical_json,
-    sign_envelope,
-    verify_envelope,
-)
+from nodecert.certs import signing
 from nodecert.fleet import stats
 from nodecert.fleet.samples import FleetDataError, Sample, gpu_model, samples
 from nodecert.runs.records import HostRecord
@@ -71,7 +64,7 @@ class Baseline:
     @property
     def version(self) -> str:
         body = {m: {k: s.as_dict() for k, s in g.items()} for m, g in self.groups.items()}
-        return hashlib.sha256(canonical_json(body)).hexdigest()[:16]
+        return hashlib.sha256(signing.canonical_json(body)).hexdigest()[:16]
 
     def as_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "version": self.version, "created": self.created,
@@ -141,9 +134,9 @@ def build(records: Iterable[HostRecord], *, now: dt.datetime | None = None,
                     fleet or None)
 
 
-def write(baseline: Baseline, path: Path, key: PrivateKey) -> None:
+def write(baseline: Baseline, path: Path, key: signing.PrivateKey) -> None:
     """The baseline, signed, written whole or not at all (mode 0644: it holds no secret)."""
-    env = sign_envelope(canonical_json(baseline.as_dict()), PAYLOAD_TYPE, key)
+    env = signing.sign_envelope(signing.canonical_json(baseline.as_dict()), PAYLOAD_TYPE, key)
     write_json(path, env)
 
 
@@ -203,7 +196,7 @@ def held(b: Baseline, where: str, expect: Expect, now: dt.datetime | None = None
     return b
 
 
-def read(path: Path, trusted: list[PublicKey], expect: Expect | None = None,
+def read(path: Path, trusted: list[signing.PublicKey], expect: Expect | None = None,
          now: dt.datetime | None = None) -> Baseline:
     """A baseline whose signature verifies with one of the trusted keys, for the fleet
     and of the age `expect` asks; anything else is refused with FleetDataError (a node
@@ -216,11 +209,11 @@ def read(path: Path, trusted: list[PublicKey], expect: Expect | None = None,
         raise FleetDataError(f"{path}: {len(raw)} bytes, more than a fleet baseline holds")
     try:
         env = json.loads(raw)
-        ptype, payload, _ = verify_envelope(env, trusted)
+        ptype, payload, _ = signing.verify_envelope(env, trusted)
     except ValueError as exc:
         raise FleetDataError(f"{path}: not a signed fleet baseline ({exc})",
                              hint="build one with `nodecert fleet baseline`") from exc
-    except SignatureError as exc:
+    except signing.SignatureError as exc:
         raise FleetDataError(f"{path}: the fleet baseline's signature does not verify ({exc})",
                              hint="give the public key of whoever signed it (--pubkey)") from exc
     if ptype != PAYLOAD_TYPE:

@@ -23,14 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodecert.certs.signing import (
-    PrivateKey,
-    PublicKey,
-    SignatureError,
-    canonical_json,
-    sign_envelope,
-    verify_envelope,
-)
+from nodecert.certs import signing
 from nodecert.core.errors import NodecertError
 from nodecert.fleet.repair import action
 from nodecert.runs.layout import CERT_SUFFIX, RESULTS
@@ -94,7 +87,7 @@ def _json(data: Any) -> bytes:
     return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
 
-def build(runs_dir: Path, host: str, out: Path, key: PrivateKey, *, run: str | None = None,
+def build(runs_dir: Path, host: str, out: Path, key: signing.PrivateKey, *, run: str | None = None,
           added: tuple[Path, ...] = (), now: dt.datetime | None = None) -> Bundle:
     """Write the bundle (tar.gz) for the host's failing run; RmaError on bad input, before
     anything is written."""
@@ -138,7 +131,8 @@ def build(runs_dir: Path, host: str, out: Path, key: PrivateKey, *, run: str | N
                     "its nvidia-bug-report.log.gz with --add"],
                 "files": digests}
     files[MANIFEST] = _json(manifest)
-    files[SIGNED] = _json(sign_envelope(canonical_json(manifest), PAYLOAD_TYPE, key))
+    files[SIGNED] = _json(signing.sign_envelope(signing.canonical_json(manifest), PAYLOAD_TYPE,
+                                                key))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.partial")
     with tarfile.open(tmp, "w:gz") as tar:
@@ -198,15 +192,15 @@ def _members(path: Path) -> tuple[dict[str, str], dict[str, bytes]]:
     return digests, small
 
 
-def verify(path: Path, trusted: list[PublicKey]) -> dict[str, Any]:
+def verify(path: Path, trusted: list[signing.PublicKey]) -> dict[str, Any]:
     """The bundle's signed manifest when the signature and every file's digest hold;
     RmaError naming what does not. Every member must be in the signed manifest."""
     digests, small = _members(path)
     if SIGNED not in small:
         raise RmaError(f"{path}: no signed manifest ({SIGNED})")
     try:
-        ptype, payload, _ = verify_envelope(json.loads(small[SIGNED]), trusted)
-    except (ValueError, SignatureError) as exc:
+        ptype, payload, _ = signing.verify_envelope(json.loads(small[SIGNED]), trusted)
+    except (ValueError, signing.SignatureError) as exc:
         raise RmaError(f"{path}: the manifest's signature does not verify ({exc})",
                        hint="give the signer's public key (--pubkey)") from exc
     if ptype != PAYLOAD_TYPE:
