@@ -119,7 +119,9 @@ def test_a_healthy_rack_passes_and_its_certificate_verifies(rack_lab: Lab,
     assert v.returncode == 0, v.stdout + v.stderr
     assert "18 compute trays and 9 switch trays" in v.stdout
     page = Path(data["html"]).read_text()
-    assert 'id="sweep"' in page and page.count('class="cell"') == 72
+    # the sweep's heat map (a cell a GPU) and the wiring's grid (a cell a tray and chip)
+    assert 'id="sweep"' in page and 'data-plot="nvlink-map"' in page
+    assert page.count('class="cell"') == 72 + 18 * 18
     assert page.count('class="link ok"') == 72  # the fabric drawn, every link as planned
     print(f"\nhealthy rack: trays {data['seconds']['trays']} s, load {data['seconds']['load']} "
           f"s, infrastructure {data['seconds']['infrastructure']} s, total "

@@ -55,7 +55,11 @@ def _comps(**special: dict[str, Any] | None) -> list[dict[str, Any]]:
 def test_an_nvl72_wired_as_its_kind_passes() -> None:
     r = judge_nvlink_map(RACK, _gpus_of(), _comps(), 2)
     assert r is not None and r.verdict == Verdict.PASS, r.findings[:3]
-    assert r.value == {"switch_chips": 18, "gpus": 72, "links": 1296}
+    assert {k: r.value[k] for k in ("switch_chips", "gpus", "links", "gpus_per_tray")} == {
+        "switch_chips": 18, "gpus": 72, "links": 1296, "gpus_per_tray": 4}
+    # the page's grid: each tray's GPUs linked as planned to each chip
+    assert len(r.value["grid"]) == 18 and all(
+        len(row) == 18 and set(row.values()) == {4} for row in r.value["grid"].values())
     assert r.summary == ("72 GPUs each linked once to each of 18 NVLink switch chips "
                          "(1296 links as the GB200-NVL72 is wired)")
 
@@ -78,6 +82,10 @@ def test_a_crossed_cable_names_both_gpus_by_tray_port_and_chip() -> None:
         "0008:01:00.0 (each GPU has one link to each switch chip)",
         "tray tray02 GPU 0008:00:00.0: no NVLink to switch tray nvsw-03 switch NVSwitch_1")
     assert r.value["links"] == 1294 and r.fault_code == "NC-RACK-NVLINK-MAP"
+    # on the grid: tray02 has 2 of its 4 GPUs linked as planned to that chip
+    grid = r.value["grid"]
+    assert grid["tray02"]["nvsw-03/NVSwitch_1"] == 2
+    assert sum(v != 4 for row in grid.values() for v in row.values()) == 1
 
 
 def test_a_gpu_that_is_none_of_the_racks_is_named() -> None:
@@ -136,4 +144,18 @@ def test_switch_trays_that_report_no_wiring_leave_it_not_judged() -> None:
     assert r is not None and r.verdict == Verdict.ERROR
     assert r.findings == tuple(f"switch tray nvsw-{k:02d}: reports no GPU behind its ports: "
                                "its links are not mapped" for k in range(2, 10))
-    assert r.value == {"switch_chips": 2, "gpus": 72, "links": 144}
+    assert (r.value["switch_chips"], r.value["gpus"], r.value["links"]) == (2, 72, 144)
+
+
+def test_the_rack_page_draws_the_wiring_with_the_crossed_link_in_red() -> None:
+    from nodecert.core import checks
+    ok = judge_nvlink_map(RACK, _gpus_of(), _comps(), 2)
+    crossed = judge_nvlink_map(RACK, _gpus_of(), _comps(**{"nvsw-03": _read(
+        "nvsw-03", {"nvlink_crossed": {"switch": 1, "port": 5, "to": 6}})}), 2)
+    assert ok is not None and crossed is not None
+    for r, red in ((ok, 0), (crossed, 1)):
+        svgs = checks.plots({"results": [r.as_dict()]}, lambda text: text, page="rack")
+        assert len(svgs) == 1 and 'data-plot="nvlink-map"' in svgs[0]
+        assert svgs[0].count('class="cell"') == 18 * 18
+        assert svgs[0].count('fill="#d62728"') == red  # tray02's cell at that chip
+    assert checks.plots({"results": []}, lambda text: text, page="rack") == []

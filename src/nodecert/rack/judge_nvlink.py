@@ -21,6 +21,7 @@ their ports (a wiring nobody reported is listed as not judged, never passed).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from nodecert.rack.infra import gpu_uuid
@@ -31,9 +32,10 @@ CHECK = "rack.nvlink_map"
 
 
 def _rack_gpus(rack: dict[str, Any], gpus_of: dict[str, list[dict[str, Any]] | None],
-               errors: list[str]) -> dict[str, str]:
-    """uuid -> "tray H GPU BUS" for every GPU the trays' runs reported."""
+               errors: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """For every GPU the trays' runs reported: uuid -> "tray H GPU BUS", uuid -> H."""
     where: dict[str, str] = {}
+    tray_of: dict[str, str] = {}
     for host in rack["trays"]:
         gpus = gpus_of.get(host)
         if not gpus:
@@ -42,13 +44,14 @@ def _rack_gpus(rack: dict[str, Any], gpus_of: dict[str, list[dict[str, Any]] | N
             continue
         for g in gpus:
             if g.get("uuid"):
-                where[gpu_uuid(str(g["uuid"]))] = f"tray {host} GPU {g.get('bus_id')}"
-    return where
+                u = gpu_uuid(str(g["uuid"]))
+                where[u], tray_of[u] = f"tray {host} GPU {g.get('bus_id')}", host
+    return where, tray_of
 
 
 def _judge_chip(who: str, chip: dict[str, Any], where: dict[str, str], fails: list[str],
-                errors: list[str], *, all_known: bool) -> int:
-    """One switch chip's ports against the rack's GPUs; the links mapped as planned.
+                errors: list[str], *, all_known: bool) -> list[str]:
+    """One switch chip's ports against the rack's GPUs; the GPUs linked as planned.
     all_known: every tray's GPUs are known (else a GPU not among them may be one of an
     unmeasured tray's, never called foreign)."""
     seen: dict[str, list[str]] = {}
@@ -58,7 +61,7 @@ def _judge_chip(who: str, chip: dict[str, Any], where: dict[str, str], fails: li
         for path in p.get("unnamed") or []:
             errors.append(f"{who} port {p['id']}: its endpoint {path} names no GPU UUID: "
                           "the link is not mapped")
-    good = 0
+    good = []
     for u, ports in seen.items():
         if u not in where and not all_known:
             continue
@@ -69,7 +72,7 @@ def _judge_chip(who: str, chip: dict[str, Any], where: dict[str, str], fails: li
             fails.append(f"{who} ports {', '.join(ports)}: all to {where[u]} (each GPU has "
                          "one link to each switch chip)")
         else:
-            good += 1
+            good.append(u)
     fails.extend(f"{name}: no NVLink to {who}" for u, name in where.items() if u not in seen)
     return good
 
@@ -85,9 +88,11 @@ def judge_nvlink_map(rack: dict[str, Any], gpus_of: dict[str, list[dict[str, Any
         return None  # not judged: the record says why
     errors: list[str] = []
     fails: list[str] = []
-    where = _rack_gpus(rack, gpus_of, errors)
+    where, tray_of = _rack_gpus(rack, gpus_of, errors)
     all_known = not errors
     chips = links = 0
+    # tray -> switch chip -> its GPUs linked there as planned: the page's grid
+    grid: dict[str, dict[str, int]] = {h: {} for h in rack["trays"]}
     for c, s in read:
         if s is None:
             errors.append(f"{unread(c)}: its switch chips' links are not mapped")
@@ -102,9 +107,15 @@ def judge_nvlink_map(rack: dict[str, Any], gpus_of: dict[str, list[dict[str, Any
                          f"{chips_per_tray}")
         for chip in s.get("switches") or []:
             chips += 1
-            links += _judge_chip(f"switch tray {c['name']} switch {chip['id']}", chip, where,
-                                 fails, errors, all_known=all_known)
-    value = {"switch_chips": chips, "gpus": len(where), "links": links}
+            good = _judge_chip(f"switch tray {c['name']} switch {chip['id']}", chip, where,
+                               fails, errors, all_known=all_known)
+            links += len(good)
+            label = f"{c['name']}/{chip['id']}"
+            per_tray = Counter(tray_of[u] for u in good)
+            for h, row in grid.items():
+                row[label] = per_tray[h]
+    value = {"switch_chips": chips, "gpus": len(where), "links": links, "grid": grid,
+             "gpus_per_tray": max((len(g or []) for g in gpus_of.values()), default=0)}
     if fails:
         n = len(fails)
         return Result(CHECK, Verdict.FAIL, fails[0] if n == 1 else f"{fails[0]} (+{n - 1} more)",
