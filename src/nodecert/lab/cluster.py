@@ -154,10 +154,14 @@ def job_tools_script() -> str:
 SHARED_MOUNT = "/mnt/nodecert-shared"
 EXPORT = "/srv/nodecert-export"
 MOUNT_PORT = 20048  # mountd's port, fixed so the client needs no portmapper lookup
+# NFS's own port, given to the client for the same reason: a ganesha that started while
+# rpcbind was not yet answering never registers, and a client that asks the portmapper
+# then fails for as long as it tries ("nfs_service failed"; seen on a busy machine)
+NFS_PORT = 2049
 NFS_SERVER_PACKAGES = ("nfs-ganesha", "nfs-ganesha-vfs", "rpcbind")
 NFS_CLIENT_PACKAGES = ("libnfs13", "python3-fusepy")
 GANESHA_CONF = """# Written by `nodecert lab up --cluster`: the lab's NFS server.
-NFS_CORE_PARAM {{ Protocols = 3; NFS_Port = 2049; MNT_Port = {mnt}; Enable_NLM = false;
+NFS_CORE_PARAM {{ Protocols = 3; NFS_Port = {nfs}; MNT_Port = {mnt}; Enable_NLM = false;
                  Enable_RQUOTA = false; Enable_UDP = false; }}
 NFSV4 {{ Graceless = true; }}
 EXPORT {{ Export_Id = 1; Path = {export}; Pseudo = {export}; Access_Type = RW;
@@ -185,18 +189,18 @@ WantedBy=multi-user.target
 
 def nfs_server_script() -> str:
     """On the head host: the export, ganesha's configuration, rpcbind and ganesha up."""
-    conf = GANESHA_CONF.format(mnt=MOUNT_PORT, export=EXPORT)
+    conf = GANESHA_CONF.format(nfs=NFS_PORT, mnt=MOUNT_PORT, export=EXPORT)
     return (f"apt-get install -y -qq {' '.join(NFS_SERVER_PACKAGES)} >/dev/null && "
             f"cat > /etc/ganesha/ganesha.conf <<'EOF'\n"
             f"{conf}EOF\nsystemctl enable -q --now rpcbind.service && "
             "systemctl restart nfs-ganesha.service && "
-            "for i in $(seq 1 150); do ss -ltn | grep -q ':2049 ' && exit 0; sleep 0.2; "
+            f"for i in $(seq 1 150); do ss -ltn | grep -q ':{NFS_PORT} ' && exit 0; sleep 0.2; "
             "done; journalctl -u nfs-ganesha --no-pager | tail -20; exit 1")
 
 
 def nfs_client_script(server_ip: str) -> str:
     """On every host: the client, as a unit that keeps the mount; waits for it."""
-    url = f"nfs://{server_ip}{EXPORT}?version=3&mountport={MOUNT_PORT}"
+    url = f"nfs://{server_ip}{EXPORT}?version=3&mountport={MOUNT_PORT}&nfsport={NFS_PORT}"
     unit = NFS_UNIT.format(mount=SHARED_MOUNT, url=url)
     return (f"apt-get install -y -qq {' '.join(NFS_CLIENT_PACKAGES)} >/dev/null && "
             "cat > /etc/systemd/system/nodecert-lab-nfs.service <<'EOF'\n"
