@@ -43,31 +43,43 @@ def _fmt(v: float, unit: str) -> str:
     return f"{v:g} {unit}".strip()
 
 
+# A sensor's thresholds by severity: (key, IPMI's name for it, an upper bound?).
+CRITICAL_BOUNDS = (("upper_fatal", "upper non-recoverable", True),
+                   ("upper_critical", "upper critical", True),
+                   ("lower_fatal", "lower non-recoverable", False),
+                   ("lower_critical", "lower critical", False))
+WARNING_BOUNDS = (("upper_noncritical", "upper non-critical", True),
+                  ("lower_noncritical", "lower non-critical", False))
+
+
+def _beyond(s: dict[str, Any], reading: float | None, unit: str,
+            bounds: tuple[tuple[str, str, bool], ...]) -> str:
+    """The first of bounds the reading reaches, said; "" when none (or no reading). A
+    threshold of 0 is how many BMCs print "not set": never judged against."""
+    if reading is None:
+        return ""
+    for key, label, high in bounds:
+        t = s.get(key)
+        if t and (reading >= t if high else reading <= t):
+            return (f"{s['name']} {_fmt(reading, unit)} {'>=' if high else '<='} {label} "
+                    f"{_fmt(t, unit)}")
+    return ""
+
+
 def sensor_state(s: dict[str, Any]) -> tuple[str, str]:
     """('critical' | 'warning' | 'ok' | 'absent', why) for one sensor."""
     reading, unit = s.get("reading"), str(s.get("unit") or "")
     if s.get("state") == "Absent" or (reading is None and s.get("health") in ("", None)):
         return "absent", ""
-    if reading is not None:
-        # A threshold of 0 is how many BMCs print "not set": never judged against.
-        for key, label, high in (("upper_fatal", "upper non-recoverable", True),
-                                 ("upper_critical", "upper critical", True),
-                                 ("lower_fatal", "lower non-recoverable", False),
-                                 ("lower_critical", "lower critical", False)):
-            t = s.get(key)
-            if t and (reading >= t if high else reading <= t):
-                return "critical", (f"{s['name']} {_fmt(reading, unit)} "
-                                    f"{'>=' if high else '<='} {label} {_fmt(t, unit)}")
+    beyond = _beyond(s, reading, unit, CRITICAL_BOUNDS)
+    if beyond:
+        return "critical", beyond
     if s.get("health") == "Critical":
         shown = _fmt(reading, unit) if reading is not None else "no reading"
         return "critical", f"{s['name']} {shown}: the BMC reports it Critical"
-    if reading is not None:
-        for key, label, high in (("upper_noncritical", "upper non-critical", True),
-                                 ("lower_noncritical", "lower non-critical", False)):
-            t = s.get(key)
-            if t and (reading >= t if high else reading <= t):
-                return "warning", (f"{s['name']} {_fmt(reading, unit)} "
-                                   f"{'>=' if high else '<='} {label} {_fmt(t, unit)}")
+    beyond = _beyond(s, reading, unit, WARNING_BOUNDS)
+    if beyond:
+        return "warning", beyond
     if s.get("health") == "Warning":
         return "warning", f"{s['name']}: the BMC reports it Warning"
     return "ok", ""
