@@ -15,10 +15,10 @@ system description says so.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -122,14 +122,29 @@ def stop(cfg: LabConfig) -> None:
             pid = int(pidfile.read_text())
         except (OSError, ValueError):
             pid = 0
-        if pid and _ours(pid, root):
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-            while _ours(pid, root) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if _ours(pid, root):
-                os.kill(pid, signal.SIGKILL)
+        if pid:
+            _stop_one(pid, root)
         pidfile.unlink(missing_ok=True)
+
+
+def _stop_one(pid: int, root: Path) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within STOP_TIMEOUT_S. The switch was
+    started by an earlier command, so it is not our child to wait on: its pidfd says
+    when it exits (opened before the check, so a reused PID is never signalled)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return  # gone already
+    try:
+        if not _ours(pid, root):
+            return
+        signal.pidfd_send_signal(fd, signal.SIGTERM)
+        if not select.select([fd], [], [], STOP_TIMEOUT_S)[0]:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it exited between the check and the signal
+    finally:
+        os.close(fd)
 
 
 def start(cfg: LabConfig, mirror: Path, ports: Mapping[str, tuple[str, str]]) -> list[str]:
