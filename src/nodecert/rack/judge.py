@@ -24,6 +24,7 @@ from typing import Any
 
 from nodecert.rack.judge_common import (
     BAD_HEALTH,
+    first_of,
     judge_findings,
     last_sample,
     note_health,
@@ -61,8 +62,7 @@ def judge_trays(rack: dict[str, Any], trays: dict[str, dict[str, Any]]) -> Resul
             elif r["verdict"] == "WARN":
                 warns.append(f"tray {host}: {check}: {r['summary']}")
     if errors:
-        return Result("rack.trays", Verdict.ERROR, errors[0] if len(errors) == 1 else
-                      f"{errors[0]} (+{len(errors) - 1} more)",
+        return Result("rack.trays", Verdict.ERROR, first_of(errors),
                       findings=tuple(errors + fails + warns), fault_code="NC-NOT-MEASURED",
                       remediation="A tray that was not measured leaves the rack unproven: "
                                   "bring it back and validate the rack again.")

@@ -15,12 +15,15 @@ def judge_findings(name: str, fails: list[str], warns: list[str], ok_summary: st
     """FAIL with any fail finding, WARN with only warnings, else PASS (the node checks'
     rule, for the rack's)."""
     if fails or warns:
-        first = (fails or warns)[0]
-        n = len(fails or warns)
-        return Result(name, Verdict.FAIL if fails else Verdict.WARN,
-                      first if n == 1 else f"{first} (+{n - 1} more)",
+        return Result(name, Verdict.FAIL if fails else Verdict.WARN, first_of(fails or warns),
                       findings=tuple(fails + warns), **kw)
     return Result(name, Verdict.PASS, ok_summary, **kw)
+
+
+def first_of(findings: list[str]) -> str:
+    """A result's summary: its first finding, and how many more there are."""
+    n = len(findings)
+    return findings[0] if n == 1 else f"{findings[0]} (+{n - 1} more)"
 
 
 def who_is(c: dict[str, Any]) -> str:
@@ -65,5 +68,5 @@ def note_health(who: str, health: Any, state: Any, fails: list[str], warns: list
         warns.append(f"{who}: health Warning")
 
 
-__all__ = ["BAD_HEALTH", "judge_findings", "last_sample", "note_health", "read_of_kind",
+__all__ = ["BAD_HEALTH", "first_of", "judge_findings", "last_sample", "note_health", "read_of_kind",
            "unread", "who_is"]

@@ -25,7 +25,7 @@ from collections import Counter
 from typing import Any
 
 from nodecert.rack.infra import gpu_uuid
-from nodecert.rack.judge_common import last_sample, unread
+from nodecert.rack.judge_common import first_of, last_sample, unread
 from nodecert_node.contract import Result, Verdict
 
 CHECK = "rack.nvlink_map"
@@ -117,17 +117,14 @@ def judge_nvlink_map(rack: dict[str, Any], gpus_of: dict[str, list[dict[str, Any
     value = {"switch_chips": chips, "gpus": len(where), "links": links, "grid": grid,
              "gpus_per_tray": max((len(g or []) for g in gpus_of.values()), default=0)}
     if fails:
-        n = len(fails)
-        return Result(CHECK, Verdict.FAIL, fails[0] if n == 1 else f"{fails[0]} (+{n - 1} more)",
-                      findings=tuple(fails + errors), value=value,
-                      fault_code="NC-RACK-NVLINK-MAP",
+        return Result(CHECK, Verdict.FAIL, first_of(fails), findings=tuple(fails + errors),
+                      value=value, fault_code="NC-RACK-NVLINK-MAP",
                       remediation="Reseat or replace the NVLink cable cartridge between the "
                                   "named GPU's tray and the switch tray (the port named "
                                   "carries the wrong GPU, or none), then validate the rack "
                                   "again.")
     if errors:
-        return Result(CHECK, Verdict.ERROR, errors[0] if len(errors) == 1 else
-                      f"{errors[0]} (+{len(errors) - 1} more)", findings=tuple(errors),
+        return Result(CHECK, Verdict.ERROR, first_of(errors), findings=tuple(errors),
                       value=value, fault_code="NC-NOT-MEASURED",
                       remediation="Links that were not mapped leave the domain's wiring "
                                   "unproven: bring the named switch tray or tray back and "

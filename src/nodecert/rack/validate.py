@@ -125,25 +125,28 @@ def judge_rack(rack: dict[str, Any], trays: dict[str, dict[str, Any]],
                judge_domain(rack, {h: t.get("fabric") for h, t in trays.items()})]
     not_judged = []
     gpus_of = {h: (t.get("identity") or {}).get("gpus") for h, t in trays.items()}
-    nvlink_map = judge_nvlink_map(rack, gpus_of, comps,
-                                  kinds()[rack["kind"]].switch_chips_per_tray)
-    for rule, judged, key in (("rack.switch_trays", judge_switch_trays(rack, comps),
-                               "switch_trays"),
-                              ("rack.nvlink_map", nvlink_map, "switch_trays"),
-                              ("rack.power", judge_power(rack, comps),
-                               "power_shelves or pdus"),
-                              ("rack.cooling", judge_cooling(rack, comps), "cdu")):
-        if judged is None and rule == "rack.nvlink_map" and rack.get("switch_trays"):
-            not_judged.append(f"{rule}: the switch trays report no GPU behind their NVLink "
-                              "ports (Redfish Port Links.AssociatedEndpoints)")
-        elif judged is None:
-            not_judged.append(f"{rule}: the rack names no {key.replace('_', ' ')} "
-                              f"(nodecert_rack.{key.replace(' or ', ', ')})")
+    unreported = ("the switch trays report no GPU behind their NVLink ports (Redfish Port "
+                  "Links.AssociatedEndpoints)")
+    for rule, judged, why in (
+            ("rack.switch_trays", judge_switch_trays(rack, comps), _names_no("switch_trays")),
+            ("rack.nvlink_map", judge_nvlink_map(rack, gpus_of, comps,
+                                                 kinds()[rack["kind"]].switch_chips_per_tray),
+             unreported if rack.get("switch_trays") else _names_no("switch_trays")),
+            ("rack.power", judge_power(rack, comps), _names_no("power_shelves or pdus")),
+            ("rack.cooling", judge_cooling(rack, comps), _names_no("cdu"))):
+        if judged is None:
+            not_judged.append(f"{rule}: {why}")
         else:
             results.append(judged)
     results.append(judge_firmware(rack, firmware_table(
         {h: t.get("inventory") for h, t in trays.items()}, comps)))
     return results, not_judged
+
+
+def _names_no(key: str) -> str:
+    """Why a rule over the rack's management endpoints was not judged: none named."""
+    return (f"the rack names no {key.replace('_', ' ')} "
+            f"(nodecert_rack.{key.replace(' or ', ', ')})")
 
 
 def _interrupted(run_dir: Path, rack: dict[str, Any]) -> None:
