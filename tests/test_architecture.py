@@ -528,3 +528,21 @@ def test_runs_are_read_typed(tmp_path: Path) -> None:
     planted.write_text("ok = rec.data['verdict'] == 'PASS'\n"
                        "bad = [r for r in rec.data.get(\"results\") or []]\n")
     assert raw_record_reads({"nodecert.x": planted}) == ["planted.py:1", "planted.py:2"]
+
+
+_UNTYPED_RUN = re.compile(r"->\s*tuple\[\s*Path\s*,\s*dict\[")
+
+
+def untyped_run_returns(files: dict[str, Path]) -> list[str]:
+    """Functions that hand back a run as (directory, JSON dict) instead of its record."""
+    return [f"{p.name}:{n}" for _, p in sorted(files.items())
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if _UNTYPED_RUN.search(line)]
+
+
+def test_a_run_is_handed_back_as_its_typed_record(tmp_path: Path) -> None:
+    assert untyped_run_returns(modules()) == []
+    planted = tmp_path / "planted.py"
+    planted.write_text("def rack_validate(r: Req) -> tuple[Path, dict[str, Any]]:\n"
+                       "    ...\n")
+    assert untyped_run_returns({"nodecert.x": planted}) == ["planted.py:1"]

@@ -405,6 +405,7 @@ def _cluster_run(root: Path, nodes: list[str], slow_rail: str | None = None) -> 
 def test_a_cluster_runs_pairings_are_figures_of_each_node(tmp_path: Path) -> None:
     from nodecert.fleet.judging import add_to_cluster_run, load_runs
     from nodecert.fleet.samples import pair_samples
+    from nodecert.runs.records import read_cluster_record
     nodes = [f"c{i:02d}" for i in range(12)]
     run = _cluster_run(tmp_path, nodes, slow_rail="c05")
     records, extra = load_runs([run])
@@ -416,14 +417,13 @@ def test_a_cluster_runs_pairings_are_figures_of_each_node(tmp_path: Path) -> Non
     assert pair_samples([{"nodes": ["a", "b"], "busbw": None, "rails": {"x": "fast"}}]) == {}
     b = fb.build(records, extra=extra)
     assert b.groups["NVIDIA H200"]["rail_gbps"].nodes == 12
-    data = json.loads((run / "results.json").read_text())
-    new = add_to_cluster_run(run, data, b)
-    fleet = next(r for r in new["results"] if r["check"] == "fleet.peers")
-    assert fleet["verdict"] == "FAIL" and "c05" in new["culprits"]
-    assert [f.split(" ")[0] for f in fleet["findings"]] == ["c05:"]  # its partners pass
-    assert "rail_gbps rail mlx5_0 " in fleet["findings"][0] \
-        or "pair_busbw " in fleet["findings"][0]
-    assert new["verdict"] == "FAIL"
+    new = add_to_cluster_run(read_cluster_record(run), b)
+    fleet = new.result("fleet.peers")
+    assert fleet is not None and fleet.verdict is Verdict.FAIL and "c05" in new.culprits
+    assert [f.split(" ")[0] for f in fleet.findings] == ["c05:"]  # its partners pass
+    assert "rail_gbps rail mlx5_0 " in fleet.findings[0] or "pair_busbw " in fleet.findings[0]
+    assert new.verdict is Verdict.FAIL
+    assert read_cluster_record(run).verdict is Verdict.FAIL  # saved as it was returned
     saved = json.loads((run / "nodes" / "20261203-101501-d4e5f6" / "c05" /
                         "results.json").read_text())
     assert next(r for r in saved["results"] if r["check"] == "fleet.peers")["verdict"] == "FAIL"

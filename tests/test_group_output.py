@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from nodecert.cli import main
+from nodecert.runs.records import GroupRecord
 
 PASSING = {"schema": "nodecert.result/v1", "check": "cluster.pairs", "verdict": "PASS",
            "summary": "every pairing within its share", "findings": []}
@@ -28,7 +29,8 @@ def _invoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str,
     inv = tmp_path / "hosts.ini"
     inv.write_text("[gpu]\nh1\n")
     module, name = (cv, "cluster_validate") if kind == "cluster" else (rv, "rack_validate")
-    monkeypatch.setattr(module, name, lambda request, progress: (run_dir, record))
+    rec = GroupRecord(run_dir / "results.json", record)
+    monkeypatch.setattr(module, name, lambda request, progress: rec)
     return CliRunner().invoke(main, [kind, "validate", "-i", str(inv), *args])
 
 

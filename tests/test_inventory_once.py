@@ -12,6 +12,7 @@ import yaml
 
 from nodecert.inventory.reader import Inventory, hostvars, load_inventory, resolve
 from nodecert.rack.validate import RackRequest, rack_validate
+from nodecert_node.contract import Verdict
 from support.env import REPO
 from support.racklab import running
 
@@ -62,12 +63,12 @@ def test_a_rack_run_reads_its_inventory_once(tmp_path: Path, builds: list[str]) 
         (inv / "group_vars" / "rack_a1.yml").write_text(yaml.safe_dump(
             {"nodecert_rack": {"name": "rack-a1", **spec}}))
         said: list[str] = []
-        _, data = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
+        rec = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
                                 progress=said.append)
     finally:
         gen.close()
     # the trays were really asked for (through validate), and none answered
-    assert data["verdict"] == "ERROR", data["results"]
+    assert rec.verdict is Verdict.ERROR, rec.results
     assert any("tray00" in line for line in said)
     assert len(builds) == 1, builds
 

@@ -95,27 +95,27 @@ def _trays(**special: dict[str, Any]) -> Callable[..., dict[str, dict[str, Any]]
     return run
 
 
-def _verdicts(data: dict[str, Any]) -> dict[str, str]:
-    return {r["check"]: r["verdict"] for r in data["results"]}
+def _verdicts(rec: GroupRecord) -> dict[str, str]:
+    return {r.check: r.verdict.name for r in rec.results}
 
 
 def test_a_healthy_rack_passes_and_its_certificate_verifies(
         endpoints: Rack, tmp_path: Path) -> None:
     inv = _inventory(tmp_path, endpoints)
-    run_dir, data = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
+    rec = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
                                   progress=lambda s: None, trays_fn=_trays(), load_fn=_load)
-    assert data["verdict"] == "PASS", data["results"]
-    assert set(_verdicts(data).values()) == {"PASS"}
-    assert list(_verdicts(data)) == ["rack.trays", "rack.domain", "rack.switch_trays",
+    assert rec.verdict is Verdict.PASS, rec.results
+    assert set(_verdicts(rec).values()) == {"PASS"}
+    assert list(_verdicts(rec)) == ["rack.trays", "rack.domain", "rack.switch_trays",
                                      "rack.power", "rack.cooling", "rack.firmware",
                                      "rack.allreduce", "rack.sweep"]
     # these endpoints report no GPU behind their ports: the wiring is not judged, and the
     # record says so (the lab's switch trays do report it: test_rack_lab.py)
-    assert data["not_judged"] == [NO_WIRING]
-    assert run_dir.name.startswith("rack-") and data["simulated"] is True
-    assert "password_file" not in json.dumps(data)
+    assert rec.not_judged == [NO_WIRING]
+    assert rec.run_dir.name.startswith("rack-") and rec.simulated is True
+    assert "password_file" not in json.dumps(rec.data)
     kp = init_key(tmp_path / "keys")
-    env, html, verdict = certify_rack(run_dir, load_private_key(kp.private))
+    env, html, verdict = certify_rack(rec.run_dir, load_private_key(kp.private))
     assert verdict == "READY"
     st = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))
     names = [s["name"] for s in st["subject"]]
@@ -164,14 +164,14 @@ def test_the_trays_cabling_is_judged_and_bound_into_the_rack_certificate(
             for k in (0, 1))
     links[a], links[b] = (Link("tray03", "mlx5_0", "leaf-01", "4", "4X", 106.25),
                           Link("tray03", "mlx5_1", "leaf-00", "4", "4X", 106.25))
-    run_dir, data = rack_validate(
+    rec = rack_validate(
         RackRequest(inv, runs_dir=tmp_path / "runs"), progress=lambda s: None,
         trays_fn=_trays(), load_fn=_load, cabling_fn=lambda: judge_cabling(plan, links))
-    assert _verdicts(data)["fabric.cabling"] == "FAIL" and data["verdict"] == "FAIL"
-    assert {c: v for c, v in _verdicts(data).items() if v != "PASS"} == {
+    assert _verdicts(rec)["fabric.cabling"] == "FAIL" and rec.verdict is Verdict.FAIL
+    assert {c: v for c, v in _verdicts(rec).items() if v != "PASS"} == {
         "fabric.cabling": "FAIL"}  # nothing else fails
     kp = init_key(tmp_path / "keys")
-    env, html, verdict = certify_rack(run_dir, load_private_key(kp.private))
+    env, html, verdict = certify_rack(rec.run_dir, load_private_key(kp.private))
     assert verdict == "NOT READY"
     st = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))
     cab = st["predicate"]["cabling"]
@@ -184,13 +184,13 @@ def test_the_trays_cabling_is_judged_and_bound_into_the_rack_certificate(
     page = html.read_text()
     assert "Cabling" in page and plan.digest in page and 'id="cabling"' in page
     # wired to plan: the rack is ready, the plan still bound
-    run_dir, data = rack_validate(
+    rec = rack_validate(
         RackRequest(inv, runs_dir=tmp_path / "runs2"), progress=lambda s: None,
         trays_fn=_trays(), load_fn=_load,
         cabling_fn=lambda: judge_cabling(plan, [
             Link(p.node, p.port, p.switch, p.switch_port, "4X", 106.25) for p in plan.links]))
-    assert data["verdict"] == "PASS"
-    env, _, verdict = certify_rack(run_dir, load_private_key(kp.private))
+    assert rec.verdict is Verdict.PASS
+    env, _, verdict = certify_rack(rec.run_dir, load_private_key(kp.private))
     assert verdict == "READY"
     st = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))
     assert st["predicate"]["cabling"]["as_planned"] == 36
@@ -215,21 +215,21 @@ def test_faults_are_named_and_nothing_else_fails(endpoints: Rack, tmp_path: Path
     inv = _inventory(tmp_path, endpoints)
     endpoints.procs["nvsw-02"].terminate()
     endpoints.procs["nvsw-02"].wait(timeout=10)
-    _, data = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
+    rec = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
                             progress=lambda s: None,
                             trays_fn=_trays(tray07=_tray("tray07", clique="3"),
                                             tray11=_tray("tray11", imex="FAIL")))
-    v = _verdicts(data)
+    v = _verdicts(rec)
     assert v == {"rack.trays": "FAIL", "rack.domain": "FAIL", "rack.switch_trays": "FAIL",
                  "rack.power": "PASS", "rack.cooling": "PASS", "rack.firmware": "PASS"}
-    by = {r["check"]: r for r in data["results"]}
+    by = {r["check"]: r for r in rec.data["results"]}
     assert by["rack.trays"]["findings"] == [
         "tray tray11: domain.imex: IMEX node #3 (10.99.0.4) is DOWN, expected READY"]
     assert by["rack.domain"]["findings"][0].startswith("tray tray07: in clique 3 of cluster")
     assert len(by["rack.domain"]["findings"]) == 1
     assert by["rack.switch_trays"]["findings"][0].startswith("switch tray nvsw-02 (")
     kp = init_key(tmp_path / "keys")
-    env, _, verdict = certify_rack(tmp_path / "runs" / data["run_id"],
+    env, _, verdict = certify_rack(tmp_path / "runs" / str(rec.run_id),
                                    load_private_key(kp.private))
     assert verdict == "NOT READY"
     st = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))
@@ -242,15 +242,15 @@ def test_faults_are_named_and_nothing_else_fails(endpoints: Rack, tmp_path: Path
 def test_a_tray_not_measured_is_error_and_gets_no_certificate(
         endpoints: Rack, tmp_path: Path) -> None:
     inv = _inventory(tmp_path, endpoints)
-    run_dir, data = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
+    rec = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
                                   progress=lambda s: None,
                                   trays_fn=_trays(tray03={"error": "unreachable: timed out"}))
-    assert data["verdict"] == "ERROR"
-    assert _verdicts(data)["rack.trays"] == "ERROR"
+    assert rec.verdict is Verdict.ERROR
+    assert _verdicts(rec)["rack.trays"] == "ERROR"
     kp = init_key(tmp_path / "keys")
     with pytest.raises(RunError, match="no hardware identity for tray03"):
-        certify_rack(run_dir, load_private_key(kp.private))
-    assert not (run_dir / "reports").exists()
+        certify_rack(rec.run_dir, load_private_key(kp.private))
+    assert not (rec.run_dir / "reports").exists()
 
 
 def test_the_cli_names_the_rack_and_refuses_an_unknown_one(
@@ -269,10 +269,10 @@ def test_a_statement_whose_subjects_do_not_match_its_trays_is_refused(
         endpoints: Rack, tmp_path: Path) -> None:
 
     inv = _inventory(tmp_path, endpoints)
-    _, data = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
+    rec = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
                             progress=lambda s: None, trays_fn=_trays())
-    st = rackcert.statement(GroupRecord(tmp_path / "results.json", data),
-                            issued=dt.datetime.fromtimestamp(data["finished"], dt.UTC))
+    st = rackcert.statement(rec,
+                            issued=dt.datetime.fromtimestamp(rec.finished, dt.UTC))
     assert rackcert.rack_problems(st) == [] and rackcert.subject_problems(st) == []
     st["subject"][3]["digest"]["sha256"] = "0" * 64
     st["subject"] = [*st["subject"][:-1], st["subject"][0] | {"name": "node:tray99"}]
@@ -288,11 +288,11 @@ def test_a_statement_whose_subjects_do_not_match_its_trays_is_refused(
 def test_a_tray_certificate_references_the_rack_certificate_of_its_very_hardware(
         endpoints: Rack, tmp_path: Path) -> None:
     inv = _inventory(tmp_path, endpoints)
-    run_dir, _ = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
+    rec = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
                                progress=lambda s: None, trays_fn=_trays(), load_fn=_load)
     kp = init_key(tmp_path / "keys")
     key = load_private_key(kp.private)
-    env, _, _ = certify_rack(run_dir, key)
+    env, _, _ = certify_rack(rec.run_dir, key)
     ref = cluster_reference(env, key)
     assert ref["kind"] == "rack" and ref["nodes"] == TRAYS and ref["verdict"] == "READY"
     mine = identity_digest(_tray("tray05")["identity"])
@@ -309,20 +309,20 @@ def test_a_rack_whose_domain_was_not_measured_under_load_is_not_ready(
     """Every rule passes, but the trays name no job engine: the record says what was not
     judged, and the certificate does not call the rack ready."""
     inv = _inventory(tmp_path, endpoints)
-    run_dir, data = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
+    rec = rack_validate(RackRequest(inv, runs_dir=tmp_path / "runs"),
                                   progress=lambda s: None, trays_fn=_trays())
-    assert data["verdict"] == "PASS" and "rack.sweep" not in _verdicts(data)
+    assert rec.verdict is Verdict.PASS and "rack.sweep" not in _verdicts(rec)
     unloaded = ("rack.allreduce, rack.sweep: the trays name no job engine (nodecert_cluster): "
                 "the NVLink domain was not measured under load")
-    assert data["not_judged"] == [NO_WIRING, unloaded]
+    assert rec.not_judged == [NO_WIRING, unloaded]
     kp = init_key(tmp_path / "keys")
-    env, _, verdict = certify_rack(run_dir, load_private_key(kp.private))
+    env, _, verdict = certify_rack(rec.run_dir, load_private_key(kp.private))
     assert verdict == "NOT READY"
     st = json.loads(base64.b64decode(json.loads(env.read_text())["payload"]))
     # not ready for want of the domain's traffic; the unreported wiring is listed, not a
     # reason (the domain's jobs prove what the links carry)
     assert st["predicate"]["reasons"] == [unloaded]
-    assert st["predicate"]["not_judged"] == data["not_judged"]
+    assert st["predicate"]["not_judged"] == rec.not_judged
 
 
 def test_an_unreadable_password_file_is_refused_before_anything_runs(

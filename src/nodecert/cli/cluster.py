@@ -90,8 +90,6 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
     from nodecert.cluster.validate import ClusterRequest, cluster_validate
     from nodecert.core.errors import InventoryError
     from nodecert.inventory.cluster import parse_cluster
-    from nodecert.runs.layout import RunDir
-    from nodecert.runs.records import GroupRecord
 
     given = {k: v for k, v in (("engine", engine), ("launch_host", launch_host),
                                ("partition", partition), ("account", account),
@@ -108,16 +106,16 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
     request = ClusterRequest(path, limit=common.split_hosts(limit), overrides=given,
                              runs_dir=runs_dir,
                              become=common.become_source(become_file, vault_file))
-    run_dir, data = cluster_validate(request, progress=lambda line: common.echo(line, err=True))
+    rec = cluster_validate(request, progress=lambda line: common.echo(line, err=True))
     if baseline is not None:
         from nodecert.fleet.judging import add_to_cluster_run
-        data = add_to_cluster_run(run_dir, data, baseline)
+        rec = add_to_cluster_run(rec, baseline)
+    run_dir = rec.run_dir
     cert: dict[str, Any] = {}
     if key is not None:
         env, html, verdict = certify_cluster(run_dir, key,
                                              revocations=run_dir.parent / DEFAULT_NAME)
         cert = {"certificate": str(env), "html": str(html), "certificate_verdict": verdict}
-    rec = GroupRecord(RunDir(run_dir).cluster_results, data)
     code = ExitCode.OK if passed(rec) else ExitCode.FAILED
     verdict = rec.outcome.name
     if as_json:

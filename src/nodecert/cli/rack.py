@@ -66,29 +66,27 @@ def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
     from nodecert.certs.revocations import DEFAULT_NAME
     from nodecert.certs.signing import load_private_key
     from nodecert.rack.validate import RackRequest, rack_validate
-    from nodecert.runs.layout import RunDir
-    from nodecert.runs.records import GroupRecord
 
     key = load_private_key(key_path) if key_path else None  # a bad key fails before work
     request = RackRequest(path, rack=rack_name, runs_dir=runs_dir,
                           become=common.become_source(become_file, vault_file), load=load)
-    run_dir, data = rack_validate(request, progress=lambda line: common.echo(line, err=True))
+    rec = rack_validate(request, progress=lambda line: common.echo(line, err=True))
+    run_dir = rec.run_dir
     cert: dict[str, Any] = {}
     if key is not None:
         env, html, verdict = certify_rack(run_dir, key, revocations=run_dir.parent / DEFAULT_NAME)
         cert = {"certificate": str(env), "html": str(html), "certificate_verdict": verdict}
-    rec = GroupRecord(RunDir(run_dir).cluster_results, data)
     code = ExitCode.OK if passed(rec) else ExitCode.FAILED
     verdict = rec.outcome.name
     if as_json:
-        common.emit_json({"run_dir": str(run_dir), "rack": data["rack"]["name"],
+        common.emit_json({"run_dir": str(run_dir), "rack": rec.rack_name,
                    "verdict": verdict, "results": [r.as_dict() for r in rec.results],
-                   "not_judged": data["not_judged"], "seconds": data["seconds"], **cert})
+                   "not_judged": rec.not_judged, "seconds": rec.seconds, **cert})
         sys.exit(int(code))
     common.echo_results(rec.results, findings_max=20)
-    for n in data["not_judged"]:
+    for n in rec.not_judged:
         common.echo(f"not judged: {one_line(n)}")
-    common.echo(f"rack {data['rack']['name']}: {verdict}"
+    common.echo(f"rack {rec.rack_name}: {verdict}"
                 + ("  (SIMULATED)" if rec.simulated else ""))
     common.echo_run_end(run_dir, cert)
     sys.exit(int(code))

@@ -33,6 +33,7 @@ from nodecert.inventory.cluster import ClusterConfig, inventory_cluster
 from nodecert.inventory.reader import HostSpec, Inventory, resolve
 from nodecert.profiles.thresholds import suite
 from nodecert.runs.layout import RunDir
+from nodecert.runs.records import GroupRecord
 from nodecert.runs.store import ValidationRun
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidateRequest, validate
@@ -192,8 +193,9 @@ class ClusterRequest:
 
 def cluster_validate(request: ClusterRequest, *, progress: Progress | None = None,
                      launch: Launcher | None = None,
-                     stop: threading.Event | None = None) -> tuple[Path, dict[str, Any]]:
-    """Validate the cluster; (run directory, results). NodecertError on bad input or an
+                     stop: threading.Event | None = None) -> GroupRecord:
+    """Validate the cluster; its saved record (`run_dir` is the run's directory).
+    NodecertError on bad input or an
     engine that cannot run jobs at all (nothing half-done is left: the run directory
     records what was found)."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -236,7 +238,7 @@ def cluster_validate(request: ClusterRequest, *, progress: Progress | None = Non
         # The nodes' own checks were part of the measurement.
         data = {**data, "started": round(started, 3)}
         save(run_dir, data)
-        return run_dir, data
+        return GroupRecord(RunDir(run_dir).cluster_results, data)
     finally:
         runner.launcher.close()
 

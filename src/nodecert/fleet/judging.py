@@ -144,14 +144,13 @@ def with_results(rec: HostRecord, extra: list[Result]) -> HostRecord:
                                  "verdict": verdict.name})
 
 
-def add_to_cluster_run(run_dir: Path, data: dict[str, Any],
-                       baseline: Baseline) -> dict[str, Any]:
+def add_to_cluster_run(cluster: GroupRecord, baseline: Baseline) -> GroupRecord:
     """A cluster run's nodes judged against the fleet: fleet.peers in each node's record
     (the nodes' own checks, under run_dir/nodes), and one cluster result naming every
     node beyond its peers; the cluster's verdict is the worse of its own and that one.
     The cluster record is saved again; returns it."""
     per_node: dict[str, Result] = {}
-    cluster = GroupRecord(RunDir(run_dir).cluster_results, data)
+    run_dir = cluster.run_dir
     pairs = pair_samples(cluster.pairs)
     for run in runs_under(run_dir / "nodes"):
         for rec in host_records(run):
@@ -172,12 +171,12 @@ def add_to_cluster_run(run_dir: Path, data: dict[str, Any],
                     simulated=cluster.simulated)
     results = [*(r for r in cluster.results if r.check != "fleet.peers"), result]
     saved = cluster.verdict if cluster.verdict is not None else Verdict.ERROR
-    new = {**data, "results": [r.as_dict() for r in results],
+    new = {**cluster.data, "results": [r.as_dict() for r in results],
            "verdict": worst([saved, result.verdict]).name,
-           "culprits": sorted({*(data.get("culprits") or []),
+           "culprits": sorted({*cluster.culprits,
                                *(n for n, r in flagged.items() if r.verdict >= Verdict.FAIL)})}
-    write_json(RunDir(run_dir).cluster_results, new)
-    return new
+    write_json(cluster.path, new)
+    return GroupRecord(cluster.path, new)
 
 
 __all__ = ["FLEET_KEYS", "add_to_cluster_run", "add_to_run", "fleet_limits", "history_of",

@@ -40,6 +40,7 @@ from nodecert.rack.judge_nvlink import judge_nvlink_map
 from nodecert.rack.load import DomainLoad, LoadPlan, load_plan
 from nodecert.runs.layout import RunDir
 from nodecert.runs.records import RACK_SCHEMA as SCHEMA
+from nodecert.runs.records import GroupRecord
 from nodecert.runs.store import write_json
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidateRequest, validate
@@ -206,10 +207,11 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
                   stop: threading.Event | None = None,
                   load_fn: Callable[[], list[Result]] | None = None,
                   cabling_fn: Callable[[], Result] | None = None
-                  ) -> tuple[Path, dict[str, Any]]:
-    """Validate the rack; (run directory, record). InventoryError on bad input, before
-    anything runs or is written. `trays_fn`, `load_fn` and `cabling_fn` stand in for the
-    trays' node runs, the domain's jobs and the fabric's discovery (tests)."""
+                  ) -> GroupRecord:
+    """Validate the rack; its saved record (`run_dir` is the run's directory).
+    InventoryError on bad input, before anything runs or is written. `trays_fn`,
+    `load_fn` and `cabling_fn` stand in for the trays' node runs, the domain's jobs and
+    the fabric's discovery (tests)."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     inventory = resolve(request.inventory)  # read once: the trays' runs and the jobs too
     rack = rack_of(inventory.hosts, request.rack, inventory.path)
@@ -253,7 +255,7 @@ def rack_validate(request: RackRequest, *, progress: Progress | None = None,
     data = _record(run_dir, rack, results, not_judged=not_judged, trays=trays, comps=comps,
                    seconds=seconds, started=started)
     write_json(RunDir(run_dir).cluster_results, data)
-    return run_dir, data
+    return GroupRecord(RunDir(run_dir).cluster_results, data)
 
 
 def _what(rack: dict[str, Any]) -> str:

@@ -207,6 +207,31 @@ class GroupRecord(Record):
     as the run recorded them."""
 
     @property
+    def run_dir(self) -> Path:
+        """The run's directory (where its record, its nodes' runs and its page are)."""
+        return self.path.parent
+
+    @property
+    def rack_name(self) -> str | None:
+        """A rack run's rack (None for a cluster run)."""
+        rack = self.data.get("rack")
+        name = rack.get("name") if isinstance(rack, dict) else None
+        return str(name) if name else None
+
+    @property
+    def not_judged(self) -> list[str]:
+        """What the run could not judge, each with why (not a reason for NOT READY, and
+        never a pass: the record and the certificate list it)."""
+        said = self.data.get("not_judged")
+        return [str(n) for n in said] if isinstance(said, list) else []
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        """The run's wall times by stage, as recorded."""
+        got = self.data.get("seconds")
+        return {str(k): _seconds(v) for k, v in got.items()} if isinstance(got, dict) else {}
+
+    @property
     def nodes(self) -> list[str]:
         nodes = self.data.get("nodes")
         return [str(n) for n in nodes] if isinstance(nodes, list) else []
