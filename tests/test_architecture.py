@@ -513,13 +513,18 @@ def test_a_run_path_spelled_by_hand_is_caught() -> None:
 _RAW_RECORD = re.compile(r"""\.data\s*(?:\.get\(\s*|\[\s*)["'](results|verdict|check)["']""")
 
 
+def lines_matching(pattern: re.Pattern[str], files: dict[str, Path],
+                   owner: str = "") -> list[str]:
+    """`file:line` of each line matching `pattern`, outside the module that owns it."""
+    return [f"{p.name}:{n}" for name, p in sorted(files.items()) if name != owner
+            for n, line in enumerate(p.read_text().splitlines(), 1)
+            if pattern.search(line)]
+
+
 def raw_record_reads(files: dict[str, Path]) -> list[str]:
     """Lines that read a saved record's verdict or results from its JSON instead of
     through the typed readers (runs/records.py)."""
-    return [f"{p.name}:{n}" for name, p in sorted(files.items())
-            if name != "nodecert.runs.records"
-            for n, line in enumerate(p.read_text().splitlines(), 1)
-            if _RAW_RECORD.search(line)]
+    return lines_matching(_RAW_RECORD, files, owner="nodecert.runs.records")
 
 
 def test_runs_are_read_typed(tmp_path: Path) -> None:
@@ -535,9 +540,7 @@ _UNTYPED_RUN = re.compile(r"->\s*tuple\[\s*Path\s*,\s*dict\[")
 
 def untyped_run_returns(files: dict[str, Path]) -> list[str]:
     """Functions that hand back a run as (directory, JSON dict) instead of its record."""
-    return [f"{p.name}:{n}" for _, p in sorted(files.items())
-            for n, line in enumerate(p.read_text().splitlines(), 1)
-            if _UNTYPED_RUN.search(line)]
+    return lines_matching(_UNTYPED_RUN, files)
 
 
 def test_a_run_is_handed_back_as_its_typed_record(tmp_path: Path) -> None:
