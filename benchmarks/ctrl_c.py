@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from nodecert.cluster.jobs import Job, SlurmLauncher
 from nodecert.inventory.cluster import ClusterConfig
+from nodecert.transport.jobs import Job, SlurmLauncher
 from nodecert.transport.ssh import Endpoint
 
 

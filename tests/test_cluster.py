@@ -22,7 +22,6 @@ from nodecert.certs.signing import init_key, load_private_key, load_public_key
 from nodecert.certs.verify import verify_report
 from nodecert.cli import main
 from nodecert.cluster import pairing as clusterplan
-from nodecert.cluster.jobs import Job, JobResult, MpirunLauncher, SlurmLauncher
 from nodecert.cluster.judge import (
     RAIL_MARK,
     expectation,
@@ -30,10 +29,11 @@ from nodecert.cluster.judge import (
     read_allreduce,
     read_rails,
 )
-from nodecert.cluster.output import demux
 from nodecert.cluster.run import ClusterRun
 from nodecert.inventory.cluster import ClusterConfig, parse_cluster
 from nodecert.runs.records import GroupRecord
+from nodecert.transport.joboutput import demux
+from nodecert.transport.jobs import Job, JobResult, MpirunLauncher, SlurmLauncher
 from nodecert_node.contract import Threshold
 from support.cluster import (
     FABRIC,
@@ -567,7 +567,7 @@ def test_the_lab_collectives_print_nccl_tests_tables(tmp_path: Path) -> None:
 
 
 def test_openmpi_lines_split_across_its_chunks_are_joined_again() -> None:
-    from nodecert.cluster.output import demux
+    from nodecert.transport.joboutput import demux
     from nodecert_node.parse.fio import parse_fio
     text = (REPO / "tests" / "fixtures" / "recorded" / "mpirun" /
             "openmpi-4.1-tag-output-fio-json-4-ranks-split-lines.txt").read_text()

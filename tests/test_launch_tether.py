@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nodecert.cluster.jobs import Job, JobResult
-from nodecert.cluster.tether import tethered
+from nodecert.transport.jobs import Job, JobResult
+from nodecert.transport.tether import tethered
 from support.cluster import ScriptedLauncher
 
 SHELLS = [s for s in ("sh", "bash") if shutil.which(s)]

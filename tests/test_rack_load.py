@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodecert.cluster.context import ClusterContext
-from nodecert.cluster.jobs import Job, JobResult, Launcher
 from nodecert.cluster.judge import Expectation, Reading
 from nodecert.inventory.cluster import ClusterConfig
 from nodecert.rack import sweep
 from nodecert.rack.load import DomainLoad, LoadPlan, judge_allreduce, mnnvl_span, pair_script
+from nodecert.transport.jobs import Job, JobResult, Launcher
 from nodecert_node.contract import Threshold, Verdict
 from support.cluster import ep
 from support.env import REPO

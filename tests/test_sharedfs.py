@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from nodecert.cluster.output import demux
 from nodecert.cluster.storage import PREP, READ, judge, read_rates, script
 from nodecert.inventory.sharedfs import parse_shared_fs
+from nodecert.transport.joboutput import demux
 from nodecert_node import sharedfs
 from nodecert_node.contract import Evidence, Threshold, Verdict
 from support.env import REPO, require

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import nodecert.validation.session as session_mod
-from nodecert.cluster.jobs import Job, JobResult
 from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.revalidate.collect import collect_host
 from nodecert.revalidate.slurm import Submission, job_script, jobs_for, submit, unschedulable
+from nodecert.transport.jobs import Job, JobResult
 from nodecert_node.contract import Verdict
 from support.cluster import ScriptedLauncher
 from support.nodeclient import Client, host, raw, record, runner

@@ -8,8 +8,8 @@ from typing import Any
 
 from nodecert.cluster import pairing as clusterplan
 from nodecert.cluster.context import ClusterContext, PairOutcome
-from nodecert.cluster.jobs import JobResult
 from nodecert.cluster.judge import Reading
+from nodecert.transport.jobs import JobResult
 from nodecert_node.contract import Evidence, Result, Verdict, worst
 
 

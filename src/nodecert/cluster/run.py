@@ -37,7 +37,6 @@ from nodecert.cluster import scaling as clusterscaling
 from nodecert.cluster import storage as clusterstorage
 from nodecert.cluster.cabling import with_link_errors
 from nodecert.cluster.context import ClusterContext, PairOutcome
-from nodecert.cluster.jobs import Job, JobResult, Launcher, launcher
 from nodecert.cluster.judge import (
     Reading,
     allreduce_script,
@@ -61,6 +60,7 @@ from nodecert.inventory.reader import HostSpec
 from nodecert.profiles import thresholds
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import write_json
+from nodecert.transport.jobs import Job, JobResult, Launcher, launcher
 from nodecert_node.contract import Result, Verdict, worst
 
 Progress = Callable[[str], None]

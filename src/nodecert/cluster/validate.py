@@ -18,7 +18,6 @@ from nodecert.cluster.cabling_discover import cabling_check
 from nodecert.cluster.context import ClusterContext
 from nodecert.cluster.counters import read_all
 from nodecert.cluster.hosts import cluster_hosts
-from nodecert.cluster.jobs import Launcher
 from nodecert.cluster.judge import expectation
 from nodecert.cluster.run import (
     ClusterRun,
@@ -36,6 +35,7 @@ from nodecert.runs.layout import RunDir
 from nodecert.runs.records import GroupRecord
 from nodecert.runs.store import ValidationRun
 from nodecert.transport.become import BecomeSource
+from nodecert.transport.jobs import Launcher
 from nodecert.validation.run import ValidateRequest, validate
 from nodecert_node.contract import Threshold, Verdict
 

@@ -24,7 +24,6 @@ from typing import Any
 
 from nodecert.cluster.context import ClusterContext
 from nodecert.cluster.hosts import cluster_hosts
-from nodecert.cluster.jobs import JobResult, Launcher
 from nodecert.cluster.judge import Expectation, Reading, allreduce_script, prelude, read_allreduce
 from nodecert.cluster.run import ClusterRun, model_limits
 from nodecert.core.errors import InventoryError
@@ -32,6 +31,7 @@ from nodecert.inventory.cluster import inventory_cluster
 from nodecert.inventory.reader import Inventory, resolve
 from nodecert.rack import sweep
 from nodecert.transport.become import BecomeSource
+from nodecert.transport.jobs import JobResult, Launcher
 from nodecert_node.contract import Evidence, Result, Threshold, Verdict
 
 Progress = Callable[[str], None]

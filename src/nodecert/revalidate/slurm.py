@@ -24,7 +24,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nodecert.cluster.hosts import cluster_hosts
-from nodecert.cluster.jobs import (
+from nodecert.core.errors import InventoryError, NodecertError
+from nodecert.inventory.cluster import inventory_cluster
+from nodecert.inventory.reader import Inventory, resolve
+from nodecert.transport.become import BecomeSource
+from nodecert.transport.bundle import NODE_BASE
+from nodecert.transport.jobs import (
     Job,
     JobResult,
     Launcher,
@@ -32,11 +37,6 @@ from nodecert.cluster.jobs import (
     launcher,
     slurm_base_state,
 )
-from nodecert.core.errors import InventoryError, NodecertError
-from nodecert.inventory.cluster import inventory_cluster
-from nodecert.inventory.reader import Inventory, resolve
-from nodecert.transport.become import BecomeSource
-from nodecert.transport.bundle import NODE_BASE
 
 REASON = "slurm"
 # nodecert policy: how long one node's run may take, by suite (the run itself; the wait

@@ -1,5 +1,6 @@
-"""Multi-node jobs on the site's engine: Slurm (srun) or OpenMPI (mpirun over SSH with a
-hostfile), started on the launch host over SSH, one task per node.
+"""Jobs on the site's engine: Slurm (srun) or OpenMPI (mpirun over SSH with a hostfile),
+started on the launch host over SSH, one task per node: the cluster's multi-node jobs,
+the scheduled re-validation's per-node jobs and the Slurm runner's node runs.
 
 Every job is named (`nodecert-<run>-<n>`) and carries NODECERT_JOB=<name> in its
 environment; it runs under `timeout`, and a job that ran past its limit, failed to end
@@ -19,19 +20,35 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import paramiko
 
-from nodecert.cluster.output import demux
-from nodecert.cluster.tether import sweep_script, tethered
 from nodecert.core.errors import NodecertError
 from nodecert.core.textsafe import clean
-from nodecert.inventory.cluster import ClusterConfig
+from nodecert.transport.joboutput import demux
 from nodecert.transport.ssh import Endpoint, connect, describe_error
+from nodecert.transport.tether import sweep_script, tethered
 
 OUTPUT_LIMIT = 2 * 1024 * 1024  # bytes of a job's output kept; the rest is dropped, said so
 KILL_GRACE_S = 10
+
+
+class Site(Protocol):
+    """Where the site's engine runs jobs (nodecert_cluster's engine, partition, account,
+    reservation; nodecert.inventory.cluster.ClusterConfig is one)."""
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def partition(self) -> str | None: ...
+
+    @property
+    def account(self) -> str | None: ...
+
+    @property
+    def reservation(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -79,7 +96,7 @@ class Launcher:
 
     engine = ""
 
-    def __init__(self, cfg: ClusterConfig, launch: Endpoint,
+    def __init__(self, cfg: Site, launch: Endpoint,
                  nodes: dict[str, Endpoint] | None = None,
                  connector: Callable[[Endpoint], paramiko.SSHClient] = connect) -> None:
         self.cfg, self.launch, self.nodes = cfg, launch, nodes or {}
@@ -381,11 +398,11 @@ class _suppress:
                                                  | NodecertError)
 
 
-def launcher(cfg: ClusterConfig, launch: Endpoint, nodes: dict[str, Endpoint],
+def launcher(cfg: Site, launch: Endpoint, nodes: dict[str, Endpoint],
              connector: Callable[[Endpoint], paramiko.SSHClient] = connect) -> Launcher:
     kind = SlurmLauncher if cfg.engine == "slurm" else MpirunLauncher
     return kind(cfg, launch, nodes, connector)
 
 
-__all__ = ["Job", "JobResult", "Launcher", "MpirunLauncher", "SlurmLauncher",
+__all__ = ["Job", "JobResult", "Launcher", "MpirunLauncher", "Site", "SlurmLauncher",
            "launcher", "slurm_base_state"]
