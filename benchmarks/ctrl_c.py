@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.inventory.cluster import ClusterConfig
-from nodecert.transport.jobs import Job, SlurmLauncher
+from nodecert.transport.engines import SlurmLauncher
+from nodecert.transport.jobs import Job
 from nodecert.transport.ssh import Endpoint
 
 

@@ -32,8 +32,9 @@ from nodecert.cluster.judge import (
 from nodecert.cluster.run import ClusterRun
 from nodecert.inventory.cluster import ClusterConfig, parse_cluster
 from nodecert.runs.records import GroupRecord
+from nodecert.transport.engines import MpirunLauncher, SlurmLauncher
 from nodecert.transport.joboutput import demux
-from nodecert.transport.jobs import Job, JobResult, MpirunLauncher, SlurmLauncher
+from nodecert.transport.jobs import Job, JobResult
 from nodecert_node.contract import Threshold
 from support.cluster import (
     FABRIC,
@@ -666,8 +667,7 @@ def test_a_job_whose_port_is_taken_stops_before_it_starts(tmp_path: Path) -> Non
     import socket
     import subprocess
 
-    from nodecert.cluster.judge import pair_script, prelude
-    from nodecert.cluster.output import PORT_BUSY_RC, port_busy
+    from nodecert.cluster.judge import PORT_BUSY_RC, pair_script, port_busy, prelude
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -691,7 +691,7 @@ def test_a_job_whose_port_is_taken_stops_before_it_starts(tmp_path: Path) -> Non
 
 
 def test_a_taken_port_is_the_jobs_error_and_blames_no_node(tmp_path: Path) -> None:
-    from nodecert.cluster.output import PORT_BUSY_MARK
+    from nodecert.cluster.judge import PORT_BUSY_MARK
 
     class Taken(ModelLauncher):
         def run(self, job: Job) -> JobResult:

@@ -13,7 +13,8 @@ from nodecert.cluster.context import ClusterContext
 from nodecert.cluster.judge import RAIL_MARK, expectation
 from nodecert.cluster.run import ClusterRun
 from nodecert.inventory.cluster import ClusterConfig
-from nodecert.transport.jobs import Job, JobResult, Launcher, SlurmLauncher
+from nodecert.transport.engines import SlurmLauncher
+from nodecert.transport.jobs import Job, JobResult, Launcher
 from nodecert.transport.ssh import Endpoint
 from nodecert_node.scaling import model_size
 from nodecert_node.workers.scaling import params

@@ -13,12 +13,27 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodecert.cluster.output import PORT_BUSY_MARK, PORT_BUSY_RC
 from nodecert_node.contract import Threshold
 from nodecert_node.parse import ParseError
 from nodecert_node.parse.bench import parse_nccl
 from nodecert_node.parse.perftest import parse_perftest
 from nodecert_node.parse.toolnotes import perftest_notes
+
+# What a job's first rank prints (and exits 97 with) when a port the job was given is
+# already taken on its node: the job did not measure anything (ERROR), nobody is blamed.
+PORT_BUSY_MARK = "=== nodecert port in use "
+PORT_BUSY_RC = 97
+
+
+def port_busy(output: str) -> str | None:
+    """The port a job's output says was taken, or None."""
+    for line in output.splitlines():
+        at = line.find(PORT_BUSY_MARK)
+        if at >= 0:
+            port = line[at + len(PORT_BUSY_MARK):].split()[:1]
+            return port[0] if port and port[0].isdigit() else "?"
+    return None
+
 
 RANK = 'r="${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:-0}}"'
 RAIL_MARK = "=== nodecert rail "
@@ -175,5 +190,5 @@ def read_rails(rank1: str, devices: tuple[str, ...]) -> dict[str, float | None]:
     return out
 
 
-__all__ = ["Expectation", "Reading", "allreduce_script", "expectation", "pair_script",
-           "rail_notes", "read_allreduce", "read_rails"]
+__all__ = ["PORT_BUSY_MARK", "PORT_BUSY_RC", "Expectation", "Reading", "allreduce_script",
+           "expectation", "pair_script", "port_busy", "rail_notes", "read_allreduce", "read_rails"]

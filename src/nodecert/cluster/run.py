@@ -14,9 +14,9 @@ Stages and what each contributes to the cluster's verdict:
 A job that could not run (launch failure, hang past its limit) is ERROR with its logs;
 a node is named only from evidence, never guessed.
 
-This module holds every stage's job orchestration side by side (the jobs share one
-sequence of names and ports, one wave scheduler and one log directory); the stages'
-results are built in results.py, what each stage's figures mean lives in judge.py,
+This module is long because it holds every stage's job orchestration side by side (the
+jobs share one sequence of names and ports, one wave scheduler and one log directory);
+the stages' results are built in results.py, what each stage's figures mean lives in judge.py,
 scaling.py and storage.py, and what a run is given in context.py.
 """
 
@@ -42,11 +42,11 @@ from nodecert.cluster.judge import (
     allreduce_script,
     expectation,
     pair_script,
+    port_busy,
     rail_notes,
     read_allreduce,
     read_rails,
 )
-from nodecert.cluster.output import port_busy
 from nodecert.cluster.results import (
     allreduce_result,
     fabric_result,
@@ -60,7 +60,8 @@ from nodecert.inventory.reader import HostSpec
 from nodecert.profiles import thresholds
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import write_json
-from nodecert.transport.jobs import Job, JobResult, Launcher, launcher
+from nodecert.transport.engines import launcher
+from nodecert.transport.jobs import Job, JobResult, Launcher
 from nodecert_node.contract import Result, Verdict, worst
 
 Progress = Callable[[str], None]

@@ -17,7 +17,6 @@ from typing import Any
 from nodecert.cluster.cabling_discover import cabling_check
 from nodecert.cluster.context import ClusterContext
 from nodecert.cluster.counters import read_all
-from nodecert.cluster.hosts import cluster_hosts
 from nodecert.cluster.judge import expectation
 from nodecert.cluster.run import (
     ClusterRun,
@@ -29,6 +28,7 @@ from nodecert.cluster.run import (
 from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.inventory.cableplan import Plan, PlanError, read_plan
 from nodecert.inventory.cluster import ClusterConfig, inventory_cluster
+from nodecert.inventory.engine import cluster_hosts
 from nodecert.inventory.reader import HostSpec, Inventory, resolve
 from nodecert.profiles.thresholds import suite
 from nodecert.runs.layout import RunDir

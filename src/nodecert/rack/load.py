@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.cluster.context import ClusterContext
-from nodecert.cluster.hosts import cluster_hosts
 from nodecert.cluster.judge import Expectation, Reading, allreduce_script, prelude, read_allreduce
 from nodecert.cluster.run import ClusterRun, model_limits
 from nodecert.core.errors import InventoryError
 from nodecert.inventory.cluster import inventory_cluster
+from nodecert.inventory.engine import cluster_hosts
 from nodecert.inventory.reader import Inventory, resolve
 from nodecert.rack import sweep
 from nodecert.transport.become import BecomeSource

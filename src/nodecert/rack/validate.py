@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.cluster.cabling_discover import cabling_check
-from nodecert.cluster.hosts import cluster_hosts
 from nodecert.cluster.validate import plan_of
 from nodecert.core.errors import InventoryError
 from nodecert.inventory.cluster import ClusterConfig
+from nodecert.inventory.engine import cluster_hosts
 from nodecert.inventory.rack import kinds
 from nodecert.inventory.reader import HostSpec, Inventory, resolve
 from nodecert.rack.gather import read_rack

@@ -22,13 +22,14 @@ from nodecert.certs.verify import ReportError, read_envelope
 from nodecert.core.errors import NodecertError
 from nodecert.fleet import judging as fleet_judging
 from nodecert.fleet.baseline import Baseline
+from nodecert.inventory.engine import slurm_launcher
 from nodecert.inventory.reader import resolve
 from nodecert.profiles import thresholds
 from nodecert.revalidate import drift
 from nodecert.revalidate import repair as repairgate
 from nodecert.revalidate.collect import collect
 from nodecert.revalidate.slurm import REASON as SLURM_REASON
-from nodecert.revalidate.slurm import slurm_launcher, submit
+from nodecert.revalidate.slurm import submit
 from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError, runs_under
 from nodecert.runs.records import host_records
 from nodecert.runs.store import write_json

@@ -20,23 +20,12 @@ import re
 import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
-from nodecert.cluster.hosts import cluster_hosts
 from nodecert.core.errors import InventoryError, NodecertError
-from nodecert.inventory.cluster import inventory_cluster
-from nodecert.inventory.reader import Inventory, resolve
-from nodecert.transport.become import BecomeSource
 from nodecert.transport.bundle import NODE_BASE
-from nodecert.transport.jobs import (
-    Job,
-    JobResult,
-    Launcher,
-    SlurmLauncher,
-    launcher,
-    slurm_base_state,
-)
+from nodecert.transport.engines import SlurmLauncher, slurm_base_state
+from nodecert.transport.jobs import Job, JobResult, Launcher
 
 REASON = "slurm"
 # nodecert policy: how long one node's run may take, by suite (the run itself; the wait
@@ -119,33 +108,6 @@ def jobs_for(hosts: dict[str, str], suite: str, token: str, run_s: float,
             for i, (h, engine) in enumerate(sorted(hosts.items()))}
 
 
-def slurm_launcher(inventory: Path | Inventory, limit: tuple[str, ...] = (),
-                   become: BecomeSource | None = None, *, partition: str | None = None,
-                   reservation: str | None = None) -> tuple[Launcher, dict[str, str]]:
-    """The inventory's Slurm launch host and each host's Slurm name; InventoryError on
-    bad input, before any connection."""
-    inventory = resolve(inventory)
-    specs = inventory.hosts
-    names = sorted(inventory.select(limit, list(specs)) if limit else specs)
-    if not names:
-        raise InventoryError(f"{inventory} selects no host", hint="check --limit")
-    hv_all = inventory.hostvars(names)
-    cfg = inventory_cluster(inventory, hv_all[names[0]].get("nodecert_cluster"))
-    if cfg is None or cfg.engine != "slurm":
-        raise InventoryError(f"{inventory}: --via slurm needs nodecert_cluster with engine "
-                             "slurm (the cluster's Slurm and its launch host)",
-                             hint="nodecert_cluster: {engine: slurm, launch_host: login01} "
-                                  "in group_vars (docs/cluster.md)")
-    if partition or reservation:  # an idle check's own partition or reservation
-        cfg = replace(cfg, partition=partition or cfg.partition,
-                      reservation=reservation or cfg.reservation)
-    hosts = cluster_hosts(inventory, names, hv_all, cfg, become)
-    by_engine = {hosts.engine_names[n]: hosts.endpoints[n] for n in names}
-    launch = launcher(cfg, hosts.launch, by_engine)
-    launch.launch_name = hosts.engine_names.get(hosts.launch.host, hosts.launch.host)
-    return launch, hosts.engine_names
-
-
 def submit(launch: Launcher, engine_names: dict[str, str], *, suite: str = "quick",
            run_s: float | None = None, start_within_s: float = 1800.0,
            progress: Callable[[str], None] | None = None, idle: bool = False) -> Submission:
@@ -197,4 +159,4 @@ def submit(launch: Launcher, engine_names: dict[str, str], *, suite: str = "quic
 
 
 __all__ = ["PARALLEL_JOBS", "REASON", "RUN_LIMIT_S", "Submission", "job_script", "jobs_for",
-           "slurm_launcher", "submit", "unschedulable"]
+           "submit", "unschedulable"]

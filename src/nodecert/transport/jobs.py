@@ -20,13 +20,15 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import paramiko
 
 from nodecert.core.errors import NodecertError
 from nodecert.core.textsafe import clean
+from nodecert.transport.events import LineReader
 from nodecert.transport.joboutput import demux
+from nodecert.transport.silence import NodeLimit
 from nodecert.transport.ssh import Endpoint, connect, describe_error
 from nodecert.transport.tether import sweep_script, tethered
 
@@ -61,6 +63,12 @@ class Job:
     # How long a queued job may wait for its nodes (Slurm), on top of timeout_s; past
     # it the job is not run. 0: the nodes must be free within a minute, inside timeout_s.
     start_within_s: float = 0.0
+    # Each output line labelled with its task's rank (demux reads them apart); a one-node
+    # job streamed line by line (the Slurm runner's) is read as printed.
+    label: bool = True
+    # The launcher's standard input handed to the first task (the Slurm runner sends the
+    # node code and the plan there); otherwise the tasks read none.
+    stdin: bool = False
 
 
 @dataclass
@@ -82,12 +90,12 @@ class JobResult:
         return self.returncode == 0 and not self.timed_out and not self.error
 
 
-def _env_prefix(job: Job) -> str:
+def env_prefix(job: Job) -> str:
     env = {"NODECERT_JOB": job.name, **job.env}
     return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
 
 
-def _timeout(seconds: float) -> str:
+def timeout_prefix(seconds: float) -> str:
     return f"timeout -k {KILL_GRACE_S} {int(seconds)}"
 
 
@@ -220,6 +228,30 @@ class Launcher:
             res.leftovers = self.sweep(job)
         return res
 
+    def stream(self, job: Job) -> JobStream:
+        """Start the job and hand back its output to read as it comes (`JobStream`);
+        the caller ends it with `JobStream.close`. NodecertError when it cannot start
+        (the run interrupted, the launch host not reached)."""
+        with self._admit:
+            if self.cancelled.is_set():
+                raise NodecertError("not started: the run was interrupted")
+            self._running[job.name] = job
+        try:
+            chan = self._channel()
+            chan.exec_command(tethered(job.name, self.command(job)))
+        except (paramiko.SSHException, OSError, NodecertError) as exc:
+            self._release(job)
+            raise NodecertError(f"the job could not be started from {self.launch.host}: "
+                                f"{getattr(exc, 'what', exc)}") from exc
+        return JobStream(self, job, chan)
+
+    def _release(self, job: Job) -> bool:
+        """The job no longer running; whether the run was interrupted meanwhile (then
+        `interrupt` cleans up after it)."""
+        with self._admit:
+            self._running.pop(job.name, None)
+            return self.cancelled.is_set()
+
     def interrupt(self) -> None:
         """Cancel every job still running (Ctrl-C): the sweep of its nodes and of the
         launch host first (a job its launcher had not yet handed to the engine never
@@ -278,131 +310,67 @@ class Launcher:
             return dict(zip(todo, pool.map(one, todo.values()), strict=True))
 
 
+class JobStream:
+    """A started job's output as it comes: its standard output line by line (the tasks'
+    own), the engine's words on standard error kept apart (at most OUTPUT_LIMIT bytes);
+    its standard input the first task's where the job asked for it."""
+
+    def __init__(self, launcher: Launcher, job: Job, chan: paramiko.Channel) -> None:
+        self.launcher, self.job, self._chan = launcher, job, chan
+        self._lines = LineReader(chan)
+        self._stderr = bytearray()
+
+    def send(self, data: bytes) -> None:
+        """Write to the job's standard input (OSError when the channel is gone)."""
+        try:
+            self._chan.sendall(data)
+        except (paramiko.SSHException, OSError) as exc:
+            raise OSError(f"sending to the job: {exc}") from exc
+
+    def line(self, limits: Sequence[NodeLimit], stop: threading.Event) -> bytes | None:
+        """The next line the job printed (None at its end): LineReader.line, a lost
+        channel as OSError."""
+        try:
+            return self._lines.line(limits, stop)
+        finally:
+            self._drain_stderr()
+
+    def said(self) -> str:
+        """What the engine and the job wrote to standard error so far (cleaned)."""
+        self._drain_stderr()
+        return _text([bytes(self._stderr)])
+
+    def _drain_stderr(self) -> None:
+        try:
+            while self._chan.recv_stderr_ready():
+                chunk = self._chan.recv_stderr(65536)
+                if not chunk:
+                    break
+                if len(self._stderr) < OUTPUT_LIMIT:
+                    self._stderr += chunk[:OUTPUT_LIMIT - len(self._stderr)]
+        except (paramiko.SSHException, OSError):
+            return
+
+    def exit_code(self, wait_s: float = 5.0) -> int | None:
+        """The launcher's exit code, once it ended (None: not within wait_s)."""
+        if not self._chan.status_event.wait(wait_s):
+            return None
+        return self._chan.recv_exit_status()
+
+    def close(self, *, ok: bool) -> dict[str, int]:
+        """End the job: the channel closed (the tether ends the launcher), and, where it
+        did not end well and the run was not interrupted (`interrupt` then cleans up),
+        the engine's cancel and the sweep of its nodes; what each node had left."""
+        self._chan.close()
+        if self.launcher._release(self.job) or ok:
+            return {}
+        self.launcher.cancel(self.job)
+        return self.launcher.sweep(self.job)
+
+
 def _text(chunks: list[bytes]) -> str:
     return clean(b"".join(chunks).decode("utf-8", errors="replace"))
 
 
-def slurm_base_state(state: str) -> str:
-    """sinfo's short state without its flags ('idle*' not responding, 'mix~' powered
-    down, 'drain$' maintenance, ...): 'idle*' -> 'idle'."""
-    return state.rstrip("*~#$@^-!%")
-
-
-class SlurmLauncher(Launcher):
-    engine = "slurm"
-
-    def _site(self) -> list[str]:
-        c = self.cfg
-        return ([f"--partition={c.partition}"] if c.partition else []) + (
-            [f"--account={c.account}"] if c.account else []) + (
-            [f"--reservation={c.reservation}"] if c.reservation else [])
-
-    def command(self, job: Job) -> str:
-        minutes = max(1, int(job.timeout_s // 60) + 1)
-        argv = ["srun", f"--job-name={job.name}", f"--nodes={len(job.nodes)}",
-                f"--nodelist={','.join(job.nodes)}", f"--ntasks={len(job.nodes)}",
-                "--ntasks-per-node=1", "--exclusive",
-                f"--immediate={int(job.start_within_s) or 60}", f"--time={minutes}",
-                "--kill-on-bad-exit=1", "--label", *self._site(),
-                "bash", "-c", job.script]
-        return f"{_env_prefix(job)} {_timeout(self.limit_s(job))} {shlex.join(argv)}"
-
-    def limit_s(self, job: Job) -> float:
-        return job.timeout_s + job.start_within_s
-
-    def node_states(self, nodes: Sequence[str]) -> tuple[dict[str, str], str | None]:
-        """Slurm's state of each node it knows in the partition (sinfo's short form:
-        idle, mix, alloc, drain, down, ...), or the reason Slurm could not be asked."""
-        part = ["-p", self.cfg.partition] if self.cfg.partition else []
-        rc, out, timed_out = self.remote(shlex.join(["sinfo", "-h", "-N", *part, "-o",
-                                                     "%N %t"]), 60)
-        if timed_out or rc != 0:
-            return {}, (f"sinfo on {self.launch.host} failed (rc {rc}): "
-                        f"{out.strip()[-400:] or 'no output'} -- is slurmctld up and munge "
-                        "running on the launch host?")
-        state = {}
-        for line in out.splitlines():
-            f = line.split()
-            if len(f) == 2:
-                state[f[0]] = f[1]
-        return state, None
-
-    def cancel(self, *jobs: Job) -> None:
-        """scancel by name, and again whenever Slurm lists one of the jobs pending or
-        running, until none has been listed for 2 s (at most 15 s): an srun stopped right
-        after it asked for its allocation leaves a job that slurmctld registers a moment
-        later."""
-        if not jobs:
-            return
-        names = [shlex.quote(j.name) for j in jobs]
-        again = "; ".join(f"scancel --name={n}" for n in names)
-        listed = f"squeue -h --name={','.join(names)} -t PD,CF,R,S | grep -q ."
-        with _suppress():
-            self.remote(f"{again}; quiet=0; for i in $(seq 1 30); do if {listed}; then "
-                        f"quiet=0; {again}; else quiet=$((quiet+1)); "
-                        "[ $quiet -ge 4 ] && exit 0; fi; sleep 0.5; done", 40, always=True)
-
-    def preflight(self, nodes: Sequence[str]) -> list[str]:
-        """Problems that stop the run before any job: Slurm unreachable (munge, slurmctld),
-        nodes absent from the partition, nodes not usable."""
-        state, error = self.node_states(nodes)
-        if error:
-            return [error]
-        where = f"partition {self.cfg.partition}" if self.cfg.partition else "Slurm"
-        problems = []
-        absent = [n for n in nodes if n not in state]
-        if absent:
-            problems.append(f"not in {where}: {', '.join(absent)} (Slurm knows "
-                            f"{', '.join(sorted(state)) or 'no nodes'})")
-        unusable = [f"{n} ({state[n]})" for n in nodes if n in state
-                    and slurm_base_state(state[n]) not in ("idle", "mix", "alloc")]
-        if unusable:
-            problems.append(f"not usable in {where}: {', '.join(unusable)}")
-        return problems
-
-
-class MpirunLauncher(Launcher):
-    engine = "mpirun"
-
-    def rank_order(self, nodes: Sequence[str]) -> tuple[str, ...]:
-        # mpirun maps its own node first when the job includes it, then the hostfile's
-        # order (OpenMPI 4: the launching node heads the node pool).
-        me = self.launch_name
-        return tuple([me] if me in nodes else []) + tuple(n for n in nodes if n != me)
-
-    def command(self, job: Job) -> str:
-        hosts = "".join(f"{n} slots=1\\n" for n in job.nodes)
-        exports = " ".join(f"-x {k}" for k in ("NODECERT_JOB", *job.env))
-        root = " --allow-run-as-root" if self.launch.user == "root" else ""
-        limit = _timeout(self.limit_s(job))
-        # The hostfile lives in a private directory of the launch host, removed after.
-        return (f"d=$(mktemp -d) && trap 'rm -rf \"$d\"' EXIT && printf '{hosts}' > "
-                f"\"$d/hosts\" && {_env_prefix(job)} {limit} mpirun{root} "
-                f"--hostfile \"$d/hosts\" -np {len(job.nodes)} --map-by ppr:1:node "
-                f"--tag-output {exports} bash -c {shlex.quote(job.script)}")
-
-    def preflight(self, nodes: Sequence[str]) -> list[str]:
-        rc, out, timed_out = self.remote("command -v mpirun && mpirun --version", 60)
-        if timed_out or rc != 0:
-            return [f"mpirun is not usable on {self.launch.host} (rc {rc}): "
-                    f"{out.strip()[-300:] or 'not found'} -- install OpenMPI there"]
-        return []
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> bool:
-        return exc[0] is not None and issubclass(exc[0], paramiko.SSHException | OSError
-                                                 | NodecertError)
-
-
-def launcher(cfg: Site, launch: Endpoint, nodes: dict[str, Endpoint],
-             connector: Callable[[Endpoint], paramiko.SSHClient] = connect) -> Launcher:
-    kind = SlurmLauncher if cfg.engine == "slurm" else MpirunLauncher
-    return kind(cfg, launch, nodes, connector)
-
-
-__all__ = ["Job", "JobResult", "Launcher", "MpirunLauncher", "Site", "SlurmLauncher",
-           "launcher", "slurm_base_state"]
+__all__ = ["KILL_GRACE_S", "Job", "JobResult", "JobStream", "Launcher", "Site", "env_prefix",
+           "timeout_prefix"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,12 +21,16 @@ from nodecert.core import checks
 from nodecert.core.errors import NodecertError
 from nodecert.runs.store import HostLink, HostRun
 from nodecert.stack.manifest import Stack
+from nodecert.transport.events import BadEvent, decode_event
 from nodecert.transport.loadgate import LoadGate
+from nodecert.transport.silence import NodeLimit
 from nodecert.validation.echoes import held_to_plan
 from nodecert.validation.progress import RunProgress
 from nodecert_node.contract import Evidence, Verdict, error_result
 
 Progress = Callable[[str], None]
+# The next line of a node's event stream (LineReader.line's contract: None at its end).
+ReadLine = Callable[[Sequence[NodeLimit], threading.Event], "bytes | None"]
 HEARTBEAT_S = 15.0
 # How long a node may stay silent between checks (after its hello or a result, before
 # the next start); during a check, the check's own limit and 30 s of transit.
@@ -145,6 +149,39 @@ class Runner:
             self.emit(hr, f"{res.check} {res.verdict.name}"
                       f"{' (SIMULATED)' if res.simulated else ''} - {res.summary[:110]}",
                       alarm=res.verdict >= Verdict.FAIL)
+
+    def follow(self, hr: HostRun, read: ReadLine, clock: Callable[[], float]) -> None:
+        """Apply each event line `read` gives (LineReader.line's contract) until the
+        node's run ends, the node falls silent past its limit or the host's time limit
+        (both counted on `clock`), the operator stops the run, or the stream breaks; how
+        it ended is in hr.status and hr.error. The runner then `_close`s hr."""
+        silence = NodeLimit(EVENT_SILENCE_S, clock)
+        host_limit = NodeLimit(float(hr.plan.host_timeout_s), clock)
+        try:
+            while hr.status == "running":
+                raw = read((silence, host_limit), self.stop)
+                if raw is None:
+                    break
+                quiet = self._on_event(hr, decode_event(raw, hr.checks))
+                if quiet is not None:
+                    silence.reset(quiet)
+        except TimeoutError:
+            hr.status = "lost"
+            what = f"during {hr.current}" if hr.current else "between checks"
+            hr.error = (f"host time limit of {hr.plan.host_timeout_s:g} s reached {what}"
+                        if host_limit.left() <= 0 else
+                        f"no answer from the node {what} within its time limit")
+        except InterruptedError:
+            hr.status, hr.error = "interrupted", "interrupted by the operator (Ctrl-C)"
+        except OSError as exc:
+            cause = exc.__cause__ or exc
+            hr.status = "lost"
+            hr.error = (f"connection lost during {hr.current or 'the run'}: "
+                        f"{type(cause).__name__}: {cause}")
+        except BadEvent as exc:
+            hr.status = "lost"
+            hr.error = f"the node sent a bad event during {hr.current or 'the run'}: {exc}"
+            hr.bad_output = exc.text
 
     def _on_event(self, hr: HostRun, ev: dict[str, Any]) -> float | None:
         """Apply one node event; returns how long the node may now stay silent, when

@@ -13,6 +13,7 @@ import json
 import shlex
 import threading
 import time
+from collections.abc import Sequence
 
 import paramiko
 
@@ -20,7 +21,7 @@ from nodecert.core.textsafe import clean
 from nodecert.runs.store import HostLink, HostRun
 from nodecert.stack.manifest import Stack
 from nodecert.transport.bundle import NODE_BASE, install_script, node_bundle
-from nodecert.transport.events import BadEvent, LineReader, decode_event
+from nodecert.transport.events import LineReader
 from nodecert.transport.loadgate import LoadGate
 from nodecert.transport.silence import NodeLimit
 from nodecert.transport.ssh import (
@@ -41,7 +42,6 @@ from nodecert.validation.nodecmd import (
 from nodecert.validation.nodecmd import recorded_stack as read_recorded_stack
 from nodecert.validation.progress import RunProgress
 from nodecert.validation.runner import (
-    EVENT_SILENCE_S,
     Fetched,
     HostUnreachable,
     Progress,
@@ -209,34 +209,16 @@ class SshRunner(Runner):
                      "-m nodecert_node run", clock=clock, stop=self.stop)
         chan.sendall((json.dumps(hr.plan.as_dict()) + "\n").encode())
         reader = LineReader(chan)
-        # Both limits count on the node's clock: a starved controller reads late, and
-        # that lateness is its own, not the node's silence.
-        silence = NodeLimit(EVENT_SILENCE_S, clock)
-        host_limit = NodeLimit(float(hr.plan.host_timeout_s), clock)
+
+        def read(limits: Sequence[NodeLimit], stop: threading.Event) -> bytes | None:
+            try:
+                return reader.line(limits, stop)
+            except paramiko.SSHException as exc:  # the session's loss, as the runner's
+                raise OSError(str(exc)) from exc
         try:
-            while hr.status == "running":
-                raw = reader.line((silence, host_limit), self.stop)
-                if raw is None:
-                    break
-                quiet = self._on_event(hr, decode_event(raw, hr.checks))
-                if quiet is not None:
-                    silence.reset(quiet)
-        except TimeoutError:
-            hr.status = "lost"
-            what = f"during {hr.current}" if hr.current else "between checks"
-            hr.error = (f"host time limit of {hr.plan.host_timeout_s:g} s reached {what}"
-                        if host_limit.left() <= 0 else
-                        f"no answer from the node {what} within its time limit")
-        except InterruptedError:
-            hr.status, hr.error = "interrupted", "interrupted by the operator (Ctrl-C)"
-        except (OSError, paramiko.SSHException) as exc:
-            hr.status = "lost"
-            hr.error = (f"connection lost during {hr.current or 'the run'}: "
-                        f"{type(exc).__name__}: {exc}")
-        except BadEvent as exc:
-            hr.status = "lost"
-            hr.error = f"the node sent a bad event during {hr.current or 'the run'}: {exc}"
-            hr.bad_output = exc.text
+            # Both limits count on the node's clock: a starved controller reads late, and
+            # that lateness is its own, not the node's silence.
+            self.follow(hr, read, clock)
         finally:
             chan.close()  # the node runner sees EOF and kills what is still running
         self._close(hr)
