@@ -5,12 +5,14 @@ output, and leaves nothing behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,6 +48,25 @@ def wait_for(pred: object, within: float) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def reaped(proc: subprocess.Popen[str], tag: str) -> Iterator[subprocess.Popen[str]]:
+    """proc, and whatever of the job `tag` a failed test left, killed on the way out."""
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        for pid in tagged_pids(tag):
+            os.kill(pid, 9)
+
+
+def left_nothing(proc: subprocess.Popen[str], tag: str, tmp: Path) -> int:
+    """proc's exit code, once it ended having left no process of the job and no file."""
+    rc = proc.wait(timeout=30)
+    assert not tagged_pids(tag)
+    assert not list(tmp.iterdir())
+    return rc
+
+
 def start(shell: str, command: str, tag: str, stdin: int, tmp: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([shell, "-c", tethered(tag, command)],
                             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -58,20 +79,13 @@ def test_closing_the_channel_ends_the_launcher_and_its_shell_cleans_up(
     tag = f"nodecert-t{secrets.token_hex(4)}"
     # mpirun's shape: a private directory, removed on the way out, then the launcher
     cmd = (f"d=$(mktemp -d) && trap 'rm -rf \"$d\"' EXIT && NODECERT_JOB={tag} sleep 300")
-    proc = start(shell, cmd, tag, subprocess.PIPE, tmp_path)
-    try:
+    with reaped(start(shell, cmd, tag, subprocess.PIPE, tmp_path), tag) as proc:
         assert wait_for(lambda: tagged_pids(tag), 10), "the launcher never started"
         assert list(tmp_path.iterdir())  # its directory exists while it runs
         assert proc.stdin is not None
         proc.stdin.close()  # the SSH channel closes: nodecert gave up on the job
-        proc.wait(timeout=20)
-        assert not tagged_pids(tag)
-        assert proc.returncode != 0
-        assert not list(tmp_path.iterdir())  # the shell ended normally: its trap ran
-    finally:
-        proc.kill()
-        for pid in tagged_pids(tag):
-            os.kill(pid, 9)
+        # the shell ended normally: its trap ran
+        assert left_nothing(proc, tag, tmp_path) != 0
 
 
 @pytest.mark.parametrize("shell", SHELLS)
@@ -141,3 +155,51 @@ def test_ctrl_c_sweeps_the_running_jobs_then_cancels_them_all_and_again_at_the_e
     assert len(all_at_once) == 1
     sl.settle()  # once the threads are done: the same cancel once more
     assert sl.sent[-1].split("; quiet")[0] == all_at_once[0].split("; quiet")[0]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_job_fed_from_the_channel_reads_it_and_ends_when_it_closes(
+        shell: str, tmp_path: Path) -> None:
+    """The Slurm runner's jobs read the channel's input (code, then plan): it reaches the
+    launcher whole and in order; its end (the channel closed) is the launcher's input's
+    end, and whatever of the job still runs is ended; the private FIFO is gone."""
+    tag = f"nodecert-t{secrets.token_hex(4)}"
+    # reads a line, says it, then waits on its input as the node's run does (EOF: stop),
+    # leaving a process of the job behind that only the tether's sweep ends
+    cmd = (f"NODECERT_JOB={tag} sleep 300 & read -r line; echo \"got $line\"; cat >/dev/null; "
+           "echo input-ended; wait")
+    fed = subprocess.Popen([shell, "-c", tethered(tag, cmd, stdin=True)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "TMPDIR": str(tmp_path)})
+    with reaped(fed, tag) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("the plan\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "got the plan\n"
+        assert list(tmp_path.iterdir())  # the FIFO's private directory, while it runs
+        proc.stdin.close()  # the channel closes
+        assert proc.stdout.readline() == "input-ended\n"
+        left_nothing(proc, tag, tmp_path)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_job_fed_from_the_channel_that_ends_by_itself_keeps_its_exit_code(
+        shell: str, tmp_path: Path) -> None:
+    """srun refusing the job: it exits without reading its input; the launch ends at
+    once with srun's exit code and words, though the channel is still open."""
+    tag = f"nodecert-t{secrets.token_hex(4)}"
+    proc = subprocess.Popen([shell, "-c", tethered(tag, "echo refused >&2; exit 1",
+                                                   stdin=True)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write("x" * 200_000)  # more than a pipe holds: never blocks the end
+        proc.stdin.flush()
+    except BrokenPipeError:
+        pass
+    with reaped(proc, tag):
+        assert left_nothing(proc, tag, tmp_path) == 1
+        assert proc.stderr is not None and proc.stderr.read() == "refused\n"

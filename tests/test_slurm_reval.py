@@ -11,7 +11,8 @@ import pytest
 import nodecert.validation.session as session_mod
 from nodecert.core.errors import InventoryError, NodecertError
 from nodecert.revalidate.collect import collect_host
-from nodecert.revalidate.slurm import Submission, job_script, jobs_for, submit, unschedulable
+from nodecert.revalidate.slurm import Submission, job_script, jobs_for, submit
+from nodecert.transport.engines import unschedulable
 from nodecert.transport.jobs import Job, JobResult
 from nodecert_node.contract import Verdict
 from support.cluster import ScriptedLauncher
@@ -24,7 +25,7 @@ def test_only_nodes_slurm_will_start_a_job_on_are_submitted() -> None:
     assert [n for n in states if unschedulable(n, states) is None] == [
         "gpu1", "gpu2", "gpu3", "gpu6"]  # busy nodes are waited for, not refused
     assert "gpu4 is drain in Slurm" in str(unschedulable("gpu4", states))
-    assert "re-validate it over SSH" in str(unschedulable("gpu5", states))
+    assert "reach it over SSH instead" in str(unschedulable("gpu5", states))
     assert "Slurm does not know gpu9" in str(unschedulable("gpu9", states))
 
 

@@ -46,6 +46,7 @@ Examples:
   nodecert validate -i lab.ini --threshold storage.seq_read_mbps_min=3000 --scratch-dir /data/tmp
   nodecert validate -i fleet.ini --progress summary 2> validate.log   # a thousand hosts
   nodecert validate -i fleet.ini --suite standard --baseline h200.baseline.json
+  nodecert validate -i cluster.ini --suite standard --runner slurm   # as Slurm jobs
 """
 
 
@@ -74,6 +75,10 @@ Examples:
                    "Each host's lines are always in <run>/<host>/progress.log.")
 @click.option("--host-timeout", type=click.FloatRange(min=1), metavar="SECONDS",
               help="Limit for a whole host (default: every check at its suite limit + 120 s).")
+@click.option("--runner", default="ssh", show_default=True, metavar="NAME",
+              help="How each host's run is started: ssh (a session per host), or slurm (a "
+                   "Slurm job on each node from the cluster's launch host, run when Slurm "
+                   "has the node free; needs nodecert_cluster with engine slurm).")
 @baseline_file_option
 @pubkey_option
 @common.runs_dir_option
@@ -84,7 +89,7 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
                  stack_name: str | None, threshold_items: tuple[str, ...],
                  suite_file: Path | None, settings: tuple[str, ...],
                  scratch_dir: str | None, forks: int, progress_mode: str,
-                 host_timeout: float | None, fleet_baseline: Path | None,
+                 host_timeout: float | None, runner: str, fleet_baseline: Path | None,
                  pubkeys: tuple[Path, ...], runs_dir: Path, as_json: bool,
                  become_file: Path | None, vault_file: Path | None) -> None:
     from nodecert.fleet.judging import add_to_run
@@ -103,7 +108,8 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
             cli_thresholds=parse_cli_thresholds(threshold_items), scratch=scratch_dir,
             checks=checks, host_timeout_s=host_timeout,
             option_overrides=parse_suite_settings(settings), suite_file=suite_file,
-            become=common.become_source(become_file, vault_file), detail=detail)
+            become=common.become_source(become_file, vault_file), detail=detail,
+            runner=runner)
         run = validate(request,
                        progress=live.say if live else (lambda line: common.echo(line, err=True)),
                        status=live.status if live else None)

@@ -35,4 +35,11 @@ def one_line(text: str) -> str:
     return _BREAKS.sub(FOLD, clean(text).strip())
 
 
-__all__ = ["FOLD", "clean", "one_line"]
+def tail_line(text: str, n: int = 600) -> str:
+    """The last `n` characters of a command's output on one line (lines joined by " | "),
+    for an error message quoting what a job said; "no output" for none."""
+    text = clean(text).strip()
+    return (text[-n:] if text else "no output").replace("\n", " | ")
+
+
+__all__ = ["FOLD", "clean", "one_line", "tail_line"]

@@ -23,8 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from nodecert.core.errors import InventoryError, NodecertError
+from nodecert.core.textsafe import tail_line
 from nodecert.transport.bundle import NODE_BASE
-from nodecert.transport.engines import SlurmLauncher, slurm_base_state
+from nodecert.transport.engines import SlurmLauncher, unschedulable
 from nodecert.transport.jobs import Job, JobResult, Launcher
 
 REASON = "slurm"
@@ -56,11 +57,11 @@ class Submission:
         if res.timed_out:
             return (f"the Slurm job did not end within its limit ({res.job.timeout_s:.0f} s "
                     f"run, {res.job.start_within_s:.0f} s to start): cancelled; "
-                    f"output: {_tail(res.output)}")
+                    f"output: {tail_line(res.output)}")
         if self.idle and res.returncode not in (0, 1) and preempted(res.output):
             return None  # the node's record says it gave way (collected as such)
         if res.returncode not in (0, 1):
-            return (f"the Slurm job failed (exit {res.returncode}): {_tail(res.output)}"
+            return (f"the Slurm job failed (exit {res.returncode}): {tail_line(res.output)}"
                     + (f"; left running: {res.leftovers}" if any(res.leftovers.values())
                        else ""))
         return None
@@ -70,24 +71,6 @@ def preempted(output: str) -> bool:
     """srun's word that Slurm preempted or cancelled the job (its step was signalled)."""
     return bool(re.search(r"DUE TO PREEMPTION|CANCELLED AT|Job step aborted|"
                           r"task \d+: Terminated|Force Terminated", output))
-
-
-def _tail(text: str, n: int = 600) -> str:
-    text = text.strip()
-    return (text[-n:] if text else "no output").replace("\n", " | ")
-
-
-def unschedulable(node: str, states: dict[str, str]) -> str | None:
-    """Why Slurm will not run a job on the node (None: it will, now or when it is free).
-    Pure. A busy node (alloc, mix) is waited for; a drained or down one never runs it."""
-    if node not in states:
-        return (f"Slurm does not know {node} in this partition (it knows "
-                f"{', '.join(sorted(states)[:10]) or 'no nodes'})")
-    state = states[node]
-    if slurm_base_state(state) in ("idle", "mix", "alloc", "comp"):
-        return None
-    return (f"{node} is {state} in Slurm: a job would never start there; re-validate it "
-            "over SSH (without --via slurm), or resume it in Slurm first")
 
 
 def job_script(suite: str, idle: bool = False) -> str:
@@ -159,4 +142,4 @@ def submit(launch: Launcher, engine_names: dict[str, str], *, suite: str = "quic
 
 
 __all__ = ["PARALLEL_JOBS", "REASON", "RUN_LIMIT_S", "Submission", "job_script", "jobs_for",
-           "submit", "unschedulable"]
+           "submit"]

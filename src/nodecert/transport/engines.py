@@ -21,6 +21,20 @@ def slurm_base_state(state: str) -> str:
     return state.rstrip("*~#$@^-!%")
 
 
+def unschedulable(node: str, states: dict[str, str]) -> str | None:
+    """Why Slurm will not run a job on the node (None: it will, now or when it is free).
+    Pure. A busy node (alloc, mix) is waited for; a drained or down one never runs it."""
+    if node not in states:
+        return (f"Slurm does not know {node} in this partition (it knows "
+                f"{', '.join(sorted(states)[:10]) or 'no nodes'})")
+    state = states[node]
+    if slurm_base_state(state) in ("idle", "mix", "alloc", "comp"):
+        return None
+    return (f"{node} is {state} in Slurm: a job would never start there; reach it over "
+            "SSH instead (without --via slurm or --runner slurm), or resume it in Slurm "
+            "first")
+
+
 class SlurmLauncher(Launcher):
     engine = "slurm"
 
@@ -138,4 +152,4 @@ def launcher(cfg: Site, launch: Endpoint, nodes: dict[str, Endpoint],
     return kind(cfg, launch, nodes, connector)
 
 
-__all__ = ["MpirunLauncher", "SlurmLauncher", "launcher", "slurm_base_state"]
+__all__ = ["MpirunLauncher", "SlurmLauncher", "launcher", "slurm_base_state", "unschedulable"]

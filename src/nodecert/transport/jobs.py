@@ -238,7 +238,7 @@ class Launcher:
             self._running[job.name] = job
         try:
             chan = self._channel()
-            chan.exec_command(tethered(job.name, self.command(job)))
+            chan.exec_command(tethered(job.name, self.command(job), stdin=job.stdin))
         except (paramiko.SSHException, OSError, NodecertError) as exc:
             self._release(job)
             raise NodecertError(f"the job could not be started from {self.launch.host}: "

@@ -24,7 +24,7 @@ def sweep_script(name: str) -> str:
             f"n=0; {tagged(name, 'n=$((n+1))')}; echo left=$n")
 
 
-def tethered(name: str, command: str) -> str:
+def tethered(name: str, command: str, *, stdin: bool = False) -> str:
     """The launch command of the job `name`, ended when the SSH channel it came on closes.
 
     Closing a channel does not end what it started: an srun that the launch host only
@@ -33,13 +33,24 @@ def tethered(name: str, command: str) -> str:
     reaches its end only when the channel closes, or at once if that came first); then
     every process of the job is sent SIGTERM, and the command's own shell too while it
     has not yet started any, until nothing of the job has been seen for a second (at
-    most 15 s). The command's exit code and output are its own."""
+    most 15 s). The command's exit code and output are its own.
+
+    stdin: the command reads the channel's input (the Slurm runner's code and plan): it
+    is passed on through a FIFO in a private directory, and its end (the channel closed)
+    reaches the command as its input's end before the job is ended as above."""
     term = tagged(name, "kill -TERM ${q#/proc/} 2>/dev/null; n=1")
-    watch = ("while read -r _; do :; done; i=0; quiet=0; "
+    ended = ("i=0; quiet=0; "
              "while [ $i -lt 75 ] && [ $quiet -lt 5 ]; do n=0; " + term + "; "
              "if kill -0 $p 2>/dev/null; then quiet=0; [ $n = 1 ] || kill -TERM $p "
              "2>/dev/null; elif [ $n = 0 ]; then quiet=$((quiet+1)); else quiet=0; fi; "
              "sleep 0.2; i=$((i+1)); done")
+    if stdin:
+        # (an asynchronous list reads /dev/null unless told otherwise: both are told)
+        return ("d=$(mktemp -d) && mkfifo -m 0600 \"$d/in\" || exit 125; exec 3<&0; "
+                f"( {command} ) <\"$d/in\" 3<&- & p=$!; "
+                f"( cat >\"$d/in\"; {ended} ) <&3 >/dev/null 2>&1 & w=$!; exec 3<&-; "
+                "wait $p; rc=$?; kill $w 2>/dev/null; rm -rf \"$d\"; exit $rc")
+    watch = "while read -r _; do :; done; " + ended
     return (f"exec 3<&0 </dev/null; ( {command} ) 3<&- & p=$!; "
             f"( {watch} ) <&3 >/dev/null 2>&1 & w=$!; exec 3<&-; "
             "wait $p; rc=$?; kill $w 2>/dev/null; exit $rc")

@@ -34,6 +34,7 @@ from nodecert.transport.become import BecomeSource, unlock_vault
 from nodecert.transport.loadgate import LoadGate
 from nodecert.transport.ssh import Endpoint
 from nodecert.validation import session as _ssh  # noqa: F401  (registers the SSH runner)
+from nodecert.validation import slurmrunner as _slurm  # noqa: F401  (and the Slurm runner)
 from nodecert.validation.plan import build_plan
 from nodecert.validation.progress import DETAIL_MAX_HOSTS, RunProgress, Snapshot
 from nodecert.validation.runner import Runner, runner_class
@@ -176,9 +177,12 @@ def _bmc_specs(specs: dict[str, HostSpec], hv: dict[str, dict[str, Any]],
             for n, b in sorted(with_bmc.items())}
 
 
-def open_new_run(request: ValidateRequest) -> ValidationRun:
+def open_new_run(request: ValidateRequest, *,
+                 before_write: Callable[[dict[str, HostRun], dict[str, HostLink]], None]
+                 | None = None) -> ValidationRun:
     """A new run directory with every host's plan and the run's inputs recorded, nothing
-    contacted yet. Raises NodecertError on bad input, before anything is written."""
+    contacted yet (but by `before_write`, given the hosts' runs and links once planned).
+    Raises NodecertError on bad input, before anything is written."""
     r = request
     the_suite = thresholds.suite(r.suite, r.suite_file)
     run = RunDir.new(r.runs_dir)
@@ -187,6 +191,8 @@ def open_new_run(request: ValidateRequest) -> ValidationRun:
                     cli_thresholds=dict(r.cli_thresholds or {}), scratch=r.scratch, checks=r.checks,
                     host_timeout_s=r.host_timeout_s,
                     option_overrides=dict(r.option_overrides or {}) or None, become=r.become)
+    if before_write is not None:
+        before_write(runs, links)
     run.make()
     stacks = {hr.stack.path for hr in runs.values() if hr.stack is not None}
     record_inputs(
@@ -277,20 +283,38 @@ def validate(request: ValidateRequest, *, progress: Progress | None = None,
     lines, when the run is too large to print every host's every line."""
     say: Progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     runner_cls = runner_class(request.runner)  # an unknown one: refused before any write
-    result = open_new_run(request)
-    run_dir, runs = result.run_dir, result.hosts
+    inventory = resolve(request.inventory)  # read once: the hosts' plans and the runner's
+    request = dataclasses.replace(request, inventory=inventory)
     suite, checks, detail = request.suite, request.checks, request.detail
     the_suite = thresholds.suite(suite, request.suite_file)
     stop = stop or threading.Event()
-    view = RunProgress(runs, say, status=status,
-                       detail=len(runs) <= DETAIL_MAX_HOSTS if detail is None else detail)
-    gate = LoadGate().start()
-    runner = runner_cls(runs, result.links, say, stop, progress=view, gate=gate)
+    gate = LoadGate()
+    made: list[Runner] = []
+
+    def make_runner(runs: dict[str, HostRun], links: dict[str, HostLink]) -> None:
+        # before anything is written: a runner that cannot reach the hosts at all (no
+        # launch host, its engine down) is refused without leaving a run behind
+        view = RunProgress(runs, say, status=status,
+                           detail=len(runs) <= DETAIL_MAX_HOSTS if detail is None else detail)
+        made.append(runner_cls.for_run(inventory, runs, links, say, stop,
+                                       become=request.become, progress=view, gate=gate))
+    try:
+        result = open_new_run(request, before_write=make_runner)
+    except BaseException:
+        for r in made:
+            r.close()
+        raise
+    run_dir, runs = result.run_dir, result.hosts
+    runner, view = made[0], made[0].progress
+    gate.start()
     n_checks = len(checks or the_suite.checks)
     say(f"validating {len(runs)} host(s), suite {suite} ({n_checks} checks); "
         f"results in {run_dir}"
         + ("" if view.detail else "; each host's progress in <host>/progress.log"))
-    _supervise(runner, request.forks, say)
+    try:
+        _supervise(runner, request.forks, say)
+    finally:
+        runner.close()
     if gate.late_s >= LATE_NOTE_S:
         say(f"note: this controller lost {gate.late_s:.0f} s to its own load during the run "
             f"(at worst {gate.worst_lag_s:.1f} s at once): other work on its machine; the "

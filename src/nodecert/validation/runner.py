@@ -19,8 +19,10 @@ from nodecert.bmc.judge import BMC_CHECKS
 from nodecert.bmc.monitor import BmcMonitor
 from nodecert.core import checks
 from nodecert.core.errors import NodecertError
+from nodecert.inventory.reader import Inventory
 from nodecert.runs.store import HostLink, HostRun
 from nodecert.stack.manifest import Stack
+from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import BadEvent, decode_event
 from nodecert.transport.loadgate import LoadGate
 from nodecert.transport.silence import NodeLimit
@@ -68,6 +70,25 @@ class Runner:
         self.sha = code_sha
         self.progress = progress or RunProgress(runs, say, detail=True)
         self.gate = gate or LoadGate()  # started by the caller for a real run
+
+    @classmethod
+    def for_run(cls, inventory: Inventory, runs: dict[str, HostRun],
+                links: dict[str, HostLink], say: Progress, stop: threading.Event, *,
+                become: BecomeSource | None = None, progress: RunProgress | None = None,
+                gate: LoadGate | None = None) -> Runner:
+        """The runner for one validation run of `inventory`'s hosts (`runs`): where a
+        runner needs more of the inventory than each host's link (a launch host, the
+        engine's names), it reads it here, before anything is contacted; InventoryError
+        on what it cannot use."""
+        return cls(runs, links, say, stop, progress=progress, gate=gate)
+
+    def close(self) -> None:
+        """Release what the runner holds for the run (a launch host's connection)."""
+
+    def describe(self, hr: HostRun) -> dict[str, str]:
+        """What the host's record says of how its run was started (beside the node's
+        own hello): nothing for a direct session."""
+        return {}
 
     def emit(self, hr: HostRun, text: str, *, alarm: bool = False) -> None:
         self.progress.emit(hr, text, alarm=alarm)
@@ -150,13 +171,16 @@ class Runner:
                       f"{' (SIMULATED)' if res.simulated else ''} - {res.summary[:110]}",
                       alarm=res.verdict >= Verdict.FAIL)
 
-    def follow(self, hr: HostRun, read: ReadLine, clock: Callable[[], float]) -> None:
+    def follow(self, hr: HostRun, read: ReadLine, clock: Callable[[], float], *,
+               waiting_s: float = 0.0) -> None:
         """Apply each event line `read` gives (LineReader.line's contract) until the
         node's run ends, the node falls silent past its limit or the host's time limit
         (both counted on `clock`), the operator stops the run, or the stream breaks; how
-        it ended is in hr.status and hr.error. The runner then `_close`s hr."""
-        silence = NodeLimit(EVENT_SILENCE_S, clock)
-        host_limit = NodeLimit(float(hr.plan.host_timeout_s), clock)
+        it ended is in hr.status and hr.error. The runner then `_close`s hr. waiting_s:
+        how long the run may wait to start (a job queued for its node), on top of both
+        limits."""
+        silence = NodeLimit(EVENT_SILENCE_S + waiting_s, clock)
+        host_limit = NodeLimit(float(hr.plan.host_timeout_s) + waiting_s, clock)
         try:
             while hr.status == "running":
                 raw = read((silence, host_limit), self.stop)
@@ -196,6 +220,7 @@ class Runner:
                 hr.node["slurm_drains"] = {str(k)[:128]: str(v)[:200]
                                            for k, v in list(drains.items())[:64]}
             hr.node["code_sha256"] = self.sha
+            hr.node.update(self.describe(hr))
             self.emit(hr, f"connected: node python {ev.get('python')}"
                       f"{', SIMULATED hardware' if hr.simulated else ''}; {total} checks")
         elif kind == "start":
