@@ -391,6 +391,35 @@ def test_fleet_revalidation_as_slurm_jobs(cluster_lab: Lab, tmp_path: Path) -> N
     nothing_left(cluster_lab)
 
 
+def test_validation_as_slurm_jobs(cluster_lab: Lab, tmp_path: Path) -> None:
+    """`validate --runner slurm`: each node's run is a job the real Slurm starts on it
+    (its job id in the record), fed the node code and the plan through srun, judged as it
+    reports; a drained node gets no job and is UNREACHABLE with Slurm's word; a fault is
+    found as over SSH; nothing is left in Slurm or on the nodes."""
+    inv = str(cluster_lab.cfg.state / "inventory.ini")
+    checks = site_suite(tmp_path, "hardware.inventory", "health.gpu", "health.xid")
+    cluster_lab.ssh("h1", "scontrol update NodeName=h2 State=DRAIN Reason=site-maintenance")
+    faults(cluster_lab, tmp_path, "{host: h4, kind: xid, gpu: 1, code: 79}")
+    try:
+        p = nodecert("validate", "-i", inv, "--limit", "h2,h3,h4", "--runner", "slurm",
+                     *checks, "--runs-dir", str(tmp_path / "runs"), "--json", cwd=tmp_path)
+    finally:
+        faults(cluster_lab, tmp_path)
+        cluster_lab.ssh("h1", "scontrol update NodeName=h2 State=RESUME")
+    assert p.returncode == 1, p.stderr[-3000:]
+    hosts = json.loads(p.stdout)["hosts"]
+    assert {h: v["verdict"] for h, v in hosts.items()} == {
+        "h2": "ERROR", "h3": "PASS", "h4": "FAIL"}, p.stderr[-3000:]
+    assert hosts["h2"]["status"] == "unreachable" and "h2 is drain in Slurm" in hosts["h2"][
+        "error"]
+    h3 = json.loads(Path(hosts["h3"]["results"]).read_text())
+    assert h3["node"]["runner"] == "slurm" and h3["node"]["slurm_job"].startswith("nodecert-val-")
+    assert h3["node"]["slurm_job_id"].isdigit()  # the node's run really was a Slurm job
+    h4 = json.loads(Path(hosts["h4"]["results"]).read_text())
+    assert next(r for r in h4["results"] if r["check"] == "health.xid")["verdict"] == "FAIL"
+    nothing_left(cluster_lab)
+
+
 def test_an_idle_check_gives_way_to_a_real_slurm_job(cluster_lab: Lab, tmp_path: Path) -> None:
     """A low-priority idle check in the preemptible partition, preempted by a user's job
     on the same node: gone within seconds, nothing of it left running, the node's record

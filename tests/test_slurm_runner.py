@@ -27,6 +27,7 @@ from nodecert.transport.engines import SlurmLauncher
 from nodecert.transport.jobs import Job, JobStream, Launcher
 from nodecert.transport.ssh import Endpoint
 from nodecert.validation.run import ValidateRequest, open_new_run
+from nodecert.validation.runner import HostUnreachable
 from nodecert.validation.slurmrunner import SlurmRunner, job_script
 from nodecert_node.contract import Verdict
 from support.simnode import SimNode
@@ -188,7 +189,7 @@ class _HereLauncher(Launcher):
 
 def _runner(tmp_path: Path, launch: Launcher, states: dict[str, str]) -> SlurmRunner:
     inv = tmp_path / "inv"
-    inv.mkdir()
+    inv.mkdir(parents=True)
     (inv / "hosts.ini").write_text("[gpu_nodes]\nh1 ansible_host=127.0.0.1 ansible_user=root "
                                    f"ansible_python_interpreter={sys.executable}\n")
     from nodecert.lab.hardware import spec_vars
@@ -242,3 +243,24 @@ def test_a_job_slurm_refused_is_error_quoting_srun_and_is_cancelled(tmp_path: Pa
     assert "Requested node configuration is not available" in hr.error
     assert {r.verdict for r in hr.results} == {Verdict.ERROR}  # never a pass
     assert here.cancelled_jobs == [runner.jobs["h1"].name]
+
+
+def test_a_nodes_own_record_is_fetched_through_a_job_on_it(tmp_path: Path) -> None:
+    """revalidate --collect through the Slurm runner: the command is a job on the node,
+    its output read back; a job Slurm refused is the host unreachable, in srun's words."""
+    here = _HereLauncher(SimNode(tmp_path / "node"))
+    runner = _runner(tmp_path, here, {"gpu01": "idle"})
+    got = runner.fetch(runner.runs["h1"], "echo /var/lib/nodecert/history/x.json; "
+                       "echo '{\"results\": []}'", limit=1 << 20, timeout=30)
+    assert got.raw == b'/var/lib/nodecert/history/x.json\n{"results": []}\n'
+    assert got.recorded is None  # not read through Slurm
+    assert runner.fetch(runner.runs["h1"], "seq 1 100000", limit=100, timeout=30).raw \
+        .startswith(b"1\n2\n")  # at most the limit, however much the job prints
+    refused = _HereLauncher(SimNode(tmp_path / "node2"),
+                            script="echo 'srun: error: invalid partition' >&2; exit 1")
+    runner = _runner(tmp_path / "b", refused, {"gpu01": "idle"})
+    with pytest.raises(HostUnreachable, match="invalid partition"):
+        runner.fetch(runner.runs["h1"], "true", limit=100, timeout=30)
+    drained = _runner(tmp_path / "c", here, {"gpu01": "down*"})
+    with pytest.raises(HostUnreachable, match="gpu01 is down"):
+        drained.fetch(drained.runs["h1"], "true", limit=100, timeout=30)

@@ -226,7 +226,10 @@ def run_suite(plan: Plan, out: TextIO, stdin: TextIO | None,
                "host": platform.node(), "simulated": sim, "checks": list(plan.checks),
                # the drains its scheduled runs made: the control side's repair gate resumes
                # only a drain whose reason is exactly one of these (or its own)
-               "slurm_drains": dict(list(state.kept_drains().items())[:64])})
+               "slurm_drains": dict(list(state.kept_drains().items())[:64]),
+               # the Slurm job this run is part of, where Slurm started it (--runner slurm)
+               **({"slurm_job_id": os.environ["SLURM_JOB_ID"]}
+                  if os.environ.get("SLURM_JOB_ID") else {})})
     current = current if current is not None else {"proc": None}
     stop = stop or threading.Event()
     if stdin is not None:

@@ -219,6 +219,9 @@ class Runner:
             if isinstance(drains, dict):  # node text: plain strings, capped
                 hr.node["slurm_drains"] = {str(k)[:128]: str(v)[:200]
                                            for k, v in list(drains.items())[:64]}
+            job_id = ev.get("slurm_job_id")
+            if isinstance(job_id, str) and job_id.isdigit() and len(job_id) <= 20:
+                hr.node["slurm_job_id"] = job_id  # the Slurm job the node's run was part of
             hr.node["code_sha256"] = self.sha
             hr.node.update(self.describe(hr))
             self.emit(hr, f"connected: node python {ev.get('python')}"

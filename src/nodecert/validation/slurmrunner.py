@@ -34,10 +34,12 @@ from nodecert.runs.store import HostLink, HostRun
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.bundle import NODE_BASE, install_script, node_bundle
 from nodecert.transport.engines import SlurmLauncher, unschedulable
+from nodecert.transport.events import BadEvent
 from nodecert.transport.jobs import Job, Launcher
 from nodecert.transport.loadgate import LoadGate
+from nodecert.transport.silence import NodeLimit
 from nodecert.validation.progress import RunProgress
-from nodecert.validation.runner import Progress, Runner, register
+from nodecert.validation.runner import Fetched, HostUnreachable, Progress, Runner, register
 
 # nodecert policy: how long a host's job may wait in Slurm's queue for its node (a node
 # busy with a user's job is waited for, not interrupted; past this, the host is ERROR
@@ -132,6 +134,7 @@ class SlurmRunner(Runner):
             self.follow(hr, stream.line, self.gate.clock, waiting_s=self.start_within_s)
             ok = hr.status == "done"
             if hr.status == "running" and not hr.node:  # the job ended before the node spoke
+                stream.exit_code()  # srun's last words are in once it has exited
                 hr.status = "unreachable"
                 hr.error = (f"Slurm did not run the node's job {job.name}: "
                             f"{tail_line(stream.said())}")
@@ -146,6 +149,40 @@ class SlurmRunner(Runner):
             self.emit(hr, f"UNREACHABLE: {hr.error}", alarm=True)
             return
         self._close(hr)
+
+    def fetch(self, hr: HostRun, command: str, *, limit: int, timeout: float,
+              recorded_stack: bool = False) -> Fetched:
+        """`command` as a Slurm job on hr's node (waiting for the node as a run does),
+        its output read up to `limit` bytes within `timeout` once started. The node's
+        recorded stack is not read through Slurm (None)."""
+        node = self.engine_names[hr.host]
+        why = unschedulable(node, self.states)
+        if why:
+            raise HostUnreachable(why)
+        job = Job(f"nodecert-fetch-{self.token}-{sorted(self.runs).index(hr.host)}", (node,),
+                  command, timeout_s=timeout, start_within_s=self.start_within_s, label=False)
+        try:
+            stream = self.launch.stream(job)
+        except NodecertError as exc:
+            raise HostUnreachable(exc.what) from exc
+        ok, out, refused = False, bytearray(), ""
+        try:
+            within = NodeLimit(timeout + self.start_within_s)
+            while len(out) < limit:
+                line = stream.line((within,), self.stop)
+                if line is None:
+                    break
+                out += line + b"\n"
+            if not out and stream.exit_code() not in (0, None):  # srun's refusal
+                refused = f"Slurm did not run {job.name}: {tail_line(stream.said())}"
+            ok = not refused
+        except BadEvent as exc:
+            raise OSError(f"reading the job's output: {exc}") from exc
+        finally:
+            stream.close(ok=ok)
+        if refused:
+            raise HostUnreachable(refused)
+        return Fetched(bytes(out[:limit]))
 
     def _unreached(self, hr: HostRun, why: str) -> None:
         hr.status, hr.error = "unreachable", why
