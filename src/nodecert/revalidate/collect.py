@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from nodecert.core import checks
-from nodecert.inventory.reader import Inventory
-from nodecert.runs.store import HostRun, ValidationRun, write_json
+from nodecert.inventory.reader import Inventory, resolve
+from nodecert.runs.store import HostLink, HostRun, ValidationRun, write_json
 from nodecert.transport.become import BecomeSource
 from nodecert.transport.events import MAX_LINE, BadEvent, decode_event
 from nodecert.validation.echoes import held_to_plan
@@ -130,12 +130,30 @@ def collect(inventory: Path | Inventory, *, suite: str = "quick", limit: tuple[s
 
     jobs: host -> the scheduler job whose record alone will do for it; failures: host ->
     why its job did not run (that host is ERROR with the reason, nothing is fetched)."""
+    inventory = resolve(inventory)
+    say = progress or (lambda line: None)
+    made: list[Runner] = []
+
+    def make_runner(runs: dict[str, HostRun], links: dict[str, HostLink]) -> None:
+        # the runner that reaches the nodes reads their history too (before anything is
+        # written: one that cannot reach them at all leaves no run behind)
+        made.append(runner_class(runner_name).for_run(inventory, runs, links, say,
+                                                      threading.Event(), become=become))
     run = open_new_run(ValidateRequest(inventory, suite=suite, limit=limit, stack=stack,
                        runs_dir=runs_dir, checks=checks, become=become,
-                       suite_file=suite_file))
-    say = progress or (lambda line: None)
-    # the runner that reaches the nodes reads their history too (SSH today)
-    runner = runner_class(runner_name)(run.hosts, run.links, say, threading.Event())
+                       suite_file=suite_file), before_write=make_runner)
+    runner = made[0]
+    try:
+        _collect_all(run, runner, reason, jobs=jobs, failures=failures, say=say)
+    finally:
+        runner.close()
+    write_json(run.dir.summary, run.summary())
+    return run
+
+
+def _collect_all(run: ValidationRun, runner: Runner, reason: str, *,
+                 jobs: dict[str, str] | None, failures: dict[str, str] | None,
+                 say: Callable[[str], None]) -> None:
     for name, hr in sorted(run.hosts.items()):
         if failures and name in failures:
             hr.status, hr.error = "lost", failures[name]
@@ -146,8 +164,6 @@ def collect(inventory: Path | Inventory, *, suite: str = "quick", limit: tuple[s
         say(f"{name:<14} {hr.verdict.name:<6} "
             + (hr.error or f"collected {hr.node.get('collected_from')} "
                             f"({hr.node.get('reason')})"))
-    write_json(run.dir.summary, run.summary())
-    return run
 
 
 __all__ = ["HISTORY", "collect", "collect_host", "fetch_command", "read_record"]
