@@ -8,10 +8,11 @@ Run on demand:   .venv/bin/python benchmarks/cabling.py [--nodes 125] [--json OU
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
+
+from benchlib import report
 
 from nodecert.cluster.cabling import judge_cabling
 from nodecert.cluster.cabling_links import Link
@@ -44,9 +45,7 @@ def main() -> None:
     judge_s = time.perf_counter() - t0
     out = {"links": len(plan.links), "read_s": round(read_s, 4), "judge_s": round(judge_s, 4),
            "verdict": res.verdict.name, "findings": len(res.findings)}
-    print(json.dumps(out, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    report(out, args.json)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,11 @@ Run on demand:   .venv/bin/python benchmarks/cabling_discovery.py [--nodes 16] [
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
+
+from benchlib import report
 
 from nodecert.cluster.cabling import judge_cabling
 from nodecert.cluster.cabling_links import parse_ibnetdiscover_ports
@@ -49,9 +50,7 @@ def main() -> None:
            "fabric_up_and_discovered_s": round(up_and_read_s, 3),
            "parse_and_judge_s": round(judge_s, 4), "verdict": res.verdict.name,
            "findings": len(res.findings)}
-    print(json.dumps(out, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    report(out, args.json)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchlib import nodecert, report
+
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
 
@@ -32,13 +34,8 @@ EVERY = ("port_down", "width_degraded", "speed_degraded", "symbol_errors", "hca_
 
 
 def run(lab: Lab, work: Path, *extra: str) -> dict[str, Any]:
-    t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "nodecert", "cluster", "validate", "-i",
-                        str(lab.cfg.state / "inventory.ini"), "--runs-dir", str(work),
-                        "--json", *extra], capture_output=True, text=True, timeout=1800,
-                       check=False)
-    wall = time.monotonic() - t0
-    out = json.loads(p.stdout)
+    wall, _, out = nodecert("cluster", "validate", "-i", str(lab.cfg.state / "inventory.ini"),
+                            "--runs-dir", str(work), *extra, timeout=1800)
     data = json.loads((Path(out["run_dir"]) / "results.json").read_text())
     return {"wall_s": round(wall, 1), "verdict": data["verdict"], "culprits": data["culprits"],
             "pair_rounds": data["rounds"], "pairs": len(data["pairs"]),
@@ -94,10 +91,7 @@ def main() -> int:
                     out[f"{engine}_{name}_{bad}"] = run(lab, work, "--engine", engine)
     finally:
         lab.down()
-    print(json.dumps(out, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
-    return 0
+    return report(out, args.json, indent=1)
 
 
 if __name__ == "__main__":

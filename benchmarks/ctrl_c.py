@@ -15,7 +15,6 @@ cancelling and sweeping its own job, node after node). Nothing leaves this machi
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import threading
@@ -23,6 +22,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from benchlib import report
 
 from nodecert.inventory.cluster import ClusterConfig
 from nodecert.transport.engines import SlurmLauncher
@@ -123,9 +124,7 @@ def main() -> None:
         stop.set()
         for p in spinners:
             p.join(timeout=10)
-    print(json.dumps(out, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    report(out, args.json)
 
 
 if __name__ == "__main__":

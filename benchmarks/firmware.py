@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchlib import nodecert, report
 
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.config import LabConfig
@@ -28,18 +29,6 @@ INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
 # The four components of the DGX H100/H200 motherboard recipe, each set behind.
 BEHIND = {"cpld_mb": "0.2.1.2", "cpld_mid": "0.2.0.5", "erot_bios": "00.04.0011.0000_n00",
           "erot_bmc": "00.04.0011.0000_n00"}
-
-
-def nodecert(*args: str, timeout: float = 900) -> tuple[float, int, dict[str, Any]]:
-    t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "nodecert", *args, "--json"],
-                       capture_output=True, text=True, timeout=timeout, check=False)
-    wall = time.monotonic() - t0
-    try:
-        doc = json.loads(p.stdout)
-    except ValueError:
-        doc = {"stdout": p.stdout[-2000:], "stderr": p.stderr[-2000:]}
-    return round(wall, 1), p.returncode, doc
 
 
 def main() -> int:
@@ -88,10 +77,7 @@ def main() -> int:
     finally:
         lab.down()
         INOTIFY_LIMIT.write_text(before)
-    print(json.dumps(out, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
-    return 0
+    return report(out, args.json, indent=1)
 
 
 if __name__ == "__main__":

@@ -105,9 +105,7 @@ def main() -> int:
     phases["main_job_s"] = round(sum(v for k, v in phases.items()
                                      if k.endswith("_s") and isinstance(v, float)), 1)
     phases["cpus"] = os.cpu_count()
-    print(json.dumps(phases, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(phases, indent=2) + "\n")
+    report(phases, args.json)
     ok = all(v == "READY (SIMULATED)" for v in phases["verdicts"].values())
     return 0 if ok else 1
 

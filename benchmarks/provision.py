@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchlib import report
 
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
@@ -105,10 +106,7 @@ def main() -> int:
             results["rerun_ratio_largest_vs_1"] = round(big / one, 2)
     finally:
         lab.down(drop_guard=True)
-    print(json.dumps(results, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+    return report(results, args.json)
 
 
 if __name__ == "__main__":

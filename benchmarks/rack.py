@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchlib import nodecert, report
+
 from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
 from nodecert.lab.machine import INOTIFY_LIMIT
@@ -38,13 +40,8 @@ TRAYS = 18
 
 
 def run(lab: Lab, work: Path, *extra: str) -> dict[str, Any]:
-    t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "nodecert", "rack", "validate", "-i",
-                        str(lab.cfg.state / "inventory.ini"), "--runs-dir", str(work),
-                        "--json", *extra], capture_output=True, text=True, timeout=1800,
-                       check=False)
-    wall = time.monotonic() - t0
-    out = json.loads(p.stdout)
+    wall, _, out = nodecert("rack", "validate", "-i", str(lab.cfg.state / "inventory.ini"),
+                            "--runs-dir", str(work), *extra, timeout=1800)
     by = {r["check"]: r for r in out["results"]}
     sweep = (by.get("rack.sweep") or {}).get("value") or {}
     return {"wall_s": round(wall, 1), "verdict": out["verdict"], "seconds": out["seconds"],
@@ -115,10 +112,7 @@ def main() -> int:
     finally:
         lab.down()
         INOTIFY_LIMIT.write_text(before)
-    print(json.dumps(out, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
-    return 0
+    return report(out, args.json, indent=1)
 
 
 if __name__ == "__main__":
