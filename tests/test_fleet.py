@@ -15,7 +15,7 @@ import pytest
 
 from nodecert.lab.fleet import FleetSpec, address, node_result, recorded_results
 from nodecert.runs.store import HostRun
-from nodecert.validation import session as nodesession
+from nodecert.validation import runner as noderunner
 from nodecert.validation.progress import RunProgress, Snapshot
 from nodecert.validation.run import ValidateRequest, validate
 from nodecert.validation.session import SshRunner
@@ -250,7 +250,7 @@ def test_a_starved_controller_calls_no_healthy_node_silent(
         quiet = on_event(self, hr, ev)
         return None if quiet is None else silent_s  # every silence limit: 3 s
     monkeypatch.setattr(SshRunner, "_on_event", short)
-    monkeypatch.setattr(nodesession, "EVENT_SILENCE_S", silent_s)
+    monkeypatch.setattr(noderunner, "EVENT_SILENCE_S", silent_s)
     held = threading.Event()
 
     def hold() -> None:

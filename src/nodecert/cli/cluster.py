@@ -3,15 +3,13 @@ the cluster certificate."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from nodecert.cli import common
-from nodecert.cli.fleet import baseline_file_option, pubkey_option, read_baseline
-from nodecert.core.errors import ExitCode
+from nodecert.cli.fleet import judged_run_options, read_baseline
 
 
 @click.group("cluster")
@@ -69,11 +67,7 @@ Examples:
                    "(default: on where the order names one).")
 @click.option("--key", "key_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Sign the run as a cluster certificate with this private key.")
-@baseline_file_option
-@pubkey_option
-@common.runs_dir_option
-@common.json_option
-@common.become_options
+@judged_run_options
 @common.handle_errors
 def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          launch_host: str | None, partition: str | None,
@@ -84,7 +78,7 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
                          fleet_baseline: Path | None, pubkeys: tuple[Path, ...],
                          runs_dir: Path, as_json: bool,
                          become_file: Path | None, vault_file: Path | None) -> None:
-    from nodecert.certs.cluster import certify_cluster, passed
+    from nodecert.certs.cluster import certify_cluster
     from nodecert.certs.revocations import DEFAULT_NAME
     from nodecert.certs.signing import load_private_key
     from nodecert.cluster.validate import ClusterRequest, cluster_validate
@@ -116,18 +110,8 @@ def cluster_validate_cmd(path: Path, limit: tuple[str, ...], engine: str | None,
         env, html, verdict = certify_cluster(run_dir, key,
                                              revocations=run_dir.parent / DEFAULT_NAME)
         cert = {"certificate": str(env), "html": str(html), "certificate_verdict": verdict}
-    code = ExitCode.OK if passed(rec) else ExitCode.FAILED
-    verdict = rec.outcome.name
-    if as_json:
-        common.emit_json({"run_dir": str(run_dir), "verdict": verdict, "culprits": rec.culprits,
-                   "results": [r.as_dict() for r in rec.results], **cert})
-        sys.exit(int(code))
-    common.echo_results(rec.results)
-    common.echo(f"cluster: {verdict}" + (f"  named: {', '.join(rec.culprits)}"
-                                  if rec.culprits else "")
-         + ("  (SIMULATED)" if rec.simulated else ""))
-    common.echo_run_end(run_dir, cert)
-    sys.exit(int(code))
+    common.end_group_run(rec, cert, as_json=as_json, what="cluster",
+                         fields={"culprits": rec.culprits}, named=", ".join(rec.culprits))
 
 
 @cluster.command("certify")

@@ -10,9 +10,10 @@ import datetime as dt
 import functools
 import json
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -41,6 +42,27 @@ def echo_run_end(run_dir: Path, cert: dict[str, Any]) -> None:
     if cert:
         echo(f"certificate: {cert['certificate']} ({cert['certificate_verdict']}), page: "
              f"{cert['html']}")
+
+
+def end_group_run(rec: Any, cert: dict[str, Any], *, as_json: bool, what: str,
+                  fields: dict[str, Any], named: str = "", notes: Sequence[str] = (),
+                  findings_max: int | None = None) -> NoReturn:
+    """A cluster or rack run's outcome (its GroupRecord `rec`, the certificate signed of
+    it) printed, or as JSON with `fields`; exit 0 when it passed, 1 otherwise."""
+    from nodecert.certs.cluster import passed
+    code = ExitCode.OK if passed(rec) else ExitCode.FAILED
+    verdict = rec.outcome.name
+    if as_json:
+        emit_json({"run_dir": str(rec.run_dir), "verdict": verdict, **fields,
+                   "results": [r.as_dict() for r in rec.results], **cert})
+        sys.exit(int(code))
+    echo_results(rec.results, findings_max=findings_max)
+    for note in notes:
+        echo(note)
+    echo(f"{what}: {verdict}" + (f"  named: {named}" if named else "")
+         + ("  (SIMULATED)" if rec.simulated else ""))
+    echo_run_end(rec.run_dir, cert)
+    sys.exit(int(code))
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -12,6 +12,7 @@ import click
 
 from nodecert.cli.common import (
     DEFAULT_KEY_DIR,
+    become_options,
     echo,
     emit_json,
     handle_errors,
@@ -86,6 +87,14 @@ def pubkey_option(f: Any) -> Any:
     return click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(
         path_type=Path, dir_okay=False), help="Trust this signer for the fleet baseline "
         "(repeatable; default: the public half of the default signing key).")(f)
+
+
+def judged_run_options(f: Any) -> Any:
+    """What a command that runs the nodes and may judge them against the fleet takes
+    (validate, cluster validate): --baseline and its trusted --pubkey, --runs-dir, --json,
+    the become options."""
+    return baseline_file_option(pubkey_option(runs_dir_option(json_option(
+        become_options(f)))))
 
 
 def _records(runs: tuple[Path, ...]) -> tuple[list[Any], dict[str, Any]]:

@@ -3,14 +3,12 @@ unit, and the rack certificate."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from nodecert.cli import common
-from nodecert.core.errors import ExitCode
 from nodecert.core.textsafe import one_line
 
 
@@ -61,7 +59,6 @@ Examples:
 def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
                       load: bool, runs_dir: Path, as_json: bool, become_file: Path | None,
                       vault_file: Path | None) -> None:
-    from nodecert.certs.cluster import passed
     from nodecert.certs.rack import certify_rack
     from nodecert.certs.revocations import DEFAULT_NAME
     from nodecert.certs.signing import load_private_key
@@ -76,20 +73,11 @@ def rack_validate_cmd(path: Path, rack_name: str | None, key_path: Path | None,
     if key is not None:
         env, html, verdict = certify_rack(run_dir, key, revocations=run_dir.parent / DEFAULT_NAME)
         cert = {"certificate": str(env), "html": str(html), "certificate_verdict": verdict}
-    code = ExitCode.OK if passed(rec) else ExitCode.FAILED
-    verdict = rec.outcome.name
-    if as_json:
-        common.emit_json({"run_dir": str(run_dir), "rack": rec.rack_name,
-                   "verdict": verdict, "results": [r.as_dict() for r in rec.results],
-                   "not_judged": rec.not_judged, "seconds": rec.seconds, **cert})
-        sys.exit(int(code))
-    common.echo_results(rec.results, findings_max=20)
-    for n in rec.not_judged:
-        common.echo(f"not judged: {one_line(n)}")
-    common.echo(f"rack {rec.rack_name}: {verdict}"
-                + ("  (SIMULATED)" if rec.simulated else ""))
-    common.echo_run_end(run_dir, cert)
-    sys.exit(int(code))
+    common.end_group_run(rec, cert, as_json=as_json, what=f"rack {rec.rack_name}",
+                         fields={"rack": rec.rack_name, "not_judged": rec.not_judged,
+                                 "seconds": rec.seconds},
+                         notes=[f"not judged: {one_line(n)}" for n in rec.not_judged],
+                         findings_max=20)
 
 
 @rack.command("certify")

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from nodecert.cli import common, liveview
-from nodecert.cli.fleet import baseline_file_option, pubkey_option, read_baseline
+from nodecert.cli.fleet import judged_run_options, read_baseline
 from nodecert.cli.liveview import live_view
 from nodecert.core.errors import ExitCode
 from nodecert.core.verdict import Verdict
@@ -79,11 +79,7 @@ Examples:
               help="How each host's run is started: ssh (a session per host), or slurm (a "
                    "Slurm job on each node from the cluster's launch host, run when Slurm "
                    "has the node free; needs nodecert_cluster with engine slurm).")
-@baseline_file_option
-@pubkey_option
-@common.runs_dir_option
-@common.json_option
-@common.become_options
+@judged_run_options
 @common.handle_errors
 def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],
                  stack_name: str | None, threshold_items: tuple[str, ...],
