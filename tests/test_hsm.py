@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,8 +68,10 @@ def nodecert(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
 
 
 def a_run(tmp_path: Path) -> Path:
+    """A passing run that ended an hour ago (certify, run now, takes it as fresh)."""
+    ended = time.time() - 3600
     return make_run(tmp_path, {"n1": {"results": passing(recorded_results()),
-                                      "started": 1796005833.0, "finished": 1796005981.0}})
+                                      "started": ended - 148.0, "finished": ended}})
 
 
 def test_a_certificate_signed_on_the_token_verifies_with_its_public_key(

@@ -385,20 +385,20 @@ def test_new_faults_on_a_running_host_keep_its_boot_time(tmp_path: Path) -> None
     """`lab faults` rewrites a host's hardware whole (faults replace faults), but the
     host did not reboot: its uptime and its kernel log's times stay."""
     from nodecert.lab.config import LabConfig
-    from nodecert.lab.hosts import Lab
-    lab = Lab(LabConfig(root=tmp_path), log=lambda m: None)
-    root = lab.cfg.host_dir(1) / "root"
+    from nodecert.lab.hostroot import install_hardware
+    cfg = LabConfig(root=tmp_path)
+    root = cfg.host_dir(1) / "root"
     (root / "usr" / "local" / "bin").mkdir(parents=True)
-    hw = root / "etc" / "nodecert-lab" / "hardware.json"
-    lab._install_hardware(1, "h1", "h200-sxm-8", [], "seed")
+    hw = cfg.hardware_file(1)
+    install_hardware(cfg, 1, "h1", "h200-sxm-8", [], seed="seed")
     booted = json.loads(hw.read_text())
     booted["boot_time"] -= 3600  # up an hour
     hw.write_text(json.dumps(booted))
-    lab._install_hardware(1, "h1", "h200-sxm-8", [Fault("h1", "xid", {"gpu": 2, "code": 79})],
-                          "seed", keep_boot=True)
+    install_hardware(cfg, 1, "h1", "h200-sxm-8", [Fault("h1", "xid", {"gpu": 2, "code": 79})],
+                     seed="seed", keep_boot=True)
     after = json.loads(hw.read_text())
     assert after["boot_time"] == booted["boot_time"] and after["faults"]
-    lab._install_hardware(1, "h1", "h200-sxm-8", [], "seed")  # a boot (up, reset): now
+    install_hardware(cfg, 1, "h1", "h200-sxm-8", [], seed="seed")  # a boot (up, reset): now
     assert json.loads(hw.read_text())["boot_time"] > booted["boot_time"] + 3000
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodecert.lab.config import HOST_HARDWARE
 from nodecert.lab.simhw.nodecert_simhw.faults import Faults
 from nodecert.stack.bios import find_profile
 from nodecert.stack.firmware import find_recipe
@@ -87,7 +88,7 @@ class Model:
 
     def hw(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(
-            (self.host_dir / "root/etc/nodecert-lab/hardware.json").read_text())
+            (self.host_dir / HOST_HARDWARE).read_text())
         return data
 
     def busy(self, now: float) -> dict[int, float]:

@@ -36,6 +36,7 @@ from sushy_tools.static import main as sushy_static  # type: ignore[import-untyp
 
 from nodecert.lab.bmcmodel import Model, ipmi_raw, redfish_tree
 from nodecert.lab.bmcupdate import BIOS_SETTINGS, PUSH_URI, RESET, TASKS, Updates
+from nodecert.lab.config import HOST_HARDWARE
 
 TICK_S = 1.0
 MAX_PUSH = 64 * 1024 * 1024  # the largest image the lab's BMC takes
@@ -56,7 +57,7 @@ def render(model: Model, bmc_dir: Path) -> None:
     under one lock: a render that read the model before an update cannot write after
     the update's own render)."""
     with _RENDER:
-        hw = model.host_dir / "root/etc/nodecert-lab/hardware.json"
+        hw = model.host_dir / HOST_HARDWARE
         seen = hw.stat().st_mtime_ns if hw.exists() else 0
         _render(model, bmc_dir)
         # which description the tree now on disk shows (tests wait on it, not on a clock)

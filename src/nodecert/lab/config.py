@@ -48,6 +48,10 @@ MAX_HOSTS = 200
 SHARED_BUILD_WAIT_S = 1800.0
 
 
+# A host's simulated hardware description, under its directory: the simulator on the
+# host reads /etc/nodecert-lab/hardware.json, its BMC (outside the host) this path.
+HOST_HARDWARE = Path("root/etc/nodecert-lab/hardware.json")
+
 @dataclass(frozen=True)
 class LabConfig:
     root: Path = DEFAULT_ROOT
@@ -156,6 +160,10 @@ class LabConfig:
 
     def host_dir(self, n: int) -> Path:
         return self.state / "hosts" / f"h{n}"
+
+    def hardware_file(self, n: int) -> Path:
+        """Host n's simulated hardware, as its tools and its BMC read it."""
+        return self.host_dir(n) / HOST_HARDWARE
 
     @staticmethod
     def mac(n: int) -> str:

@@ -10,8 +10,9 @@ state file *and* its tags, so a crashed run's leftovers are found too.
 This module is long because a host's lifecycle is one state machine over one state
 file: up, readiness, reset and down must agree on every path and process they
 create, and on the order they undo them in. The pieces that stand alone (network,
-block-I/O throttle, root file system, mirror, hardware profiles, the access files
-and inventory it writes: lab.access) live beside it.
+block-I/O throttle, the base root file system, a host's own root and simulated
+hardware: lab.hostroot, mirror, hardware profiles, the access files and inventory it
+writes: lab.access) live beside it.
 """
 
 from __future__ import annotations
@@ -34,20 +35,28 @@ from typing import Any
 
 from nodecert.core.errors import NodecertError
 from nodecert.core.shell import run
-from nodecert.lab import blkio, cluster, ethfabric, fabricplan, ibfabric, leafswitch, net, stop
+from nodecert.lab import (
+    blkio,
+    cluster,
+    ethfabric,
+    fabricplan,
+    hostroot,
+    ibfabric,
+    leafswitch,
+    net,
+    stop,
+)
 from nodecert.lab import bmc as labbmc
 from nodecert.lab import rack as labrack
 from nodecert.lab.access import write_access_files
 from nodecert.lab.config import MAX_HOSTS, LabConfig
-from nodecert.lab.containerfaults import CONTAINER_CONFIG, container_fault_script
-from nodecert.lab.hardware import Fault, hardware_description, load_faults, profile
+from nodecert.lab.containerfaults import container_fault_script
+from nodecert.lab.hardware import Fault, load_faults, profile
 from nodecert.lab.machine import check_inotify, preflight_tools
 from nodecert.lab.mirror import build_mirror
 from nodecert.lab.rootfs import build_base
 
 Log = Callable[[str], None]
-SIMHW = Path(__file__).parent / "simhw" / "simhw.py"  # the launcher
-SIMHW_PACKAGE = SIMHW.parent / "nodecert_simhw"  # the emulators, one module per tool
 BOOT_TIMEOUT_S = 90.0
 
 
@@ -201,8 +210,9 @@ class Lab:
         as_cluster = bool(data["cluster"])
         try:
             for n, (name, prof) in enumerate(host_profiles.items(), 1):
-                self._prepare(n, name, prof, faults, seed=data["seed"],
-                              total=len(host_profiles), as_cluster=as_cluster)
+                hostroot.prepare(self.cfg, n, name, prof, faults, seed=data["seed"],
+                                 total=len(host_profiles), as_cluster=as_cluster,
+                                 rack=data.get("rack"))
                 net.netns_add(self.cfg, n)
                 pid = self._start(n, name, mirror)
                 hosts.append(LabHost(name, n, str(self.cfg.host_ip(n)), prof,
@@ -254,7 +264,7 @@ class Lab:
         labrack.parts_up(self.cfg, faults, self._rack_gpus(hosts))
 
     def _rack_gpus(self, hosts: list[LabHost]) -> tuple[str, ...]:
-        return labrack.rack_gpus([self.cfg.host_dir(h.n) / "root/etc/nodecert-lab/hardware.json"
+        return labrack.rack_gpus([self.cfg.hardware_file(h.n)
                                   for h in sorted(hosts, key=lambda h: h.n)])
 
     def _cluster_ready(self, hosts: list[LabHost]) -> None:
@@ -312,7 +322,8 @@ class Lab:
             check_inotify(nodes)
             for n in range(len(current) + 1, nodes + 1):
                 name, prof = f"h{n}", profiles[(n - 1 - len(current)) % len(profiles)]
-                self._prepare(n, name, prof, faults, seed=state["seed"], total=nodes)
+                hostroot.prepare(self.cfg, n, name, prof, faults, seed=state["seed"],
+                                 total=nodes, rack=state.get("rack"))
                 net.netns_add(self.cfg, n)
                 pid = self._start(n, name, Path(state["mirror"]))
                 new.append(LabHost(name, n, str(self.cfg.host_ip(n)), prof,
@@ -332,78 +343,6 @@ class Lab:
                 "ssh_config": str(self.cfg.state / "ssh_config"),
                 "known_hosts": str(self.cfg.state / "known_hosts"),
                 "resized": {"from": len(current), "to": nodes}}
-
-    def _prepare(self, n: int, name: str, profile_name: str, faults: list[Fault], *,
-                 seed: str, total: int, as_cluster: bool = False) -> None:
-        d = self.cfg.host_dir(n)
-        root = d / "root"
-        for sub in ("upper", "work", "root", "keys"):
-            (d / sub).mkdir(parents=True, exist_ok=True)
-        run(["mount", "-t", "overlay", self.cfg.netns(n), "-o",
-             f"lowerdir={self.cfg.base},upperdir={d / 'upper'},workdir={d / 'work'}",
-             str(root)], timeout=30)
-        hostkey = d / "keys" / "ssh_host_ed25519_key"
-        if not hostkey.exists():  # kept across resets: the host stays the same machine
-            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f",
-                 str(hostkey)], timeout=30)
-        (root / "etc/hostname").write_text(name + "\n")
-        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback",
-                 f"{self.cfg.gateway}\tcontrol"]
-        lines += [f"{self.cfg.host_ip(k)}\th{k}" for k in range(1, total + 1)]
-        (root / "etc/hosts").write_text("\n".join(lines) + "\n")
-        (root / "etc/machine-id").write_text(secrets.token_hex(16) + "\n")
-        shutil.copy2(hostkey, root / "etc/ssh/ssh_host_ed25519_key")
-        shutil.copy2(hostkey.with_suffix(".pub"), root / "etc/ssh/ssh_host_ed25519_key.pub")
-        (root / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
-        # The distribution archive of a lab host is the mirror's debian/ repository;
-        # NVIDIA's repository (mirror's nvidia/) is added by provisioning, as on a
-        # real server.
-        (root / "etc/apt/sources.list").write_text(
-            "deb [trusted=yes] file:/srv/nodecert-mirror/debian ./\n")
-        auth = root / "root/.ssh/authorized_keys"
-        auth.write_text((self.cfg.state / "id_ed25519.pub").read_text())
-        auth.chmod(0o600)
-        self._install_hardware(n, name, profile_name, faults, seed)
-        for rel, text in CONTAINER_CONFIG.items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(text)
-        if as_cluster:
-            cluster.prepare_host(self.cfg, root, total)
-
-    def _install_hardware(self, n: int, name: str, profile_name: str, faults: list[Fault],
-                          seed: str, *, keep_boot: bool = False) -> None:
-        """The host's simulated hardware (hardware.json), written whole. `keep_boot`:
-        the host did not reboot (new faults on a running host), so its boot time, and
-        with it its uptime and the kernel log's times, stay as they were."""
-        root = self.cfg.host_dir(n) / "root"
-        etc = root / "etc/nodecert-lab"
-        boot = time.time()
-        if keep_boot:
-            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-                boot = float(json.loads((etc / "hardware.json").read_text())["boot_time"])
-        hw = hardware_description(lab_seed=seed, host=name, profile_name=profile_name,
-                                  mac=self.cfg.mac(n), faults=faults, boot_time=boot,
-                                  rack=(self._read_state() or {}).get("rack"))
-        etc.mkdir(parents=True, exist_ok=True)
-        tmp = etc / "hardware.json.tmp"
-        tmp.write_text(json.dumps(hw, indent=1))
-        tmp.replace(etc / "hardware.json")
-        (etc / "SIMULATED").write_text(
-            "This host is a nodecert lab host. Its NVIDIA hardware is SIMULATED: every result "
-            "measured here must be stamped SIMULATED.\n")
-        lib = root / "usr/lib/nodecert-lab"
-        lib.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(SIMHW, lib / "simhw.py")
-        shutil.copy2(SIMHW.parent / "nfsfuse.py", lib / "nfsfuse.py")
-        shutil.rmtree(lib / "nodecert_simhw", ignore_errors=True)
-        shutil.copytree(SIMHW_PACKAGE, lib / "nodecert_simhw",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        for tool in ("lspci", "dmesg", "dmidecode", "lscpu", "lsblk", "lsmod", "sysctl",
-                     "cpupower", "modprobe"):
-            w = root / "usr/local/bin" / tool
-            w.write_text(f"#!/bin/sh\n# SIMULATED {tool} of a nodecert lab host\n"
-                         f'exec /usr/bin/python3 /usr/lib/nodecert-lab/simhw.py {tool} "$@"\n')
-            w.chmod(0o755)
 
     def _start(self, n: int, name: str, mirror: Path) -> int:
         d = self.cfg.host_dir(n)
@@ -502,8 +441,9 @@ class Lab:
                   if faults_file else [])
         state = self._read_state() or {}
         for h in hosts:
-            self._install_hardware(h.n, h.name, h.profile, faults, state["seed"],
-                                   keep_boot=True)
+            hostroot.install_hardware(self.cfg, h.n, h.name, h.profile, faults,
+                                      seed=state["seed"], rack=state.get("rack"),
+                                      keep_boot=True)
         self._apply_storage_faults(hosts, faults)
         self._apply_container_faults(hosts, faults, [Fault(**f) for f in state.get("faults", [])])
         if state.get("cluster"):
@@ -558,8 +498,9 @@ class Lab:
         for sub in ("upper", "work"):
             shutil.rmtree(d / sub, ignore_errors=True)
         net.netns_add(self.cfg, h.n)
-        self._prepare(h.n, h.name, h.profile, faults, seed=state["seed"],
-                      total=len(state["hosts"]), as_cluster=bool(state.get("cluster")))
+        hostroot.prepare(self.cfg, h.n, h.name, h.profile, faults, seed=state["seed"],
+                         total=len(state["hosts"]), as_cluster=bool(state.get("cluster")),
+                         rack=state.get("rack"))
         if state.get("cluster"):
             cluster.write_known_hosts(self.cfg, [(x.name, x.ip, x.n) for x in self.hosts()])
         pid = self._start(h.n, h.name, Path(state["mirror"]))
