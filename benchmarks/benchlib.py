@@ -3,12 +3,15 @@ results printed and, where asked, written to a file."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from nodecert.lab.config import LabConfig
 
 
 def nodecert(*args: str, timeout: float = 900) -> tuple[float, int, dict[str, Any]]:
@@ -25,6 +28,21 @@ def nodecert(*args: str, timeout: float = 900) -> tuple[float, int, dict[str, An
     return round(wall, 1), p.returncode, doc
 
 
+def bench_lab(octet: int, name: str) -> LabConfig:
+    """A benchmark's own lab: subnet 10.78.<octet>.0/24, bridge <name>0, namespaces and
+    state named after it, beside (never touching) the user's lab and the tests' labs."""
+    return LabConfig(subnet=ipaddress.IPv4Network(f"10.78.{octet}.0/24"), bridge=f"{name}0",
+                     prefix=name, state_name=f"state-{name.removeprefix('nc')}")
+
+
+def verifies(certificate: str, pubkey: Path) -> bool:
+    """Whether `nodecert verify` accepts the certificate (simulated hardware allowed)."""
+    return subprocess.run([sys.executable, "-m", "nodecert", "verify", certificate,
+                           "--pubkey", str(pubkey), "--allow-simulated"],
+                          capture_output=True, text=True, timeout=120,
+                          check=False).returncode == 0
+
+
 def report(out: Any, path: Path | None, *, indent: int = 2) -> int:
     """The results on standard output, and in `path` where one was given; exit code 0."""
     print(json.dumps(out, indent=indent))
@@ -33,4 +51,4 @@ def report(out: Any, path: Path | None, *, indent: int = 2) -> int:
     return 0
 
 
-__all__ = ["nodecert", "report"]
+__all__ = ["bench_lab", "nodecert", "report", "verifies"]

@@ -14,7 +14,6 @@ It boots its own lab (state-bc, 10.78.6.0/24) and removes it at the end.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import subprocess
 import sys
@@ -23,9 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import nodecert, report
+from benchlib import bench_lab, nodecert, report, verifies
 
-from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
 
 # The fabric faults on one HCA of one node (rail_slow and node_fabric_slow beside them).
@@ -53,8 +51,7 @@ def main() -> int:
     ap.add_argument("--every-fault", action="store_true",
                     help="also each lab fabric fault on the same node, both engines")
     args = ap.parse_args()
-    cfg = LabConfig(subnet=ipaddress.IPv4Network("10.78.6.0/24"), bridge="ncbc0",
-                    prefix="ncbc", state_name="state-bc")
+    cfg = bench_lab(6, "ncbc")
     lab = Lab(cfg, log=lambda m: None)
     out: dict[str, Any] = {"nodes": args.nodes}
     try:
@@ -78,12 +75,8 @@ def main() -> int:
                 extra = ["--key", str(keys / "nodecert.key")] if engine == "slurm" else []
                 res = run(lab, work, "--engine", engine, *extra)
                 if extra:
-                    v = subprocess.run([sys.executable, "-m", "nodecert", "verify",
-                                        res.pop("certificate"), "--pubkey",
-                                        str(keys / "nodecert.pub"), "--allow-simulated"],
-                                       capture_output=True, text=True, timeout=120,
-                                       check=False)
-                    res["certificate_verifies"] = v.returncode == 0
+                    res["certificate_verifies"] = verifies(res.pop("certificate"),
+                                                           keys / "nodecert.pub")
                 out[f"{engine}_healthy"] = res
                 for name, fault in cases:
                     faults.write_text(f"faults:\n  - {fault}\n")

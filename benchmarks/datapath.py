@@ -13,7 +13,6 @@ It boots its own lab (state-bd, 10.78.7.0/24) and removes it at the end.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import subprocess
 import sys
@@ -22,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nodecert.lab.config import LabConfig
+from benchlib import bench_lab
+
 from nodecert.lab.hosts import Lab
 from nodecert_node.scaling import model_size
 from nodecert_node.workers.scaling import params
@@ -72,8 +72,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    cfg = LabConfig(subnet=ipaddress.IPv4Network("10.78.7.0/24"), bridge="ncbd0",
-                    prefix="ncbd", state_name="state-bd")
+    cfg = bench_lab(7, "ncbd")
     lab = Lab(cfg, log=lambda m: None)
     out: dict[str, Any] = {}
     try:

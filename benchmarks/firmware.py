@@ -11,7 +11,6 @@ It boots its own lab (state-fw, 10.78.12.0/24) and removes it at the end.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import sys
 import tempfile
@@ -19,10 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import nodecert, report
+from benchlib import bench_lab, nodecert, report
 
 from nodecert.lab import bmc as labbmc
-from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
 
 INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
@@ -36,8 +34,7 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=16)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    cfg = LabConfig(subnet=ipaddress.IPv4Network("10.78.12.0/24"), bridge="ncfw0",
-                    prefix="ncfw", state_name="state-fw")
+    cfg = bench_lab(12, "ncfw")
     lab = Lab(cfg, log=lambda m: None)
     out: dict[str, Any] = {"hosts": args.hosts, "components_behind": len(BEHIND)}
     before = INOTIFY_LIMIT.read_text()

@@ -11,7 +11,6 @@ The lab used here has its own state directory, bridge and subnet (10.78.9.0/24).
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import shutil
 import statistics
@@ -19,14 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+from benchlib import bench_lab
+
 from nodecert.lab import net
-from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
 from nodecert.lab.mirror import build_mirror
 from nodecert.lab.rootfs import build_base
 
-CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.9.0/24"), bridge="ncbench0",
-                prefix="ncbench", state_name="state-bench")
+CFG = bench_lab(9, "ncbench")
 
 
 def pss_kib(pids: list[int]) -> int:

@@ -16,7 +16,6 @@ touched. Every certificate must come out READY (SIMULATED).
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import subprocess
@@ -26,17 +25,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchlib import bench_lab
+
 from nodecert.certs.certify import certify
 from nodecert.certs.signing import init_key, load_private_key
-from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
 from nodecert.provision.run import ProvisionRequest, provision
 from nodecert.validation.run import ValidateRequest, validate
 from nodecert_node.checks.storage import JOBS as FIO_JOBS
 
 REPO = Path(__file__).resolve().parents[1]
-CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.9.0/24"), bridge="ncmbench0",
-                prefix="ncmbench", state_name="state-mbench")
+CFG = bench_lab(9, "ncmbench")
 STACK = "r580-cuda13.0"
 
 

@@ -14,7 +14,6 @@ The lab used here has its own state directory, bridge and subnet (10.78.8.0/24).
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import statistics
 import sys
@@ -22,14 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import report
+from benchlib import bench_lab, report
 
-from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
 from nodecert.provision.run import FleetSettings, ProvisionRequest, provision
 
-CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.8.0/24"), bridge="ncpbench0",
-                prefix="ncpbench", state_name="state-pbench")
+CFG = bench_lab(8, "ncpbench")
 STACK = "r580-cuda13.0"
 
 

@@ -20,7 +20,6 @@ It boots its own lab (state-br, 10.78.10.0/24) and removes it at the end.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import statistics
 import subprocess
@@ -30,9 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import nodecert, report
+from benchlib import bench_lab, nodecert, report, verifies
 
-from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
 from nodecert.lab.machine import INOTIFY_LIMIT
 
@@ -60,8 +58,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    cfg = LabConfig(subnet=ipaddress.IPv4Network("10.78.10.0/24"), bridge="ncbr0",
-                    prefix="ncbr", state_name="state-br")
+    cfg = bench_lab(10, "ncbr")
     lab = Lab(cfg, log=lambda m: None)
     out: dict[str, Any] = {"trays": TRAYS, "gpus": 4 * TRAYS}
     before = INOTIFY_LIMIT.read_text()
@@ -80,12 +77,8 @@ def main() -> int:
                 extra = ["--key", str(keys / "nodecert.key")] if k == 0 else []
                 res = run(lab, work, *extra)
                 if extra:
-                    v = subprocess.run([sys.executable, "-m", "nodecert", "verify",
-                                        res.pop("certificate"), "--pubkey",
-                                        str(keys / "nodecert.pub"), "--allow-simulated"],
-                                       capture_output=True, text=True, timeout=120,
-                                       check=False)
-                    res["certificate_verifies"] = v.returncode == 0
+                    res["certificate_verifies"] = verifies(res.pop("certificate"),
+                                                           keys / "nodecert.pub")
                 runs.append(res)
                 print(json.dumps(res), flush=True)
             out["runs"] = runs

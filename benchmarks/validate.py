@@ -18,7 +18,6 @@ The lab used here has its own state directory, bridge and subnet (10.78.7.0/24).
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import shlex
 import statistics
@@ -28,15 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchlib import bench_lab
+
 from nodecert.core.errors import NodecertError
-from nodecert.lab.config import LabConfig
 from nodecert.lab.hosts import Lab
 from nodecert.lab.machine import INOTIFY_LIMIT, check_inotify
 from nodecert.provision.run import ProvisionRequest, provision
 from nodecert.validation.run import ValidateRequest, validate
 
-CFG = LabConfig(subnet=ipaddress.IPv4Network("10.78.7.0/24"), bridge="ncvbench0",
-                prefix="ncvbench", state_name="state-vbench")
+CFG = bench_lab(7, "ncvbench")
 STACK = "r580-cuda13.0"
 TAGS = ("repo", "driver", "fabric_manager", "validators")
 # Larger than the quick suite's: a 128 MB buffered write + fsync varies by +-25% run to
