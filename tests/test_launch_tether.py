@@ -203,3 +203,55 @@ def test_a_job_fed_from_the_channel_that_ends_by_itself_keeps_its_exit_code(
     with reaped(proc, tag):
         assert left_nothing(proc, tag, tmp_path) == 1
         assert proc.stderr is not None and proc.stderr.read() == "refused\n"
+
+
+class _Sessions:
+    """An SSH connection to a launch host whose sshd allows 10 sessions at once (OpenSSH's
+    MaxSessions default): the 11th channel is refused."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.most = 0
+
+    def get_transport(self) -> _Sessions:
+        return self
+
+    def open_session(self) -> _Channel:
+        if self.open >= 10:
+            import paramiko
+            raise paramiko.ChannelException(1, "Administratively prohibited")
+        self.open += 1
+        self.most = max(self.most, self.open)
+        return _Channel(self)
+
+    def close(self) -> None:
+        pass
+
+
+class _Channel:
+    def __init__(self, conn: _Sessions) -> None:
+        self.conn = conn
+
+    def close(self) -> None:
+        self.conn.open -= 1
+
+
+def test_the_launcher_opens_another_connection_before_sshd_would_refuse_a_session() -> None:
+    """Jobs at once past what one connection's sshd allows (MaxSessions, 10 by default)
+    go on further connections, never refused; a closed channel's room is used again."""
+    from nodecert.inventory.cluster import ClusterConfig
+    from nodecert.transport.jobs import CHANNELS_PER_CONNECTION, Launcher
+    from support.cluster import ep
+    conns: list[_Sessions] = []
+
+    def connect(_: object) -> _Sessions:
+        conns.append(_Sessions())
+        return conns[-1]
+    launcher = Launcher(ClusterConfig(engine="slurm"), ep("login01"),
+                        connector=connect)  # type: ignore[arg-type]
+    chans = [launcher._channel() for _ in range(20)]
+    assert len(conns) == 3 and [c.most for c in conns] == [CHANNELS_PER_CONNECTION] * 2 + [4]
+    for chan in chans[:5]:
+        launcher._closed(chan)
+    launcher._channel()
+    assert len(conns) == 3 and conns[0].open == CHANNELS_PER_CONNECTION - 4  # room reused

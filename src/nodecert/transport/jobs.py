@@ -34,6 +34,10 @@ from nodecert.transport.tether import sweep_script, tethered
 
 OUTPUT_LIMIT = 2 * 1024 * 1024  # bytes of a job's output kept; the rest is dropped, said so
 KILL_GRACE_S = 10
+# Channels (jobs, engine commands) at once on one SSH connection to the launch host:
+# OpenSSH's sshd refuses more than MaxSessions (10 unless the site raised it; sshd_config(5)),
+# so past this a further connection is opened (nodecert policy: 8, two spare).
+CHANNELS_PER_CONNECTION = 8
 
 
 class Site(Protocol):
@@ -99,8 +103,16 @@ def timeout_prefix(seconds: float) -> str:
     return f"timeout -k {KILL_GRACE_S} {int(seconds)}"
 
 
+class _Connection:
+    """One SSH connection to the launch host and how many of its channels are open."""
+
+    def __init__(self, client: paramiko.SSHClient) -> None:
+        self.client, self.open = client, 0
+
+
 class Launcher:
-    """Runs jobs from the launch host; one SSH connection, a channel per job."""
+    """Runs jobs from the launch host: a channel per job, at most CHANNELS_PER_CONNECTION
+    on each SSH connection (as many connections as the jobs at once need)."""
 
     engine = ""
 
@@ -110,7 +122,8 @@ class Launcher:
         self.cfg, self.launch, self.nodes = cfg, launch, nodes or {}
         self.launch_name = launch.host  # the launch host's name for the engine
         self._connector = connector
-        self._client: paramiko.SSHClient | None = None
+        self._connections: list[_Connection] = []
+        self._owner: dict[int, _Connection] = {}  # id(channel) -> its connection
         self._lock = threading.Lock()
         self._running: dict[str, Job] = {}
         self.cancelled = threading.Event()  # set on interrupt: every wait ends
@@ -121,32 +134,53 @@ class Launcher:
 
     # --- the connection --------------------------------------------------------------
     def _channel(self) -> paramiko.Channel:
+        """A new channel to the launch host, on a connection with room for it; give it
+        back with `_closed`."""
         with self._lock:
-            if self._client is None:
+            conn = next((c for c in self._connections if c.open < CHANNELS_PER_CONNECTION),
+                        None)
+            if conn is None:
                 try:
-                    self._client = self._connector(self.launch)
+                    conn = _Connection(self._connector(self.launch))
                 except (paramiko.SSHException, OSError) as exc:
                     raise NodecertError(f"launch host {self.launch.host}: "
                                         f"{describe_error(exc, self.launch)}",
                                         hint="the cluster's jobs start there: fix SSH to it "
                                              "or name another with --launch-host") from exc
-            transport = self._client.get_transport()
+                self._connections.append(conn)
+            transport = conn.client.get_transport()
             assert transport is not None
-            return transport.open_session()
+            chan = transport.open_session()
+            conn.open += 1
+            self._owner[id(chan)] = conn
+            return chan
+
+    def _closed(self, chan: paramiko.Channel) -> None:
+        """The channel closed, its room on its connection given back."""
+        chan.close()
+        with self._lock:
+            conn = self._owner.pop(id(chan), None)
+            if conn is not None:
+                conn.open -= 1
 
     def close(self) -> None:
         with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            for conn in self._connections:
+                conn.client.close()
+            self._connections.clear()
+            self._owner.clear()
 
     def remote(self, command: str, timeout: float,
                always: bool = False) -> tuple[int | None, str, bool]:
         """(exit code, output, timed out) of a command on the launch host; `always`: run
         even after an interrupt (the clean-up's own commands)."""
         chan = self._channel()
-        chan.set_combine_stderr(True)
-        chan.exec_command(command)
+        try:
+            chan.set_combine_stderr(True)
+            chan.exec_command(command)
+        except BaseException:
+            self._closed(chan)
+            raise
         deadline = time.monotonic() + timeout
         chunks: list[bytes] = []
         size = 0
@@ -167,7 +201,7 @@ class Launcher:
                     break
             rc = chan.recv_exit_status()
         finally:
-            chan.close()
+            self._closed(chan)
         text = _text(chunks)
         if size > OUTPUT_LIMIT:
             text += f"\n[nodecert: output past {OUTPUT_LIMIT} bytes dropped]\n"
@@ -238,8 +272,14 @@ class Launcher:
             self._running[job.name] = job
         try:
             chan = self._channel()
-            chan.exec_command(tethered(job.name, self.command(job), stdin=job.stdin))
         except (paramiko.SSHException, OSError, NodecertError) as exc:
+            self._release(job)
+            raise NodecertError(f"the job could not be started from {self.launch.host}: "
+                                f"{getattr(exc, 'what', exc)}") from exc
+        try:
+            chan.exec_command(tethered(job.name, self.command(job), stdin=job.stdin))
+        except (paramiko.SSHException, OSError) as exc:
+            self._closed(chan)
             self._release(job)
             raise NodecertError(f"the job could not be started from {self.launch.host}: "
                                 f"{getattr(exc, 'what', exc)}") from exc
@@ -361,7 +401,7 @@ class JobStream:
         """End the job: the channel closed (the tether ends the launcher), and, where it
         did not end well and the run was not interrupted (`interrupt` then cleans up),
         the engine's cancel and the sweep of its nodes; what each node had left."""
-        self._chan.close()
+        self.launcher._closed(self._chan)
         if self.launcher._release(self.job) or ok:
             return {}
         self.launcher.cancel(self.job)
