@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nodecert.stack.conformance import judge, ssh_argv
+from nodecert.stack.conformance import imex_expected, judge, ssh_argv
 from nodecert.stack.manifest import find_stack
+from nodecert_node.contract import COMPUTE_DOMAINS
 from support.env import REPO
 
 RECORDED = (REPO / "tests/fixtures/recorded/conformance-lab-h1-r580-debian12.txt").read_text()
@@ -45,6 +46,27 @@ def test_fabric_manager_not_required_without_nvswitch() -> None:
         text = text.replace(f"{name}\t580.173.02-1\thi \n", "")
     c = judge("h2", STACK, text)
     assert c.ok, c.problems
+
+
+@pytest.mark.parametrize(("service", "problem"), [
+    ("masked inactive", None), ("disabled inactive", None),
+    ("enabled active", "service nvidia-imex is enabled/active: the rack's IMEX is the "
+                       "customer's ComputeDomains"),
+    ("masked active", "service nvidia-imex is masked/active")])
+def test_a_compute_domains_tray_holds_imex_with_its_host_service_off(
+        service: str, problem: str | None) -> None:
+    """Where the customer's Kubernetes runs IMEX (DRA ComputeDomains), the package is
+    pinned and held as on any tray, and its host service must not run or be enabled."""
+    text = RECORDED.replace("##holds\n", "##holds\nnvidia-imex\n").replace(
+        "##pkgs\n", "##pkgs\nnvidia-imex\t580.173.02-1\thi \n").replace(
+        "##smi", f"nvidia-imex {service}\n##smi")
+    c = judge("h1", STACK, text, imex=COMPUTE_DOMAINS)
+    assert [p for p in c.problems if "imex" in p] == ([] if problem is None else [
+        next(p for p in c.problems if p.startswith(problem))])
+    bare = judge("h1", STACK, RECORDED, imex=COMPUTE_DOMAINS)
+    assert "nvidia-imex is not installed (pinned 580.173.02-1)" in bare.problems
+    assert imex_expected({"rack": {"imex": COMPUTE_DOMAINS}}) == COMPUTE_DOMAINS
+    assert imex_expected({"rack": {"imex": True}}) is True and imex_expected({}) is False
 
 
 def test_imex_is_judged_only_on_the_trays_of_a_rack_that_expects_it() -> None:

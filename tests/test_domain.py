@@ -282,3 +282,59 @@ def test_a_domain_state_cut_short_is_refused_not_judged() -> None:
     with pytest.raises(ParseError, match="ends inside its last line"):
         parse_imex_status(cut)
     assert parse_imex_status(text)["domain_state"] == "UP"
+
+
+# --- ComputeDomains: the customer's Kubernetes runs IMEX, the host service is off --------
+
+@pytest.mark.parametrize(("active", "enabled", "verdict", "said"), [
+    ("inactive", "masked", "PASS", "host nvidia-imex stopped and masked"),
+    ("active", "masked-runtime", "FAIL", "nvidia-imex service is active: ComputeDomains"),
+    ("active", "enabled", "FAIL", "nvidia-imex service is active"),
+    ("inactive", "enabled", "FAIL", "is enabled: it starts at the next boot"),
+    ("inactive", "disabled", "WARN", "is disabled, not masked"),
+    ("failed", "masked", "PASS", "stopped and masked"),
+    (None, "masked", "ERROR", "could not be read"),
+    ("inactive", None, "ERROR", "could not be read"),
+])
+def test_a_compute_domain_rack_needs_the_host_imex_stopped_and_masked(
+        active: str | None, enabled: str | None, verdict: str, said: str) -> None:
+    from nodecert_node.checks.domain import judge_imex_off
+    r = judge_imex_off("domain.imex", active, enabled)
+    assert r.verdict.name == verdict and said in " ".join((r.summary, *r.findings)), r
+    if verdict in ("FAIL", "WARN"):
+        assert "systemctl mask nvidia-imex.service" in r.remediation
+
+
+def _systemctl(active: str, enabled: str) -> str:
+    """systemctl on a tray: is-active and is-enabled of nvidia-imex as systemd answers
+    (exit 3 for a unit not active, 1 for one not enabled)."""
+    return (f"#!/bin/sh\ncase \"$1\" in\n  is-active) echo {active}; "
+            f"[ {active} = active ] || exit 3;;\n  is-enabled) echo {enabled}; "
+            f"[ {enabled} = enabled ] || exit 1;;\nesac\n")
+
+
+@pytest.mark.parametrize(("active", "enabled", "verdict"), [
+    ("inactive", "masked", "PASS"), ("active", "enabled", "FAIL")])
+def test_domain_imex_on_a_compute_domain_tray_reads_the_host_service_not_the_domain(
+        tmp_path: Path, active: str, enabled: str, verdict: str) -> None:
+    """On the simulated tray: where the rack's IMEX is ComputeDomains, domain.imex asks
+    systemd about the host service and never asks nvidia-imex-ctl for a host domain."""
+    from support.simnode import SimNode
+    node = SimNode(tmp_path / "t1", "gb200-nvl-4")
+    rack = {**RACK, "imex": "compute-domains", "trays": ["h1"]}
+    plan = node.plan(["domain.imex"], validation={"rack": rack})
+    (node.bin / "nvidia-imex-ctl").write_text("#!/bin/sh\necho asked >&2; exit 9\n")
+    events = node.suite_with_tool("systemctl", _systemctl(active, enabled), plan)
+    res = next(e["result"] for e in events if e["event"] == "result")
+    assert res["verdict"] == verdict, res
+    assert [e["command"] for e in res["evidence"]] == [
+        "systemctl is-active nvidia-imex", "systemctl is-enabled nvidia-imex"]
+
+
+def test_a_rack_orders_compute_domains_or_a_host_imex_and_nothing_else() -> None:
+    from nodecert.inventory.rack import parse_rack
+    spec, why = parse_rack({"name": "rack-a1", "kind": "GB200-NVL72",
+                            "imex": "compute-domains"})
+    assert why is None and spec is not None and spec["imex"] == "compute-domains"
+    spec, why = parse_rack({"name": "rack-a1", "kind": "GB200-NVL72", "imex": "k8s"})
+    assert spec is None and "imex must be true, false or compute-domains" in str(why)

@@ -123,3 +123,44 @@ def _service(lab: Lab, host: str) -> tuple[str, str]:
     out = lab.ssh(host, "systemctl show -p ActiveState -p InvocationID nvidia-imex").stdout
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     return props.get("ActiveState", ""), props.get("InvocationID", "")
+
+
+def test_a_rack_for_kubernetes_compute_domains_keeps_the_host_imex_off(
+        rack: tuple[Lab, Path], tmp_path: Path) -> None:
+    """The same trays ordered for a Kubernetes customer whose DRA ComputeDomains run IMEX
+    (nodecert_rack imex: compute-domains): the role keeps nvidia-imex installed and held
+    but stops, disables and masks its host service; domain.imex then PASSes on the host
+    service being off, and FAILs a tray where someone started it again. (Last in this
+    module: it leaves the trays in compute-domains mode.)"""
+    import shutil
+    lab, runs = rack
+    state = lab.cfg.state
+    text = (state / "inventory.ini").read_text()
+    assert '"imex": true' in text
+    k8s = tmp_path / "inventory.ini"
+    k8s.write_text(text.replace('"imex": true', '"imex": "compute-domains"'))
+    for d in ("group_vars", "host_vars"):
+        if (state / d).is_dir():
+            shutil.copytree(state / d, tmp_path / d)
+    report = provision(ProvisionRequest(k8s, stack=STACK.name, limit=TRAYS, tags=("imex",),
+                                        runs_dir=runs), progress=lambda line: None)
+    pin = next(p for p in STACK.os["debian-12"].packages if p.component == "imex")
+    for h in TRAYS:
+        assert report.hosts[h].status == "provisioned", report.hosts[h].as_dict()
+        assert lab.ssh(h, "systemctl is-enabled nvidia-imex; systemctl is-active nvidia-imex",
+                       check=False).stdout.split() == ["masked", "inactive"]
+        assert pin.name in lab.ssh(h, "apt-mark showhold").stdout.split()
+    vr = validate(ValidateRequest(k8s, suite="quick", limit=TRAYS,
+                                  checks=("domain.imex", "stack.conformance"),
+                                  runs_dir=tmp_path / "runs"), progress=lambda line: None)
+    for h in TRAYS:
+        by = {r.check: r for r in vr.hosts[h].results}
+        assert by["domain.imex"].verdict.name == "PASS", by["domain.imex"].summary
+        assert "ComputeDomains" in by["domain.imex"].summary
+        assert by["stack.conformance"].verdict.name == "PASS", by["stack.conformance"].summary
+    # someone starts the host service behind the customer's ComputeDomains
+    lab.ssh("h2", "systemctl unmask nvidia-imex && systemctl start nvidia-imex")
+    vr = validate(ValidateRequest(k8s, suite="quick", limit=("h2",), checks=("domain.imex",),
+                                  runs_dir=tmp_path / "again"), progress=lambda line: None)
+    r = vr.hosts["h2"].results[0]
+    assert r.verdict.name == "FAIL" and "nvidia-imex service is active" in r.findings[0], r

@@ -109,7 +109,8 @@ def test_trays_that_describe_their_rack_differently_are_refused(tmp_path: Path) 
      "switch_trays nvsw-01: address '10.1.1.1; reboot' is not a host name or IP address"),
     (_rack(power_shelves=[{"name": "ps-01", "address": "10.1.1.2", "slot": 3}]),
      "power_shelves: each entry unknown key(s) slot (known: address, name)"),
-    (_rack(imex="yes"), "imex must be true or false, got 'yes'"),
+    (_rack(imex="yes"), "imex must be true, false or compute-domains (the customer's "
+                        "Kubernetes runs IMEX), got 'yes'"),
     ({"name": "r", "kind": "GB200-NVL72", "switch": []}, "unknown key(s) switch"),
     (_rack(redfish=None), "redfish (username, password_file, ca_file or cert_sha256) must "
                           "be set"),

@@ -98,9 +98,14 @@ OPS = (">=", "<=", ">", "<", "==", "in")
 # such a check only for a host whose order spec says so (nodecert.validation.plan).
 NEEDS = {
     "rack": "a compute tray of a rack (its NVLink domain)",
-    "rack-imex": "in a rack that runs an IMEX domain",
+    "rack-imex": "in a rack that runs an IMEX domain (the host's, or ComputeDomains')",
     "attestation": "a host whose site asked for GPU attestation",
 }
+
+# A rack's `imex` when the customer's Kubernetes runs IMEX (DRA ComputeDomains): the trays
+# carry nvidia-imex, and its host service must be stopped and masked (they exclude each
+# other: NVIDIA's DRA driver install guide).
+COMPUTE_DOMAINS = "compute-domains"
 
 
 def _fmt(v: Any, unit: str) -> str:
@@ -508,6 +513,6 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True
         os.close(dfd)
 
 
-__all__ = ["EVIDENCE_LIMIT", "NEEDS", "OPS", "PLAN_SCHEMA", "RESULT_SCHEMA", "Evidence", "Figure",
-           "Limits", "Outcome", "Plan", "Result", "Threshold", "Verdict", "all_figures",
-           "error_result", "figures", "worst", "write_atomic"]
+__all__ = ["COMPUTE_DOMAINS", "EVIDENCE_LIMIT", "NEEDS", "OPS", "PLAN_SCHEMA", "RESULT_SCHEMA",
+           "Evidence", "Figure", "Limits", "Outcome", "Plan", "Result", "Threshold", "Verdict",
+           "all_figures", "error_result", "figures", "worst", "write_atomic"]

@@ -5,7 +5,9 @@ set on every compute tray of the rack (usually in the rack's group_vars).
       name: rack-a1                # the rack (NVLink domain) this host is a compute tray of
       kind: GB200-NVL72            # a kind of rack-kinds.yml (docs/rack.md lists them)
       gpus: 72                     # GPUs the domain must have (a partial build says fewer)
-      imex: true                   # an IMEX domain is expected (default: the kind's)
+      imex: true                   # an IMEX domain is expected (default: the kind's);
+                                   #   compute-domains: the customer's Kubernetes runs
+                                   #   IMEX (DRA ComputeDomains), the host service is off
       switch_trays:                # the NVLink switch trays and their management address
         - {name: nvsw-01, address: 10.10.5.21}
       power_shelves:
@@ -40,6 +42,7 @@ import yaml
 
 from nodecert.core.yamldoc import keyed
 from nodecert.inventory.bmc import parse_bmc
+from nodecert_node.contract import COMPUTE_DOMAINS
 
 KEYS = {"name", "kind", "gpus", "imex", "switch_trays", "power_shelves", "pdus", "cdu",
         "redfish",
@@ -122,8 +125,9 @@ def parse_rack(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
         return None, (f"gpus must be 1..{kind.trays_max * kind.gpus_per_tray} for a "
                       f"{kind_name}, got {gpus!r}")
     imex = raw.get("imex", kind.imex)
-    if not isinstance(imex, bool):
-        return None, f"imex must be true or false, got {imex!r}"
+    if not isinstance(imex, bool) and imex != COMPUTE_DOMAINS:
+        return None, (f"imex must be true, false or {COMPUTE_DOMAINS} (the customer's "
+                      f"Kubernetes runs IMEX), got {imex!r}")
     spec: dict[str, Any] = {"name": name, "kind": kind_name, "gpus": gpus, "imex": imex}
     for key in ("switch_trays", "power_shelves", "pdus"):
         parts, why = _parts(raw.get(key), key)
@@ -240,5 +244,6 @@ def rack_problems(trays: list[TrayInfo]) -> list[tuple[str, str, str]]:
     return out
 
 
-__all__ = ["FIRMWARE_KEYS", "KEYS", "REDFISH_KEYS", "RackKind", "TrayInfo", "kinds",
+__all__ = ["FIRMWARE_KEYS", "KEYS", "REDFISH_KEYS", "RackKind", "TrayInfo",
+           "kinds",
            "parse_rack", "rack_problems"]

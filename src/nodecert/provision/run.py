@@ -33,7 +33,7 @@ from nodecert.provision.mirrorvars import mirror_vars, refuse_mirror_credentials
 from nodecert.provision.preflight import PreflightReport, preflight
 from nodecert.runs.layout import RunDir
 from nodecert.runs.store import record_provision_inputs, write_json
-from nodecert.stack.conformance import Conformance, check_host
+from nodecert.stack.conformance import Conformance, check_host, imex_expected
 from nodecert.stack.gate import GateReport
 from nodecert.stack.manifest import DEFAULT_VENDOR, Stack, find_stack
 from nodecert.transport.become import BecomeSource
@@ -250,7 +250,7 @@ def _verify(inventory: Path, done: list[str], stacks: dict[str, Stack], tracker:
         say(f"{name:<14} verifying conformance ...")
         rack, _ = parse_mapping("rack", connection[name].get("nodecert_rack"))
         tracker.hosts[name].conformance = check_host(
-            name, connection[name], stacks[name], imex=bool((rack or {}).get("imex")))
+            name, connection[name], stacks[name], imex=imex_expected({"rack": rack}))
 
 
 def _extravars(request: ProvisionRequest, fleet: FleetSettings, pre: PreflightReport,

@@ -15,7 +15,7 @@ from typing import Any
 
 from nodecert.core.shell import CommandError, run
 from nodecert.stack.manifest import Stack
-from nodecert_node.contract import Result, Verdict
+from nodecert_node.contract import COMPUTE_DOMAINS, Result, Verdict
 
 SCRIPT = r"""
 export LC_ALL=C
@@ -146,10 +146,11 @@ def _packages(c: Conformance, stack: Stack, os_name: str, sec: dict[str, list[st
     return installed
 
 
-def judge(host: str, stack: Stack, output: str, *, imex: bool = False) -> Conformance:
+def judge(host: str, stack: Stack, output: str, *, imex: bool | str = False) -> Conformance:
     """Pure: compare gathered facts with the stack's pins for the host's OS. `imex`: the
     host is a compute tray of a rack that expects an IMEX domain (only there is IMEX
-    part of the stack)."""
+    part of the stack): True, its service running; COMPUTE_DOMAINS, the package without
+    its host service (the customer's Kubernetes runs IMEX)."""
     c = Conformance(host)
     sec = _sections(output)
     os_name = (sec.get("os") or [""])[0].strip()
@@ -158,12 +159,19 @@ def judge(host: str, stack: Stack, output: str, *, imex: bool = False) -> Confor
                           f"nothing for it")
         return c
     nvswitch = int((sec.get("nvswitch") or ["0"])[0] or 0) > 0
-    installed = _packages(c, stack, os_name, sec, imex=imex, nvswitch=nvswitch)
+    installed = _packages(c, stack, os_name, sec, imex=bool(imex), nvswitch=nvswitch)
     services = {ln.split()[0]: ln.split()[1:] for ln in sec.get("services", []) if ln.split()}
     if imex and not nvswitch:
         _no_fabric_manager(c, stack, os_name, installed, services)
     wanted = (["nvidia-persistenced"] + (["nvidia-fabricmanager"] if nvswitch else [])
-              + (["nvidia-imex"] if imex and stack.imex else []))
+              + (["nvidia-imex"] if imex is True and stack.imex else []))
+    if imex == COMPUTE_DOMAINS and stack.imex:
+        c.checked += 1
+        state = services.get("nvidia-imex", ["missing", ""])
+        if state[1:2] == ["active"] or state[:1] == ["enabled"]:
+            c.problems.append(f"service nvidia-imex is {'/'.join(s for s in state if s)}: "
+                              "the rack's IMEX is the customer's ComputeDomains, the host "
+                              "service must be stopped and masked")
     for svc in wanted:
         c.checked += 1
         state = services.get(svc, ["missing", ""])
@@ -203,7 +211,7 @@ def script_for(stack: Stack, env: str | None = None) -> str:
 
 
 def check_host(host: str, hostvars: dict[str, Any], stack: Stack, env: str | None = None,
-               timeout: float = 120, *, imex: bool = False) -> Conformance:
+               timeout: float = 120, *, imex: bool | str = False) -> Conformance:
     script = script_for(stack, env)
     try:
         proc = run([*ssh_argv(hostvars, host), script], timeout=timeout, check=False)
@@ -219,13 +227,15 @@ __all__ = ["Conformance", "check_host", "env_dir", "imex_expected", "judge", "sc
            "software", "ssh_argv"]
 
 
-def imex_expected(spec: dict[str, Any]) -> bool:
-    """Whether a host's plan spec makes it a compute tray of a rack expecting IMEX."""
+def imex_expected(spec: dict[str, Any]) -> bool | str:
+    """Whether a host's plan spec makes it a compute tray of a rack expecting IMEX: True
+    (the host's service), COMPUTE_DOMAINS (the customer's Kubernetes runs it) or False."""
     rack = spec.get("rack")
-    return isinstance(rack, dict) and bool(rack.get("imex"))
+    imex = rack.get("imex") if isinstance(rack, dict) else None
+    return COMPUTE_DOMAINS if imex == COMPUTE_DOMAINS else bool(imex)
 
 
-def judge_result(res: Result, host: str, stack: Stack | None, *, imex: bool = False
+def judge_result(res: Result, host: str, stack: Stack | None, *, imex: bool | str = False
                  ) -> Result:
     """Turn the node's gathered conformance facts into the judged Result (`imex`: the
     host is a compute tray of a rack that expects an IMEX domain)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from nodecert_node import gpu
 from nodecert_node.context import Ctx, judge_findings
-from nodecert_node.contract import Result
+from nodecert_node.contract import COMPUTE_DOMAINS, Result, Verdict
 from nodecert_node.parse.imex import MEANING, parse_imex_status
 from nodecert_node.registry import check
 from nodecert_node.tools import ToolError, run
@@ -173,20 +173,58 @@ def judge_imex(name: str, status: dict[str, Any], rack: dict[str, Any],
                     "without it." if fails else "")
 
 
-@check("domain.imex", order=13, suites=("quick", "standard", "full", "lab"),
-       tools=("nvidia-imex-ctl", "systemctl"), needs=("rack", "rack-imex"),
-       description="the rack's IMEX domain: every tray READY and connected")
-def domain_imex(ctx: Ctx) -> Result:
-    ev = []
-    service: str | None = None
+def judge_imex_off(name: str, active: str | None, enabled: str | None) -> Result:
+    """A tray whose IMEX the customer's ComputeDomains run: the host's nvidia-imex service
+    stopped, disabled and masked, as NVIDIA's DRA driver guide asks (a running host
+    service and ComputeDomains exclude each other: ComputeDomain workloads hang). A state
+    that could not be read is no pass. Pure."""
+    if active is None or enabled is None:
+        return Result(name, Verdict.ERROR, "the state of the host's nvidia-imex service "
+                      "could not be read (systemctl)", fault_code="NC-IMEX")
+    fails = ([f"the host's nvidia-imex service is {active}: ComputeDomains run IMEX on "
+              "this rack, and a host service beside them makes their workloads hang"]
+             if active not in ("inactive", "failed", "unknown") else [])
+    warns = ([f"the host's nvidia-imex service is {enabled}, not masked: a reboot or a "
+              "package upgrade can start it beside the ComputeDomains"]
+             if not fails and enabled not in ("masked", "masked-runtime") else [])
+    if enabled in ("enabled", "enabled-runtime") and not fails:
+        fails, warns = ["the host's nvidia-imex service is enabled: it starts at the next "
+                        "boot beside the ComputeDomains"], []
+    return judge_findings(
+        name, fails, warns,
+        "host nvidia-imex stopped and masked: the rack's IMEX is the customer's "
+        "ComputeDomains", value={"active": active, "enabled": enabled},
+        fault_code="NC-IMEX" if fails else "",
+        remediation="systemctl disable --now nvidia-imex.service && systemctl mask "
+                    "nvidia-imex.service on the tray (or provision it again: the imex role "
+                    "does that for a compute-domains rack)" if fails or warns else "")
+
+
+def _unit(words: list[str], ctx: Ctx, ev: list[Any]) -> str | None:
+    """`systemctl <words> nvidia-imex`'s one word ("unknown" when it printed none; None
+    when systemctl could not be run)."""
     try:
-        out = run(["systemctl", "is-active", "nvidia-imex"], timeout=ctx.timeout,
-                  ok_codes=(0, 3, 4))
-        ev.append(out.evidence)
-        service = out.text.strip() or "unknown"
+        out = run(["systemctl", *words, "nvidia-imex"], timeout=ctx.timeout,
+                  ok_codes=(0, 1, 3, 4))
     except ToolError as exc:
         if exc.evidence:
             ev.append(exc.evidence)
+        return None
+    ev.append(out.evidence)
+    return out.text.strip().split("\n")[0].strip() or "unknown"
+
+
+@check("domain.imex", order=13, suites=("quick", "standard", "full", "lab"),
+       tools=("nvidia-imex-ctl", "systemctl"), needs=("rack", "rack-imex"),
+       description="the rack's IMEX domain: every tray READY and connected (or, where "
+                   "ComputeDomains run it, the host service off)")
+def domain_imex(ctx: Ctx) -> Result:
+    ev: list[Any] = []
+    rack = ctx.spec.get("rack") or {}
+    if rack.get("imex") == COMPUTE_DOMAINS:
+        return judge_imex_off("domain.imex", _unit(["is-active"], ctx, ev),
+                              _unit(["is-enabled"], ctx, ev)).with_(evidence=tuple(ev))
+    service = _unit(["is-active"], ctx, ev)
     # A hung query is the tool's timeout: ERROR with what it printed, never a pass.
     out = run(["nvidia-imex-ctl", "-N"], timeout=ctx.timeout)
     ev.append(out.evidence)
