@@ -11,6 +11,7 @@ import fcntl
 import json
 import math
 import os
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -217,3 +218,30 @@ def nvlink_ok(hw, i):
 
 def fmt_speed(v):
     return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def select_gpus(hw, argv):
+    """The GPUs nvidia-smi's -i/--id selects (index, UUID or bus ID), all visible ones
+    without it; exits 6 with nvidia-smi's words when none matches."""
+    ids = None
+    for k, a in enumerate(argv):
+        if a in ("-i", "--id") and k + 1 < len(argv):
+            ids = argv[k + 1]
+        elif a.startswith("--id="):
+            ids = a.split("=", 1)[1]
+    vis = visible_gpus(hw)
+    if ids is None:
+        return vis
+    out = []
+    for raw in ids.split(","):
+        tok = raw.strip()
+        if tok.isdigit() and int(tok) < len(vis):
+            out.append(vis[int(tok)])
+        else:
+            for i in vis:
+                if tok in (gpu_identity(hw, i)["uuid"], bus_id(hw, i)):
+                    out.append(i)
+    if not out:
+        print(f"No devices were found matching the identifier {ids!r}.")
+        sys.exit(6)
+    return out
