@@ -134,12 +134,18 @@ def _single(local: int, args: Any) -> None:
 
 
 def _ddp(local: int, args: Any) -> None:
+    from datetime import timedelta
+
     import torch
     import torch.distributed as dist
     world = args.gpus * args.nodes
     rank = args.node_rank * args.gpus + local
-    dist.init_process_group("gloo" if args.cpu else "nccl",
-                            init_method=f"tcp://{args.master}", rank=rank, world_size=world)
+    host, _, port = args.master.rpartition(":")
+    # The rendezvous store is the job's own, its server in rank 0: it outlives the process
+    # group, so that rank 0 can leave last (below).
+    store = dist.TCPStore(host, int(port), world, rank == 0, timedelta(seconds=300))
+    dist.init_process_group("gloo" if args.cpu else "nccl", store=store, rank=rank,
+                            world_size=world)
     device = torch.device("cpu") if args.cpu else torch.device(f"cuda:{local}")
     if not args.cpu:
         torch.cuda.set_device(local)
@@ -154,6 +160,11 @@ def _ddp(local: int, args: Any) -> None:
     # connections while a peer's transport still uses them makes gloo abort the peer.
     dist.barrier()
     dist.destroy_process_group()
+    # Tearing down still speaks to the store, whose server is rank 0's: rank 0 leaves only
+    # once every other rank has torn down (one that found the server gone aborted).
+    store.set(f"nodecert-down-{rank}", "1")
+    if rank == 0:
+        store.wait([f"nodecert-down-{r}" for r in range(1, world)])
 
 
 def main(argv: Any = None) -> int:
