@@ -28,7 +28,9 @@ from nodecert.lab.wheelhouse import stack_hashes
 # (benchmarks/validate.py) and were seen 65% apart in one CI run (seq read 1122 ->
 # 392 MB/s, same host, minutes apart), so re-validation compares lab storage with an
 # 85% tolerance: on a shared disk a drop is noise, the floors catch a broken drive.
-# Both are recorded in every result as the inventory's.
+# Random reads swing the same way: a healthy host measured 413 IOPS in one CI run with
+# three labs at once on two cores, under the 500 then asked; 100 still catches a host
+# whose reads stall. Both are recorded in every result as the inventory's.
 # The lab's shared file system (cluster labs): the head host's NFS export, mounted on
 # every host (lab/cluster.py). Its order names floors the lab clears and a
 # shared_fs_slow fault (8 MB/s) falls well below.
@@ -38,7 +40,7 @@ LAB_SHARED_FS = {"mounts": [{"path": cluster.SHARED_MOUNT}], "size_mb": 64, "che
                  "aggregate_read_mbps_min": 50}
 LAB_STORAGE_FLOORS = {"storage.seq_read_mbps_min": 25,
                       "storage.local_nvme_seq_read_mbps_min": 25, "storage.seq_write_mbps_min": 25,
-                      "storage.rand_read_iops_min": 500, "storage.checkpoint_mbps_min": 10,
+                      "storage.rand_read_iops_min": 100, "storage.checkpoint_mbps_min": 10,
                       "drift.storage_drop_max": 0.85,
                       # every lab host reads the head host's export, on this machine's one
                       # disk and CPUs, which are not fair between them: a share of the
