@@ -150,8 +150,11 @@ def test_a_rack_for_kubernetes_compute_domains_keeps_the_host_imex_off(
     for h in TRAYS:
         assert report.hosts[h].status == "provisioned", report.hosts[h].as_dict()
         assert report.hosts[h].changed >= 1 and again.hosts[h].changed == 0  # idempotent
-        assert lab.ssh(h, "systemctl is-enabled nvidia-imex; systemctl is-active nvidia-imex",
-                       check=False).stdout.split() == ["masked", "inactive"]
+        enabled, active = lab.ssh(h, "systemctl is-enabled nvidia-imex; systemctl is-active "
+                                     "nvidia-imex", check=False).stdout.split()
+        # stopped: inactive, or failed where the daemon did not exit cleanly on the stop
+        # (seen on a busy machine); domain.imex takes both as stopped
+        assert enabled == "masked" and active in ("inactive", "failed"), (h, enabled, active)
         assert pin.name in lab.ssh(h, "apt-mark showhold").stdout.split()
     vr = validate(ValidateRequest(k8s, suite="quick", limit=TRAYS,
                                   checks=("domain.imex", "stack.conformance"),
