@@ -372,6 +372,8 @@ class JobStream:
         channel as OSError."""
         try:
             return self._lines.line(limits, stop)
+        except paramiko.SSHException as exc:  # the channel's loss, as its docstring says
+            raise OSError(str(exc)) from exc
         finally:
             self._drain_stderr()
 
