@@ -294,6 +294,7 @@ def test_a_domain_state_cut_short_is_refused_not_judged() -> None:
     ("inactive", "disabled", "WARN", "is disabled, not masked"),
     ("failed", "masked", "PASS", "stopped and masked"),
     (None, "masked", "ERROR", "could not be read"),
+    ("unknown", "masked", "ERROR", "could not be read"),  # systemctl printed nothing
     ("inactive", None, "ERROR", "could not be read"),
 ])
 def test_a_compute_domain_rack_needs_the_host_imex_stopped_and_masked(

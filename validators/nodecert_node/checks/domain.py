@@ -178,12 +178,12 @@ def judge_imex_off(name: str, active: str | None, enabled: str | None) -> Result
     stopped, disabled and masked, as NVIDIA's DRA driver guide asks (a running host
     service and ComputeDomains exclude each other: ComputeDomain workloads hang). A state
     that could not be read is no pass. Pure."""
-    if active is None or enabled is None:
+    if active in (None, "unknown") or enabled in (None, "unknown"):  # printed nothing
         return Result(name, Verdict.ERROR, "the state of the host's nvidia-imex service "
                       "could not be read (systemctl)", fault_code="NC-IMEX")
     fails = ([f"the host's nvidia-imex service is {active}: ComputeDomains run IMEX on "
               "this rack, and a host service beside them makes their workloads hang"]
-             if active not in ("inactive", "failed", "unknown") else [])
+             if active not in ("inactive", "failed") else [])
     warns = ([f"the host's nvidia-imex service is {enabled}, not masked: a reboot or a "
               "package upgrade can start it beside the ComputeDomains"]
              if not fails and enabled not in ("masked", "masked-runtime") else [])
