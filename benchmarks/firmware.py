@@ -18,12 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import bench_lab, nodecert, report
+from benchlib import many_hosts, nodecert, report
 
 from nodecert.lab import bmc as labbmc
-from nodecert.lab.hosts import Lab
 
-INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
 # The four components of the DGX H100/H200 motherboard recipe, each set behind.
 BEHIND = {"cpld_mb": "0.2.1.2", "cpld_mid": "0.2.0.5", "erot_bios": "00.04.0011.0000_n00",
           "erot_bmc": "00.04.0011.0000_n00"}
@@ -34,16 +32,12 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=16)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    cfg = bench_lab(12, "ncfw")
-    lab = Lab(cfg, log=lambda m: None)
     out: dict[str, Any] = {"hosts": args.hosts, "components_behind": len(BEHIND)}
-    before = INOTIFY_LIMIT.read_text()
-    INOTIFY_LIMIT.write_text(f"{max(1024, int(before))}\n")  # 16 hosts' systemd
-    try:
+    with many_hosts(12, "ncfw") as lab:
         t0 = time.monotonic()
         lab.up(nodes=args.hosts, profiles=("h200-sxm-8",), with_bmc=True)
         out["lab_up_s"] = round(time.monotonic() - t0, 1)
-        inv = str(cfg.state / "inventory.ini")
+        inv = str(lab.cfg.state / "inventory.ini")
         with tempfile.TemporaryDirectory(prefix="nodecert-bench-fw-") as d:
             work = Path(d)
             wall, rc, doc = nodecert("firmware", "plan", "-i", inv)
@@ -59,7 +53,7 @@ def main() -> int:
             out["read_behind"] = {"wall_s": wall, "rc": rc, "behind": sum(
                 h["status"] == "behind" for h in doc.get("hosts", {}).values())}
             wall, rc, doc = nodecert("firmware", "apply", "-i", inv, "--mirror",
-                                     str(labbmc.firmware_mirror(cfg)), "--max-parallel",
+                                     str(labbmc.firmware_mirror(lab.cfg)), "--max-parallel",
                                      "4", "--runs-dir", str(work / "runs"))
             hosts = doc.get("hosts", {}).values()
             tasks = [e for h in hosts for e in h["log"] if e["what"] == "task"
@@ -71,9 +65,6 @@ def main() -> int:
             wall, rc, doc = nodecert("firmware", "plan", "-i", inv)
             out["read_after"] = {"wall_s": wall, "rc": rc, "at_recipe": sum(
                 h["status"] == "at-recipe" for h in doc.get("hosts", {}).values())}
-    finally:
-        lab.down()
-        INOTIFY_LIMIT.write_text(before)
     return report(out, args.json, indent=1)
 
 

@@ -29,10 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import bench_lab, nodecert, report, verifies
+from benchlib import many_hosts, nodecert, report, verifies
 
 from nodecert.lab.hosts import Lab
-from nodecert.lab.machine import INOTIFY_LIMIT
 
 TRAYS = 18
 
@@ -58,12 +57,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    cfg = bench_lab(10, "ncbr")
-    lab = Lab(cfg, log=lambda m: None)
     out: dict[str, Any] = {"trays": TRAYS, "gpus": 4 * TRAYS}
-    before = INOTIFY_LIMIT.read_text()
-    INOTIFY_LIMIT.write_text(f"{max(1024, int(before))}\n")  # 18 hosts' systemd
-    try:
+    with many_hosts(10, "ncbr") as lab:
         t0 = time.monotonic()
         lab.up(nodes=TRAYS, profiles=("gb200-nvl-4",), with_rack=True, as_cluster=True)
         out["lab_up_s"] = round(time.monotonic() - t0, 1)
@@ -102,9 +97,6 @@ def main() -> int:
                 slow.append(res)
                 print(json.dumps(res), flush=True)
             out["slow_gpu_runs"] = slow
-    finally:
-        lab.down()
-        INOTIFY_LIMIT.write_text(before)
     return report(out, args.json, indent=1)
 
 

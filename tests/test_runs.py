@@ -11,16 +11,8 @@ import pytest
 
 from nodecert.core.errors import NodecertError
 from nodecert.revalidate.history import history
+from nodecert.runs import records
 from nodecert.runs.layout import RUN_ID, RunDir, RunDirError, new_run_id, runs_under
-from nodecert.runs.records import (
-    GroupRecord,
-    finished_run,
-    host_history,
-    host_records,
-    read_cluster_record,
-    read_host_record,
-    recorded_plan,
-)
 from nodecert.runs.store import HostLink, HostRun, write_json
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidateRequest, open_new_run
@@ -72,9 +64,9 @@ def test_the_saved_record_never_holds_how_the_host_is_reached(tmp_path: Path) ->
     for path in run.run_dir.rglob("*"):
         if path.is_file():
             assert secret not in path.read_text(errors="replace"), path
-    rec = read_host_record(RunDir(run.run_dir).results("gpu-01"))
+    rec = records.read_host_record(RunDir(run.run_dir).results("gpu-01"))
     assert rec.host == "gpu-01" and rec.run_id == run.run_dir.name and rec.suite == "quick"
-    assert recorded_plan(RunDir(run.run_dir), "gpu-01") == hr.plan
+    assert records.recorded_plan(RunDir(run.run_dir), "gpu-01") == hr.plan
 
 
 def test_bad_input_writes_no_run(tmp_path: Path) -> None:
@@ -99,23 +91,23 @@ def test_finished_run_reads_every_record_and_refuses_what_is_not_one(tmp_path: P
     _record(run, "h1")
     _record(run, "h2", verdict="FAIL")
     with pytest.raises(RunDirError, match=r"has no validate\.json"):
-        finished_run(run.path)  # still running, or interrupted before its summary
+        records.finished_run(run.path)  # still running, or interrupted before its summary
     write_json(run.summary, {"verdict": "FAIL"})
-    assert [(r.host, r.verdict) for r in finished_run(run.path)] == [("h1", Verdict.PASS),
+    assert [(r.host, r.verdict) for r in records.finished_run(run.path)] == [("h1", Verdict.PASS),
                                                                       ("h2", Verdict.FAIL)]
     run.results("h3").parent.mkdir()
     run.results("h3").write_text('{"schema": "other"}')
     with pytest.raises(RunDirError, match=r"h3/results\.json: not a nodecert host result"):
-        finished_run(run.path)
+        records.finished_run(run.path)
     run.results("h3").write_text('{"schema": "nodecert.valid')  # truncated
     with pytest.raises(RunDirError, match=r"h3/results\.json: not readable JSON"):
-        host_records(run)
+        records.host_records(run)
     with pytest.raises(RunDirError, match="not a directory"):
-        finished_run(tmp_path / "nope")
+        records.finished_run(tmp_path / "nope")
     empty = RunDir.new(tmp_path).make()
     write_json(empty.summary, {})
     with pytest.raises(RunDirError, match=r"holds no <host>/results\.json"):
-        finished_run(empty.path)
+        records.finished_run(empty.path)
 
 
 def test_a_hosts_history_skips_damaged_runs_and_other_hosts(tmp_path: Path) -> None:
@@ -125,8 +117,8 @@ def test_a_hosts_history_skips_damaged_runs_and_other_hosts(tmp_path: Path) -> N
     runs[2].results("h1").parent.mkdir()
     runs[2].results("h1").write_text("{")  # being written, or damaged
     _record(runs[2], "h9")
-    assert [r.started for r in host_history(tmp_path, "h1")] == [100.0]
-    assert [r.run.run_id for r in host_history(tmp_path, "h2")] == [runs[1].run_id]
+    assert [r.started for r in records.host_history(tmp_path, "h1")] == [100.0]
+    assert [r.run.run_id for r in records.host_history(tmp_path, "h2")] == [runs[1].run_id]
     assert runs_under(tmp_path) == sorted(runs, key=lambda r: r.run_id)
     assert runs_under(tmp_path / "absent") == []
     rows = history(tmp_path, "h1")
@@ -135,21 +127,21 @@ def test_a_hosts_history_skips_damaged_runs_and_other_hosts(tmp_path: Path) -> N
 
 def test_a_record_with_absent_or_odd_fields_is_read_as_absent(tmp_path: Path) -> None:
     run = RunDir.new(tmp_path).make()
-    rec = read_host_record(_record(run, "h1", started=None, finished="soon", results="x",
+    rec = records.read_host_record(_record(run, "h1", started=None, finished="soon", results="x",
                                    run_id=None))
     assert (rec.started, rec.finished, rec.results, rec.run_id) == (0.0, 0.0, [], None)
 
 
 def test_a_record_reads_as_the_contracts_types(tmp_path: Path) -> None:
     run = RunDir.new(tmp_path).make()
-    rec = read_host_record(_record(run, "h1"))
+    rec = records.read_host_record(_record(run, "h1"))
     assert rec.verdict is Verdict.PASS and rec.verdict is not None  # PASS is 0: never "no verdict"
     (r,) = rec.results
     assert isinstance(r, Result) and (r.check, r.verdict, r.summary) == (
         "health.gpu", Verdict.PASS, "ok")
     assert rec.result("health.gpu") == r and rec.result("load.burnin") is None
     # a verdict that is none of the four is no verdict, never a PASS
-    assert read_host_record(_record(run, "h2", verdict="READY")).verdict is None
+    assert records.read_host_record(_record(run, "h2", verdict="READY")).verdict is None
 
 
 @pytest.mark.parametrize("entry", [
@@ -161,7 +153,7 @@ def test_a_record_reads_as_the_contracts_types(tmp_path: Path) -> None:
 def test_a_damaged_result_reads_as_an_error_never_dropped(tmp_path: Path, entry: object) -> None:
     run = RunDir.new(tmp_path).make()
     ok = {"check": "health.gpu", "verdict": "PASS", "summary": "ok"}
-    rec = read_host_record(_record(run, "h1", results=[ok, entry]))
+    rec = records.read_host_record(_record(run, "h1", results=[ok, entry]))
     good, bad = rec.results
     assert good.verdict is Verdict.PASS
     assert bad.verdict is Verdict.ERROR and bad.fault_code == "NC-RECORD-DAMAGED"
@@ -172,28 +164,28 @@ def test_a_damaged_result_reads_as_an_error_never_dropped(tmp_path: Path, entry:
 def test_a_cluster_run_is_read_or_refused(tmp_path: Path) -> None:
     run = RunDir.new(tmp_path, "cluster").make()
     with pytest.raises(RunDirError, match="is not a cluster run"):
-        read_cluster_record(run.path)
+        records.read_cluster_record(run.path)
     write_json(run.cluster_results, {"schema": "nodecert.cluster-run/v1", "pairs": []})
-    assert read_cluster_record(run.path).pairs == []
+    assert records.read_cluster_record(run.path).pairs == []
     run.cluster_results.write_text(json.dumps([1, 2]))
     with pytest.raises(RunDirError, match="not a cluster run record"):
-        read_cluster_record(run.path)
+        records.read_cluster_record(run.path)
 
 
 def test_a_group_record_reads_typed_and_an_odd_verdict_is_never_ready(tmp_path: Path) -> None:
     from nodecert.certs.cluster import passed, reasons_of
     path = tmp_path / "results.json"
     fail = {"check": "cluster.pairs", "verdict": "FAIL", "summary": "h3 is slow"}
-    rec = GroupRecord(path, {"verdict": "FAIL", "nodes": ["h1", 2], "pairs": [{}, "x"],
+    rec = records.GroupRecord(path, {"verdict": "FAIL", "nodes": ["h1", 2], "pairs": [{}, "x"],
                              "results": [fail, {"check": "cluster.allreduce"}]})
     assert rec.verdict is Verdict.FAIL and rec.nodes == ["h1", "2"] and rec.pairs == [{}]
     assert [r.verdict for r in rec.results] == [Verdict.FAIL, Verdict.ERROR]
     assert reasons_of(rec)[0] == "cluster.pairs: FAIL h3 is slow"
-    assert not passed(rec) and passed(GroupRecord(path, {"verdict": "WARN"}))
+    assert not passed(rec) and passed(records.GroupRecord(path, {"verdict": "WARN"}))
     # a record whose verdict says more than its results do is judged by its results
-    assert not passed(GroupRecord(path, {"verdict": "PASS", "results": [fail]}))
-    assert GroupRecord(path, {"verdict": "PASS", "results": [fail]}).outcome is Verdict.FAIL
+    assert not passed(records.GroupRecord(path, {"verdict": "PASS", "results": [fail]}))
+    assert records.GroupRecord(path, {"verdict": "PASS", "results": [fail]}).outcome is Verdict.FAIL
     for odd in ("READY", "pass", None, 0):  # no verdict is never a passing one
-        assert not passed(GroupRecord(path, {"verdict": odd}))
-    assert not GroupRecord(path, {"problems": ["no host answered"]}).measured
+        assert not passed(records.GroupRecord(path, {"verdict": odd}))
+    assert not records.GroupRecord(path, {"problems": ["no host answered"]}).measured
 

@@ -33,6 +33,8 @@ KEYS = ("fleet.robust_deviations_max", "fleet.shortfall_fraction_max", "fleet.mi
 
 @dataclass(frozen=True)
 class Outlier:
+    """One figure of a host that falls outside its peers' spread, and how far."""
+
     metric: str
     label: str
     value: float

@@ -26,6 +26,8 @@ KEYS = ("fleet.trend_runs", "fleet.trend_drop_fraction_max", "fleet.trend_rise_c
 
 @dataclass(frozen=True)
 class Trend:
+    """A host's figure over its last runs, oldest first, to see it drift before it fails."""
+
     metric: str
     label: str
     unit: str

@@ -59,6 +59,9 @@ KINDS_FILE = Path(__file__).with_name("rack-kinds.yml")
 
 @dataclass(frozen=True)
 class RackKind:
+    """A kind of rack that `nodecert_rack` may name (inventory/rack-kinds.yml): how many
+    trays and GPUs it holds, its NVLink switch layout and whether it runs IMEX."""
+
     name: str
     trays_max: int
     gpus_per_tray: int

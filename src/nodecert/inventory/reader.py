@@ -40,6 +40,9 @@ _FALSE = {"false", "no", "off", "0"}
 
 @dataclass(frozen=True)
 class HostSpec:
+    """One host of the inventory after its groups' variables are applied: where to reach
+    it, what the order says it holds, and its validation settings."""
+
     name: str
     address: str
     port: int
@@ -62,6 +65,9 @@ class HostSpec:
 
 @dataclass(frozen=True)
 class Problem:
+    """A fault found in the inventory: the file (and line) it is in, the host where one is
+    named, and how to fix it."""
+
     host: str | None
     where: str
     what: str

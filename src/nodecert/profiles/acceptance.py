@@ -27,6 +27,9 @@ MEASURES = ("seconds", "samples_per_gpu", "level")
 
 @dataclass(frozen=True)
 class Minimum:
+    """The least a stage must have run for its result to count (a burn-in's seconds, a
+    soak's samples), with the source of that figure."""
+
     setting: str          # section.key of the run's options (load.burnin_s)
     value: int
     unit: str
@@ -37,6 +40,9 @@ class Minimum:
 
 @dataclass(frozen=True)
 class Stage:
+    """One step of an acceptance profile: the checks that make it up, whether it must be
+    measured, and the minimum it must reach."""
+
     name: str
     checks: tuple[str, ...]
     source: str
@@ -47,6 +53,9 @@ class Stage:
 
 @dataclass(frozen=True)
 class Profile:
+    """An acceptance profile (validators/acceptance.yml): the stages a node must pass to
+    be READY under it."""
+
     name: str
     description: str
     simulated_only: bool

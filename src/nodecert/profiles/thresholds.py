@@ -127,6 +127,9 @@ def resolve(gpu_model: str, *, inventory: dict[str, Any] | None = None,
 
 @dataclass(frozen=True)
 class Suite:
+    """A validation suite (validators/suites.yml): which checks run, how long each may
+    take, their storage, fabric and load settings and its acceptance profile."""
+
     name: str
     description: str
     checks: tuple[str, ...]

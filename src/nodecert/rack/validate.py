@@ -25,17 +25,9 @@ from nodecert.inventory.cluster import ClusterConfig
 from nodecert.inventory.engine import cluster_hosts
 from nodecert.inventory.rack import kinds
 from nodecert.inventory.reader import HostSpec, Inventory, resolve
+from nodecert.rack import judge
 from nodecert.rack.gather import read_rack
 from nodecert.rack.gather import specs as endpoint_specs
-from nodecert.rack.judge import (
-    firmware_table,
-    judge_cooling,
-    judge_domain,
-    judge_firmware,
-    judge_power,
-    judge_switch_trays,
-    judge_trays,
-)
 from nodecert.rack.judge_nvlink import judge_nvlink_map
 from nodecert.rack.load import DomainLoad, LoadPlan, load_plan
 from nodecert.runs.layout import RunDir
@@ -122,24 +114,24 @@ def tray_runs(inventory: Path | Inventory, rack: dict[str, Any], run_dir: Path, 
 def judge_rack(rack: dict[str, Any], trays: dict[str, dict[str, Any]],
                comps: list[dict[str, Any]]) -> tuple[list[Result], list[str]]:
     """Every rule's Result, and what was not judged (and why). Pure."""
-    results = [judge_trays(rack, trays),
-               judge_domain(rack, {h: t.get("fabric") for h, t in trays.items()})]
+    results = [judge.judge_trays(rack, trays),
+               judge.judge_domain(rack, {h: t.get("fabric") for h, t in trays.items()})]
     not_judged = []
     gpus_of = {h: (t.get("identity") or {}).get("gpus") for h, t in trays.items()}
     unreported = ("the switch trays report no GPU behind their NVLink ports (Redfish Port "
                   "Links.AssociatedEndpoints)")
     for rule, judged, why in (
-            ("rack.switch_trays", judge_switch_trays(rack, comps), _names_no("switch_trays")),
+            ("rack.switch_trays", judge.judge_switch_trays(rack, comps), _names_no("switch_trays")),
             ("rack.nvlink_map", judge_nvlink_map(rack, gpus_of, comps,
                                                  kinds()[rack["kind"]].switch_chips_per_tray),
              unreported if rack.get("switch_trays") else _names_no("switch_trays")),
-            ("rack.power", judge_power(rack, comps), _names_no("power_shelves or pdus")),
-            ("rack.cooling", judge_cooling(rack, comps), _names_no("cdu"))):
+            ("rack.power", judge.judge_power(rack, comps), _names_no("power_shelves or pdus")),
+            ("rack.cooling", judge.judge_cooling(rack, comps), _names_no("cdu"))):
         if judged is None:
             not_judged.append(f"{rule}: {why}")
         else:
             results.append(judged)
-    results.append(judge_firmware(rack, firmware_table(
+    results.append(judge.judge_firmware(rack, judge.firmware_table(
         {h: t.get("inventory") for h, t in trays.items()}, comps)))
     return results, not_judged
 

@@ -34,6 +34,9 @@ _UPSTREAM = re.compile(r"^\d+(?:\.\d+)+$")
 
 @dataclass(frozen=True)
 class Advisory:
+    """A security bulletin for one component: its CVEs, and per release line the first
+    version that carries the fix."""
+
     id: str
     component: str
     cves: tuple[str, ...]

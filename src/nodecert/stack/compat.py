@@ -19,6 +19,8 @@ from nodecert.stack.versions import DottedVersion, DriverVersion
 
 @dataclass(frozen=True)
 class Source:
+    """Where a compatibility fact comes from: a published document's title and URL."""
+
     key: str
     title: str
     url: str
@@ -26,6 +28,8 @@ class Source:
 
 @dataclass(frozen=True)
 class CudaMinDriver:
+    """The oldest driver a CUDA release runs on (NVIDIA's CUDA toolkit release notes)."""
+
     cuda: DottedVersion
     min_driver: DriverVersion
     source: str
@@ -33,6 +37,9 @@ class CudaMinDriver:
 
 @dataclass(frozen=True)
 class MinorVersionCompat:
+    """CUDA minor-version compatibility: every release of a major runs on this driver
+    or newer, with the features of that driver."""
+
     cuda_major: int
     min_driver: DriverVersion
     source: str
@@ -40,6 +47,9 @@ class MinorVersionCompat:
 
 @dataclass(frozen=True)
 class ForwardCompat:
+    """NVIDIA's forward-compatibility package, which lets a newer CUDA run on an older
+    driver branch; data-center GPUs only."""
+
     package_prefix: str
     requires_datacenter_gpu: bool
     source: str
@@ -47,6 +57,9 @@ class ForwardCompat:
 
 @dataclass(frozen=True)
 class DriverBranch:
+    """A driver branch and its support window: production or new-feature, and when it
+    reaches end of life."""
+
     branch: str
     designation: str
     eol: dt.date | None  # last day of support; None with eol_past=True when undated
@@ -56,6 +69,9 @@ class DriverBranch:
 
 @dataclass(frozen=True)
 class GpuModel:
+    """A GPU model as the gate knows it: PCI ids, architecture, whether it sits on
+    NVSwitches, and which driver modules (open or proprietary) it runs."""
+
     key: str
     name: str
     pci_device_ids: tuple[str, ...]

@@ -14,6 +14,9 @@ from nodecert.stack.manifest import Stack
 
 @dataclass(frozen=True)
 class RuleResult:
+    """What one gate rule answered: its verdict, a sentence an operator can act on and
+    the source keys of the facts behind it."""
+
     rule: str
     verdict: Verdict
     message: str
@@ -26,6 +29,9 @@ class RuleResult:
 
 @dataclass(frozen=True)
 class RuleContext:
+    """Everything a gate rule may look at: the stack, the GPU model (None when
+    none was named: rules that depend on it WARN), the OS, the day and the matrix."""
+
     stack: Stack
     gpu: GpuModel | None
     os: str | None

@@ -54,6 +54,9 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
 @dataclass(frozen=True)
 class Package:
+    """One pinned package of a stack: its component, the exact Debian version apt is held
+    at, and whether that exact string was seen published in the repository."""
+
     component: str
     name: str
     version: DebianVersion
@@ -96,6 +99,9 @@ class Framework:
 
 @dataclass(frozen=True)
 class Repository:
+    """The vendor's apt repository a stack installs from, and the signing key apt must
+    trust for it (its fingerprint checked before it is installed)."""
+
     url: str
     key_url: str
     key_fingerprint: str
@@ -104,6 +110,8 @@ class Repository:
 
 @dataclass(frozen=True)
 class Artifact:
+    """A file a stack fetches outside apt, trusted only when its sha256 matches."""
+
     name: str
     url: str
     sha256: str

@@ -21,6 +21,7 @@ from nodecert_simhw.state import (
     jitter,
     load_hw,
     nvlink_ok,
+    take_options,
 )
 
 
@@ -100,14 +101,7 @@ def cmd_all_reduce_perf(argv, test="all_reduce_perf"):
               "insufficient for CUDA runtime version'")
         return 2
     opts = {"-b": "8", "-e": "128M", "-f": "2", "-g": "1", "-n": "20", "-w": "5", "-c": "1"}
-    k = 0
-    while k < len(argv):
-        a = argv[k]
-        if a in opts and k + 1 < len(argv):
-            opts[a] = argv[k + 1]
-            k += 2
-            continue
-        k += 1
+    take_options(argv, opts)
     ngpus = int(opts["-g"])
     vis = cuda_devices(hw)
     host = os.uname().nodename

@@ -16,7 +16,7 @@ import sys
 
 from nodecert_simhw import multinode
 from nodecert_simhw.ib import hca_ports
-from nodecert_simhw.state import jitter, load_hw
+from nodecert_simhw.state import jitter, load_hw, take_options
 
 DEFAULT_PORT = 18515
 SERVER_WAIT_S = 60.0
@@ -26,20 +26,13 @@ _RULE = "-" * 87
 def _args(argv):
     opts = {"-d": None, "-p": str(DEFAULT_PORT), "-q": "1", "-s": "65536", "-D": None}
     flags, server = set(), None
-    k = 0
-    while k < len(argv):
-        a = argv[k]
-        if a in opts and k + 1 < len(argv):
-            opts[a] = argv[k + 1]
-            k += 2
-            continue
+    for a in take_options(argv, opts):
         if a.startswith("--use_cuda="):
             opts["cuda"] = a.split("=", 1)[1]
         elif a.startswith("-"):
             flags.add(a)
         else:
             server = a
-        k += 1
     return opts, flags, server
 
 

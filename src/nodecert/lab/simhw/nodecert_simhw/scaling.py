@@ -22,17 +22,9 @@ import os
 import statistics
 import time
 
-from nodecert_simhw import multinode
+from nodecert_simhw import multinode, state
 from nodecert_simhw.faults import Faults
 from nodecert_simhw.nccl import busbw_peak, combined_peak
-from nodecert_simhw.state import (
-    GpuState,
-    driver_version,
-    installed,
-    jitter,
-    load_hw,
-    visible_gpus,
-)
 
 SUSTAINED = 0.84  # sustained share of the burst bf16 figure (the lab's GEMM model)
 MFU = 0.45  # share of that a decoder's training step reaches (attention, norms, optimizer)
@@ -53,7 +45,7 @@ def params(layers, d_model):
 def gpu_tflops(hw, i):
     """The training rate of physical GPU i (TFLOPS)."""
     rate = hw["profile"]["gpu"]["bf16_tflops"] * SUSTAINED * MFU * Faults(hw).gemm_factor(i)
-    if GpuState(hw, i, now=time.time()).reasons & 0x40:
+    if state.GpuState(hw, i, now=time.time()).reasons & 0x40:
         rate *= 0.45
     return rate
 
@@ -75,7 +67,7 @@ def expected(single_tflops, tflops, n_params, tokens, busbw_gbs, *, ranks):
 
 
 def _times(step, steps, key):
-    return [step * (1 + jitter(key, k, spread=0.005)) for k in range(steps)]
+    return [step * (1 + state.jitter(key, k, spread=0.005)) for k in range(steps)]
 
 
 def _summary(times, tokens):
@@ -86,11 +78,11 @@ def _summary(times, tokens):
 
 
 def cmd_scaling(args, module_version, cuda):
-    hw = load_hw()
-    if driver_version(installed()) is None:
+    hw = state.load_hw()
+    if state.driver_version(state.installed()) is None:
         emit("error", message="RuntimeError: No CUDA GPUs are available")
         return 2
-    vis = visible_gpus(hw)
+    vis = state.visible_gpus(hw)
     k = int(args["gpus"])
     if k > len(vis):
         emit("error", message=f"{k} GPUs asked for, PyTorch sees {len(vis)}")

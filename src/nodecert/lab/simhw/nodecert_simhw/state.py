@@ -220,6 +220,20 @@ def fmt_speed(v):
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def take_options(argv, opts):
+    """Fill opts (option -> value) from argv's "-x VALUE" pairs, the way the real tools'
+    getopt reads them; what is left (other flags, operands) is returned in order."""
+    rest, k = [], 0
+    while k < len(argv):
+        if argv[k] in opts and k + 1 < len(argv):
+            opts[argv[k]] = argv[k + 1]
+            k += 2
+        else:
+            rest.append(argv[k])
+            k += 1
+    return rest
+
+
 def select_gpus(hw, argv):
     """The GPUs nvidia-smi's -i/--id selects (index, UUID or bus ID), all visible ones
     without it; exits 6 with nvidia-smi's words when none matches."""
