@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from nodecert.cli import main, provision
 from support.env import REPO
+from support.orders import h200_host
 from support.stacks import manifest, write_manifest
 
 SAMPLE = str(REPO / "inventory" / "sample" / "lab.ini")
@@ -187,9 +188,8 @@ def test_validate_bad_input_exits_two_before_any_connection(tmp_path: Path,
 
 def test_validate_inventory_thresholds_must_be_a_mapping(tmp_path: Path) -> None:
     inv = tmp_path / "inv.ini"
-    inv.write_text("[gpu]\nn1 ansible_host=192.0.2.10 nodecert_gpu_model=H200-SXM "
-                   "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
-                   "nodecert_nvme_count=8\n[gpu:vars]\nnodecert_thresholds=[1, 2]\n"
+    inv.write_text(f"[gpu]\n{h200_host('n1', '192.0.2.10')}\n[gpu:vars]\n"
+                   "nodecert_thresholds=[1, 2]\n"
                    "nodecert_storage_targets=/data/scratch,/data2/scratch\n")
     code, _, err = run("inventory", "check", "-i", str(inv))
     assert code == 2 and "nodecert_thresholds must be a mapping" in err

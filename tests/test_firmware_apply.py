@@ -27,6 +27,7 @@ from nodecert.lab.bmcupdate import Updates, lab_image, lab_image_pins, write_lab
 from nodecert.lab.hardware import Fault
 from nodecert.stack.firmware import find_recipe
 from support.labbmc import PASSWORD, Bmc
+from support.orders import h200_host
 
 pytestmark = pytest.mark.integration
 RECIPE = "dgx-h200-motherboard"
@@ -52,10 +53,9 @@ def inventory(tmp_path: Path, bmcs: list[Bmc], extra: str = "") -> Path:
         spec = {"address": "127.0.0.1", "port": b.port, "protocol": "redfish",
                 "ca_file": str(b.cfg.state / "bmc" / "ca.pem"), "username": "nodecert",
                 "password_file": str(pw), "timeout_s": 5}
-        lines.append(f"h{n} ansible_host=192.0.2.{n} nodecert_gpu_model=H200-SXM "
-                     "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
-                     "nodecert_nvme_count=8 nodecert_nvme_min_gb=3500 "
-                     f"nodecert_firmware_recipe={RECIPE} nodecert_bmc='{json.dumps(spec)}'"
+        lines.append(h200_host(f"h{n}", f"192.0.2.{n}", "nodecert_nvme_min_gb=3500",
+                               f"nodecert_firmware_recipe={RECIPE}",
+                               f"nodecert_bmc='{json.dumps(spec)}'")
                      + ("" if "nodecert_firmware_images" in extra else
                         f" nodecert_firmware_images='{json.dumps(lab_image_pins(RECIPE))}'")
                      + extra)
@@ -240,9 +240,7 @@ def test_the_bmc_refuses_an_older_image_without_force_and_a_foreign_one(tmp_path
 
 def test_bad_input_is_refused_before_any_connection(tmp_path: Path) -> None:
     inv = tmp_path / "inv.ini"
-    inv.write_text("[gpu]\nh1 ansible_host=192.0.2.1 nodecert_gpu_model=H200-SXM "
-                   "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
-                   "nodecert_nvme_count=8 nodecert_nvme_min_gb=3500\n")
+    inv.write_text(f"[gpu]\n{h200_host('h1', '192.0.2.1', 'nodecert_nvme_min_gb=3500')}\n")
     with pytest.raises(InventoryError, match="needs nodecert_firmware_recipe and nodecert_bmc"):
         run_firmware(FirmwareRequest(inv))
     r = CliRunner().invoke(main, ["firmware", "plan", "-i", str(inv)])

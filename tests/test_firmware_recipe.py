@@ -30,6 +30,7 @@ from nodecert.transport.become import Secret
 from nodecert_node.contract import Result, Verdict
 from nodecert_node.parse import ParseError
 from nodecert_node.parse import redfish as rf
+from support.orders import h200_host
 
 pytestmark = pytest.mark.unit
 
@@ -298,10 +299,9 @@ def test_validate_refuses_an_unknown_recipe_before_any_connection(tmp_path: Path
     from nodecert.validation.run import ValidateRequest, open_new_run
 
     inv = tmp_path / "inv.ini"
-    inv.write_text("[gpu]\ngpu-01 ansible_host=192.0.2.10 nodecert_gpu_model=H200-SXM "
-                   "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
-                   "nodecert_nvme_count=8 nodecert_nvme_min_gb=3500 "
-                   "nodecert_firmware_recipe=dgx-h999\n")
+    host = h200_host("gpu-01", "192.0.2.10", "nodecert_nvme_min_gb=3500",
+                     "nodecert_firmware_recipe=dgx-h999")
+    inv.write_text(f"[gpu]\n{host}\n")
     with pytest.raises(InventoryError, match="host gpu-01: unknown firmware recipe"):
         open_new_run(ValidateRequest(inv, runs_dir=tmp_path / "runs"))
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

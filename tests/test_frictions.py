@@ -17,6 +17,7 @@ from nodecert.cli import main
 from nodecert.core.verdict import Verdict
 from support.env import REPO
 from support.nodeclient import Exited
+from support.orders import h200_host
 
 
 def test_provision_help_and_version() -> None:
@@ -293,9 +294,7 @@ def test_validate_uses_the_stack_a_node_recorded(tmp_path: Path, recorded: bytes
     from nodecert.validation.run import ValidateRequest, open_new_run
     from nodecert.validation.session import SshRunner
     inv = tmp_path / "inv.ini"
-    inv.write_text("[g]\ngpu-01 ansible_host=192.0.2.10 nodecert_gpu_model=H200-SXM "
-                   "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
-                   "nodecert_nvme_count=8\n")
+    inv.write_text(f"[g]\n{h200_host('gpu-01', '192.0.2.10')}\n")
     run = open_new_run(ValidateRequest(inv, suite="quick", runs_dir=tmp_path / "runs"))
     hr = run.hosts["gpu-01"]
     assert hr.stack is None and not hr.plan.conformance

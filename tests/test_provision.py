@@ -17,6 +17,7 @@ import yaml
 from nodecert.lab.hosts import Lab
 from nodecert.provision.run import ProvisionReport, ProvisionRequest, provision
 from support.env import REPO
+from support.orders import h200_host
 
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
 
@@ -239,9 +240,7 @@ def test_per_host_failures_do_not_stop_the_others(fresh: Lab, tmp_path: Path,
         "h1": "nodecert_stack=r580-cuda13.0",
         "h2": "nodecert_stack=r580-cuda13.0 nodecert_gpu_count=8",  # the L40S box has 4
         "h3": "nodecert_stack=broken-nccl"},
-        extra_hosts=f"h90 ansible_host={unreachable_ip} nodecert_gpu_model=H200-SXM "
-                    "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
-                    "nodecert_nvme_count=8 nodecert_stack=r580-cuda13.0")
+        extra_hosts=h200_host("h90", unreachable_ip, "nodecert_stack=r580-cuda13.0"))
     report = run(inv, tmp_path, mirror="/srv/nodecert-mirror")
     out = dict(report.hosts)
     assert report.exit_code == 1

@@ -17,10 +17,9 @@ from nodecert.runs.store import HostLink, HostRun, write_json
 from nodecert.transport.become import BecomeSource
 from nodecert.validation.run import ValidateRequest, open_new_run
 from nodecert_node.contract import Result, Verdict
+from support.orders import h200_host
 
-INVENTORY = ("[gpu]\ngpu-01 ansible_host=192.0.2.10 ansible_user=ops nodecert_gpu_model=H200-SXM "
-             "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
-             "nodecert_nvme_count=8\n")
+INVENTORY = f"[gpu]\n{h200_host('gpu-01', '192.0.2.10', 'ansible_user=ops')}\n"
 
 
 def test_run_ids_are_unique_sortable_and_say_their_kind() -> None:

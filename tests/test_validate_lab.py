@@ -29,6 +29,7 @@ from nodecert.provision.run import ProvisionRequest, provision
 from nodecert.validation.run import ValidateRequest, ValidationRun, validate
 from support.env import require_root
 from support.lab import lab_config
+from support.orders import h200_host
 
 pytestmark = pytest.mark.lab  # root, network namespaces, the lab hosts
 
@@ -622,9 +623,7 @@ def test_revalidation_schedule_hook_and_drift_on_the_lab(plab: Lab, tmp_path: Pa
 def test_unreachable_host_and_unknown_host_key(plab: Lab, tmp_path: Path) -> None:
     nobody = plab.cfg.subnet[99]  # in the lab's subnet, no host there
     text = inv(plab).read_text().replace(
-        "[lab]\n", f"[lab]\nghost ansible_host={nobody} nodecert_gpu_model=H200-SXM "
-        "nodecert_gpu_count=8 nodecert_cpu_cores=112 nodecert_ram_gb=2048 "
-        "nodecert_nvme_count=8\n")
+        "[lab]\n", f"[lab]\n{h200_host('ghost', nobody)}\n")
     path = tmp_path / "with-ghost.ini"
     path.write_text(text)
     r = validate(ValidateRequest(path, stack=STACK, runs_dir=tmp_path, checks=("health.gpu",)),
