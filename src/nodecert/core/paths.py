@@ -37,3 +37,18 @@ def stacks_dir() -> Path:
 
 def compat_dir() -> Path:
     return stacks_dir() / "compat"
+
+
+class Member:
+    """A fixed path below an object's own directory (the path in its attribute `base`),
+    declared as a class attribute: a directory layout reads as one table of names.
+
+        class LabConfig:
+            mirror = Member("root", "mirror")
+    """
+
+    def __init__(self, base: str, *parts: str) -> None:
+        self.base, self.parts = base, parts
+
+    def __get__(self, owner_object: object, owner: type | None = None) -> Path:
+        return Path(getattr(owner_object, self.base)).joinpath(*self.parts)

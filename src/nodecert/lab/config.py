@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodecert.core.errors import NodecertError
+from nodecert.core.paths import Member
 
 BRIDGE_ALIAS = "nodecert-lab"
 STANDARD_ROOT = Path("/var/tmp/nodecert-lab")
@@ -129,21 +130,14 @@ class LabConfig:
         finally:
             os.close(fd)  # closing the descriptor releases the lock
 
-    @property
-    def base(self) -> Path:
-        return self.root / "base"
+    # what the labs under one root share: the base image, the package mirror and cache
+    base = Member("root", "base")
+    mirror = Member("root", "mirror")
+    cache = Member("root", "cache")
 
     @property
     def state(self) -> Path:
         return self.root / self.state_name
-
-    @property
-    def mirror(self) -> Path:
-        return self.root / "mirror"
-
-    @property
-    def cache(self) -> Path:
-        return self.root / "cache"
 
     @property
     def gateway(self) -> ipaddress.IPv4Address:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodecert.core.errors import NodecertError
+from nodecert.core.paths import Member
 
 RUN_ID = re.compile(r"^(?:cluster-|rack-)?[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
 RESULTS = "results.json"
@@ -56,7 +57,21 @@ def new_run_id(kind: str = "") -> str:
 
 @dataclass(frozen=True)
 class RunDir:
+    """A run's directory and where each of its files lives in it."""
+
     path: Path
+    # the run's own files and folders, below `path`
+    inputs = Member("path", "inputs")
+    stack_inputs = Member("path", "inputs", "stack")
+    suite_input = Member("path", "inputs", "suite.json")
+    inventory_input = Member("path", "inputs", "inventory.json")
+    extravars_input = Member("path", "inputs", "extravars.json")
+    # a validation run's summary, there once the run ended
+    summary = Member("path", "validate.json")
+    provision_summary = Member("path", "provision.json")
+    ansible = Member("path", "ansible")
+    cluster_results = Member("path", RESULTS)
+    reports = Member("path", "reports")
 
     @classmethod
     def new(cls, runs_dir: Path, kind: str = "") -> RunDir:
@@ -73,10 +88,6 @@ class RunDir:
     def run_id(self) -> str:
         return self.path.name
 
-    @property
-    def inputs(self) -> Path:
-        return self.path / "inputs"
-
     def make_inputs(self) -> Path:
         self.inputs.mkdir(parents=True, exist_ok=True)
         os.chmod(self.inputs, 0o700)
@@ -91,45 +102,8 @@ class RunDir:
     def plan_file(self, host: str) -> Path:
         return self.inputs / f"plan-{host}.json"
 
-    @property
-    def stack_inputs(self) -> Path:
-        return self.inputs / "stack"
-
     def stack_input(self, name: str) -> Path:
         return self.stack_inputs / f"{name}.yml"
-
-    @property
-    def suite_input(self) -> Path:
-        return self.inputs / "suite.json"
-
-    @property
-    def inventory_input(self) -> Path:
-        return self.inputs / "inventory.json"
-
-    @property
-    def extravars_input(self) -> Path:
-        return self.inputs / "extravars.json"
-
-    @property
-    def summary(self) -> Path:
-        """validate.json: a validation run's summary, there once the run ended."""
-        return self.path / "validate.json"
-
-    @property
-    def provision_summary(self) -> Path:
-        return self.path / "provision.json"
-
-    @property
-    def ansible(self) -> Path:
-        return self.path / "ansible"
-
-    @property
-    def cluster_results(self) -> Path:
-        return self.path / RESULTS
-
-    @property
-    def reports(self) -> Path:
-        return self.path / "reports"
 
     def certificate(self, host: str) -> Path:
         return self.reports / f"{host}{CERT_SUFFIX}"
