@@ -135,6 +135,14 @@ class BmcSpec:
                 "firmware_expected": list(self.firmware), "psu_spares": self.psu_spares}
 
 
+def require_ca_file(ca: str | None, whose: str, signed: str) -> None:
+    """A named CA file must be there: a BMC's TLS is never trusted on a missing one."""
+    if ca and not Path(ca).expanduser().is_file():
+        raise InventoryError(f"{whose} ca_file {ca} does not exist",
+                             hint=f"give the PEM file of the CA that signed {signed}, or pin "
+                                  "it with cert_sha256")
+
+
 def bmc_spec(host: str, spec: dict[str, Any], hv: dict[str, Any],
              vault_unlocked: bool) -> BmcSpec:
     """The host's BMC with its password read (a file, or the vaulted variable)."""
@@ -161,10 +169,7 @@ def bmc_spec(host: str, spec: dict[str, Any], hv: dict[str, Any],
                              hint=f"set password_file in nodecert_bmc, or a vaulted "
                                   f"{PASSWORD_VAR}")
     ca = spec.get("ca_file")
-    if ca and not Path(ca).expanduser().is_file():
-        raise InventoryError(f"host {host}: BMC ca_file {ca} does not exist",
-                             hint="give the PEM file of the CA that signed the BMC's "
-                                  "certificate, or pin it with cert_sha256")
+    require_ca_file(ca, f"host {host}: BMC", "the BMC's certificate")
     return BmcSpec(host, spec["address"], spec["protocol"], int(spec["port"]),
                    spec["username"], secret,
                    ca_file=str(Path(ca).expanduser()) if ca else None,

@@ -49,6 +49,16 @@ def _id(path: str) -> dict[str, str]:
     return {"@odata.id": f"/redfish/v1/{path}"}
 
 
+def _equipment_root(name: str, service: str, members: str) -> dict[str, Any]:
+    """The service root of a rack's power or cooling endpoint and its equipment service
+    (PowerEquipment with PowerShelves, ThermalEquipment with CDUs), as DMTF's schema
+    lays them out."""
+    return {"": {"@odata.id": "/redfish/v1", "Id": "RootService", "Name": name,
+                 service: _id(service), "Chassis": _id("Chassis")},
+            service: {"@odata.id": f"/redfish/v1/{service}",
+                      members: _id(f"{service}/{members}")}}
+
+
 def _coll(path: str, kind: str, members: list[str]) -> dict[str, Any]:
     return {"@odata.id": f"/redfish/v1/{path}", "@odata.type": f"#{kind}.{kind}",
             "Name": kind, "Members": [_id(m) for m in members],
@@ -159,11 +169,8 @@ def power_shelf(name: str, faults: dict[str, Any], now: float) -> dict[str, Any]
                    "Message": "The power shelf has failed: its output is off.",
                    "OriginOfCondition": _id(base)}] if shelf_bad else []
     tree: dict[str, Any] = {
-        "": {"@odata.id": "/redfish/v1", "Id": "RootService",
-             "Name": f"{name} (SIMULATED power shelf)", "PowerEquipment": _id("PowerEquipment"),
-             "Chassis": _id("Chassis")},
-        "PowerEquipment": {"@odata.id": "/redfish/v1/PowerEquipment",
-                           "PowerShelves": _id("PowerEquipment/PowerShelves")},
+        **_equipment_root(f"{name} (SIMULATED power shelf)", "PowerEquipment",
+                          "PowerShelves"),
         "PowerEquipment/PowerShelves": _coll("PowerEquipment/PowerShelves",
                                              "PowerDistributionCollection", [base]),
         base: {"@odata.id": f"/redfish/v1/{base}",
@@ -214,11 +221,7 @@ def cdu(name: str, faults: dict[str, Any], now: float) -> dict[str, Any]:
               "Message": f"Pump '{pump_bad}' has failed.",
               "OriginOfCondition": _id(f"{unit}/Pumps/{pump_bad}")}] if pump_bad else []
     tree: dict[str, Any] = {
-        "": {"@odata.id": "/redfish/v1", "Id": "RootService",
-             "Name": f"{name} (SIMULATED CDU)", "ThermalEquipment": _id("ThermalEquipment"),
-             "Chassis": _id("Chassis")},
-        "ThermalEquipment": {"@odata.id": "/redfish/v1/ThermalEquipment",
-                             "CDUs": _id("ThermalEquipment/CDUs")},
+        **_equipment_root(f"{name} (SIMULATED CDU)", "ThermalEquipment", "CDUs"),
         "ThermalEquipment/CDUs": _coll("ThermalEquipment/CDUs", "CoolingUnitCollection",
                                        [unit]),
         unit: {"@odata.id": f"/redfish/v1/{unit}",

@@ -19,7 +19,7 @@ from typing import Any
 
 from nodecert.bmc.redfish import BmcError, NotFound, RedfishClient
 from nodecert.core.errors import InventoryError
-from nodecert.inventory.bmc import BmcSpec
+from nodecert.inventory.bmc import BmcSpec, require_ca_file
 from nodecert.rack.infra import (
     COOLANT,
     InfraError,
@@ -168,10 +168,7 @@ def specs(rack: dict[str, Any]) -> list[tuple[str, dict[str, str], BmcSpec]]:
     secret = read_password_file(Path(rf["password_file"]).expanduser(),
                                 f"rack {rack['name']}: Redfish password file")
     ca = rf.get("ca_file")
-    if ca and not Path(ca).expanduser().is_file():
-        raise InventoryError(f"rack {rack['name']}: redfish ca_file {ca} does not exist",
-                             hint="give the PEM file of the CA that signed the endpoints' "
-                                  "certificates, or pin one with cert_sha256")
+    require_ca_file(ca, f"rack {rack['name']}: redfish", "the endpoints' certificates")
     return [(kind, part, BmcSpec(part["name"], part["address"], "redfish",
                                  int(rf.get("port", 443)), rf["username"], secret,
                                  ca_file=str(Path(ca).expanduser()) if ca else None,
