@@ -18,6 +18,7 @@ from nodecert_node.parse import ParseError
 from nodecert_node.parse.imex import parse_imex_status
 from nodecert_node.parse.smi import parse_q, parse_q_xml
 from support.env import REPO
+from support.orders import h200_host
 
 REAL = REPO / "tests" / "fixtures" / "real"
 IMEX_NEW = REAL / "nvidia-imex" / \
@@ -247,8 +248,7 @@ def test_the_domain_checks_are_planned_for_rack_trays_only(tmp_path: Path) -> No
             "nodecert_ram_gb=960 nodecert_nvme_count=4")
     (inv / "hosts.ini").write_text(
         f"[rack]\nt1 ansible_host=10.0.0.1 {tray}\n[nvl]\nt2 ansible_host=10.0.0.2 {tray}\n"
-        "[hgx]\nh1 ansible_host=10.0.0.3 nodecert_gpu_model=H200-SXM nodecert_gpu_count=8 "
-        "nodecert_cpu_cores=112 nodecert_ram_gb=2048 nodecert_nvme_count=8\n")
+        f"[hgx]\n{h200_host('h1', '10.0.0.3')}\n")
     (inv / "group_vars" / "rack.yml").write_text(
         "nodecert_rack: {name: r1, kind: GB200-NVL72, gpus: 4}\n")
     (inv / "group_vars" / "nvl.yml").write_text(
