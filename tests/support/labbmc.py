@@ -27,12 +27,19 @@ from support.env import require_tool
 PASSWORD = "canary-" + "5b1e9c0d"
 
 
+def lab_with_ca(tmp: Path) -> LabConfig:
+    """A lab state under tmp holding only the lab's CA: what the BMC and rack endpoint
+    emulators need to serve TLS as the lab's own do."""
+    require_tool("openssl")
+    cfg = LabConfig(root=tmp / "lab", subnet=LabConfig().subnet)
+    cfg.state.mkdir(parents=True)
+    labbmc.ensure_ca(cfg)
+    return cfg
+
+
 class Bmc:
     def __init__(self, tmp: Path) -> None:
-        require_tool("openssl")
-        self.cfg = LabConfig(root=tmp / "lab", subnet=LabConfig().subnet)
-        self.cfg.state.mkdir(parents=True)
-        labbmc.ensure_ca(self.cfg)
+        self.cfg = lab_with_ca(tmp)
         self.dir = tmp / "bmc"
         self.dir.mkdir(mode=0o700)
         labbmc.host_cert(self.cfg, self.dir, "127.0.0.1")

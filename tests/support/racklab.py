@@ -14,8 +14,7 @@ from typing import Any
 
 from nodecert.lab import bmc as labbmc
 from nodecert.lab import rackparts
-from nodecert.lab.config import LabConfig
-from support.env import require_tool
+from support.labbmc import lab_with_ca
 
 PARTS = [("switch_tray", "nvsw-01"), ("switch_tray", "nvsw-02"), ("power_shelf", "ps-01"),
          ("cdu", "cdu-01")]
@@ -23,10 +22,7 @@ PARTS = [("switch_tray", "nvsw-01"), ("switch_tray", "nvsw-02"), ("power_shelf",
 
 class Rack:
     def __init__(self, tmp: Path) -> None:
-        require_tool("openssl")
-        self.cfg = LabConfig(root=tmp / "lab", subnet=LabConfig().subnet)
-        self.cfg.state.mkdir(parents=True)
-        labbmc.ensure_ca(self.cfg)
+        self.cfg = lab_with_ca(tmp)
         with socket.socket() as s:  # one port on every loopback address, as on a rack
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]

@@ -21,6 +21,9 @@ from nodecert.core.errors import NodecertError
 
 @dataclass(frozen=True)
 class CheckInfo:
+    """One check as the node package's catalog reports it (its @check registration):
+    where it sorts, which suites run it, the tools it needs."""
+
     name: str
     order: int
     suites: tuple[str, ...]

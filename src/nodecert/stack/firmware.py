@@ -46,6 +46,9 @@ class Component:
 
 @dataclass(frozen=True)
 class Recipe:
+    """A firmware recipe: the version each component of a server model must run, with
+    the sources that publish it and the components a site overrode."""
+
     name: str
     title: str
     gpu_models: tuple[str, ...]

@@ -71,6 +71,9 @@ class Package:
 
 @dataclass(frozen=True)
 class OsPins:
+    """A stack's exact package versions for one OS release, and the OS repository they
+    come from."""
+
     os: str
     os_repo: str
     packages: tuple[Package, ...]
@@ -81,6 +84,9 @@ class OsPins:
 
 @dataclass(frozen=True)
 class Framework:
+    """The stack's Python environment: its interpreter, the wheels' index, the PyTorch or
+    TensorFlow release, and the digests every wheel is installed against."""
+
     python: str
     index_url: str
     pytorch: TorchVersion | None
