@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import paramiko
 
 from nodecert.transport.ssh import Endpoint, connect
-from nodecert_node.parse import ParseError
+from nodecert_node.parse import ParseError, marked_sections
 from nodecert_node.parse.ib import ERROR_COUNTERS, parse_perfquery
 
 MARK = "=== nodecert hca "
@@ -27,16 +27,8 @@ def script(devices: tuple[str, ...]) -> str:
 def parse_dump(text: str) -> Counters:
     """Each device's error counters from the script's output (devices whose perfquery
     failed are left out: never read as zero)."""
-    parts: dict[str, str] = {}
-    cur = None
-    for line in text.splitlines():
-        if line.startswith(MARK):
-            cur = line[len(MARK):].strip()
-            parts[cur] = ""
-        elif cur is not None:
-            parts[cur] += line + "\n"
     out: Counters = {}
-    for dev, body in parts.items():
+    for dev, body in marked_sections(text, MARK).items():
         try:
             blocks = parse_perfquery(body)
         except ParseError:

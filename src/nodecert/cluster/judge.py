@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodecert_node.contract import Threshold
-from nodecert_node.parse import ParseError
+from nodecert_node.parse import ParseError, marked_sections
 from nodecert_node.parse.bench import parse_nccl
 from nodecert_node.parse.perftest import parse_perftest
 from nodecert_node.parse.toolnotes import perftest_notes
@@ -157,28 +157,16 @@ def read_allreduce(rank0: str) -> Reading:
                    network=p["network"], gdrdma=p["gdrdma"])
 
 
-def _rail_parts(rank1: str) -> dict[str, str]:
-    parts: dict[str, str] = {}
-    cur = None
-    for line in rank1.splitlines():
-        if line.startswith(RAIL_MARK):
-            cur = line[len(RAIL_MARK):].strip()
-            parts[cur] = ""
-        elif cur is not None:
-            parts[cur] += line + "\n"
-    return parts
-
-
 def rail_notes(rank1: str) -> list[str]:
     """perftest's warnings on each rail (relaxed ordering off, a lower MTU, the CPU not at
     its maximum frequency), named by rail."""
-    return [f"rail {dev}: {note}" for dev, part in _rail_parts(rank1).items()
+    return [f"rail {dev}: {note}" for dev, part in marked_sections(rank1, RAIL_MARK).items()
             for note in perftest_notes(part)["notes"]]
 
 
 def read_rails(rank1: str, devices: tuple[str, ...]) -> dict[str, float | None]:
     """Each rail's ib_write_bw average (Gb/s) at its largest size; None where unreadable."""
-    parts = _rail_parts(rank1)
+    parts = marked_sections(rank1, RAIL_MARK)
     out: dict[str, float | None] = {}
     for dev in devices:
         try:

@@ -111,13 +111,16 @@ class BmcSpec:
     """A host's BMC with its credentials resolved (in memory only)."""
 
     host: str
+    # how it is reached, and who we are to it
     address: str
     protocol: str
     port: int
     username: str
     password: Secret
+    # how its TLS certificate is trusted: a CA file, or the certificate's own digest
     ca_file: str | None = None
     cert_sha256: str | None = None
+    # what the order says of it, and how it is read
     firmware: tuple[str, ...] = ()
     psu_spares: int = 1
     psu_capacity_w: int | None = None

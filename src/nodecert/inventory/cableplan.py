@@ -36,7 +36,10 @@ class PlanError(NodecertError):
 
 @dataclass(frozen=True)
 class PlanLink:
-    line: int
+    """One cable of the plan: the node's port it starts at, the switch port it ends at,
+    and what the plan says of the cable (REQUIRED, then OPTIONAL columns)."""
+
+    line: int  # of the plan file, for messages
     node: str
     port: str
     switch: str

@@ -47,6 +47,7 @@ class HostSpec:
     address: str
     port: int
     groups: tuple[str, ...]
+    # what the order says the host holds (the hardware check compares with it)
     gpu_model: str
     gpu_count: int
     cpu_cores: int

@@ -378,21 +378,27 @@ def start(cfg: LabConfig, n: int) -> list[int]:
     return pids
 
 
-def wait_ready(cfg: LabConfig, n: int) -> None:
-    """Redfish answering TLS and IPMI's SEL clock set to now (a BMC keeps wall time)."""
-    d, ip = bmc_dir(cfg, n), str(bmc_ip(cfg, n))
+def wait_listening(d: Path, ip: str, port: int, what: str) -> None:
+    """Until the Redfish emulator kept in d accepts connections on ip:port; one that never
+    does within READY_TIMEOUT_S is an error quoting the end of its log."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         try:
-            with socket.create_connection((ip, REDFISH_PORT), timeout=1):
-                break
+            with socket.create_connection((ip, port), timeout=1):
+                return
         except OSError:
             if time.monotonic() > deadline:
                 log = (d / "redfish.log").read_text()[-500:] if (d / "redfish.log").is_file() \
                     else ""
-                raise NodecertError(f"the lab BMC of h{n} did not answer on {ip}:443 "
-                                    f"within {READY_TIMEOUT_S:g} s: {log}") from None
+                raise NodecertError(f"{what} did not answer on {ip}:{port} within "
+                                    f"{READY_TIMEOUT_S:g} s: {log}") from None
             time.sleep(0.1)  # the emulator is starting; there is no other readiness signal
+
+
+def wait_ready(cfg: LabConfig, n: int) -> None:
+    """Redfish answering TLS and IPMI's SEL clock set to now (a BMC keeps wall time)."""
+    d, ip = bmc_dir(cfg, n), str(bmc_ip(cfg, n))
+    wait_listening(d, ip, REDFISH_PORT, f"the lab BMC of h{n}")
     stamp = " ".join(f"0x{b:02x}" for b in struct.pack("<I", int(time.time())))
     env = {"PATH": os.environ.get("PATH", ""), "IPMI_PASSWORD": (d / "password").read_text()
            .strip()}

@@ -12,20 +12,16 @@ import ipaddress
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from nodecert.core.errors import NodecertError
 from nodecert.lab import bmc as labbmc
 from nodecert.lab.config import LabConfig
 
 FIRST = 190
 MAX_PARTS = 20
-READY_TIMEOUT_S = 30.0
 
 
 def part_ip(cfg: LabConfig, k: int) -> ipaddress.IPv4Address:
@@ -67,18 +63,7 @@ def start(d: Path, ip: str, port: int, netns: str | None) -> subprocess.Popen[by
 
 
 def wait_ready(d: Path, ip: str, port: int) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        try:
-            with socket.create_connection((ip, port), timeout=1):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                log = (d / "redfish.log").read_text()[-500:] \
-                    if (d / "redfish.log").is_file() else ""
-                raise NodecertError(f"the lab's rack endpoint {d.name} did not answer on "
-                                    f"{ip}:{port} within {READY_TIMEOUT_S:g} s: {log}") from None
-            time.sleep(0.1)  # the emulator is starting; there is no other readiness signal
+    labbmc.wait_listening(d, ip, port, f"the lab's rack endpoint {d.name}")
 
 
 def stop(d: Path) -> None:
