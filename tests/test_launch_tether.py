@@ -94,11 +94,12 @@ def test_a_launcher_that_starts_after_the_channel_closed_never_runs(
     tag = f"nodecert-t{secrets.token_hex(4)}"
     seen: list[int] = []
     # The channel is closed before the command's shell even reads it (stdin at its end
-    # from the start); the launcher would start half a second later.
-    proc = start(shell, f"sleep 0.5; NODECERT_JOB={tag} sleep 300", tag, subprocess.DEVNULL,
+    # from the start); the launcher would start a second and a half later (time for the
+    # watcher to act on a busy machine: it has one pass over /proc to make first).
+    proc = start(shell, f"sleep 1.5; NODECERT_JOB={tag} sleep 300", tag, subprocess.DEVNULL,
                  tmp_path)
     try:
-        end = time.monotonic() + 2
+        end = time.monotonic() + 3.5
         while time.monotonic() < end:
             seen.extend(tagged_pids(tag))
             time.sleep(0.05)

@@ -10,10 +10,12 @@ import shlex
 
 def tagged(name: str, action: str) -> str:
     """Shell running `action` for each process of the job `name` (its pid is
-    ${q#/proc/})."""
+    ${q#/proc/}). One grep reads every process's environment (NUL-separated entries,
+    -z): a busy launch host answers in one process, not two for each of its hundreds,
+    so a launcher that was about to start is found before it does."""
     tag = shlex.quote(f"NODECERT_JOB={name}")
-    return (f"for q in /proc/[0-9]*; do tr '\\0' '\\n' < $q/environ 2>/dev/null "
-            f"| grep -qx {tag} && {{ {action}; }}; done")
+    return (f"for q in $(grep -lsxzF {tag} /proc/[0-9]*/environ); do q=${{q%/environ}}; "
+            f"{{ {action}; }}; done")
 
 
 def sweep_script(name: str) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import statistics
 import sys
@@ -26,9 +25,10 @@ import tempfile
 import time
 from typing import Any
 
-
-def emit(event: str, **kw: Any) -> None:
-    print(json.dumps(dict(event=event, **kw), sort_keys=True), flush=True)
+if not __package__:  # run as a script by the stack's python: its package is put on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__)))))
+from nodecert_node.workers.frame import emit, start_torch
 
 
 def size_bytes(text: str) -> int:
@@ -169,14 +169,9 @@ def main(argv: Any = None) -> int:
     c.add_argument("--d2d", action="store_true")
     c.add_argument("--cpu", action="store_true")
     args = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError as exc:
-        emit("error", message=f"PyTorch is not importable in this environment: {exc}")
-        return 3
-    sim = getattr(torch, "_nodecert_lab_worker", None)
-    if sim is not None:  # the lab's SIMULATED torch: its hardware model answers
-        return int(sim(args.mode, vars(args)))
+    _, done = start_torch(args.mode, vars(args))
+    if done is not None:
+        return done
     try:
         return allreduce(args) if args.mode == "allreduce" else copy(args)
     except Exception as exc:  # NCCL/CUDA errors: report, exit non-zero

@@ -21,19 +21,20 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
+import os
 import sys
 import time
 from typing import Any
+
+if not __package__:  # run as a script by the stack's python: its package is put on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__)))))
+from nodecert_node.workers.frame import emit, start_torch
 
 # Relative tolerance of the reference check and the repeat comparison, per dtype:
 # several output ULPs (bf16 has 8 significant bits, fp16 11, tf32 11, fp8 e4m3 4).
 TOLERANCE = {"bf16": 2e-2, "fp16": 4e-3, "tf32": 4e-3, "fp32": 1e-5, "fp8": 1.5e-1}
 REF_ROWS = 64  # rows of the reference checked against float64
-
-
-def emit(event: str, **kw: Any) -> None:
-    print(json.dumps(dict(event=event, **kw), sort_keys=True), flush=True)
 
 
 def compare(c: Any, ref: Any, tol: float) -> dict[str, Any]:
@@ -90,14 +91,9 @@ def main(argv: Any = None) -> int:
                          "iteration >= ITER to prove the comparison catches it (recorded in "
                          "every event)")
     args = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError as exc:
-        emit("error", message=f"PyTorch is not importable in this environment: {exc}")
-        return 3
-    sim = getattr(torch, "_nodecert_lab_worker", None)
-    if sim is not None:  # the lab's SIMULATED torch: its hardware model answers
-        return int(sim("gemm", vars(args)))
+    torch, done = start_torch("gemm", vars(args))
+    if done is not None:
+        return done
     n, tol = args.size, TOLERANCE[args.dtype]
     cuda = args.device != "cpu"
 

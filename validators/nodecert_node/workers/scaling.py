@@ -19,20 +19,21 @@ Events (one JSON object per line): ready, gpu (single), result (ddp), done, erro
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import os
 import socket
 import statistics
 import sys
 import time
 from typing import Any
 
+if not __package__:  # run as a script by the stack's python: its package is put on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__)))))
+from nodecert_node.workers.frame import emit, start_torch
+
 VOCAB = 32000
 SEED = 20261130
-
-
-def emit(event: str, **kw: Any) -> None:
-    print(json.dumps(dict(event=event, **kw), sort_keys=True), flush=True)
 
 
 def params(layers: int, d_model: int) -> int:
@@ -188,14 +189,9 @@ def main(argv: Any = None) -> int:
         emit("error", message="invalid sizes: d_model must divide by heads, seq <= 2048, "
                               "gpus and steps >= 1")
         return 2
-    try:
-        import torch
-    except ImportError as exc:
-        emit("error", message=f"PyTorch is not importable in this environment: {exc}")
-        return 3
-    sim = getattr(torch, "_nodecert_lab_worker", None)
-    if sim is not None:  # the lab's SIMULATED torch: its hardware model answers
-        return int(sim("scaling", vars(args)))
+    torch, done = start_torch("scaling", vars(args))
+    if done is not None:
+        return done
     import torch.multiprocessing as mp
     if not args.cpu and torch.cuda.device_count() < args.gpus:
         emit("error", message=f"{args.gpus} GPUs asked for, PyTorch sees "

@@ -15,14 +15,15 @@ Standard library + the framework only; Python 3.8+.
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 import time
 from typing import Any
 
-
-def emit(event: str, **kw: Any) -> None:
-    print(json.dumps(dict(event=event, **kw), sort_keys=True), flush=True)
+if not __package__:  # run as a script by the stack's python: its package is put on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__)))))
+from nodecert_node.workers.frame import emit
 
 
 def torch_smoke(steps: int, cpu: bool) -> int:
