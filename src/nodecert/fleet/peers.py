@@ -33,7 +33,8 @@ KEYS = ("fleet.robust_deviations_max", "fleet.shortfall_fraction_max", "fleet.mi
 
 @dataclass(frozen=True)
 class Outlier:
-    """One figure of a host that falls outside its peers' spread, and how far."""
+    """One figure of a host that falls outside its peers' spread: the figure, the
+    fleet's median and robust spread, and how far on the worse side it lies."""
 
     metric: str
     label: str

@@ -91,6 +91,9 @@ class GpuModel:
 
 @dataclass(frozen=True)
 class CudnnCuda:
+    """A cuDNN release range and the CUDA releases it is built for (cuDNN's support
+    matrix), with the driver that range needs where the matrix names one."""
+
     cudnn_from: DottedVersion
     cudnn_to: DottedVersion
     cuda_from: DottedVersion
@@ -107,6 +110,9 @@ class CudnnCuda:
 
 @dataclass(frozen=True)
 class TorchBuilds:
+    """The CUDA builds PyTorch publishes for one release: the stable wheels and the
+    experimental ones."""
+
     torch: str
     stable: tuple[str, ...]
     experimental: tuple[str, ...]
@@ -115,6 +121,9 @@ class TorchBuilds:
 
 @dataclass(frozen=True)
 class TorchArchFloor:
+    """The oldest GPU architecture PyTorch's wheels for a CUDA major still carry
+    kernels for."""
+
     cuda_major: int
     min_architecture: str
     source: str
@@ -122,6 +131,8 @@ class TorchArchFloor:
 
 @dataclass(frozen=True)
 class TensorflowBuild:
+    """A TensorFlow release and the CUDA and cuDNN it was built and tested with."""
+
     tensorflow: str
     cuda: DottedVersion
     cudnn: DottedVersion
@@ -130,6 +141,9 @@ class TensorflowBuild:
 
 @dataclass(frozen=True)
 class Matrix:
+    """Every compatibility fact the gate uses, each row naming its source: drivers,
+    CUDA, cuDNN, the frameworks' builds and the GPU models."""
+
     sources: dict[str, Source]
     cuda_min_driver: tuple[CudaMinDriver, ...]
     minor_version_compat: tuple[MinorVersionCompat, ...]
