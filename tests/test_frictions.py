@@ -245,17 +245,8 @@ class _Chan(Exited):
     def __init__(self, data: bytes, rc: int = 0) -> None:
         self.data, self.rc = data, rc
 
-    def settimeout(self, t: float) -> None:
-        pass
-
     def exec_command(self, cmd: str) -> None:
         self.cmd = cmd
-
-    def sendall(self, data: bytes) -> None:
-        pass
-
-    def shutdown_write(self) -> None:
-        pass
 
     def recv(self, n: int) -> bytes:
         out, self.data = self.data, b""

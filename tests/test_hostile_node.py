@@ -275,29 +275,11 @@ class Flood(Exited):
         self.left = size
         self.read = 0
 
-    def exec_command(self, cmd: str) -> None:
-        pass
-
-    def settimeout(self, t: float) -> None:
-        pass
-
-    def sendall(self, data: bytes) -> None:
-        pass
-
-    def shutdown_write(self) -> None:
-        pass
-
     def recv(self, n: int) -> bytes:
         n = min(n, self.left)
         self.left -= n
         self.read += n
         return b"x" * n
-
-    def recv_exit_status(self) -> int:
-        return 0
-
-    def recv_stderr_ready(self) -> bool:
-        return False
 
     def close(self) -> None:
         pass

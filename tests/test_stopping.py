@@ -127,17 +127,8 @@ class Trickle(Exited):
     def open_session(self, timeout: float | None = None) -> Trickle:
         return self
 
-    def exec_command(self, cmd: str) -> None:
-        pass
-
     def settimeout(self, timeout: float) -> None:
         self.timeout = timeout
-
-    def sendall(self, data: bytes) -> None:
-        pass
-
-    def shutdown_write(self) -> None:
-        pass
 
     def recv(self, n: int) -> bytes:
         if self.every is None or self.every > self.timeout:

@@ -35,13 +35,36 @@ def raw(rec: dict[str, Any] | str, path: str = "/var/lib/nodecert/history/x.json
 
 
 class Exited:
-    """A channel stand-in whose command has ended: paramiko's status_event is set."""
+    """A paramiko channel stand-in whose command has ended (its status_event is set) and
+    exited 0; what nodecert calls on a channel that needs no answer does nothing.
+    Subclasses say what the command printed (`recv`)."""
 
     @property
     def status_event(self) -> threading.Event:
         done = threading.Event()
         done.set()
         return done
+
+    def exec_command(self, cmd: str) -> None:
+        pass
+
+    def settimeout(self, timeout: float) -> None:
+        pass
+
+    def sendall(self, data: bytes) -> None:
+        pass
+
+    def shutdown_write(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def recv_exit_status(self) -> int:
+        return 0
+
+    def recv_stderr_ready(self) -> bool:
+        return False
 
 
 class Client(Exited):
@@ -60,14 +83,8 @@ class Client(Exited):
     def exec_command(self, cmd: str) -> None:
         self.commands.append(cmd)
 
-    def settimeout(self, timeout: float) -> None:
-        pass
-
     def recv(self, n: int) -> bytes:
         return self.data.read(n)
-
-    def close(self) -> None:
-        pass
 
 
 def host(tmp_path: Path) -> HostRun:
