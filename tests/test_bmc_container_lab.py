@@ -13,6 +13,7 @@ simulated nvidia-smi inside sees the GPUs outside; each toolkit/CDI fault fails.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -77,10 +78,16 @@ def assert_no_secret(secret: str, root: Path, lines: list[str]) -> None:
     assert not any(secret in line for line in lines)
 
 
-def faults(lab: Lab, tmp_path: Path, text: str) -> None:
+@contextlib.contextmanager
+def faults(lab: Lab, tmp_path: Path, text: str) -> Iterator[None]:
+    """The lab's BMCs with the faults of `text` (a faults file), healthy again after."""
     path = tmp_path / "faults.yml"
     path.write_text(text)
     lab.apply_faults(path)
+    try:
+        yield
+    finally:
+        lab.apply_faults(None)
 
 
 def test_healthy_bmcs_pass_and_see_the_burn_in(blab: Lab, tmp_path: Path) -> None:
@@ -119,14 +126,12 @@ def test_healthy_bmcs_pass_and_see_the_burn_in(blab: Lab, tmp_path: Path) -> Non
 
 
 def test_redfish_faults_get_their_verdicts(blab: Lab, tmp_path: Path) -> None:
-    faults(blab, tmp_path, "faults:\n"
-           "  - {host: h2, kind: psu_failed, psu: 2}\n  - {host: h2, kind: fan_failed, fan: 3}\n"
-           "  - {host: h2, kind: sel_critical_event}\n  - {host: h2, kind: bmc_firmware}\n"
-           "  - {host: h1, kind: bmc_bad_credentials}\n")
-    try:
+    with faults(blab, tmp_path, "faults:\n"
+                "  - {host: h2, kind: psu_failed, psu: 2}\n"
+                "  - {host: h2, kind: fan_failed, fan: 3}\n"
+                "  - {host: h2, kind: sel_critical_event}\n  - {host: h2, kind: bmc_firmware}\n"
+                "  - {host: h1, kind: bmc_bad_credentials}\n"):
         r, lines = run(blab, tmp_path / "runs", checks=("hardware.inventory",))
-    finally:
-        blab.apply_faults(None)
     h2 = bmc_results(r, "h2")
     assert {c: x.verdict.name for c, x in h2.items()} == dict.fromkeys(BMC, "FAIL")
     assert h2["bmc.power"].summary.startswith("power supply PSU2 failed")
@@ -143,12 +148,9 @@ def test_redfish_faults_get_their_verdicts(blab: Lab, tmp_path: Path) -> None:
 
 def test_a_component_behind_its_recipe_fails_firmware_recipe(blab: Lab,
                                                               tmp_path: Path) -> None:
-    faults(blab, tmp_path, "faults:\n  - {host: h2, kind: firmware_old, component: erot_bmc, "
-           "version: 00.04.0011.0000_n00}\n")
-    try:
+    with faults(blab, tmp_path, "faults:\n  - {host: h2, kind: firmware_old, component: erot_bmc, "
+                "version: 00.04.0011.0000_n00}\n"):
         r, _ = run(blab, tmp_path / "runs", checks=("hardware.inventory",))
-    finally:
-        blab.apply_faults(None)
     got = {h: next(x for x in r.hosts[h].results if x.check == "firmware.recipe")
            for h in ("h1", "h2")}
     assert got["h1"].verdict.name == "PASS", got["h1"].summary
@@ -166,10 +168,9 @@ def test_firmware_apply_brings_the_host_to_its_recipe_and_it_certifies(
     from nodecert.certs.signing import init_key, load_private_key
     from nodecert.firmware.apply import FirmwareRequest, run_firmware
 
-    faults(blab, tmp_path, "faults:\n  - {host: h1, kind: firmware_old, component: cpld_mid, "
-           "version: 0.2.0.5}\n")
     inv = blab.cfg.state / "inventory.ini"
-    try:
+    with faults(blab, tmp_path, "faults:\n  - {host: h1, kind: firmware_old, component: "
+                "cpld_mid, version: 0.2.0.5}\n"):
         before, _ = run(blab, tmp_path / "before", limit=("h1",),
                         checks=("hardware.inventory",))
         res = next(x for x in before.hosts["h1"].results if x.check == "firmware.recipe")
@@ -181,8 +182,6 @@ def test_firmware_apply_brings_the_host_to_its_recipe_and_it_certifies(
         assert done.hosts["h1"].status == "updated", done.hosts["h1"].as_dict()
         after, lines = run(blab, tmp_path / "after", limit=("h1",),
                            checks=("hardware.inventory",))
-    finally:
-        blab.apply_faults(None)
     res = next(x for x in after.hosts["h1"].results if x.check == "firmware.recipe")
     assert res.verdict.name == "PASS", res.summary
     node = certify(after.run_dir, load_private_key(init_key(tmp_path / "keys").private)
@@ -199,9 +198,8 @@ def test_a_bios_setting_gone_wrong_fails_and_firmware_apply_bios_sets_it(
         blab: Lab, tmp_path: Path) -> None:
     from nodecert.firmware.apply import FirmwareRequest, run_firmware
 
-    faults(blab, tmp_path, "faults:\n  - {host: h1, kind: bios_attr, attribute: "
-           "SriovGlobalEnable, value: Disabled}\n")
-    try:
+    with faults(blab, tmp_path, "faults:\n  - {host: h1, kind: bios_attr, attribute: "
+                "SriovGlobalEnable, value: Disabled}\n"):
         before, _ = run(blab, tmp_path / "before", limit=("h1",),
                         checks=("hardware.inventory",))
         bad = next(x for x in before.hosts["h1"].results if x.check == "bmc.bios")
@@ -213,8 +211,6 @@ def test_a_bios_setting_gone_wrong_fails_and_firmware_apply_bios_sets_it(
         assert done.hosts["h1"].status in ("at-recipe", "updated"), done.hosts["h1"].error
         after, _ = run(blab, tmp_path / "after", limit=("h1",),
                        checks=("hardware.inventory",))
-    finally:
-        blab.apply_faults(None)
     good = next(x for x in after.hosts["h1"].results if x.check == "bmc.bios")
     assert good.verdict.name == "PASS", good.summary
 
@@ -228,12 +224,9 @@ def test_ipmi_catches_a_hot_inlet_and_an_unreachable_bmc(blab: Lab, tmp_path: Pa
                   '"protocol": "ipmi", "port": 623, "psu_capacity_w": 3000', text)
     assert text.count('"protocol": "ipmi"') == 2
     inv.write_text(text)
-    faults(blab, tmp_path, "faults:\n  - {host: h2, kind: temp_critical}\n"
-           "  - {host: h1, kind: bmc_unreachable}\n")
-    try:
+    with faults(blab, tmp_path, "faults:\n  - {host: h2, kind: temp_critical}\n"
+                "  - {host: h1, kind: bmc_unreachable}\n"):
         r, lines = run(blab, tmp_path / "runs", inventory=inv, checks=("hardware.inventory",))
-    finally:
-        blab.apply_faults(None)
     h2 = bmc_results(r, "h2")
     assert h2["bmc.sensors"].verdict.name == "FAIL"
     assert "Inlet Temp 44 C >= upper critical 42 C" in h2["bmc.sensors"].findings
@@ -268,11 +261,8 @@ def test_the_gpu_container_sees_every_gpu_and_each_break_fails(blab: Lab,
             "cdi_missing": "no CDI spec for the GPUs",
             "toolkit_missing": "the NVIDIA Container Toolkit is not installed"}
     for kind, text in want.items():
-        faults(blab, tmp_path, f"faults:\n  - {{host: h1, kind: {kind}}}\n")
-        try:
+        with faults(blab, tmp_path, f"faults:\n  - {{host: h1, kind: {kind}}}\n"):
             bad = smoke(kind)
-        finally:
-            blab.apply_faults(None)
         assert bad.verdict.name == "FAIL" and text in bad.summary, (kind, bad.summary)
     # every fault undone: the host's own spec is back, byte for byte, and the path works
     assert blab.ssh("h1", "cat /etc/cdi/nvidia.yaml").stdout == spec_before
