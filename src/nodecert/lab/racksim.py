@@ -1,8 +1,11 @@
 """One management endpoint of a lab rack -- an NVLink switch tray, a power shelf or a
 CDU -- served over real Redfish (sushy-tools' static handler behind HTTPS and Basic
 authentication, as the lab's node BMCs are) with the SIMULATED tree of
-nodecert.lab.rackmodel, rendered again every second from the component's directory
-(`component.json`: kind, name, faults; a fault written there shows at the next tick).
+nodecert.lab.rackmodel, made again every second from the component's directory
+(`component.json`: kind, name, faults; a fault written there shows at the next tick)
+and written out only when it changed: a switch tray's hundreds of port documents stay
+as they are until a fault moves them, so a rack of endpoints does not keep the disk
+and the kernel busy rewriting the same files.
 
     python -m nodecert.lab.racksim --dir DIR --address IP --port 443
 
@@ -22,6 +25,7 @@ import threading
 import time
 from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from sushy_tools.static import main as sushy_static  # type: ignore[import-untyped]
 
@@ -31,13 +35,17 @@ from nodecert.lab.bmcsim import auth_handler
 TICK_S = 1.0
 
 
-def render(d: Path) -> None:
+def render(d: Path, served: dict[str, Any] | None = None) -> dict[str, Any]:
     """The component's tree now, swapped in whole (the served path is a symbolic link
-    replaced in one rename): a reader never sees half of a tick, nor none."""
+    replaced in one rename): a reader never sees half of a tick, nor none. A tree equal
+    to `served` (the one on the disk) is not written again; returns the tree served."""
     component = json.loads((d / "component.json").read_text())
+    now = rackmodel.tree(component, time.time())
+    if now == served:
+        return now
     tag = f"{time.monotonic_ns()}"
     fresh = d / f"tree.{tag}"
-    for rel, doc in rackmodel.tree(component, time.time()).items():
+    for rel, doc in now.items():
         path = fresh / rel / "index.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1))
@@ -48,6 +56,7 @@ def render(d: Path) -> None:
     # the swap still finds its file.
     for old in sorted(d.glob("tree.*"), key=lambda p: int(p.name[5:]))[:-2]:
         shutil.rmtree(old, ignore_errors=True)
+    return now
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=443)
     a = ap.parse_args(argv)
     d = a.dir.resolve()
-    render(d)
+    served = render(d)
     sushy_static.REDFISH_MOCKUP_FILES = str(d / "mockup")
     user = json.loads((d / "component.json").read_text()).get("username", "nodecert")
     password = (d / "password").read_bytes().strip()
@@ -68,10 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
 
     def tick() -> None:
+        nonlocal served
         while True:
             time.sleep(TICK_S)
             try:
-                render(d)
+                served = render(d, served)
             except (OSError, ValueError) as exc:
                 print(f"racksim: {exc}", file=sys.stderr, flush=True)
 
