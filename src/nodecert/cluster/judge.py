@@ -10,6 +10,7 @@ and ib_write_bw's average on every rail >= cluster.rail_bw_fraction_min x the ra
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from nodecert_node.contract import Threshold
 from nodecert_node.parse import ParseError, marked_sections
 from nodecert_node.parse.bench import parse_nccl
 from nodecert_node.parse.perftest import parse_perftest
-from nodecert_node.parse.toolnotes import perftest_notes
+from nodecert_node.parse.toolnotes import perftest_notes, port_failures
 
 # What a job's first rank prints (and exits 97 with) when a port the job was given is
 # already taken on its node: the job did not measure anything (ERROR), nobody is blamed.
@@ -36,6 +37,10 @@ def port_busy(output: str) -> str | None:
 
 
 RANK = 'r="${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:-0}}"'
+# The acceptance collectives run with NCCL's port failover off. nodecert policy: a node
+# must deliver its bandwidth on every port it was sold with, and a port that fails under
+# load is a fault to name, not one to ride out.
+PORT_FAILOVER = 0
 RAIL_MARK = "=== nodecert rail "
 
 
@@ -94,7 +99,11 @@ def prelude(first: str, port: int, extra_ports: int = 0) -> str:
             f"echo \"{PORT_BUSY_MARK}$p\"; exit {PORT_BUSY_RC}; fi; done; fi; "
             f"export NCCL_COMM_ID=\"$first:{port}\" "
             # NCCL's INIT and NET lines name the transport it chose and why a run hung.
-            "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET")
+            "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "
+            # Every port is measured: NCCL 2.29+ can fail over from a port lost mid-run
+            # and pass on the others (NCCL v2.29.7 release notes: on with =1). Set here,
+            # it wins over a site's /etc/nccl.conf; older NCCL ignores it.
+            f"NCCL_IB_RESILIENCY_PORT_FAILOVER={PORT_FAILOVER}")
 
 
 def allreduce_script(first: str, port: int, gpus: int, max_bytes: str,
@@ -138,23 +147,32 @@ class Reading:
     notes: list[str] = field(default_factory=list)  # what NCCL/perftest said beside it
     network: str | None = None  # the transport NCCL used (IB, Socket, ...), where shown
     gdrdma: bool | None = None  # whether its network channels used GPUDirect RDMA
+    # ports NCCL lost during the run, "host[ hca]: what" (toolnotes.port_failures)
+    port_failures: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def read_allreduce(rank0: str) -> Reading:
+def read_allreduce(rank0: str, others: Iterable[str] = ()) -> Reading:
+    """The collective's figures from rank 0's output (nccl-tests prints them there) and
+    the ports NCCL lost from every rank's (each process logs its own). A run that ended
+    in nccl-tests' own failure gives no figure, whatever rows it printed before."""
+    lost: list[str] = []
+    for text in (rank0, *others):
+        lost += [x for x in port_failures(text) if x not in lost]
     try:
         p = parse_nccl(rank0)
     except ParseError as exc:
-        return Reading(problem=f"all_reduce_perf output unreadable: {exc}")
-    if not p["rows"]:
+        return Reading(problem=f"all_reduce_perf output unreadable: {exc}",
+                       port_failures=lost)
+    if not p["rows"] or p["failures"]:
         why = "; ".join(p["failures"][:3]) or "no result rows (hung or killed?)"
         return Reading(problem=f"all_reduce_perf gave no figures: {why}",
-                       notes=list(p["notes"]))
+                       notes=list(p["notes"]), port_failures=lost)
     last = max(p["rows"], key=lambda r: r["size"])
     return Reading(busbw=float(last["busbw"]), oob=p["oob"], notes=list(p["notes"]),
-                   network=p["network"], gdrdma=p["gdrdma"])
+                   network=p["network"], gdrdma=p["gdrdma"], port_failures=lost)
 
 
 def rail_notes(rank1: str) -> list[str]:

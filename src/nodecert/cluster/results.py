@@ -55,6 +55,8 @@ def pairs_result(ctx: ClusterContext, jobs: list[JobResult], pairs: list[PairOut
     findings += [f"{n}: rail(s) {', '.join(d)} below {ctx.exp.rail.describe()} in "
                  "every pairing" for n, d in sorted(rails.items())]
     findings += [f"{' + '.join(p.nodes)}: {p.error} ({p.job})" for p in errors]
+    findings += [f"{' + '.join(p.nodes)}: lost {x}" for p in pairs
+                 for x in p.reading.port_failures]
     bad = [p for p in pairs if not p.ok and not p.error]
     v = (Verdict.FAIL if iso.culprits or iso.suspects or rails or bad else Verdict.PASS)
     if errors:
@@ -80,6 +82,14 @@ def allreduce_result(ctx: ClusterContext, jobs: list[JobResult], reading: Readin
     if whole.timed_out:
         v, summary = Verdict.ERROR, (f"all-reduce over {len(ctx.nodes)} nodes hung "
                                      f"past {ctx.cfg.job_timeout_s:g} s")
+    elif reading.port_failures and not whole.error:
+        # a port lost under load: whatever the run measured (or could not), it names it
+        v = Verdict.FAIL
+        summary = (f"all-reduce over {len(ctx.nodes)} nodes lost a network port under "
+                   f"load: {reading.port_failures[0]}")
+        findings += reading.port_failures
+        if reading.busbw is not None:
+            findings.append(f"busbw {reading.busbw:.1f} GB/s measured on the ports left")
     elif whole.error or reading.busbw is None:
         v = Verdict.ERROR
         summary = f"all-reduce over all nodes did not run: {whole.error or reading.problem}"

@@ -168,7 +168,7 @@ class ClusterRun:
 
     def _judge_pair(self, pair: tuple[str, str], rnd: int, res: JobResult) -> PairOutcome:
         ranks = res.by_rank()
-        reading = read_allreduce(ranks.get(0, ""))
+        reading = read_allreduce(ranks.get(0, ""), ranks.values())
         reading.rails = read_rails(ranks.get(1, ""), self.ctx.exp.devices)
         reading.notes += rail_notes(ranks.get(1, ""))
         ar_ok = (reading.busbw is not None and bool(self.ctx.exp.busbw.check(reading.busbw))
@@ -180,15 +180,16 @@ class ClusterRun:
         if transport:
             reading.notes.insert(0, transport)
         return PairOutcome(pair, rnd, reading, res.job.name,
-                           ar_ok and all(rails_ok.values()) and not error and not transport,
-                           rails_ok, error)
+                           ar_ok and all(rails_ok.values()) and not error and not transport
+                           and not reading.port_failures, rails_ok, error)
 
     def allreduce(self, nodes: list[str]) -> tuple[Reading, JobResult]:
         c = self.ctx
         job = self.job("all", tuple(nodes), lambda first, port: allreduce_script(
             first, port, c.exp.gpus, c.cfg.max_bytes))
         res = self.run_jobs([job])[0]
-        return read_allreduce(res.by_rank().get(0, "")), res
+        ranks = res.by_rank()
+        return read_allreduce(ranks.get(0, ""), ranks.values()), res
 
     def collectives(self) -> dict[str, Reading]:
         """The extra collectives the settings ask for, each over all nodes."""
@@ -301,9 +302,10 @@ class ClusterRun:
                       simulated=self.ctx.simulated)
 
     def _group_ok(self, res: JobResult) -> bool:
-        r = read_allreduce(res.by_rank().get(0, ""))
+        ranks = res.by_rank()
+        r = read_allreduce(ranks.get(0, ""), ranks.values())
         return (res.ok and r.busbw is not None and bool(self.ctx.exp.busbw.check(r.busbw))
-                and not r.oob)
+                and not r.oob and not r.port_failures)
 
     def bisect(self, reference: str | None) -> clusterplan.Bisection:
         c = self.ctx

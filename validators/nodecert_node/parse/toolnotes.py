@@ -27,6 +27,14 @@ _WC_STATUS = {1: "IBV_WC_LOC_LEN_ERR", 2: "IBV_WC_LOC_QP_OP_ERR", 4: "IBV_WC_LOC
                   "side did not answer",
               13: "IBV_WC_RNR_RETRY_EXC_ERR: the remote side had no receive posted"}
 _MAX_NOTES = 12
+# A failed work completion: "with status=12 opcode=..." (later NCCL), "with error 12,
+# opcode ..." (earlier NCCL).
+_WC = re.compile(r"Got completion from peer (\S+) with (?:status=|error )(\d+)")
+# The process that printed an NCCL line: "host:pid:tid [dev] ..." (NCCL's log prefix).
+_NCCL_PREFIX = re.compile(r"(?:^|\s)([A-Za-z0-9][A-Za-z0-9._-]*):\d+:\d+ \[\d+\]")
+# NCCL 2.29+ with port failover on (NCCL_IB_RESILIENCY_PORT_FAILOVER=1): a device of a
+# merged NIC failed and its traffic moved to the others (transport/net_ib/p2p_resiliency).
+_FAILED_OVER = re.compile(r"ncclIbResiliencyHandleDeviceFailure: Device (\d+) marked as failed")
 
 
 def _add(notes: list[str], note: str) -> None:
@@ -45,7 +53,7 @@ def _cause(level: str, body: str) -> str | None:
         return (f"GPUDirect RDMA disabled for HCA {g.group(2)}" + (f" {why}" if why else "")
                 + ": GPU buffers go through host memory (check nvidia-peermem or DMA-BUF "
                   "support)")
-    wc = re.search(r"Got completion from peer (\S+) with status=(\d+)", body)
+    wc = _WC.search(body)
     if wc:
         code = int(wc.group(2))
         return (f"the IB transport failed a transfer with peer {wc.group(1)}: status {code} "
@@ -57,6 +65,36 @@ def _cause(level: str, body: str) -> str | None:
     if re.search(r"Connection refused|No route to host|Network is unreachable", body):
         return f"NCCL could not connect: {body[:200]}"
     return f"NCCL WARN {body[:200]}" if level == "WARN" else None
+
+
+def port_failures(text: str) -> list[str]:
+    """The network ports NCCL lost during a run, each once, as "host[ hca]: what": a
+    transfer the IB transport failed ("Got completion from peer ... with status=N",
+    naming its HCA where NCCL does; a flush, status 5, is a queue pair already in error
+    and still names its port), or a device NCCL failed over from. Either means a port
+    failed under the collective's load: figures measured after a failover are the
+    surviving ports', so the run cannot pass whatever its bandwidth."""
+    out: list[str] = []
+    for raw in text.splitlines():
+        m = _NCCL_LINE.search(raw)
+        if not m or m.group(1) != "WARN":
+            continue
+        body = m.group(2).strip()
+        who = _NCCL_PREFIX.search(raw[:m.start()])
+        host = who.group(1) if who else "a rank"
+        wc = _WC.search(body)
+        fo = _FAILED_OVER.search(body)
+        if wc:
+            hca = re.search(r"\bhca (\S+)", body)
+            where = f"{host} {hca.group(1)}" if hca else host
+            note = (f"{where}: a transfer with peer {wc.group(1)} failed (status "
+                    f"{wc.group(2)}, {_WC_STATUS.get(int(wc.group(2)), 'see enum ibv_wc_status')})")
+            if not any(x.startswith(f"{where}: ") for x in out):
+                out.append(note)
+        elif fo:
+            _add(out, f"{host}: NCCL marked device {fo.group(1)} of a merged NIC failed and "
+                      "moved its traffic to the others (port failover)")
+    return out[:_MAX_NOTES]
 
 
 def nccl_notes(text: str) -> dict[str, Any]:
@@ -145,4 +183,4 @@ def perftest_notes(text: str) -> dict[str, Any]:
     return {"mtu": mtu, "relax_order": relax, "notes": notes}
 
 
-__all__ = ["nccl_notes", "perftest_notes"]
+__all__ = ["nccl_notes", "perftest_notes", "port_failures"]

@@ -97,6 +97,10 @@ FAULT_KINDS: dict[str, FaultKind] = {
                     "its rate while the port looks healthy (a congested or mis-cabled rail): "
                     "ib_write_bw on that rail and every multi-node collective slow down",
                     "cluster.pairs"),
+    "port_fails_under_load": _k({"hca"}, set(), "the HCA's port reads Active but drops "
+                                "during a multi-node collective (a flapping cable): NCCL "
+                                "fails the run, or with port failover on (NCCL 2.29+) rides "
+                                "it out on the other ports and says so", "cluster.pairs"),
     "node_fabric_slow": _k(set(), {"factor"}, "every rail of the node moves data at factor "
                            "(default 0.5) of its rate (a misconfigured node: wrong NUMA or "
                            "PCIe placement, no GPUDirect): ports look healthy",
@@ -357,6 +361,10 @@ class Faults:
         """The first injected fault of this kind on HCA n, or None."""
         hit = [f for f in self._of(kind) if int(f.get("hca", -1)) == hca]
         return hit[0] if hit else None
+
+    def ports_failing_under_load(self) -> list[int]:
+        """The HCAs whose port drops during a multi-node collective."""
+        return sorted({int(f["hca"]) for f in self._of("port_fails_under_load")})
 
     def rail_factor(self, hca: int) -> float:
         """The share of its rate the HCA's rail delivers (rail_slow x node_fabric_slow)."""

@@ -91,6 +91,7 @@ class Bootstrap:
         self.addr = _address(comm_id)
         self.rank, self.size = rank, size
         self.peers = []  # rank 0: the other ranks' sockets
+        self.peer_ranks = []  # rank 0: the rank behind each of them
 
     def gather(self, mine):
         """Rank 0: every rank's description in rank order. Others: None, once sent."""
@@ -100,7 +101,7 @@ class Bootstrap:
             srv.bind(("", self.addr[1]))
             srv.listen(self.size)
             srv.settimeout(BOOTSTRAP_TIMEOUT_S)
-            infos = {0: mine}
+            infos = {0: dict(mine, addr=self.addr[0])}
             try:
                 while len(infos) < self.size:
                     conn, _ = srv.accept()
@@ -108,6 +109,7 @@ class Bootstrap:
                     info = _recv(conn)
                     infos[int(info["rank"])] = info
                     self.peers.append(conn)
+                    self.peer_ranks.append(int(info["rank"]))
             except OSError as exc:  # socket.timeout is no TimeoutError before 3.10
                 raise TimeoutError(f"bootstrap: {self.size - len(infos)} of {self.size} "
                                    f"ranks never connected to {self.addr[0]}:{self.addr[1]}"
@@ -126,23 +128,29 @@ class Bootstrap:
                                        "never answered") from None
                 time.sleep(0.1)  # NCCL retries a refused bootstrap connection likewise
         sock.settimeout(None)
-        _send(sock, dict(mine, rank=self.rank))
+        # the address this rank reaches the others from (NCCL's peers name it so)
+        _send(sock, dict(mine, rank=self.rank, addr=sock.getsockname()[0]))
         self.peers = [sock]
         return None
 
-    def finish(self, rc=0):
-        """Rank 0 tells everyone the run is over; others wait for it. The exit code."""
+    def finish(self, rc=0, say=None):
+        """Rank 0 tells everyone the run is over (and, in `say`, rank -> the lines that
+        rank's process logs of it: what it alone would see, a port of its own failing);
+        others wait for it and print theirs. The exit code."""
         if self.rank == 0:
-            for conn in self.peers:
+            for k, conn in enumerate(self.peers):
                 try:
-                    _send(conn, {"rc": rc})
+                    _send(conn, {"rc": rc, "say": (say or {}).get(self.peer_ranks[k], [])})
                 finally:
                     conn.close()
             return rc
         try:
-            return int(_recv(self.peers[0]).get("rc", 0))
+            end = _recv(self.peers[0])
         finally:
             self.peers[0].close()
+        for line in end.get("say") or []:
+            print(line)
+        return int(end.get("rc", 0))
 
 
 def pair_gbps(mine, theirs):

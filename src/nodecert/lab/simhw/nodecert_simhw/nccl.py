@@ -114,10 +114,14 @@ def cmd_all_reduce_perf(argv, test="all_reduce_perf"):
         return 2
     gpus = vis[:ngpus]
     faults = Faults(hw)
+    rails = multinode.rail_gbps(hw)
     mine = {"rank": rank, "host": host, "pid": os.getpid(),
             "buses": [bus_id(hw, i, width=4)[:-2].lower() for i in gpus],
             "product": hw["profile"]["gpu"]["product_name"],
-            "peak": busbw_peak(hw, gpus), "factor": faults.busbw_factor(), "rails": multinode.rail_gbps(hw),
+            "peak": busbw_peak(hw, gpus), "factor": faults.busbw_factor(), "rails": rails,
+            # ports that read Active and drop under the collective's load
+            "lose": [k for k in faults.ports_failing_under_load()
+                     if k < len(rails) and rails[k] > 0],
             "hang": faults.nccl_hangs(), "wrong": faults.nccl_wrong(),
             # no nvidia_peermem: no GPUDirect RDMA, NCCL stages through host memory
             "gdr": faults.setting("peermem_missing") is None,
@@ -141,8 +145,59 @@ def cmd_all_reduce_perf(argv, test="all_reduce_perf"):
             return boot.finish()
     else:
         ranks = [mine]
-    rc = _report(ranks, nccl, ngpus, opts, test)
-    return boot.finish(rc) if boot else rc
+    say = {}
+    ranks, fail = lost_ports(ranks, nccl, say)
+    rc = _report(ranks, nccl, ngpus, opts, test, fail=fail, say=say)
+    return boot.finish(rc, say) if boot else rc
+
+
+def _failover_on(nccl):
+    """NCCL's port failover: NCCL 2.29.7 and later, with NCCL_IB_RESILIENCY_PORT_FAILOVER=1
+    (off by default; NCCL v2.29.7 release notes)."""
+    version = tuple(int(x) for x in re.findall(r"\d+", nccl.split("+")[0])[:3])
+    return (version >= (2, 29, 7)
+            and os.environ.get("NCCL_IB_RESILIENCY_PORT_FAILOVER", "0").strip() == "1")
+
+
+def lost_ports(ranks, nccl, say):
+    """A port lost under load across nodes (not over the NVLink domain): with port
+    failover on, its rank logs the failover and the run goes on without that rail (the
+    ranks returned have it removed); with it off, the run fails: the ports lost,
+    [(rank, hca)], are returned for the report to fail on. `say` gets each rank's lines."""
+    lost = [(i, k) for i, r in enumerate(ranks) for k in r.get("lose") or ()]
+    if len(ranks) < 2 or over_mnnvl(ranks) or not lost:
+        return ranks, []
+    if not _failover_on(nccl):
+        return ranks, lost
+    recovery = "Yes" if os.environ.get("NCCL_IB_RESILIENCY_PORT_RECOVERY") == "1" else "No"
+    for i, k in lost:
+        r = ranks[i]
+        say.setdefault(i, []).append(
+            f"{r['host']}:{r['pid']}:{r['pid'] + 9} [0] transport/net_ib/p2p_resiliency.cc:325"
+            f" NCCL WARN NET/IB: ncclIbResiliencyHandleDeviceFailure: Device {k % 2} marked "
+            f"as failed. Initiating recovery? {recovery} (send comm=0x7f03e8{k:06x}, "
+            "outstandingRecovery=0)")
+    gone = {i: {k for j, k in lost if j == i} for i, _ in lost}
+    return [dict(r, rails=[g for k, g in enumerate(r["rails"]) if k not in gone[i]])
+            if i in gone else r for i, r in enumerate(ranks)], []
+
+
+def _network_failure(ranks, fail, say):
+    """NCCL's IB transport on the rank whose port dropped (a transfer retried until it
+    gave up: IBV_WC_RETRY_EXC_ERR), then nccl-tests' own failure on every rank."""
+    for i, k in fail:
+        r = ranks[i]
+        peer = ranks[1 if i == 0 else 0]
+        say.setdefault(i, []).append(
+            f"{r['host']}:{r['pid']}:{r['pid'] + 7} [0] transport/net_ib.cc:2244 NCCL WARN "
+            f"NET/IB: Got completion from peer {peer.get('addr', '?')}<{40000 + k}> with "
+            f"status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:"
+            f"{r.get('addr', '?')} remoteGids::ffff:{peer.get('addr', '?')} hca mlx5_{k}")
+    for i, r in enumerate(ranks):
+        say.setdefault(i, []).extend([
+            f"{r['host']}: Test NCCL failure common.cu:1148 'remote process exited or there "
+            "was a network error / '",
+            f" .. {r['host']} pid {r['pid']}: Test failure common.cu:1189"])
 
 
 def _banner(nccl, ngpus, opts, test="all_reduce_perf"):
@@ -208,7 +263,10 @@ def combined_peak(ranks):
     return peak
 
 
-def _report(ranks, nccl, ngpus, opts, test="all_reduce_perf"):
+def _report(ranks, nccl, ngpus, opts, test="all_reduce_perf", *, fail=(), say=None):
+    """The report rank 0 prints (rank 0's own lines in `say` included); `fail`: ports
+    lost under load with no failover, so the run stops halfway through its sizes."""
+    say = {} if say is None else say
     _banner(nccl, ngpus, opts, test)
     redop, bus_factor, share = COLLECTIVES[test]
     lo, hi, factor = _size(opts["-b"]), _size(opts["-e"]), int(opts["-f"])
@@ -222,6 +280,8 @@ def _report(ranks, nccl, ngpus, opts, test="all_reduce_perf"):
     if os.environ.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
         _info_lines(ranks, nccl)
     print("#")
+    for line in [ln for ln in say.get(0, []) if "NCCL WARN" in ln]:
+        print(line)
     sys.stdout.flush()
     if any(r["hang"] for r in ranks):
         # A hung collective: no output, no exit, until the caller's timeout kills it.
@@ -239,7 +299,16 @@ def _report(ranks, nccl, ngpus, opts, test="all_reduce_perf"):
     wrong = 1 if any(r["wrong"] for r in ranks) else 0
     base_us = 12.0 if len(ranks) == 1 else 25.0  # a hop over the fabric costs latency
     size, total, rows = lo, 0.0, 0
+    # the port drops halfway through the sizes (geometrically), before a lone size
+    stop = ((lo * hi) ** 0.5 if hi > lo else lo / 2) if fail else None
     while size <= hi:
+        if stop is not None and size > stop:
+            say.pop(0, None)
+            _network_failure(ranks, fail, say)
+            for line in say.pop(0, []):
+                print(line)
+            sys.stdout.flush()
+            return 3  # testNcclError
         count = max(size // 4 // (n if redop == "none" else 1), 0)  # per rank
         cells = []
         for place in (0, 1):
