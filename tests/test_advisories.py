@@ -21,7 +21,7 @@ from nodecert.stack import advisories
 from nodecert.stack.advisories import default_advisories, judge, judge_result, upstream
 from nodecert.stack.gate import evaluate
 from nodecert.stack.manifest import find_stack, list_stacks
-from nodecert.stack.versions import DriverVersion
+from nodecert.stack.versions import DottedVersion, DriverVersion
 from nodecert_node.contract import Result, Verdict
 from nodecert_node.parse import ParseError
 from nodecert_node.parse.system import parse_runc_version
@@ -44,7 +44,7 @@ def test_every_advisory_cites_a_known_source_and_the_table_has_a_date() -> None:
     table = default_advisories()
     assert table.as_of and len(table.advisories) >= 10
     assert {a.component for a in table.advisories} == set(advisories.COMPONENTS)
-    assert all(a.sources and a.cves for a in table.advisories)
+    assert all(a.sources and (a.cves or a.kind == "correctness") for a in table.advisories)
     assert table.not_tabled  # what the table does not cover is said
 
 
@@ -53,8 +53,9 @@ def test_the_projects_own_stacks_are_never_refused_by_a_bulletin() -> None:
     for stack in list_stacks():
         rep = evaluate(stack, others={"container_toolkit": "1.17.8-1"})
         sec = [r for r in rep.results if r.rule.startswith("security.advisories")]
-        assert {r.rule for r in sec} == {"security.advisories[driver]",
-                                        "security.advisories[container_toolkit]"}
+        assert {r.rule.split(" (")[0] for r in sec} == {
+            "security.advisories[driver]", "security.advisories[container_toolkit]",
+            "security.advisories[cublas]"}  # the framework's cuBLAS wheel
         assert all(r.verdict <= Verdict.WARN for r in sec), [r.message for r in sec]
     r580 = evaluate(find_stack("r580-cuda13.0"), others={"container_toolkit": "1.17.8-1"})
     assert all(r.verdict is Verdict.PASS for r in r580.results
@@ -75,6 +76,12 @@ def test_the_projects_own_stacks_are_never_refused_by_a_bulletin() -> None:
     ("runc", "1.2.7", "RUNC-2025-11", Verdict.FAIL),
     ("runc", "1.3.3", "RUNC-2025-11", Verdict.PASS),
     ("runc", "1.1.14", "RUNC-2025-11", Verdict.WARN),
+    # a correctness advisory: only its affected releases fail
+    ("cublas", "13.0.0.19", "NVIDIA-CUBLAS-2026-04", Verdict.PASS),  # before the defect
+    ("cublas", "13.4.0", "NVIDIA-CUBLAS-2026-04", Verdict.FAIL),     # CUDA 13.2 Update 1's
+    ("cublas", "13.4.0.1", "NVIDIA-CUBLAS-2026-04", Verdict.FAIL),
+    ("cublas", "13.4.1", "NVIDIA-CUBLAS-2026-04", Verdict.PASS),     # the patch release
+    ("cublas", "13.8.0.4", "NVIDIA-CUBLAS-2026-04", Verdict.PASS),   # CUDA 13.4 Update 1's
 ])
 def test_one_version_against_one_bulletin(component: str, version: str, advisory: str,
                                           verdict: Verdict) -> None:
@@ -133,6 +140,33 @@ def test_the_gate_judges_what_the_roles_install_beside_the_stack() -> None:
     assert rule.verdict is Verdict.FAIL and "below 1.17.4" in rule.message
 
 
+def test_the_gate_refuses_cuda_13_2_update_1_for_its_cublas_unless_accepted() -> None:
+    base = find_stack("r580-cuda13.0")
+    stack = dataclasses.replace(base, cuda=DottedVersion.parse("13.2.1"))
+    rep = evaluate(stack)
+    rule = next(r for r in rep.results
+                if r.rule == "security.advisories[cublas] (CUDA 13.2.1)")
+    assert rep.verdict is Verdict.FAIL and rule.verdict is Verdict.FAIL
+    assert rule.message.startswith("cublas 13.4.0 is below 13.4.1, which fixes a "
+                                   "correctness defect (NVIDIA-CUBLAS-2026-04: "
+                                   "cublasLtMatmul() ignored the tensor-wide scale of NVFP4")
+    assert set(rule.sources) == {"CUDA1321", "CUBLAS1322"}
+    accepted = evaluate(stack, allow_advisories=frozenset({"NVIDIA-CUBLAS-2026-04"}))
+    rule = next(r for r in accepted.results if r.rule.startswith("security.advisories[cublas]"
+                                                                  " (CUDA"))
+    assert rule.verdict is Verdict.WARN and "accepted by the site" in rule.message
+    # the framework's own wheel is judged too: PyTorch brings its cuBLAS
+    hashes = {("nvidia-cublas==13.4.0.1" if k.startswith("nvidia-cublas==") else k): v
+              for k, v in base.framework.hashes.items()}
+    wheel = dataclasses.replace(base, framework=dataclasses.replace(base.framework,
+                                                                   hashes=hashes))
+    rule = next(r for r in evaluate(wheel).results
+                if r.rule == "security.advisories[cublas] (the framework's nvidia-cublas)")
+    assert rule.verdict is Verdict.FAIL and "cublas 13.4.0.1 is below 13.4.1" in rule.message
+    # a toolkit the table says nothing of adds no cuBLAS of its own
+    assert not any("(CUDA" in r.rule for r in evaluate(base).results)
+
+
 def test_an_unknown_accepted_advisory_is_bad_input() -> None:
     with pytest.raises(UnknownNameError, match="NOPE"):
         evaluate(find_stack("r580-cuda13.0"), allow_advisories=frozenset({"NOPE"}))
@@ -181,6 +215,16 @@ def _table(tmp_path: Path, advisory: str) -> Path:
      "fixed: ['6.1'], source: [FC1731]}\n", "kernel"),
     ("  - {id: X, component: runc, cves: [C], summary: s, line: all, "
      "fixed: ['1.2.x'], source: [FC1731]}\n", "1.2.x"),
+    ("  - {id: X, component: runc, cves: [], summary: s, line: all, "
+     "fixed: ['1.2.1'], source: [FC1731]}\n", "a security advisory names its CVEs"),
+    ("  - {id: X, component: cublas, kind: cosmetic, cves: [], summary: s, line: all, "
+     "fixed: ['13.4.1'], source: [CUDA1321]}\n", "cosmetic"),
+    ("  - {id: X, component: cublas, kind: correctness, cves: [], summary: s, line: all, "
+     "introduced: '13.x', fixed: ['13.4.1'], source: [CUDA1321]}\n", "13.x"),
+    ("  - {id: X, component: cublas, kind: correctness, cves: [], summary: s, line: all, "
+     "fixed: ['13.4.1'], source: [CUDA1321]}\nbundled:\n"
+     "  - {cuda: '13.2.1', cublas: '13.4.0', runc: '1.2', source: [CUDA1321]}\n",
+     "name one library"),
 ])
 def test_a_broken_table_is_refused_naming_the_file(tmp_path: Path, advisory: str,
                                                     words: str) -> None:

@@ -198,17 +198,24 @@ def stack_advisories(as_json: bool) -> None:
     m = default_matrix()
     if as_json:
         emit_json({"as_of": table.as_of, "advisories": [
-            {"id": a.id, "component": a.component, "cves": list(a.cves), "summary": a.summary,
-             "line": a.line, "fixed": [str(v) for v in a.fixed],
+            {"id": a.id, "kind": a.kind, "component": a.component, "cves": list(a.cves),
+             "summary": a.summary, "line": a.line, "fixed": [str(v) for v in a.fixed],
+             "introduced": str(a.introduced) if a.introduced else None,
              "sources": [{"key": k, "title": m.sources[k].title, "url": m.sources[k].url}
                          for k in a.sources]} for a in table.advisories],
             "not_tabled": [{"component": n.component, "cves": list(n.cves), "why": n.why}
-                           for n in table.not_tabled]})
+                           for n in table.not_tabled],
+            "bundled": [{"cuda": b.cuda, b.component: b.version, "sources": list(b.sources)}
+                        for b in table.bundled]})
         return
-    echo(f"security bulletins as of {table.as_of}:")
+    echo(f"advisories as of {table.as_of}:")
     for a in table.advisories:
-        echo(f"  {a.id:<22} {a.component:<18} fixed in {', '.join(map(str, a.fixed))}")
-        echo(f"  {'':<22} {', '.join(a.cves)}: {a.summary} [{', '.join(a.sources)}]")
+        since = f" (affected from {a.introduced})" if a.introduced else ""
+        echo(f"  {a.id:<22} {a.component:<18} fixed in {', '.join(map(str, a.fixed))}{since}")
+        what = ", ".join(a.cves) if a.kind == "security" else "correctness"
+        echo(f"  {'':<22} {what}: {a.summary} [{', '.join(a.sources)}]")
+    for b in table.bundled:
+        echo(f"  CUDA {b.cuda} ships {b.component} {b.version} [{', '.join(b.sources)}]")
     for n in table.not_tabled:
         echo(f"  not tabled: {n.component} {', '.join(n.cves)}: {n.why}")
 

@@ -25,7 +25,8 @@ from nodecert.stack.compat import load_sources
 from nodecert.stack.versions import DottedVersion
 from nodecert_node.contract import Result
 
-COMPONENTS = ("driver", "container_toolkit", "runc")
+COMPONENTS = ("driver", "container_toolkit", "runc", "cublas")
+KINDS = ("security", "correctness")
 LINES = {"all": 0, "branch": 1, "minor": 2}
 # What an installed version looks like to be judged: a plain upstream release. A package
 # revision ("-1"), an epoch ("1:") or a distro suffix is stripped by `upstream`.
@@ -44,6 +45,8 @@ class Advisory:
     line: str
     fixed: tuple[DottedVersion, ...]
     sources: tuple[str, ...]
+    kind: str = "security"  # or correctness: wrong results, no CVE
+    introduced: DottedVersion | None = None  # the first affected release, where known
 
     def line_of(self, v: DottedVersion) -> tuple[int, ...]:
         return v.prefix(LINES[self.line])
@@ -57,10 +60,24 @@ class NotTabled:
 
 
 @dataclass(frozen=True)
+class Bundled:
+    """The release of a library a CUDA toolkit release ships (a stack pins the toolkit)."""
+
+    cuda: str
+    component: str
+    version: str
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Advisories:
     as_of: str
     advisories: tuple[Advisory, ...]
     not_tabled: tuple[NotTabled, ...]
+    bundled: tuple[Bundled, ...] = ()
+
+    def shipped_with(self, cuda: str) -> tuple[Bundled, ...]:
+        return tuple(b for b in self.bundled if b.cuda == cuda)
 
     def ids(self) -> set[str]:
         return {a.id for a in self.advisories}
@@ -89,23 +106,28 @@ class Finding:
 def load_advisories(path: Path | None = None) -> Advisories:
     path = path or compat_dir() / "advisories.yml"
     sources = load_sources(path.parent / "sources.yml")
-    root = yamldoc.load(path).mapping({"schema", "as_of", "advisories"}, {"not_tabled"})
+    root = yamldoc.load(path).mapping({"schema", "as_of", "advisories"},
+                                      {"not_tabled", "bundled"})
     if root["schema"].text() != "nodecert.advisories/v1":
         raise root["schema"].error("expected schema nodecert.advisories/v1")
     out: list[Advisory] = []
     for node in root["advisories"].seq():
-        f = node.mapping({"id", "component", "cves", "summary", "line", "fixed", "source"})
-        srcs = tuple(f["source"].text_list())
-        for key in srcs:
-            if key not in sources:
-                raise f["source"].error(f"source {key!r} is not in stacks/compat/sources.yml",
-                                        hint="add the bulletin there, with its title and URL")
+        f = node.mapping({"id", "component", "cves", "summary", "line", "fixed", "source"},
+                         {"kind", "introduced"})
+        srcs = _sources(f["source"], sources)
         fixed = tuple(v.parsed(lambda t: DottedVersion.parse(t, min_parts=2,
                                                              what="fixed release"))
                       for v in f["fixed"].seq())
-        adv = Advisory(f["id"].text(), f["component"].choice(COMPONENTS),
-                       tuple(f["cves"].text_list()), f["summary"].text(),
-                       f["line"].choice(tuple(LINES)), fixed, srcs)
+        kind = f["kind"].choice(KINDS) if "kind" in f else "security"
+        cves = tuple(f["cves"].text_list())
+        if kind == "security" and not cves:
+            raise f["cves"].error("a security advisory names its CVEs",
+                                  hint="or give it `kind: correctness`")
+        introduced = (f["introduced"].parsed(lambda t: DottedVersion.parse(
+            t, min_parts=2, what="first affected release")) if "introduced" in f else None)
+        adv = Advisory(f["id"].text(), f["component"].choice(COMPONENTS), cves,
+                       f["summary"].text(), f["line"].choice(tuple(LINES)), fixed, srcs,
+                       kind, introduced)
         lines = [adv.line_of(v) for v in fixed]
         if not fixed or len(set(lines)) != len(lines):
             raise f["fixed"].error(f"{adv.id}: give one fixed release per {adv.line} line")
@@ -118,7 +140,24 @@ def load_advisories(path: Path | None = None) -> Advisories:
             f = node.mapping({"component", "cves", "why"})
             nt.append(NotTabled(f["component"].choice(COMPONENTS),
                                 tuple(f["cves"].text_list()), f["why"].text()))
-    return Advisories(root["as_of"].text(), tuple(out), tuple(nt))
+    bundled = []
+    for node in root["bundled"].seq() if "bundled" in root else ():
+        f = node.mapping({"cuda", "source"}, set(COMPONENTS) - {"driver"})
+        libs = [k for k in f if k not in ("cuda", "source")]
+        if len(libs) != 1:
+            raise node.error("name one library and its release beside `cuda`")
+        bundled.append(Bundled(f["cuda"].text(), libs[0], f[libs[0]].text(),
+                               _sources(f["source"], sources)))
+    return Advisories(root["as_of"].text(), tuple(out), tuple(nt), tuple(bundled))
+
+
+def _sources(node: yamldoc.Node, known: dict[str, Any]) -> tuple[str, ...]:
+    srcs = tuple(node.text_list())
+    for key in srcs:
+        if key not in known:
+            raise node.error(f"source {key!r} is not in stacks/compat/sources.yml",
+                             hint="add the bulletin there, with its title and URL")
+    return srcs
 
 
 @cache
@@ -159,6 +198,12 @@ def _one(adv: Advisory, v: DottedVersion, component: str) -> tuple[Verdict, str]
     what = f"{component} {v}"
     cves = ", ".join(adv.cves[:2]) + (f" and {len(adv.cves) - 2} more"
                                       if len(adv.cves) > 2 else "")
+    if adv.kind == "correctness":
+        what = f"{component} {v}"
+        if adv.introduced is not None and v < adv.introduced:
+            return Verdict.PASS, (f"{what} predates the defect {adv.id} names (first in "
+                                  f"{adv.introduced})")
+        cves = "a correctness defect"
     mine = adv.line_of(v)
     fix = next((f for f in adv.fixed if adv.line_of(f) == mine), None)
     if fix is not None:
@@ -242,6 +287,6 @@ def judge_result(res: Result, allowed: frozenset[str] = frozenset(),
                      if bad else ""))
 
 
-__all__ = ["COMPONENTS", "Advisories", "Advisory", "Finding", "NotTabled",
+__all__ = ["COMPONENTS", "KINDS", "Advisories", "Advisory", "Bundled", "Finding", "NotTabled",
            "default_advisories", "judge", "judge_result", "load_advisories", "upstream",
            "worst_findings"]

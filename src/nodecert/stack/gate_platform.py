@@ -1,12 +1,16 @@
 """The gate's rules on the platform: the OS supported, every pin confirmed published for
-it, and the security bulletins the stack's components are fixed against."""
+it, and the advisories (security bulletins, correctness defects) the stack's components
+are fixed against."""
 
 from __future__ import annotations
+
+import re
 
 from nodecert.core.errors import VersionError
 from nodecert.core.verdict import Verdict
 from nodecert.stack import advisories
 from nodecert.stack.gate_rule import RuleContext, RuleResult, rule_result
+from nodecert.stack.manifest import Stack
 
 # --- OS ------------------------------------------------------------------------------------
 
@@ -50,14 +54,35 @@ def rule_pins_confirmed(c: RuleContext) -> list[RuleResult]:
 
 # --- security ------------------------------------------------------------------------------
 
+_WHEEL = re.compile(r"^nvidia-(cublas)(?:-cu\d+)?==(\S+)$")
+
+
+def libraries(stack: Stack, table: advisories.Advisories) -> list[tuple[str, str, str]]:
+    """(component, version, where) of the libraries an advisory may name that the stack
+    brings: its CUDA toolkit's own (the release table.bundled says the toolkit ships) and
+    its framework's wheels (PyTorch brings its own cuBLAS)."""
+    out = [(b.component, b.version, f"CUDA {stack.cuda}")
+           for b in table.shipped_with(str(stack.cuda))]
+    for pin in stack.framework.hashes:
+        m = _WHEEL.match(pin)
+        if m:
+            out.append((m.group(1), m.group(2), f"the framework's {pin.split('==')[0]}"))
+    return out
+
+
 def rule_advisories(c: RuleContext) -> list[RuleResult]:
-    """Every installed component against the security bulletins' fixed releases
-    (stacks/compat/advisories.yml): below one is FAIL unless the site accepted it."""
+    """Every installed component against the advisories' fixed releases (security
+    bulletins and correctness defects, stacks/compat/advisories.yml): below one is FAIL
+    unless the site accepted it."""
     out = []
-    for component, version in (("driver", str(c.stack.driver)), *c.others):
+    table = advisories.default_advisories()
+    judged = [(k, v, "") for k, v in (("driver", str(c.stack.driver)), *c.others)]
+    for component, version, where in judged + libraries(c.stack, table):
         rule = f"security.advisories[{component}]"
+        if where:
+            rule = f"{rule} ({where})"
         try:
-            findings = advisories.judge(component, version, allowed=c.allowed)
+            findings = advisories.judge(component, version, allowed=c.allowed, table=table)
         except VersionError as exc:
             out.append(rule_result(rule, Verdict.WARN, f"{component} {version}: {exc}; not judged "
                           "against the security bulletins"))
@@ -69,13 +94,15 @@ def rule_advisories(c: RuleContext) -> list[RuleResult]:
                           "; ".join(f.message for f in bad), *srcs))
         else:
             out.append(rule_result(rule, Verdict.PASS,
-                          f"{component} {version} includes every fixed release of "
-                          f"{len(findings)} bulletins ({', '.join(f.advisory for f in findings)})"
-                          if findings else f"no bulletin names {component}", *srcs))
+                          f"{component} {version} is clear of {len(findings)} "
+                          f"advisor{'y' if len(findings) == 1 else 'ies'} "
+                          f"({'; '.join(f.message for f in findings)})"
+                          if findings else f"no advisory names {component}", *srcs))
     return out
 
 
 __all__ = [
+    "libraries",
     "rule_advisories",
     "rule_os_supported",
     "rule_pins_confirmed",
