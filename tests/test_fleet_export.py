@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from nodecert.certs.signing import init_key
@@ -169,7 +170,8 @@ def test_nvsentinel_events_parse_with_protobuf(site: dict[str, Any], tmp_path: P
     finally:
         sys.path.remove(str(tmp_path))
     weak = next(h for h, k in site["kinds"].items() if k == "weak")
-    for f in sorted((out / "nvsentinel").glob("*.json")):
+    for f in sorted(f for f in (out / "nvsentinel").glob("*.json")
+                    if not f.name.endswith(".externalfault.json")):
         msg = json_format.ParseDict(json.loads(f.read_text()), pb.HealthEvents())
         assert msg.events and all(e.nodeName == f.stem for e in msg.events)
     ev = json_format.ParseDict(json.loads((out / "nvsentinel" / f"{weak}.json").read_text()),
@@ -181,6 +183,99 @@ def test_nvsentinel_events_parse_with_protobuf(site: dict[str, Any], tmp_path: P
     broken["events"][0]["recommendedAction"] = "REBOOT_PLEASE"
     with pytest.raises(json_format.ParseError):
         json_format.ParseDict(broken, pb.HealthEvents())
+
+
+_PARSE = """
+import json, sys
+from google.protobuf import json_format
+sys.path.insert(0, sys.argv[1])
+import he_pb2
+out = []
+for doc in json.load(sys.stdin):
+    try:
+        ev = json_format.ParseDict(doc, he_pb2.HealthEvent())
+        out.append(json_format.MessageToDict(ev))
+    except json_format.ParseError as exc:
+        out.append({"error": str(exc)})
+print(json.dumps(out))
+"""
+
+
+def _health_events(tmp_path: Path, name: str, events: list[dict[str, Any]]
+                   ) -> list[dict[str, Any]]:
+    """Each event parsed by protobuf's JSON parser against NVSentinel's health_event.proto
+    (a copy in tests/fixtures/nvsentinel), in a process of its own: two versions of the
+    proto define the same package and cannot share one descriptor pool. Each is the
+    parsed event, or {"error": ...} where the parser refused it."""
+    protoc = pytest.importorskip("grpc_tools.protoc")
+    shutil.copy(FIXTURES / "nvsentinel" / name, tmp_path / "he.proto")
+    include = Path(protoc.__file__).parent / "_proto"
+    assert protoc.main(["protoc", f"-I{tmp_path}", f"-I{include}",
+                        f"--python_out={tmp_path}", str(tmp_path / "he.proto")]) == 0
+    p = subprocess.run([sys.executable, "-c", _PARSE, str(tmp_path)], input=json.dumps(events),
+                       capture_output=True, text=True, timeout=60, check=True)
+    return list(json.loads(p.stdout))
+
+
+SCHEMA_EF = FIXTURES / "nvsentinel" / "externalfault.schema.json"
+
+
+def test_a_failed_node_is_an_nvsentinel_externalfault(site: dict[str, Any],
+                                                      tmp_path: Path) -> None:
+    import jsonschema
+    schema = json.loads(SCHEMA_EF.read_text())
+    out = site["root"] / "export"
+    if not out.is_dir():
+        test_export_writes_what_each_tool_reads(site)
+    failed = {f.stem for f in (out / "npd").glob("n0*.json")
+              if json.loads(f.read_text())["verdict"] == "FAIL"}
+    files = {f.name.removesuffix(".externalfault.json"): f
+             for f in (out / "nvsentinel").glob("*.externalfault.json")}
+    assert failed and set(files) == failed  # only the nodes that FAILed; the others none
+    assert len(failed) < 40
+    docs = {h: json.loads(f.read_text()) for h, f in sorted(files.items())}
+    # NVSentinel's own example resource passes the same checks as ours
+    example = yaml.safe_load((FIXTURES / "nvsentinel" /
+                              "adr-049-externalfault-example.yaml").read_text())
+    for doc in [example, *docs.values()]:
+        jsonschema.validate(doc, schema)
+    broken = {**example["spec"]["healthEvent"], "recommendedAction": "REBOOT_PLEASE"}
+    parsed = _health_events(tmp_path, "health_event-d87e985.proto",
+                            [example["spec"]["healthEvent"], broken]
+                            + [d["spec"]["healthEvent"] for d in docs.values()])
+    assert parsed[0]["customRecommendedAction"] == "external-remediation"
+    assert "error" in parsed[1] and "REBOOT_PLEASE" in parsed[1]["error"]
+    for (host, doc), ev in zip(docs.items(), parsed[2:], strict=True):
+        assert "error" not in ev, ev
+        assert doc["metadata"]["name"] == f"nodecert-{host}"
+        assert (ev["nodeName"], ev["agent"], ev["isFatal"]) == (host, "nodecert", True)
+        assert not ev.get("isHealthy")  # false: protobuf's JSON leaves it out
+        assert ev["recommendedAction"] == "CUSTOM"
+        assert ev["errorCode"] and all(c.startswith("NC-") for c in ev["errorCode"])
+        assert ev["message"].startswith("SIMULATED -- nodecert FAIL: ")
+        assert ev["metadata"]["simulated"] == "true" and ev["metadata"]["failed_checks"]
+    # a resource off ADR-049's shape is refused: another group, a namespace, a bare event
+    doc = next(iter(docs.values()))
+    for bad in ({**doc, "apiVersion": "nvsentinel.nvidia.com/v1alpha1"},
+                {**doc, "metadata": {**doc["metadata"], "namespace": "nvsentinel"}},
+                {**doc, "spec": doc["spec"]["healthEvent"]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+
+
+def test_an_externalfault_name_is_a_dns_subdomain_for_any_node_name() -> None:
+    from nodecert.certs.externalfault import Failed, external_fault, resource_name
+    assert resource_name("gpu-node-07") == "nodecert-gpu-node-07"
+    odd = {resource_name(n) for n in ("GPU_Node 7", "gpu-node-7", "GPU-NODE-7", "x" * 400)}
+    assert len(odd) == 4
+    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", n) and len(n) <= 253
+               for n in odd)
+    with pytest.raises(ValueError, match="no failed check"):
+        external_fault("n1", [], verdict="FAIL", run_id="r", simulated=False, when="t")
+    long = external_fault("n1", [Failed("load.burnin", "NC-X", "\x1b[31m" + "y" * 5000)],
+                          verdict="FAIL", run_id="r", simulated=False, when="t")
+    msg = long["spec"]["healthEvent"]["message"]
+    assert len(msg) <= 1024 and "\x1b" not in msg
 
 
 def _promtool() -> str:

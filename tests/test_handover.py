@@ -85,6 +85,40 @@ def test_a_bundle_holds_every_certificate_and_verifies_in_one_command(
     assert not check(out, [other.public], now=NOW).ok
 
 
+def test_a_node_not_ready_on_a_failed_check_is_handed_over_as_an_nvsentinel_fault(
+        tmp_path: Path, signer: KeyPair) -> None:
+    good = passing(recorded_results())
+    bad = [dict(r, verdict="FAIL", fault_code="NC-GPU-XID", summary="Xid 79 on GPU 3")
+           if r["check"] == "health.xid" else r for r in good]
+    assert bad != good
+    run = make_run(tmp_path / "r", {"n1": {"results": good, "started": 1796005833.0,
+                                           "finished": 1796005981.0},
+                                    "n2": {"results": bad, "started": 1796005833.0,
+                                           "finished": 1796005981.0}})
+    certify(run, load_private_key(signer.private), now=CERTIFIED)
+    out = tmp_path / "acme"
+    h = build([run], out, [load_private_key(signer.private)])
+    assert {c.name: c.statement["predicate"]["verdict"] for c in h.certificates} == {
+        "n1": "READY", "n2": "NOT READY"}
+    faults = sorted(p.relative_to(out).as_posix() for p in (out / "nvsentinel").iterdir())
+    assert faults == ["nvsentinel/n2.externalfault.json"]  # the READY node has none
+    doc = json.loads((out / faults[0]).read_text())
+    ev = doc["spec"]["healthEvent"]
+    assert (doc["kind"], doc["metadata"]["name"], ev["nodeName"]) == (
+        "ExternalFault", "nodecert-n2", "n2")
+    assert ev["errorCode"] == ["NC-GPU-XID"] and "health.xid: Xid 79 on GPU 3" in ev["message"]
+    assert ev["metadata"]["certificate"] == "certificates/node-n2.intoto.dsse.json"
+    # listed in the signed manifest like every other file, and checked with them (the
+    # bundle as a whole does not pass: it holds a node NOT READY)
+    assert faults[0] in json.loads(base64.b64decode(json.loads(
+        (out / MANIFEST).read_text())["payload"]))["files"]
+    b = check(out, [signer.public], now=NOW)
+    assert {n: ok for n, ok, _ in b.steps}["files"] and not b.ok
+    (out / faults[0]).write_text((out / faults[0]).read_text().replace("NC-GPU-XID", "NC-OK"))
+    b = check(out, [signer.public], now=NOW)
+    assert not {n: ok for n, ok, _ in b.steps}["files"]
+
+
 def test_any_changed_byte_of_any_file_fails_the_bundle(tmp_path: Path,
                                                         signer: KeyPair) -> None:
     out = tmp_path / "b"

@@ -8,6 +8,9 @@ that verifies offline with one command and opens in a browser.
     DIR/keys/<keyid>.pub                the signers' public keys (copies: trust is given
                                         out of band, with `verify-bundle --pubkey`)
     DIR/keys/*.rotation.dsse.json, *.withdrawal.dsse.json   key statements
+    DIR/nvsentinel/<node>.externalfault.json   for a node NOT READY on a failed check: the
+                                        NVIDIA NVSentinel ExternalFault that has the
+                                        customer's NVSentinel drain it for repair
     DIR/revocations.intoto.dsse.json    the signer's revocation list, when given
     DIR/manifest.intoto.dsse.json       sha256 and size of every other file, signed
 
@@ -36,6 +39,7 @@ from cryptography.hazmat.primitives import serialization
 
 from nodecert import __version__
 from nodecert.certs import html as report_html
+from nodecert.certs.externalfault import Failed, external_fault
 from nodecert.certs.i18n import DEFAULT, gettext_for
 from nodecert.certs.intoto import (
     CLUSTER_PREDICATE_TYPE,
@@ -218,7 +222,28 @@ def _write_certificate(work: Path, c: Certificate, signer: str, *, lang: str,
     _write(work, f"reports/{c.stem}.html", page.encode())
     if pdf:
         _write(work, f"reports/{c.stem}.pdf", report_html.pdf_of(page))
+    fault = node_fault(c)
+    if fault is not None:
+        _write(work, f"nvsentinel/{_safe_name(c.name)}.externalfault.json",
+               json.dumps(fault, indent=1).encode() + b"\n")
 
+
+def node_fault(c: Certificate) -> dict[str, Any] | None:
+    """A node certificate's NVSentinel ExternalFault: NOT READY on at least one failed
+    check (a fault measured). A node that is not READY only for what was not measured
+    (ERROR, checks missing) is not drained on the certificate's word."""
+    p = c.statement["predicate"]
+    if c.kind != "node" or p.get("verdict") != "NOT READY":
+        return None
+    failed = [Failed(str(r.get("check", "")), str(r.get("fault_code") or ""),
+                     str(r.get("summary", ""))) for r in p.get("results") or []
+              if isinstance(r, dict) and r.get("verdict") == "FAIL"]
+    if not failed:
+        return None
+    return external_fault(c.name, failed, verdict="NOT READY", run_id=str(p.get("run_id") or ""),
+                          simulated=bool(p.get("simulated")),
+                          when=str((p.get("validity") or {}).get("issued") or ""),
+                          certificate=f"certificates/{c.stem}{CERT_SUFFIX}")
 
 def _signed(body: dict[str, Any], keys: list[PrivateKey]) -> dict[str, Any]:
     """The manifest in one envelope signed by every key (each party's signature)."""
@@ -366,4 +391,4 @@ def readme(signers: list[str], rows: list[dict[str, Any]], statements: bool,
 
 
 __all__ = ["MANIFEST", "MANIFEST_TYPE", "Certificate", "Handover", "HandoverError", "build",
-           "collect", "digest_files", "newest"]
+           "collect", "digest_files", "newest", "node_fault"]

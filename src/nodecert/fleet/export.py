@@ -6,6 +6,8 @@ results where judged):
   --patch-file` (conditions) and `kubectl label` (labels);
 * nvsentinel/<node>.json -- NVIDIA NVSentinel HealthEvents (its health_event.proto in
   protobuf's JSON form): one event per check that did not pass, or one healthy event;
+  nvsentinel/<node>.externalfault.json -- for a node that FAILed, the ExternalFault that
+  has NVSentinel quarantine and drain it for repair (certs/externalfault.py);
 * npd/<node>.json -- the verdict node-problem-detector's custom plugin reads on the node
   (npd/nodecert-npd-check, configured by npd/nodecert-monitor.json);
 * prometheus/fleet.prom -- the fleet judgement as metrics (Prometheus text format), and the
@@ -24,6 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from nodecert.certs.externalfault import Failed, external_fault
 from nodecert.core.textsafe import clean
 from nodecert.fleet.repair import action
 from nodecert.fleet.samples import gpu_model
@@ -129,6 +132,16 @@ def nvsentinel_events(rec: HostRecord, when: str) -> dict[str, Any]:
     return {"version": 1, "events": [event(r) for r in _failing(rec)] or [event(None)]}
 
 
+def node_fault(rec: HostRecord, when: str) -> dict[str, Any] | None:
+    """The node's NVSentinel ExternalFault where it FAILed (a fault measured), else None."""
+    if _outcome(rec) is not Verdict.FAIL:
+        return None
+    failed = [Failed(r.check, r.fault_code, r.summary) for r in rec.results
+              if r.verdict is Verdict.FAIL]
+    return external_fault(rec.host, failed, verdict=_verdict(rec), run_id=str(rec.run_id or ""),
+                          simulated=rec.simulated, when=when) if failed else None
+
+
 def npd_verdict(rec: HostRecord, when: str) -> dict[str, Any]:
     verdict = _verdict(rec)
     bad = _failing(rec)
@@ -194,6 +207,11 @@ def export(recs: list[HostRecord], out: Path, *, now: dt.datetime | None = None)
             p = out / sub / f"{name}.json"
             write_json(p, data)
             written.append(p)
+        fault = node_fault(rec, when)
+        if fault is not None:
+            p = out / "nvsentinel" / f"{name}.externalfault.json"
+            write_json(p, fault)
+            written.append(p)
     write_json(out / "npd" / "nodecert-monitor.json", NPD_MONITOR)  # makes npd/ too
     write_atomic(str(out / "npd" / "nodecert-npd-check"),
                  (OBSERVABILITY / "nodecert-npd-check").read_bytes(), mode=0o755)
@@ -215,4 +233,4 @@ def dashboard() -> dict[str, Any]:
 
 
 __all__ = ["NPD_MONITOR", "OBSERVABILITY", "dashboard", "export", "fleet_prom", "k8s_patch",
-           "label_value", "npd_verdict", "nvsentinel_events"]
+           "label_value", "node_fault", "npd_verdict", "nvsentinel_events"]
