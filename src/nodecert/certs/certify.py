@@ -41,6 +41,7 @@ from nodecert.certs.intoto import (
     RACK_PREDICATE_TYPE,
     STATEMENT_TYPE,
 )
+from nodecert.certs.runrecord import minimum_run_record
 from nodecert.certs.signing import (
     PrivateKey,
     SignatureError,
@@ -91,6 +92,15 @@ def _stack_pins(stack: Stack) -> dict[str, Any]:
             "framework": {"pytorch": str(fw.pytorch) if fw.pytorch else None,
                           "tensorflow": fw.tensorflow},
             "manifest_sha256": _sha256_file(stack.path)}
+
+
+def _settings(host: HostRecord, inputs: dict[str, str] | None) -> dict[str, Any]:
+    """The run's own settings, for its run record: id, suite, times, what it was judged
+    with."""
+    return {"run_id": host.data.get("run_id"), "suite": host.suite,
+            "started": _iso(host.data.get("started")),
+            "finished": _iso(host.data.get("finished")),
+            "inputs": dict(sorted((inputs or {}).items()))}
 
 
 def _result_entry(r: Result) -> dict[str, Any]:
@@ -246,6 +256,10 @@ def statement(host: HostRecord, stack: Stack | None, *, issued: dt.datetime,
         "stack": _stack_pins(stack) if stack else None, "software": software,
         "firmware": firmware,
         "attestation": attestation_summary(results, attestation_verifier),
+        # what NVIDIA's tuning guide asks to keep with every result, as this run recorded it
+        "run_record": minimum_run_record(
+            results, software=software, stack=_stack_pins(stack) if stack else None,
+            firmware=firmware, settings=_settings(host, inputs)),
         "results": [_result_entry(r) for r in results],
         "inputs": dict(sorted((inputs or {}).items())),
         "tool": {"name": "nodecert", "version": __version__},

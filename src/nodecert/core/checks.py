@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from nodecert_node.contract import Result
 
 ROLES = ("identity", "stack-record", "attestation", "firmware-record", "cabling",
-         "domain-load", "rack-firmware")
+         "domain-load", "rack-firmware", "topology-record", "ib-record", "roce-record")
 
 
 class Voice(Protocol):

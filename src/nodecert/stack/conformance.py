@@ -38,6 +38,10 @@ echo '##module'
 cat /sys/module/nvidia/version 2>/dev/null || true
 echo '##freeze'
 cat {env}/pip-freeze.txt 2>/dev/null || true
+echo '##kernel'
+uname -r
+echo '##pagesize'
+getconf PAGE_SIZE 2>/dev/null || true
 """
 
 
@@ -83,8 +87,9 @@ def _sections(text: str) -> dict[str, list[str]]:
 
 def software(output: str) -> dict[str, Any]:
     """What is installed, as gathered (the software bill of materials a certificate
-    binds): OS, pinned packages with versions and hold state, nvidia-smi's driver,
-    the loaded kernel module, the framework environment's pip freeze."""
+    binds): OS, the running kernel and its page size, pinned packages with versions and
+    hold state, nvidia-smi's driver, the loaded kernel module, the framework
+    environment's pip freeze."""
     sec = _sections(output)
     pkgs = {}
     for line in sec.get("pkgs", []):
@@ -92,7 +97,11 @@ def software(output: str) -> dict[str, Any]:
         if len(parts) >= 2 and parts[0]:
             pkgs[parts[0]] = parts[1]
     holds = {h.strip() for h in sec.get("holds", []) if h.strip()}
+    page = (sec.get("pagesize") or [""])[0].strip()
     return {"os": (sec.get("os") or [""])[0].strip(),
+            # absent from a run gathered before they were asked for: None, never ""
+            "kernel": (sec.get("kernel") or [""])[0].strip() or None,
+            "page_size": int(page) if page.isdigit() else None,
             "packages": {n: {"version": v, "held": n in holds} for n, v in sorted(pkgs.items())},
             "driver_reported": (sec.get("smi") or [""])[0].strip(),
             "kernel_module": (sec.get("module") or [""])[0].strip(),
