@@ -199,14 +199,17 @@ def nfs_server_script() -> str:
 
 
 def nfs_client_script(server_ip: str) -> str:
-    """On every host: the client, as a unit that keeps the mount; waits for it."""
+    """On every host: the client, as a unit that keeps the mount; waits for it, up to
+    260 s: nfs-ganesha listens before its export serves, and with three labs starting at
+    once on two cores a CI rehearsal saw the mount refused ("nfs_service failed") for
+    two minutes before it would have come up."""
     url = f"nfs://{server_ip}{EXPORT}?version=3&mountport={MOUNT_PORT}&nfsport={NFS_PORT}"
     unit = NFS_UNIT.format(mount=SHARED_MOUNT, url=url)
     return (f"apt-get install -y -qq {' '.join(NFS_CLIENT_PACKAGES)} >/dev/null && "
             "cat > /etc/systemd/system/nodecert-lab-nfs.service <<'EOF'\n"
             f"{unit}EOF\nsystemctl daemon-reload && "
             "systemctl enable -q --now nodecert-lab-nfs.service && "
-            f"for i in $(seq 1 600); do grep -q ' {SHARED_MOUNT} fuse.nfs ' /proc/mounts && "
+            f"for i in $(seq 1 1300); do grep -q ' {SHARED_MOUNT} fuse.nfs ' /proc/mounts && "
             "exit 0; sleep 0.2; done; journalctl -u nodecert-lab-nfs --no-pager | tail -20; "
             "exit 1")
 

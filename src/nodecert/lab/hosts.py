@@ -278,7 +278,7 @@ class Lab:
         self.ssh(head.name, cluster.nfs_server_script(), timeout=300)
         client = cluster.nfs_client_script(head.ip)
         with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(lambda h: self.ssh(h.name, client, timeout=300), hosts))
+            list(pool.map(lambda h: self.ssh(h.name, client, timeout=420), hosts))
         self.ssh(cluster.HEAD, cluster.slurm_idle_script(len(hosts)), timeout=90)
 
     @staticmethod
