@@ -27,7 +27,7 @@ KIND = "ExternalFault"
 # fault-remediation hands the drained node to the integrator (an
 # ExternalRemediationRequest) rather than acting on it itself.
 ACTION, CUSTOM_ACTION = "CUSTOM", "external-remediation"
-CHECK_NAME = "nodecert.acceptance"
+CHECK_NAME = "nodecert-acceptance"
 MESSAGE_MAX = 1024
 _NAME_MAX = 253
 _NAME_BAD = re.compile(r"[^a-z0-9.-]+")
