@@ -28,7 +28,8 @@ def roce_lab() -> Iterator[Lab]:
     require_root()
     lab = Lab(lab_config("rf", 12), log=lambda m: None)
     try:
-        lab.up(nodes=2, profiles=("l40s-pcie-4",), as_cluster=True)
+        # (no NFS share: the fabric's LLDP is what this lab is for)
+        lab.up(nodes=2, profiles=("l40s-pcie-4",), as_cluster=True, shared_fs=False)
         yield lab
     finally:
         lab.down()

@@ -123,7 +123,8 @@ def write_access_files(cfg: LabConfig, hosts: Sequence[Host], state: dict[str, A
         inv.append("# The lab's Slurm cluster: the cluster command's engine and head host.")
         inv += [f"{k}='{json.dumps(v)}'" if isinstance(v, dict) else f"{k}={v}"
                 for k, v in cluster.inventory_vars().items()]
-        inv.append(f"nodecert_shared_fs='{json.dumps(LAB_SHARED_FS)}'")
+        if state.get("shared_fs", True):
+            inv.append(f"nodecert_shared_fs='{json.dumps(LAB_SHARED_FS)}'")
         ib, eth = fabricplan.fabric_hosts(hosts), ethfabric.fabric_hosts(hosts)
         plan = st / "cabling-plan.csv"
         if any(rails for _, _, rails in ib):

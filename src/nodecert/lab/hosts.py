@@ -133,7 +133,8 @@ class Lab:
 
     def up(self, nodes: int = 2, profiles: tuple[str, ...] = ("h200-sxm-8",),
            faults_file: Path | None = None, *, as_cluster: bool = False,
-           with_bmc: bool = False, with_rack: bool = False) -> dict[str, Any]:
+           with_bmc: bool = False, with_rack: bool = False,
+           shared_fs: bool = True) -> dict[str, Any]:
         preflight_tools()
         self.cfg.claim_root()
         if not 1 <= nodes <= MAX_HOSTS:
@@ -187,6 +188,9 @@ class Lab:
             "version": 1, "subnet": str(self.cfg.subnet), "bridge": self.cfg.bridge,
             "seed": seed.read_text().strip(), "faults": [f.__dict__ for f in faults],
             "mirror": str(mirror), "hosts": [], "cluster": as_cluster,
+            # a cluster's NFS share (head host serves, every host mounts), unless the
+            # lab is asked for none
+            "shared_fs": as_cluster and shared_fs,
             "bmc": with_bmc,
             "rack": labrack.hardware_rack(self.cfg, seed.read_text().strip(),
                                           [(name, n) for n, name in enumerate(names, 1)])
@@ -225,7 +229,7 @@ class Lab:
             self._apply_storage_faults(hosts, faults)
             self._wait_ready(hosts)
             if as_cluster:
-                self._cluster_ready(hosts)
+                self._cluster_ready(hosts, shared_fs=bool(data.get("shared_fs", True)))
                 self._fabric_up(hosts, faults)
             if data.get("bmc"):
                 self._bmcs_up(hosts, faults)
@@ -267,18 +271,19 @@ class Lab:
         return labrack.rack_gpus([self.cfg.hardware_file(h.n)
                                   for h in sorted(hosts, key=lambda h: h.n)])
 
-    def _cluster_ready(self, hosts: list[LabHost]) -> None:
+    def _cluster_ready(self, hosts: list[LabHost], *, shared_fs: bool) -> None:
         """A cluster lab's hosts as a provisioned cluster's: the job tools installed on
-        each (in parallel), Slurm reporting every host idle."""
+        each (in parallel), the shared file system where asked, Slurm reporting every
+        host idle."""
         script = cluster.job_tools_script()
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(lambda h: self.ssh(h.name, script, timeout=600), hosts))
-        # The shared file system: the head host serves, every host mounts.
-        head = next(h for h in hosts if h.name == cluster.HEAD)
-        self.ssh(head.name, cluster.nfs_server_script(), timeout=300)
-        client = cluster.nfs_client_script(head.ip)
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(lambda h: self.ssh(h.name, client, timeout=420), hosts))
+        if shared_fs:  # the head host serves, every host mounts
+            head = next(h for h in hosts if h.name == cluster.HEAD)
+            self.ssh(head.name, cluster.nfs_server_script(), timeout=300)
+            client = cluster.nfs_client_script(head.ip)
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(lambda h: self.ssh(h.name, client, timeout=420), hosts))
         self.ssh(cluster.HEAD, cluster.slurm_idle_script(len(hosts)), timeout=90)
 
     @staticmethod
