@@ -32,6 +32,8 @@ from nodecert.runs.records import HostRecord
 from support.env import REPO, require
 
 FIXTURES = REPO / "tests" / "fixtures"
+# NVIDIA NVSentinel's published files, verbatim (not this project's code)
+NVSENTINEL = NVSENTINEL
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
@@ -196,11 +198,11 @@ print(json.dumps(out))
 def _health_events(tmp_path: Path, name: str, events: list[dict[str, Any]]
                    ) -> list[dict[str, Any]]:
     """Each event parsed by protobuf's JSON parser against NVSentinel's health_event.proto
-    (a copy in tests/fixtures/nvsentinel), in a process of its own: two versions of the
-    proto define the same package and cannot share one descriptor pool. Each is the
+    (a copy in tests/fixtures/third_party/nvsentinel), in a process of its own: two
+    versions of the proto define the same package and cannot share one descriptor pool. Each is the
     parsed event, or {"error": ...} where the parser refused it."""
     protoc = pytest.importorskip("grpc_tools.protoc")
-    shutil.copy(FIXTURES / "nvsentinel" / name, tmp_path / "he.proto")
+    shutil.copy(NVSENTINEL / name, tmp_path / "he.proto")
     include = Path(protoc.__file__).parent / "_proto"
     assert protoc.main(["protoc", f"-I{tmp_path}", f"-I{include}",
                         f"--python_out={tmp_path}", str(tmp_path / "he.proto")]) == 0
@@ -209,7 +211,7 @@ def _health_events(tmp_path: Path, name: str, events: list[dict[str, Any]]
     return list(json.loads(p.stdout))
 
 
-SCHEMA_EF = FIXTURES / "nvsentinel" / "externalfault.schema.json"
+SCHEMA_EF = NVSENTINEL / "externalfault.schema.json"
 PROTO = "health_event-d87e985.proto"
 
 
@@ -228,8 +230,7 @@ def test_a_failed_node_is_an_nvsentinel_externalfault(site: dict[str, Any],
     assert len(failed) < 40
     docs = {h: json.loads(f.read_text()) for h, f in sorted(files.items())}
     # NVSentinel's own example resource passes the same checks as ours
-    example = yaml.safe_load((FIXTURES / "nvsentinel" /
-                              "adr-049-externalfault-example.yaml").read_text())
+    example = yaml.safe_load((NVSENTINEL / "adr-049-externalfault-example.yaml").read_text())
     for doc in [example, *docs.values()]:
         jsonschema.validate(doc, schema)
     broken = {**example["spec"]["healthEvent"], "recommendedAction": "REBOOT_PLEASE"}
