@@ -7,7 +7,8 @@ every label is XML-escaped) with a title, axes with tick labels and a legend.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 from xml.sax.saxutils import escape as _escape_text
 
 from nodecert.core.textsafe import clean
@@ -147,19 +148,32 @@ def _no_data(title: str, kind: str) -> str:
                                   'text-anchor="middle">no data</text>'], kind)
 
 
-def _grid(rows: Sequence[tuple[str, Sequence[object]]], columns: Sequence[str],
-          body: list[str]) -> tuple[float, float]:
-    """A grid's column labels under it and row labels left of it, into `body`; (cell
-    width, cell height)."""
+# What a grid draws in one cell: (the rect's class, its fill, its tooltip), or None for
+# a cell left blank.
+Paint = Callable[[str, str, Any], "tuple[str, str, str] | None"]
+
+
+def _grid(rows: Sequence[tuple[str, Sequence[Any]]], columns: Sequence[str],
+          body: list[str], paint: Paint) -> None:
+    """A grid into `body`: its column labels under it, its row labels left of it, and
+    each cell as `paint(row name, column name, value)` says."""
     cw = (W - L - R) / max(len(columns), 1)
     ch = (H - T - B) / len(rows)
     for k, c in enumerate(columns):
         body.append(f'<text x="{L + (k + 0.5) * cw:.1f}" y="{H - B + 14}" text-anchor="middle" '
                     f'font-size="10">{escape(c)}</text>')
-    for j, (name, _) in enumerate(rows):
-        body.append(f'<text x="{L - 4}" y="{T + j * ch + ch / 2 + 3:.1f}" text-anchor="end" '
+    for j, (name, row) in enumerate(rows):
+        y = T + j * ch
+        body.append(f'<text x="{L - 4}" y="{y + ch / 2 + 3:.1f}" text-anchor="end" '
                     f'font-size="{min(10.0, ch * 0.9):.1f}">{escape(name)}</text>')
-    return cw, ch
+        for k, value in enumerate(row):
+            cell = paint(name, columns[k], value)
+            if cell is None:
+                continue
+            cls, fill, tip = cell
+            body.append(f'<rect class="{cls}" x="{L + k * cw:.1f}" y="{y:.1f}" '
+                        f'width="{cw - 1:.1f}" height="{max(ch - 1, 1):.1f}" fill="{fill}">'
+                        f"<title>{escape(tip)}</title></rect>")
 
 
 def heat_map(title: str, rows: Sequence[tuple[str, Sequence[float | None]]], *,
@@ -172,23 +186,17 @@ def heat_map(title: str, rows: Sequence[tuple[str, Sequence[float | None]]], *,
     if not rows or not vals:
         return _no_data(title, kind)
     lo, hi = min(vals), max(vals)
+
+    def paint(name: str, column: str, v: float | None) -> tuple[str, str, str]:
+        if v is None:
+            return "cell", "#bbbbbb", f"{name} {column}: not measured"
+        share = (v - lo) / (hi - lo) if hi > lo else 1.0
+        shade = int(90 + 150 * share)
+        return ("cell", "#d62728" if low is not None and v < low
+                else f"#{shade // 3:02x}{shade // 2 + 40:02x}{shade:02x}",
+                f"{name} {column}: {v:g} {unit}")
     body: list[str] = []
-    cw, ch = _grid(rows, columns, body)
-    for j, (name, row) in enumerate(rows):
-        y = T + j * ch
-        for k, v in enumerate(row):
-            if v is None:
-                fill, tip = "#bbbbbb", "not measured"
-            else:
-                share = (v - lo) / (hi - lo) if hi > lo else 1.0
-                shade = int(90 + 150 * share)
-                fill = ("#d62728" if low is not None and v < low
-                        else f"#{shade // 3:02x}{shade // 2 + 40:02x}{shade:02x}")
-                tip = f"{v:g} {unit}"
-            body.append(f'<rect class="cell" x="{L + k * cw:.1f}" y="{y:.1f}" '
-                        f'width="{cw - 1:.1f}" height="{max(ch - 1, 1):.1f}" fill="{fill}">'
-                        f'<title>{escape(name)} {escape(columns[k])}: {escape(tip)}</title>'
-                        "</rect>")
+    _grid(rows, columns, body, paint)
     body.append(f'<text x="{W - R + 6}" y="{T + 10}" font-size="10">{escape(_fmt(hi))} '
                 f'{escape(unit)}</text><text x="{W - R + 6}" y="{H - B}" font-size="10">'
                 f'{escape(_fmt(lo))} {escape(unit)}</text>')
@@ -257,19 +265,15 @@ def link_grid(title: str, rows: Sequence[tuple[str, Sequence[tuple[str, str] | N
     no link is planned. `legend`: (status word, label) pairs shown at the right."""
     if not rows or not columns:
         return _no_data(title, kind)
+
+    def paint(_: str, __: str, cell: tuple[str, str] | None) -> tuple[str, str, str] | None:
+        if cell is None:
+            return None
+        status, tip = cell
+        ok = status == "ok"
+        return f"link {'ok' if ok else 'wrong'}", "#2ca02c" if ok else "#d62728", tip
     body: list[str] = []
-    cw, ch = _grid(rows, columns, body)
-    for j, (_, row) in enumerate(rows):
-        y = T + j * ch
-        for k, cell in enumerate(row):
-            if cell is None:
-                continue
-            status, tip = cell
-            fill = "#2ca02c" if status == "ok" else "#d62728"
-            body.append(f'<rect class="link {"ok" if status == "ok" else "wrong"}" '
-                        f'x="{L + k * cw:.1f}" y="{y:.1f}" width="{cw - 1:.1f}" '
-                        f'height="{max(ch - 1, 1):.1f}" fill="{fill}"><title>{escape(tip)}'
-                        "</title></rect>")
+    _grid(rows, columns, body, paint)
     for k, (status, label) in enumerate(legend):
         y = T + 4 + k * 16
         fill = "#2ca02c" if status == "ok" else "#d62728"
