@@ -15,7 +15,7 @@ import csv
 import io
 import re
 import xml.etree.ElementTree as ET
-from typing import Any, Dict
+from typing import Any, Callable, Dict, Optional
 
 from nodecert_node.parse import ParseError
 
@@ -134,6 +134,82 @@ def _sum(values: list[int | None]) -> int | None:
     return sum(got) if got else None
 
 
+def _text(value: str | None) -> str | None:
+    return value
+
+
+# The plain fields of a GPU, in both of nvidia-smi's full reports: (key, conversion, its
+# labels in `-q` text, its paths in `-q -x` XML), the first present of each read. One
+# row a field, so the text and the XML readers cannot drift apart.
+_Conv = Callable[[Optional[str]], Any]
+_PLAIN: tuple[tuple[str, _Conv, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("name", _text, ("Product Name",), ("product_name",)),
+    ("serial", _text, ("Serial Number",), ("serial",)),
+    ("uuid", _text, ("GPU UUID",), ("uuid",)),
+    # Grace-Blackwell trays: where the GPU sits (its module, the chassis)
+    ("module_id", _text, ("Platform Info/Module Id", "Platform Info/Module ID"),
+     ("platformInfo/module_id",)),
+    ("chassis_serial", _text, ("Platform Info/Chassis Serial Number",
+                               "Platform Info/RACK Serial Number"),
+     ("platformInfo/chassis_serial_number",)),
+    ("persistence_mode", _yes, ("Persistence Mode",), ("persistence_mode",)),
+    ("pstate", _text, ("Performance State",), ("performance_state",)),
+    ("memory_total_mib", _int, ("FB Memory Usage/Total",), ("fb_memory_usage/total",)),
+    ("ecc_current", _yes, ("ECC Mode/Current",), ("ecc_mode/current_ecc",)),
+    ("ecc_pending", _yes, ("ECC Mode/Pending",), ("ecc_mode/pending_ecc",)),
+    ("retired_sbe", _int, ("Retired Pages/Single Bit ECC",),
+     ("retired_pages/multiple_single_bit_retirement/retired_count",)),
+    ("retired_dbe", _int, ("Retired Pages/Double Bit ECC",),
+     ("retired_pages/double_bit_retirement/retired_count",)),
+    ("retired_pending", _yes, ("Retired Pages/Pending Page Blacklist",
+                               "Retired Pages/Pending Page Retirement"),
+     ("retired_pages/pending_blacklist", "retired_pages/pending_retirement")),
+    ("remap_correctable", _int, ("Remapped Rows/Correctable Error",),
+     ("remapped_rows/remapped_row_corr",)),
+    ("remap_uncorrectable", _int, ("Remapped Rows/Uncorrectable Error",),
+     ("remapped_rows/remapped_row_unc",)),
+    ("remap_pending", _yes, ("Remapped Rows/Pending",), ("remapped_rows/remapped_row_pending",)),
+    ("remap_failure", _yes, ("Remapped Rows/Remapping Failure Occurred",),
+     ("remapped_rows/remapped_row_failure",)),
+    ("pcie_gen_max", _int, ("PCI/GPU Link Info/PCIe Generation/Max",),
+     ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",)),
+    ("pcie_gen_current", _int, ("PCI/GPU Link Info/PCIe Generation/Current",),
+     ("pci/pci_gpu_link_info/pcie_gen/current_link_gen",)),
+    ("pcie_gen_device_max", _int, ("PCI/GPU Link Info/PCIe Generation/Device Max",),
+     ("pci/pci_gpu_link_info/pcie_gen/device_current_link_gen",)),
+    ("pcie_width_max", _int, ("PCI/GPU Link Info/Link Width/Max",),
+     ("pci/pci_gpu_link_info/link_widths/max_link_width",)),
+    ("pcie_width_current", _int, ("PCI/GPU Link Info/Link Width/Current",),
+     ("pci/pci_gpu_link_info/link_widths/current_link_width",)),
+    ("fabric_state", _text, ("Fabric/State",), ("fabric/state",)),
+    ("fabric_status", _text, ("Fabric/Status",), ("fabric/status",)),
+    ("vbios", _text, ("VBIOS Version",), ("vbios_version",)),
+    ("inforom_image", _text, ("Inforom Version/Image Version",), ("inforom_version/img_version",)),
+    ("inforom_ecc", _text, ("Inforom Version/ECC Object",), ("inforom_version/ecc_object",)),
+    ("recovery_action", _text, ("GPU Recovery Action",), ("gpu_recovery_action",)),
+    # R590+ prints "Average/Instantaneous Power Draw"; earlier drivers "Power Draw"
+    ("power_draw_w", _num, ("GPU Power Readings/Instantaneous Power Draw",
+                            "GPU Power Readings/Power Draw",
+                            "GPU Power Readings/Average Power Draw", "Power Readings/Power Draw"),
+     ("gpu_power_readings/instant_power_draw", "gpu_power_readings/power_draw",
+      "gpu_power_readings/average_power_draw", "power_readings/power_draw")),
+    ("power_limit_w", _num, ("GPU Power Readings/Current Power Limit",
+                             "Power Readings/Enforced Power Limit", "Power Readings/Power Limit"),
+     ("gpu_power_readings/current_power_limit", "power_readings/enforced_power_limit",
+      "power_readings/power_limit")),
+    ("power_default_w", _num, ("GPU Power Readings/Default Power Limit",
+                               "Power Readings/Default Power Limit"),
+     ("gpu_power_readings/default_power_limit", "power_readings/default_power_limit")),
+    ("mig_current", _text, ("MIG Mode/Current",), ("mig_mode/current_mig",)),
+    ("mig_pending", _text, ("MIG Mode/Pending",), ("mig_mode/pending_mig",)),
+    ("app_clock_mhz", _int, ("Applications Clocks/Graphics",),
+     ("applications_clocks/graphics_clock",)),
+    ("app_clock_default_mhz", _int, ("Default Applications Clocks/Graphics",),
+     ("default_applications_clocks/graphics_clock",)),
+)
+
+
+
 def gpu_from_q(bus: str, d: dict[str, str]) -> Gpu:
     """One GPU block of -q text into the normalised GPU shape."""
     def ecc(scope: str, kind: str) -> int | None:
@@ -156,60 +232,16 @@ def gpu_from_q(bus: str, d: dict[str, str]) -> Gpu:
     remap_section = d.get("Remapped Rows")
     return {
         "bus_id": bus,
-        "name": _first(d, "Product Name"),
-        "serial": _first(d, "Serial Number"),
-        "uuid": _first(d, "GPU UUID"),
-        "persistence_mode": _yes(d.get("Persistence Mode")),
-        "pstate": _first(d, "Performance State"),
-        "memory_total_mib": _int(_first(d, "FB Memory Usage/Total")),
-        "ecc_current": _yes(d.get("ECC Mode/Current")),
-        "ecc_pending": _yes(d.get("ECC Mode/Pending")),
+        **{key: conv(_first(d, *labels)) for key, conv, labels, _ in _PLAIN},
         "ecc_volatile_uncorrectable": ecc("Volatile", "Uncorrectable"),
         "ecc_volatile_correctable": ecc("Volatile", "Correctable"),
         "ecc_aggregate_uncorrectable": ecc("Aggregate", "Uncorrectable"),
         "ecc_aggregate_correctable": ecc("Aggregate", "Correctable"),
-        "retired_sbe": _int(_first(d, "Retired Pages/Single Bit ECC")),
-        "retired_dbe": _int(_first(d, "Retired Pages/Double Bit ECC")),
-        "retired_pending": _yes(_first(d, "Retired Pages/Pending Page Blacklist",
-                                       "Retired Pages/Pending Page Retirement")),
         "remap_supported": remap_section != "N/A" and "Remapped Rows/Pending" in d,
-        "remap_correctable": _int(_first(d, "Remapped Rows/Correctable Error")),
-        "remap_uncorrectable": _int(_first(d, "Remapped Rows/Uncorrectable Error")),
-        "remap_pending": _yes(_first(d, "Remapped Rows/Pending")),
-        "remap_failure": _yes(_first(d, "Remapped Rows/Remapping Failure Occurred")),
         "clock_reasons": reasons,
-        "pcie_gen_max": _int(_first(d, "PCI/GPU Link Info/PCIe Generation/Max")),
-        "pcie_gen_current": _int(_first(d, "PCI/GPU Link Info/PCIe Generation/Current")),
-        "pcie_gen_device_max": _int(_first(d, "PCI/GPU Link Info/PCIe Generation/Device Max")),
-        "pcie_width_max": _int(_first(d, "PCI/GPU Link Info/Link Width/Max")),
-        "pcie_width_current": _int(_first(d, "PCI/GPU Link Info/Link Width/Current")),
-        "fabric_state": _first(d, "Fabric/State"),
-        "fabric_status": _first(d, "Fabric/Status"),
         **_fabric_q(d),
         "temp_gpu": _int(_first(d, "Temperature/GPU Current Temp")),
         **_temps(d),
-        "vbios": _first(d, "VBIOS Version"),
-        "inforom_image": _first(d, "Inforom Version/Image Version"),
-        "inforom_ecc": _first(d, "Inforom Version/ECC Object"),
-        "recovery_action": _first(d, "GPU Recovery Action"),
-        # R590+ prints "Average/Instantaneous Power Draw"; earlier drivers "Power Draw"
-        "power_draw_w": _num(_first(d, "GPU Power Readings/Instantaneous Power Draw",
-                                    "GPU Power Readings/Power Draw",
-                                    "GPU Power Readings/Average Power Draw",
-                                    "Power Readings/Power Draw")),
-        "power_limit_w": _num(_first(d, "GPU Power Readings/Current Power Limit",
-                                     "Power Readings/Enforced Power Limit",
-                                     "Power Readings/Power Limit")),
-        "power_default_w": _num(_first(d, "GPU Power Readings/Default Power Limit",
-                                       "Power Readings/Default Power Limit")),
-        # Grace-Blackwell trays: where the GPU sits (its module, the chassis)
-        "module_id": _first(d, "Platform Info/Module Id", "Platform Info/Module ID"),
-        "chassis_serial": _first(d, "Platform Info/Chassis Serial Number",
-                                 "Platform Info/RACK Serial Number"),
-        "mig_current": _first(d, "MIG Mode/Current"),
-        "mig_pending": _first(d, "MIG Mode/Pending"),
-        "app_clock_mhz": _int(_first(d, "Applications Clocks/Graphics")),
-        "app_clock_default_mhz": _int(_first(d, "Default Applications Clocks/Graphics")),
     }
 
 
@@ -296,6 +328,14 @@ def _t(el: ET.Element | None, path: str) -> str | None:
     return None if v in ("N/A", "[N/A]", "") else v
 
 
+def _first_t(el: ET.Element, paths: tuple[str, ...]) -> str | None:
+    for path in paths:
+        v = _t(el, path)
+        if v is not None:
+            return v
+    return None
+
+
 def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
     """`nvidia-smi -q -x` -> (header, GPUs); both throttle and event reason tag names."""
     try:
@@ -337,38 +377,13 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
         remap = g.find("remapped_rows")
         gpus.append({
             "bus_id": _bus(g.get("id", "")),
-            "name": _t(g, "product_name"), "serial": _t(g, "serial"), "uuid": _t(g, "uuid"),
-            # Grace-Blackwell trays: where the GPU sits (its module, tray, chassis)
-            "module_id": _t(g, "platformInfo/module_id"),
-            "chassis_serial": _t(g, "platformInfo/chassis_serial_number"),
-            "persistence_mode": _yes(_t(g, "persistence_mode")),
-            "pstate": _t(g, "performance_state"),
-            "memory_total_mib": _int(_t(g, "fb_memory_usage/total")),
-            "ecc_current": _yes(_t(g, "ecc_mode/current_ecc")),
-            "ecc_pending": _yes(_t(g, "ecc_mode/pending_ecc")),
+            **{key: conv(_first_t(g, paths)) for key, conv, _, paths in _PLAIN},
             "ecc_volatile_uncorrectable": ecc_sum("volatile", unc),
             "ecc_volatile_correctable": ecc_sum("volatile", cor),
             "ecc_aggregate_uncorrectable": ecc_sum("aggregate", unc),
             "ecc_aggregate_correctable": ecc_sum("aggregate", cor),
-            "retired_sbe": _int(_t(g, "retired_pages/multiple_single_bit_retirement/"
-                                      "retired_count")),
-            "retired_dbe": _int(_t(g, "retired_pages/double_bit_retirement/retired_count")),
-            "retired_pending": _yes(_t(g, "retired_pages/pending_blacklist")
-                                    or _t(g, "retired_pages/pending_retirement")),
             "remap_supported": remap is not None and _t(remap, "remapped_row_pending") is not None,
-            "remap_correctable": _int(_t(remap, "remapped_row_corr")),
-            "remap_uncorrectable": _int(_t(remap, "remapped_row_unc")),
-            "remap_pending": _yes(_t(remap, "remapped_row_pending")),
-            "remap_failure": _yes(_t(remap, "remapped_row_failure")),
             "clock_reasons": reasons,
-            "pcie_gen_max": _int(_t(g, "pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
-            "pcie_gen_current": _int(_t(g, "pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
-            "pcie_gen_device_max": _int(_t(g, "pci/pci_gpu_link_info/pcie_gen/"
-                                              "device_current_link_gen")),
-            "pcie_width_max": _int(_t(g, "pci/pci_gpu_link_info/link_widths/max_link_width")),
-            "pcie_width_current": _int(_t(g, "pci/pci_gpu_link_info/link_widths/"
-                                             "current_link_width")),
-            "fabric_state": _t(g, "fabric/state"), "fabric_status": _t(g, "fabric/status"),
             **_fabric_xml(g),
             # the same readings as -q's Temperature section; gpu_temp_max_threshold is
             # the shutdown temperature, never the max operating one
@@ -378,23 +393,6 @@ def parse_q_xml(text: str) -> tuple[dict[str, str], list[Gpu]]:
                           _int(_t(g, "temperature/gpu_temp_max_gpu_tlimit_threshold")),
                           mem=_int(_t(g, "temperature/memory_temp")),
                           mem_max=_int(_t(g, "temperature/gpu_temp_max_mem_threshold"))),
-            "vbios": _t(g, "vbios_version"),
-            "inforom_image": _t(g, "inforom_version/img_version"),
-            "inforom_ecc": _t(g, "inforom_version/ecc_object"),
-            "recovery_action": _t(g, "gpu_recovery_action"),
-            "power_draw_w": _num(_t(g, "gpu_power_readings/instant_power_draw")
-                                 or _t(g, "gpu_power_readings/power_draw")
-                                 or _t(g, "gpu_power_readings/average_power_draw")
-                                 or _t(g, "power_readings/power_draw")),
-            "power_limit_w": _num(_t(g, "gpu_power_readings/current_power_limit")
-                                  or _t(g, "power_readings/enforced_power_limit")
-                                  or _t(g, "power_readings/power_limit")),
-            "power_default_w": _num(_t(g, "gpu_power_readings/default_power_limit")
-                                    or _t(g, "power_readings/default_power_limit")),
-            "mig_current": _t(g, "mig_mode/current_mig"),
-            "mig_pending": _t(g, "mig_mode/pending_mig"),
-            "app_clock_mhz": _int(_t(g, "applications_clocks/graphics_clock")),
-            "app_clock_default_mhz": _int(_t(g, "default_applications_clocks/graphics_clock")),
         })
     return header, gpus
 
