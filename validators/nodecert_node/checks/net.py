@@ -14,7 +14,7 @@ PFC priorities) and the mlx5 ECN sysfs are judged too.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 from nodecert_node import gpu
 from nodecert_node.context import Ctx, judge_findings, within
@@ -337,17 +337,21 @@ def _gather_and_judge(ctx: Ctx, name: str, layer: str) -> Result:
                        settings=settings).with_(evidence=tuple(ev))
 
 
-@check("net.ib", order=14, suites=("quick", "standard", "full", "lab"),
-       tools=("ibstat", "ibstatus", "perfquery", "mlxlink"),
-       description="InfiniBand ports: count, state, rate, width and firmware against the "
-                   "order; error counters that grow")
-def net_ib(ctx: Ctx) -> Result:
-    return _gather_and_judge(ctx, "net.ib", "InfiniBand")
+def _ports_check(name: str, order: int, layer: str, tools: tuple[str, ...],
+                 description: str) -> Callable[[Ctx], Result]:
+    """The ports of one link layer: the same gathering and judging for both layers, each
+    its own check (a node may carry both fabrics)."""
+    @check(name, order=order, suites=("quick", "standard", "full", "lab"),
+           tools=("ibstat", "ibstatus", *tools), description=description)
+    def ports(ctx: Ctx) -> Result:
+        return _gather_and_judge(ctx, name, layer)
+    return ports
 
 
-@check("net.roce", order=15, suites=("quick", "standard", "full", "lab"),
-       tools=("ibstat", "ibstatus", "show_gids", "mlnx_qos"),
-       description="RoCE (Ethernet RDMA) ports: count, state, rate and firmware against the "
-                   "order; RoCE v2 GIDs, PFC, trust and ECN against the site's settings")
-def net_roce(ctx: Ctx) -> Result:
-    return _gather_and_judge(ctx, "net.roce", "Ethernet")
+net_ib = _ports_check("net.ib", 14, "InfiniBand", ("perfquery", "mlxlink"),
+                      "InfiniBand ports: count, state, rate, width and firmware against the "
+                      "order; error counters that grow")
+net_roce = _ports_check("net.roce", 15, "Ethernet", ("show_gids", "mlnx_qos"),
+                        "RoCE (Ethernet RDMA) ports: count, state, rate and firmware against "
+                        "the order; RoCE v2 GIDs, PFC, trust and ECN against the site's "
+                        "settings")
