@@ -1,7 +1,8 @@
 """The lab's rack endpoint emulator writes its tree out only when it changed: a switch
 tray's unchanged tick leaves the served tree as it is, a fault written to component.json
 is served at the next tick, and a power shelf's readings (which move with time) are
-written again."""
+written again. It renders when asked, at most once a tick: an endpoint nobody reads
+does no work."""
 
 from __future__ import annotations
 
@@ -53,3 +54,27 @@ def test_a_power_shelf_is_written_as_its_readings_move(tmp_path: Path,
     first = _served(tmp_path)
     assert racksim.render(tmp_path, tree) != tree
     assert _served(tmp_path) != first
+
+
+def test_the_tree_is_made_again_when_asked_and_a_tick_old(tmp_path: Path) -> None:
+    _component(tmp_path, kind="switch_tray", name="nvsw-01", gpus=[])
+    now = [50.0]
+    fresh = racksim.Fresh(tmp_path, clock=lambda: now[0])
+    first = _served(tmp_path)
+    _component(tmp_path, kind="switch_tray", name="nvsw-01", gpus=[],
+               faults={"firmware": {"version": "9.9.9"}})
+    now[0] += racksim.TICK_S / 2
+    fresh()  # asked within the tick: the tree served stays
+    assert _served(tmp_path) == first
+    now[0] += racksim.TICK_S / 2
+    fresh()  # a tick old: the fault is served
+    assert _served(tmp_path) != first
+    assert "9.9.9" in json.dumps(fresh.served)
+
+
+def test_an_endpoint_nobody_asks_runs_nothing_beside_its_server(tmp_path: Path) -> None:
+    import threading
+    _component(tmp_path, kind="power_shelf", name="ps-01")
+    before = set(threading.enumerate())
+    racksim.Fresh(tmp_path)
+    assert set(threading.enumerate()) == before  # no ticking thread: work only when asked

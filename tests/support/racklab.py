@@ -4,10 +4,13 @@ port, with the lab's CA and password; faults written into a running endpoint."""
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
+import ssl
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,11 +59,22 @@ class Rack:
         rackparts.set_component(d, {"kind": kind, "name": name, "faults": faults,
                                     "ports": 8})
         # Served once a tree rendered after the write is the one the endpoint links to
-        # (its trees are named by the monotonic clock at the start of their render).
+        # (its trees are named by the monotonic clock at the start of their render); it
+        # renders when asked and its tree is a tick old, so ask until it has.
         deadline = time.monotonic() + 10
         while int(os.readlink(d / "mockup").rsplit(".", 1)[1]) <= written:
             assert time.monotonic() < deadline, f"{name} never rendered its new faults"
+            self.ask(name)
             time.sleep(0.05)
+
+    def ask(self, name: str) -> None:
+        """One authenticated GET of the endpoint's service root."""
+        ca = ssl.create_default_context(cafile=str(labbmc.root(self.cfg) / "ca.pem"))
+        token = base64.b64encode(f"nodecert:{self.password}".encode()).decode()
+        req = urllib.request.Request(f"https://{self.ips[name]}:{self.port}/redfish/v1/",
+                                     headers={"Authorization": f"Basic {token}"})
+        with urllib.request.urlopen(req, context=ca, timeout=5) as r:
+            r.read()
 
 
 def running(tmp_path: Path) -> Iterator[Rack]:

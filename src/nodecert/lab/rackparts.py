@@ -44,8 +44,8 @@ def prepare(cfg: LabConfig, d: Path, component: dict[str, Any], ip: str) -> None
 
 
 def set_component(d: Path, component: dict[str, Any]) -> None:
-    """Write the component's state (kind, name, faults): the endpoint shows it at its next
-    tick."""
+    """Write the component's state (kind, name, faults): the endpoint serves it once its
+    tree is a tick old (at the latest a tick after the write)."""
     tmp = d / "component.json.tmp"
     tmp.write_text(json.dumps(component))
     tmp.replace(d / "component.json")

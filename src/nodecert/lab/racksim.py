@@ -1,11 +1,13 @@
 """One management endpoint of a lab rack -- an NVLink switch tray, a power shelf or a
 CDU -- served over real Redfish (sushy-tools' static handler behind HTTPS and Basic
 authentication, as the lab's node BMCs are) with the SIMULATED tree of
-nodecert.lab.rackmodel, made again every second from the component's directory
-(`component.json`: kind, name, faults; a fault written there shows at the next tick)
-and written out only when it changed: a switch tray's hundreds of port documents stay
-as they are until a fault moves them, so a rack of endpoints does not keep the disk
-and the kernel busy rewriting the same files.
+nodecert.lab.rackmodel, made again from the component's directory (`component.json`:
+kind, name, faults) when a request comes and the tree served is a tick (a second) old
+or older: what a client reads is never older than a tick (a fault written there shows
+at the next tick), and an endpoint nobody asks costs nothing -- a rack's thirteen
+endpoints sit idle through most of a rack run. A tree is written out only when it
+changed: a switch tray's hundreds of port documents stay as they are until a fault
+moves them.
 
     python -m nodecert.lab.racksim --dir DIR --address IP --port 443
 
@@ -23,6 +25,7 @@ import ssl
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -59,6 +62,27 @@ def render(d: Path, served: dict[str, Any] | None = None) -> dict[str, Any]:
     return now
 
 
+class Fresh:
+    """The served tree, made again when asked for once it is a tick old (one render at a
+    time: the server answers requests in threads)."""
+
+    def __init__(self, d: Path, clock: Callable[[], float] = time.monotonic) -> None:
+        self.d, self.clock = d, clock
+        self.lock = threading.Lock()
+        self.served = render(d)
+        self.at = clock()
+
+    def __call__(self) -> None:
+        with self.lock:
+            if self.clock() - self.at < TICK_S:
+                return
+            try:
+                self.served = render(self.d, self.served)
+            except (OSError, ValueError) as exc:  # served as it was; tried again next time
+                print(f"racksim: {exc}", file=sys.stderr, flush=True)
+            self.at = self.clock()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="nodecert.lab.racksim")
     ap.add_argument("--dir", type=Path, required=True)
@@ -66,26 +90,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=443)
     a = ap.parse_args(argv)
     d = a.dir.resolve()
-    served = render(d)
+    fresh = Fresh(d)
     sushy_static.REDFISH_MOCKUP_FILES = str(d / "mockup")
     user = json.loads((d / "component.json").read_text()).get("username", "nodecert")
     password = (d / "password").read_bytes().strip()
-    httpd = ThreadingHTTPServer((a.address, a.port), auth_handler(password, user))
+
+    class Handler(auth_handler(password, user)):  # type: ignore[misc]
+        def do_GET(self) -> None:
+            fresh()
+            super().do_GET()
+
+    httpd = ThreadingHTTPServer((a.address, a.port), Handler)
     httpd.daemon_threads = True
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(d / "bmc.pem", d / "bmc.key")
     httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
 
-    def tick() -> None:
-        nonlocal served
-        while True:
-            time.sleep(TICK_S)
-            try:
-                served = render(d, served)
-            except (OSError, ValueError) as exc:
-                print(f"racksim: {exc}", file=sys.stderr, flush=True)
-
-    threading.Thread(target=tick, daemon=True).start()
     (d / "redfish.ready").write_text(str(os.getpid()))
     print(f"ready {httpd.server_address[1]}", flush=True)
     httpd.serve_forever()
