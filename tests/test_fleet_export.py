@@ -33,7 +33,7 @@ from support.env import REPO, require
 
 FIXTURES = REPO / "tests" / "fixtures"
 # NVIDIA NVSentinel's published files, verbatim (not this project's code)
-NVSENTINEL = NVSENTINEL
+NVSENTINEL = FIXTURES / "third_party" / "nvsentinel"
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
