@@ -33,17 +33,17 @@ def test_a_failed_transfer_names_its_host_and_hca_in_every_nccl_format() -> None
     real = (REAL / "roce-400g-2node-nccl-warn-net-ib-got-completion-status-5-12-vendor-err-"
                    "proxy.log").read_text()
     assert port_failures(real) == [
-        "atl1g3r4u9gpu mlx5_9: a transfer with peer 10.46.70.21<50854> failed (status 5, "
-        "IBV_WC_WR_FLUSH_ERR: the queue pair was already in error)",
-        "atl1g3r1u16gpu mlx5_10: a transfer with peer 10.46.70.22<39226> failed (status 12, "
-        "IBV_WC_RETRY_EXC_ERR: transport retries exceeded, a link or the remote side did "
+        "atl1g3r4u9gpu mlx5_9: a transfer with peer 10.46.70.21<50854> failed with status "
+        "5 (IBV_WC_WR_FLUSH_ERR: the queue pair was already in error)",
+        "atl1g3r1u16gpu mlx5_10: a transfer with peer 10.46.70.22<39226> failed with status "
+        "12 (IBV_WC_RETRY_EXC_ERR: transport retries exceeded, a link or the remote side did "
         "not answer)"]
     # NVIDIA/nccl-tests#252 (an older NCCL: "with error N", no HCA named), behind srun's label
     older = (" 1: kolyoz2:25146:25854 [0] ib_plugin.c:1105 NCCL WARN NET/IB : Got completion "
              "from peer 10.0.35.1<49189> with error 4, opcode 5327, len 5327, vendor err 81 "
              "(Send)\n 1: kolyoz2:25146:25854 [0] NCCL INFO transport/net.cc:1137 -> 6\n")
     assert port_failures(older) == ["kolyoz2: a transfer with peer 10.0.35.1<49189> failed "
-                                    "(status 4, IBV_WC_LOC_PROT_ERR)"]
+                                    "with status 4 (IBV_WC_LOC_PROT_ERR)"]
 
 
 def test_a_failover_in_nccl_s_log_is_a_lost_port() -> None:
@@ -101,8 +101,8 @@ def test_without_failover_the_run_fails_and_names_the_port(tmp_path: Path) -> No
     r = read_allreduce(rank0, [rank1])
     assert r.busbw is None and "Test NCCL failure" in r.problem
     assert r.port_failures == [
-        f"{HOST} mlx5_2: a transfer with peer 127.0.0.1<40002> failed (status 12, "
-        "IBV_WC_RETRY_EXC_ERR: transport retries exceeded, a link or the remote side did "
+        f"{HOST} mlx5_2: a transfer with peer 127.0.0.1<40002> failed with status "
+        "12 (IBV_WC_RETRY_EXC_ERR: transport retries exceeded, a link or the remote side did "
         "not answer)"]
     # rows printed before the port dropped are no figure
     sizes = [row["size"] for row in parse_nccl(rank0)["rows"]]

@@ -42,6 +42,12 @@ def _add(notes: list[str], note: str) -> None:
         notes.append(note)
 
 
+def _status(wc: re.Match[str]) -> str:
+    """A failed work completion's status as "status N (its ibv_wc_status name)"."""
+    code = int(wc.group(2))
+    return f"status {code} ({_WC_STATUS.get(code, 'see enum ibv_wc_status')})"
+
+
 def _cause(level: str, body: str) -> str | None:
     """The root cause one NCCL line states, or None for a line that states none."""
     if re.match(r"NET/IB ?: No device found", body):
@@ -55,9 +61,7 @@ def _cause(level: str, body: str) -> str | None:
                   "support)")
     wc = _WC.search(body)
     if wc:
-        code = int(wc.group(2))
-        return (f"the IB transport failed a transfer with peer {wc.group(1)}: status {code} "
-                f"({_WC_STATUS.get(code, 'see enum ibv_wc_status')})")
+        return f"the IB transport failed a transfer with peer {wc.group(1)}: {_status(wc)}"
     if "set by environment" in body:
         return None  # NCCL echoing a setting (e.g. NCCL_IB_TIMEOUT), not an event
     if re.search(r"timed out|timeout", body, re.IGNORECASE):
@@ -87,8 +91,7 @@ def port_failures(text: str) -> list[str]:
         if wc:
             hca = re.search(r"\bhca (\S+)", body)
             where = f"{host} {hca.group(1)}" if hca else host
-            note = (f"{where}: a transfer with peer {wc.group(1)} failed (status "
-                    f"{wc.group(2)}, {_WC_STATUS.get(int(wc.group(2)), 'see enum ibv_wc_status')})")
+            note = f"{where}: a transfer with peer {wc.group(1)} failed with {_status(wc)}"
             if not any(x.startswith(f"{where}: ") for x in out):
                 out.append(note)
         elif fo:
