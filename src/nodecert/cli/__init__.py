@@ -25,6 +25,7 @@ from nodecert.cli.provenance import provenance
 from nodecert.cli.provision import provision
 from nodecert.cli.rack import rack
 from nodecert.cli.revalidate import history_cmd, revalidate_cmd
+from nodecert.cli.runs import runs
 from nodecert.cli.signers import cosign_cmd, keys
 from nodecert.cli.stack import stack
 from nodecert.cli.validate import validate_cmd
@@ -77,7 +78,7 @@ def init_cmd(directory: Path) -> None:
 for _command in (stack, inventory, lab, provision, validate_cmd, keys, certify_cmd, verify_cmd,
                  revoke_cmd, cosign_cmd, handover_cmd, verify_bundle_cmd,
                  revalidate_cmd, history_cmd, mirror, cluster, rack, firmware, fleet, parse_cmd,
-                 provenance):
+                 provenance, runs):
     main.add_command(_command)
 
 

@@ -47,6 +47,8 @@ Examples:
   nodecert validate -i fleet.ini --progress summary 2> validate.log   # a thousand hosts
   nodecert validate -i fleet.ini --suite standard --baseline h200.baseline.json
   nodecert validate -i cluster.ini --suite standard --runner slurm   # as Slurm jobs
+  sbatch --array=1-8 --wrap "nodecert validate -i fleet.ini --slice auto --run-id $ID \\
+      --runs-dir /shared/runs"          # 8 controllers, one run (docs/fleet.md)
 """
 
 
@@ -79,6 +81,11 @@ Examples:
               help="How each host's run is started: ssh (a session per host), or slurm (a "
                    "Slurm job on each node from the cluster's launch host, run when Slurm "
                    "has the node free; needs nodecert_cluster with engine slurm).")
+@click.option("--slice", "slice_text", metavar="K/N|auto",
+              help="Run slice K of N of the hosts (every N-th in name order), into the run "
+                   "--run-id names under --runs-dir (shared storage); `auto`: this task of a "
+                   "Slurm job array. The last slice to end merges the run.")
+@click.option("--run-id", help="The run's id, the same for every slice of it.")
 @judged_run_options
 @common.handle_errors
 def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],
@@ -87,11 +94,15 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
                  scratch_dir: str | None, forks: int, progress_mode: str,
                  host_timeout: float | None, runner: str, fleet_baseline: Path | None,
                  pubkeys: tuple[Path, ...], runs_dir: Path, as_json: bool,
-                 become_file: Path | None, vault_file: Path | None) -> None:
+                 become_file: Path | None, vault_file: Path | None,
+                 slice_text: str | None = None, run_id: str | None = None) -> None:
     from nodecert.fleet.judging import add_to_run
     from nodecert.profiles.thresholds import parse_cli_thresholds, parse_suite_settings
     from nodecert.validation.run import ValidateRequest, validate
+    from nodecert.validation.slices import Slice
 
+    if run_id is not None and slice_text is None:
+        raise click.UsageError("--run-id names the run a slice writes into: give --slice")
     # Read and verified before any host is contacted: a bad baseline is bad input.
     baseline = read_baseline(fleet_baseline, pubkeys)
     limit = tuple(h for item in limit for h in item.split(",") if h)
@@ -105,7 +116,8 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
             checks=checks, host_timeout_s=host_timeout,
             option_overrides=parse_suite_settings(settings), suite_file=suite_file,
             become=common.become_source(become_file, vault_file), detail=detail,
-            runner=runner)
+            runner=runner,
+            slice=Slice.parse(slice_text, run_id) if slice_text is not None else None)
         run = validate(request,
                        progress=live.say if live else (lambda line: common.echo(line, err=True)),
                        status=live.status if live else None)

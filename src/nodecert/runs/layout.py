@@ -10,6 +10,9 @@
       <host>/results.json           validation: the host's record (see records.py)
       <host>/progress.log           validation: the host's lines, on a large run
       validate.json                 validation: the run's summary, written when it ends
+                                    (by the merge, for a run split into slices)
+      inputs/slicing.json           a sliced validation: every host and its slice
+      slices/<k>-of-<n>.json        a sliced validation: each slice's summary once it ended
       ansible/                      provision: ansible-runner's private data directory
       provision.json                provision: each host's outcome
       reports/                      certify: <host>.intoto.dsse.json, .html, index.html
@@ -72,6 +75,9 @@ class RunDir:
     ansible = Member("path", "ansible")
     cluster_results = Member("path", RESULTS)
     reports = Member("path", "reports")
+    # a validation run split over several controllers (validation/slices.py)
+    slicing = Member("path", "inputs", "slicing.json")
+    slices = Member("path", "slices")
 
     @classmethod
     def new(cls, runs_dir: Path, kind: str = "") -> RunDir:
@@ -98,6 +104,9 @@ class RunDir:
 
     def results(self, host: str) -> Path:
         return self.host_dir(host) / RESULTS
+
+    def slice_summary(self, k: int, n: int) -> Path:
+        return self.slices / f"{k}-of-{n}.json"
 
     def plan_file(self, host: str) -> Path:
         return self.inputs / f"plan-{host}.json"

@@ -34,10 +34,12 @@ from nodecert.transport.become import BecomeSource, unlock_vault
 from nodecert.transport.loadgate import LoadGate
 from nodecert.transport.ssh import Endpoint
 from nodecert.validation import session as _ssh  # noqa: F401  (registers the SSH runner)
+from nodecert.validation import slices
 from nodecert.validation import slurmrunner as _slurm  # noqa: F401  (and the Slurm runner)
 from nodecert.validation.plan import build_plan
 from nodecert.validation.progress import DETAIL_MAX_HOSTS, RunProgress, Snapshot
 from nodecert.validation.runner import Runner, runner_class
+from nodecert.validation.slices import Slice
 
 Progress = Callable[[str], None]
 SWITCH_INTERVAL_S = 0.05
@@ -69,6 +71,9 @@ class ValidateRequest:
     become: BecomeSource | None = None
     detail: bool | None = None
     runner: str = "ssh"  # how each node's run is started and read (validation/runner.py)
+    # one slice of a run split over several controllers (validation/slices.py): its share
+    # of the hosts, written into the run its id names
+    slice: Slice | None = None
 
 
 def _prepare(inventory: Path | Inventory, suite: thresholds.Suite, limit: tuple[str, ...],
@@ -76,16 +81,19 @@ def _prepare(inventory: Path | Inventory, suite: thresholds.Suite, limit: tuple[
              scratch: str | None, checks: tuple[str, ...],
              host_timeout_s: float | None,
              option_overrides: dict[str, dict[str, Any]] | None,
-             become: BecomeSource | None = None
+             become: BecomeSource | None = None, only: list[str] | None = None
              ) -> tuple[dict[str, HostRun], dict[str, HostLink]]:
-    """Plans for every host; raises NodecertError on any bad input, before any SSH."""
+    """Plans for every host (of those `only` names, where given: a slice's); raises
+    NodecertError on any bad input, before any SSH."""
     unknown = [c for c in checks if c not in suite.checks]
     if unknown:
         raise InventoryError(f"check(s) {', '.join(unknown)} are not in suite {suite.name}",
                              hint=f"suite {suite.name} runs: {', '.join(suite.checks)}")
     inv = resolve(inventory)
     specs = inv.hosts
-    if limit:
+    if only is not None:
+        specs = {h: specs[h] for h in only}
+    elif limit:
         specs = {h: specs[h] for h in inv.select(limit, list(specs))}
     if not specs:
         raise InventoryError(f"no hosts in {inv}", hint="add hosts with their spec vars")
@@ -185,15 +193,34 @@ def open_new_run(request: ValidateRequest, *,
     Raises NodecertError on bad input, before anything is written."""
     r = request
     the_suite = thresholds.suite(r.suite, r.suite_file)
-    run = RunDir.new(r.runs_dir)
+    every: list[str] | None = None  # a slice's: every host of the whole run
+    only: list[str] | None = None
+    if r.slice is None:
+        run = RunDir.new(r.runs_dir)
+    else:
+        run = RunDir((r.runs_dir / r.slice.run_id).resolve())
+        inv = resolve(r.inventory)
+        every = sorted(inv.select(r.limit, list(inv.hosts)) if r.limit else inv.hosts)
+        only = r.slice.hosts(every)
+        if not only:
+            raise InventoryError(f"slice {r.slice.k} of {r.slice.n} holds no host: the run "
+                                 f"has {len(every)}", hint="as many slices as hosts at most")
     run_dir = run.path
-    runs, links = _prepare(r.inventory, the_suite, r.limit, r.stack, run_dir,
+    runs, links = _prepare(r.inventory, the_suite, r.limit, r.stack, run_dir, only=only,
                     cli_thresholds=dict(r.cli_thresholds or {}), scratch=r.scratch, checks=r.checks,
                     host_timeout_s=r.host_timeout_s,
                     option_overrides=dict(r.option_overrides or {}) or None, become=r.become)
     if before_write is not None:
         before_write(runs, links)
-    run.make()
+    specs = {n: hr.spec.as_dict() for n, hr in runs.items()}
+    if r.slice is None or every is None:
+        run.make()
+    else:
+        # every slice records the whole run's hosts (the same file from each): the merge
+        # knows a host whose slice never came
+        slices.join(run, r.slice, every)
+        hosts = resolve(r.inventory).hosts
+        specs = {n: hosts[n].as_dict() for n in every}
     stacks = {hr.stack.path for hr in runs.values() if hr.stack is not None}
     record_inputs(
         run, {n: hr.plan for n, hr in runs.items()},
@@ -202,7 +229,7 @@ def open_new_run(request: ValidateRequest, *,
                "checks": list(the_suite.checks), "check_timeout_s": the_suite.check_timeout_s,
                "storage": the_suite.storage, "fabric": the_suite.fabric,
                "load": the_suite.load, "acceptance": the_suite.acceptance},
-        specs={n: hr.spec.as_dict() for n, hr in runs.items()}, stack_files=sorted(stacks))
+        specs=specs, stack_files=sorted(stacks))
     for hr in runs.values():
         hr.save(interim=True)  # "pending"; each host's last write is the durable one
     return ValidationRun(run_dir, r.suite, runs, links=links)
@@ -326,7 +353,16 @@ def validate(request: ValidateRequest, *, progress: Progress | None = None,
                 hr.status, hr.error = "interrupted", "interrupted before the host started"
                 hr.finish_missing(hr.error, "NC-NOT-RUN-INTERRUPTED")
                 hr.save()
-    write_json(result.dir.summary, result.summary())
+    if request.slice is None:
+        write_json(result.dir.summary, result.summary())
+        return result
+    n = request.slice.n
+    write_json(result.dir.slice_summary(request.slice.k, n), result.summary())
+    # The last slice to end merges the run (each may: the merge gives the same run).
+    if all(result.dir.slice_summary(k, n).is_file() for k in range(1, n + 1)):
+        merged = slices.merge(run_dir)
+        say(f"every slice of run {request.slice.run_id} ended: merged, "
+            f"{merged.verdict.name} over {len(merged.summary['hosts'])} host(s)")
     return result
 
 

@@ -1,0 +1,167 @@
+"""A validation run split into slices (one controller process each, as the tasks of a
+Slurm job array) and merged into one run: the slices share the hosts out without overlap,
+the merged run holds the verdicts a single controller gives the same fleet, a slice that
+never ran or was killed leaves its hosts ERROR "not run", and running it again completes
+the run, changing only its hosts' records."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nodecert.cli import main
+from nodecert.core.errors import InventoryError
+from nodecert.runs.layout import RunDirError
+from nodecert.runs.records import read_host_record
+from nodecert.validation.run import ValidateRequest, validate
+from nodecert.validation.slices import NOT_RUN_CODE, Slice, merge
+from support.emulated import emulated_fleet
+
+RUN_ID = "20261207-101500-3fa9c1"
+
+
+# --- which hosts a slice takes -------------------------------------------------------------
+
+@pytest.mark.unit
+@settings(max_examples=60, deadline=None)  # a busy machine must not fail it on time
+@given(st.sets(st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True), min_size=1,
+               max_size=60), st.integers(min_value=1, max_value=12))
+def test_the_slices_share_the_hosts_out_once_each(names: set[str], n: int) -> None:
+    shares = [Slice(k, n, RUN_ID).hosts(list(names)) for k in range(1, n + 1)]
+    taken = [h for share in shares for h in share]
+    assert sorted(taken) == sorted(names)  # every host once, none twice
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1  # even shares
+    # the same inventory in another order slices the same way
+    assert shares == [Slice(k, n, RUN_ID).hosts(sorted(names, reverse=True))
+                      for k in range(1, n + 1)]
+
+
+@pytest.mark.unit
+def test_a_slice_is_read_from_k_of_n_or_from_a_slurm_array_task() -> None:
+    assert Slice.parse("3/8", RUN_ID) == Slice(3, 8, RUN_ID)
+    # an array indexed from 0 (--array=0-7): its fourth task is slice 4
+    env = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "0",
+           "SLURM_ARRAY_TASK_COUNT": "8"}
+    assert Slice.parse("auto", RUN_ID, env) == Slice(4, 8, RUN_ID)
+    for bad, words in (("0/8", "does not exist"), ("9/8", "does not exist"),
+                       ("3", "is not K/N"), ("3/8/2", "is not K/N")):
+        with pytest.raises(InventoryError, match=words):
+            Slice.parse(bad, RUN_ID)
+    with pytest.raises(InventoryError, match="SLURM_ARRAY_TASK_ID"):
+        Slice.parse("auto", RUN_ID, {})
+    with pytest.raises(InventoryError, match="needs the run's id"):
+        Slice.parse("1/2", None)
+    with pytest.raises(InventoryError, match="not a validation run's id"):
+        Slice.parse("1/2", "../elsewhere")
+
+
+# --- slices of a run against an emulated fleet ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with emulated_fleet(tmp_path_factory.mktemp("slicefleet"), 45, 9, "--failing", "2",
+                        "--time-scale", "0.02", "--seed", "11") as work:
+        yield work
+
+
+def _slice(fleet: Path, runs: Path, k: int, n: int = 3) -> None:
+    validate(ValidateRequest(fleet / "inventory.ini", runs_dir=runs,
+                             slice=Slice(k, n, RUN_ID)), progress=lambda line: None)
+
+
+def _verdicts(summary: dict[str, object]) -> dict[str, str]:
+    hosts = summary["hosts"]
+    assert isinstance(hosts, dict)
+    return {h: v["verdict"] for h, v in hosts.items()}
+
+
+@pytest.mark.integration
+def test_a_sliced_run_merges_into_the_run_one_controller_gives(fleet: Path,
+                                                              tmp_path: Path) -> None:
+    whole = validate(ValidateRequest(fleet / "inventory.ini", runs_dir=tmp_path / "one"),
+                     progress=lambda line: None)
+    runs = tmp_path / "sliced"
+    for k in (1, 2, 3):
+        _slice(fleet, runs, k)
+    run = runs / RUN_ID
+    summary = json.loads((run / "validate.json").read_text())  # the last slice merged
+    assert _verdicts(summary) == {h: hr.verdict.name for h, hr in whole.hosts.items()}
+    assert "FAIL" in _verdicts(summary).values()  # the fleet's failing nodes, as measured
+    assert summary["slices"] == 3 and summary["slices_missing"] == []
+    assert sorted(p.name for p in (run / "slices").iterdir()) == [
+        "1-of-3.json", "2-of-3.json", "3-of-3.json"]
+    # each host's record is one a single-controller run writes, read the same way
+    for host in whole.hosts:
+        rec = read_host_record(run / host / "results.json")
+        assert rec.run_id == RUN_ID and rec.verdict is not None
+
+
+@pytest.mark.integration
+def test_a_lost_slice_is_its_hosts_not_run_until_it_runs_again(fleet: Path,
+                                                              tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _slice(fleet, runs, 1)
+    _slice(fleet, runs, 3)
+    run = runs / RUN_ID
+    assert not (run / "validate.json").exists()  # slice 2 has not ended: no merge yet
+    # slice 3 killed while one of its hosts ran: a record left unfinished
+    third = Slice(3, 3, RUN_ID).hosts([f"n{i:05d}" for i in range(9)])
+    cut = run / third[0] / "results.json"
+    rec = json.loads(cut.read_text())
+    rec.update(status="running", verdict="ERROR", results=rec["results"][:2])
+    cut.write_text(json.dumps(rec))
+    merged = merge(run)
+    second = Slice(2, 3, RUN_ID).hosts([f"n{i:05d}" for i in range(9)])
+    assert set(merged.lost) == {*second, third[0]}
+    assert merged.slices_missing == (2,) and merged.verdict.name == "ERROR"
+    for host in second:
+        r = read_host_record(run / host / "results.json")
+        assert r.outcome.name == "ERROR" and r.data["status"] == "lost"
+        assert all(x.verdict.name == "ERROR" and x.fault_code == NOT_RUN_CODE
+                   and "slice 2 of 3 never ran this host" in x.summary for x in r.results)
+        assert len(r.results) > 5  # every planned check is there, none absent
+    kept = read_host_record(cut)
+    assert kept.outcome.name == "ERROR"
+    assert [x.verdict.name for x in kept.results[:2]] == \
+        [x["verdict"] for x in rec["results"]]  # what it measured is kept
+    assert "slice 3 of 3 ended before this host finished" in kept.results[-1].summary
+    # the CLI says the same and fails
+    r = CliRunner().invoke(main, ["runs", "merge", str(run)])
+    assert r.exit_code == 1 and "slices that did not end: 2" in r.output, r.output
+    # slice 2 again: the run completes; no other slice's record changes
+    others = {h: (run / h / "results.json").read_bytes()
+              for h in [f"n{i:05d}" for i in range(9)] if h not in second}
+    _slice(fleet, runs, 2)
+    summary = json.loads((run / "validate.json").read_text())
+    assert summary["slices_missing"] == []
+    assert {h for h, v in summary["hosts"].items() if v["status"] == "lost"} == {third[0]}
+    assert all(summary["hosts"][h]["status"] == "done" for h in second)
+    assert others == {h: (run / h / "results.json").read_bytes() for h in others}
+
+
+@pytest.mark.integration
+def test_a_run_sliced_otherwise_is_refused_before_anything_is_written(
+        fleet: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    _slice(fleet, runs, 1, n=3)
+    before = sorted(p.relative_to(runs) for p in runs.rglob("*"))
+    with pytest.raises(RunDirError, match="sliced otherwise"):
+        _slice(fleet, runs, 2, n=4)
+    assert sorted(p.relative_to(runs) for p in runs.rglob("*")) == before
+
+
+@pytest.mark.unit
+def test_the_cli_wants_a_slice_with_a_run_id_and_a_sliced_run_to_merge(
+        tmp_path: Path) -> None:
+    inv = tmp_path / "x.ini"
+    inv.write_text("[gpu]\n")
+    r = CliRunner().invoke(main, ["validate", "-i", str(inv), "--run-id", RUN_ID])
+    assert r.exit_code == 2 and "give --slice" in r.output
+    r = CliRunner().invoke(main, ["runs", "merge", str(tmp_path)])
+    assert r.exit_code == 2 and "is not a sliced run" in r.output, r.output
