@@ -100,6 +100,17 @@ def test_a_sliced_run_merges_into_the_run_one_controller_gives(fleet: Path,
     for host in whole.hosts:
         rec = read_host_record(run / host / "results.json")
         assert rec.run_id == RUN_ID and rec.verdict is not None
+    # the merged run is certified as one run: a signed record per node, one fleet page
+    # and one JUnit file over every node
+    from nodecert.certs.certify import certify
+    from nodecert.certs.signing import init_key, load_private_key
+    key = load_private_key(init_key(tmp_path / "keys").private)
+    cr = certify(run, key)
+    assert sorted(n.host for n in cr.nodes) == sorted(whole.hosts) and not cr.failed
+    assert len(list((run / "reports").glob("*.intoto.dsse.json"))) == len(whole.hosts)
+    junit = (run / "reports" / "junit.xml").read_text()
+    assert all(f'testsuite name="nodecert.{h} ' in junit for h in whole.hosts)
+    assert (run / "reports" / "index.html").is_file()
 
 
 @pytest.mark.integration
