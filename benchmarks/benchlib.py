@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -70,4 +71,12 @@ def report(out: Any, path: Path | None, *, indent: int = 2) -> int:
     return 0
 
 
-__all__ = ["bench_lab", "many_hosts", "nodecert", "report", "verifies"]
+def write_rows(path: Path | None, rows: list[dict[str, Any]]) -> None:
+    """The rows of a benchmark that timed child processes, in `path` where one was given,
+    with the largest of their peak memories."""
+    if path:
+        path.write_text(json.dumps({"machine_max_rss_mb": resource.getrusage(
+            resource.RUSAGE_CHILDREN).ru_maxrss / 1024, "rows": rows}, indent=1))
+
+
+__all__ = ["bench_lab", "many_hosts", "nodecert", "report", "verifies", "write_rows"]

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchlib import write_rows
 
 from nodecert.lab.fleet import FleetSpec
 from nodecert.lab.fleetruns import write_run
@@ -75,9 +76,7 @@ def main() -> None:
                      "false_outliers": sorted(found - weak),
                      "gemm_spread": f"{r['gemm_sigma_fraction']:.2%}"})
         print(json.dumps(rows[-1]), flush=True)
-    if a.json:
-        a.json.write_text(json.dumps({"machine_max_rss_mb": resource.getrusage(
-            resource.RUSAGE_CHILDREN).ru_maxrss / 1024, "rows": rows}, indent=1))
+    write_rows(a.json, rows)
 
 
 if __name__ == "__main__":

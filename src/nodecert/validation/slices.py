@@ -176,7 +176,10 @@ def merge(run_dir: Path) -> Merged:
                    if record is not None else f"slice {k} of {n} never ran this host")
             record = _lost_record(host, run_id, record, spec=specs.get(host) or {},
                                   checks=checks, why=why)
-            write_json(path, record, compact=True)
+            # Not synced one by one (thousands of fsyncs were most of a large merge's
+            # time): the merge derives these from what the slices left, and a merge run
+            # again writes them again; the summary below is synced.
+            write_json(path, record, interim=True)
             lost.append(host)
         verdicts = [Verdict[str(record.get("verdict"))]] if record.get("verdict") in \
             Verdict.__members__ else [Verdict.ERROR]
