@@ -19,7 +19,7 @@ from nodecert.runs.store import HostLink, HostRun
 from nodecert.transport.events import LineReader
 from nodecert.transport.loadgate import OVERLOAD_LAG_S, TICK_S, LoadGate
 from nodecert.transport.silence import UNREAD_GRACE, NodeLimit
-from nodecert.transport.ssh import Endpoint
+from nodecert.transport.ssh import Endpoint, JumpHostFailed, LoginNotAnswered
 from nodecert.validation import session as nodesession
 from nodecert.validation.plan import build_plan
 from nodecert.validation.session import SshRunner
@@ -49,13 +49,22 @@ def _sessions(hr: HostRun, gate: LoadGate) -> tuple[SshRunner, list[str]]:
                         gate=gate), said
 
 
+def _through_jump(cause: Exception) -> JumpHostFailed:
+    exc = JumpHostFailed(f"through the jump host b: {cause}")
+    exc.__cause__ = cause
+    return exc
+
+
 @pytest.mark.parametrize(("saturated", "exc", "attempts"), [
     (True, TimeoutError("timed out"), 3),              # the controller's fault: again
     (False, TimeoutError("timed out"), 1),             # the host's: reported at once
     (True, paramiko.AuthenticationException("no"), 1),  # a refused login: never again
     (True, paramiko.SSHException("Server 'x' not found in known_hosts"), 1),
+    (False, LoginNotAnswered("the login as root on x was not finished"), 3),  # a busy host
+    (True, _through_jump(paramiko.AuthenticationException("no")), 1),  # the bastion refused
+    (False, _through_jump(LoginNotAnswered("not finished")), 3),  # a busy bastion
 ])
-def test_a_handshake_is_retried_only_for_the_controllers_own_load(
+def test_a_handshake_is_retried_for_the_controllers_load_or_a_busy_login(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, saturated: bool,
         exc: Exception, attempts: int) -> None:
     hr = _host(tmp_path)

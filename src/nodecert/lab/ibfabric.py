@@ -110,8 +110,30 @@ def preflight() -> None:
 
 def sm_command(log: Path) -> list[str]:
     """OpenSM configuring the subnet once (LIDs, routes, every cabled port Active), then
-    exiting: a real subnet manager, attached at the spine as a managed switch's SM."""
-    return [str(tool("opensm")), "--once", "-f", str(log)]
+    exiting: a real subnet manager, attached at the spine as a managed switch's SM.
+    A MAD is given 1 s and 5 retries, not OpenSM's 200 ms and 3: the simulated switches
+    answer from a process on the same busy CPUs as the whole lab, and a lost answer
+    sends OpenSM round its sweep again (nodecert policy)."""
+    return [str(tool("opensm")), "--once", "--timeout", "1000", "--retries", "5",
+            "-f", str(log)]
+
+
+# OpenSM's one sweep of the lab's fabric takes seconds; under a loaded machine, much
+# longer (nodecert policy: three minutes, then it is reported as stuck).
+SM_TIMEOUT_S = 180
+
+
+def _run_sm(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
+    try:
+        sm = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
+                            timeout=SM_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise NodecertError(f"OpenSM did not finish configuring the lab's InfiniBand subnet "
+                            f"within {SM_TIMEOUT_S} s", hint=f"see {log}") from None
+    if sm.returncode != 0:
+        raise NodecertError(f"OpenSM did not bring the lab's InfiniBand subnet up (exit "
+                            f"{sm.returncode}): {' '.join(sm.stdout.split()[-30:])}",
+                            hint=f"see {log}")
 
 
 def sm_env(cache: Path) -> dict[str, str]:
@@ -138,11 +160,8 @@ def read_locally(hosts: list[tuple[str, int, int]], faults: list[Fault], argv: l
     try:
         _wait_ready(log, sim)
         (work / "sm").mkdir(exist_ok=True)
-        sm = subprocess.run(sm_command(work / "opensm.log"),
-                            env=dict(env, **sm_env(work / "sm")), cwd=work / "sm",
-                            capture_output=True, text=True, timeout=60, check=False)
-        if sm.returncode != 0:
-            raise NodecertError(f"OpenSM exited {sm.returncode}: {sm.stdout[-300:]}")
+        _run_sm(sm_command(work / "opensm.log"), dict(env, **sm_env(work / "sm")),
+                work / "sm", work / "opensm.log")
         attach = attachment(at, hosts, faults)
         if attach is None:
             raise NodecertError(f"{at} has no cabled HCA to read the fabric from")
@@ -220,13 +239,8 @@ def up(cfg: LabConfig, hosts: list[tuple[str, int, int]], faults: list[Fault],
     # cannot reach a host (ibsim then stops with EINVAL).
     env = dict(os.environ, **sm_env(d / "opensm"), IBSIM_SERVER_NAME=str(fabric_ip(cfg)),
                IBSIM_SERVER_PORT=str(PORT))
-    sm = subprocess.run(["ip", "netns", "exec", labbmc.netns_name(cfg),
-                         *sm_command(d / "opensm.log")], env=env, cwd=d / "opensm",
-                        capture_output=True, text=True, timeout=60, check=False)
-    if sm.returncode != 0:
-        raise NodecertError(f"OpenSM did not bring the lab's InfiniBand subnet up (exit "
-                            f"{sm.returncode}): {' '.join(sm.stdout.split()[-30:])}",
-                            hint=f"see {d / 'opensm.log'}")
+    _run_sm(["ip", "netns", "exec", labbmc.netns_name(cfg), *sm_command(d / "opensm.log")],
+            env, d / "opensm", d / "opensm.log")
     for name, _, _ in hosts:
         etc = host_root[name] / "etc/nodecert-lab"
         etc.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,22 @@ class Stopped(Exception):
     """The run was stopped (Ctrl-C) while this connection or command was under way."""
 
 
+class LoginNotAnswered(paramiko.SSHException):
+    """The server took the connection and then did not finish the login: no answer
+    within the limit, or it hung up mid-login (busy, restarting, MaxStartups). paramiko
+    raises both as AuthenticationException; neither says the key or user is wrong."""
+
+
+class JumpHostFailed(paramiko.SSHException):
+    """The connection to the bastion failed; the cause is the bastion's error, not the
+    node's, and is named with the bastion's address."""
+
+
+# paramiko's wording of a login that was never refused (auth_handler.wait_for_response)
+_NOT_A_REFUSAL = ("Authentication timeout.",
+                  "Authentication failed: transport shut down or saw EOF")
+
+
 # How often a connection or command in progress looks at the run's stop flag: Ctrl-C
 # ends it within this, not at its time limit.
 STOP_POLL_S = 0.5
@@ -206,7 +222,12 @@ def _become(chan: paramiko.Channel, ep: Endpoint, prompt: bytes, ok: bytes,
 def _jump_channel(ep: Endpoint, timeout: float, stop: threading.Event | None,
                   deadline_s: float) -> tuple[paramiko.SSHClient, Any]:
     """A channel to the node through the bastion (its host key checked like the node's)."""
-    jump = connect(bastion(ep), timeout, stop=stop, deadline_s=deadline_s)
+    via = bastion(ep)
+    try:
+        jump = connect(via, timeout, stop=stop, deadline_s=deadline_s)
+    except (paramiko.SSHException, OSError) as exc:
+        raise JumpHostFailed(f"through the jump host {ep.proxy_jump}: "
+                             f"{describe_error(exc, via)}") from exc
     transport = jump.get_transport()
     if transport is None:
         raise paramiko.SSHException(f"no transport to the jump host {ep.proxy_jump}")
@@ -366,6 +387,12 @@ def connect(ep: Endpoint, timeout: float = HANDSHAKE_TIMEOUT_S, *,
                            auth_timeout=timeout, allow_agent=ep.key_file is None,
                            look_for_keys=ep.key_file is None, sock=sock,
                            transport_factory=_quiet_transport)
+    except paramiko.AuthenticationException as exc:
+        close()
+        if str(exc) in _NOT_A_REFUSAL:
+            raise LoginNotAnswered(f"the login as {ep.user} on {ep.address} was not "
+                                   f"finished ({exc})") from exc
+        raise
     except BaseException:
         close()
         raise
@@ -375,8 +402,31 @@ def connect(ep: Endpoint, timeout: float = HANDSHAKE_TIMEOUT_S, *,
     return client
 
 
+def is_refusal(exc: BaseException) -> bool:
+    """A connection error that trying again cannot mend: a changed, revoked or unknown
+    host key, or a refused login -- the node's or its bastion's."""
+    if isinstance(exc, JumpHostFailed) and exc.__cause__ is not None:
+        return is_refusal(exc.__cause__)
+    return isinstance(exc, paramiko.BadHostKeyException | paramiko.AuthenticationException
+                      | RevokedHostKey) or "known_hosts" in str(exc)
+
+
+def is_unfinished_login(exc: BaseException) -> bool:
+    """The node's (or its bastion's) sshd took the connection and did not finish the
+    login: a busy host, worth another try."""
+    if isinstance(exc, JumpHostFailed) and exc.__cause__ is not None:
+        return is_unfinished_login(exc.__cause__)
+    return isinstance(exc, LoginNotAnswered)
+
+
 def describe_error(exc: BaseException, ep: Endpoint) -> str:
     """One line a technician can act on."""
+    if isinstance(exc, JumpHostFailed):
+        return str(exc)
+    if isinstance(exc, LoginNotAnswered):
+        return (f"{exc}: the node answered the connection but not the login in time; "
+                "it is busy or its sshd is restarting -- try again, and if it lasts, look "
+                "at its load and sshd's log")
     if isinstance(exc, paramiko.BadHostKeyException):
         return (f"host key of {ep.address} changed (expected {exc.expected_key.get_name()}): "
                 "possible man-in-the-middle or a reinstalled node; verify it, then update "

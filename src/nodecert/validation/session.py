@@ -31,6 +31,8 @@ from nodecert.transport.ssh import (
     Stopped,
     connect,
     describe_error,
+    is_refusal,
+    is_unfinished_login,
     start,
 )
 from nodecert.validation.nodecmd import (
@@ -130,8 +132,9 @@ class SshRunner(Runner):
         """Connect within the back-pressure: a slot, then the controller keeping up. A
         handshake that failed while the controller itself was late (saturated, or a
         third of the handshake's limit lost to its own lateness) is tried again, up to
-        CONNECT_TRIES in all: the time limit was spent waiting here, not on the host. A
-        refused key or login never is."""
+        CONNECT_TRIES in all: the time limit was spent waiting here, not on the host. So
+        is a login the node took and did not finish (it is up, and busy). A refused or
+        unknown key, or a refused login, never is."""
         for attempt in range(1, CONNECT_TRIES + 1):
             with self.connect_slots:
                 self.gate.admit(self.stop)
@@ -140,16 +143,18 @@ class SshRunner(Runner):
                 t0, mark = time.monotonic(), self.gate.mark()
                 try:
                     return connect(self.endpoint(hr), stop=self.stop)
-                except (paramiko.BadHostKeyException, paramiko.AuthenticationException):
-                    raise
                 except (paramiko.SSHException, OSError) as exc:
                     late = self.gate.late_since(mark)
-                    if attempt == CONNECT_TRIES or "known_hosts" in str(exc) or not (
-                            self.gate.overloaded_since(t0) or late >= HANDSHAKE_TIMEOUT_S / 3):
+                    busy = is_unfinished_login(exc)
+                    if attempt == CONNECT_TRIES or is_refusal(exc) or not (
+                            busy or self.gate.overloaded_since(t0) or
+                            late >= HANDSHAKE_TIMEOUT_S / 3):
                         raise
-                    self.emit(hr, f"connection failed while the controller was late "
-                                  f"({late:.1f} s of its own; {type(exc).__name__}: {exc}); "
-                                  f"trying again ({attempt + 1}/{CONNECT_TRIES})")
+                    why = ("the node took the connection and did not finish the login"
+                           if busy else "connection failed while the controller was late "
+                           f"({late:.1f} s of its own)")
+                    self.emit(hr, f"{why} ({type(exc).__name__}: {exc}); trying again "
+                                  f"({attempt + 1}/{CONNECT_TRIES})")
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _exec(self, client: paramiko.SSHClient, ep: Endpoint, cmd: str, data: bytes | None,
