@@ -209,7 +209,8 @@ def test_a_key_marked_revoked_is_refused_though_listed(fleet: Path, tmp_path: Pa
     import paramiko
 
     from nodecert.transport import knownhosts
-    from nodecert.transport.ssh import Endpoint, RevokedHostKey, connect, describe_error
+    from nodecert.transport.ssh import Endpoint, connect
+    from nodecert.transport.sshfail import RevokedHostKey, describe_error
     inv = (fleet / "inventory.ini").read_text()
     port = int(inv.split("ansible_port=")[1].split()[0])
     listed = (fleet / "known_hosts").read_text()

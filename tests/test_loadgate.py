@@ -19,7 +19,8 @@ from nodecert.runs.store import HostLink, HostRun
 from nodecert.transport.events import LineReader
 from nodecert.transport.loadgate import OVERLOAD_LAG_S, TICK_S, LoadGate
 from nodecert.transport.silence import UNREAD_GRACE, NodeLimit
-from nodecert.transport.ssh import Endpoint, JumpHostFailed, LoginNotAnswered
+from nodecert.transport.ssh import Endpoint
+from nodecert.transport.sshfail import JumpHostFailed, LoginNotAnswered
 from nodecert.validation import session as nodesession
 from nodecert.validation.plan import build_plan
 from nodecert.validation.session import SshRunner

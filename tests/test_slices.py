@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -176,3 +177,97 @@ def test_the_cli_wants_a_slice_with_a_run_id_and_a_sliced_run_to_merge(
     assert r.exit_code == 2 and "give --slice" in r.output
     r = CliRunner().invoke(main, ["runs", "merge", str(tmp_path)])
     assert r.exit_code == 2 and "is not a sliced run" in r.output, r.output
+
+
+# --- certifying and re-validating in slices ------------------------------------------------
+
+def _key(tmp_path: Path) -> Path:
+    from nodecert.certs.signing import init_key
+    return init_key(tmp_path / "keys").private
+
+
+@pytest.mark.integration
+def test_a_run_is_certified_in_slices_and_the_last_writes_the_fleet_page(
+        fleet: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for k in (1, 2):
+        _slice(fleet, runs, k)
+    run = runs / RUN_ID
+    key = _key(tmp_path)
+    hosts = [f"n{i:05d}" for i in range(9)]
+
+    def certify_slice(k: int) -> tuple[int, dict[str, Any]]:
+        r = CliRunner().invoke(main, ["certify", str(run), "--key", str(key), "--slice",
+                                      f"{k}/3", "--json"])
+        return r.exit_code, json.loads(r.stdout) if r.exit_code != 2 else {"out": r.output}
+
+    # the validation has not ended (its slice 3 has not run): nothing is certified
+    code, out = certify_slice(1)
+    assert code == 2 and "no validate.json" in out["out"]
+    assert not (run / "reports").exists()
+    _slice(fleet, runs, 3)  # the validation's last slice ends and merges
+    for k in (1, 2):
+        code, out = certify_slice(k)
+        assert out["index"] is None and not (run / "reports" / "index.html").exists()
+        assert sorted(n["host"] for n in out["nodes"]) == Slice(k, 3, RUN_ID).hosts(hosts)
+    code, out = certify_slice(3)  # the last: the fleet page and JUnit over every slice
+    assert out["index"] == str(run / "reports" / "index.html") and not out["not_certified"]
+    page = (run / "reports" / "index.html").read_text()
+    junit = (run / "reports" / "junit.xml").read_text()
+    assert all(f">{h}<" in page for h in hosts)
+    assert all(f'testsuite name="nodecert.{h} ' in junit for h in hosts)
+    # the verdicts one certify of the whole run gives
+    whole = CliRunner().invoke(main, ["certify", str(run), "--key", str(key), "--out",
+                                      str(tmp_path / "whole"), "--json"])
+    assert {n["host"]: n["verdict"] for n in json.loads(whole.stdout)["nodes"]} == {
+        h: _predicate(run / "reports" / f"{h}.intoto.dsse.json")["verdict"] for h in hosts}
+    assert "NOT READY" in page  # the fleet's failing nodes are on it as such
+    # a certificate changed after its slice listed it is never put on the page
+    victim = run / "reports" / f"{Slice(1, 3, RUN_ID).hosts(hosts)[0]}.intoto.dsse.json"
+    victim.write_text(victim.read_text() + " ")
+    code, out = certify_slice(2)
+    assert code == 2 and "changed after slice 1/3 listed it" in out["out"], out
+
+
+def _predicate(envelope: Path) -> dict[str, Any]:
+    import base64
+    env = json.loads(envelope.read_text())
+    p = json.loads(base64.b64decode(env["payload"]))["predicate"]
+    assert isinstance(p, dict)
+    return p
+
+
+@pytest.mark.integration
+def test_a_revalidation_in_slices_compares_with_the_last_run_never_with_itself(
+        fleet: Path, tmp_path: Path) -> None:
+    from nodecert.certs.certify import certify
+    from nodecert.certs.signing import load_private_key
+    from nodecert.revalidate.run import RevalidateRequest, revalidate
+    runs = tmp_path / "runs"
+    key = load_private_key(_key(tmp_path))
+    first = validate(ValidateRequest(fleet / "inventory.ini", runs_dir=runs),
+                     progress=lambda line: None)
+    certify(first.run_dir, key)
+    again = "20261207-111500-0c4a2e"
+    seen = []
+    for k in (1, 2, 3):
+        rv = revalidate(RevalidateRequest(
+            ValidateRequest(fleet / "inventory.ini", runs_dir=runs,
+                            slice=Slice(k, 3, again)), key=key, trusted=[key.public_key()]),
+            progress=lambda line: None)
+        # the earlier run's certificates, though this run's first slices certified theirs
+        seen.append(rv.baseline)
+        assert sorted(rv.drift) == Slice(k, 3, again).hosts(sorted(first.hosts))
+        assert rv.cert is not None and sorted(n.host for n in rv.cert.nodes) == sorted(rv.drift)
+    assert seen == [first.run_dir / "reports"] * 3
+    run = runs / again
+    summary = json.loads((run / "validate.json").read_text())  # merged by the last slice
+    assert sorted(summary["hosts"]) == sorted(first.hosts) and not summary["slices_missing"]
+    for h in first.hosts:  # each host's comparison is in the merged run's record
+        rec = read_host_record(run / h / "results.json")
+        assert any(r.check.startswith("drift.") for r in rec.results)
+    assert (run / "reports" / "index.html").is_file()
+    with pytest.raises(Exception, match="does not collect"):
+        revalidate(RevalidateRequest(
+            ValidateRequest(fleet / "inventory.ini", runs_dir=runs, slice=Slice(1, 3, again)),
+            key=key, trusted=[key.public_key()], collect_reason="any"))

@@ -12,11 +12,10 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from nodecert.transport.ssh import (
-    Endpoint,
+from nodecert.transport.ssh import Endpoint, connect
+from nodecert.transport.sshfail import (
     JumpHostFailed,
     LoginNotAnswered,
-    connect,
     describe_error,
     is_refusal,
     is_unfinished_login,

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from nodecert.transport.ssh import Endpoint, Stopped, connect, describe_error
+from nodecert.transport.ssh import Endpoint, connect
+from nodecert.transport.sshfail import Stopped, describe_error
 from nodecert.validation.nodecmd import exec_command
 from nodecert.validation.run import ValidateRequest, validate
 from support.nodeclient import Exited

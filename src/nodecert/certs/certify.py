@@ -396,7 +396,8 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
             cluster_cert: Path | None = None,
             revocations: Path | None = None,
             rendering: report_html.Rendering = report_html.PLAIN,
-            attestation_verifier: str | None = None) -> CertifyRun:
+            attestation_verifier: str | None = None,
+            records: list[HostRecord] | None = None, index: bool = True) -> CertifyRun:
     """Sign a certificate per node and render its HTML and JUnit; the fleet index too.
     With `revocations`, every new certificate is entered on that signed list and the
     older certificates of its nodes are marked superseded there. With
@@ -405,9 +406,10 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
 
     Each host is built (statement, signature, HTML, JUnit, all in memory) inside its own
     error boundary: a host that fails is named in `failed` and gets no files; the others
-    are written, each file whole or not at all (temp + rename)."""
+    are written, each file whole or not at all (temp + rename). `records`, `index`: a
+    slice's hosts, and no fleet page (certs/sliced.py)."""
     _check_ages(valid_days, max_age_days)
-    hosts = load_run(run_dir)
+    hosts = load_run(run_dir) if records is None else records
     cluster = cluster_reference(cluster_cert, key) if cluster_cert else None
     rd = RunDir(run_dir)
     profile = suite_acceptance(rd)
@@ -447,18 +449,19 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
                 write_atomic(str(path), blob)
         listed.extend(revlist.entry_for(st, canonical_json(st)) for st in statements)
     run.revocations = revocations
-    _write_index(run, statements, rendering)
+    if index:
+        run.index, run.junit = write_index(out, statements, run.keyid, rendering)
     return run
 
 
-def _write_index(run: CertifyRun, statements: list[dict[str, Any]],
-                 rendering: report_html.Rendering) -> None:
+def write_index(out: Path, statements: list[dict[str, Any]], keyid: str,
+                rendering: report_html.Rendering) -> tuple[Path, Path]:
     """The run's fleet page and JUnit file, over every node certified."""
-    run.index = run.out_dir / "index.html"
-    write_atomic(str(run.index), report_html.fleet_page(statements, keyid=run.keyid,
-                                                        lang=rendering.lang).encode())
-    run.junit = run.out_dir / "junit.xml"
-    write_atomic(str(run.junit), junit.fleet_xml(statements))
+    page, xml = out / "index.html", out / "junit.xml"
+    write_atomic(str(page), report_html.fleet_page(statements, keyid=keyid,
+                                                   lang=rendering.lang).encode())
+    write_atomic(str(xml), junit.fleet_xml(statements))
+    return page, xml
 
 
 __all__ = [
@@ -481,4 +484,5 @@ __all__ = [
     "readiness",
     "statement",
     "validation_end",
+    "write_index",
 ]

@@ -27,7 +27,11 @@ def print_certified(run: Any) -> None:
         common.echo(f"{n.host:<14} {n.verdict}{sim}{why}")
     for host, why in run.failed.items():
         common.echo(f"{host:<14} NOT CERTIFIED: {why}", err=True)
-    common.echo(f"certificates: {run.out_dir} (fleet page {run.index}, JUnit {run.junit})")
+    if run.index is None:
+        common.echo(f"certificates: {run.out_dir} (the fleet page and JUnit file are written "
+                    "when the last slice ends)")
+    else:
+        common.echo(f"certificates: {run.out_dir} (fleet page {run.index}, JUnit {run.junit})")
     if run.revocations is not None:
         common.echo(f"revocation list: {run.revocations} (older certificates of these nodes are "
              "superseded there)")
@@ -35,7 +39,8 @@ def print_certified(run: Any) -> None:
 
 def certified_json(run: Any) -> dict[str, Any]:
     return {"out_dir": str(run.out_dir), "keyid": run.keyid, "all_ready": run.all_ready,
-            "index": str(run.index), "junit": str(run.junit),
+            "index": str(run.index) if run.index else None,
+            "junit": str(run.junit) if run.junit else None,
             "revocations": str(run.revocations) if run.revocations else None,
             "nodes": [{"host": n.host, "verdict": n.verdict, "simulated": n.simulated,
                        "reasons": list(n.reasons), "missing": list(n.missing),
@@ -48,7 +53,7 @@ def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
              out_dir: Path | None, max_age_days: float | None = None,
              quiet: bool = False, cluster_cert: Path | None = None,
              revocations: Path | None = None, rendering: Any = None,
-             attestation_verifier: str | None = None) -> Any:
+             attestation_verifier: str | None = None, slice_text: str | None = None) -> Any:
     from nodecert.certs.certify import DEFAULT_MAX_AGE_DAYS, DEFAULT_VALID_DAYS, certify
     from nodecert.certs.html import PLAIN
     from nodecert.certs.revocations import DEFAULT_NAME
@@ -58,10 +63,26 @@ def _certify(run_dir: Path, key_path: Path | None, valid_days: int | None,
     if created is not None:
         common.echo(f"created signing key {created.private} (0600) and {created.public}",
                    err=True)
-    run = certify(run_dir, key, out_dir=out_dir, valid_days=valid_days or DEFAULT_VALID_DAYS,
-                  max_age_days=max_age_days or DEFAULT_MAX_AGE_DAYS, cluster_cert=cluster_cert,
-                  revocations=revocations or run_dir.parent / DEFAULT_NAME,
-                  rendering=rendering or PLAIN, attestation_verifier=attestation_verifier)
+    options: dict[str, Any] = {
+        "out_dir": out_dir, "valid_days": valid_days or DEFAULT_VALID_DAYS,
+        "max_age_days": max_age_days or DEFAULT_MAX_AGE_DAYS, "cluster_cert": cluster_cert,
+        "revocations": revocations or run_dir.parent / DEFAULT_NAME,
+        "rendering": rendering or PLAIN, "attestation_verifier": attestation_verifier}
+    if slice_text is None:
+        run = certify(run_dir, key, **options)
+    else:
+        from nodecert.certs.sliced import certify_slice
+        from nodecert.runs.layout import RUN_ID
+        from nodecert.validation.slices import Slice
+        if not RUN_ID.match(run_dir.resolve().name):
+            raise click.UsageError("--slice certifies a validation run's directory "
+                                   "(runs/<run id>), as `nodecert validate` printed it")
+        sliced = certify_slice(run_dir, key, Slice.parse(slice_text, run_dir.resolve().name),
+                               **options)
+        run = sliced.run
+        if not quiet:
+            common.echo(f"slice {sliced.slice.k} of {sliced.slice.n}: {len(run.nodes)} "
+                        f"certified, {len(run.failed)} not (listed in {sliced.summary})")
     if not quiet:
         print_certified(run)
     return run
@@ -96,6 +117,7 @@ Examples:
   nodecert certify runs/20261129-101500-a1b2c3
   nodecert certify runs/20261129-101500-a1b2c3 --key /etc/nodecert/keys/nodecert.key --valid-days 30
   nodecert certify runs/20261129-101500-a1b2c3 --lang pt-BR --pdf
+  sbatch --array=1-8 --wrap "nodecert certify runs/20261129-101500-a1b2c3 --slice auto"
 """
 
 
@@ -118,6 +140,10 @@ Examples:
                    "evidence is verified here, not taken from the node (default: "
                    "NODECERT_ATTESTATION_VERIFIER; without either it is stated as "
                    "node-reported).")
+@click.option("--slice", "slice_text", metavar="K/N|auto",
+              help="Certify slice K of N of the run's hosts (every N-th in name order); "
+                   "`auto` in a task of a Slurm job array. The last slice to end writes "
+                   "the fleet page and JUnit file over every slice's certificates.")
 @common.require_option
 @common.lang_option
 @common.pdf_option
@@ -125,15 +151,15 @@ Examples:
 @common.handle_errors
 def certify_cmd(run_dir: Path, key_path: Path | None, valid_days: int, max_age_days: float,
                 out_dir: Path | None, cluster_cert: Path | None, revocations: Path | None,
-                attestation_verifier: str | None, require: str | None, lang: str | None,
-                pdf: bool, as_json: bool) -> None:
+                attestation_verifier: str | None, slice_text: str | None, require: str | None,
+                lang: str | None, pdf: bool, as_json: bool) -> None:
     from nodecert.certs.html import Rendering
     from nodecert.certs.i18n import choose
 
     run = _certify(run_dir, key_path, valid_days, out_dir, max_age_days, quiet=as_json,
                    cluster_cert=cluster_cert, revocations=revocations,
                    rendering=Rendering(choose(lang), pdf),
-                   attestation_verifier=attestation_verifier)
+                   attestation_verifier=attestation_verifier, slice_text=slice_text)
     if as_json:
         common.emit_json(certified_json(run))
     sys.exit(int(ExitCode.OK if run.ok(require_acceptance=require == "acceptance")

@@ -247,6 +247,24 @@ def become_options(f: Any) -> Any:
                              "$ANSIBLE_BECOME_PASSWORD_FILE).")(f)
 
 
+def slice_options(f: Any) -> Any:
+    """--slice and --run-id: one slice of a run split over several controllers."""
+    f = click.option("--run-id", help="The run's id, the same for every slice of it.")(f)
+    return click.option(
+        "--slice", "slice_text", metavar="K/N|auto",
+        help="Run slice K of N of the hosts (every N-th in name order), into the run "
+             "--run-id names under --runs-dir (shared storage); `auto`: this task of a "
+             "Slurm job array. The last slice to end merges the run.")(f)
+
+
+def slice_of(slice_text: str | None, run_id: str | None) -> Any:
+    """The Slice --slice and --run-id give (None without --slice)."""
+    from nodecert.validation.slices import Slice
+    if run_id is not None and slice_text is None:
+        raise click.UsageError("--run-id names the run a slice writes into: give --slice")
+    return Slice.parse(slice_text, run_id) if slice_text is not None else None
+
+
 def become_source(become_file: Path | None, vault_file: Path | None) -> Any:
     from nodecert.transport.become import BecomeSource
     return BecomeSource.from_env(become_file, vault_file)

@@ -68,6 +68,8 @@ Examples:
   nodecert revalidate -i lab.ini --baseline h200.baseline.json      # also against its peers
   nodecert revalidate -i lab.ini --after-repair --limit gpu-07     # after a GPU swap
   nodecert revalidate -i cluster.ini --via slurm --idle --slurm-partition nodecert-idle
+  sbatch --array=1-8 --wrap "nodecert revalidate -i fleet.ini --slice auto --run-id $ID \
+      --runs-dir /shared/runs"          # 8 controllers, one run (docs/fleet.md)
 """
 
 if TYPE_CHECKING:  # the command imports it when it runs (a fast --help)
@@ -111,6 +113,7 @@ if TYPE_CHECKING:  # the command imports it when it runs (a fast --help)
 @click.option("--slurm-partition", help="With --via slurm: the partition the jobs go to "
               "(default: nodecert_cluster's).")
 @click.option("--slurm-reservation", help="With --via slurm: a reservation the site names.")
+@common.slice_options
 @common.json_option
 @common.become_options
 @common.handle_errors
@@ -122,8 +125,8 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
                    pubkeys: tuple[Path, ...], runs_dir: Path,
                    collect_reason: str | None, via: str, slurm_wait_s: float,
                    idle: bool, slurm_partition: str | None, slurm_reservation: str | None,
-                   as_json: bool, become_file: Path | None,
-                   vault_file: Path | None) -> None:
+                   as_json: bool, become_file: Path | None, vault_file: Path | None,
+                   slice_text: str | None = None, run_id: str | None = None) -> None:
     from nodecert.certs.signing import load_private_key, load_public_key
     from nodecert.cli.fleet import read_fleet_baseline as fleet_read
     from nodecert.profiles.thresholds import parse_cli_thresholds
@@ -150,7 +153,8 @@ def revalidate_cmd(path: Path, baselines: tuple[Path, ...], after_repair: bool, 
     validation = ValidateRequest(path, suite=suite, limit=limit, stack=stack_name,
                                  runs_dir=runs_dir, checks=checks, suite_file=suite_file,
                                  cli_thresholds=parse_cli_thresholds(threshold_items),
-                                 become=common.become_source(become_file, vault_file))
+                                 become=common.become_source(become_file, vault_file),
+                                 slice=common.slice_of(slice_text, run_id))
     rv = revalidate(RevalidateRequest(validation, key=key, trusted=trusted, baseline=baseline,
                                       collect_reason=collect_reason, via_slurm=via == "slurm",
                                       slurm_wait_s=slurm_wait_s, fleet_baseline=fleet_baseline,

@@ -81,11 +81,7 @@ Examples:
               help="How each host's run is started: ssh (a session per host), or slurm (a "
                    "Slurm job on each node from the cluster's launch host, run when Slurm "
                    "has the node free; needs nodecert_cluster with engine slurm).")
-@click.option("--slice", "slice_text", metavar="K/N|auto",
-              help="Run slice K of N of the hosts (every N-th in name order), into the run "
-                   "--run-id names under --runs-dir (shared storage); `auto`: this task of a "
-                   "Slurm job array. The last slice to end merges the run.")
-@click.option("--run-id", help="The run's id, the same for every slice of it.")
+@common.slice_options
 @judged_run_options
 @common.handle_errors
 def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[str, ...],
@@ -99,10 +95,8 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
     from nodecert.fleet.judging import add_to_run
     from nodecert.profiles.thresholds import parse_cli_thresholds, parse_suite_settings
     from nodecert.validation.run import ValidateRequest, validate
-    from nodecert.validation.slices import Slice
 
-    if run_id is not None and slice_text is None:
-        raise click.UsageError("--run-id names the run a slice writes into: give --slice")
+    the_slice = common.slice_of(slice_text, run_id)
     # Read and verified before any host is contacted: a bad baseline is bad input.
     baseline = read_baseline(fleet_baseline, pubkeys)
     limit = tuple(h for item in limit for h in item.split(",") if h)
@@ -117,7 +111,7 @@ def validate_cmd(path: Path, suite: str, limit: tuple[str, ...], checks: tuple[s
             option_overrides=parse_suite_settings(settings), suite_file=suite_file,
             become=common.become_source(become_file, vault_file), detail=detail,
             runner=runner,
-            slice=Slice.parse(slice_text, run_id) if slice_text is not None else None)
+            slice=the_slice)
         run = validate(request,
                        progress=live.say if live else (lambda line: common.echo(line, err=True)),
                        status=live.status if live else None)

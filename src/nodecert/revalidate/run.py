@@ -18,6 +18,7 @@ from typing import Any
 from nodecert.certs import revocations as revlist
 from nodecert.certs.certify import PAYLOAD_TYPE, CertifyRun, certify
 from nodecert.certs.signing import PrivateKey, PublicKey, SignatureError, verify_envelope
+from nodecert.certs.sliced import certify_slice
 from nodecert.certs.verify import ReportError, read_envelope
 from nodecert.core.errors import NodecertError
 from nodecert.fleet import judging as fleet_judging
@@ -33,6 +34,7 @@ from nodecert.revalidate.slurm import submit
 from nodecert.runs.layout import CERT_SUFFIX, RunDir, RunDirError, runs_under
 from nodecert.runs.records import host_records
 from nodecert.runs.store import write_json
+from nodecert.validation import slices
 from nodecert.validation.run import ValidateRequest, ValidationRun, validate
 from nodecert_node.contract import Result, Verdict
 
@@ -93,9 +95,12 @@ def load_baseline(path: Path, trusted: list[PublicKey]) -> dict[str, drift.Recor
     return out
 
 
-def _reports_dirs(runs_dir: Path) -> list[Path]:
-    """The reports directories under runs_dir (certify's default output), newest first."""
-    found = [run.reports for run in runs_under(runs_dir) if _envelopes(run.reports)]
+def _reports_dirs(runs_dir: Path, exclude: str | None = None) -> list[Path]:
+    """The reports directories under runs_dir (certify's default output), newest first;
+    never the run `exclude` names (a sliced run in progress: its own slices' certificates
+    are not its baseline)."""
+    found = [run.reports for run in runs_under(runs_dir)
+             if run.run_id != exclude and _envelopes(run.reports)]
     return sorted(found, key=lambda d: d.stat().st_mtime, reverse=True)
 
 
@@ -105,7 +110,7 @@ def latest_baseline(runs_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
-def acceptance_baseline(runs_dir: Path, trusted: list[PublicKey]
+def acceptance_baseline(runs_dir: Path, trusted: list[PublicKey], exclude: str | None = None
                         ) -> tuple[dict[str, drift.Record], Path | None]:
     """Each node's baseline under runs_dir: its newest acceptance certificate, so that a
     health record (a quick run between acceptance runs) never becomes what drift is
@@ -113,7 +118,7 @@ def acceptance_baseline(runs_dir: Path, trusted: list[PublicKey]
     reports directory is read strictly (a certificate there that does not verify stops
     the run); older ones are searched only for acceptance certificates, and one that
     does not verify there is passed over, never compared with."""
-    dirs = _reports_dirs(runs_dir)
+    dirs = _reports_dirs(runs_dir, exclude)
     if not dirs:
         return {}, None
     base = load_baseline(dirs[0], trusted)
@@ -183,13 +188,18 @@ def revalidate(request: RevalidateRequest, *,
     """Validate again (or collect), compare every host with its certified baseline and
     certify the new run."""
     v = request.validation
+    if v.slice is not None and (request.via_slurm or request.collect_reason):
+        raise NodecertError("a slice of a re-validation validates its share of the hosts: "
+                            "it does not collect runs the nodes made on their own",
+                            hint="drop --slice, or --via-slurm/--collect")
     v = replace(v, inventory=resolve(v.inventory))  # read once, for every step below
     runs_dir = v.runs_dir
     if request.baseline is not None:
         base_dir: Path | None = request.baseline
         base = load_baseline(request.baseline, request.trusted)
     else:
-        base, base_dir = acceptance_baseline(runs_dir, request.trusted)
+        base, base_dir = acceptance_baseline(runs_dir, request.trusted,
+                                             v.slice.run_id if v.slice else None)
     run, failing = _new_run(request, v, progress)
     out = Revalidation(run, base_dir)
     for name, hr in sorted(run.hosts.items()):
@@ -218,10 +228,17 @@ def revalidate(request: RevalidateRequest, *,
         hr.save()
     if request.after_repair:
         _slurm_gate(replace(request, validation=v), out, progress)
-    write_json(run.dir.summary, run.summary())
     # entered on the list next to the runs: a repaired node's new certificate supersedes
     # the one it had, for every verifier given that list
-    out.cert = certify(run.run_dir, request.key, revocations=runs_dir / revlist.DEFAULT_NAME)
+    listed = runs_dir / revlist.DEFAULT_NAME
+    if v.slice is None:
+        write_json(run.dir.summary, run.summary())
+        out.cert = certify(run.run_dir, request.key, revocations=listed)
+    else:
+        # the slice's summary again, with the comparisons in it; the last slice merges
+        slices.finish(run.dir, v.slice, run.summary())
+        out.cert = certify_slice(run.run_dir, request.key, v.slice, finished=False,
+                                 revocations=listed).run
     return out
 
 

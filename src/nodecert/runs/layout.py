@@ -16,6 +16,7 @@
       ansible/                      provision: ansible-runner's private data directory
       provision.json                provision: each host's outcome
       reports/                      certify: <host>.intoto.dsse.json, .html, index.html
+        slices/<k>-of-<n>.json      certify --slice: each slice's certificates, by digest
     runs/cluster-<run id>/          a cluster run
       results.json                  the cluster's record
       reports/cluster.intoto.dsse.json, cluster.html
@@ -118,6 +119,12 @@ class RunDir:
         return self.reports / f"{host}{CERT_SUFFIX}"
 
 
+def cert_slice_summary(reports: Path, k: int, n: int) -> Path:
+    """Where `certify --slice k/n` lists the certificates it wrote, in a reports
+    directory (the run's own, or the one --out names)."""
+    return reports / "slices" / f"{k}-of-{n}.json"
+
+
 def runs_under(runs_dir: Path) -> list[RunDir]:
     """Every directory under runs_dir, by name (run ids sort by time); a directory named
     otherwise (a run renamed or copied in by hand) is a run too."""
@@ -127,5 +134,5 @@ def runs_under(runs_dir: Path) -> list[RunDir]:
             if p.is_dir()]
 
 
-__all__ = ["CERT_SUFFIX", "RESULTS", "RUN_ID", "RunDir", "RunDirError", "new_run_id",
-           "runs_under"]
+__all__ = ["CERT_SUFFIX", "RESULTS", "RUN_ID", "RunDir", "RunDirError", "cert_slice_summary",
+           "new_run_id", "runs_under"]

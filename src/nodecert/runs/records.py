@@ -169,6 +169,41 @@ def host_records(run: RunDir) -> list[HostRecord]:
     return [read_host_record(p) for p in sorted(run.path.glob(f"*/{RESULTS}"))]
 
 
+def run_hosts(run: RunDir) -> list[str]:
+    """Every host of a validation run, in name order: a sliced run's from its slicing
+    (hosts whose slice never came included), another's from the records it holds."""
+    if run.slicing.is_file():
+        try:
+            hosts = json.loads(run.slicing.read_text())["hosts"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RunDirError(f"{run.slicing}: unreadable ({exc})",
+                              hint="a run's slicing is written by its first slice; start "
+                                   "the run again under a new --run-id") from None
+        return sorted(str(h) for h in hosts)
+    return sorted(p.parent.name for p in run.path.glob(f"*/{RESULTS}"))
+
+
+def finished_records(run: RunDir, hosts: list[str]) -> tuple[list[HostRecord],
+                                                             dict[str, str]]:
+    """The records of these hosts that their run finished, strictly (a damaged record is
+    an error); and, for each other host, why it has none yet."""
+    records: list[HostRecord] = []
+    why: dict[str, str] = {}
+    for host in sorted(hosts):
+        path = run.results(host)
+        if not path.is_file():
+            why[host] = (f"no record in {run.path.name}: its validation never ran it (run "
+                         "`nodecert runs merge` on a sliced run whose slice was lost)")
+            continue
+        rec = read_host_record(path)
+        if rec.status in (None, "pending", "running"):
+            why[host] = (f"its record in {run.path.name} is unfinished (status "
+                         f"{rec.status}): its validation has not ended")
+            continue
+        records.append(rec)
+    return records, why
+
+
 def finished_run(run_dir: Path) -> list[HostRecord]:
     """The records of a validation run that ended (its summary written): what certify
     signs. RunDirError when the directory is not that, saying what to run instead."""
@@ -285,6 +320,6 @@ def read_rack_record(run_dir: Path) -> GroupRecord:
     return rec
 
 
-__all__ = ["RACK_SCHEMA", "SCHEMA", "GroupRecord", "HostRecord", "Record", "finished_run",
-           "host_history", "host_records", "read_cluster_record", "read_host_record",
-           "read_rack_record", "recorded_plan", "verdict_of"]
+__all__ = ["RACK_SCHEMA", "SCHEMA", "GroupRecord", "HostRecord", "Record", "finished_records",
+           "finished_run", "host_history", "host_records", "read_cluster_record",
+           "read_host_record", "read_rack_record", "recorded_plan", "run_hosts", "verdict_of"]

@@ -29,7 +29,8 @@ from nodecert.core.textsafe import clean
 from nodecert.transport.events import LineReader
 from nodecert.transport.joboutput import demux
 from nodecert.transport.silence import NodeLimit
-from nodecert.transport.ssh import Endpoint, connect, describe_error
+from nodecert.transport.ssh import Endpoint, connect
+from nodecert.transport.sshfail import describe_error
 from nodecert.transport.tether import sweep_script, tethered
 
 OUTPUT_LIMIT = 2 * 1024 * 1024  # bytes of a job's output kept; the rest is dropped, said so

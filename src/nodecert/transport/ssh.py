@@ -30,30 +30,18 @@ import paramiko
 from nodecert.core.textsafe import clean
 from nodecert.transport import knownhosts
 from nodecert.transport.become import Secret
+from nodecert.transport.sshfail import (
+    NOT_A_REFUSAL,
+    JumpHostFailed,
+    LoginNotAnswered,
+    RevokedHostKey,
+    Stopped,
+    describe_error,
+)
 
 
 class BecomeError(paramiko.SSHException):
     """sudo did not let the user become root (wrong or missing password, no sudo)."""
-
-
-class Stopped(Exception):
-    """The run was stopped (Ctrl-C) while this connection or command was under way."""
-
-
-class LoginNotAnswered(paramiko.SSHException):
-    """The server took the connection and then did not finish the login: no answer
-    within the limit, or it hung up mid-login (busy, restarting, MaxStartups). paramiko
-    raises both as AuthenticationException; neither says the key or user is wrong."""
-
-
-class JumpHostFailed(paramiko.SSHException):
-    """The connection to the bastion failed; the cause is the bastion's error, not the
-    node's, and is named with the bastion's address."""
-
-
-# paramiko's wording of a login that was never refused (auth_handler.wait_for_response)
-_NOT_A_REFUSAL = ("Authentication timeout.",
-                  "Authentication failed: transport shut down or saw EOF")
 
 
 # How often a connection or command in progress looks at the run's stop flag: Ctrl-C
@@ -330,10 +318,6 @@ def _quiet_transport(sock: Any, **kwargs: Any) -> paramiko.Transport:
     return transport
 
 
-class RevokedHostKey(paramiko.SSHException):
-    """The server presented a key a @revoked line of known_hosts names."""
-
-
 class _RefuseUnknownOrRevoked(paramiko.RejectPolicy):
     def __init__(self, revoked: list[paramiko.PKey]) -> None:
         self.revoked = revoked
@@ -389,7 +373,7 @@ def connect(ep: Endpoint, timeout: float = HANDSHAKE_TIMEOUT_S, *,
                            transport_factory=_quiet_transport)
     except paramiko.AuthenticationException as exc:
         close()
-        if str(exc) in _NOT_A_REFUSAL:
+        if str(exc) in NOT_A_REFUSAL:
             raise LoginNotAnswered(f"the login as {ep.user} on {ep.address} was not "
                                    f"finished ({exc})") from exc
         raise
@@ -400,47 +384,3 @@ def connect(ep: Endpoint, timeout: float = HANDSHAKE_TIMEOUT_S, *,
     if transport is not None:
         transport.set_keepalive(5)  # a vanished host shows up as a dead channel, not a hang
     return client
-
-
-def is_refusal(exc: BaseException) -> bool:
-    """A connection error that trying again cannot mend: a changed, revoked or unknown
-    host key, or a refused login -- the node's or its bastion's."""
-    if isinstance(exc, JumpHostFailed) and exc.__cause__ is not None:
-        return is_refusal(exc.__cause__)
-    return isinstance(exc, paramiko.BadHostKeyException | paramiko.AuthenticationException
-                      | RevokedHostKey) or "known_hosts" in str(exc)
-
-
-def is_unfinished_login(exc: BaseException) -> bool:
-    """The node's (or its bastion's) sshd took the connection and did not finish the
-    login: a busy host, worth another try."""
-    if isinstance(exc, JumpHostFailed) and exc.__cause__ is not None:
-        return is_unfinished_login(exc.__cause__)
-    return isinstance(exc, LoginNotAnswered)
-
-
-def describe_error(exc: BaseException, ep: Endpoint) -> str:
-    """One line a technician can act on."""
-    if isinstance(exc, JumpHostFailed):
-        return str(exc)
-    if isinstance(exc, LoginNotAnswered):
-        return (f"{exc}: the node answered the connection but not the login in time; "
-                "it is busy or its sshd is restarting -- try again, and if it lasts, look "
-                "at its load and sshd's log")
-    if isinstance(exc, paramiko.BadHostKeyException):
-        return (f"host key of {ep.address} changed (expected {exc.expected_key.get_name()}): "
-                "possible man-in-the-middle or a reinstalled node; verify it, then update "
-                "known_hosts")
-    if isinstance(exc, RevokedHostKey):
-        return (f"{exc}: the node presents a key that was withdrawn; reinstall its host "
-                "keys and list the new key, never the revoked one")
-    if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
-        return (f"{ep.address} is not in known_hosts: add its host key "
-                f"(ssh-keyscan -p {ep.port} {ep.address} >> known_hosts, after verifying it)")
-    if isinstance(exc, paramiko.AuthenticationException):
-        return f"authentication as {ep.user} failed on {ep.address}: check the key and user"
-    if isinstance(exc, Stopped):
-        return f"interrupted by the operator (Ctrl-C) while reaching {ep.address}:{ep.port}"
-    if isinstance(exc, TimeoutError | OSError):
-        return f"cannot reach {ep.address}:{ep.port}: {exc}"
-    return f"ssh to {ep.address}:{ep.port} failed: {type(exc).__name__}: {exc}"

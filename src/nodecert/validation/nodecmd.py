@@ -18,7 +18,8 @@ from nodecert.runs.store import HostRun, record_host_plan
 from nodecert.stack import conformance
 from nodecert.stack.manifest import Stack, find_stack
 from nodecert.transport.silence import Clock, NodeLimit
-from nodecert.transport.ssh import STOP_POLL_S, Endpoint, Stopped, start
+from nodecert.transport.ssh import STOP_POLL_S, Endpoint, start
+from nodecert.transport.sshfail import Stopped
 from nodecert.validation.plan import framework_plan
 
 # What provisioning leaves on a node (roles/nodecert_common, record.yml).

@@ -356,11 +356,8 @@ def validate(request: ValidateRequest, *, progress: Progress | None = None,
     if request.slice is None:
         write_json(result.dir.summary, result.summary())
         return result
-    n = request.slice.n
-    write_json(result.dir.slice_summary(request.slice.k, n), result.summary())
-    # The last slice to end merges the run (each may: the merge gives the same run).
-    if all(result.dir.slice_summary(k, n).is_file() for k in range(1, n + 1)):
-        merged = slices.merge(run_dir)
+    merged = slices.finish(result.dir, request.slice, result.summary())
+    if merged is not None:
         say(f"every slice of run {request.slice.run_id} ended: merged, "
             f"{merged.verdict.name} over {len(merged.summary['hosts'])} host(s)")
     return result

@@ -24,16 +24,12 @@ from nodecert.transport.bundle import NODE_BASE, install_script, node_bundle
 from nodecert.transport.events import LineReader
 from nodecert.transport.loadgate import LoadGate
 from nodecert.transport.silence import NodeLimit
-from nodecert.transport.ssh import (
-    HANDSHAKE_TIMEOUT_S,
-    BecomeError,
-    Endpoint,
+from nodecert.transport.ssh import HANDSHAKE_TIMEOUT_S, BecomeError, Endpoint, connect, start
+from nodecert.transport.sshfail import (
     Stopped,
-    connect,
     describe_error,
     is_refusal,
     is_unfinished_login,
-    start,
 )
 from nodecert.validation.nodecmd import (
     MAX_ANSWER,

@@ -201,4 +201,15 @@ def merge(run_dir: Path) -> Merged:
     return Merged(summary, tuple(lost), missing)
 
 
-__all__ = ["NOT_RUN_CODE", "Merged", "Slice", "join", "merge"]
+def finish(run: RunDir, sl: Slice, summary: dict[str, Any]) -> Merged | None:
+    """Record that slice `sl` ended with `summary`; the merged run when it was the last
+    to end (each slice may merge: the merge gives the same run), else None. Written
+    again after a slice added results to its hosts (revalidate's drift): the merge then
+    reads them."""
+    write_json(run.slice_summary(sl.k, sl.n), summary)
+    if all(run.slice_summary(k, sl.n).is_file() for k in range(1, sl.n + 1)):
+        return merge(run.path)
+    return None
+
+
+__all__ = ["NOT_RUN_CODE", "Merged", "Slice", "finish", "join", "merge"]
