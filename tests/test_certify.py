@@ -507,3 +507,36 @@ def test_the_firmware_bill_of_materials_is_signed_and_a_component_behind_is_not_
     signed = json.loads(base64.b64decode(json.loads(node.envelope.read_text())["payload"]))
     assert signed["predicate"]["verdict"] == "NOT READY"
     assert any("cpld_mid" in r for r in signed["predicate"]["reasons"])
+
+
+def test_a_large_fleets_page_is_a_summary_and_every_node_is_on_a_page(
+        tmp_path: Path, key: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past html.PAGE_ROWS nodes, index.html lists the counts and the nodes not READY;
+    every node is on one of fleet/001.html onwards (linked both ways); a later, smaller
+    certify of the same directory leaves no page of the larger one behind."""
+    from nodecert.certs import html as report_html
+    monkeypatch.setattr(report_html, "PAGE_ROWS", 2)
+    times = {"started": 1795995981.4, "finished": 1795996129.9}
+    hosts = {f"n{i}": {"results": passing(recorded_results()), **times} for i in range(5)}
+    hosts["n3"] = {"results": recorded_results(), **times}  # its real findings: NOT READY
+    run = make_run(tmp_path, hosts)
+    now = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
+    cr = certify(run, load_private_key(key), now=now)
+    out = run / "reports"
+    index = (out / "index.html").read_text()
+    assert "4 of 5 nodes READY" in index
+    assert re.findall(r'data-host="([^"]+)"', index) == ["n3"]  # only the node to act on
+    assert [p.name for p in sorted((out / "fleet").iterdir())] == [
+        "001.html", "002.html", "003.html"]
+    listed = [h for p in sorted((out / "fleet").iterdir())
+              for h in re.findall(r'data-host="([^"]+)"', p.read_text())]
+    assert listed == [f"n{i}" for i in range(5)]  # every node once, in order
+    second = (out / "fleet" / "002.html").read_text()
+    for link in ('href="../index.html"', 'href="001.html"', 'href="003.html"',
+                 'href="../n2.html"', 'href="../n2.intoto.dsse.json"'):
+        assert link in second
+    assert 'href="fleet/002.html"' in index and cr.index == out / "index.html"
+    monkeypatch.setattr(report_html, "PAGE_ROWS", 1000)
+    certify(run, load_private_key(key), now=now)
+    assert not list((out / "fleet").iterdir())
+    assert len(re.findall(r'data-host="', (out / "index.html").read_text())) == 5

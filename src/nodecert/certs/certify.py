@@ -456,12 +456,20 @@ def certify(run_dir: Path, key: PrivateKey, *, out_dir: Path | None = None,
 
 def write_index(out: Path, statements: list[dict[str, Any]], keyid: str,
                 rendering: report_html.Rendering) -> tuple[Path, Path]:
-    """The run's fleet page and JUnit file, over every node certified."""
-    page, xml = out / "index.html", out / "junit.xml"
-    write_atomic(str(page), report_html.fleet_page(statements, keyid=keyid,
-                                                   lang=rendering.lang).encode())
+    """The run's fleet page (and, for a large fleet, its pages of nodes: html.PAGE_ROWS)
+    and JUnit file, over every node certified; pages of an earlier, larger run of the same
+    directory are removed."""
+    pages = report_html.fleet_pages(statements, keyid=keyid, lang=rendering.lang)
+    if len(pages) > 1:
+        (out / report_html.FLEET_PAGES).mkdir(exist_ok=True)
+    for name, html in pages.items():
+        write_atomic(str(out / name), html.encode())
+    for old in (out / report_html.FLEET_PAGES).glob("*.html"):
+        if f"{report_html.FLEET_PAGES}/{old.name}" not in pages:
+            old.unlink()
+    xml = out / "junit.xml"
     write_atomic(str(xml), junit.fleet_xml(statements))
-    return page, xml
+    return out / "index.html", xml
 
 
 __all__ = [

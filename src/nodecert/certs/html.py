@@ -238,9 +238,20 @@ def current_certificates(statements: list[dict[str, Any]]
     return [newest[h] for h in sorted(newest)], superseded
 
 
-def fleet_page(statements: list[dict[str, Any]], *, keyid: str, lang: str = DEFAULT) -> str:
-    """The fleet at a glance; a node certified more than once shows its newest certificate
-    (the older ones are superseded, and the page says how many)."""
+# Nodes a fleet page lists at most (nodecert policy: Chromium loads and lays out a page
+# of 1,000 nodes in about a second on a busy 2-core machine, and one of 10,000 in six;
+# docs/benchmarks.md). A larger fleet's index.html is a summary -- its counts and the
+# nodes not READY -- and every node is on pages of this many, in a folder of their own
+# (fleet/001.html, ...: a node's own page is <host>.html, whatever its name).
+PAGE_ROWS = 1000
+FLEET_PAGES = "fleet"
+
+
+def fleet_pages(statements: list[dict[str, Any]], *, keyid: str,
+                lang: str = DEFAULT) -> dict[str, str]:
+    """The fleet at a glance, file name -> page: index.html, and for a fleet of more than
+    PAGE_ROWS nodes, fleet/001.html onwards. A node certified more than once shows its
+    newest certificate (the older ones are superseded, and the page says how many)."""
     statements, superseded = current_certificates(statements)
     rows = []
     for st in statements:
@@ -250,13 +261,36 @@ def fleet_page(statements: list[dict[str, Any]], *, keyid: str, lang: str = DEFA
                      "reasons": p["reasons"], "superseded": superseded.get(p["host"], 0),
                      "counts": " ".join(f"{n} {v}" for v, n in sorted(counts.items())),
                      **key_figures(p)})
-    simulated = any(r["simulated"] for r in rows)
-    run_ids = sorted({str(st["predicate"].get("run_id")) for st in statements})
-    return _env(lang).get_template("fleet.html.j2").render(
-        rows=rows, ready=sum(r["verdict"] == "READY" for r in rows), simulated=simulated,
-        simulated_text=gettext_for(lang).gettext(SIMULATED_TEXT), run_id=", ".join(run_ids),
-        keyid=keyid,
-        tool_version=__version__)
+    env = _env(lang)
+    common = {"ready": sum(r["verdict"] == "READY" for r in rows), "total": len(rows),
+              "simulated": any(r["simulated"] for r in rows), "keyid": keyid,
+              "simulated_text": gettext_for(lang).gettext(SIMULATED_TEXT),
+              "run_id": ", ".join(sorted({str(st["predicate"].get("run_id"))
+                                          for st in statements})),
+              "tool_version": __version__}
+    if len(rows) <= PAGE_ROWS:
+        return {"index.html": env.get_template("fleet.html.j2").render(
+            rows=rows, pages=[], **common)}
+    chunks = [rows[i:i + PAGE_ROWS] for i in range(0, len(rows), PAGE_ROWS)]
+    names = [f"{FLEET_PAGES}/{i:03d}.html" for i in range(1, len(chunks) + 1)]
+    not_ready = [r for r in rows if r["verdict"] != "READY"]
+    out = {"index.html": env.get_template("fleet.html.j2").render(
+        rows=not_ready[:PAGE_ROWS], not_ready=len(not_ready), page_rows=PAGE_ROWS,
+        counts=sorted(Counter(r["verdict"] for r in rows).items()),
+        pages=[{"name": n, "first": c[0]["host"], "last": c[-1]["host"]}
+               for n, c in zip(names, chunks, strict=True)], **common)}
+    page = env.get_template("fleet_nodes.html.j2")
+    for i, (name, chunk) in enumerate(zip(names, chunks, strict=True)):
+        out[name] = page.render(rows=chunk, page=i + 1, pages=len(chunks),
+                                prev=Path(names[i - 1]).name if i else None,
+                                next=Path(names[i + 1]).name if i + 1 < len(names) else None,
+                                **common)
+    return out
+
+
+def fleet_page(statements: list[dict[str, Any]], *, keyid: str, lang: str = DEFAULT) -> str:
+    """The fleet's index.html (fleet_pages: the whole fleet up to PAGE_ROWS nodes)."""
+    return fleet_pages(statements, keyid=keyid, lang=lang)["index.html"]
 
 
 def handover_page(rows: list[dict[str, Any]], *, signers: list[str], issued: str,
@@ -272,9 +306,12 @@ def handover_page(rows: list[dict[str, Any]], *, signers: list[str], issued: str
 
 
 __all__ = [
+    "FLEET_PAGES",
+    "PAGE_ROWS",
     "Rendering",
     "current_certificates",
     "fleet_page",
+    "fleet_pages",
     "handover_page",
     "key_figures",
     "node_page",
