@@ -7,6 +7,7 @@ the run, changing only its hosts' records."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -271,3 +272,27 @@ def test_a_revalidation_in_slices_compares_with_the_last_run_never_with_itself(
         revalidate(RevalidateRequest(
             ValidateRequest(fleet / "inventory.ini", runs_dir=runs, slice=Slice(1, 3, again)),
             key=key, trusted=[key.public_key()], collect_reason="any"))
+
+
+@pytest.mark.integration
+def test_an_emulated_fleet_on_one_address_serves_each_node_on_its_own_port(
+        tmp_path: Path) -> None:
+    """The emulator's mode for controllers in another network namespace (a lab's Slurm
+    nodes): every node at one address, each on its own port with its own host key, the
+    inventory naming its key and known_hosts where the controllers see them."""
+    with emulated_fleet(tmp_path / "fleet", 46, 4, "--listen", "127.46.0.1", "--failing",
+                        "1", "--time-scale", "0.02", "--seed", "5", "--seen-as",
+                        str(tmp_path / "fleet")) as work:
+        inv = (work / "inventory.ini").read_text()
+        ports = [int(p) for p in re.findall(r"ansible_port=(\d+)", inv)]
+        assert len(set(ports)) == 4  # the group's port, and one per other node
+        known = (work / "known_hosts").read_text().splitlines()
+        assert len({line.split()[0] for line in known}) == 4
+        assert all(line.startswith("[127.46.0.1]:") for line in known)
+        run = validate(ValidateRequest(work / "inventory.ini", runs_dir=tmp_path / "runs"),
+                       progress=lambda line: None)
+    kinds = json.loads((work / "kinds.json").read_text())
+    assert sorted(run.hosts) == sorted(kinds) and all(
+        hr.status == "done" for hr in run.hosts.values())
+    assert {h for h, hr in run.hosts.items() if hr.verdict.name == "FAIL"} == {
+        h for h, k in kinds.items() if k == "failing"}  # each node answered as itself

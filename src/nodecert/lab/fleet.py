@@ -18,9 +18,11 @@ address). The load checks (burn-in, copy bandwidth, soak) answer seeded figures
 (fleetfigures): every node spread as a real fleet is, and weak, wearing and repaired
 nodes as their kind says.
 
-Only loopback addresses are ever bound (127.NET.0.0/16, NET 42 unless told); the
-process writes its keys, known_hosts and an inventory into a directory of its own and
-prints `ready N` when all listen.
+Only loopback addresses are ever bound (127.NET.0.0/16, NET 42 unless told), or with
+--listen one address of the network namespace the emulator is started in (a lab's own:
+every node on its own port there, for controllers in the lab's hosts); the process writes
+its keys, known_hosts and an inventory into a directory of its own and prints `ready N`
+when all listen.
 """
 
 from __future__ import annotations
@@ -75,6 +77,18 @@ class FleetSpec:
     seed: int = 0
     net: int = 42  # the second octet: nodes listen on 127.NET.0.0/16
     port: int = PORT
+    # Instead: every node at this one address, node i on port `port + i` (an address the
+    # emulator's network namespace holds, for controllers in other namespaces)
+    listen: str | None = None
+
+    def endpoint(self, i: int) -> tuple[str, int]:
+        """Node i's address and port."""
+        if self.listen is None:
+            return address(i, self.net), self.port
+        if not 1024 <= self.port <= 65535 - self.nodes:
+            raise ValueError(f"ports {self.port}..{self.port + self.nodes - 1} are not free "
+                             "for an emulated fleet: pick another --port")
+        return self.listen, self.port + i
 
     def kinds(self) -> list[str]:
         """Each node's kind, the faulty ones spread over the fleet by the seed."""
@@ -136,7 +150,7 @@ class EmulatedNode:
     def __init__(self, index: int, kind: str, spec: FleetSpec,
                  recorded: dict[str, dict[str, Any]]) -> None:
         self.name = f"n{index:05d}"
-        self.address = address(index, spec.net)
+        self.address, self.port = spec.endpoint(index)
         self.kind = kind
         self.spec = spec
         self.recorded = recorded
@@ -201,13 +215,17 @@ class EmulatedNode:
         process.exit(0)
 
 
-def write_inventory(out: Path, nodes: list[EmulatedNode], port: int) -> None:
-    lines = ["# An emulated fleet (nodecert.lab.fleet): every node SIMULATED, on loopback.",
-             "[fleet]"]
-    lines += [f"{n.name} ansible_host={n.address}" for n in nodes]
+def write_inventory(out: Path, nodes: list[EmulatedNode], port: int,
+                    seen_as: Path | None = None) -> None:
+    """The fleet's inventory in `out`; its key and known_hosts named as the controllers
+    see `out` (`seen_as`: on shared storage mounted elsewhere)."""
+    where = seen_as or out
+    lines = ["# An emulated fleet (nodecert.lab.fleet): every node SIMULATED.", "[fleet]"]
+    lines += [f"{n.name} ansible_host={n.address}"
+              + (f" ansible_port={n.port}" if n.port != port else "") for n in nodes]
     lines += ["", "[fleet:vars]", f"ansible_port={port}", "ansible_user=root",
-              f"ansible_ssh_private_key_file={out / 'client_key'}",
-              f"ansible_ssh_common_args='-o UserKnownHostsFile={out / 'known_hosts'} "
+              f"ansible_ssh_private_key_file={where / 'client_key'}",
+              f"ansible_ssh_common_args='-o UserKnownHostsFile={where / 'known_hosts'} "
               "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes'",
               "ansible_python_interpreter=/usr/bin/python3",
               "# The order the recorded node was: one H200 in a VM, 16 vCPUs, 128 GB.",
@@ -217,7 +235,8 @@ def write_inventory(out: Path, nodes: list[EmulatedNode], port: int) -> None:
     (out / "inventory.ini").write_text("\n".join(lines))
 
 
-async def serve(spec: FleetSpec, out: Path) -> list[asyncssh.SSHAcceptor]:
+async def serve(spec: FleetSpec, out: Path,
+                seen_as: Path | None = None) -> list[asyncssh.SSHAcceptor]:
     """Write keys, known_hosts and inventory into `out`, then listen for every node."""
     out.mkdir(parents=True, exist_ok=True)
     ensure_open_files(4 * spec.nodes + 256)
@@ -229,24 +248,24 @@ async def serve(spec: FleetSpec, out: Path) -> list[asyncssh.SSHAcceptor]:
         client.export_public_key("openssh").decode())
     recorded = recorded_results()
     nodes = [EmulatedNode(i, kind, spec, recorded) for i, kind in enumerate(spec.kinds())]
-    known = [f"[{n.address}]:{spec.port} {n.key.export_public_key('openssh').decode().strip()}"
+    known = [f"[{n.address}]:{n.port} {n.key.export_public_key('openssh').decode().strip()}"
              for n in nodes]
     (out / "known_hosts").write_text("\n".join(known) + "\n")
-    write_inventory(out, nodes, spec.port)
+    write_inventory(out, nodes, spec.port, seen_as)
     (out / "kinds.json").write_text(json.dumps({n.name: n.kind for n in nodes}, indent=0))
     acceptors = []
     for n in nodes:
         if n.kind == "unreachable":
             continue
         acceptors.append(await asyncssh.listen(
-            n.address, spec.port, server_host_keys=[n.key], authorized_client_keys=authorized,
+            n.address, n.port, server_host_keys=[n.key], authorized_client_keys=authorized,
             process_factory=n.session, encoding=None, reuse_address=True, backlog=128,
             keepalive_interval=0, login_timeout=120))  # OpenSSH's LoginGraceTime
     return acceptors
 
 
-async def _main(spec: FleetSpec, out: Path) -> None:
-    acceptors = await serve(spec, out)
+async def _main(spec: FleetSpec, out: Path, seen_as: Path | None) -> None:
+    acceptors = await serve(spec, out, seen_as)
     print(f"ready {len(acceptors)}", flush=True)
     # Served until the parent closes our standard input (or kills us).
     loop = asyncio.get_running_loop()
@@ -267,10 +286,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--net", type=int, default=42, help="listen on 127.NET.0.0/16")
     ap.add_argument("--port", type=int, default=PORT)
+    ap.add_argument("--listen", metavar="ADDRESS",
+                    help="every node at this address (one its network namespace holds), "
+                         "node i on port --port + i, instead of 127.NET.x.y")
+    ap.add_argument("--seen-as", type=Path, metavar="DIR",
+                    help="--dir as the controllers see it (shared storage mounted elsewhere)")
     a = ap.parse_args(argv)
     spec = FleetSpec(a.nodes, a.slow, a.failing, a.dropped, a.unreachable, a.weak, a.wearing,
-                     a.repaired, a.time_scale, a.seed, a.net, a.port)
-    asyncio.run(_main(spec, a.dir))
+                     a.repaired, a.time_scale, a.seed, a.net, a.port, a.listen)
+    asyncio.run(_main(spec, a.dir, a.seen_as))
 
 
 if __name__ == "__main__":
