@@ -35,7 +35,8 @@ def cluster_lab() -> Iterator[Lab]:
     lab = Lab(lab_config("cl", 5), log=lambda m: None)
     try:
         # a cluster lab's hosts carry the job tools and Slurm knows them all idle
-        lab.up(nodes=len(NODES), as_cluster=True)
+        # and run this machine's nodecert (controller slices as Slurm jobs)
+        lab.up(nodes=len(NODES), as_cluster=True, controllers=True)
         assert lab.ssh("h4", "command -v all_reduce_perf ib_write_bw perfquery | wc -l"
                        ).stdout.strip() == "3"
         # h1's NFS export mounted on every host: what h4 writes lands on h1's disk
@@ -549,4 +550,77 @@ def test_the_repair_gate_keeps_a_node_drained_until_the_loaded_retest_passes(
     finally:
         cluster_lab.ssh("h2", "rm -f /var/lib/nodecert/slurm-drains.json", check=False)
         cluster_lab.ssh("h1", "scontrol update NodeName=h2 State=RESUME", check=False)
+    nothing_left(cluster_lab)
+
+
+def test_a_fleet_validated_as_a_slurm_job_array_is_one_run(cluster_lab: Lab,
+                                                            tmp_path: Path) -> None:
+    """An emulated fleet validated as the three tasks of a real Slurm job array (each task
+    a controller for every third node, writing into one run on the cluster's NFS share)
+    gives the verdicts one controller job gives the same fleet; a task cancelled while it
+    runs leaves its nodes not run (ERROR), and that slice run again completes the run."""
+    from nodecert.lab.fleetlab import export_dir, served_fleet
+    share = export_dir(cluster_lab.cfg)
+    mount = "/mnt/nodecert-shared"
+    try:
+        with served_fleet(cluster_lab.cfg, 24, "--failing", "2", "--slow", "1",
+                          "--time-scale", "0.3", "--seed", "7") as fleet:
+            kinds = json.loads((fleet / "kinds.json").read_text())
+            inv = f"{mount}/fleet/inventory.ini"
+
+            def sbatch(args: str, *, wait: bool = True) -> str:
+                """The job's id; with `wait`, once it ended (its exit code is the run's:
+                1, with the fleet's failing nodes)."""
+                p = cluster_lab.ssh("h1", f"cd /tmp && sbatch --parsable -p gpu "
+                                          f"{'--wait ' if wait else ''}{args}",
+                                    timeout=600, check=False)
+                assert p.stdout.strip(), p.stderr
+                return p.stdout.strip().splitlines()[0]
+
+            def nodecert_job(*args: str) -> str:
+                return (f"--wrap '{sys.executable} -m nodecert validate -i {inv} "
+                        f"--progress summary {' '.join(args)}'")
+            sbatch(nodecert_job("--runs-dir", f"{mount}/one"))
+            (one,) = (share / "one").iterdir()
+            single = json.loads((one / "validate.json").read_text())["hosts"]
+            rid = "20261207-190000-5e1a2b"
+            sbatch("--array=1-3 " + nodecert_job("--slice", "auto", "--run-id", rid,
+                                                 "--runs-dir", f"{mount}/runs"))
+            merged = json.loads((share / "runs" / rid / "validate.json").read_text())
+            assert {h: v["verdict"] for h, v in merged["hosts"].items()} == {
+                h: v["verdict"] for h, v in single.items()}, {
+                h: (v["status"], v["error"]) for h, v in merged["hosts"].items()
+                if v["verdict"] == "ERROR"}
+            assert {h for h, v in merged["hosts"].items() if v["verdict"] == "FAIL"} == {
+                h for h, k in kinds.items() if k == "failing"}
+            assert merged["slices"] == 3 and not merged["slices_missing"]
+            # slice 2 of another run, cancelled while its nodes run
+            rid2 = "20261207-190500-7c3d4e"
+            job = sbatch("--array=1-3 " + nodecert_job("--slice", "auto", "--run-id", rid2,
+                                                       "--runs-dir", f"{mount}/runs"),
+                         wait=False).split(";")[0]
+            run2 = share / "runs" / rid2
+            second = [h for i, h in enumerate(sorted(kinds)) if i % 3 == 1]
+            deadline = time.monotonic() + 300
+            while not any((run2 / h / "results.json").is_file() for h in second):
+                assert time.monotonic() < deadline, "slice 2 never started"
+                time.sleep(0.2)
+            cluster_lab.ssh("h1", f"scancel --signal=KILL {job}_2")
+            cluster_lab.ssh("h1", f"timeout 300 sh -c 'while squeue -h -j {job} | grep -q .; "
+                                  "do sleep 1; done'", timeout=330)
+            p = nodecert("runs", "merge", str(run2), cwd=tmp_path)
+            assert p.returncode == 1, p.stdout + p.stderr
+            hosts = json.loads((run2 / "validate.json").read_text())["hosts"]
+            lost = {h for h, v in hosts.items() if v["status"] == "lost"}
+            # the killed slice's nodes not yet finished, and no other's: ERROR, not absent
+            assert lost and lost <= set(second) and sorted(hosts) == sorted(kinds)
+            assert all(hosts[h]["verdict"] == "ERROR" for h in lost)
+            sbatch(nodecert_job("--slice", "2/3", "--run-id", rid2, "--runs-dir",
+                                f"{mount}/runs"))
+            hosts = json.loads((run2 / "validate.json").read_text())["hosts"]
+            assert {h: v["verdict"] for h, v in hosts.items()} == {
+                h: v["verdict"] for h, v in single.items()}
+    finally:
+        for name in ("fleet", "one", "runs"):
+            subprocess.run(["rm", "-rf", str(share / name)], check=False, timeout=120)
     nothing_left(cluster_lab)

@@ -98,6 +98,9 @@ def test_a_sliced_run_merges_into_the_run_one_controller_gives(fleet: Path,
     assert summary["slices"] == 3 and summary["slices_missing"] == []
     assert sorted(p.name for p in (run / "slices").iterdir()) == [
         "1-of-3.json", "2-of-3.json", "3-of-3.json"]
+    for k in (1, 2, 3):  # each slice's controller says what it held and spent
+        ctl = json.loads((run / "slices" / f"{k}-of-3.json").read_text())["controller"]
+        assert 10 < ctl["peak_rss_mb"] < 4096 and ctl["cpu_s"] > 0 and ctl["host"]
     # each host's record is one a single-controller run writes, read the same way
     for host in whole.hosts:
         rec = read_host_record(run / host / "results.json")
@@ -296,3 +299,21 @@ def test_an_emulated_fleet_on_one_address_serves_each_node_on_its_own_port(
         hr.status == "done" for hr in run.hosts.values())
     assert {h for h, hr in run.hosts.items() if hr.verdict.name == "FAIL"} == {
         h for h, k in kinds.items() if k == "failing"}  # each node answered as itself
+
+
+@pytest.mark.unit
+def test_the_lab_binds_this_machines_nodecert_only_into_a_cluster() -> None:
+    """What a lab host needs to run this machine's nodecert as a Slurm job: directories
+    holding the running Python, the package and its data, none inside another."""
+    import sys
+
+    import nodecert
+    from nodecert.lab.fleetlab import controller_binds
+    binds = [Path(b) for b in controller_binds()]
+    base = Path(sys.base_prefix).resolve()  # a host has its own /usr
+    for need in (Path(sys.executable).parent, Path(nodecert.__file__).resolve(),
+                 *([] if str(base).startswith("/usr") else [base / "lib"])):
+        assert any(need.resolve().is_relative_to(b) for b in binds), need
+    assert not any(a != b and a.is_relative_to(b) for a in binds for b in binds)
+    r = CliRunner().invoke(main, ["lab", "up", "--controllers"])
+    assert r.exit_code == 2 and "--controllers is for --cluster" in r.output

@@ -50,6 +50,10 @@ def _lab() -> Any:
 @click.option("--cluster", "as_cluster", is_flag=True,
               help="Run the hosts as a cluster: real Slurm (munge, slurmctld on h1, slurmd on "
                    "every host) and host-to-host SSH for mpirun.")
+@click.option("--controllers", is_flag=True,
+              help="With --cluster: bind this machine's nodecert (its Python, virtual "
+                   "environment and source) read-only into every host, so that Slurm jobs "
+                   "run controller slices (validate --slice auto; docs/fleet.md).")
 @click.option("--bmc", "with_bmc", is_flag=True,
               help="Give every host a BMC on the lab bridge (.210+N): Redfish over HTTPS "
                    "(sushy-tools) and IPMI (OpenIPMI's ipmi_sim), readings SIMULATED from "
@@ -68,8 +72,8 @@ def _lab() -> Any:
 @json_option
 @handle_errors
 def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
-           as_cluster: bool, with_bmc: bool, with_rack: bool, provision_trays: bool | None,
-           as_json: bool) -> None:
+           as_cluster: bool, controllers: bool, with_bmc: bool, with_rack: bool,
+           provision_trays: bool | None, as_json: bool) -> None:
     """Build (once) the base image and mirror, then boot NODES hosts; on a running lab,
     grow or shrink it to NODES hosts (new hosts take --profile, the others run on).
 
@@ -94,8 +98,11 @@ def lab_up(nodes: int, profiles: tuple[str, ...], faults_file: Path | None,
     if provision_trays and not with_rack:
         raise click.UsageError("--provision is for --rack (other lab hosts are provisioned "
                                "with `provision`, as the README's main job does)")
+    if controllers and not as_cluster:
+        raise click.UsageError("--controllers is for --cluster (Slurm runs the slices)")
     result = _lab().up(nodes=nodes, profiles=profiles, faults_file=faults_file,
-                       as_cluster=as_cluster, with_bmc=with_bmc, with_rack=with_rack)
+                       as_cluster=as_cluster, with_bmc=with_bmc, with_rack=with_rack,
+                       controllers=controllers)
     if with_rack and provision_trays is not False:
         result["provision"] = _provision_trays(Path(result["inventory"]), nodes)
     if as_json:

@@ -40,6 +40,7 @@ from nodecert.lab import (
     cluster,
     ethfabric,
     fabricplan,
+    fleetlab,
     hostroot,
     ibfabric,
     leafswitch,
@@ -134,7 +135,7 @@ class Lab:
     def up(self, nodes: int = 2, profiles: tuple[str, ...] = ("h200-sxm-8",),
            faults_file: Path | None = None, *, as_cluster: bool = False,
            with_bmc: bool = False, with_rack: bool = False,
-           shared_fs: bool = True) -> dict[str, Any]:
+           shared_fs: bool = True, controllers: bool = False) -> dict[str, Any]:
         preflight_tools()
         self.cfg.claim_root()
         if not 1 <= nodes <= MAX_HOSTS:
@@ -192,6 +193,9 @@ class Lab:
             # lab is asked for none
             "shared_fs": as_cluster and shared_fs,
             "bmc": with_bmc,
+            # this machine's nodecert, bound read-only into every host (fleetlab.py): the
+            # hosts run controller slices as Slurm jobs
+            "binds": fleetlab.controller_binds() if controllers else [],
             "rack": labrack.hardware_rack(self.cfg, seed.read_text().strip(),
                                           [(name, n) for n, name in enumerate(names, 1)])
             if with_rack else None,
@@ -218,7 +222,7 @@ class Lab:
                                  total=len(host_profiles), as_cluster=as_cluster,
                                  rack=data.get("rack"))
                 net.netns_add(self.cfg, n)
-                pid = self._start(n, name, mirror)
+                pid = self._start(n, name, mirror, data.get("binds") or [])
                 hosts.append(LabHost(name, n, str(self.cfg.host_ip(n)), prof,
                                      self.cfg.netns(n), pid))
                 data["hosts"] = [h.as_dict() for h in hosts]
@@ -330,7 +334,7 @@ class Lab:
                 hostroot.prepare(self.cfg, n, name, prof, faults, seed=state["seed"],
                                  total=nodes, rack=state.get("rack"))
                 net.netns_add(self.cfg, n)
-                pid = self._start(n, name, Path(state["mirror"]))
+                pid = self._start(n, name, Path(state["mirror"]), state.get("binds") or [])
                 new.append(LabHost(name, n, str(self.cfg.host_ip(n)), prof,
                                    self.cfg.netns(n), pid))
                 state["hosts"] = [h.as_dict() for h in kept + new]
@@ -349,7 +353,7 @@ class Lab:
                 "known_hosts": str(self.cfg.state / "known_hosts"),
                 "resized": {"from": len(current), "to": nodes}}
 
-    def _start(self, n: int, name: str, mirror: Path) -> int:
+    def _start(self, n: int, name: str, mirror: Path, binds: list[str]) -> int:
         d = self.cfg.host_dir(n)
         # The host's /run/nodecert-lab (its GPUs' load) on this machine's disk: the
         # host's BMC, outside the host, reads it to follow the load.
@@ -361,6 +365,7 @@ class Lab:
                 "--settings=no", f"--network-namespace-path=/run/netns/{self.cfg.netns(n)}",
                 f"--bind-ro={mirror}:/srv/nodecert-mirror",
                 f"--bind={d / 'run'}:/run/nodecert-lab",
+                *(f"--bind-ro={b}" for b in binds),
                 # FUSE for the lab's NFS client (cluster labs mount the head's export)
                 "--bind=/dev/fuse",
                 # what the head host exports: on this machine's disk, not the host's
@@ -508,7 +513,7 @@ class Lab:
                          rack=state.get("rack"))
         if state.get("cluster"):
             cluster.write_known_hosts(self.cfg, [(x.name, x.ip, x.n) for x in self.hosts()])
-        pid = self._start(h.n, h.name, Path(state["mirror"]))
+        pid = self._start(h.n, h.name, Path(state["mirror"]), state.get("binds") or [])
         new = LabHost(h.name, h.n, h.ip, h.profile, h.netns, pid)
         self._apply_storage_faults([new], faults)
         state["hosts"] = [new.as_dict() if x["name"] == name else x for x in state["hosts"]]

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -206,7 +208,13 @@ def finish(run: RunDir, sl: Slice, summary: dict[str, Any]) -> Merged | None:
     to end (each slice may merge: the merge gives the same run), else None. Written
     again after a slice added results to its hosts (revalidate's drift): the merge then
     reads them."""
-    write_json(run.slice_summary(sl.k, sl.n), summary)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    # what this slice's controller held and spent: a slice holds its share of the fleet,
+    # never the whole (the figures a site sizes its array's jobs by)
+    write_json(run.slice_summary(sl.k, sl.n), {
+        **summary, "controller": {"host": socket.gethostname(),
+                                  "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+                                  "cpu_s": round(usage.ru_utime + usage.ru_stime, 1)}})
     if all(run.slice_summary(k, sl.n).is_file() for k in range(1, sl.n + 1)):
         return merge(run.path)
     return None
