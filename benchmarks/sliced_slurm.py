@@ -11,7 +11,7 @@ node's own time, the verdicts (the array's must equal the single job's), the nod
 reported lost or unreachable (none of the healthy ones may be), and each slice's
 controller: its host, peak memory and CPU seconds (from the slice summaries).
 
-It boots its own lab (state-sl, 10.78.7.0/24: four hosts, each one CPU to Slurm) and
+It boots its own lab (state-sl, 10.78.13.0/24: four hosts, each one CPU to Slurm) and
 removes it at the end. The lab's hosts run this machine's nodecert (bound read-only).
 """
 
@@ -67,7 +67,7 @@ def main() -> int:
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    lab = Lab(bench_lab(7, "ncsl"), log=lambda m: None)
+    lab = Lab(bench_lab(13, "ncsl"), log=lambda m: None)
     out: dict[str, Any] = {"nodes": a.nodes, "slices": a.slices, "hosts": a.hosts}
     share = export_dir(lab.cfg)
     try:
