@@ -239,7 +239,7 @@ def current_certificates(statements: list[dict[str, Any]]
 
 
 # Nodes a fleet page lists at most (nodecert policy: Chromium loads and lays out a page
-# of 1,000 nodes in about a second on a busy 2-core machine, and one of 10,000 in six;
+# of 1,000 nodes in under a second on a 2-core machine, one of 10,000 in over four;
 # docs/benchmarks.md). A larger fleet's index.html is a summary -- its counts and the
 # nodes not READY -- and every node is on pages of this many, in a folder of their own
 # (fleet/001.html, ...: a node's own page is <host>.html, whatever its name).
