@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,9 @@ def figures(run: Path, wall: float) -> dict[str, Any]:
             "statuses": {s: sum(v["status"] == s for v in hosts.values())
                          for s in sorted({v["status"] for v in hosts.values()})},
             "verdicts": {h: v["verdict"] for h, v in hosts.items()},
+            # why hosts did not finish, each wording once (numbers left out) with a count
+            "errors": dict(Counter(re.sub(r"[0-9.]+", "N", str(v.get("error")))[:160]
+                                   for v in hosts.values() if v["status"] != "done")),
             "slices": [c for c in ctl if c]}
 
 

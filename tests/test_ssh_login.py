@@ -129,3 +129,28 @@ def test_a_bastion_failure_names_the_bastion(keys: Path, tmp_path: Path, mode: s
     finally:
         node.close()
         jump.close()
+
+
+def test_a_connection_past_descriptor_1024_is_made(keys: Path, tmp_path: Path) -> None:
+    """A controller with a thousand nodes holds more than 1024 descriptors: connecting,
+    and waiting on a channel, must not use select() (which refuses them)."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1400:
+        pytest.skip(f"the descriptor limit ({hard}) is under 1400 here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1400), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    server = Server("accept", keys)
+    try:
+        assert max(held) > 1024
+        client = connect(_ep(server, tmp_path, keys), timeout=10.0)
+        sock = client.get_transport().sock  # type: ignore[union-attr]
+        assert sock.fileno() > 1024  # the socket connect() waited on was past select()'s
+        client.close()
+    finally:
+        server.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -13,7 +13,6 @@ drains, resumes or reconfigures a node.
 from __future__ import annotations
 
 import re
-import select
 import shlex
 import threading
 import time
@@ -29,7 +28,7 @@ from nodecert.core.textsafe import clean
 from nodecert.transport.events import LineReader
 from nodecert.transport.joboutput import demux
 from nodecert.transport.silence import NodeLimit
-from nodecert.transport.ssh import Endpoint, connect
+from nodecert.transport.ssh import Endpoint, connect, wait_ready
 from nodecert.transport.sshfail import describe_error
 from nodecert.transport.tether import sweep_script, tethered
 
@@ -190,8 +189,7 @@ class Launcher:
                 left = deadline - time.monotonic()
                 if left <= 0 or (self.cancelled.is_set() and not always):
                     return None, _text(chunks), True
-                ready, _, _ = select.select([chan], [], [], min(left, 1.0))
-                if ready or chan.recv_ready():
+                if wait_ready(chan, min(left, 1.0)) or chan.recv_ready():
                     data = chan.recv(65536)
                     if not data and chan.exit_status_ready():
                         break

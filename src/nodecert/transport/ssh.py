@@ -204,7 +204,17 @@ def _become(chan: paramiko.Channel, ep: Endpoint, prompt: bytes, ok: bytes,
                               f"{timeout:g} s")
         if stop is not None and stop.is_set():
             raise Stopped(f"stopped while sudo started on {ep.host}")
-        select.select([chan], [], [], min(left, STOP_POLL_S))
+        wait_ready(chan, min(left, STOP_POLL_S))
+
+
+def wait_ready(obj: Any, timeout: float, *, write: bool = False) -> bool:
+    """Whether `obj` (a socket, a paramiko Channel: anything with fileno()) became ready
+    to read (or to write) within `timeout` seconds. poll(), not select(): a controller
+    with a thousand nodes holds descriptors past select()'s 1024 ("filedescriptor out of
+    range in select()")."""
+    poller = select.poll()
+    poller.register(obj.fileno(), select.POLLOUT if write else select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout) * 1000))
 
 
 def _jump_channel(ep: Endpoint, timeout: float, stop: threading.Event | None,
@@ -250,8 +260,7 @@ def _tcp(address: str, port: int, timeout: float, stop: threading.Event | None,
                 left = limit - time.monotonic()
                 if left <= 0:
                     raise TimeoutError("timed out")
-                _, ready, _ = select.select([], [sock], [], min(left, STOP_POLL_S))
-                if ready:
+                if wait_ready(sock, min(left, STOP_POLL_S), write=True):
                     break
             err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if err:
